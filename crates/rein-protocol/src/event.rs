@@ -1,0 +1,242 @@
+//! Events (spec `tasks.md` §6 rule 22).
+//!
+//! Every change to a task is a [`TaskChange`] appended to the task's log inside a
+//! [`HarnessEvent`] envelope, which carries the sequence number, the time, and the
+//! trace ids. On the wire the change appears as the envelope's `type` and `data`.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+use crate::ids::{CheckpointId, EventId, SnapshotId, TaskId};
+use crate::task::{ApprovedBy, Checkpoint, RunnerInfo, TaskState};
+
+/// Every event type. The first eleven are the seed's; the rest are rein's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventType {
+    TaskCreated,
+    TaskStarted,
+    TaskCompleted,
+    TaskFailed,
+    CheckpointEntered,
+    CheckpointPassed,
+    CheckpointFailed,
+    RecoveryAttempted,
+    RecoverySucceeded,
+    HumanApprovalRequested,
+    HumanApprovalReceived,
+    TaskResumed,
+    TaskPaused,
+    TaskCancelled,
+    TaskRestored,
+    CheckpointCreated,
+    CheckpointSkipped,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::TaskCreated => "task_created",
+            EventType::TaskStarted => "task_started",
+            EventType::TaskCompleted => "task_completed",
+            EventType::TaskFailed => "task_failed",
+            EventType::CheckpointEntered => "checkpoint_entered",
+            EventType::CheckpointPassed => "checkpoint_passed",
+            EventType::CheckpointFailed => "checkpoint_failed",
+            EventType::RecoveryAttempted => "recovery_attempted",
+            EventType::RecoverySucceeded => "recovery_succeeded",
+            EventType::HumanApprovalRequested => "human_approval_requested",
+            EventType::HumanApprovalReceived => "human_approval_received",
+            EventType::TaskResumed => "task_resumed",
+            EventType::TaskPaused => "task_paused",
+            EventType::TaskCancelled => "task_cancelled",
+            EventType::TaskRestored => "task_restored",
+            EventType::CheckpointCreated => "checkpoint_created",
+            EventType::CheckpointSkipped => "checkpoint_skipped",
+        }
+    }
+}
+
+/// A change to a task: what one entry of its log says happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", content = "data", rename_all = "snake_case")]
+pub enum TaskChange {
+    /// The task exists, `pending`, with its plan's steps all pending.
+    TaskCreated {
+        description: String,
+        session_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace_path: Option<String>,
+        pending_steps: Vec<String>,
+        trace_id: String,
+        span_id: String,
+    },
+    /// A runner took the task up: `pending` → `in_progress`.
+    TaskStarted {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runner: Option<RunnerInfo>,
+    },
+    /// A runner took up a paused or interrupted task again.
+    TaskResumed {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runner: Option<RunnerInfo>,
+        /// Interrupted steps the operator chose to run again.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        rerun: Vec<String>,
+        /// Interrupted steps the operator chose to skip.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        skip: Vec<String>,
+    },
+    TaskPaused {
+        reason: String,
+    },
+    TaskCompleted {},
+    TaskFailed {
+        error: String,
+    },
+    TaskCancelled {
+        reason: String,
+        by: String,
+    },
+    /// First entry of a task restored from a snapshot: its state is the snapshot's.
+    TaskRestored {
+        snapshot_id: SnapshotId,
+        from_task_id: TaskId,
+        state: Box<TaskState>,
+    },
+    /// A checkpoint is recorded, `pending`.
+    CheckpointCreated {
+        checkpoint: Box<Checkpoint>,
+    },
+    /// `pending` → `in_progress`.
+    CheckpointEntered {
+        checkpoint_id: CheckpointId,
+    },
+    /// `in_progress` → `completed`.
+    CheckpointPassed {
+        checkpoint_id: CheckpointId,
+        duration_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<serde_json::Value>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approved_by: Option<ApprovedBy>,
+    },
+    /// `in_progress` → `failed`.
+    CheckpointFailed {
+        checkpoint_id: CheckpointId,
+        duration_ms: u64,
+        error: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<serde_json::Value>,
+    },
+    /// `pending` or `in_progress` → `skipped`.
+    CheckpointSkipped {
+        checkpoint_id: CheckpointId,
+        reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
+    },
+}
+
+impl TaskChange {
+    pub fn event_type(&self) -> EventType {
+        match self {
+            TaskChange::TaskCreated { .. } => EventType::TaskCreated,
+            TaskChange::TaskStarted { .. } => EventType::TaskStarted,
+            TaskChange::TaskResumed { .. } => EventType::TaskResumed,
+            TaskChange::TaskPaused { .. } => EventType::TaskPaused,
+            TaskChange::TaskCompleted {} => EventType::TaskCompleted,
+            TaskChange::TaskFailed { .. } => EventType::TaskFailed,
+            TaskChange::TaskCancelled { .. } => EventType::TaskCancelled,
+            TaskChange::TaskRestored { .. } => EventType::TaskRestored,
+            TaskChange::CheckpointCreated { .. } => EventType::CheckpointCreated,
+            TaskChange::CheckpointEntered { .. } => EventType::CheckpointEntered,
+            TaskChange::CheckpointPassed { .. } => EventType::CheckpointPassed,
+            TaskChange::CheckpointFailed { .. } => EventType::CheckpointFailed,
+            TaskChange::CheckpointSkipped { .. } => EventType::CheckpointSkipped,
+        }
+    }
+
+    /// The checkpoint this change is about, if any.
+    pub fn checkpoint_id(&self) -> Option<&CheckpointId> {
+        match self {
+            TaskChange::CheckpointCreated { checkpoint } => Some(&checkpoint.id),
+            TaskChange::CheckpointEntered { checkpoint_id }
+            | TaskChange::CheckpointPassed { checkpoint_id, .. }
+            | TaskChange::CheckpointFailed { checkpoint_id, .. }
+            | TaskChange::CheckpointSkipped { checkpoint_id, .. } => Some(checkpoint_id),
+            TaskChange::TaskCreated { .. }
+            | TaskChange::TaskStarted { .. }
+            | TaskChange::TaskResumed { .. }
+            | TaskChange::TaskPaused { .. }
+            | TaskChange::TaskCompleted {}
+            | TaskChange::TaskFailed { .. }
+            | TaskChange::TaskCancelled { .. }
+            | TaskChange::TaskRestored { .. } => None,
+        }
+    }
+}
+
+/// One event: an entry of a task's log, as stored and as streamed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HarnessEvent {
+    pub id: EventId,
+    /// Position in the task's log, from 1 without gaps.
+    pub seq: u64,
+    pub timestamp: Timestamp,
+    #[serde(flatten)]
+    pub change: TaskChange,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<TaskId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<CheckpointId>,
+    pub session_id: String,
+    pub trace_id: String,
+    pub span_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_span_id: Option<String>,
+}
+
+impl HarnessEvent {
+    pub fn event_type(&self) -> EventType {
+        self.change.event_type()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_type_names_match_the_wire_tag() {
+        let change = TaskChange::TaskPaused { reason: "x".into() };
+        let json = serde_json::to_value(&change).unwrap();
+        assert_eq!(json["type"], change.event_type().as_str());
+        let completed = serde_json::to_value(TaskChange::TaskCompleted {}).unwrap();
+        assert_eq!(completed["type"], EventType::TaskCompleted.as_str());
+        let seed = serde_json::to_value(EventType::HumanApprovalReceived).unwrap();
+        assert_eq!(seed, EventType::HumanApprovalReceived.as_str());
+    }
+
+    #[test]
+    fn envelope_carries_type_and_data_at_top_level_and_round_trips() {
+        let ev = HarnessEvent {
+            id: EventId::new(),
+            seq: 7,
+            timestamp: chrono::Utc::now(),
+            change: TaskChange::TaskFailed { error: "boom".into() },
+            task_id: Some(TaskId::new()),
+            checkpoint_id: None,
+            session_id: "s".into(),
+            trace_id: crate::ids::new_trace_id(),
+            span_id: crate::ids::new_span_id(),
+            parent_span_id: None,
+        };
+        let json = serde_json::to_value(&ev).unwrap();
+        assert_eq!(json["type"], "task_failed");
+        assert_eq!(json["data"]["error"], "boom");
+        let back: HarnessEvent = serde_json::from_value(json).unwrap();
+        assert_eq!(back, ev);
+    }
+}

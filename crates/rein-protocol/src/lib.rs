@@ -1,0 +1,31 @@
+//! `rein-protocol`: every type that crosses a boundary of rein.
+//!
+//! Plain serde types with JSON Schema, and nothing that does I/O.
+//!
+//! Layout:
+//! - [`ids`]: type-prefixed, time-ordered ids (`task_…`, `cp_…`, `evt_…`, `snap_…`).
+//! - [`task`]: [`TaskState`], [`Checkpoint`] and their status enums, the CP1–CP5 phases.
+//! - [`plan`]: [`TaskDecomposition`] and [`TaskStep`], the validated form of a plan.
+//! - [`event`]: [`HarnessEvent`], the envelope of every entry in a task's log, and
+//!   [`TaskChange`], the typed change it carries.
+//! - [`snapshot`]: [`Snapshot`], a copy of a task's state at a point of its log.
+//! - [`schema`]: the JSON Schemas of the types above, by name.
+
+pub mod event;
+pub mod ids;
+pub mod plan;
+pub mod schema;
+pub mod snapshot;
+pub mod task;
+
+pub use event::{EventType, HarnessEvent, TaskChange};
+pub use ids::{CheckpointId, EventId, SnapshotId, TaskId};
+pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep};
+pub use snapshot::Snapshot;
+pub use task::{
+    ApprovedBy, Approver, Checkpoint, CheckpointStatus, CheckpointType, Phase, RunnerInfo,
+    TaskContext, TaskHead, TaskResources, TaskState, TaskStatus,
+};
+
+/// Timestamps are UTC, RFC 3339 on the wire.
+pub type Timestamp = chrono::DateTime<chrono::Utc>;

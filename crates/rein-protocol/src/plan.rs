@@ -1,0 +1,98 @@
+//! Multi-step plans (spec `tasks.md` §5): the validated form every plan takes,
+//! whether it came from a file or from an agent.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::task::CheckpointType;
+
+/// Risk of a step or a plan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RiskLevel {
+    #[default]
+    Low,
+    Medium,
+    High,
+}
+
+/// What kind of work a step does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StepType {
+    Read,
+    Write,
+    #[default]
+    Execute,
+    Review,
+    Approve,
+}
+
+/// What running a step does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StepAction {
+    /// Run `run` with `sh -c` in the task's workspace; exit status 0 passes.
+    Command {
+        run: String,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        env: BTreeMap<String, String>,
+    },
+    /// Do nothing and pass: a marker step, and the engine's own cost in benchmarks.
+    Noop,
+}
+
+/// One step of a plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskStep {
+    pub id: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(rename = "type", default)]
+    pub step_type: StepType,
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    /// Steps that depend on this one; derived from `depends_on` by validation.
+    #[serde(default)]
+    pub blocking_steps: Vec<String>,
+    /// The checkpoint type recorded when the step runs.
+    pub checkpoint: CheckpointType,
+    #[serde(default)]
+    pub required_permissions: Vec<String>,
+    #[serde(default)]
+    pub risk_level: RiskLevel,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk_description: Option<String>,
+    pub action: StepAction,
+    /// Longest the step may run before it is stopped and fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// Whether running the step twice is harmless, so an interrupted run may be redone.
+    #[serde(default)]
+    pub idempotent: bool,
+}
+
+/// A plan: the task decomposed into steps that form a DAG.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskDecomposition {
+    pub original_task: String,
+    pub steps: Vec<TaskStep>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_duration_s: Option<u64>,
+    #[serde(default)]
+    pub risk_level: RiskLevel,
+    /// Most steps running at once; `None` takes the engine's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_parallel: Option<u32>,
+    /// Stop starting steps after the first failure (otherwise only dependants stop).
+    #[serde(default)]
+    pub fail_fast: bool,
+}
+
+impl TaskDecomposition {
+    pub fn step(&self, id: &str) -> Option<&TaskStep> {
+        self.steps.iter().find(|s| s.id == id)
+    }
+}

@@ -1,0 +1,20 @@
+//! JSON Schemas of the wire types, by name. `schemas/` at the repository root holds
+//! them as files; a test checks the files match these.
+
+use schemars::{JsonSchema, Schema, schema_for};
+
+/// Name and schema of every published type.
+pub fn all() -> Vec<(&'static str, Schema)> {
+    fn one<T: JsonSchema>(name: &'static str) -> (&'static str, Schema) {
+        (name, schema_for!(T))
+    }
+    vec![
+        one::<crate::TaskState>("TaskState"),
+        one::<crate::Checkpoint>("Checkpoint"),
+        one::<crate::TaskDecomposition>("TaskDecomposition"),
+        one::<crate::TaskStep>("TaskStep"),
+        one::<crate::HarnessEvent>("HarnessEvent"),
+        one::<crate::EventType>("EventType"),
+        one::<crate::Snapshot>("Snapshot"),
+    ]
+}

@@ -1,0 +1,358 @@
+//! Tasks and checkpoints (spec `tasks.md` §1).
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+use crate::ids::{CheckpointId, SnapshotId, TaskId};
+
+/// Status of a task. `cancelled` is rein's addition for an operator abort.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Failed,
+    Paused,
+    Cancelled,
+}
+
+impl TaskStatus {
+    pub const ALL: [TaskStatus; 6] = [
+        TaskStatus::Pending,
+        TaskStatus::InProgress,
+        TaskStatus::Completed,
+        TaskStatus::Failed,
+        TaskStatus::Paused,
+        TaskStatus::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Pending => "pending",
+            TaskStatus::InProgress => "in_progress",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Paused => "paused",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Completed, failed and cancelled tasks never change again.
+    pub fn is_terminal(self) -> bool {
+        match self {
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled => true,
+            TaskStatus::Pending | TaskStatus::InProgress | TaskStatus::Paused => false,
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<TaskStatus> {
+        TaskStatus::ALL.into_iter().find(|s| s.as_str() == value)
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The eleven checkpoint types of the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointType {
+    TaskStart,
+    TaskPlan,
+    TaskExec,
+    TaskReview,
+    TaskComplete,
+    SecurityScan,
+    PermissionCheck,
+    UserApproval,
+    QualityGate,
+    TestPass,
+    BuildPass,
+}
+
+impl CheckpointType {
+    pub const ALL: [CheckpointType; 11] = [
+        CheckpointType::TaskStart,
+        CheckpointType::TaskPlan,
+        CheckpointType::TaskExec,
+        CheckpointType::TaskReview,
+        CheckpointType::TaskComplete,
+        CheckpointType::SecurityScan,
+        CheckpointType::PermissionCheck,
+        CheckpointType::UserApproval,
+        CheckpointType::QualityGate,
+        CheckpointType::TestPass,
+        CheckpointType::BuildPass,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointType::TaskStart => "task_start",
+            CheckpointType::TaskPlan => "task_plan",
+            CheckpointType::TaskExec => "task_exec",
+            CheckpointType::TaskReview => "task_review",
+            CheckpointType::TaskComplete => "task_complete",
+            CheckpointType::SecurityScan => "security_scan",
+            CheckpointType::PermissionCheck => "permission_check",
+            CheckpointType::UserApproval => "user_approval",
+            CheckpointType::QualityGate => "quality_gate",
+            CheckpointType::TestPass => "test_pass",
+            CheckpointType::BuildPass => "build_pass",
+        }
+    }
+
+    /// The control point this checkpoint type belongs to.
+    ///
+    /// `user_approval` belongs to CP3 here; a CP1 confirmation is a `user_approval`
+    /// recorded before `task_plan`, which the lifecycle tells apart by order.
+    pub fn phase(self) -> Phase {
+        match self {
+            CheckpointType::TaskStart => Phase::Confirm,
+            CheckpointType::TaskPlan => Phase::Plan,
+            CheckpointType::TaskExec
+            | CheckpointType::PermissionCheck
+            | CheckpointType::SecurityScan
+            | CheckpointType::UserApproval => Phase::Execute,
+            CheckpointType::QualityGate | CheckpointType::TestPass | CheckpointType::BuildPass => {
+                Phase::QualityGate
+            }
+            CheckpointType::TaskReview | CheckpointType::TaskComplete => Phase::Review,
+        }
+    }
+}
+
+impl std::fmt::Display for CheckpointType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The five control points of the lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// CP1: the task is confirmed (by policy or by a person).
+    Confirm,
+    /// CP2: the task is decomposed into steps.
+    Plan,
+    /// CP3: the steps are executed.
+    Execute,
+    /// CP4: the task's checks pass.
+    QualityGate,
+    /// CP5: review done, task complete.
+    Review,
+}
+
+impl Phase {
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Confirm => "CP1 confirm",
+            Phase::Plan => "CP2 plan",
+            Phase::Execute => "CP3 execute",
+            Phase::QualityGate => "CP4 quality gate",
+            Phase::Review => "CP5 review",
+        }
+    }
+}
+
+/// Status of a checkpoint: pending → in_progress → completed | failed | skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Failed,
+    Skipped,
+}
+
+impl CheckpointStatus {
+    pub const ALL: [CheckpointStatus; 5] = [
+        CheckpointStatus::Pending,
+        CheckpointStatus::InProgress,
+        CheckpointStatus::Completed,
+        CheckpointStatus::Failed,
+        CheckpointStatus::Skipped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointStatus::Pending => "pending",
+            CheckpointStatus::InProgress => "in_progress",
+            CheckpointStatus::Completed => "completed",
+            CheckpointStatus::Failed => "failed",
+            CheckpointStatus::Skipped => "skipped",
+        }
+    }
+
+    pub fn is_final(self) -> bool {
+        match self {
+            CheckpointStatus::Completed | CheckpointStatus::Failed | CheckpointStatus::Skipped => {
+                true
+            }
+            CheckpointStatus::Pending | CheckpointStatus::InProgress => false,
+        }
+    }
+}
+
+impl std::fmt::Display for CheckpointStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who let a checkpoint pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Approver {
+    System,
+    User,
+}
+
+/// `approved_by`: system or user, plus who (a policy name or a person).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovedBy {
+    pub kind: Approver,
+    pub who: String,
+}
+
+/// One checkpoint of a task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Checkpoint {
+    pub id: CheckpointId,
+    pub task_id: TaskId,
+    /// The plan step this checkpoint records, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<String>,
+    #[serde(rename = "type")]
+    pub kind: CheckpointType,
+    pub status: CheckpointStatus,
+    /// 1 for the first run of a step, 2 for the first re-run, …
+    pub attempt: u32,
+    pub started_at: Timestamp,
+    /// Set when the checkpoint leaves `in_progress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved_by: Option<ApprovedBy>,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, serde_json::Value>,
+}
+
+/// `context` of a task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskContext {
+    /// Tasks this one descends from (a restored task lists the task it was restored from).
+    #[serde(default)]
+    pub task_history: Vec<TaskId>,
+    /// Plan steps that completed or were skipped, in the order they finished.
+    #[serde(default)]
+    pub completed_steps: Vec<String>,
+    /// Plan steps not finished yet, in plan order.
+    #[serde(default)]
+    pub pending_steps: Vec<String>,
+    /// Why the task is paused or cannot go on, and what to do about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+}
+
+/// `resources` of a task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskResources {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_active_at: Option<Timestamp>,
+}
+
+/// The process running a task, so another process can tell whether it is still alive.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunnerInfo {
+    pub host: String,
+    pub pid: u32,
+    /// The process's start time as the OS reports it, to tell a reused pid apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_start: Option<u64>,
+}
+
+/// Everything of a task's state except its checkpoints: the task's state row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskHead {
+    pub id: TaskId,
+    pub session_id: String,
+    pub description: String,
+    pub status: TaskStatus,
+    /// The checkpoint the task is at: the last one entered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_checkpoint: Option<CheckpointId>,
+    pub context: TaskContext,
+    pub resources: TaskResources,
+    /// Why the task failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Trace id shared by every event of this task.
+    pub trace_id: String,
+    /// Span id of the task itself; step spans are its children.
+    pub span_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<RunnerInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<SnapshotId>,
+    /// Sequence number of the last event applied (the log's length).
+    pub last_seq: u64,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+/// The state of a task: its head and its checkpoints, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskState {
+    #[serde(flatten)]
+    pub head: TaskHead,
+    #[serde(default)]
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+impl TaskState {
+    pub fn id(&self) -> &TaskId {
+        &self.head.id
+    }
+
+    pub fn status(&self) -> TaskStatus {
+        self.head.status
+    }
+
+    pub fn checkpoint(&self, id: &CheckpointId) -> Option<&Checkpoint> {
+        self.checkpoints.iter().rev().find(|c| &c.id == id)
+    }
+
+    /// The latest checkpoint recorded for a plan step, if any.
+    pub fn latest_for_step(&self, step_id: &str) -> Option<&Checkpoint> {
+        self.checkpoints
+            .iter()
+            .rev()
+            .find(|c| c.step_id.as_deref() == Some(step_id))
+    }
+
+    /// The furthest control point reached, from the checkpoints recorded.
+    pub fn phase(&self) -> Option<Phase> {
+        self.checkpoints.iter().map(|c| c.kind.phase()).max()
+    }
+}
