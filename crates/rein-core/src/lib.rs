@@ -1,1 +1,30 @@
-//! placeholder
+//! `rein-core`: the engine. It knows no SQL, no HTTP and no terminals.
+//!
+//! Layout, in the order a task meets them:
+//! - [`plan`]: plan files and validation of a plan as a DAG.
+//! - [`engine`]: [`Engine`], the one way into tasks (create, run, resume, pause,
+//!   abort, snapshot, restore, delete).
+//! - [`runner`]: one task's run: the step scheduler.
+//! - [`executor`]: running one step ([`StepExecutor`]; commands as child processes).
+//! - [`recorder`]: turns changes into events, applies them, commits them in batches.
+//! - [`lifecycle`]: the status transition tables of tasks and checkpoints.
+//! - [`fold`]: state as the fold of the event log.
+//! - [`store`]: the [`Store`] trait the storage backends implement.
+//! - [`process`]: which process runs a task, and whether it is alive.
+//! - [`error`]: [`EngineError`] and its [`ErrorKind`].
+
+pub mod engine;
+pub mod error;
+pub mod executor;
+pub mod fold;
+pub mod lifecycle;
+pub mod plan;
+pub mod process;
+pub mod recorder;
+mod runner;
+pub mod store;
+
+pub use engine::{ControlOutcome, CreateTask, Engine, EngineConfig, RunOptions};
+pub use error::{EngineError, ErrorKind, Result};
+pub use executor::{CommandExecutor, StepExecutor, StepOutcome, StepRequest};
+pub use store::{Store, StoreError, StoreResult};

@@ -1,0 +1,492 @@
+//! The engine: the one way into tasks. Creates them from plans, runs and resumes
+//! them, pauses, aborts, snapshots, restores and deletes them.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rein_protocol::ids::{new_span_id, new_trace_id};
+use rein_protocol::{
+    ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus, CheckpointType, EventId,
+    HarnessEvent, RunnerInfo, Snapshot, SnapshotId, TaskChange, TaskDecomposition, TaskHead,
+    TaskId, TaskState, TaskStatus,
+};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{EngineError, Result};
+use crate::executor::StepExecutor;
+use crate::plan;
+use crate::process::{current_runner, is_current, runner_alive};
+use crate::recorder::{Recorder, SpanRef};
+use crate::runner::TaskRun;
+use crate::store::{ControlKind, ControlRequest, Store, TaskFilter, TaskPage};
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Most steps of one task running at once, unless its plan says otherwise.
+    pub max_parallel: usize,
+    /// Bytes kept from the end of each step's stdout and stderr.
+    pub output_tail_bytes: usize,
+    /// How often a runner checks for pause and abort requests from other processes.
+    pub control_poll: Duration,
+    /// Where tasks without a workspace of their own get a fresh directory.
+    pub workspace_root: PathBuf,
+    pub default_session: String,
+}
+
+impl EngineConfig {
+    pub fn new(workspace_root: PathBuf) -> EngineConfig {
+        EngineConfig {
+            max_parallel: 4,
+            output_tail_bytes: 4096,
+            control_poll: Duration::from_millis(200),
+            workspace_root,
+            default_session: "default".to_owned(),
+        }
+    }
+}
+
+/// What to create a task from.
+#[derive(Debug, Clone)]
+pub struct CreateTask {
+    pub plan: TaskDecomposition,
+    pub session_id: Option<String>,
+    /// The task's workspace; a fresh directory under the workspace root if `None`.
+    pub workspace: Option<PathBuf>,
+}
+
+/// How to run or resume a task.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Interrupted steps to run again although they are not idempotent.
+    pub rerun: Vec<String>,
+    /// Interrupted steps to record as skipped.
+    pub skip: Vec<String>,
+    /// Fired: start no more steps, let running ones finish, then pause the task.
+    pub pause: CancellationToken,
+    /// Fired: stop running steps now and return, leaving the task resumable
+    /// exactly as a crash would.
+    pub cancel: CancellationToken,
+}
+
+/// What a pause or abort did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControlOutcome {
+    /// Done: the task is in its new state.
+    Applied(Box<TaskState>),
+    /// The task's live runner was asked and will act shortly.
+    Requested { runner: RunnerInfo },
+    /// Nothing to do: the task already is where it was asked to go.
+    AlreadyThere(TaskStatus),
+}
+
+#[derive(Debug)]
+pub struct Engine {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) executor: Arc<dyn StepExecutor>,
+    pub(crate) config: EngineConfig,
+    pub(crate) events: broadcast::Sender<HarnessEvent>,
+    pub(crate) runner: RunnerInfo,
+    /// Tasks this engine is running right now.
+    active: Mutex<HashSet<TaskId>>,
+}
+
+impl Engine {
+    pub fn new(store: Arc<dyn Store>, executor: Arc<dyn StepExecutor>, config: EngineConfig) -> Engine {
+        let (events, _) = broadcast::channel(4096);
+        Engine {
+            store,
+            executor,
+            config,
+            events,
+            runner: current_runner(),
+            active: Mutex::new(HashSet::new()),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Events of every task this engine records, once they are durable.
+    pub fn subscribe(&self) -> broadcast::Receiver<HarnessEvent> {
+        self.events.subscribe()
+    }
+
+    pub async fn get(&self, id: &TaskId) -> Result<TaskState> {
+        self.store.load(id).await?.ok_or_else(|| EngineError::TaskNotFound(id.clone()))
+    }
+
+    pub async fn plan(&self, id: &TaskId) -> Result<TaskDecomposition> {
+        self.store.load_plan(id).await?.ok_or_else(|| EngineError::TaskNotFound(id.clone()))
+    }
+
+    pub async fn list(&self, filter: &TaskFilter) -> Result<TaskPage> {
+        Ok(self.store.list(filter).await?)
+    }
+
+    pub async fn events(&self, id: &TaskId, after_seq: u64, limit: usize) -> Result<Vec<HarnessEvent>> {
+        Ok(self.store.events(id, after_seq, limit).await?)
+    }
+
+    /// Validates a plan and records a new task for it, through CP1 (confirmed by
+    /// policy) and CP2 (the plan). The task is `pending` until it is run.
+    pub async fn create(&self, request: CreateTask) -> Result<TaskState> {
+        let plan = plan::validate(request.plan)?;
+        let task_id = TaskId::new();
+        let workspace = match request.workspace {
+            Some(dir) => dir,
+            None => self.config.workspace_root.join(task_id.as_str()),
+        };
+        std::fs::create_dir_all(&workspace).map_err(|source| EngineError::Workspace {
+            path: workspace.display().to_string(),
+            source,
+        })?;
+        let workspace = std::fs::canonicalize(&workspace).unwrap_or(workspace);
+        let session_id = request.session_id.unwrap_or_else(|| self.config.default_session.clone());
+        let trace_id = new_trace_id();
+        let span_id = new_span_id();
+        let first = HarnessEvent {
+            id: EventId::new(),
+            seq: 1,
+            timestamp: chrono::Utc::now(),
+            change: TaskChange::TaskCreated {
+                description: plan.original_task.clone(),
+                session_id: session_id.clone(),
+                workspace_path: Some(workspace.display().to_string()),
+                pending_steps: plan.steps.iter().map(|s| s.id.clone()).collect(),
+                trace_id: trace_id.clone(),
+                span_id: span_id.clone(),
+            },
+            task_id: Some(task_id.clone()),
+            checkpoint_id: None,
+            session_id,
+            trace_id,
+            span_id,
+            parent_span_id: None,
+        };
+        let mut rec = Recorder::genesis(first)?;
+        let policy = ApprovedBy { kind: Approver::System, who: "policy:auto_confirm".into() };
+        system_checkpoint(
+            &mut rec,
+            CheckpointType::TaskStart,
+            Some(serde_json::json!({ "description": plan.original_task })),
+            None,
+            policy.clone(),
+        )?;
+        let edges: usize = plan.steps.iter().map(|s| s.depends_on.len()).sum();
+        system_checkpoint(
+            &mut rec,
+            CheckpointType::TaskPlan,
+            None,
+            Some(serde_json::json!({
+                "steps": plan.steps.len(),
+                "dependencies": edges,
+                "max_parallel": plan.max_parallel.map_or(self.config.max_parallel, |p| p as usize),
+                "fail_fast": plan.fail_fast,
+            })),
+            ApprovedBy { kind: Approver::System, who: "plan_validator".into() },
+        )?;
+        rec.flush_new(plan, &self.store, &self.events).await?;
+        Ok(rec.state)
+    }
+
+    /// Runs a task until it completes, fails, pauses or is cancelled; resumes it
+    /// from its last completed checkpoint if it ran before.
+    pub async fn run(&self, id: &TaskId, options: RunOptions) -> Result<TaskState> {
+        let state = self.get(id).await?;
+        let status = state.status();
+        if status.is_terminal() {
+            return Err(EngineError::WrongStatus {
+                task_id: id.clone(),
+                status,
+                what: "there is nothing left to run".into(),
+            });
+        }
+        if status == TaskStatus::InProgress
+            && let Some(runner) = &state.head.runner
+            && !is_current(runner)
+            && runner_alive(runner)
+        {
+            return Err(EngineError::Busy {
+                task_id: id.clone(),
+                pid: runner.pid,
+                host: runner.host.clone(),
+            });
+        }
+        let _guard = self.claim(id)?;
+        let plan = self.plan(id).await?;
+        // Requests addressed to a runner that is gone are stale.
+        self.store.take_controls(id).await?;
+        let run = TaskRun::new(self, Recorder::resume(state), plan)?;
+        run.drive(options).await
+    }
+
+    /// Tasks `resume --all` would take up: pending, paused, and in progress with no
+    /// live runner.
+    pub async fn resumable(&self) -> Result<Vec<TaskHead>> {
+        let mut out = Vec::new();
+        for status in [TaskStatus::InProgress, TaskStatus::Paused, TaskStatus::Pending] {
+            let mut filter = TaskFilter { status: Some(status), limit: Some(500), ..TaskFilter::default() };
+            loop {
+                let page = self.store.list(&filter).await?;
+                for head in page.items {
+                    let live = head.runner.as_ref().is_some_and(|r| runner_alive(r) && !is_current(r));
+                    if !(status == TaskStatus::InProgress && live) {
+                        out.push(head);
+                    }
+                }
+                match page.next_cursor {
+                    Some(c) => filter.cursor = Some(c),
+                    None => break,
+                }
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    /// Pauses a task: a live runner is asked (it lets running steps finish); a task
+    /// nobody runs is paused at once.
+    pub async fn pause(&self, id: &TaskId, by: &str, reason: &str) -> Result<ControlOutcome> {
+        let state = self.get(id).await?;
+        match state.status() {
+            TaskStatus::Paused => return Ok(ControlOutcome::AlreadyThere(TaskStatus::Paused)),
+            s if s.is_terminal() => {
+                return Err(EngineError::WrongStatus {
+                    task_id: id.clone(),
+                    status: s,
+                    what: "it cannot be paused".into(),
+                });
+            }
+            _ => {}
+        }
+        if let Some(runner) = self.live_runner(&state) {
+            self.request(id, ControlKind::Pause, by, reason).await?;
+            return Ok(ControlOutcome::Requested { runner });
+        }
+        let mut rec = Recorder::resume(state);
+        rec.task_event(TaskChange::TaskPaused { reason: format!("paused by {by}: {reason}") })?;
+        rec.flush(&self.store, &self.events).await?;
+        Ok(ControlOutcome::Applied(Box::new(rec.state)))
+    }
+
+    /// Aborts a task: a live runner is asked (it stops running steps); a task nobody
+    /// runs is cancelled at once, its interrupted steps recorded as failed.
+    pub async fn abort(&self, id: &TaskId, by: &str, reason: &str) -> Result<ControlOutcome> {
+        let state = self.get(id).await?;
+        match state.status() {
+            TaskStatus::Cancelled => return Ok(ControlOutcome::AlreadyThere(TaskStatus::Cancelled)),
+            s if s.is_terminal() => {
+                return Err(EngineError::WrongStatus {
+                    task_id: id.clone(),
+                    status: s,
+                    what: "it has already finished".into(),
+                });
+            }
+            _ => {}
+        }
+        if let Some(runner) = self.live_runner(&state) {
+            self.request(id, ControlKind::Abort, by, reason).await?;
+            return Ok(ControlOutcome::Requested { runner });
+        }
+        let mut rec = Recorder::resume(state);
+        cancel_interrupted(&mut rec, by)?;
+        rec.task_event(TaskChange::TaskCancelled { reason: reason.to_owned(), by: by.to_owned() })?;
+        rec.flush(&self.store, &self.events).await?;
+        Ok(ControlOutcome::Applied(Box::new(rec.state)))
+    }
+
+    /// Copies a task's current state (and plan) into a snapshot.
+    pub async fn snapshot(&self, id: &TaskId) -> Result<Snapshot> {
+        let state = self.get(id).await?;
+        let plan = self.plan(id).await?;
+        let snapshot = Snapshot {
+            id: SnapshotId::new(),
+            task_id: id.clone(),
+            seq: state.head.last_seq,
+            created_at: chrono::Utc::now(),
+            state,
+            plan,
+        };
+        self.store.put_snapshot(&snapshot).await?;
+        Ok(snapshot)
+    }
+
+    /// Creates a new task whose state equals the snapshot's. The original task and
+    /// its log are untouched. A snapshot taken while the task ran gives a paused task.
+    pub async fn restore(&self, snapshot_id: &SnapshotId) -> Result<TaskState> {
+        let snapshot = self
+            .store
+            .get_snapshot(snapshot_id)
+            .await?
+            .ok_or_else(|| EngineError::SnapshotNotFound(snapshot_id.clone()))?;
+        let task_id = TaskId::new();
+        let first = HarnessEvent {
+            id: EventId::new(),
+            seq: 1,
+            timestamp: chrono::Utc::now(),
+            change: TaskChange::TaskRestored {
+                snapshot_id: snapshot.id.clone(),
+                from_task_id: snapshot.task_id.clone(),
+                state: Box::new(snapshot.state.clone()),
+            },
+            task_id: Some(task_id),
+            checkpoint_id: None,
+            session_id: snapshot.state.head.session_id.clone(),
+            trace_id: new_trace_id(),
+            span_id: new_span_id(),
+            parent_span_id: None,
+        };
+        let mut rec = Recorder::genesis(first)?;
+        if rec.state.status() == TaskStatus::InProgress {
+            rec.task_event(TaskChange::TaskPaused {
+                reason: format!(
+                    "restored from snapshot {} of task {} taken while it ran; resume it to continue",
+                    snapshot.id, snapshot.task_id
+                ),
+            })?;
+        }
+        rec.flush_new(snapshot.plan, &self.store, &self.events).await?;
+        Ok(rec.state)
+    }
+
+    /// Deletes a finished or paused task with its log and snapshots. A task that is
+    /// pending or in progress is refused: abort it first.
+    pub async fn delete(&self, id: &TaskId) -> Result<()> {
+        let head = self
+            .store
+            .load_head(id)
+            .await?
+            .ok_or_else(|| EngineError::TaskNotFound(id.clone()))?;
+        match head.status {
+            TaskStatus::Pending | TaskStatus::InProgress => Err(EngineError::WrongStatus {
+                task_id: id.clone(),
+                status: head.status,
+                what: format!("a running task cannot be deleted; abort it first (`rein tasks abort {id}`)"),
+            }),
+            TaskStatus::Paused | TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled => {
+                Ok(self.store.delete(id, head.last_seq).await?)
+            }
+        }
+    }
+
+    fn live_runner(&self, state: &TaskState) -> Option<RunnerInfo> {
+        if state.status() != TaskStatus::InProgress {
+            return None;
+        }
+        if self.is_active(state.id()) {
+            return Some(self.runner.clone());
+        }
+        state.head.runner.clone().filter(|r| !is_current(r) && runner_alive(r))
+    }
+
+    async fn request(&self, id: &TaskId, kind: ControlKind, by: &str, reason: &str) -> Result<()> {
+        let request = ControlRequest {
+            task_id: id.clone(),
+            kind,
+            by: by.to_owned(),
+            reason: reason.to_owned(),
+            requested_at: chrono::Utc::now(),
+        };
+        Ok(self.store.request_control(&request).await?)
+    }
+
+    fn is_active(&self, id: &TaskId) -> bool {
+        self.active.lock().map(|set| set.contains(id)).unwrap_or(false)
+    }
+
+    fn claim(&self, id: &TaskId) -> Result<ActiveGuard<'_>> {
+        let mut set = self.active.lock().map_err(|_| EngineError::BadRequest("engine lock poisoned".into()))?;
+        if !set.insert(id.clone()) {
+            return Err(EngineError::Busy {
+                task_id: id.clone(),
+                pid: self.runner.pid,
+                host: self.runner.host.clone(),
+            });
+        }
+        Ok(ActiveGuard { engine: self, id: id.clone() })
+    }
+}
+
+struct ActiveGuard<'e> {
+    engine: &'e Engine,
+    id: TaskId,
+}
+
+impl Drop for ActiveGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut set) = self.engine.active.lock() {
+            set.remove(&self.id);
+        }
+    }
+}
+
+/// Records a checkpoint of the engine's own (no plan step) that passes at once.
+pub(crate) fn system_checkpoint(
+    rec: &mut Recorder,
+    kind: CheckpointType,
+    input: Option<serde_json::Value>,
+    output: Option<serde_json::Value>,
+    approved_by: ApprovedBy,
+) -> Result<CheckpointId> {
+    let span = SpanRef::child_of(&rec.state.head.span_id);
+    let checkpoint = Checkpoint {
+        id: CheckpointId::new(),
+        task_id: rec.state.head.id.clone(),
+        step_id: None,
+        kind,
+        status: CheckpointStatus::Pending,
+        attempt: 1,
+        started_at: chrono::Utc::now(),
+        duration_ms: None,
+        input,
+        output: None,
+        error: None,
+        approved_by: None,
+        metadata: Default::default(),
+    };
+    let id = checkpoint.id.clone();
+    rec.record(TaskChange::CheckpointCreated { checkpoint: Box::new(checkpoint) }, &span)?;
+    rec.record(TaskChange::CheckpointEntered { checkpoint_id: id.clone() }, &span)?;
+    rec.record(
+        TaskChange::CheckpointPassed {
+            checkpoint_id: id.clone(),
+            duration_ms: 0,
+            output,
+            approved_by: Some(approved_by),
+        },
+        &span,
+    )?;
+    Ok(id)
+}
+
+/// Records every in-progress checkpoint as failed because the task was aborted.
+fn cancel_interrupted(rec: &mut Recorder, by: &str) -> Result<()> {
+    let open: Vec<(CheckpointId, u64)> = rec
+        .state
+        .checkpoints
+        .iter()
+        .filter(|c| c.status == CheckpointStatus::InProgress)
+        .map(|c| (c.id.clone(), elapsed_ms(c.started_at)))
+        .collect();
+    for (checkpoint_id, duration_ms) in open {
+        rec.task_event(TaskChange::CheckpointFailed {
+            checkpoint_id,
+            duration_ms,
+            error: format!("cancelled: the task was aborted by {by}"),
+            output: None,
+        })?;
+    }
+    Ok(())
+}
+
+pub(crate) fn elapsed_ms(since: rein_protocol::Timestamp) -> u64 {
+    u64::try_from((chrono::Utc::now() - since).num_milliseconds().max(0)).unwrap_or(0)
+}

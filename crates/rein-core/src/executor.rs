@@ -1,0 +1,228 @@
+//! Running one step: the [`StepExecutor`] trait and the executor that runs plan
+//! commands as child processes.
+
+use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use rein_protocol::{StepAction, TaskId, TaskStep};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
+
+/// Everything an executor needs to run one attempt of a step.
+#[derive(Debug, Clone)]
+pub struct StepRequest {
+    pub task_id: TaskId,
+    pub step: Arc<TaskStep>,
+    pub attempt: u32,
+    pub workspace: PathBuf,
+    /// How many bytes of the end of stdout and of stderr to keep.
+    pub output_tail_bytes: usize,
+}
+
+/// What a step's command did, recorded in its checkpoint's `output`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandOutput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub timed_out: bool,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    /// Bytes of output dropped from the front to keep only the tails.
+    #[serde(default)]
+    pub truncated_bytes: u64,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepOutcome {
+    Passed { output: Option<serde_json::Value> },
+    Failed { error: String, output: Option<serde_json::Value> },
+    /// The caller cancelled the attempt; nothing is known about how far it got.
+    Cancelled,
+}
+
+#[async_trait]
+pub trait StepExecutor: Send + Sync + std::fmt::Debug {
+    /// Runs one attempt of a step. Must return promptly once `cancel` fires, having
+    /// stopped whatever it started.
+    async fn execute(&self, request: StepRequest, cancel: CancellationToken) -> StepOutcome;
+}
+
+/// Runs `command` steps with `sh -c` in the task's workspace, in a process group of
+/// their own so a timeout or a cancel stops everything the command started.
+#[derive(Debug, Default, Clone)]
+pub struct CommandExecutor;
+
+/// How long a stopped command gets between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+
+#[async_trait]
+impl StepExecutor for CommandExecutor {
+    async fn execute(&self, request: StepRequest, cancel: CancellationToken) -> StepOutcome {
+        match &request.step.action {
+            StepAction::Noop => StepOutcome::Passed { output: None },
+            StepAction::Command { run, env } => run_command(&request, run, env, cancel).await,
+        }
+    }
+}
+
+async fn run_command(
+    request: &StepRequest,
+    run: &str,
+    env: &std::collections::BTreeMap<String, String>,
+    cancel: CancellationToken,
+) -> StepOutcome {
+    let mut command = tokio::process::Command::new("sh");
+    command
+        .arg("-c")
+        .arg(run)
+        .current_dir(&request.workspace)
+        .envs(env)
+        .env("REIN_TASK_ID", request.task_id.as_str())
+        .env("REIN_STEP_ID", &request.step.id)
+        .env("REIN_ATTEMPT", request.attempt.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return StepOutcome::Failed {
+                error: format!(
+                    "cannot start `sh -c` in workspace {}: {e}",
+                    request.workspace.display()
+                ),
+                output: None,
+            };
+        }
+    };
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let tail = request.output_tail_bytes;
+    let stdout = child.stdout.take().map(|s| tokio::spawn(read_tail(s, tail)));
+    let stderr = child.stderr.take().map(|s| tokio::spawn(read_tail(s, tail)));
+
+    let timeout = request.step.timeout_ms.map(Duration::from_millis);
+    let deadline = async {
+        match timeout {
+            Some(t) => tokio::time::sleep(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    enum End {
+        Exited(std::io::Result<std::process::ExitStatus>),
+        TimedOut,
+        Cancelled,
+    }
+    let end = tokio::select! {
+        status = child.wait() => End::Exited(status),
+        () = deadline => End::TimedOut,
+        () = cancel.cancelled() => End::Cancelled,
+    };
+    let (cancelled, timed_out) = (matches!(end, End::Cancelled), matches!(end, End::TimedOut));
+    let status = match end {
+        End::Exited(status) => Some(status),
+        End::TimedOut | End::Cancelled => {
+            if let Some(pgid) = pgid {
+                let _ = killpg(pgid, Signal::SIGTERM);
+            }
+            match tokio::time::timeout(KILL_GRACE, child.wait()).await {
+                Ok(status) => Some(status),
+                Err(_) => None,
+            }
+        }
+    };
+    // Whatever the command left running in its group ends with the step.
+    if let Some(pgid) = pgid {
+        let _ = killpg(pgid, Signal::SIGKILL);
+    }
+    let status = match status {
+        Some(s) => s,
+        None => child.wait().await,
+    };
+    let (stdout_tail, out_dropped) = join_tail(stdout).await;
+    let (stderr_tail, err_dropped) = join_tail(stderr).await;
+    let mut output = CommandOutput {
+        stdout_tail,
+        stderr_tail,
+        truncated_bytes: out_dropped + err_dropped,
+        ..CommandOutput::default()
+    };
+    if cancelled {
+        return StepOutcome::Cancelled;
+    }
+    let status = match status {
+        Ok(status) => status,
+        Err(e) => {
+            return StepOutcome::Failed {
+                error: format!("lost track of the step's process: {e}"),
+                output: to_value(&output),
+            };
+        }
+    };
+    output.exit_code = status.code();
+    output.signal = status.signal();
+    if timed_out {
+        output.timed_out = true;
+        let limit = humantime::format_duration(timeout.unwrap_or_default());
+        return StepOutcome::Failed {
+            error: format!("timed out after {limit} and was stopped"),
+            output: to_value(&output),
+        };
+    }
+    if status.success() {
+        StepOutcome::Passed { output: to_value(&output) }
+    } else {
+        let error = match (status.code(), status.signal()) {
+            (Some(code), _) => format!("command exited with status {code}"),
+            (None, Some(sig)) => format!("command was killed by signal {sig}"),
+            (None, None) => "command failed".to_owned(),
+        };
+        StepOutcome::Failed { error, output: to_value(&output) }
+    }
+}
+
+fn to_value(output: &CommandOutput) -> Option<serde_json::Value> {
+    serde_json::to_value(output).ok()
+}
+
+async fn join_tail(handle: Option<tokio::task::JoinHandle<(String, u64)>>) -> (String, u64) {
+    match handle {
+        Some(h) => h.await.unwrap_or_default(),
+        None => (String::new(), 0),
+    }
+}
+
+/// Reads a stream to its end, keeping only its last `keep` bytes.
+async fn read_tail(mut stream: impl AsyncRead + Unpin, keep: usize) -> (String, u64) {
+    let mut tail: VecDeque<u8> = VecDeque::with_capacity(keep.min(64 * 1024));
+    let mut dropped = 0u64;
+    let mut buf = [0u8; 8192];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                tail.extend(&buf[..n]);
+                if tail.len() > keep {
+                    let excess = tail.len() - keep;
+                    tail.drain(..excess);
+                    dropped += excess as u64;
+                }
+            }
+        }
+    }
+    let bytes: Vec<u8> = tail.into_iter().collect();
+    (String::from_utf8_lossy(&bytes).into_owned(), dropped)
+}

@@ -1,0 +1,236 @@
+//! State is the fold of the log: [`genesis`] turns a task's first event into its
+//! state, [`apply`] applies every later one. The engine applies each event to its
+//! in-memory state as it records it, and a test folds the stored log to check the
+//! stored state equals it.
+
+use rein_protocol::{CheckpointStatus, HarnessEvent, TaskChange, TaskContext, TaskHead};
+use rein_protocol::{TaskResources, TaskState, TaskStatus};
+
+use crate::lifecycle::{
+    CheckpointEvent, IllegalTransition, TaskEvent, checkpoint_transition, task_transition,
+};
+
+/// An event that cannot be applied to the state it was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FoldError {
+    #[error("event {seq} is out of order: the task's log is at {last_seq}")]
+    OutOfOrder { seq: u64, last_seq: u64 },
+    #[error("a task's log must start with task_created or task_restored, not {0}")]
+    BadGenesis(&'static str),
+    #[error("{0} can only be the first event of a task")]
+    SecondGenesis(&'static str),
+    #[error("event {seq} names checkpoint {checkpoint_id}, which the task does not have")]
+    UnknownCheckpoint { seq: u64, checkpoint_id: String },
+    #[error("event {seq} records checkpoint {checkpoint_id} a second time")]
+    DuplicateCheckpoint { seq: u64, checkpoint_id: String },
+    #[error("event {seq}: a new checkpoint must start pending, not {status}")]
+    CheckpointNotPending { seq: u64, status: CheckpointStatus },
+    #[error("event {seq}: {source}")]
+    Illegal { seq: u64, source: IllegalTransition },
+    #[error("event {seq} belongs to task {got}, not {expected}")]
+    WrongTask { seq: u64, expected: String, got: String },
+    #[error("the log is empty")]
+    Empty,
+}
+
+/// The state a task's first event creates.
+pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
+    if event.seq != 1 {
+        return Err(FoldError::OutOfOrder { seq: event.seq, last_seq: 0 });
+    }
+    let task_id = event.task_id.clone().ok_or(FoldError::BadGenesis("an event without task_id"))?;
+    match &event.change {
+        TaskChange::TaskCreated {
+            description,
+            session_id,
+            workspace_path,
+            pending_steps,
+            trace_id,
+            span_id,
+        } => Ok(TaskState {
+            head: TaskHead {
+                id: task_id,
+                session_id: session_id.clone(),
+                description: description.clone(),
+                status: TaskStatus::Pending,
+                current_checkpoint: None,
+                context: TaskContext {
+                    task_history: Vec::new(),
+                    completed_steps: Vec::new(),
+                    pending_steps: pending_steps.clone(),
+                    blocked_reason: None,
+                },
+                resources: TaskResources {
+                    workspace_path: workspace_path.clone(),
+                    container_id: None,
+                    started_at: None,
+                    last_active_at: Some(event.timestamp),
+                },
+                error: None,
+                trace_id: trace_id.clone(),
+                span_id: span_id.clone(),
+                runner: None,
+                restored_from: None,
+                last_seq: 1,
+                created_at: event.timestamp,
+                updated_at: event.timestamp,
+            },
+            checkpoints: Vec::new(),
+        }),
+        TaskChange::TaskRestored { state, snapshot_id, from_task_id } => {
+            let mut state = (**state).clone();
+            state.head.id = task_id;
+            state.head.restored_from = Some(snapshot_id.clone());
+            state.head.context.task_history.push(from_task_id.clone());
+            state.head.runner = None;
+            state.head.trace_id = event.trace_id.clone();
+            state.head.span_id = event.span_id.clone();
+            state.head.resources.last_active_at = Some(event.timestamp);
+            state.head.last_seq = 1;
+            state.head.created_at = event.timestamp;
+            state.head.updated_at = event.timestamp;
+            for cp in &mut state.checkpoints {
+                cp.task_id = state.head.id.clone();
+            }
+            Ok(state)
+        }
+        other => Err(FoldError::BadGenesis(other.event_type().as_str())),
+    }
+}
+
+/// Applies one event to a task's state.
+pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldError> {
+    let seq = event.seq;
+    if seq != state.head.last_seq + 1 {
+        return Err(FoldError::OutOfOrder { seq, last_seq: state.head.last_seq });
+    }
+    if let Some(task_id) = &event.task_id
+        && task_id != &state.head.id
+    {
+        return Err(FoldError::WrongTask {
+            seq,
+            expected: state.head.id.to_string(),
+            got: task_id.to_string(),
+        });
+    }
+    let illegal = |source| FoldError::Illegal { seq, source };
+    let head = &mut state.head;
+    match &event.change {
+        TaskChange::TaskCreated { .. } | TaskChange::TaskRestored { .. } => {
+            return Err(FoldError::SecondGenesis(event.change.event_type().as_str()));
+        }
+        TaskChange::TaskStarted { runner } => {
+            head.status = task_transition(head.status, TaskEvent::Start).map_err(illegal)?;
+            head.runner = runner.clone();
+            head.resources.started_at.get_or_insert(event.timestamp);
+            head.context.blocked_reason = None;
+        }
+        TaskChange::TaskResumed { runner, .. } => {
+            head.status = task_transition(head.status, TaskEvent::Resume).map_err(illegal)?;
+            head.runner = runner.clone();
+            head.resources.started_at.get_or_insert(event.timestamp);
+            head.context.blocked_reason = None;
+        }
+        TaskChange::TaskPaused { reason } => {
+            head.status = task_transition(head.status, TaskEvent::Pause).map_err(illegal)?;
+            head.runner = None;
+            head.context.blocked_reason = Some(reason.clone());
+        }
+        TaskChange::TaskCompleted {} => {
+            head.status = task_transition(head.status, TaskEvent::Complete).map_err(illegal)?;
+            head.runner = None;
+            head.context.blocked_reason = None;
+        }
+        TaskChange::TaskFailed { error } => {
+            head.status = task_transition(head.status, TaskEvent::Fail).map_err(illegal)?;
+            head.runner = None;
+            head.error = Some(error.clone());
+        }
+        TaskChange::TaskCancelled { reason, by } => {
+            head.status = task_transition(head.status, TaskEvent::Cancel).map_err(illegal)?;
+            head.runner = None;
+            head.context.blocked_reason = None;
+            head.error = Some(format!("cancelled by {by}: {reason}"));
+        }
+        TaskChange::CheckpointCreated { checkpoint } => {
+            if checkpoint.status != CheckpointStatus::Pending {
+                return Err(FoldError::CheckpointNotPending { seq, status: checkpoint.status });
+            }
+            if state.checkpoints.iter().any(|c| c.id == checkpoint.id) {
+                return Err(FoldError::DuplicateCheckpoint {
+                    seq,
+                    checkpoint_id: checkpoint.id.to_string(),
+                });
+            }
+            let mut cp = (**checkpoint).clone();
+            cp.task_id = head.id.clone();
+            state.checkpoints.push(cp);
+        }
+        TaskChange::CheckpointEntered { checkpoint_id } => {
+            let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
+            cp.status = checkpoint_transition(cp.status, CheckpointEvent::Enter).map_err(illegal)?;
+            head.current_checkpoint = Some(checkpoint_id.clone());
+        }
+        TaskChange::CheckpointPassed { checkpoint_id, duration_ms, output, approved_by } => {
+            let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
+            cp.status = checkpoint_transition(cp.status, CheckpointEvent::Pass).map_err(illegal)?;
+            cp.duration_ms = Some(*duration_ms);
+            cp.output = output.clone();
+            cp.approved_by = approved_by.clone();
+            if let Some(step) = cp.step_id.clone() {
+                finish_step(&mut head.context, step);
+            }
+        }
+        TaskChange::CheckpointFailed { checkpoint_id, duration_ms, error, output } => {
+            let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
+            cp.status = checkpoint_transition(cp.status, CheckpointEvent::Fail).map_err(illegal)?;
+            cp.duration_ms = Some(*duration_ms);
+            cp.error = Some(error.clone());
+            cp.output = output.clone();
+        }
+        TaskChange::CheckpointSkipped { checkpoint_id, reason, duration_ms } => {
+            let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
+            cp.status = checkpoint_transition(cp.status, CheckpointEvent::Skip).map_err(illegal)?;
+            cp.duration_ms = *duration_ms;
+            cp.metadata.insert("skipped_reason".into(), reason.clone().into());
+            if let Some(step) = cp.step_id.clone() {
+                finish_step(&mut head.context, step);
+            }
+        }
+    }
+    head.last_seq = seq;
+    head.updated_at = event.timestamp;
+    head.resources.last_active_at = Some(event.timestamp);
+    Ok(())
+}
+
+/// Folds a whole log into the state it describes.
+pub fn fold<'a>(events: impl IntoIterator<Item = &'a HarnessEvent>) -> Result<TaskState, FoldError> {
+    let mut events = events.into_iter();
+    let first = events.next().ok_or(FoldError::Empty)?;
+    let mut state = genesis(first)?;
+    for event in events {
+        apply(&mut state, event)?;
+    }
+    Ok(state)
+}
+
+fn find<'a>(
+    checkpoints: &'a mut [rein_protocol::Checkpoint],
+    id: &rein_protocol::CheckpointId,
+    seq: u64,
+) -> Result<&'a mut rein_protocol::Checkpoint, FoldError> {
+    // Newest first: the checkpoint an event names is almost always a recent one.
+    checkpoints.iter_mut().rev().find(|c| &c.id == id).ok_or_else(|| {
+        FoldError::UnknownCheckpoint { seq, checkpoint_id: id.to_string() }
+    })
+}
+
+fn finish_step(context: &mut TaskContext, step: String) {
+    if let Some(pos) = context.pending_steps.iter().position(|s| *s == step) {
+        context.pending_steps.remove(pos);
+    }
+    if !context.completed_steps.contains(&step) {
+        context.completed_steps.push(step);
+    }
+}

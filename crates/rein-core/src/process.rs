@@ -1,0 +1,77 @@
+//! Who is running a task, and whether that process is still alive.
+
+use rein_protocol::RunnerInfo;
+
+/// This process, as recorded on the tasks it runs.
+pub fn current_runner() -> RunnerInfo {
+    let pid = std::process::id();
+    RunnerInfo { host: hostname(), pid, process_start: process_start(pid) }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of `/proc/PID/stat`).
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; fields after it follow the last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process that recorded `runner` is still running.
+///
+/// A runner on another host is assumed alive: this host cannot tell. A pid that is
+/// alive but started at another time is a reused pid, so the runner is gone.
+pub fn runner_alive(runner: &RunnerInfo) -> bool {
+    if runner.host != hostname() {
+        return true;
+    }
+    let Ok(pid) = i32::try_from(runner.pid) else { return false };
+    let exists = match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::EPERM) => true,
+        Err(_) => false,
+    };
+    if !exists {
+        return false;
+    }
+    match (runner.process_start, process_start(runner.pid)) {
+        (Some(recorded), Some(now)) => recorded == now,
+        _ => true,
+    }
+}
+
+/// Whether `runner` is this very process.
+pub fn is_current(runner: &RunnerInfo) -> bool {
+    *runner == current_runner()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_current() {
+        let me = current_runner();
+        assert!(me.process_start.is_some());
+        assert!(runner_alive(&me));
+        assert!(is_current(&me));
+    }
+
+    #[test]
+    fn a_dead_or_reused_pid_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let dead = RunnerInfo { host: hostname(), pid, process_start: Some(1) };
+        assert!(!runner_alive(&dead));
+        let reused = RunnerInfo { process_start: Some(0), ..current_runner() };
+        assert!(!runner_alive(&reused));
+    }
+}

@@ -1,0 +1,153 @@
+//! Records changes to one task: each change becomes an event, is applied to the
+//! in-memory state at once (so an illegal change fails before it is stored), and
+//! waits in a batch until [`Recorder::flush`] commits the batch in one transaction.
+
+use std::sync::Arc;
+
+use rein_protocol::ids::new_span_id;
+use rein_protocol::{
+    CheckpointId, EventId, HarnessEvent, TaskChange, TaskDecomposition, TaskState,
+};
+use tokio::sync::broadcast;
+
+use crate::error::{EngineError, Result};
+use crate::fold;
+use crate::store::{NewTask, Store, TaskWrite};
+
+/// The span an event belongs to.
+#[derive(Debug, Clone)]
+pub struct SpanRef {
+    pub span_id: String,
+    pub parent_span_id: Option<String>,
+}
+
+impl SpanRef {
+    /// A new child span of `parent`.
+    pub fn child_of(parent: &str) -> SpanRef {
+        SpanRef { span_id: new_span_id(), parent_span_id: Some(parent.to_owned()) }
+    }
+}
+
+#[derive(Debug)]
+pub struct Recorder {
+    pub state: TaskState,
+    batch: Vec<HarnessEvent>,
+    /// `last_seq` as the store has it: where the batch starts.
+    stored_seq: u64,
+    changed: Vec<CheckpointId>,
+}
+
+impl Recorder {
+    /// Continues recording to a task loaded from the store.
+    pub fn resume(state: TaskState) -> Recorder {
+        let stored_seq = state.head.last_seq;
+        Recorder { state, batch: Vec::new(), stored_seq, changed: Vec::new() }
+    }
+
+    /// Starts a new task from its first event (`task_created` or `task_restored`).
+    pub fn genesis(first: HarnessEvent) -> Result<Recorder> {
+        let task_id = first.task_id.clone();
+        let mut state = fold::genesis(&first).map_err(|source| EngineError::Corrupt {
+            task_id: task_id.unwrap_or_default(),
+            source,
+        })?;
+        state.head.last_seq = 1;
+        let changed = state.checkpoints.iter().map(|c| c.id.clone()).collect();
+        Ok(Recorder { state, batch: vec![first], stored_seq: 0, changed })
+    }
+
+    pub fn task_span(&self) -> SpanRef {
+        SpanRef { span_id: self.state.head.span_id.clone(), parent_span_id: None }
+    }
+
+    /// Records a change in the task's own span.
+    pub fn task_event(&mut self, change: TaskChange) -> Result<()> {
+        let span = self.task_span();
+        self.record(change, &span)
+    }
+
+    /// Records a change, applying it to the in-memory state.
+    pub fn record(&mut self, change: TaskChange, span: &SpanRef) -> Result<()> {
+        let event = HarnessEvent {
+            id: EventId::new(),
+            seq: self.state.head.last_seq + 1,
+            timestamp: chrono::Utc::now(),
+            checkpoint_id: change.checkpoint_id().cloned(),
+            change,
+            task_id: Some(self.state.head.id.clone()),
+            session_id: self.state.head.session_id.clone(),
+            trace_id: self.state.head.trace_id.clone(),
+            span_id: span.span_id.clone(),
+            parent_span_id: span.parent_span_id.clone(),
+        };
+        fold::apply(&mut self.state, &event).map_err(|source| EngineError::Corrupt {
+            task_id: self.state.head.id.clone(),
+            source,
+        })?;
+        if let Some(cp) = &event.checkpoint_id
+            && !self.changed.contains(cp)
+        {
+            self.changed.push(cp.clone());
+        }
+        self.batch.push(event);
+        Ok(())
+    }
+
+    pub fn has_unsaved(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    fn take_write(&mut self) -> TaskWrite {
+        let checkpoints = self
+            .changed
+            .drain(..)
+            .filter_map(|id| self.state.checkpoint(&id).cloned())
+            .collect();
+        let write = TaskWrite {
+            task_id: self.state.head.id.clone(),
+            expected_seq: self.stored_seq,
+            events: std::mem::take(&mut self.batch),
+            head: self.state.head.clone(),
+            checkpoints,
+        };
+        self.stored_seq = self.state.head.last_seq;
+        write
+    }
+
+    /// Commits the batch; publishes its events once they are durable.
+    pub async fn flush(
+        &mut self,
+        store: &Arc<dyn Store>,
+        events: &broadcast::Sender<HarnessEvent>,
+    ) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let write = self.take_write();
+        let published = (events.receiver_count() > 0).then(|| write.events.clone());
+        store.save(write).await?;
+        publish(events, published);
+        Ok(())
+    }
+
+    /// Commits a new task with its plan.
+    pub async fn flush_new(
+        &mut self,
+        plan: TaskDecomposition,
+        store: &Arc<dyn Store>,
+        events: &broadcast::Sender<HarnessEvent>,
+    ) -> Result<()> {
+        let write = self.take_write();
+        let published = (events.receiver_count() > 0).then(|| write.events.clone());
+        store.create(NewTask { plan, write }).await?;
+        publish(events, published);
+        Ok(())
+    }
+}
+
+fn publish(events: &broadcast::Sender<HarnessEvent>, published: Option<Vec<HarnessEvent>>) {
+    for event in published.into_iter().flatten() {
+        // No receiver left is fine: nobody is watching.
+        let _ = events.send(event);
+    }
+}

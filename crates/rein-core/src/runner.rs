@@ -1,0 +1,597 @@
+//! One task's run: the step scheduler (spec `tasks.md` §5 rules 18–19).
+//!
+//! The loop starts every ready step (dependencies complete, under the parallelism
+//! limit), commits the checkpoints it opened before the steps start, waits for a
+//! step to end or a control request, records the result, and goes round again.
+//! Results and the next steps' starts share one commit, so a chain of steps costs
+//! one durable commit per step.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rein_protocol::{
+    ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus, CheckpointType,
+    StepAction, TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
+};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::{Engine, RunOptions, elapsed_ms, system_checkpoint};
+use crate::error::{EngineError, Result};
+use crate::executor::{StepOutcome, StepRequest};
+use crate::recorder::{Recorder, SpanRef};
+use crate::store::ControlKind;
+
+#[derive(Debug)]
+enum Progress {
+    NotStarted,
+    Running { checkpoint: CheckpointId, span: SpanRef, token: CancellationToken },
+    /// Left in progress by a runner that stopped.
+    Interrupted { checkpoint: CheckpointId, started_at: rein_protocol::Timestamp },
+    Completed,
+    /// Skipped on purpose: counts as done for the steps that depend on it.
+    Skipped,
+    Failed,
+    /// Not run because a dependency failed.
+    DependencyFailed,
+}
+
+impl Progress {
+    fn satisfies_dependants(&self) -> bool {
+        matches!(self, Progress::Completed | Progress::Skipped)
+    }
+    fn is_failure(&self) -> bool {
+        matches!(self, Progress::Failed | Progress::DependencyFailed)
+    }
+}
+
+const DEPENDENCY_FAILED: &str = "dependency_failed";
+
+type Finished = (usize, StepOutcome, Duration);
+
+pub(crate) struct TaskRun<'e> {
+    engine: &'e Engine,
+    rec: Recorder,
+    steps: Vec<Arc<TaskStep>>,
+    dependants: Vec<Vec<usize>>,
+    /// Dependencies of each step not yet completed or skipped.
+    waiting_on: Vec<usize>,
+    progress: Vec<Progress>,
+    attempts: Vec<u32>,
+    ready: BTreeSet<usize>,
+    running: JoinSet<Finished>,
+    running_ids: HashMap<tokio::task::Id, usize>,
+    limit: usize,
+    fail_fast: bool,
+    first_failure: Option<usize>,
+    workspace: PathBuf,
+    pausing: Option<String>,
+    /// Who aborted the task and why, once an abort request arrived.
+    abort_by: Option<(String, String)>,
+}
+
+impl<'e> TaskRun<'e> {
+    pub(crate) fn new(engine: &'e Engine, rec: Recorder, plan: TaskDecomposition) -> Result<Self> {
+        let limit = plan
+            .max_parallel
+            .map_or(engine.config.max_parallel, |p| p as usize)
+            .max(1);
+        let steps: Vec<Arc<TaskStep>> = plan.steps.into_iter().map(Arc::new).collect();
+        let index: HashMap<&str, usize> =
+            steps.iter().enumerate().map(|(i, s)| (s.id.as_str(), i)).collect();
+        let mut dependants = vec![Vec::new(); steps.len()];
+        for (i, step) in steps.iter().enumerate() {
+            for dep in &step.depends_on {
+                let d = *index.get(dep.as_str()).ok_or_else(|| {
+                    EngineError::BadRequest(format!("stored plan: unknown dependency `{dep}`"))
+                })?;
+                dependants[d].push(i);
+            }
+        }
+        // Where each step got to, from its latest checkpoint.
+        let mut attempts = vec![0u32; steps.len()];
+        let mut latest: Vec<Option<&Checkpoint>> = vec![None; steps.len()];
+        for cp in &rec.state.checkpoints {
+            if let Some(&i) = cp.step_id.as_deref().and_then(|s| index.get(s)) {
+                attempts[i] = attempts[i].max(cp.attempt);
+                latest[i] = Some(cp);
+            }
+        }
+        let progress = latest
+            .iter()
+            .map(|cp| match cp {
+                None => Progress::NotStarted,
+                Some(cp) => match cp.status {
+                    // Recorded but never entered: nothing ran; it starts afresh.
+                    CheckpointStatus::Pending => Progress::NotStarted,
+                    CheckpointStatus::InProgress => Progress::Interrupted {
+                        checkpoint: cp.id.clone(),
+                        started_at: cp.started_at,
+                    },
+                    CheckpointStatus::Completed => Progress::Completed,
+                    CheckpointStatus::Failed => Progress::Failed,
+                    CheckpointStatus::Skipped
+                        if cp.metadata.get("skipped_kind").and_then(|v| v.as_str())
+                            == Some(DEPENDENCY_FAILED) =>
+                    {
+                        Progress::DependencyFailed
+                    }
+                    CheckpointStatus::Skipped => Progress::Skipped,
+                },
+            })
+            .collect();
+        let workspace = rec
+            .state
+            .head
+            .resources
+            .workspace_path
+            .clone()
+            .map(PathBuf::from)
+            .unwrap_or_else(|| engine.config.workspace_root.join(rec.state.head.id.as_str()));
+        let first_failure = None;
+        Ok(TaskRun {
+            engine,
+            rec,
+            waiting_on: vec![0; steps.len()],
+            steps,
+            dependants,
+            progress,
+            attempts,
+            ready: BTreeSet::new(),
+            running: JoinSet::new(),
+            running_ids: HashMap::new(),
+            limit,
+            fail_fast: plan.fail_fast,
+            first_failure,
+            workspace,
+            pausing: None,
+            abort_by: None,
+        })
+    }
+
+    pub(crate) async fn drive(mut self, options: RunOptions) -> Result<TaskState> {
+        self.take_up(&options)?;
+        if self.rec.state.status() == TaskStatus::Paused {
+            self.flush().await?;
+            return Ok(self.rec.state);
+        }
+        self.settle_dependencies()?;
+        let mut poll = tokio::time::interval(self.engine.config.control_poll);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pause_seen = false;
+        loop {
+            let started = self.start_ready()?;
+            self.flush().await?;
+            for i in started {
+                self.spawn(i);
+            }
+            if self.running.is_empty() {
+                return self.finish().await;
+            }
+            tokio::select! {
+                biased;
+                () = options.cancel.cancelled() => return self.stop().await,
+                Some(joined) = self.running.join_next_with_id() => {
+                    self.on_joined(joined)?;
+                    while let Some(joined) = self.running.try_join_next_with_id() {
+                        self.on_joined(joined)?;
+                    }
+                }
+                () = options.pause.cancelled(), if !pause_seen => {
+                    pause_seen = true;
+                    self.pausing.get_or_insert_with(|| "paused by the operator (interrupt)".into());
+                }
+                _ = poll.tick() => {
+                    if let Some(kind) = self.check_controls().await? {
+                        match kind {
+                            ControlKind::Pause => {}
+                            ControlKind::Abort => return self.abort().await,
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records the start or resumption, and settles steps a stopped runner left in
+    /// progress: idempotent ones (and `--rerun`) run again, `--skip` ones are
+    /// skipped, and any other pauses the task naming it.
+    fn take_up(&mut self, options: &RunOptions) -> Result<()> {
+        let runner = Some(self.engine.runner.clone());
+        for id in options.rerun.iter().chain(&options.skip) {
+            let Some(i) = self.steps.iter().position(|s| &s.id == id) else {
+                return Err(EngineError::BadRequest(format!("the plan has no step `{id}`")));
+            };
+            if !matches!(self.progress[i], Progress::Interrupted { .. }) {
+                return Err(EngineError::BadRequest(format!(
+                    "step `{id}` was not interrupted; --rerun and --skip only apply to a step that was running when rein stopped"
+                )));
+            }
+        }
+        if let Some(id) = options.rerun.iter().find(|id| options.skip.contains(id)) {
+            return Err(EngineError::BadRequest(format!("step `{id}` cannot be both re-run and skipped")));
+        }
+        let change = match self.rec.state.status() {
+            TaskStatus::Pending => TaskChange::TaskStarted { runner },
+            _ => TaskChange::TaskResumed {
+                runner,
+                rerun: options.rerun.clone(),
+                skip: options.skip.clone(),
+            },
+        };
+        self.rec.task_event(change)?;
+        let mut blocked = Vec::new();
+        for i in 0..self.steps.len() {
+            let Progress::Interrupted { checkpoint, started_at } = &self.progress[i] else {
+                continue;
+            };
+            let (checkpoint, duration_ms) = (checkpoint.clone(), elapsed_ms(*started_at));
+            let step = Arc::clone(&self.steps[i]);
+            if options.skip.contains(&step.id) {
+                self.rec.task_event(TaskChange::CheckpointSkipped {
+                    checkpoint_id: checkpoint,
+                    reason: "skipped by the operator after rein stopped while it was running".into(),
+                    duration_ms: Some(duration_ms),
+                })?;
+                self.progress[i] = Progress::Skipped;
+            } else if step.idempotent || options.rerun.contains(&step.id) {
+                let why = if step.idempotent { "it is idempotent" } else { "the operator chose --rerun" };
+                self.rec.task_event(TaskChange::CheckpointFailed {
+                    checkpoint_id: checkpoint,
+                    duration_ms,
+                    error: format!("interrupted: rein stopped while this step was running; running it again because {why}"),
+                    output: None,
+                })?;
+                self.progress[i] = Progress::NotStarted;
+            } else {
+                blocked.push(step.id.clone());
+            }
+        }
+        if !blocked.is_empty() {
+            let id = self.rec.state.head.id.clone();
+            let first = &blocked[0];
+            let names = blocked.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ");
+            self.rec.task_event(TaskChange::TaskPaused {
+                reason: format!(
+                    "step {names} was running when rein stopped and is not idempotent, so it may have partly run; \
+                     choose: `rein tasks resume {id} --rerun {first}` to run it again, or `--skip {first}` to skip it"
+                ),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Counts open dependencies, fills the ready set, and marks the dependants of
+    /// failed steps (a resumed run may find failures that were not propagated yet).
+    fn settle_dependencies(&mut self) -> Result<()> {
+        let mut failed = Vec::new();
+        for i in 0..self.steps.len() {
+            let deps = self.steps[i].depends_on.clone();
+            self.waiting_on[i] = deps
+                .iter()
+                .filter(|d| {
+                    let j = self.index_of(d);
+                    !self.progress[j].satisfies_dependants()
+                })
+                .count();
+            if self.progress[i].is_failure() {
+                failed.push(i);
+            }
+        }
+        for i in failed {
+            self.fail_dependants(i)?;
+        }
+        for i in 0..self.steps.len() {
+            if matches!(self.progress[i], Progress::NotStarted) && self.waiting_on[i] == 0 {
+                self.ready.insert(i);
+            }
+        }
+        Ok(())
+    }
+
+    fn index_of(&self, id: &str) -> usize {
+        self.steps.iter().position(|s| s.id == id).unwrap_or(usize::MAX)
+    }
+
+    fn scheduling(&self) -> bool {
+        self.pausing.is_none() && !(self.fail_fast && self.first_failure.is_some())
+    }
+
+    /// Opens checkpoints for ready steps, up to the limit; they start after the commit.
+    fn start_ready(&mut self) -> Result<Vec<usize>> {
+        let mut started = Vec::new();
+        while self.scheduling() && self.running.len() + started.len() < self.limit {
+            let Some(i) = self.ready.pop_first() else { break };
+            let step = Arc::clone(&self.steps[i]);
+            self.attempts[i] += 1;
+            let span = SpanRef::child_of(&self.rec.state.head.span_id);
+            let input = match &step.action {
+                StepAction::Command { run, .. } => Some(serde_json::json!({
+                    "run": run,
+                    "timeout_ms": step.timeout_ms,
+                    "idempotent": step.idempotent,
+                })),
+                StepAction::Noop => None,
+            };
+            let checkpoint = Checkpoint {
+                id: CheckpointId::new(),
+                task_id: self.rec.state.head.id.clone(),
+                step_id: Some(step.id.clone()),
+                kind: step.checkpoint,
+                status: CheckpointStatus::Pending,
+                attempt: self.attempts[i],
+                started_at: chrono::Utc::now(),
+                duration_ms: None,
+                input,
+                output: None,
+                error: None,
+                approved_by: None,
+                metadata: Default::default(),
+            };
+            let id = checkpoint.id.clone();
+            self.rec.record(TaskChange::CheckpointCreated { checkpoint: Box::new(checkpoint) }, &span)?;
+            self.rec.record(TaskChange::CheckpointEntered { checkpoint_id: id.clone() }, &span)?;
+            self.progress[i] = Progress::Running { checkpoint: id, span, token: CancellationToken::new() };
+            started.push(i);
+        }
+        Ok(started)
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let Progress::Running { token, .. } = &self.progress[i] else { return };
+        let request = StepRequest {
+            task_id: self.rec.state.head.id.clone(),
+            step: Arc::clone(&self.steps[i]),
+            attempt: self.attempts[i],
+            workspace: self.workspace.clone(),
+            output_tail_bytes: self.engine.config.output_tail_bytes,
+        };
+        let executor = Arc::clone(&self.engine.executor);
+        let token = token.clone();
+        let handle = self.running.spawn(async move {
+            let started = Instant::now();
+            let outcome = executor.execute(request, token).await;
+            (i, outcome, started.elapsed())
+        });
+        self.running_ids.insert(handle.id(), i);
+    }
+
+    fn on_joined(
+        &mut self,
+        joined: std::result::Result<(tokio::task::Id, Finished), tokio::task::JoinError>,
+    ) -> Result<()> {
+        let (i, outcome, elapsed) = match joined {
+            Ok((id, finished)) => {
+                self.running_ids.remove(&id);
+                finished
+            }
+            Err(e) => {
+                let Some(i) = self.running_ids.remove(&e.id()) else { return Ok(()) };
+                let error = format!("the step's executor crashed: {e}");
+                (i, StepOutcome::Failed { error, output: None }, Duration::ZERO)
+            }
+        };
+        let Progress::Running { checkpoint, span, .. } =
+            std::mem::replace(&mut self.progress[i], Progress::NotStarted)
+        else {
+            return Ok(());
+        };
+        let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        match outcome {
+            StepOutcome::Passed { output } => {
+                self.rec.record(
+                    TaskChange::CheckpointPassed { checkpoint_id: checkpoint, duration_ms, output, approved_by: None },
+                    &span,
+                )?;
+                self.progress[i] = Progress::Completed;
+                for d in self.dependants[i].clone() {
+                    self.waiting_on[d] -= 1;
+                    if self.waiting_on[d] == 0 && matches!(self.progress[d], Progress::NotStarted) {
+                        self.ready.insert(d);
+                    }
+                }
+            }
+            StepOutcome::Failed { error, output } => {
+                self.rec.record(
+                    TaskChange::CheckpointFailed { checkpoint_id: checkpoint, duration_ms, error, output },
+                    &span,
+                )?;
+                self.progress[i] = Progress::Failed;
+                self.first_failure.get_or_insert(i);
+                self.fail_dependants(i)?;
+            }
+            StepOutcome::Cancelled => {
+                self.rec.record(
+                    TaskChange::CheckpointFailed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        error: "cancelled while running".into(),
+                        output: None,
+                    },
+                    &span,
+                )?;
+                self.progress[i] = Progress::Failed;
+                self.first_failure.get_or_insert(i);
+                self.fail_dependants(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records every step that (transitively) depends on `failed` as not run.
+    fn fail_dependants(&mut self, failed: usize) -> Result<()> {
+        let mut stack = vec![failed];
+        while let Some(f) = stack.pop() {
+            for d in self.dependants[f].clone() {
+                if !matches!(self.progress[d], Progress::NotStarted) {
+                    continue;
+                }
+                let reason = format!("not run: dependency `{}` failed", self.steps[f].id);
+                self.skip_unstarted(d, reason, DEPENDENCY_FAILED)?;
+                self.progress[d] = Progress::DependencyFailed;
+                stack.push(d);
+            }
+        }
+        Ok(())
+    }
+
+    fn skip_unstarted(&mut self, i: usize, reason: String, kind: &str) -> Result<()> {
+        self.ready.remove(&i);
+        self.attempts[i] += 1;
+        let span = SpanRef::child_of(&self.rec.state.head.span_id);
+        let mut metadata = std::collections::BTreeMap::new();
+        metadata.insert("skipped_kind".to_owned(), serde_json::Value::from(kind));
+        let checkpoint = Checkpoint {
+            id: CheckpointId::new(),
+            task_id: self.rec.state.head.id.clone(),
+            step_id: Some(self.steps[i].id.clone()),
+            kind: self.steps[i].checkpoint,
+            status: CheckpointStatus::Pending,
+            attempt: self.attempts[i],
+            started_at: chrono::Utc::now(),
+            duration_ms: None,
+            input: None,
+            output: None,
+            error: None,
+            approved_by: None,
+            metadata,
+        };
+        let id = checkpoint.id.clone();
+        self.rec.record(TaskChange::CheckpointCreated { checkpoint: Box::new(checkpoint) }, &span)?;
+        self.rec.record(TaskChange::CheckpointSkipped { checkpoint_id: id, reason, duration_ms: None }, &span)
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        self.rec.flush(&self.engine.store, &self.engine.events).await
+    }
+
+    async fn check_controls(&mut self) -> Result<Option<ControlKind>> {
+        let id = self.rec.state.head.id.clone();
+        if self.engine.store.peek_controls(&id).await?.is_empty() {
+            return Ok(None);
+        }
+        let mut decided = None;
+        for request in self.engine.store.take_controls(&id).await? {
+            match request.kind {
+                ControlKind::Abort => {
+                    decided = Some(ControlKind::Abort);
+                    self.abort_by = Some((request.by, request.reason));
+                }
+                ControlKind::Pause => {
+                    self.pausing
+                        .get_or_insert_with(|| format!("paused by {}: {}", request.by, request.reason));
+                    decided.get_or_insert(ControlKind::Pause);
+                }
+            }
+        }
+        Ok(decided)
+    }
+
+    /// Nothing runs and nothing more will start: the task pauses, fails or completes.
+    async fn finish(mut self) -> Result<TaskState> {
+        let unstarted: Vec<usize> =
+            (0..self.steps.len()).filter(|&i| matches!(self.progress[i], Progress::NotStarted)).collect();
+        if let Some(reason) = self.pausing.clone()
+            && !unstarted.is_empty()
+        {
+            self.rec.task_event(TaskChange::TaskPaused { reason })?;
+        } else if let Some(first) = self.first_failure.or_else(|| {
+            (0..self.steps.len()).find(|&i| matches!(self.progress[i], Progress::Failed))
+        }) {
+            let name = self.steps[first].id.clone();
+            for i in unstarted {
+                self.skip_unstarted(i, format!("not run: fail_fast stopped the plan after `{name}` failed"), "fail_fast")?;
+            }
+            let failed: Vec<&str> = (0..self.steps.len())
+                .filter(|&i| matches!(self.progress[i], Progress::Failed))
+                .map(|i| self.steps[i].id.as_str())
+                .collect();
+            let error = match self.rec.state.latest_for_step(&name).and_then(|c| c.error.clone()) {
+                Some(e) => format!("step `{name}` failed: {e}"),
+                None => format!("step `{name}` failed"),
+            };
+            let error = if failed.len() > 1 {
+                format!("{error} ({} steps failed: {})", failed.len(), failed.join(", "))
+            } else {
+                error
+            };
+            self.rec.task_event(TaskChange::TaskFailed { error })?;
+        } else {
+            self.review_and_complete()?;
+        }
+        self.flush().await?;
+        Ok(self.rec.state)
+    }
+
+    /// CP5: a system review unless the plan has review steps, then completion.
+    fn review_and_complete(&mut self) -> Result<()> {
+        let skipped = self.progress.iter().filter(|p| matches!(p, Progress::Skipped)).count();
+        let summary = serde_json::json!({
+            "steps": self.steps.len(),
+            "completed": self.steps.len() - skipped,
+            "skipped": skipped,
+        });
+        if !self.steps.iter().any(|s| s.checkpoint == CheckpointType::TaskReview) {
+            system_checkpoint(
+                &mut self.rec,
+                CheckpointType::TaskReview,
+                None,
+                Some(summary.clone()),
+                ApprovedBy { kind: Approver::System, who: "policy:all_steps_passed".into() },
+            )?;
+        }
+        system_checkpoint(
+            &mut self.rec,
+            CheckpointType::TaskComplete,
+            None,
+            Some(summary),
+            ApprovedBy { kind: Approver::System, who: "policy:all_steps_passed".into() },
+        )?;
+        self.rec.task_event(TaskChange::TaskCompleted {})
+    }
+
+    /// Stops running steps, records them as cancelled, and cancels the task.
+    async fn abort(mut self) -> Result<TaskState> {
+        self.cancel_running().await;
+        let (by, reason) = self.abort_by.clone().unwrap_or_else(|| ("operator".into(), "aborted".into()));
+        for i in 0..self.steps.len() {
+            if let Progress::Running { checkpoint, span, .. } =
+                std::mem::replace(&mut self.progress[i], Progress::Failed)
+            {
+                let duration_ms = self.rec.state.checkpoint(&checkpoint).map_or(0, |c| elapsed_ms(c.started_at));
+                self.rec.record(
+                    TaskChange::CheckpointFailed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        error: format!("cancelled: the task was aborted by {by}"),
+                        output: None,
+                    },
+                    &span,
+                )?;
+            }
+        }
+        self.rec.task_event(TaskChange::TaskCancelled { reason, by })?;
+        self.flush().await?;
+        Ok(self.rec.state)
+    }
+
+    /// Stops running steps without recording them: the task stays in progress and
+    /// its interrupted steps are settled on resume, exactly as after a crash.
+    async fn stop(mut self) -> Result<TaskState> {
+        self.cancel_running().await;
+        self.flush().await?;
+        Ok(self.rec.state)
+    }
+
+    async fn cancel_running(&mut self) {
+        for p in &self.progress {
+            if let Progress::Running { token, .. } = p {
+                token.cancel();
+            }
+        }
+        while self.running.join_next().await.is_some() {}
+        self.running_ids.clear();
+    }
+}

@@ -1,0 +1,124 @@
+//! The `Store` trait: what the engine needs from durable storage. The SQL lives in
+//! `rein-store`; business rules (who may delete what, when) live in the engine.
+
+use async_trait::async_trait;
+use rein_protocol::{
+    Checkpoint, HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskHead, TaskId,
+    TaskState, TaskStatus, Timestamp,
+};
+use serde::{Deserialize, Serialize};
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("task {0} not found")]
+    TaskNotFound(TaskId),
+    #[error("snapshot {0} not found")]
+    SnapshotNotFound(SnapshotId),
+    #[error("task {0} already exists")]
+    AlreadyExists(TaskId),
+    /// Someone else wrote to the task since it was read (optimistic concurrency).
+    #[error(
+        "task {task_id} changed underneath this writer (expected its log at {expected}, found {actual})"
+    )]
+    Conflict { task_id: TaskId, expected: u64, actual: u64 },
+    #[error("invalid list cursor `{0}`")]
+    BadCursor(String),
+    #[error("store error: {0}")]
+    Backend(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// One atomic write to a task: events appended to its log, its state row, and the
+/// checkpoint rows those events changed, all in one transaction.
+#[derive(Debug, Clone)]
+pub struct TaskWrite {
+    pub task_id: TaskId,
+    /// The task's `last_seq` before this write; the write fails if it moved.
+    pub expected_seq: u64,
+    pub events: Vec<HarnessEvent>,
+    pub head: TaskHead,
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+/// A new task: its plan and its first write (with `expected_seq` 0).
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub plan: TaskDecomposition,
+    pub write: TaskWrite,
+}
+
+/// Filter for [`Store::list`]. Results come newest first.
+#[derive(Debug, Clone, Default)]
+pub struct TaskFilter {
+    pub session_id: Option<String>,
+    pub status: Option<TaskStatus>,
+    pub created_from: Option<Timestamp>,
+    pub created_to: Option<Timestamp>,
+    /// At most this many items (the store caps it at 500).
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TaskPage {
+    pub items: Vec<TaskHead>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// A snapshot without its payload, for listings.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub id: SnapshotId,
+    pub task_id: TaskId,
+    pub seq: u64,
+    pub created_at: Timestamp,
+}
+
+/// What another process asks a task's runner to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlKind {
+    Pause,
+    Abort,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlRequest {
+    pub task_id: TaskId,
+    pub kind: ControlKind,
+    pub by: String,
+    pub reason: String,
+    pub requested_at: Timestamp,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug {
+    /// Stores a new task; fails with `AlreadyExists` if its id is taken.
+    async fn create(&self, task: NewTask) -> StoreResult<()>;
+    /// Appends events and updates the state, atomically, if `expected_seq` matches.
+    async fn save(&self, write: TaskWrite) -> StoreResult<()>;
+    async fn load(&self, id: &TaskId) -> StoreResult<Option<TaskState>>;
+    async fn load_head(&self, id: &TaskId) -> StoreResult<Option<TaskHead>>;
+    async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>>;
+    async fn list(&self, filter: &TaskFilter) -> StoreResult<TaskPage>;
+    /// Events of a task with `seq > after_seq`, oldest first, at most `limit`.
+    async fn events(&self, id: &TaskId, after_seq: u64, limit: usize) -> StoreResult<Vec<HarnessEvent>>;
+    /// Removes a task's log, state, plan, snapshots and control requests together,
+    /// if its log is still at `expected_seq`.
+    async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()>;
+    async fn put_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()>;
+    async fn get_snapshot(&self, id: &SnapshotId) -> StoreResult<Option<Snapshot>>;
+    async fn list_snapshots(&self, task_id: &TaskId) -> StoreResult<Vec<SnapshotInfo>>;
+    async fn request_control(&self, request: &ControlRequest) -> StoreResult<()>;
+    /// Control requests waiting for a task, without removing them.
+    async fn peek_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>>;
+    /// Removes and returns the control requests waiting for a task.
+    async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>>;
+    /// A write and a read that prove the store works (for health checks).
+    async fn probe(&self) -> StoreResult<()>;
+}

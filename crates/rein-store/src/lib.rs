@@ -1,0 +1,11 @@
+//! `rein-store`: implementations of `rein_core::Store`.
+//!
+//! - [`sqlite`]: the default backend, one SQLite file in WAL mode with
+//!   `synchronous=FULL`, written by a single writer thread that commits batches.
+//! - [`schema`]: the schema and its migrations.
+
+pub mod schema;
+pub mod sqlite;
+mod writer;
+
+pub use sqlite::{SqliteStore, StoreStats};

@@ -1,0 +1,86 @@
+//! The SQLite schema, as numbered migrations tracked in `PRAGMA user_version`.
+
+use rusqlite::Connection;
+
+/// Migration `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: tasks, their plans, checkpoints, event logs, snapshots, control requests.
+    "
+    CREATE TABLE tasks (
+        id         TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        status     TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_seq   INTEGER NOT NULL,
+        head       TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX tasks_by_session ON tasks(session_id, id);
+    CREATE INDEX tasks_by_status ON tasks(status, id);
+    CREATE TABLE plans (
+        task_id TEXT PRIMARY KEY,
+        plan    TEXT NOT NULL
+    ) STRICT;
+    CREATE TABLE checkpoints (
+        id      TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        ord     INTEGER NOT NULL,
+        body    TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX checkpoints_by_task ON checkpoints(task_id, ord);
+    CREATE TABLE events (
+        gseq    INTEGER PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        seq     INTEGER NOT NULL,
+        type    TEXT NOT NULL,
+        body    TEXT NOT NULL,
+        UNIQUE (task_id, seq)
+    ) STRICT;
+    CREATE TABLE snapshots (
+        id         TEXT PRIMARY KEY,
+        task_id    TEXT NOT NULL,
+        seq        INTEGER NOT NULL,
+        created_at TEXT NOT NULL,
+        body       TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX snapshots_by_task ON snapshots(task_id, id);
+    CREATE TABLE controls (
+        id      INTEGER PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        body    TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX controls_by_task ON controls(task_id);
+    ",
+];
+
+/// The schema version this build writes.
+pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
+
+#[derive(Debug)]
+pub enum MigrationError {
+    /// The file was written by a newer rein.
+    TooNew { found: i64, supported: i64 },
+    Sqlite(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for MigrationError {
+    fn from(e: rusqlite::Error) -> Self {
+        MigrationError::Sqlite(e)
+    }
+}
+
+/// Brings the schema up to [`CURRENT_VERSION`], in one transaction so two processes
+/// opening a fresh file at once cannot both migrate it.
+pub fn migrate(conn: &mut Connection) -> Result<i64, MigrationError> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found > CURRENT_VERSION {
+        return Err(MigrationError::TooNew { found, supported: CURRENT_VERSION });
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(found).unwrap_or(0)) {
+        tx.execute_batch(sql)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
+    }
+    tx.commit()?;
+    Ok(CURRENT_VERSION)
+}

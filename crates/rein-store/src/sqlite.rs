@@ -1,0 +1,520 @@
+//! The SQLite store: one file, WAL mode, `synchronous=FULL` (a committed write
+//! survives power loss), all writes through the group-committing [`Writer`], reads
+//! from a small pool of read connections.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::SecondsFormat;
+use rein_core::store::{
+    ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
+};
+use rein_core::{Store, StoreError, StoreResult};
+use rein_protocol::{
+    Checkpoint, HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskHead, TaskId,
+    TaskState, Timestamp,
+};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use crate::schema::{self, MigrationError};
+use crate::writer::Writer;
+
+/// The largest page `list` returns.
+pub const MAX_PAGE: usize = 500;
+
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Writer,
+    readers: Arc<Mutex<Vec<Connection>>>,
+}
+
+/// How many transactions carried how many writes since the store was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    pub commits: u64,
+    pub writes: u64,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt(format!("{what}: {e}"))
+}
+
+/// Timestamps as stored: fixed-width RFC 3339, so text order is time order.
+fn ts(t: &Timestamp) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn open_connection(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let conn = Connection::open_with_flags(path, flags)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store file at `path`, migrating its schema.
+    pub fn open(path: &Path) -> StoreResult<SqliteStore> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| backend(format!("cannot create data directory {}: {e}", dir.display())))?;
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = open_connection(path, flags)
+            .map_err(|e| backend(format!("cannot open store {}: {e}", path.display())))?;
+        schema::migrate(&mut conn).map_err(|e| match e {
+            MigrationError::TooNew { found, supported } => backend(format!(
+                "store {} has schema version {found}, newer than this rein supports ({supported}); upgrade rein",
+                path.display()
+            )),
+            MigrationError::Sqlite(e) => backend(format!("cannot migrate store {}: {e}", path.display())),
+        })?;
+        let writer = Writer::start(conn).map_err(|e| backend(format!("cannot start writer thread: {e}")))?;
+        Ok(SqliteStore { path: path.to_owned(), writer, readers: Arc::new(Mutex::new(Vec::new())) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            commits: self.writer.counters.commits.load(Ordering::Relaxed),
+            writes: self.writer.counters.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Runs a read on a pooled read connection, off the async threads.
+    async fn read<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let readers = Arc::clone(&self.readers);
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = readers.lock().map_err(backend)?.pop();
+            let conn = match pooled {
+                Some(c) => c,
+                None => open_connection(
+                    &path,
+                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                )
+                .map_err(backend)?,
+            };
+            let result = work(&conn);
+            if let Ok(mut pool) = readers.lock()
+                && pool.len() < 8
+            {
+                pool.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(backend)?
+    }
+}
+
+/// A write encoded on the caller's thread, so the writer thread only runs SQL.
+struct Encoded {
+    task_id: String,
+    expected_seq: i64,
+    status: &'static str,
+    session_id: String,
+    created_at: String,
+    updated_at: String,
+    last_seq: i64,
+    head: String,
+    events: Vec<(i64, &'static str, String)>,
+    checkpoints: Vec<(String, String)>,
+}
+
+fn seq(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
+    let events = write
+        .events
+        .iter()
+        .map(|e| {
+            serde_json::to_string(e)
+                .map(|body| (seq(e.seq), e.event_type().as_str(), body))
+                .map_err(backend)
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    let checkpoints = write
+        .checkpoints
+        .iter()
+        .map(|c| serde_json::to_string(c).map(|b| (c.id.to_string(), b)).map_err(backend))
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(Encoded {
+        task_id: write.task_id.to_string(),
+        expected_seq: seq(write.expected_seq),
+        status: write.head.status.as_str(),
+        session_id: write.head.session_id.clone(),
+        created_at: ts(&write.head.created_at),
+        updated_at: ts(&write.head.updated_at),
+        last_seq: seq(write.head.last_seq),
+        head: serde_json::to_string(&write.head).map_err(backend)?,
+        events,
+        checkpoints,
+    })
+}
+
+fn append(conn: &Connection, w: &Encoded) -> rusqlite::Result<()> {
+    let mut insert_event = conn.prepare_cached(
+        "INSERT INTO events (task_id, seq, type, body) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (seq, kind, body) in &w.events {
+        insert_event.execute(params![w.task_id, seq, kind, body])?;
+    }
+    let mut upsert_checkpoint = conn.prepare_cached(
+        "INSERT INTO checkpoints (id, task_id, ord, body)
+         VALUES (?1, ?2, (SELECT COALESCE(MAX(ord), 0) + 1 FROM checkpoints WHERE task_id = ?2), ?3)
+         ON CONFLICT (id) DO UPDATE SET body = excluded.body",
+    )?;
+    for (id, body) in &w.checkpoints {
+        upsert_checkpoint.execute(params![id, w.task_id, body])?;
+    }
+    Ok(())
+}
+
+fn task_id_of(id: &str) -> StoreResult<TaskId> {
+    TaskId::parse(id).map_err(|e| corrupt("task id", e))
+}
+
+fn load_checkpoints(conn: &Connection, id: &str) -> StoreResult<Vec<Checkpoint>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT body FROM checkpoints WHERE task_id = ?1 ORDER BY ord")
+        .map_err(backend)?;
+    let rows = stmt.query_map([id], |r| r.get::<_, String>(0)).map_err(backend)?;
+    rows.map(|body| {
+        let body = body.map_err(backend)?;
+        serde_json::from_str(&body).map_err(|e| corrupt("checkpoint", e))
+    })
+    .collect()
+}
+
+fn load_head(conn: &Connection, id: &str) -> StoreResult<Option<TaskHead>> {
+    let body: Option<String> = conn
+        .query_row("SELECT head FROM tasks WHERE id = ?1", [id], |r| r.get(0))
+        .optional()
+        .map_err(backend)?;
+    body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("task state", e))).transpose()
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn create(&self, task: NewTask) -> StoreResult<()> {
+        let w = encode(&task.write)?;
+        let plan = serde_json::to_string(&task.plan).map_err(backend)?;
+        let id = task.write.task_id.clone();
+        self.writer
+            .write(move |conn| {
+                let inserted = conn
+                    .execute(
+                        "INSERT INTO tasks (id, session_id, status, created_at, updated_at, last_seq, head)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING",
+                        params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.last_seq, w.head],
+                    )
+                    .map_err(backend)?;
+                if inserted == 0 {
+                    return Err(StoreError::AlreadyExists(id));
+                }
+                conn.execute("INSERT INTO plans (task_id, plan) VALUES (?1, ?2)", params![w.task_id, plan])
+                    .map_err(backend)?;
+                append(conn, &w).map_err(backend)
+            })
+            .await
+    }
+
+    async fn save(&self, write: TaskWrite) -> StoreResult<()> {
+        let w = encode(&write)?;
+        let task_id = write.task_id;
+        self.writer
+            .write(move |conn| {
+                let mut current = conn
+                    .prepare_cached("SELECT last_seq FROM tasks WHERE id = ?1")
+                    .map_err(backend)?;
+                let actual: Option<i64> =
+                    current.query_row([&w.task_id], |r| r.get(0)).optional().map_err(backend)?;
+                match actual {
+                    None => return Err(StoreError::TaskNotFound(task_id)),
+                    Some(a) if a != w.expected_seq => {
+                        return Err(StoreError::Conflict {
+                            task_id,
+                            expected: u64::try_from(w.expected_seq).unwrap_or(0),
+                            actual: u64::try_from(a).unwrap_or(0),
+                        });
+                    }
+                    Some(_) => {}
+                }
+                append(conn, &w).map_err(backend)?;
+                conn.prepare_cached(
+                    "UPDATE tasks SET status = ?2, updated_at = ?3, last_seq = ?4, head = ?5 WHERE id = ?1",
+                )
+                .and_then(|mut s| s.execute(params![w.task_id, w.status, w.updated_at, w.last_seq, w.head]))
+                .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn load(&self, id: &TaskId) -> StoreResult<Option<TaskState>> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let Some(head) = load_head(conn, &id)? else { return Ok(None) };
+            let checkpoints = load_checkpoints(conn, &id)?;
+            Ok(Some(TaskState { head, checkpoints }))
+        })
+        .await
+    }
+
+    async fn load_head(&self, id: &TaskId) -> StoreResult<Option<TaskHead>> {
+        let id = id.to_string();
+        self.read(move |conn| load_head(conn, &id)).await
+    }
+
+    async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let body: Option<String> = conn
+                .query_row("SELECT plan FROM plans WHERE task_id = ?1", [&id], |r| r.get(0))
+                .optional()
+                .map_err(backend)?;
+            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("plan", e))).transpose()
+        })
+        .await
+    }
+
+    async fn list(&self, filter: &TaskFilter) -> StoreResult<TaskPage> {
+        if let Some(c) = &filter.cursor {
+            TaskId::parse(c).map_err(|_| StoreError::BadCursor(c.clone()))?;
+        }
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+            let mut sql = String::from("SELECT head FROM tasks WHERE 1 = 1");
+            let mut args: Vec<String> = Vec::new();
+            let mut clause = |cond: &str, value: String| {
+                args.push(value);
+                sql.push_str(&format!(" AND {cond} ?{}", args.len()));
+            };
+            if let Some(s) = &filter.session_id {
+                clause("session_id =", s.clone());
+            }
+            if let Some(s) = filter.status {
+                clause("status =", s.as_str().to_owned());
+            }
+            if let Some(t) = &filter.created_from {
+                clause("created_at >=", ts(t));
+            }
+            if let Some(t) = &filter.created_to {
+                clause("created_at <", ts(t));
+            }
+            if let Some(c) = &filter.cursor {
+                clause("id <", c.clone());
+            }
+            sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", limit + 1));
+            let mut stmt = conn.prepare(&sql).map_err(backend)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(args.iter()), |r| r.get::<_, String>(0))
+                .map_err(backend)?;
+            let mut items = Vec::new();
+            for body in rows {
+                let body = body.map_err(backend)?;
+                items.push(serde_json::from_str::<TaskHead>(&body).map_err(|e| corrupt("task state", e))?);
+            }
+            let next_cursor = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|h| h.id.to_string())
+            } else {
+                None
+            };
+            Ok(TaskPage { items, next_cursor })
+        })
+        .await
+    }
+
+    async fn events(&self, id: &TaskId, after_seq: u64, limit: usize) -> StoreResult<Vec<HarnessEvent>> {
+        let id = id.to_string();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT body FROM events WHERE task_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![id, seq(after_seq), limit], |r| r.get::<_, String>(0))
+                .map_err(backend)?;
+            rows.map(|b| {
+                let b = b.map_err(backend)?;
+                serde_json::from_str(&b).map_err(|e| corrupt("event", e))
+            })
+            .collect()
+        })
+        .await
+    }
+
+    async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
+        let task_id = id.clone();
+        self.writer
+            .write(move |conn| {
+                let id = task_id.to_string();
+                let actual: Option<i64> = conn
+                    .query_row("SELECT last_seq FROM tasks WHERE id = ?1", [&id], |r| r.get(0))
+                    .optional()
+                    .map_err(backend)?;
+                match actual {
+                    None => return Err(StoreError::TaskNotFound(task_id)),
+                    Some(a) if a != seq(expected_seq) => {
+                        return Err(StoreError::Conflict {
+                            task_id,
+                            expected: expected_seq,
+                            actual: u64::try_from(a).unwrap_or(0),
+                        });
+                    }
+                    Some(_) => {}
+                }
+                for table in ["events", "checkpoints", "snapshots", "controls", "plans"] {
+                    conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [&id])
+                        .map_err(backend)?;
+                }
+                conn.execute("DELETE FROM tasks WHERE id = ?1", [&id]).map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn put_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        let body = serde_json::to_string(snapshot).map_err(backend)?;
+        let (id, task, s, at) =
+            (snapshot.id.to_string(), snapshot.task_id.to_string(), seq(snapshot.seq), ts(&snapshot.created_at));
+        let task_id = snapshot.task_id.clone();
+        self.writer
+            .write(move |conn| {
+                let exists: Option<i64> = conn
+                    .query_row("SELECT 1 FROM tasks WHERE id = ?1", [&task], |r| r.get(0))
+                    .optional()
+                    .map_err(backend)?;
+                if exists.is_none() {
+                    return Err(StoreError::TaskNotFound(task_id));
+                }
+                conn.execute(
+                    "INSERT INTO snapshots (id, task_id, seq, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![id, task, s, at, body],
+                )
+                .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn get_snapshot(&self, id: &SnapshotId) -> StoreResult<Option<Snapshot>> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let body: Option<String> = conn
+                .query_row("SELECT body FROM snapshots WHERE id = ?1", [&id], |r| r.get(0))
+                .optional()
+                .map_err(backend)?;
+            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("snapshot", e))).transpose()
+        })
+        .await
+    }
+
+    async fn list_snapshots(&self, task_id: &TaskId) -> StoreResult<Vec<SnapshotInfo>> {
+        let id = task_id.to_string();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare("SELECT id, task_id, seq, created_at FROM snapshots WHERE task_id = ?1 ORDER BY id")
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map([&id], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(3)?))
+                })
+                .map_err(backend)?;
+            rows.map(|row| {
+                let (id, task, s, at) = row.map_err(backend)?;
+                Ok(SnapshotInfo {
+                    id: SnapshotId::parse(&id).map_err(|e| corrupt("snapshot id", e))?,
+                    task_id: task_id_of(&task)?,
+                    seq: u64::try_from(s).unwrap_or(0),
+                    created_at: chrono::DateTime::parse_from_rfc3339(&at)
+                        .map_err(|e| corrupt("snapshot time", e))?
+                        .to_utc(),
+                })
+            })
+            .collect()
+        })
+        .await
+    }
+
+    async fn request_control(&self, request: &ControlRequest) -> StoreResult<()> {
+        let body = serde_json::to_string(request).map_err(backend)?;
+        let task = request.task_id.to_string();
+        self.writer
+            .write(move |conn| {
+                conn.execute("INSERT INTO controls (task_id, body) VALUES (?1, ?2)", params![task, body])
+                    .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn peek_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
+        let id = task_id.to_string();
+        self.read(move |conn| read_controls(conn, &id)).await
+    }
+
+    async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
+        let id = task_id.to_string();
+        self.writer
+            .write(move |conn| {
+                let found = read_controls(conn, &id)?;
+                conn.execute("DELETE FROM controls WHERE task_id = ?1", [&id]).map_err(backend)?;
+                Ok(found)
+            })
+            .await
+    }
+
+    async fn probe(&self) -> StoreResult<()> {
+        self.writer
+            .write(|conn| {
+                conn.execute_batch("CREATE TEMP TABLE IF NOT EXISTS probe (x INTEGER); INSERT INTO probe VALUES (1); DELETE FROM probe;")
+                    .map_err(backend)
+            })
+            .await?;
+        self.read(|conn| {
+            conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0)).map_err(backend)?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+fn read_controls(conn: &Connection, id: &str) -> StoreResult<Vec<ControlRequest>> {
+    let mut stmt = conn
+        .prepare_cached("SELECT body FROM controls WHERE task_id = ?1 ORDER BY id")
+        .map_err(backend)?;
+    let rows = stmt.query_map([id], |r| r.get::<_, String>(0)).map_err(backend)?;
+    rows.map(|b| {
+        let b = b.map_err(backend)?;
+        serde_json::from_str(&b).map_err(|e| corrupt("control request", e))
+    })
+    .collect()
+}

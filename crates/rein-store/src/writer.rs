@@ -1,0 +1,130 @@
+//! The single writer: one thread owns the write connection and commits every
+//! queued write in one transaction (group commit), each inside a savepoint so a
+//! failing write does not take the others down. Callers wait for the commit.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+
+use rein_core::{StoreError, StoreResult};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+/// Most writes one transaction takes.
+const MAX_BATCH: usize = 512;
+
+trait WriteOp: Send {
+    /// Runs the write inside the open transaction; `false` if it failed.
+    fn apply(&mut self, conn: &Connection) -> bool;
+    /// Reports the outcome once the transaction has committed (or failed to).
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>);
+}
+
+struct Op<T, F> {
+    work: Option<F>,
+    result: Option<StoreResult<T>>,
+    reply: oneshot::Sender<StoreResult<T>>,
+}
+
+impl<T: Send, F: FnOnce(&Connection) -> StoreResult<T> + Send> WriteOp for Op<T, F> {
+    fn apply(&mut self, conn: &Connection) -> bool {
+        let result = match self.work.take() {
+            Some(work) => work(conn),
+            None => Err(StoreError::Backend("write applied twice".into())),
+        };
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
+        let result = match (self.result, commit) {
+            (Some(Ok(value)), Ok(())) => Ok(value),
+            (Some(Ok(_)), Err(e)) => Err(e),
+            (Some(Err(e)), _) => Err(e),
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Err(StoreError::Backend("write was never applied".into())),
+        };
+        // The caller may have gone away; the write is committed either way.
+        let _ = self.reply.send(result);
+    }
+}
+
+/// Counters for benchmarks and health: how many transactions carried how many writes.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub commits: AtomicU64,
+    pub writes: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Writer {
+    queue: mpsc::Sender<Box<dyn WriteOp>>,
+    pub counters: Arc<Counters>,
+}
+
+impl Writer {
+    pub fn start(conn: Connection) -> std::io::Result<Writer> {
+        let (queue, jobs) = mpsc::channel::<Box<dyn WriteOp>>();
+        let counters = Arc::new(Counters::default());
+        let thread_counters = Arc::clone(&counters);
+        std::thread::Builder::new()
+            .name("rein-store-writer".into())
+            .spawn(move || run(conn, jobs, &thread_counters))?;
+        Ok(Writer { queue, counters })
+    }
+
+    /// Queues `work` for the next transaction and waits until it is committed.
+    pub async fn write<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (reply, done) = oneshot::channel();
+        let op: Box<dyn WriteOp> = Box::new(Op { work: Some(work), result: None, reply });
+        self.queue
+            .send(op)
+            .map_err(|_| StoreError::Backend("the store's writer thread has stopped".into()))?;
+        done.await.map_err(|_| StoreError::Backend("the store's writer thread has stopped".into()))?
+    }
+}
+
+fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Counters) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        let commit = commit_batch(&conn, &mut batch);
+        counters.commits.fetch_add(1, Ordering::Relaxed);
+        counters.writes.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        for op in batch {
+            op.finish(commit.clone());
+        }
+    }
+}
+
+fn commit_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), StoreError> {
+    let backend = |e: rusqlite::Error| StoreError::Backend(e.to_string());
+    conn.execute_batch("BEGIN IMMEDIATE").map_err(backend)?;
+    for op in batch.iter_mut() {
+        let step = conn.execute_batch("SAVEPOINT write").and_then(|()| {
+            if op.apply(conn) {
+                conn.execute_batch("RELEASE write")
+            } else {
+                conn.execute_batch("ROLLBACK TO write; RELEASE write")
+            }
+        });
+        if let Err(e) = step {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(backend(e));
+        }
+    }
+    conn.execute_batch("COMMIT").map_err(|e| {
+        let _ = conn.execute_batch("ROLLBACK");
+        backend(e)
+    })
+}
