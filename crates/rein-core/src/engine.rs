@@ -94,7 +94,11 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(store: Arc<dyn Store>, executor: Arc<dyn StepExecutor>, config: EngineConfig) -> Engine {
+    pub fn new(
+        store: Arc<dyn Store>,
+        executor: Arc<dyn StepExecutor>,
+        config: EngineConfig,
+    ) -> Engine {
         let (events, _) = broadcast::channel(4096);
         Engine {
             store,
@@ -120,18 +124,29 @@ impl Engine {
     }
 
     pub async fn get(&self, id: &TaskId) -> Result<TaskState> {
-        self.store.load(id).await?.ok_or_else(|| EngineError::TaskNotFound(id.clone()))
+        self.store
+            .load(id)
+            .await?
+            .ok_or_else(|| EngineError::TaskNotFound(id.clone()))
     }
 
     pub async fn plan(&self, id: &TaskId) -> Result<TaskDecomposition> {
-        self.store.load_plan(id).await?.ok_or_else(|| EngineError::TaskNotFound(id.clone()))
+        self.store
+            .load_plan(id)
+            .await?
+            .ok_or_else(|| EngineError::TaskNotFound(id.clone()))
     }
 
     pub async fn list(&self, filter: &TaskFilter) -> Result<TaskPage> {
         Ok(self.store.list(filter).await?)
     }
 
-    pub async fn events(&self, id: &TaskId, after_seq: u64, limit: usize) -> Result<Vec<HarnessEvent>> {
+    pub async fn events(
+        &self,
+        id: &TaskId,
+        after_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<HarnessEvent>> {
         Ok(self.store.events(id, after_seq, limit).await?)
     }
 
@@ -149,7 +164,9 @@ impl Engine {
             source,
         })?;
         let workspace = std::fs::canonicalize(&workspace).unwrap_or(workspace);
-        let session_id = request.session_id.unwrap_or_else(|| self.config.default_session.clone());
+        let session_id = request
+            .session_id
+            .unwrap_or_else(|| self.config.default_session.clone());
         let trace_id = new_trace_id();
         let span_id = new_span_id();
         let first = HarnessEvent {
@@ -172,7 +189,10 @@ impl Engine {
             parent_span_id: None,
         };
         let mut rec = Recorder::genesis(first)?;
-        let policy = ApprovedBy { kind: Approver::System, who: "policy:auto_confirm".into() };
+        let policy = ApprovedBy {
+            kind: Approver::System,
+            who: "policy:auto_confirm".into(),
+        };
         system_checkpoint(
             &mut rec,
             CheckpointType::TaskStart,
@@ -191,7 +211,10 @@ impl Engine {
                 "max_parallel": plan.max_parallel.map_or(self.config.max_parallel, |p| p as usize),
                 "fail_fast": plan.fail_fast,
             })),
-            ApprovedBy { kind: Approver::System, who: "plan_validator".into() },
+            ApprovedBy {
+                kind: Approver::System,
+                who: "plan_validator".into(),
+            },
         )?;
         rec.flush_new(plan, &self.store, &self.events).await?;
         Ok(rec.state)
@@ -232,12 +255,23 @@ impl Engine {
     /// live runner.
     pub async fn resumable(&self) -> Result<Vec<TaskHead>> {
         let mut out = Vec::new();
-        for status in [TaskStatus::InProgress, TaskStatus::Paused, TaskStatus::Pending] {
-            let mut filter = TaskFilter { status: Some(status), limit: Some(500), ..TaskFilter::default() };
+        for status in [
+            TaskStatus::InProgress,
+            TaskStatus::Paused,
+            TaskStatus::Pending,
+        ] {
+            let mut filter = TaskFilter {
+                status: Some(status),
+                limit: Some(500),
+                ..TaskFilter::default()
+            };
             loop {
                 let page = self.store.list(&filter).await?;
                 for head in page.items {
-                    let live = head.runner.as_ref().is_some_and(|r| runner_alive(r) && !is_current(r));
+                    let live = head
+                        .runner
+                        .as_ref()
+                        .is_some_and(|r| runner_alive(r) && !is_current(r));
                     if !(status == TaskStatus::InProgress && live) {
                         out.push(head);
                     }
@@ -272,7 +306,9 @@ impl Engine {
             return Ok(ControlOutcome::Requested { runner });
         }
         let mut rec = Recorder::resume(state);
-        rec.task_event(TaskChange::TaskPaused { reason: format!("paused by {by}: {reason}") })?;
+        rec.task_event(TaskChange::TaskPaused {
+            reason: format!("paused by {by}: {reason}"),
+        })?;
         rec.flush(&self.store, &self.events).await?;
         Ok(ControlOutcome::Applied(Box::new(rec.state)))
     }
@@ -282,7 +318,9 @@ impl Engine {
     pub async fn abort(&self, id: &TaskId, by: &str, reason: &str) -> Result<ControlOutcome> {
         let state = self.get(id).await?;
         match state.status() {
-            TaskStatus::Cancelled => return Ok(ControlOutcome::AlreadyThere(TaskStatus::Cancelled)),
+            TaskStatus::Cancelled => {
+                return Ok(ControlOutcome::AlreadyThere(TaskStatus::Cancelled));
+            }
             s if s.is_terminal() => {
                 return Err(EngineError::WrongStatus {
                     task_id: id.clone(),
@@ -298,7 +336,10 @@ impl Engine {
         }
         let mut rec = Recorder::resume(state);
         cancel_interrupted(&mut rec, by)?;
-        rec.task_event(TaskChange::TaskCancelled { reason: reason.to_owned(), by: by.to_owned() })?;
+        rec.task_event(TaskChange::TaskCancelled {
+            reason: reason.to_owned(),
+            by: by.to_owned(),
+        })?;
         rec.flush(&self.store, &self.events).await?;
         Ok(ControlOutcome::Applied(Box::new(rec.state)))
     }
@@ -353,7 +394,8 @@ impl Engine {
                 ),
             })?;
         }
-        rec.flush_new(snapshot.plan, &self.store, &self.events).await?;
+        rec.flush_new(snapshot.plan, &self.store, &self.events)
+            .await?;
         Ok(rec.state)
     }
 
@@ -369,11 +411,14 @@ impl Engine {
             TaskStatus::Pending | TaskStatus::InProgress => Err(EngineError::WrongStatus {
                 task_id: id.clone(),
                 status: head.status,
-                what: format!("a running task cannot be deleted; abort it first (`rein tasks abort {id}`)"),
+                what: format!(
+                    "a running task cannot be deleted; abort it first (`rein tasks abort {id}`)"
+                ),
             }),
-            TaskStatus::Paused | TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled => {
-                Ok(self.store.delete(id, head.last_seq).await?)
-            }
+            TaskStatus::Paused
+            | TaskStatus::Completed
+            | TaskStatus::Failed
+            | TaskStatus::Cancelled => Ok(self.store.delete(id, head.last_seq).await?),
         }
     }
 
@@ -384,7 +429,11 @@ impl Engine {
         if self.is_active(state.id()) {
             return Some(self.runner.clone());
         }
-        state.head.runner.clone().filter(|r| !is_current(r) && runner_alive(r))
+        state
+            .head
+            .runner
+            .clone()
+            .filter(|r| !is_current(r) && runner_alive(r))
     }
 
     async fn request(&self, id: &TaskId, kind: ControlKind, by: &str, reason: &str) -> Result<()> {
@@ -399,11 +448,17 @@ impl Engine {
     }
 
     fn is_active(&self, id: &TaskId) -> bool {
-        self.active.lock().map(|set| set.contains(id)).unwrap_or(false)
+        self.active
+            .lock()
+            .map(|set| set.contains(id))
+            .unwrap_or(false)
     }
 
     fn claim(&self, id: &TaskId) -> Result<ActiveGuard<'_>> {
-        let mut set = self.active.lock().map_err(|_| EngineError::BadRequest("engine lock poisoned".into()))?;
+        let mut set = self
+            .active
+            .lock()
+            .map_err(|_| EngineError::BadRequest("engine lock poisoned".into()))?;
         if !set.insert(id.clone()) {
             return Err(EngineError::Busy {
                 task_id: id.clone(),
@@ -411,7 +466,10 @@ impl Engine {
                 host: self.runner.host.clone(),
             });
         }
-        Ok(ActiveGuard { engine: self, id: id.clone() })
+        Ok(ActiveGuard {
+            engine: self,
+            id: id.clone(),
+        })
     }
 }
 
@@ -453,8 +511,18 @@ pub(crate) fn system_checkpoint(
         metadata: Default::default(),
     };
     let id = checkpoint.id.clone();
-    rec.record(TaskChange::CheckpointCreated { checkpoint: Box::new(checkpoint) }, &span)?;
-    rec.record(TaskChange::CheckpointEntered { checkpoint_id: id.clone() }, &span)?;
+    rec.record(
+        TaskChange::CheckpointCreated {
+            checkpoint: Box::new(checkpoint),
+        },
+        &span,
+    )?;
+    rec.record(
+        TaskChange::CheckpointEntered {
+            checkpoint_id: id.clone(),
+        },
+        &span,
+    )?;
     rec.record(
         TaskChange::CheckpointPassed {
             checkpoint_id: id.clone(),

@@ -18,15 +18,26 @@ pub enum EngineError {
     #[error(transparent)]
     InvalidPlan(#[from] PlanErrors),
     #[error("task {task_id} is {status}: {what}")]
-    WrongStatus { task_id: TaskId, status: TaskStatus, what: String },
+    WrongStatus {
+        task_id: TaskId,
+        status: TaskStatus,
+        what: String,
+    },
     #[error(
         "task {task_id} is being run by process {pid} on {host}; pause or abort it (`rein tasks pause {task_id}`), or wait for it"
     )]
-    Busy { task_id: TaskId, pid: u32, host: String },
+    Busy {
+        task_id: TaskId,
+        pid: u32,
+        host: String,
+    },
     #[error("{0}")]
     BadRequest(String),
     #[error("cannot prepare workspace {path}: {source}")]
-    Workspace { path: String, source: std::io::Error },
+    Workspace {
+        path: String,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("task {task_id} has an inconsistent log: {source}")]
@@ -53,7 +64,9 @@ impl EngineError {
             EngineError::WrongStatus { .. } | EngineError::Busy { .. } => ErrorKind::Conflict,
             EngineError::Workspace { .. } | EngineError::Corrupt { .. } => ErrorKind::Internal,
             EngineError::Store(e) => match e {
-                StoreError::TaskNotFound(_) | StoreError::SnapshotNotFound(_) => ErrorKind::NotFound,
+                StoreError::TaskNotFound(_) | StoreError::SnapshotNotFound(_) => {
+                    ErrorKind::NotFound
+                }
                 StoreError::AlreadyExists(_) | StoreError::Conflict { .. } => ErrorKind::Conflict,
                 StoreError::BadCursor(_) => ErrorKind::Invalid,
                 StoreError::Backend(_) | StoreError::Corrupt(_) => ErrorKind::Internal,

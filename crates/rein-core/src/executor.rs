@@ -46,8 +46,13 @@ pub struct CommandOutput {
 /// How an attempt ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepOutcome {
-    Passed { output: Option<serde_json::Value> },
-    Failed { error: String, output: Option<serde_json::Value> },
+    Passed {
+        output: Option<serde_json::Value>,
+    },
+    Failed {
+        error: String,
+        output: Option<serde_json::Value>,
+    },
     /// The caller cancelled the attempt; nothing is known about how far it got.
     Cancelled,
 }
@@ -109,10 +114,19 @@ async fn run_command(
             };
         }
     };
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).map(Pid::from_raw);
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
     let tail = request.output_tail_bytes;
-    let stdout = child.stdout.take().map(|s| tokio::spawn(read_tail(s, tail)));
-    let stderr = child.stderr.take().map(|s| tokio::spawn(read_tail(s, tail)));
+    let stdout = child
+        .stdout
+        .take()
+        .map(|s| tokio::spawn(read_tail(s, tail)));
+    let stderr = child
+        .stderr
+        .take()
+        .map(|s| tokio::spawn(read_tail(s, tail)));
 
     let timeout = request.step.timeout_ms.map(Duration::from_millis);
     let deadline = async {
@@ -183,14 +197,19 @@ async fn run_command(
         };
     }
     if status.success() {
-        StepOutcome::Passed { output: to_value(&output) }
+        StepOutcome::Passed {
+            output: to_value(&output),
+        }
     } else {
         let error = match (status.code(), status.signal()) {
             (Some(code), _) => format!("command exited with status {code}"),
             (None, Some(sig)) => format!("command was killed by signal {sig}"),
             (None, None) => "command failed".to_owned(),
         };
-        StepOutcome::Failed { error, output: to_value(&output) }
+        StepOutcome::Failed {
+            error,
+            output: to_value(&output),
+        }
     }
 }
 

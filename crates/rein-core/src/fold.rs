@@ -28,7 +28,11 @@ pub enum FoldError {
     #[error("event {seq}: {source}")]
     Illegal { seq: u64, source: IllegalTransition },
     #[error("event {seq} belongs to task {got}, not {expected}")]
-    WrongTask { seq: u64, expected: String, got: String },
+    WrongTask {
+        seq: u64,
+        expected: String,
+        got: String,
+    },
     #[error("the log is empty")]
     Empty,
 }
@@ -36,9 +40,15 @@ pub enum FoldError {
 /// The state a task's first event creates.
 pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
     if event.seq != 1 {
-        return Err(FoldError::OutOfOrder { seq: event.seq, last_seq: 0 });
+        return Err(FoldError::OutOfOrder {
+            seq: event.seq,
+            last_seq: 0,
+        });
     }
-    let task_id = event.task_id.clone().ok_or(FoldError::BadGenesis("an event without task_id"))?;
+    let task_id = event
+        .task_id
+        .clone()
+        .ok_or(FoldError::BadGenesis("an event without task_id"))?;
     match &event.change {
         TaskChange::TaskCreated {
             description,
@@ -77,7 +87,11 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
             },
             checkpoints: Vec::new(),
         }),
-        TaskChange::TaskRestored { state, snapshot_id, from_task_id } => {
+        TaskChange::TaskRestored {
+            state,
+            snapshot_id,
+            from_task_id,
+        } => {
             let mut state = (**state).clone();
             state.head.id = task_id;
             state.head.restored_from = Some(snapshot_id.clone());
@@ -102,7 +116,10 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
 pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldError> {
     let seq = event.seq;
     if seq != state.head.last_seq + 1 {
-        return Err(FoldError::OutOfOrder { seq, last_seq: state.head.last_seq });
+        return Err(FoldError::OutOfOrder {
+            seq,
+            last_seq: state.head.last_seq,
+        });
     }
     if let Some(task_id) = &event.task_id
         && task_id != &state.head.id
@@ -154,7 +171,10 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
         }
         TaskChange::CheckpointCreated { checkpoint } => {
             if checkpoint.status != CheckpointStatus::Pending {
-                return Err(FoldError::CheckpointNotPending { seq, status: checkpoint.status });
+                return Err(FoldError::CheckpointNotPending {
+                    seq,
+                    status: checkpoint.status,
+                });
             }
             if state.checkpoints.iter().any(|c| c.id == checkpoint.id) {
                 return Err(FoldError::DuplicateCheckpoint {
@@ -168,10 +188,16 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
         }
         TaskChange::CheckpointEntered { checkpoint_id } => {
             let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
-            cp.status = checkpoint_transition(cp.status, CheckpointEvent::Enter).map_err(illegal)?;
+            cp.status =
+                checkpoint_transition(cp.status, CheckpointEvent::Enter).map_err(illegal)?;
             head.current_checkpoint = Some(checkpoint_id.clone());
         }
-        TaskChange::CheckpointPassed { checkpoint_id, duration_ms, output, approved_by } => {
+        TaskChange::CheckpointPassed {
+            checkpoint_id,
+            duration_ms,
+            output,
+            approved_by,
+        } => {
             let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
             cp.status = checkpoint_transition(cp.status, CheckpointEvent::Pass).map_err(illegal)?;
             cp.duration_ms = Some(*duration_ms);
@@ -181,18 +207,28 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
                 finish_step(&mut head.context, step);
             }
         }
-        TaskChange::CheckpointFailed { checkpoint_id, duration_ms, error, output } => {
+        TaskChange::CheckpointFailed {
+            checkpoint_id,
+            duration_ms,
+            error,
+            output,
+        } => {
             let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
             cp.status = checkpoint_transition(cp.status, CheckpointEvent::Fail).map_err(illegal)?;
             cp.duration_ms = Some(*duration_ms);
             cp.error = Some(error.clone());
             cp.output = output.clone();
         }
-        TaskChange::CheckpointSkipped { checkpoint_id, reason, duration_ms } => {
+        TaskChange::CheckpointSkipped {
+            checkpoint_id,
+            reason,
+            duration_ms,
+        } => {
             let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
             cp.status = checkpoint_transition(cp.status, CheckpointEvent::Skip).map_err(illegal)?;
             cp.duration_ms = *duration_ms;
-            cp.metadata.insert("skipped_reason".into(), reason.clone().into());
+            cp.metadata
+                .insert("skipped_reason".into(), reason.clone().into());
             if let Some(step) = cp.step_id.clone() {
                 finish_step(&mut head.context, step);
             }
@@ -205,7 +241,9 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
 }
 
 /// Folds a whole log into the state it describes.
-pub fn fold<'a>(events: impl IntoIterator<Item = &'a HarnessEvent>) -> Result<TaskState, FoldError> {
+pub fn fold<'a>(
+    events: impl IntoIterator<Item = &'a HarnessEvent>,
+) -> Result<TaskState, FoldError> {
     let mut events = events.into_iter();
     let first = events.next().ok_or(FoldError::Empty)?;
     let mut state = genesis(first)?;
@@ -221,9 +259,14 @@ fn find<'a>(
     seq: u64,
 ) -> Result<&'a mut rein_protocol::Checkpoint, FoldError> {
     // Newest first: the checkpoint an event names is almost always a recent one.
-    checkpoints.iter_mut().rev().find(|c| &c.id == id).ok_or_else(|| {
-        FoldError::UnknownCheckpoint { seq, checkpoint_id: id.to_string() }
-    })
+    checkpoints
+        .iter_mut()
+        .rev()
+        .find(|c| &c.id == id)
+        .ok_or_else(|| FoldError::UnknownCheckpoint {
+            seq,
+            checkpoint_id: id.to_string(),
+        })
 }
 
 fn finish_step(context: &mut TaskContext, step: String) {

@@ -84,7 +84,10 @@ pub struct IllegalTransition {
     pub event: String,
 }
 
-pub fn task_transition(from: TaskStatus, event: TaskEvent) -> Result<TaskStatus, IllegalTransition> {
+pub fn task_transition(
+    from: TaskStatus,
+    event: TaskEvent,
+) -> Result<TaskStatus, IllegalTransition> {
     TASK_TRANSITIONS
         .iter()
         .find(|(f, e, _)| *f == from && *e == event)
@@ -176,7 +179,11 @@ mod tests {
         };
         for from in CheckpointStatus::ALL {
             for ev in CheckpointEvent::ALL {
-                assert_eq!(checkpoint_transition(from, ev).ok(), expect(from, ev), "{from:?} + {ev:?}");
+                assert_eq!(
+                    checkpoint_transition(from, ev).ok(),
+                    expect(from, ev),
+                    "{from:?} + {ev:?}"
+                );
             }
         }
     }

@@ -34,13 +34,21 @@ impl fmt::Display for PlanIssue {
             ),
             PlanIssue::DuplicateStepId { id } => write!(f, "step id `{id}` is used more than once"),
             PlanIssue::UnknownDependency { step, dependency } => {
-                write!(f, "step `{step}` depends on `{dependency}`, which is not a step of the plan")
+                write!(
+                    f,
+                    "step `{step}` depends on `{dependency}`, which is not a step of the plan"
+                )
             }
             PlanIssue::DuplicateDependency { step, dependency } => {
-                write!(f, "step `{step}` lists `{dependency}` in depends_on more than once")
+                write!(
+                    f,
+                    "step `{step}` lists `{dependency}` in depends_on more than once"
+                )
             }
             PlanIssue::Cycle { path } => write!(f, "dependency cycle: {}", path.join(" -> ")),
-            PlanIssue::EmptyCommand { step } => write!(f, "step `{step}` has an empty `run` command"),
+            PlanIssue::EmptyCommand { step } => {
+                write!(f, "step `{step}` has an empty `run` command")
+            }
             PlanIssue::ZeroTimeout { step } => write!(f, "step `{step}` has a zero timeout"),
             PlanIssue::ZeroParallelism => write!(f, "max_parallel must be at least 1"),
         }
@@ -62,7 +70,10 @@ impl fmt::Display for PlanErrors {
 }
 
 fn valid_step_id(id: &str) -> bool {
-    id.len() <= 128 && id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// Checks a plan and derives `blocking_steps` from `depends_on`.
@@ -82,18 +93,26 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
         if step.id.is_empty() {
             issues.push(PlanIssue::EmptyStepId { index: i });
         } else if !valid_step_id(&step.id) {
-            issues.push(PlanIssue::BadStepId { id: step.id.clone() });
+            issues.push(PlanIssue::BadStepId {
+                id: step.id.clone(),
+            });
         }
         if index.insert(step.id.as_str(), i).is_some() && !step.id.is_empty() {
-            issues.push(PlanIssue::DuplicateStepId { id: step.id.clone() });
+            issues.push(PlanIssue::DuplicateStepId {
+                id: step.id.clone(),
+            });
         }
         if let StepAction::Command { run, .. } = &step.action
             && run.trim().is_empty()
         {
-            issues.push(PlanIssue::EmptyCommand { step: step.id.clone() });
+            issues.push(PlanIssue::EmptyCommand {
+                step: step.id.clone(),
+            });
         }
         if step.timeout_ms == Some(0) {
-            issues.push(PlanIssue::ZeroTimeout { step: step.id.clone() });
+            issues.push(PlanIssue::ZeroTimeout {
+                step: step.id.clone(),
+            });
         }
     }
     for step in &plan.steps {
@@ -187,7 +206,10 @@ fn find_cycle(steps: &[TaskStep], index: &HashMap<&str, usize>) -> Option<Vec<St
 #[derive(Debug, thiserror::Error)]
 pub enum PlanFileError {
     #[error("cannot read plan file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("plan file {path} is not a valid plan: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("plan file {path}: {errors}")]
@@ -268,8 +290,9 @@ struct StepFile {
 }
 
 fn parse_duration(what: &str, value: &str) -> Result<std::time::Duration, String> {
-    humantime::parse_duration(value.trim())
-        .map_err(|e| format!("{what}: `{value}` is not a duration ({e}); write e.g. 30s, 10m or 1h30m"))
+    humantime::parse_duration(value.trim()).map_err(|e| {
+        format!("{what}: `{value}` is not a duration ({e}); write e.g. 30s, 10m or 1h30m")
+    })
 }
 
 /// Parses plan-file text. `base` is the directory relative workspace paths start from.
@@ -278,12 +301,17 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
     let mut steps = Vec::with_capacity(file.steps.len());
     for s in file.steps {
         let checkpoint = match (s.kind, s.checkpoint) {
-            (StepKind::Gate, None | Some(GateCheckpoint::QualityGate)) => CheckpointType::QualityGate,
+            (StepKind::Gate, None | Some(GateCheckpoint::QualityGate)) => {
+                CheckpointType::QualityGate
+            }
             (StepKind::Gate, Some(GateCheckpoint::TestPass)) => CheckpointType::TestPass,
             (StepKind::Gate, Some(GateCheckpoint::BuildPass)) => CheckpointType::BuildPass,
             (StepKind::Exec | StepKind::Review, Some(_)) => {
                 return Err((
-                    format!("step `{}`: `checkpoint` is only for steps of kind = \"gate\"", s.id),
+                    format!(
+                        "step `{}`: `checkpoint` is only for steps of kind = \"gate\"",
+                        s.id
+                    ),
                     None,
                 ));
             }
@@ -292,7 +320,8 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
         };
         let timeout_ms = match &s.timeout {
             Some(t) => {
-                let d = parse_duration(&format!("step `{}`: timeout", s.id), t).map_err(|m| (m, None))?;
+                let d = parse_duration(&format!("step `{}`: timeout", s.id), t)
+                    .map_err(|m| (m, None))?;
                 Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
             }
             None => None,
@@ -310,13 +339,20 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
             required_permissions: s.required_permissions,
             risk_level: s.risk_level,
             risk_description: s.risk_description,
-            action: StepAction::Command { run: s.run, env: s.env },
+            action: StepAction::Command {
+                run: s.run,
+                env: s.env,
+            },
             timeout_ms,
             idempotent: s.idempotent,
         });
     }
     let estimated_duration_s = match &file.estimated_duration {
-        Some(d) => Some(parse_duration("estimated_duration", d).map_err(|m| (m, None))?.as_secs()),
+        Some(d) => Some(
+            parse_duration("estimated_duration", d)
+                .map_err(|m| (m, None))?
+                .as_secs(),
+        ),
         None => None,
     };
     let plan = TaskDecomposition {
@@ -337,11 +373,19 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
 
 /// Reads and validates a plan file.
 pub fn load_plan_file(path: &Path) -> Result<PlanSpec, PlanFileError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| PlanFileError::Read { path: path.to_owned(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| PlanFileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     parse_plan(&text, &base).map_err(|(message, errors)| match errors {
-        Some(errors) => PlanFileError::Invalid { path: path.to_owned(), errors },
-        None => PlanFileError::Parse { path: path.to_owned(), message },
+        Some(errors) => PlanFileError::Invalid {
+            path: path.to_owned(),
+            errors,
+        },
+        None => PlanFileError::Parse {
+            path: path.to_owned(),
+            message,
+        },
     })
 }

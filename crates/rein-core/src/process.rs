@@ -5,7 +5,11 @@ use rein_protocol::RunnerInfo;
 /// This process, as recorded on the tasks it runs.
 pub fn current_runner() -> RunnerInfo {
     let pid = std::process::id();
-    RunnerInfo { host: hostname(), pid, process_start: process_start(pid) }
+    RunnerInfo {
+        host: hostname(),
+        pid,
+        process_start: process_start(pid),
+    }
 }
 
 fn hostname() -> String {
@@ -32,7 +36,9 @@ pub fn runner_alive(runner: &RunnerInfo) -> bool {
     if runner.host != hostname() {
         return true;
     }
-    let Ok(pid) = i32::try_from(runner.pid) else { return false };
+    let Ok(pid) = i32::try_from(runner.pid) else {
+        return false;
+    };
     let exists = match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
         Ok(()) => true,
         Err(nix::errno::Errno::EPERM) => true,
@@ -69,9 +75,16 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
-        let dead = RunnerInfo { host: hostname(), pid, process_start: Some(1) };
+        let dead = RunnerInfo {
+            host: hostname(),
+            pid,
+            process_start: Some(1),
+        };
         assert!(!runner_alive(&dead));
-        let reused = RunnerInfo { process_start: Some(0), ..current_runner() };
+        let reused = RunnerInfo {
+            process_start: Some(0),
+            ..current_runner()
+        };
         assert!(!runner_alive(&reused));
     }
 }

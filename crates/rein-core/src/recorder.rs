@@ -24,7 +24,10 @@ pub struct SpanRef {
 impl SpanRef {
     /// A new child span of `parent`.
     pub fn child_of(parent: &str) -> SpanRef {
-        SpanRef { span_id: new_span_id(), parent_span_id: Some(parent.to_owned()) }
+        SpanRef {
+            span_id: new_span_id(),
+            parent_span_id: Some(parent.to_owned()),
+        }
     }
 }
 
@@ -41,7 +44,12 @@ impl Recorder {
     /// Continues recording to a task loaded from the store.
     pub fn resume(state: TaskState) -> Recorder {
         let stored_seq = state.head.last_seq;
-        Recorder { state, batch: Vec::new(), stored_seq, changed: Vec::new() }
+        Recorder {
+            state,
+            batch: Vec::new(),
+            stored_seq,
+            changed: Vec::new(),
+        }
     }
 
     /// Starts a new task from its first event (`task_created` or `task_restored`).
@@ -53,11 +61,19 @@ impl Recorder {
         })?;
         state.head.last_seq = 1;
         let changed = state.checkpoints.iter().map(|c| c.id.clone()).collect();
-        Ok(Recorder { state, batch: vec![first], stored_seq: 0, changed })
+        Ok(Recorder {
+            state,
+            batch: vec![first],
+            stored_seq: 0,
+            changed,
+        })
     }
 
     pub fn task_span(&self) -> SpanRef {
-        SpanRef { span_id: self.state.head.span_id.clone(), parent_span_id: None }
+        SpanRef {
+            span_id: self.state.head.span_id.clone(),
+            parent_span_id: None,
+        }
     }
 
     /// Records a change in the task's own span.

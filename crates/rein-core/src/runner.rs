@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rein_protocol::{
-    ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus, CheckpointType,
-    StepAction, TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
+    ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus, CheckpointType, StepAction,
+    TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
 };
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -27,9 +27,16 @@ use crate::store::ControlKind;
 #[derive(Debug)]
 enum Progress {
     NotStarted,
-    Running { checkpoint: CheckpointId, span: SpanRef, token: CancellationToken },
+    Running {
+        checkpoint: CheckpointId,
+        span: SpanRef,
+        token: CancellationToken,
+    },
     /// Left in progress by a runner that stopped.
-    Interrupted { checkpoint: CheckpointId, started_at: rein_protocol::Timestamp },
+    Interrupted {
+        checkpoint: CheckpointId,
+        started_at: rein_protocol::Timestamp,
+    },
     Completed,
     /// Skipped on purpose: counts as done for the steps that depend on it.
     Skipped,
@@ -79,8 +86,11 @@ impl<'e> TaskRun<'e> {
             .map_or(engine.config.max_parallel, |p| p as usize)
             .max(1);
         let steps: Vec<Arc<TaskStep>> = plan.steps.into_iter().map(Arc::new).collect();
-        let index: HashMap<&str, usize> =
-            steps.iter().enumerate().map(|(i, s)| (s.id.as_str(), i)).collect();
+        let index: HashMap<&str, usize> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id.as_str(), i))
+            .collect();
         let mut dependants = vec![Vec::new(); steps.len()];
         for (i, step) in steps.iter().enumerate() {
             for dep in &step.depends_on {
@@ -129,7 +139,12 @@ impl<'e> TaskRun<'e> {
             .workspace_path
             .clone()
             .map(PathBuf::from)
-            .unwrap_or_else(|| engine.config.workspace_root.join(rec.state.head.id.as_str()));
+            .unwrap_or_else(|| {
+                engine
+                    .config
+                    .workspace_root
+                    .join(rec.state.head.id.as_str())
+            });
         let first_failure = None;
         Ok(TaskRun {
             engine,
@@ -202,7 +217,9 @@ impl<'e> TaskRun<'e> {
         let runner = Some(self.engine.runner.clone());
         for id in options.rerun.iter().chain(&options.skip) {
             let Some(i) = self.steps.iter().position(|s| &s.id == id) else {
-                return Err(EngineError::BadRequest(format!("the plan has no step `{id}`")));
+                return Err(EngineError::BadRequest(format!(
+                    "the plan has no step `{id}`"
+                )));
             };
             if !matches!(self.progress[i], Progress::Interrupted { .. }) {
                 return Err(EngineError::BadRequest(format!(
@@ -211,7 +228,9 @@ impl<'e> TaskRun<'e> {
             }
         }
         if let Some(id) = options.rerun.iter().find(|id| options.skip.contains(id)) {
-            return Err(EngineError::BadRequest(format!("step `{id}` cannot be both re-run and skipped")));
+            return Err(EngineError::BadRequest(format!(
+                "step `{id}` cannot be both re-run and skipped"
+            )));
         }
         let change = match self.rec.state.status() {
             TaskStatus::Pending => TaskChange::TaskStarted { runner },
@@ -224,7 +243,11 @@ impl<'e> TaskRun<'e> {
         self.rec.task_event(change)?;
         let mut blocked = Vec::new();
         for i in 0..self.steps.len() {
-            let Progress::Interrupted { checkpoint, started_at } = &self.progress[i] else {
+            let Progress::Interrupted {
+                checkpoint,
+                started_at,
+            } = &self.progress[i]
+            else {
                 continue;
             };
             let (checkpoint, duration_ms) = (checkpoint.clone(), elapsed_ms(*started_at));
@@ -232,12 +255,17 @@ impl<'e> TaskRun<'e> {
             if options.skip.contains(&step.id) {
                 self.rec.task_event(TaskChange::CheckpointSkipped {
                     checkpoint_id: checkpoint,
-                    reason: "skipped by the operator after rein stopped while it was running".into(),
+                    reason: "skipped by the operator after rein stopped while it was running"
+                        .into(),
                     duration_ms: Some(duration_ms),
                 })?;
                 self.progress[i] = Progress::Skipped;
             } else if step.idempotent || options.rerun.contains(&step.id) {
-                let why = if step.idempotent { "it is idempotent" } else { "the operator chose --rerun" };
+                let why = if step.idempotent {
+                    "it is idempotent"
+                } else {
+                    "the operator chose --rerun"
+                };
                 self.rec.task_event(TaskChange::CheckpointFailed {
                     checkpoint_id: checkpoint,
                     duration_ms,
@@ -252,7 +280,11 @@ impl<'e> TaskRun<'e> {
         if !blocked.is_empty() {
             let id = self.rec.state.head.id.clone();
             let first = &blocked[0];
-            let names = blocked.iter().map(|b| format!("`{b}`")).collect::<Vec<_>>().join(", ");
+            let names = blocked
+                .iter()
+                .map(|b| format!("`{b}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
             self.rec.task_event(TaskChange::TaskPaused {
                 reason: format!(
                     "step {names} was running when rein stopped and is not idempotent, so it may have partly run; \
@@ -292,7 +324,10 @@ impl<'e> TaskRun<'e> {
     }
 
     fn index_of(&self, id: &str) -> usize {
-        self.steps.iter().position(|s| s.id == id).unwrap_or(usize::MAX)
+        self.steps
+            .iter()
+            .position(|s| s.id == id)
+            .unwrap_or(usize::MAX)
     }
 
     fn scheduling(&self) -> bool {
@@ -303,7 +338,9 @@ impl<'e> TaskRun<'e> {
     fn start_ready(&mut self) -> Result<Vec<usize>> {
         let mut started = Vec::new();
         while self.scheduling() && self.running.len() + started.len() < self.limit {
-            let Some(i) = self.ready.pop_first() else { break };
+            let Some(i) = self.ready.pop_first() else {
+                break;
+            };
             let step = Arc::clone(&self.steps[i]);
             self.attempts[i] += 1;
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
@@ -331,16 +368,32 @@ impl<'e> TaskRun<'e> {
                 metadata: Default::default(),
             };
             let id = checkpoint.id.clone();
-            self.rec.record(TaskChange::CheckpointCreated { checkpoint: Box::new(checkpoint) }, &span)?;
-            self.rec.record(TaskChange::CheckpointEntered { checkpoint_id: id.clone() }, &span)?;
-            self.progress[i] = Progress::Running { checkpoint: id, span, token: CancellationToken::new() };
+            self.rec.record(
+                TaskChange::CheckpointCreated {
+                    checkpoint: Box::new(checkpoint),
+                },
+                &span,
+            )?;
+            self.rec.record(
+                TaskChange::CheckpointEntered {
+                    checkpoint_id: id.clone(),
+                },
+                &span,
+            )?;
+            self.progress[i] = Progress::Running {
+                checkpoint: id,
+                span,
+                token: CancellationToken::new(),
+            };
             started.push(i);
         }
         Ok(started)
     }
 
     fn spawn(&mut self, i: usize) {
-        let Progress::Running { token, .. } = &self.progress[i] else { return };
+        let Progress::Running { token, .. } = &self.progress[i] else {
+            return;
+        };
         let request = StepRequest {
             task_id: self.rec.state.head.id.clone(),
             step: Arc::clone(&self.steps[i]),
@@ -368,13 +421,23 @@ impl<'e> TaskRun<'e> {
                 finished
             }
             Err(e) => {
-                let Some(i) = self.running_ids.remove(&e.id()) else { return Ok(()) };
+                let Some(i) = self.running_ids.remove(&e.id()) else {
+                    return Ok(());
+                };
                 let error = format!("the step's executor crashed: {e}");
-                (i, StepOutcome::Failed { error, output: None }, Duration::ZERO)
+                (
+                    i,
+                    StepOutcome::Failed {
+                        error,
+                        output: None,
+                    },
+                    Duration::ZERO,
+                )
             }
         };
-        let Progress::Running { checkpoint, span, .. } =
-            std::mem::replace(&mut self.progress[i], Progress::NotStarted)
+        let Progress::Running {
+            checkpoint, span, ..
+        } = std::mem::replace(&mut self.progress[i], Progress::NotStarted)
         else {
             return Ok(());
         };
@@ -382,7 +445,12 @@ impl<'e> TaskRun<'e> {
         match outcome {
             StepOutcome::Passed { output } => {
                 self.rec.record(
-                    TaskChange::CheckpointPassed { checkpoint_id: checkpoint, duration_ms, output, approved_by: None },
+                    TaskChange::CheckpointPassed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        output,
+                        approved_by: None,
+                    },
                     &span,
                 )?;
                 self.progress[i] = Progress::Completed;
@@ -395,7 +463,12 @@ impl<'e> TaskRun<'e> {
             }
             StepOutcome::Failed { error, output } => {
                 self.rec.record(
-                    TaskChange::CheckpointFailed { checkpoint_id: checkpoint, duration_ms, error, output },
+                    TaskChange::CheckpointFailed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        error,
+                        output,
+                    },
                     &span,
                 )?;
                 self.progress[i] = Progress::Failed;
@@ -459,12 +532,26 @@ impl<'e> TaskRun<'e> {
             metadata,
         };
         let id = checkpoint.id.clone();
-        self.rec.record(TaskChange::CheckpointCreated { checkpoint: Box::new(checkpoint) }, &span)?;
-        self.rec.record(TaskChange::CheckpointSkipped { checkpoint_id: id, reason, duration_ms: None }, &span)
+        self.rec.record(
+            TaskChange::CheckpointCreated {
+                checkpoint: Box::new(checkpoint),
+            },
+            &span,
+        )?;
+        self.rec.record(
+            TaskChange::CheckpointSkipped {
+                checkpoint_id: id,
+                reason,
+                duration_ms: None,
+            },
+            &span,
+        )
     }
 
     async fn flush(&mut self) -> Result<()> {
-        self.rec.flush(&self.engine.store, &self.engine.events).await
+        self.rec
+            .flush(&self.engine.store, &self.engine.events)
+            .await
     }
 
     async fn check_controls(&mut self) -> Result<Option<ControlKind>> {
@@ -480,8 +567,9 @@ impl<'e> TaskRun<'e> {
                     self.abort_by = Some((request.by, request.reason));
                 }
                 ControlKind::Pause => {
-                    self.pausing
-                        .get_or_insert_with(|| format!("paused by {}: {}", request.by, request.reason));
+                    self.pausing.get_or_insert_with(|| {
+                        format!("paused by {}: {}", request.by, request.reason)
+                    });
                     decided.get_or_insert(ControlKind::Pause);
                 }
             }
@@ -491,8 +579,9 @@ impl<'e> TaskRun<'e> {
 
     /// Nothing runs and nothing more will start: the task pauses, fails or completes.
     async fn finish(mut self) -> Result<TaskState> {
-        let unstarted: Vec<usize> =
-            (0..self.steps.len()).filter(|&i| matches!(self.progress[i], Progress::NotStarted)).collect();
+        let unstarted: Vec<usize> = (0..self.steps.len())
+            .filter(|&i| matches!(self.progress[i], Progress::NotStarted))
+            .collect();
         if let Some(reason) = self.pausing.clone()
             && !unstarted.is_empty()
         {
@@ -502,18 +591,31 @@ impl<'e> TaskRun<'e> {
         }) {
             let name = self.steps[first].id.clone();
             for i in unstarted {
-                self.skip_unstarted(i, format!("not run: fail_fast stopped the plan after `{name}` failed"), "fail_fast")?;
+                self.skip_unstarted(
+                    i,
+                    format!("not run: fail_fast stopped the plan after `{name}` failed"),
+                    "fail_fast",
+                )?;
             }
             let failed: Vec<&str> = (0..self.steps.len())
                 .filter(|&i| matches!(self.progress[i], Progress::Failed))
                 .map(|i| self.steps[i].id.as_str())
                 .collect();
-            let error = match self.rec.state.latest_for_step(&name).and_then(|c| c.error.clone()) {
+            let error = match self
+                .rec
+                .state
+                .latest_for_step(&name)
+                .and_then(|c| c.error.clone())
+            {
                 Some(e) => format!("step `{name}` failed: {e}"),
                 None => format!("step `{name}` failed"),
             };
             let error = if failed.len() > 1 {
-                format!("{error} ({} steps failed: {})", failed.len(), failed.join(", "))
+                format!(
+                    "{error} ({} steps failed: {})",
+                    failed.len(),
+                    failed.join(", ")
+                )
             } else {
                 error
             };
@@ -527,19 +629,30 @@ impl<'e> TaskRun<'e> {
 
     /// CP5: a system review unless the plan has review steps, then completion.
     fn review_and_complete(&mut self) -> Result<()> {
-        let skipped = self.progress.iter().filter(|p| matches!(p, Progress::Skipped)).count();
+        let skipped = self
+            .progress
+            .iter()
+            .filter(|p| matches!(p, Progress::Skipped))
+            .count();
         let summary = serde_json::json!({
             "steps": self.steps.len(),
             "completed": self.steps.len() - skipped,
             "skipped": skipped,
         });
-        if !self.steps.iter().any(|s| s.checkpoint == CheckpointType::TaskReview) {
+        if !self
+            .steps
+            .iter()
+            .any(|s| s.checkpoint == CheckpointType::TaskReview)
+        {
             system_checkpoint(
                 &mut self.rec,
                 CheckpointType::TaskReview,
                 None,
                 Some(summary.clone()),
-                ApprovedBy { kind: Approver::System, who: "policy:all_steps_passed".into() },
+                ApprovedBy {
+                    kind: Approver::System,
+                    who: "policy:all_steps_passed".into(),
+                },
             )?;
         }
         system_checkpoint(
@@ -547,7 +660,10 @@ impl<'e> TaskRun<'e> {
             CheckpointType::TaskComplete,
             None,
             Some(summary),
-            ApprovedBy { kind: Approver::System, who: "policy:all_steps_passed".into() },
+            ApprovedBy {
+                kind: Approver::System,
+                who: "policy:all_steps_passed".into(),
+            },
         )?;
         self.rec.task_event(TaskChange::TaskCompleted {})
     }
@@ -555,12 +671,20 @@ impl<'e> TaskRun<'e> {
     /// Stops running steps, records them as cancelled, and cancels the task.
     async fn abort(mut self) -> Result<TaskState> {
         self.cancel_running().await;
-        let (by, reason) = self.abort_by.clone().unwrap_or_else(|| ("operator".into(), "aborted".into()));
+        let (by, reason) = self
+            .abort_by
+            .clone()
+            .unwrap_or_else(|| ("operator".into(), "aborted".into()));
         for i in 0..self.steps.len() {
-            if let Progress::Running { checkpoint, span, .. } =
-                std::mem::replace(&mut self.progress[i], Progress::Failed)
+            if let Progress::Running {
+                checkpoint, span, ..
+            } = std::mem::replace(&mut self.progress[i], Progress::Failed)
             {
-                let duration_ms = self.rec.state.checkpoint(&checkpoint).map_or(0, |c| elapsed_ms(c.started_at));
+                let duration_ms = self
+                    .rec
+                    .state
+                    .checkpoint(&checkpoint)
+                    .map_or(0, |c| elapsed_ms(c.started_at));
                 self.rec.record(
                     TaskChange::CheckpointFailed {
                         checkpoint_id: checkpoint,
@@ -572,7 +696,8 @@ impl<'e> TaskRun<'e> {
                 )?;
             }
         }
-        self.rec.task_event(TaskChange::TaskCancelled { reason, by })?;
+        self.rec
+            .task_event(TaskChange::TaskCancelled { reason, by })?;
         self.flush().await?;
         Ok(self.rec.state)
     }

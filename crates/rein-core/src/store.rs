@@ -3,8 +3,8 @@
 
 use async_trait::async_trait;
 use rein_protocol::{
-    Checkpoint, HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskHead, TaskId,
-    TaskState, TaskStatus, Timestamp,
+    Checkpoint, HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskHead, TaskId, TaskState,
+    TaskStatus, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -22,7 +22,11 @@ pub enum StoreError {
     #[error(
         "task {task_id} changed underneath this writer (expected its log at {expected}, found {actual})"
     )]
-    Conflict { task_id: TaskId, expected: u64, actual: u64 },
+    Conflict {
+        task_id: TaskId,
+        expected: u64,
+        actual: u64,
+    },
     #[error("invalid list cursor `{0}`")]
     BadCursor(String),
     #[error("store error: {0}")]
@@ -107,7 +111,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>>;
     async fn list(&self, filter: &TaskFilter) -> StoreResult<TaskPage>;
     /// Events of a task with `seq > after_seq`, oldest first, at most `limit`.
-    async fn events(&self, id: &TaskId, after_seq: u64, limit: usize) -> StoreResult<Vec<HarnessEvent>>;
+    async fn events(
+        &self,
+        id: &TaskId,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<HarnessEvent>>;
     /// Removes a task's log, state, plan, snapshots and control requests together,
     /// if its log is still at `expected_seq`.
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()>;

@@ -225,7 +225,9 @@ mod tests {
             id: EventId::new(),
             seq: 7,
             timestamp: chrono::Utc::now(),
-            change: TaskChange::TaskFailed { error: "boom".into() },
+            change: TaskChange::TaskFailed {
+                error: "boom".into(),
+            },
             task_id: Some(TaskId::new()),
             checkpoint_id: None,
             session_id: "s".into(),

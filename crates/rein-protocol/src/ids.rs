@@ -146,6 +146,9 @@ mod tests {
         let s = new_span_id();
         assert_eq!(t.len(), 32);
         assert_eq!(s.len(), 16);
-        assert!(t.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert!(
+            t.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
     }
 }

@@ -61,7 +61,9 @@ impl std::fmt::Display for TaskStatus {
 }
 
 /// The eleven checkpoint types of the seed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckpointType {
     TaskStart,
@@ -135,7 +137,9 @@ impl std::fmt::Display for CheckpointType {
 }
 
 /// The five control points of the lifecycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// CP1: the task is confirmed (by policy or by a person).

@@ -59,7 +59,10 @@ pub const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;
 #[derive(Debug)]
 pub enum MigrationError {
     /// The file was written by a newer rein.
-    TooNew { found: i64, supported: i64 },
+    TooNew {
+        found: i64,
+        supported: i64,
+    },
     Sqlite(rusqlite::Error),
 }
 
@@ -75,9 +78,16 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, MigrationError> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if found > CURRENT_VERSION {
-        return Err(MigrationError::TooNew { found, supported: CURRENT_VERSION });
+        return Err(MigrationError::TooNew {
+            found,
+            supported: CURRENT_VERSION,
+        });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(found).unwrap_or(0)) {
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(found).unwrap_or(0))
+    {
         tx.execute_batch(sql)?;
         tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
     }

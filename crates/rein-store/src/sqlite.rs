@@ -9,13 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::SecondsFormat;
-use rein_core::store::{
-    ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
-};
+use rein_core::store::{ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite};
 use rein_core::{Store, StoreError, StoreResult};
 use rein_protocol::{
-    Checkpoint, HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskHead, TaskId,
-    TaskState, Timestamp,
+    Checkpoint, HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskHead, TaskId, TaskState,
+    Timestamp,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -67,8 +65,12 @@ impl SqliteStore {
     /// Opens (creating if needed) the store file at `path`, migrating its schema.
     pub fn open(path: &Path) -> StoreResult<SqliteStore> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| backend(format!("cannot create data directory {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                backend(format!(
+                    "cannot create data directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -82,8 +84,13 @@ impl SqliteStore {
             )),
             MigrationError::Sqlite(e) => backend(format!("cannot migrate store {}: {e}", path.display())),
         })?;
-        let writer = Writer::start(conn).map_err(|e| backend(format!("cannot start writer thread: {e}")))?;
-        Ok(SqliteStore { path: path.to_owned(), writer, readers: Arc::new(Mutex::new(Vec::new())) })
+        let writer =
+            Writer::start(conn).map_err(|e| backend(format!("cannot start writer thread: {e}")))?;
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            writer,
+            readers: Arc::new(Mutex::new(Vec::new())),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -159,7 +166,11 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
     let checkpoints = write
         .checkpoints
         .iter()
-        .map(|c| serde_json::to_string(c).map(|b| (c.id.to_string(), b)).map_err(backend))
+        .map(|c| {
+            serde_json::to_string(c)
+                .map(|b| (c.id.to_string(), b))
+                .map_err(backend)
+        })
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(Encoded {
         task_id: write.task_id.to_string(),
@@ -176,9 +187,8 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
 }
 
 fn append(conn: &Connection, w: &Encoded) -> rusqlite::Result<()> {
-    let mut insert_event = conn.prepare_cached(
-        "INSERT INTO events (task_id, seq, type, body) VALUES (?1, ?2, ?3, ?4)",
-    )?;
+    let mut insert_event = conn
+        .prepare_cached("INSERT INTO events (task_id, seq, type, body) VALUES (?1, ?2, ?3, ?4)")?;
     for (seq, kind, body) in &w.events {
         insert_event.execute(params![w.task_id, seq, kind, body])?;
     }
@@ -201,7 +211,9 @@ fn load_checkpoints(conn: &Connection, id: &str) -> StoreResult<Vec<Checkpoint>>
     let mut stmt = conn
         .prepare_cached("SELECT body FROM checkpoints WHERE task_id = ?1 ORDER BY ord")
         .map_err(backend)?;
-    let rows = stmt.query_map([id], |r| r.get::<_, String>(0)).map_err(backend)?;
+    let rows = stmt
+        .query_map([id], |r| r.get::<_, String>(0))
+        .map_err(backend)?;
     rows.map(|body| {
         let body = body.map_err(backend)?;
         serde_json::from_str(&body).map_err(|e| corrupt("checkpoint", e))
@@ -214,7 +226,8 @@ fn load_head(conn: &Connection, id: &str) -> StoreResult<Option<TaskHead>> {
         .query_row("SELECT head FROM tasks WHERE id = ?1", [id], |r| r.get(0))
         .optional()
         .map_err(backend)?;
-    body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("task state", e))).transpose()
+    body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("task state", e)))
+        .transpose()
 }
 
 #[async_trait]
@@ -277,7 +290,9 @@ impl Store for SqliteStore {
     async fn load(&self, id: &TaskId) -> StoreResult<Option<TaskState>> {
         let id = id.to_string();
         self.read(move |conn| {
-            let Some(head) = load_head(conn, &id)? else { return Ok(None) };
+            let Some(head) = load_head(conn, &id)? else {
+                return Ok(None);
+            };
             let checkpoints = load_checkpoints(conn, &id)?;
             Ok(Some(TaskState { head, checkpoints }))
         })
@@ -293,10 +308,13 @@ impl Store for SqliteStore {
         let id = id.to_string();
         self.read(move |conn| {
             let body: Option<String> = conn
-                .query_row("SELECT plan FROM plans WHERE task_id = ?1", [&id], |r| r.get(0))
+                .query_row("SELECT plan FROM plans WHERE task_id = ?1", [&id], |r| {
+                    r.get(0)
+                })
                 .optional()
                 .map_err(backend)?;
-            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("plan", e))).transpose()
+            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("plan", e)))
+                .transpose()
         })
         .await
     }
@@ -332,12 +350,17 @@ impl Store for SqliteStore {
             sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", limit + 1));
             let mut stmt = conn.prepare(&sql).map_err(backend)?;
             let rows = stmt
-                .query_map(rusqlite::params_from_iter(args.iter()), |r| r.get::<_, String>(0))
+                .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                    r.get::<_, String>(0)
+                })
                 .map_err(backend)?;
             let mut items = Vec::new();
             for body in rows {
                 let body = body.map_err(backend)?;
-                items.push(serde_json::from_str::<TaskHead>(&body).map_err(|e| corrupt("task state", e))?);
+                items.push(
+                    serde_json::from_str::<TaskHead>(&body)
+                        .map_err(|e| corrupt("task state", e))?,
+                );
             }
             let next_cursor = if items.len() > limit {
                 items.truncate(limit);
@@ -350,7 +373,12 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn events(&self, id: &TaskId, after_seq: u64, limit: usize) -> StoreResult<Vec<HarnessEvent>> {
+    async fn events(
+        &self,
+        id: &TaskId,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<HarnessEvent>> {
         let id = id.to_string();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
@@ -360,7 +388,9 @@ impl Store for SqliteStore {
                 )
                 .map_err(backend)?;
             let rows = stmt
-                .query_map(params![id, seq(after_seq), limit], |r| r.get::<_, String>(0))
+                .query_map(params![id, seq(after_seq), limit], |r| {
+                    r.get::<_, String>(0)
+                })
                 .map_err(backend)?;
             rows.map(|b| {
                 let b = b.map_err(backend)?;
@@ -377,7 +407,9 @@ impl Store for SqliteStore {
             .write(move |conn| {
                 let id = task_id.to_string();
                 let actual: Option<i64> = conn
-                    .query_row("SELECT last_seq FROM tasks WHERE id = ?1", [&id], |r| r.get(0))
+                    .query_row("SELECT last_seq FROM tasks WHERE id = ?1", [&id], |r| {
+                        r.get(0)
+                    })
                     .optional()
                     .map_err(backend)?;
                 match actual {
@@ -395,7 +427,8 @@ impl Store for SqliteStore {
                     conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [&id])
                         .map_err(backend)?;
                 }
-                conn.execute("DELETE FROM tasks WHERE id = ?1", [&id]).map_err(backend)?;
+                conn.execute("DELETE FROM tasks WHERE id = ?1", [&id])
+                    .map_err(backend)?;
                 Ok(())
             })
             .await
@@ -403,8 +436,12 @@ impl Store for SqliteStore {
 
     async fn put_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
         let body = serde_json::to_string(snapshot).map_err(backend)?;
-        let (id, task, s, at) =
-            (snapshot.id.to_string(), snapshot.task_id.to_string(), seq(snapshot.seq), ts(&snapshot.created_at));
+        let (id, task, s, at) = (
+            snapshot.id.to_string(),
+            snapshot.task_id.to_string(),
+            seq(snapshot.seq),
+            ts(&snapshot.created_at),
+        );
         let task_id = snapshot.task_id.clone();
         self.writer
             .write(move |conn| {
@@ -429,10 +466,13 @@ impl Store for SqliteStore {
         let id = id.to_string();
         self.read(move |conn| {
             let body: Option<String> = conn
-                .query_row("SELECT body FROM snapshots WHERE id = ?1", [&id], |r| r.get(0))
+                .query_row("SELECT body FROM snapshots WHERE id = ?1", [&id], |r| {
+                    r.get(0)
+                })
                 .optional()
                 .map_err(backend)?;
-            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("snapshot", e))).transpose()
+            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("snapshot", e)))
+                .transpose()
         })
         .await
     }
@@ -469,8 +509,11 @@ impl Store for SqliteStore {
         let task = request.task_id.to_string();
         self.writer
             .write(move |conn| {
-                conn.execute("INSERT INTO controls (task_id, body) VALUES (?1, ?2)", params![task, body])
-                    .map_err(backend)?;
+                conn.execute(
+                    "INSERT INTO controls (task_id, body) VALUES (?1, ?2)",
+                    params![task, body],
+                )
+                .map_err(backend)?;
                 Ok(())
             })
             .await
@@ -486,7 +529,8 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 let found = read_controls(conn, &id)?;
-                conn.execute("DELETE FROM controls WHERE task_id = ?1", [&id]).map_err(backend)?;
+                conn.execute("DELETE FROM controls WHERE task_id = ?1", [&id])
+                    .map_err(backend)?;
                 Ok(found)
             })
             .await
@@ -500,7 +544,8 @@ impl Store for SqliteStore {
             })
             .await?;
         self.read(|conn| {
-            conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0)).map_err(backend)?;
+            conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0))
+                .map_err(backend)?;
             Ok(())
         })
         .await
@@ -511,7 +556,9 @@ fn read_controls(conn: &Connection, id: &str) -> StoreResult<Vec<ControlRequest>
     let mut stmt = conn
         .prepare_cached("SELECT body FROM controls WHERE task_id = ?1 ORDER BY id")
         .map_err(backend)?;
-    let rows = stmt.query_map([id], |r| r.get::<_, String>(0)).map_err(backend)?;
+    let rows = stmt
+        .query_map([id], |r| r.get::<_, String>(0))
+        .map_err(backend)?;
     rows.map(|b| {
         let b = b.map_err(backend)?;
         serde_json::from_str(&b).map_err(|e| corrupt("control request", e))

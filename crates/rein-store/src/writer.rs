@@ -81,11 +81,16 @@ impl Writer {
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
         let (reply, done) = oneshot::channel();
-        let op: Box<dyn WriteOp> = Box::new(Op { work: Some(work), result: None, reply });
+        let op: Box<dyn WriteOp> = Box::new(Op {
+            work: Some(work),
+            result: None,
+            reply,
+        });
         self.queue
             .send(op)
             .map_err(|_| StoreError::Backend("the store's writer thread has stopped".into()))?;
-        done.await.map_err(|_| StoreError::Backend("the store's writer thread has stopped".into()))?
+        done.await
+            .map_err(|_| StoreError::Backend("the store's writer thread has stopped".into()))?
     }
 }
 
@@ -100,7 +105,9 @@ fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Coun
         }
         let commit = commit_batch(&conn, &mut batch);
         counters.commits.fetch_add(1, Ordering::Relaxed);
-        counters.writes.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        counters
+            .writes
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
         for op in batch {
             op.finish(commit.clone());
         }

@@ -1,0 +1,176 @@
+//! The command line, as clap types. Parsing only: no logic here.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rein",
+    version,
+    about = "Run agent tasks durably: every step checkpointed, every crash resumable."
+)]
+pub struct Cli {
+    /// Directory holding rein's store and task workspaces
+    /// [default: the XDG data directory, e.g. ~/.local/share/rein].
+    #[arg(long, global = true, env = "REIN_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a plan file in the foreground (exit 0 completed, 1 failed, 3 paused).
+    Run(RunArgs),
+    /// Check plan files without running them.
+    #[command(subcommand)]
+    Plan(PlanCommand),
+    /// Inspect and steer tasks.
+    #[command(subcommand)]
+    Tasks(TasksCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The plan file (TOML).
+    pub plan: PathBuf,
+    /// Session the task belongs to [default: the plan's `session`, else "default"].
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Workspace directory the steps run in [default: the plan's `workspace`, else a
+    /// fresh directory under the data directory].
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Most steps running at once, unless the plan says otherwise.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub max_parallel: u32,
+    #[command(flatten)]
+    pub output: RunOutput,
+}
+
+#[derive(Debug, Args, Clone, Copy)]
+pub struct RunOutput {
+    /// Print the final task state as JSON on stdout (progress goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing but the outcome.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Validate a plan file and show its steps in running order.
+    Check {
+        plan: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// List tasks, newest first.
+    List(ListArgs),
+    /// Show a task with its checkpoints.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a task's event log.
+    Events {
+        id: String,
+        /// Only events after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a task's events as they happen, until it finishes or pauses
+    /// (exit 0 completed, 1 failed or cancelled, 3 paused or stalled).
+    Follow {
+        id: String,
+        /// Only events after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume unfinished tasks from their last completed checkpoint.
+    Resume(ResumeArgs),
+    /// Pause a task: its runner starts no more steps and pauses once running ones end.
+    Pause {
+        id: String,
+        #[arg(long, default_value = "requested from the command line")]
+        reason: String,
+    },
+    /// Abort a task: running steps are stopped and the task is cancelled.
+    Abort {
+        id: String,
+        #[arg(long, default_value = "requested from the command line")]
+        reason: String,
+    },
+    /// Take a snapshot of a task's current state.
+    Snapshot {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List a task's snapshots.
+    Snapshots {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a new task from a snapshot (the original task is left as it is).
+    Restore {
+        snapshot: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a finished or paused task with its log and snapshots.
+    Delete { id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[arg(long)]
+    pub session: Option<String>,
+    /// pending, in_progress, completed, failed, paused or cancelled.
+    #[arg(long)]
+    pub status: Option<String>,
+    /// Created at or after: RFC 3339 time, or a duration ago (e.g. 2h).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Created before: RFC 3339 time, or a duration ago.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+    pub limit: u32,
+    /// Continue after a previous page (its `next_cursor`).
+    #[arg(long)]
+    pub cursor: Option<String>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The task to resume.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub id: Option<String>,
+    /// Resume every unfinished task that no live process is running.
+    #[arg(long)]
+    pub all: bool,
+    /// Run this interrupted, non-idempotent step again.
+    #[arg(long, value_name = "STEP", requires = "id")]
+    pub rerun: Vec<String>,
+    /// Skip this interrupted step.
+    #[arg(long, value_name = "STEP", requires = "id")]
+    pub skip: Vec<String>,
+    #[command(flatten)]
+    pub output: RunOutput,
+}

@@ -1,0 +1,66 @@
+//! One module per command group; [`dispatch`] routes a parsed command line.
+
+mod plan;
+mod run;
+mod tasks;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use rein_core::{CommandExecutor, Engine, EngineConfig};
+use rein_protocol::{SnapshotId, TaskId};
+use rein_store::SqliteStore;
+
+use crate::cli::{Cli, Command};
+use crate::exit::UsageError;
+
+/// What every command that touches tasks needs: the engine over the store.
+pub struct Context {
+    pub engine: Arc<Engine>,
+}
+
+/// The data directory: `--data-dir`, `REIN_DATA_DIR`, or the XDG data directory.
+fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = flag {
+        return Ok(dir);
+    }
+    dirs::data_dir()
+        .map(|d| d.join("rein"))
+        .context("cannot find a data directory (no $HOME or $XDG_DATA_HOME); pass --data-dir DIR or set REIN_DATA_DIR")
+}
+
+impl Context {
+    pub fn open(data_dir_flag: Option<PathBuf>, max_parallel: usize) -> anyhow::Result<Context> {
+        let dir = data_dir(data_dir_flag)?;
+        let store = SqliteStore::open(&dir.join("rein.db"))?;
+        let mut config = EngineConfig::new(dir.join("workspaces"));
+        config.max_parallel = max_parallel;
+        let engine = Engine::new(Arc::new(store), Arc::new(CommandExecutor), config);
+        Ok(Context {
+            engine: Arc::new(engine),
+        })
+    }
+}
+
+pub fn parse_task_id(id: &str) -> anyhow::Result<TaskId> {
+    TaskId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
+}
+
+pub fn parse_snapshot_id(id: &str) -> anyhow::Result<SnapshotId> {
+    SnapshotId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
+}
+
+/// Prints a value as pretty JSON on stdout.
+pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    match cli.command {
+        Command::Run(args) => run::run(cli.data_dir, args).await,
+        Command::Plan(cmd) => plan::dispatch(cmd),
+        Command::Tasks(cmd) => tasks::dispatch(cli.data_dir, cmd).await,
+    }
+}

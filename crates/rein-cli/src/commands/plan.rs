@@ -1,0 +1,32 @@
+//! `rein plan check`.
+
+use rein_core::plan::load_plan_file;
+
+use crate::cli::PlanCommand;
+use crate::commands::print_json;
+use crate::exit;
+
+pub fn dispatch(cmd: PlanCommand) -> anyhow::Result<u8> {
+    match cmd {
+        PlanCommand::Check { plan, json } => {
+            let spec = load_plan_file(&plan)?;
+            if json {
+                print_json(&spec.plan)?;
+            } else {
+                let p = &spec.plan;
+                println!("plan {} is valid: {} steps", plan.display(), p.steps.len());
+                println!("  {}", p.original_task);
+                for step in &p.steps {
+                    let deps = if step.depends_on.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" after {}", step.depends_on.join(", "))
+                    };
+                    let flags = if step.idempotent { " (idempotent)" } else { "" };
+                    println!("  - {} [{}]{deps}{flags}", step.id, step.checkpoint);
+                }
+            }
+            Ok(exit::SUCCESS)
+        }
+    }
+}

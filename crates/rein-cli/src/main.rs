@@ -1,0 +1,38 @@
+//! `rein`: the command-line front end. It parses arguments, calls the engine and
+//! prints; everything else lives in the library crates.
+//!
+//! Layout: [`cli`] (arguments), [`commands`] (one module per command group),
+//! [`progress`] (live progress of a run), [`render`] (human-readable output),
+//! [`exit`] (the one mapping from errors to exit codes).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+mod cli;
+mod commands;
+mod exit;
+mod progress;
+mod render;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(commands::dispatch(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(exit::code_for(&e))
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Human-readable output: one-line descriptions of events, task summaries, tables.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rein_protocol::{
+    Checkpoint, CheckpointId, CheckpointType, HarnessEvent, TaskChange, TaskHead, TaskState,
+};
+
+/// What the renderer knows about each checkpoint: its step and type.
+#[derive(Debug, Default)]
+pub struct CheckpointIndex(HashMap<CheckpointId, (Option<String>, CheckpointType, u32)>);
+
+impl CheckpointIndex {
+    pub fn from_state(state: &TaskState) -> Self {
+        let mut index = CheckpointIndex::default();
+        for cp in &state.checkpoints {
+            index.learn(cp);
+        }
+        index
+    }
+
+    pub fn learn(&mut self, cp: &Checkpoint) {
+        self.0
+            .insert(cp.id.clone(), (cp.step_id.clone(), cp.kind, cp.attempt));
+    }
+
+    /// Records what an event teaches, returning the step and type of its checkpoint.
+    pub fn observe(&mut self, event: &HarnessEvent) {
+        if let TaskChange::CheckpointCreated { checkpoint } = &event.change {
+            self.learn(checkpoint);
+        }
+    }
+
+    /// The plan step a checkpoint records, if it records one.
+    pub fn step(&self, id: &CheckpointId) -> Option<&str> {
+        self.0.get(id).and_then(|(step, _, _)| step.as_deref())
+    }
+
+    fn name(&self, id: &CheckpointId) -> (String, bool, u32) {
+        match self.0.get(id) {
+            Some((Some(step), kind, attempt)) => (format!("{step} [{kind}]"), true, *attempt),
+            Some((None, kind, attempt)) => {
+                (format!("{} {kind}", kind.phase().label()), false, *attempt)
+            }
+            None => (id.to_string(), false, 1),
+        }
+    }
+}
+
+pub fn duration_ms(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else {
+        let d = Duration::from_millis(ms - ms % 100);
+        humantime::format_duration(d).to_string()
+    }
+}
+
+/// One line for an event, or `None` for events that only matter to machines.
+pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String> {
+    let line = match &event.change {
+        TaskChange::TaskCreated { description, .. } => format!("task created: {description}"),
+        TaskChange::TaskRestored {
+            snapshot_id,
+            from_task_id,
+            ..
+        } => {
+            format!("task restored from snapshot {snapshot_id} of {from_task_id}")
+        }
+        TaskChange::TaskStarted { .. } => "task started".to_owned(),
+        TaskChange::TaskResumed { rerun, skip, .. } => {
+            let mut s = "task resumed".to_owned();
+            if !rerun.is_empty() {
+                s.push_str(&format!(" (re-running {})", rerun.join(", ")));
+            }
+            if !skip.is_empty() {
+                s.push_str(&format!(" (skipping {})", skip.join(", ")));
+            }
+            s
+        }
+        TaskChange::TaskPaused { reason } => format!("task paused: {reason}"),
+        TaskChange::TaskCompleted {} => "task completed".to_owned(),
+        TaskChange::TaskFailed { error } => format!("task failed: {error}"),
+        TaskChange::TaskCancelled { reason, by } => format!("task cancelled by {by}: {reason}"),
+        TaskChange::CheckpointCreated { .. } => return None,
+        TaskChange::CheckpointEntered { checkpoint_id } => {
+            let (name, is_step, attempt) = index.name(checkpoint_id);
+            if !is_step {
+                return None;
+            }
+            if attempt > 1 {
+                format!("started  {name} (attempt {attempt})")
+            } else {
+                format!("started  {name}")
+            }
+        }
+        TaskChange::CheckpointPassed {
+            checkpoint_id,
+            duration_ms: ms,
+            ..
+        } => {
+            let (name, is_step, _) = index.name(checkpoint_id);
+            if is_step {
+                format!("passed   {name} in {}", duration_ms(*ms))
+            } else {
+                format!("{name} passed")
+            }
+        }
+        TaskChange::CheckpointFailed {
+            checkpoint_id,
+            duration_ms: ms,
+            error,
+            ..
+        } => {
+            let (name, _, _) = index.name(checkpoint_id);
+            format!("failed   {name} after {}: {error}", duration_ms(*ms))
+        }
+        TaskChange::CheckpointSkipped {
+            checkpoint_id,
+            reason,
+            ..
+        } => {
+            let (name, _, _) = index.name(checkpoint_id);
+            format!("skipped  {name}: {reason}")
+        }
+    };
+    Some(line)
+}
+
+/// The line for an event with its time in front.
+pub fn timed(event: &HarnessEvent, line: &str) -> String {
+    format!("[{}] {line}", event.timestamp.format("%H:%M:%S%.3f"))
+}
+
+pub fn short_time(t: &rein_protocol::Timestamp) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+pub fn task_table(items: &[TaskHead]) -> String {
+    let mut out = format!(
+        "{:<31} {:<11} {:<19} {}\n",
+        "ID", "STATUS", "CREATED (UTC)", "DESCRIPTION"
+    );
+    for t in items {
+        out.push_str(&format!(
+            "{:<31} {:<11} {:<19} {}\n",
+            t.id,
+            t.status.as_str(),
+            short_time(&t.created_at),
+            t.description
+        ));
+    }
+    out
+}
+
+pub fn task_details(state: &TaskState) -> String {
+    let h = &state.head;
+    let mut out = format!("{}  {}\n  {}\n", h.id, h.status, h.description);
+    out.push_str(&format!(
+        "  session {} · created {} · updated {}\n",
+        h.session_id,
+        short_time(&h.created_at),
+        short_time(&h.updated_at)
+    ));
+    if let Some(ws) = &h.resources.workspace_path {
+        out.push_str(&format!("  workspace {ws}\n"));
+    }
+    if let Some(phase) = state.phase() {
+        out.push_str(&format!("  reached {}\n", phase.label()));
+    }
+    out.push_str(&format!(
+        "  steps: {} finished, {} pending\n",
+        h.context.completed_steps.len(),
+        h.context.pending_steps.len()
+    ));
+    if let Some(reason) = &h.context.blocked_reason {
+        out.push_str(&format!("  blocked: {reason}\n"));
+    }
+    if let Some(error) = &h.error {
+        out.push_str(&format!("  error: {error}\n"));
+    }
+    if let Some(r) = &h.runner {
+        out.push_str(&format!("  runner: pid {} on {}\n", r.pid, r.host));
+    }
+    out.push_str("  checkpoints:\n");
+    for cp in &state.checkpoints {
+        let what = match &cp.step_id {
+            Some(step) if cp.attempt > 1 => format!("{step} (attempt {})", cp.attempt),
+            Some(step) => step.clone(),
+            None => String::new(),
+        };
+        let mut line = format!(
+            "    {:<4} {:<16} {:<24} {:<11}",
+            cp.kind.phase().label().split(' ').next().unwrap_or(""),
+            cp.kind.as_str(),
+            what,
+            cp.status.as_str()
+        );
+        if let Some(ms) = cp.duration_ms {
+            line.push_str(&format!(" {}", duration_ms(ms)));
+        }
+        if let Some(code) = cp
+            .output
+            .as_ref()
+            .and_then(|o| o.get("exit_code"))
+            .and_then(|c| c.as_i64())
+        {
+            line.push_str(&format!(" exit {code}"));
+        }
+        if let Some(by) = &cp.approved_by {
+            line.push_str(&format!(" by {}", by.who));
+        }
+        if let Some(e) = &cp.error {
+            line.push_str(&format!(" — {e}"));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
