@@ -550,6 +550,7 @@ fn cancel_interrupted(rec: &mut Recorder, by: &str) -> Result<()> {
             duration_ms,
             error: format!("cancelled: the task was aborted by {by}"),
             output: None,
+            will_retry: false,
         })?;
     }
     Ok(())

@@ -10,6 +10,9 @@ use crate::lifecycle::{
     CheckpointEvent, IllegalTransition, TaskEvent, checkpoint_transition, task_transition,
 };
 
+/// Metadata key set on a failed checkpoint whose step runs again in a new attempt.
+pub const WILL_RETRY: &str = "will_retry";
+
 /// An event that cannot be applied to the state it was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FoldError {
@@ -212,12 +215,16 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
             duration_ms,
             error,
             output,
+            will_retry,
         } => {
             let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
             cp.status = checkpoint_transition(cp.status, CheckpointEvent::Fail).map_err(illegal)?;
             cp.duration_ms = Some(*duration_ms);
             cp.error = Some(error.clone());
             cp.output = output.clone();
+            if *will_retry {
+                cp.metadata.insert(WILL_RETRY.into(), true.into());
+            }
         }
         TaskChange::CheckpointSkipped {
             checkpoint_id,

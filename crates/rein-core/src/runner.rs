@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::engine::{Engine, RunOptions, elapsed_ms, system_checkpoint};
 use crate::error::{EngineError, Result};
 use crate::executor::{StepOutcome, StepRequest};
+use crate::fold::WILL_RETRY;
 use crate::recorder::{Recorder, SpanRef};
 use crate::store::ControlKind;
 
@@ -121,6 +122,10 @@ impl<'e> TaskRun<'e> {
                         started_at: cp.started_at,
                     },
                     CheckpointStatus::Completed => Progress::Completed,
+                    // A failed attempt to be retried leaves the step to run again.
+                    CheckpointStatus::Failed if cp.metadata.contains_key(WILL_RETRY) => {
+                        Progress::NotStarted
+                    }
                     CheckpointStatus::Failed => Progress::Failed,
                     CheckpointStatus::Skipped
                         if cp.metadata.get("skipped_kind").and_then(|v| v.as_str())
@@ -271,6 +276,7 @@ impl<'e> TaskRun<'e> {
                     duration_ms,
                     error: format!("interrupted: rein stopped while this step was running; running it again because {why}"),
                     output: None,
+                    will_retry: true,
                 })?;
                 self.progress[i] = Progress::NotStarted;
             } else {
@@ -468,6 +474,7 @@ impl<'e> TaskRun<'e> {
                         duration_ms,
                         error,
                         output,
+                        will_retry: false,
                     },
                     &span,
                 )?;
@@ -482,6 +489,7 @@ impl<'e> TaskRun<'e> {
                         duration_ms,
                         error: "cancelled while running".into(),
                         output: None,
+                        will_retry: false,
                     },
                     &span,
                 )?;
@@ -691,6 +699,7 @@ impl<'e> TaskRun<'e> {
                         duration_ms,
                         error: format!("cancelled: the task was aborted by {by}"),
                         output: None,
+                        will_retry: false,
                     },
                     &span,
                 )?;

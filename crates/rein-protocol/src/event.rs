@@ -129,6 +129,9 @@ pub enum TaskChange {
         error: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         output: Option<serde_json::Value>,
+        /// The step will run again in a new attempt: this failure is not its outcome.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        will_retry: bool,
     },
     /// `pending` or `in_progress` → `skipped`.
     CheckpointSkipped {

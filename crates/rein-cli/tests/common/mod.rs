@@ -1,0 +1,63 @@
+//! Helpers shared by the CLI's end-to-end tests: they run the real `rein` binary
+//! against a real SQLite file in a temporary data directory.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn rein_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_rein"))
+}
+
+/// A `rein` command on a data directory, with no inherited REIN_* settings.
+pub fn rein(data_dir: &Path) -> Command {
+    let mut cmd = Command::new(rein_bin());
+    cmd.env_remove("REIN_DATA_DIR")
+        .arg("--data-dir")
+        .arg(data_dir);
+    cmd
+}
+
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("rein runs");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+pub fn write_plan(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write plan");
+    path
+}
+
+/// The ids of all tasks in a data directory, newest first.
+pub fn task_ids(data_dir: &Path) -> Vec<String> {
+    let out = run_ok(rein(data_dir).args(["tasks", "list", "--json"]));
+    json(&out)
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|t| t["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+pub fn show(data_dir: &Path, id: &str) -> serde_json::Value {
+    json(&run_ok(
+        rein(data_dir).args(["tasks", "show", id, "--json"]),
+    ))
+}
