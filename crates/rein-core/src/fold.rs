@@ -284,3 +284,227 @@ fn finish_step(context: &mut TaskContext, step: String) {
         context.completed_steps.push(step);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use rein_protocol::ids::{new_span_id, new_trace_id};
+    use rein_protocol::{Checkpoint, CheckpointId, CheckpointType, EventId, TaskId};
+
+    use super::*;
+
+    fn event(task: &TaskId, seq: u64, change: TaskChange) -> HarnessEvent {
+        HarnessEvent {
+            id: EventId::new(),
+            seq,
+            timestamp: chrono::Utc::now(),
+            checkpoint_id: change.checkpoint_id().cloned(),
+            change,
+            task_id: Some(task.clone()),
+            session_id: "s".into(),
+            trace_id: new_trace_id(),
+            span_id: new_span_id(),
+            parent_span_id: None,
+        }
+    }
+
+    fn created(task: &TaskId) -> HarnessEvent {
+        event(
+            task,
+            1,
+            TaskChange::TaskCreated {
+                description: "d".into(),
+                session_id: "s".into(),
+                workspace_path: None,
+                pending_steps: vec!["a".into(), "b".into()],
+                trace_id: new_trace_id(),
+                span_id: new_span_id(),
+            },
+        )
+    }
+
+    fn checkpoint(task: &TaskId, step: &str) -> Checkpoint {
+        Checkpoint {
+            id: CheckpointId::new(),
+            task_id: task.clone(),
+            step_id: Some(step.into()),
+            kind: CheckpointType::TaskExec,
+            status: CheckpointStatus::Pending,
+            attempt: 1,
+            started_at: chrono::Utc::now(),
+            duration_ms: None,
+            input: None,
+            output: None,
+            error: None,
+            approved_by: None,
+            metadata: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_log_folds_into_the_state_it_describes() {
+        let task = TaskId::new();
+        let cp = checkpoint(&task, "a");
+        let log = vec![
+            created(&task),
+            event(&task, 2, TaskChange::TaskStarted { runner: None }),
+            event(
+                &task,
+                3,
+                TaskChange::CheckpointCreated {
+                    checkpoint: Box::new(cp.clone()),
+                },
+            ),
+            event(
+                &task,
+                4,
+                TaskChange::CheckpointEntered {
+                    checkpoint_id: cp.id.clone(),
+                },
+            ),
+            event(
+                &task,
+                5,
+                TaskChange::CheckpointPassed {
+                    checkpoint_id: cp.id.clone(),
+                    duration_ms: 12,
+                    output: None,
+                    approved_by: None,
+                },
+            ),
+        ];
+        let state = fold(&log).unwrap();
+        assert_eq!(state.status(), TaskStatus::InProgress);
+        assert_eq!(state.head.last_seq, 5);
+        assert_eq!(state.head.context.completed_steps, vec!["a".to_owned()]);
+        assert_eq!(state.head.context.pending_steps, vec!["b".to_owned()]);
+        assert_eq!(state.checkpoints[0].status, CheckpointStatus::Completed);
+        assert_eq!(state.checkpoints[0].duration_ms, Some(12));
+        assert_eq!(state.head.current_checkpoint, Some(cp.id));
+    }
+
+    #[test]
+    fn illegal_and_out_of_order_events_are_errors_not_panics() {
+        let task = TaskId::new();
+        let cp = checkpoint(&task, "a");
+        let mut state = genesis(&created(&task)).unwrap();
+        let skip = event(&task, 3, TaskChange::TaskStarted { runner: None });
+        assert_eq!(
+            apply(&mut state, &skip),
+            Err(FoldError::OutOfOrder {
+                seq: 3,
+                last_seq: 1
+            })
+        );
+        let done = event(&task, 2, TaskChange::TaskCompleted {});
+        assert!(matches!(
+            apply(&mut state, &done),
+            Err(FoldError::Illegal { .. })
+        ));
+        let unknown = event(
+            &task,
+            2,
+            TaskChange::CheckpointEntered {
+                checkpoint_id: cp.id.clone(),
+            },
+        );
+        assert!(matches!(
+            apply(&mut state, &unknown),
+            Err(FoldError::UnknownCheckpoint { .. })
+        ));
+        apply(
+            &mut state,
+            &event(
+                &task,
+                2,
+                TaskChange::CheckpointCreated {
+                    checkpoint: Box::new(cp.clone()),
+                },
+            ),
+        )
+        .unwrap();
+        let pass_pending = event(
+            &task,
+            3,
+            TaskChange::CheckpointPassed {
+                checkpoint_id: cp.id.clone(),
+                duration_ms: 1,
+                output: None,
+                approved_by: None,
+            },
+        );
+        assert!(matches!(
+            apply(&mut state, &pass_pending),
+            Err(FoldError::Illegal { .. })
+        ));
+        let again = event(
+            &task,
+            3,
+            TaskChange::CheckpointCreated {
+                checkpoint: Box::new(cp),
+            },
+        );
+        assert!(matches!(
+            apply(&mut state, &again),
+            Err(FoldError::DuplicateCheckpoint { .. })
+        ));
+        assert!(matches!(
+            apply(&mut state, &created(&task)),
+            Err(FoldError::OutOfOrder { .. })
+        ));
+        let other = event(&TaskId::new(), 3, TaskChange::TaskStarted { runner: None });
+        assert!(matches!(
+            apply(&mut state, &other),
+            Err(FoldError::WrongTask { .. })
+        ));
+        assert_eq!(state.head.last_seq, 2, "failed events change nothing");
+    }
+
+    #[test]
+    fn a_log_must_start_with_its_genesis() {
+        let task = TaskId::new();
+        let start = event(&task, 1, TaskChange::TaskStarted { runner: None });
+        assert_eq!(genesis(&start), Err(FoldError::BadGenesis("task_started")));
+        assert_eq!(fold(Vec::<&HarnessEvent>::new()), Err(FoldError::Empty));
+    }
+
+    #[test]
+    fn a_failed_attempt_that_will_be_retried_is_marked() {
+        let task = TaskId::new();
+        let cp = checkpoint(&task, "a");
+        let mut state = genesis(&created(&task)).unwrap();
+        for (seq, change) in [
+            (
+                2,
+                TaskChange::CheckpointCreated {
+                    checkpoint: Box::new(cp.clone()),
+                },
+            ),
+            (
+                3,
+                TaskChange::CheckpointEntered {
+                    checkpoint_id: cp.id.clone(),
+                },
+            ),
+            (
+                4,
+                TaskChange::CheckpointFailed {
+                    checkpoint_id: cp.id.clone(),
+                    duration_ms: 5,
+                    error: "interrupted".into(),
+                    output: None,
+                    will_retry: true,
+                },
+            ),
+        ] {
+            apply(&mut state, &event(&task, seq, change)).unwrap();
+        }
+        assert_eq!(
+            state.checkpoints[0].metadata.get(WILL_RETRY),
+            Some(&serde_json::Value::Bool(true))
+        );
+        assert_eq!(
+            state.head.context.pending_steps,
+            vec!["a".to_owned(), "b".to_owned()]
+        );
+    }
+}

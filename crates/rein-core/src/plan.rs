@@ -389,3 +389,7 @@ pub fn load_plan_file(path: &Path) -> Result<PlanSpec, PlanFileError> {
         },
     })
 }
+
+#[cfg(test)]
+#[path = "plan_tests.rs"]
+mod tests;

@@ -80,18 +80,30 @@ impl Writer {
         T: Send + 'static,
         F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     {
+        let done = self.submit(work)?;
+        done.await.map_err(|_| stopped())?
+    }
+
+    /// Queues `work` for the next transaction; the receiver gets its result once
+    /// the transaction has committed.
+    pub fn submit<T, F>(&self, work: F) -> StoreResult<oneshot::Receiver<StoreResult<T>>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
         let (reply, done) = oneshot::channel();
         let op: Box<dyn WriteOp> = Box::new(Op {
             work: Some(work),
             result: None,
             reply,
         });
-        self.queue
-            .send(op)
-            .map_err(|_| StoreError::Backend("the store's writer thread has stopped".into()))?;
-        done.await
-            .map_err(|_| StoreError::Backend("the store's writer thread has stopped".into()))?
+        self.queue.send(op).map_err(|_| stopped())?;
+        Ok(done)
     }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Backend("the store's writer thread has stopped".into())
 }
 
 fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Counters) {
@@ -134,4 +146,76 @@ fn commit_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(),
         let _ = conn.execute_batch("ROLLBACK");
         backend(e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(e: impl std::fmt::Display) -> StoreError {
+        StoreError::Backend(e.to_string())
+    }
+
+    #[tokio::test]
+    async fn writes_queued_behind_a_commit_share_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("w.db")).unwrap();
+        conn.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
+        let writer = Writer::start(conn).unwrap();
+        // Hold the writer thread inside a first write while ten more are queued.
+        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let blocker = writer
+            .submit(move |_| {
+                entered_tx.send(()).map_err(backend)?;
+                hold.recv().map_err(backend)
+            })
+            .unwrap();
+        entered.recv().unwrap();
+        let queued: Vec<_> = (0..10)
+            .map(|i| {
+                writer
+                    .submit(move |c| c.execute("INSERT INTO t VALUES (?1)", [i]).map_err(backend))
+                    .unwrap()
+            })
+            .collect();
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        for q in queued {
+            assert_eq!(q.await.unwrap().unwrap(), 1);
+        }
+        assert_eq!(writer.counters.writes.load(Ordering::SeqCst), 11);
+        assert_eq!(
+            writer.counters.commits.load(Ordering::SeqCst),
+            2,
+            "the ten shared one commit"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failing_write_does_not_undo_the_others_in_its_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("w.db")).unwrap();
+        conn.execute_batch("CREATE TABLE t (x INTEGER PRIMARY KEY)")
+            .unwrap();
+        let writer = Writer::start(conn).unwrap();
+        let insert = |x: i64| {
+            let writer = writer.clone();
+            async move {
+                writer
+                    .write(move |c| c.execute("INSERT INTO t VALUES (?1)", [x]).map_err(backend))
+                    .await
+            }
+        };
+        let (a, dup, b) = tokio::join!(insert(1), insert(1), insert(2));
+        assert!(a.is_ok() && b.is_ok());
+        assert!(dup.is_err(), "the duplicate key fails on its own");
+        let count = writer
+            .write(|c| {
+                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
+                    .map_err(backend)
+            })
+            .await;
+        assert_eq!(count.unwrap(), 2);
+    }
 }

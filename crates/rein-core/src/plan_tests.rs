@@ -1,0 +1,276 @@
+use super::*;
+
+fn parse(text: &str) -> Result<PlanSpec, String> {
+    parse_plan(text, Path::new("/plans")).map_err(|(message, _)| message)
+}
+
+fn issues(text: &str) -> Vec<PlanIssue> {
+    match parse_plan(text, Path::new("/plans")) {
+        Err((_, Some(errors))) => errors.0,
+        other => panic!("expected validation errors, got {other:?}"),
+    }
+}
+
+const TWO: &str = r#"
+description = "two"
+[[steps]]
+id = "a"
+run = "true"
+[[steps]]
+id = "b"
+run = "true"
+depends_on = ["a"]
+"#;
+
+#[test]
+fn a_valid_plan_parses_with_defaults_and_derived_blocking_steps() {
+    let spec = parse(TWO).unwrap();
+    let plan = &spec.plan;
+    assert_eq!(plan.original_task, "two");
+    assert_eq!(plan.steps.len(), 2);
+    assert_eq!(plan.steps[0].blocking_steps, vec!["b".to_owned()]);
+    assert!(plan.steps[1].blocking_steps.is_empty());
+    assert_eq!(plan.steps[0].checkpoint, CheckpointType::TaskExec);
+    assert!(!plan.steps[0].idempotent);
+    assert_eq!(plan.steps[0].timeout_ms, None);
+    assert_eq!(spec.workspace, None);
+}
+
+#[test]
+fn step_fields_map_onto_the_task_step() {
+    let spec = parse(
+        r#"
+description = "d"
+workspace = "proj"
+session = "s1"
+max_parallel = 2
+fail_fast = true
+[[steps]]
+id = "build"
+run = "cargo build"
+timeout = "10m"
+idempotent = true
+env = { RUST_LOG = "info" }
+[[steps]]
+id = "test"
+kind = "gate"
+checkpoint = "test_pass"
+run = "cargo test"
+depends_on = ["build"]
+[[steps]]
+id = "look"
+kind = "review"
+run = "true"
+depends_on = ["test"]
+"#,
+    )
+    .unwrap();
+    assert_eq!(spec.workspace, Some(PathBuf::from("/plans/proj")));
+    assert_eq!(spec.session.as_deref(), Some("s1"));
+    let p = spec.plan;
+    assert_eq!(p.max_parallel, Some(2));
+    assert!(p.fail_fast);
+    assert_eq!(p.steps[0].timeout_ms, Some(600_000));
+    assert!(p.steps[0].idempotent);
+    match &p.steps[0].action {
+        StepAction::Command { run, env } => {
+            assert_eq!(run, "cargo build");
+            assert_eq!(env.get("RUST_LOG").map(String::as_str), Some("info"));
+        }
+        StepAction::Noop => panic!("expected a command"),
+    }
+    assert_eq!(p.steps[1].checkpoint, CheckpointType::TestPass);
+    assert_eq!(p.steps[2].checkpoint, CheckpointType::TaskReview);
+}
+
+#[test]
+fn a_gate_defaults_to_quality_gate_and_build_pass_is_accepted() {
+    let spec = parse(
+        "description='d'\n[[steps]]\nid='g'\nkind='gate'\nrun='true'\n[[steps]]\nid='b'\nkind='gate'\ncheckpoint='build_pass'\nrun='true'\n",
+    )
+    .unwrap();
+    assert_eq!(spec.plan.steps[0].checkpoint, CheckpointType::QualityGate);
+    assert_eq!(spec.plan.steps[1].checkpoint, CheckpointType::BuildPass);
+}
+
+#[test]
+fn a_cycle_is_rejected_naming_its_path() {
+    let found = issues(
+        r#"
+description = "c"
+[[steps]]
+id = "a"
+run = "true"
+depends_on = ["c"]
+[[steps]]
+id = "b"
+run = "true"
+depends_on = ["a"]
+[[steps]]
+id = "c"
+run = "true"
+depends_on = ["b"]
+[[steps]]
+id = "free"
+run = "true"
+"#,
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    let PlanIssue::Cycle { path } = &found[0] else {
+        panic!("{found:?}")
+    };
+    assert_eq!(path.first(), path.last());
+    assert_eq!(path.len(), 4);
+    for id in ["a", "b", "c"] {
+        assert!(path.contains(&id.to_owned()));
+    }
+    assert!(!path.contains(&"free".to_owned()));
+    let text = found[0].to_string();
+    assert!(text.starts_with("dependency cycle: "), "{text}");
+}
+
+#[test]
+fn a_step_depending_on_itself_is_a_cycle() {
+    let found = issues("description='d'\n[[steps]]\nid='a'\nrun='true'\ndepends_on=['a']\n");
+    assert_eq!(
+        found,
+        vec![PlanIssue::Cycle {
+            path: vec!["a".into(), "a".into()]
+        }]
+    );
+}
+
+#[test]
+fn an_unknown_dependency_is_rejected_naming_both_steps() {
+    let found = issues("description='d'\n[[steps]]\nid='a'\nrun='true'\ndepends_on=['nope']\n");
+    assert_eq!(
+        found,
+        vec![PlanIssue::UnknownDependency {
+            step: "a".into(),
+            dependency: "nope".into()
+        }]
+    );
+    assert!(found[0].to_string().contains("`a` depends on `nope`"));
+}
+
+#[test]
+fn a_duplicate_id_is_rejected_naming_it() {
+    let found =
+        issues("description='d'\n[[steps]]\nid='a'\nrun='true'\n[[steps]]\nid='a'\nrun='false'\n");
+    assert_eq!(found, vec![PlanIssue::DuplicateStepId { id: "a".into() }]);
+}
+
+#[test]
+fn a_dependency_listed_twice_is_rejected() {
+    let found = issues(
+        "description='d'\n[[steps]]\nid='a'\nrun='true'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a','a']\n",
+    );
+    assert_eq!(
+        found,
+        vec![PlanIssue::DuplicateDependency {
+            step: "b".into(),
+            dependency: "a".into()
+        }]
+    );
+}
+
+#[test]
+fn every_issue_is_reported_at_once() {
+    let found = issues(
+        "description='d'\nmax_parallel=0\n[[steps]]\nid=''\nrun='true'\n[[steps]]\nid='bad id!'\nrun='  '\ntimeout='0s'\n",
+    );
+    assert!(found.contains(&PlanIssue::ZeroParallelism), "{found:?}");
+    assert!(
+        found.contains(&PlanIssue::EmptyStepId { index: 0 }),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&PlanIssue::BadStepId {
+            id: "bad id!".into()
+        }),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&PlanIssue::EmptyCommand {
+            step: "bad id!".into()
+        }),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&PlanIssue::ZeroTimeout {
+            step: "bad id!".into()
+        }),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_plan_without_steps_is_rejected() {
+    assert_eq!(issues("description='d'\n"), vec![PlanIssue::NoSteps]);
+}
+
+#[test]
+fn unknown_fields_are_rejected_naming_them() {
+    let top = parse("description='d'\ncolour='red'\n[[steps]]\nid='a'\nrun='true'\n").unwrap_err();
+    assert!(top.contains("unknown field `colour`"), "{top}");
+    let step = parse("description='d'\n[[steps]]\nid='a'\nrun='true'\nretries=3\n").unwrap_err();
+    assert!(step.contains("unknown field `retries`"), "{step}");
+}
+
+#[test]
+fn unknown_kinds_bad_durations_and_misplaced_checkpoints_are_rejected() {
+    let kind =
+        parse("description='d'\n[[steps]]\nid='a'\nrun='true'\nkind='deploy'\n").unwrap_err();
+    assert!(kind.contains("deploy"), "{kind}");
+    let timeout =
+        parse("description='d'\n[[steps]]\nid='a'\nrun='true'\ntimeout='soon'\n").unwrap_err();
+    assert!(
+        timeout.contains("step `a`: timeout") && timeout.contains("soon"),
+        "{timeout}"
+    );
+    let cp = parse("description='d'\n[[steps]]\nid='a'\nrun='true'\ncheckpoint='test_pass'\n")
+        .unwrap_err();
+    assert!(cp.contains("only for steps of kind = \"gate\""), "{cp}");
+    let missing = parse("description='d'\n[[steps]]\nid='a'\n").unwrap_err();
+    assert!(missing.contains("missing field `run`"), "{missing}");
+}
+
+#[test]
+fn validate_checks_plans_built_in_code_too() {
+    let step = |id: &str, deps: &[&str]| TaskStep {
+        id: id.into(),
+        description: String::new(),
+        step_type: StepType::Execute,
+        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        blocking_steps: Vec::new(),
+        checkpoint: CheckpointType::TaskExec,
+        required_permissions: Vec::new(),
+        risk_level: RiskLevel::Low,
+        risk_description: None,
+        action: StepAction::Noop,
+        timeout_ms: None,
+        idempotent: true,
+    };
+    let plan = TaskDecomposition {
+        original_task: "t".into(),
+        steps: vec![step("x", &["y"]), step("y", &["x"])],
+        estimated_duration_s: None,
+        risk_level: RiskLevel::Low,
+        max_parallel: None,
+        fail_fast: false,
+    };
+    let errors = validate(plan).unwrap_err();
+    assert!(matches!(errors.0[0], PlanIssue::Cycle { .. }));
+    assert!(
+        errors
+            .to_string()
+            .starts_with("invalid plan:\n  - dependency cycle: ")
+    );
+}
+
+#[test]
+fn a_missing_plan_file_names_its_path() {
+    let err = load_plan_file(Path::new("/no/such/plan.toml")).unwrap_err();
+    assert!(err.to_string().contains("/no/such/plan.toml"), "{err}");
+    assert!(matches!(err, PlanFileError::Read { .. }));
+}

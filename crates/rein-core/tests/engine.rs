@@ -1,0 +1,716 @@
+//! The engine end to end over a real SQLite file: lifecycle, scheduling, failure,
+//! resume, pause, abort. Steps are real `sh -c` child processes unless a test needs
+//! an in-process executor to observe concurrency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rein_core::store::TaskWrite;
+use rein_core::{
+    CommandExecutor, ControlOutcome, CreateTask, Engine, EngineConfig, EngineError, RunOptions,
+    StepExecutor, StepOutcome, StepRequest, Store, StoreError,
+};
+use rein_protocol::{
+    CheckpointStatus, CheckpointType, EventType, HarnessEvent, RiskLevel, StepAction, StepType,
+    TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
+};
+use rein_store::SqliteStore;
+use tokio_util::sync::CancellationToken;
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Arc<SqliteStore>,
+    engine: Arc<Engine>,
+}
+
+fn harness_with(executor: Arc<dyn StepExecutor>, max_parallel: usize) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("rein.db")).unwrap());
+    let mut config = EngineConfig::new(dir.path().join("workspaces"));
+    config.max_parallel = max_parallel;
+    config.control_poll = Duration::from_millis(20);
+    let engine = Arc::new(Engine::new(store.clone(), executor, config));
+    Harness {
+        _dir: dir,
+        store,
+        engine,
+    }
+}
+
+fn harness() -> Harness {
+    harness_with(Arc::new(CommandExecutor), 4)
+}
+
+fn step(id: &str, run: &str, deps: &[&str]) -> TaskStep {
+    TaskStep {
+        id: id.into(),
+        description: String::new(),
+        step_type: StepType::Execute,
+        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        blocking_steps: Vec::new(),
+        checkpoint: CheckpointType::TaskExec,
+        required_permissions: Vec::new(),
+        risk_level: RiskLevel::Low,
+        risk_description: None,
+        action: StepAction::Command {
+            run: run.into(),
+            env: Default::default(),
+        },
+        timeout_ms: None,
+        idempotent: false,
+    }
+}
+
+fn plan(steps: Vec<TaskStep>) -> TaskDecomposition {
+    TaskDecomposition {
+        original_task: "test".into(),
+        steps,
+        estimated_duration_s: None,
+        risk_level: RiskLevel::Low,
+        max_parallel: None,
+        fail_fast: false,
+    }
+}
+
+impl Harness {
+    async fn create(&self, p: TaskDecomposition) -> TaskState {
+        self.engine
+            .create(CreateTask {
+                plan: p,
+                session_id: None,
+                workspace: None,
+            })
+            .await
+            .unwrap()
+    }
+
+    async fn run(&self, p: TaskDecomposition) -> TaskState {
+        let state = self.create(p).await;
+        self.engine
+            .run(state.id(), RunOptions::default())
+            .await
+            .unwrap()
+    }
+
+    async fn log(&self, state: &TaskState) -> Vec<HarnessEvent> {
+        self.store.events(state.id(), 0, usize::MAX).await.unwrap()
+    }
+
+    /// Checks the stored state equals the fold of the stored log, and returns it.
+    async fn stored(&self, state: &TaskState) -> TaskState {
+        let stored = self.store.load(state.id()).await.unwrap().unwrap();
+        let folded = rein_core::fold::fold(&self.log(state).await).unwrap();
+        assert_eq!(stored, folded, "stored state equals the fold of the log");
+        stored
+    }
+}
+
+fn latest<'a>(state: &'a TaskState, step: &str) -> &'a rein_protocol::Checkpoint {
+    state
+        .latest_for_step(step)
+        .unwrap_or_else(|| panic!("no checkpoint for {step}"))
+}
+
+/// Waits (on the engine's own event stream) until a step's checkpoint is entered.
+async fn entered(events: &mut tokio::sync::broadcast::Receiver<HarnessEvent>, step: &str) {
+    let mut cps = std::collections::HashMap::new();
+    loop {
+        let e = events.recv().await.unwrap();
+        match &e.change {
+            TaskChange::CheckpointCreated { checkpoint } => {
+                cps.insert(checkpoint.id.clone(), checkpoint.step_id.clone());
+            }
+            TaskChange::CheckpointEntered { checkpoint_id }
+                if cps.get(checkpoint_id).cloned().flatten().as_deref() == Some(step) =>
+            {
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_plan_runs_through_the_five_control_points_in_order() {
+    let h = harness();
+    let mut gate = step("test", "test -f out.txt", &["make"]);
+    gate.checkpoint = CheckpointType::TestPass;
+    let state = h
+        .run(plan(vec![step("make", "echo hi > out.txt", &[]), gate]))
+        .await;
+    assert_eq!(state.status(), TaskStatus::Completed);
+    let kinds: Vec<CheckpointType> = state.checkpoints.iter().map(|c| c.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            CheckpointType::TaskStart,
+            CheckpointType::TaskPlan,
+            CheckpointType::TaskExec,
+            CheckpointType::TestPass,
+            CheckpointType::TaskReview,
+            CheckpointType::TaskComplete,
+        ]
+    );
+    assert!(
+        state
+            .checkpoints
+            .iter()
+            .all(|c| c.status == CheckpointStatus::Completed)
+    );
+    assert!(state.checkpoints.iter().all(|c| c.duration_ms.is_some()));
+    let stored = h.stored(&state).await;
+    assert_eq!(stored, state);
+    assert_eq!(
+        stored.head.context.completed_steps,
+        vec!["make".to_owned(), "test".to_owned()]
+    );
+    assert!(stored.head.context.pending_steps.is_empty());
+    let log = h.log(&state).await;
+    let types: Vec<EventType> = log.iter().map(HarnessEvent::event_type).collect();
+    assert_eq!(types.first(), Some(&EventType::TaskCreated));
+    assert_eq!(types.last(), Some(&EventType::TaskCompleted));
+    // One trace for the task; step events are children of the task's span.
+    assert!(log.iter().all(|e| e.trace_id == state.head.trace_id));
+    let step_event = log
+        .iter()
+        .find(|e| e.event_type() == EventType::CheckpointEntered)
+        .unwrap();
+    assert_eq!(
+        step_event.parent_span_id.as_deref(),
+        Some(state.head.span_id.as_str())
+    );
+}
+
+#[tokio::test]
+async fn exit_code_duration_and_output_tail_are_recorded() {
+    let h = harness();
+    let state = h
+        .run(plan(vec![
+            step(
+                "loud",
+                "head -c 10000 /dev/zero | tr '\\0' x; echo; echo warn >&2; echo end",
+                &[],
+            ),
+            step("bad", "echo nope >&2; exit 3", &[]),
+        ]))
+        .await;
+    assert_eq!(state.status(), TaskStatus::Failed);
+    let loud = latest(&state, "loud");
+    let out = loud.output.as_ref().unwrap();
+    assert_eq!(out["exit_code"], 0);
+    let tail = out["stdout_tail"].as_str().unwrap();
+    assert_eq!(tail.len(), 4096, "the last 4096 bytes are kept");
+    assert!(tail.ends_with("x\nend\n"));
+    assert_eq!(out["truncated_bytes"], 10_000 + 1 + 4 - 4096);
+    assert_eq!(out["stderr_tail"], "warn\n");
+    let bad = latest(&state, "bad");
+    assert_eq!(bad.status, CheckpointStatus::Failed);
+    assert_eq!(bad.output.as_ref().unwrap()["exit_code"], 3);
+    assert_eq!(bad.error.as_deref(), Some("command exited with status 3"));
+    assert!(
+        state
+            .head
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("step `bad` failed: command exited with status 3")
+    );
+    h.stored(&state).await;
+}
+
+#[tokio::test]
+async fn a_failed_step_stops_only_its_dependants() {
+    let h = harness();
+    let state = h
+        .run(plan(vec![
+            step("root", "true", &[]),
+            step("broken", "false", &["root"]),
+            step("child", "true", &["broken"]),
+            step("grandchild", "true", &["child"]),
+            step("sibling", "true", &["root"]),
+            step("after-sibling", "true", &["sibling"]),
+        ]))
+        .await;
+    assert_eq!(state.status(), TaskStatus::Failed);
+    for ok in ["root", "sibling", "after-sibling"] {
+        assert_eq!(
+            latest(&state, ok).status,
+            CheckpointStatus::Completed,
+            "{ok}"
+        );
+    }
+    assert_eq!(latest(&state, "broken").status, CheckpointStatus::Failed);
+    for skipped in ["child", "grandchild"] {
+        let cp = latest(&state, skipped);
+        assert_eq!(cp.status, CheckpointStatus::Skipped, "{skipped}");
+        assert!(
+            cp.metadata["skipped_reason"]
+                .as_str()
+                .unwrap()
+                .contains("failed")
+        );
+    }
+    assert!(
+        !state
+            .checkpoints
+            .iter()
+            .any(|c| c.kind == CheckpointType::TaskComplete)
+    );
+    h.stored(&state).await;
+}
+
+#[tokio::test]
+async fn fail_fast_starts_nothing_after_the_first_failure() {
+    let h = harness_with(Arc::new(CommandExecutor), 1);
+    let mut p = plan(vec![
+        step("a", "false", &[]),
+        step("b", "true", &[]),
+        step("c", "true", &[]),
+    ]);
+    p.fail_fast = true;
+    let state = h.run(p).await;
+    assert_eq!(state.status(), TaskStatus::Failed);
+    for never in ["b", "c"] {
+        let cp = latest(&state, never);
+        assert_eq!(cp.status, CheckpointStatus::Skipped);
+        assert!(
+            cp.metadata["skipped_reason"]
+                .as_str()
+                .unwrap()
+                .contains("fail_fast")
+        );
+        assert_eq!(
+            cp.duration_ms, None,
+            "a step that never ran has no duration"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_step_past_its_timeout_is_stopped_and_fails() {
+    let h = harness();
+    let mut slow = step("slow", "sleep 30", &[]);
+    slow.timeout_ms = Some(150);
+    let started = std::time::Instant::now();
+    let state = h.run(plan(vec![slow])).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the step was stopped, not waited for"
+    );
+    let cp = latest(&state, "slow");
+    assert_eq!(cp.status, CheckpointStatus::Failed);
+    assert!(
+        cp.error
+            .as_deref()
+            .unwrap()
+            .starts_with("timed out after 150ms"),
+        "{:?}",
+        cp.error
+    );
+    assert_eq!(cp.output.as_ref().unwrap()["timed_out"], true);
+}
+
+/// An in-process executor that records how many steps run at once.
+#[derive(Debug, Default)]
+struct Gauge {
+    now: AtomicUsize,
+    max: AtomicUsize,
+}
+
+#[async_trait]
+impl StepExecutor for Gauge {
+    async fn execute(&self, _: StepRequest, _: CancellationToken) -> StepOutcome {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        StepOutcome::Passed { output: None }
+    }
+}
+
+#[tokio::test]
+async fn ready_steps_run_concurrently_up_to_the_limit() {
+    let gauge = Arc::new(Gauge::default());
+    let h = harness_with(gauge.clone(), 3);
+    let steps = (0..7)
+        .map(|i| step(&format!("s{i}"), "true", &[]))
+        .collect();
+    let state = h.run(plan(steps)).await;
+    assert_eq!(state.status(), TaskStatus::Completed);
+    assert_eq!(gauge.max.load(Ordering::SeqCst), 3);
+
+    let gauge = Arc::new(Gauge::default());
+    let h = harness_with(gauge.clone(), 8);
+    let mut p = plan(
+        (0..5)
+            .map(|i| step(&format!("s{i}"), "true", &[]))
+            .collect(),
+    );
+    p.max_parallel = Some(2);
+    h.run(p).await;
+    assert_eq!(
+        gauge.max.load(Ordering::SeqCst),
+        2,
+        "the plan's own limit wins"
+    );
+}
+
+/// Starts a run, stops it (as a crash would) once `step` is running, and returns the task.
+async fn interrupted_at(h: &Harness, p: TaskDecomposition, step: &str) -> TaskState {
+    let state = h.create(p).await;
+    let mut events = h.engine.subscribe();
+    let cancel = CancellationToken::new();
+    let run = {
+        let engine = h.engine.clone();
+        let id = state.id().clone();
+        let options = RunOptions {
+            cancel: cancel.clone(),
+            ..RunOptions::default()
+        };
+        tokio::spawn(async move { engine.run(&id, options).await })
+    };
+    entered(&mut events, step).await;
+    cancel.cancel();
+    let stopped = run.await.unwrap().unwrap();
+    assert_eq!(
+        stopped.status(),
+        TaskStatus::InProgress,
+        "a stop leaves the task resumable"
+    );
+    assert_eq!(latest(&stopped, step).status, CheckpointStatus::InProgress);
+    stopped
+}
+
+#[tokio::test]
+async fn an_interrupted_step_that_is_not_idempotent_pauses_the_task_until_the_operator_chooses() {
+    let h = harness();
+    let p = plan(vec![
+        step("first", "true", &[]),
+        step("deploy", "sleep 30", &["first"]),
+        step("last", "true", &["deploy"]),
+    ]);
+    let stopped = interrupted_at(&h, p, "deploy").await;
+
+    let paused = h
+        .engine
+        .run(stopped.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(paused.status(), TaskStatus::Paused);
+    let reason = paused.head.context.blocked_reason.clone().unwrap();
+    assert!(
+        reason.contains("`deploy`")
+            && reason.contains("--rerun deploy")
+            && reason.contains("--skip deploy"),
+        "{reason}"
+    );
+    assert_eq!(
+        latest(&paused, "deploy").status,
+        CheckpointStatus::InProgress,
+        "nothing decided yet"
+    );
+
+    // Asking again without a choice keeps it paused; a wrong choice is refused.
+    let again = h
+        .engine
+        .run(stopped.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(again.status(), TaskStatus::Paused);
+    let wrong = RunOptions {
+        rerun: vec!["first".into()],
+        ..RunOptions::default()
+    };
+    let err = h.engine.run(stopped.id(), wrong).await.unwrap_err();
+    assert!(
+        matches!(err, EngineError::BadRequest(_))
+            && err.to_string().contains("`first` was not interrupted"),
+        "{err}"
+    );
+
+    let skip = RunOptions {
+        skip: vec!["deploy".into()],
+        ..RunOptions::default()
+    };
+    let done = h.engine.run(stopped.id(), skip).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Completed);
+    assert_eq!(latest(&done, "deploy").status, CheckpointStatus::Skipped);
+    assert_eq!(latest(&done, "last").status, CheckpointStatus::Completed);
+    let first_runs = done
+        .checkpoints
+        .iter()
+        .filter(|c| c.step_id.as_deref() == Some("first"))
+        .count();
+    assert_eq!(first_runs, 1, "a completed step never runs again");
+    h.stored(&done).await;
+}
+
+#[tokio::test]
+async fn rerun_runs_an_interrupted_step_again_as_a_new_attempt() {
+    let h = harness();
+    let mut s = step("work", "sleep 30", &[]);
+    s.timeout_ms = Some(60_000);
+    let stopped = interrupted_at(&h, plan(vec![s]), "work").await;
+    let rerun = RunOptions {
+        rerun: vec!["work".into()],
+        cancel: CancellationToken::new(),
+        ..RunOptions::default()
+    };
+    let engine = h.engine.clone();
+    let id = stopped.id().clone();
+    let mut events = h.engine.subscribe();
+    let run = tokio::spawn(async move { engine.run(&id, rerun).await });
+    entered(&mut events, "work").await;
+    h.engine
+        .abort(stopped.id(), "test", "enough")
+        .await
+        .unwrap();
+    let ended = run.await.unwrap().unwrap();
+    assert_eq!(ended.status(), TaskStatus::Cancelled);
+    let attempts: Vec<_> = ended
+        .checkpoints
+        .iter()
+        .filter(|c| c.step_id.as_deref() == Some("work"))
+        .collect();
+    assert_eq!(attempts.len(), 2);
+    assert_eq!(attempts[0].status, CheckpointStatus::Failed);
+    assert!(
+        attempts[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("the operator chose --rerun")
+    );
+    assert_eq!(attempts[1].attempt, 2);
+    assert_eq!(attempts[1].status, CheckpointStatus::Failed);
+    assert!(
+        attempts[1]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("aborted by test")
+    );
+    h.stored(&ended).await;
+}
+
+#[tokio::test]
+async fn an_interrupted_idempotent_step_is_run_again_without_asking() {
+    let h = harness();
+    let mut s = step("fetch", "[ \"$REIN_ATTEMPT\" -gt 1 ] || sleep 30", &[]);
+    s.idempotent = true;
+    let stopped = interrupted_at(&h, plan(vec![s]), "fetch").await;
+    let done = h
+        .engine
+        .run(stopped.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status(), TaskStatus::Completed);
+    let attempts: Vec<_> = done
+        .checkpoints
+        .iter()
+        .filter(|c| c.step_id.as_deref() == Some("fetch"))
+        .collect();
+    assert_eq!(attempts.len(), 2);
+    assert!(
+        attempts[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("it is idempotent")
+    );
+    assert_eq!(
+        (attempts[1].attempt, attempts[1].status),
+        (2, CheckpointStatus::Completed)
+    );
+    h.stored(&done).await;
+}
+
+#[tokio::test]
+async fn pause_lets_running_steps_finish_and_starts_no_more() {
+    let h = harness();
+    let p = plan(vec![step("a", "sleep 0.3", &[]), step("b", "true", &["a"])]);
+    let state = h.create(p).await;
+    let mut events = h.engine.subscribe();
+    let pause = CancellationToken::new();
+    let run = {
+        let engine = h.engine.clone();
+        let id = state.id().clone();
+        let options = RunOptions {
+            pause: pause.clone(),
+            ..RunOptions::default()
+        };
+        tokio::spawn(async move { engine.run(&id, options).await })
+    };
+    entered(&mut events, "a").await;
+    pause.cancel();
+    let paused = run.await.unwrap().unwrap();
+    assert_eq!(paused.status(), TaskStatus::Paused);
+    assert_eq!(
+        latest(&paused, "a").status,
+        CheckpointStatus::Completed,
+        "the running step finished"
+    );
+    assert!(paused.latest_for_step("b").is_none(), "nothing new started");
+    let done = h
+        .engine
+        .run(state.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status(), TaskStatus::Completed);
+    h.stored(&done).await;
+}
+
+#[tokio::test]
+async fn pause_and_abort_reach_a_running_task_through_the_store() {
+    let h = harness();
+    let state = h
+        .create(plan(vec![
+            step("a", "sleep 0.3", &[]),
+            step("b", "true", &["a"]),
+        ]))
+        .await;
+    let mut events = h.engine.subscribe();
+    let run = {
+        let engine = h.engine.clone();
+        let id = state.id().clone();
+        tokio::spawn(async move { engine.run(&id, RunOptions::default()).await })
+    };
+    entered(&mut events, "a").await;
+    let outcome = h.engine.pause(state.id(), "ops", "lunch").await.unwrap();
+    assert!(
+        matches!(outcome, ControlOutcome::Requested { .. }),
+        "{outcome:?}"
+    );
+    let paused = run.await.unwrap().unwrap();
+    assert_eq!(paused.status(), TaskStatus::Paused);
+    assert_eq!(
+        paused.head.context.blocked_reason.as_deref(),
+        Some("paused by ops: lunch")
+    );
+    assert_eq!(
+        h.engine.pause(state.id(), "ops", "again").await.unwrap(),
+        ControlOutcome::AlreadyThere(TaskStatus::Paused)
+    );
+
+    // A paused task nobody runs is aborted at once.
+    let ControlOutcome::Applied(cancelled) = h
+        .engine
+        .abort(state.id(), "ops", "not needed")
+        .await
+        .unwrap()
+    else {
+        panic!("expected the abort to apply directly");
+    };
+    assert_eq!(cancelled.status(), TaskStatus::Cancelled);
+    let err = h.engine.pause(state.id(), "ops", "x").await.unwrap_err();
+    assert!(matches!(err, EngineError::WrongStatus { .. }), "{err}");
+    let err = h
+        .engine
+        .run(state.id(), RunOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("nothing left to run"), "{err}");
+}
+
+#[tokio::test]
+async fn abort_stops_running_steps_and_records_them_failed() {
+    let h = harness();
+    let state = h
+        .create(plan(vec![
+            step("long", "sleep 30", &[]),
+            step("next", "true", &["long"]),
+        ]))
+        .await;
+    let mut events = h.engine.subscribe();
+    let run = {
+        let engine = h.engine.clone();
+        let id = state.id().clone();
+        tokio::spawn(async move { engine.run(&id, RunOptions::default()).await })
+    };
+    entered(&mut events, "long").await;
+    let started = std::time::Instant::now();
+    h.engine
+        .abort(state.id(), "ops", "wrong branch")
+        .await
+        .unwrap();
+    let ended = run.await.unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(ended.status(), TaskStatus::Cancelled);
+    assert_eq!(
+        ended.head.error.as_deref(),
+        Some("cancelled by ops: wrong branch")
+    );
+    assert_eq!(latest(&ended, "long").status, CheckpointStatus::Failed);
+    assert!(ended.latest_for_step("next").is_none());
+    h.stored(&ended).await;
+}
+
+#[tokio::test]
+async fn a_task_cannot_be_run_twice_at_once() {
+    let h = harness();
+    let state = h.create(plan(vec![step("a", "sleep 0.3", &[])])).await;
+    let mut events = h.engine.subscribe();
+    let first = {
+        let engine = h.engine.clone();
+        let id = state.id().clone();
+        tokio::spawn(async move { engine.run(&id, RunOptions::default()).await })
+    };
+    entered(&mut events, "a").await;
+    let err = h
+        .engine
+        .run(state.id(), RunOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Busy { .. }), "{err}");
+    assert_eq!(
+        first.await.unwrap().unwrap().status(),
+        TaskStatus::Completed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_tasks_all_complete_with_consistent_logs() {
+    let h = harness_with(Arc::new(CommandExecutor), 4);
+    let mut runs = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let mut steps: Vec<TaskStep> = (0..10)
+            .map(|i| step(&format!("s{i}"), "true", &[]))
+            .collect();
+        for s in &mut steps {
+            s.action = StepAction::Noop;
+        }
+        let state = h.create(plan(steps)).await;
+        let engine = h.engine.clone();
+        runs.spawn(async move { engine.run(state.id(), RunOptions::default()).await });
+    }
+    while let Some(r) = runs.join_next().await {
+        let state = r.unwrap().unwrap();
+        assert_eq!(state.status(), TaskStatus::Completed);
+        assert_eq!(h.stored(&state).await, state);
+    }
+}
+
+#[tokio::test]
+async fn a_stale_writer_is_refused_and_writes_nothing() {
+    let h = harness();
+    let state = h.run(plan(vec![step("a", "true", &[])])).await;
+    let before = h.log(&state).await.len();
+    let mut head = state.head.clone();
+    head.description = "tampered".into();
+    let stale = TaskWrite {
+        task_id: state.id().clone(),
+        expected_seq: 3,
+        events: Vec::new(),
+        head,
+        checkpoints: Vec::new(),
+    };
+    let err = h.store.save(stale).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Conflict { expected: 3, .. }),
+        "{err}"
+    );
+    assert_eq!(h.log(&state).await.len(), before);
+    assert_eq!(h.stored(&state).await.head.description, "test");
+}
