@@ -376,7 +376,7 @@ impl Engine {
             change: TaskChange::TaskRestored {
                 snapshot_id: snapshot.id.clone(),
                 from_task_id: snapshot.task_id.clone(),
-                state: Box::new(snapshot.state.clone()),
+                state: Box::new(fresh_checkpoint_ids(snapshot.state.clone())),
             },
             task_id: Some(task_id),
             checkpoint_id: None,
@@ -554,6 +554,21 @@ fn cancel_interrupted(rec: &mut Recorder, by: &str) -> Result<()> {
         })?;
     }
     Ok(())
+}
+
+/// Gives a copied state's checkpoints ids of their own (checkpoint ids are unique
+/// across tasks), remembering in each the id it was copied from.
+fn fresh_checkpoint_ids(mut state: TaskState) -> TaskState {
+    for cp in &mut state.checkpoints {
+        let fresh = CheckpointId::new();
+        if state.head.current_checkpoint.as_ref() == Some(&cp.id) {
+            state.head.current_checkpoint = Some(fresh.clone());
+        }
+        cp.metadata
+            .insert("copied_from".into(), cp.id.to_string().into());
+        cp.id = fresh;
+    }
+    state
 }
 
 pub(crate) fn elapsed_ms(since: rein_protocol::Timestamp) -> u64 {

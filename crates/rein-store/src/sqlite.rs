@@ -186,19 +186,33 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
     })
 }
 
-fn append(conn: &Connection, w: &Encoded) -> rusqlite::Result<()> {
+fn append(conn: &Connection, w: &Encoded) -> StoreResult<()> {
     let mut insert_event = conn
-        .prepare_cached("INSERT INTO events (task_id, seq, type, body) VALUES (?1, ?2, ?3, ?4)")?;
+        .prepare_cached("INSERT INTO events (task_id, seq, type, body) VALUES (?1, ?2, ?3, ?4)")
+        .map_err(backend)?;
     for (seq, kind, body) in &w.events {
-        insert_event.execute(params![w.task_id, seq, kind, body])?;
+        insert_event
+            .execute(params![w.task_id, seq, kind, body])
+            .map_err(backend)?;
     }
-    let mut upsert_checkpoint = conn.prepare_cached(
-        "INSERT INTO checkpoints (id, task_id, ord, body)
+    let mut upsert_checkpoint = conn
+        .prepare_cached(
+            "INSERT INTO checkpoints (id, task_id, ord, body)
          VALUES (?1, ?2, (SELECT COALESCE(MAX(ord), 0) + 1 FROM checkpoints WHERE task_id = ?2), ?3)
-         ON CONFLICT (id) DO UPDATE SET body = excluded.body",
-    )?;
+         ON CONFLICT (id) DO UPDATE SET body = excluded.body WHERE task_id = excluded.task_id",
+        )
+        .map_err(backend)?;
     for (id, body) in &w.checkpoints {
-        upsert_checkpoint.execute(params![id, w.task_id, body])?;
+        if upsert_checkpoint
+            .execute(params![id, w.task_id, body])
+            .map_err(backend)?
+            == 0
+        {
+            return Err(StoreError::Corrupt(format!(
+                "checkpoint {id} belongs to another task than {}",
+                w.task_id
+            )));
+        }
     }
     Ok(())
 }
@@ -250,7 +264,7 @@ impl Store for SqliteStore {
                 }
                 conn.execute("INSERT INTO plans (task_id, plan) VALUES (?1, ?2)", params![w.task_id, plan])
                     .map_err(backend)?;
-                append(conn, &w).map_err(backend)
+                append(conn, &w)
             })
             .await
     }
@@ -276,7 +290,7 @@ impl Store for SqliteStore {
                     }
                     Some(_) => {}
                 }
-                append(conn, &w).map_err(backend)?;
+                append(conn, &w)?;
                 conn.prepare_cached(
                     "UPDATE tasks SET status = ?2, updated_at = ?3, last_seq = ?4, head = ?5 WHERE id = ?1",
                 )
