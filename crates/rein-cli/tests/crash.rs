@@ -2,6 +2,7 @@
 //! runs a plan of 200 steps, then resumed, many times over. Afterwards the task must
 //! be complete, every step completed exactly once in the log, no completed step run
 //! again, and the stored state equal to the fold of the stored log.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 mod common;
 

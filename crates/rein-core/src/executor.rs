@@ -152,10 +152,7 @@ async fn run_command(
             if let Some(pgid) = pgid {
                 let _ = killpg(pgid, Signal::SIGTERM);
             }
-            match tokio::time::timeout(KILL_GRACE, child.wait()).await {
-                Ok(status) => Some(status),
-                Err(_) => None,
-            }
+            tokio::time::timeout(KILL_GRACE, child.wait()).await.ok()
         }
     };
     // Whatever the command left running in its group ends with the step.

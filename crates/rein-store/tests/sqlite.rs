@@ -1,4 +1,5 @@
 //! SQLite-specific behaviour: pragmas, schema versions.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
 
 use rein_store::SqliteStore;
 use rein_store::schema::CURRENT_VERSION;

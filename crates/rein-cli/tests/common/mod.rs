@@ -1,6 +1,6 @@
 //! Helpers shared by the CLI's end-to-end tests: they run the real `rein` binary
 //! against a real SQLite file in a temporary data directory.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,463 @@
+//! The `rein` binary end to end: exit codes, `--json` shapes, errors that name the
+//! problem, and steering a run from another process.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stderr)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{json, rein, run_ok, show, task_ids, write_plan};
+
+fn example_plan() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/release-notes.toml")
+}
+
+/// Waits until `check` holds, polling the store the way a user would.
+fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
+    state["checkpoints"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == step)
+        .map(|c| c["status"].as_str().unwrap().to_owned())
+}
+
+#[test]
+fn the_example_runs_through_all_five_control_points() {
+    let data = tempfile::tempdir().unwrap();
+    let out = run_ok(rein(data.path()).arg("run").arg(example_plan()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("completed: 6 steps"), "{text}");
+
+    let ids = task_ids(data.path());
+    assert_eq!(ids.len(), 1);
+    let list = json(&run_ok(rein(data.path()).args(["tasks", "list", "--json"])));
+    let task = &list[0];
+    for field in ["id", "status", "description", "created_at"] {
+        assert!(
+            !task[field].is_null(),
+            "tasks list --json items carry {field}"
+        );
+    }
+    assert_eq!(task["status"], "completed");
+
+    let state = show(data.path(), &ids[0]);
+    let checkpoints = state["checkpoints"].as_array().unwrap();
+    for cp in checkpoints {
+        for field in ["id", "type", "status"] {
+            assert!(!cp[field].is_null(), "checkpoint carries {field}: {cp}");
+        }
+        assert_eq!(cp["status"], "completed");
+    }
+    let types: Vec<&str> = checkpoints
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    for t in [
+        "task_start",
+        "task_plan",
+        "task_exec",
+        "build_pass",
+        "test_pass",
+        "task_review",
+        "task_complete",
+    ] {
+        assert!(types.contains(&t), "missing {t} in {types:?}");
+    }
+    let draft = checkpoints
+        .iter()
+        .find(|c| c["step_id"] == "draft")
+        .unwrap();
+    assert_eq!(draft["output"]["exit_code"], 0);
+    assert!(draft["duration_ms"].is_u64());
+    let review = checkpoints
+        .iter()
+        .find(|c| c["step_id"] == "review")
+        .unwrap();
+    assert!(
+        review["output"]["stdout_tail"]
+            .as_str()
+            .unwrap()
+            .contains("* crash-safe resume")
+    );
+}
+
+#[test]
+fn exit_codes_tell_completed_failed_and_invalid_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let failing = write_plan(
+        dir.path(),
+        "fail.toml",
+        "description='f'\n[[steps]]\nid='a'\nrun='exit 4'\n",
+    );
+    let out = rein(&data).arg("run").arg(&failing).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("failed: step `a` failed: command exited with status 4"),
+        "{stdout}"
+    );
+
+    let cycle = write_plan(
+        dir.path(),
+        "cycle.toml",
+        "description='c'\n[[steps]]\nid='a'\nrun='true'\ndepends_on=['b']\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n[[steps]]\nid='c'\nrun='true'\ndepends_on=['ghost']\n",
+    );
+    let out = rein(&data).arg("run").arg(&cycle).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`c` depends on `ghost`"), "{stderr}");
+
+    let unknown = write_plan(
+        dir.path(),
+        "unknown.toml",
+        "description='u'\n[[steps]]\nid='a'\nrun='true'\nretry=2\n",
+    );
+    let out = rein(&data).arg("run").arg(&unknown).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `retry`"));
+
+    let out = rein(&data)
+        .args(["run", "/no/such/plan.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/plan.toml"));
+
+    let out = rein(&data)
+        .args(["tasks", "show", "not-an-id"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`not-an-id` is not a valid id"));
+
+    let out = rein(&data)
+        .args(["tasks", "show", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+
+    let out = rein(&data)
+        .args(["tasks", "list", "--status", "sleeping"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown status `sleeping`"));
+
+    let out = rein(&data).args(["tasks", "frobnicate"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "clap usage errors are 2 as well"
+    );
+}
+
+#[test]
+fn plan_check_validates_without_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = run_ok(
+        rein(&data)
+            .args(["plan", "check"])
+            .arg(example_plan())
+            .arg("--json"),
+    );
+    let plan = json(&out);
+    assert_eq!(plan["steps"].as_array().unwrap().len(), 6);
+    assert_eq!(
+        plan["steps"][0]["blocking_steps"],
+        serde_json::json!(["count", "draft"])
+    );
+    assert!(!data.exists(), "checking a plan touches no store");
+}
+
+#[test]
+fn a_run_paused_and_aborted_from_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "slow.toml",
+        "description='slow'\n[[steps]]\nid='wait'\nrun='sleep 0.5'\n[[steps]]\nid='after'\nrun='true'\ndepends_on=['wait']\n",
+    );
+    let mut runner = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the step runs", || {
+        task_ids(&data).first().is_some_and(|id| {
+            step_status(&show(&data, id), "wait").as_deref() == Some("in_progress")
+        })
+    });
+    let id = task_ids(&data)[0].clone();
+    let out = run_ok(rein(&data).args(["tasks", "pause", &id]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pause requested"));
+    let status = runner.wait().unwrap();
+    assert_eq!(status.code(), Some(3), "a paused run exits 3");
+    let state = show(&data, &id);
+    assert_eq!(state["status"], "paused");
+    assert_eq!(step_status(&state, "wait").as_deref(), Some("completed"));
+    assert_eq!(step_status(&state, "after"), None);
+
+    let out = rein(&data).args(["tasks", "resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "the resumed run completes");
+    assert_eq!(show(&data, &id)["status"], "completed");
+
+    let long = write_plan(
+        dir.path(),
+        "long.toml",
+        "description='long'\n[[steps]]\nid='forever'\nrun='sleep 60'\n",
+    );
+    let mut runner = rein(&data)
+        .arg("run")
+        .arg(&long)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let long_id = {
+        let mut found = None;
+        wait_until("the long step runs", || {
+            found = task_ids(&data).into_iter().find(|t| *t != id);
+            found.as_ref().is_some_and(|t| {
+                step_status(&show(&data, t), "forever").as_deref() == Some("in_progress")
+            })
+        });
+        found.unwrap()
+    };
+    // A running task cannot be deleted.
+    let out = rein(&data)
+        .args(["tasks", "delete", &long_id])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("abort it first"));
+    let follower = rein(&data)
+        .args(["tasks", "follow", &long_id])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    run_ok(rein(&data).args(["tasks", "abort", &long_id, "--reason", "changed my mind"]));
+    assert_eq!(
+        runner.wait().unwrap().code(),
+        Some(1),
+        "a cancelled run exits 1"
+    );
+    let followed = follower.wait_with_output().unwrap();
+    assert_eq!(
+        followed.status.code(),
+        Some(1),
+        "follow exits 1 for a cancelled task"
+    );
+    let text = String::from_utf8_lossy(&followed.stdout);
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .contains("task cancelled by cli: changed my mind"),
+        "{text}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let state = show(&data, &long_id);
+    assert_eq!(state["status"], "cancelled");
+    assert!(state["error"].as_str().unwrap().contains("changed my mind"));
+    run_ok(rein(&data).args(["tasks", "delete", &long_id]));
+    assert!(!task_ids(&data).contains(&long_id));
+}
+
+#[test]
+fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description='k'\n[[steps]]\nid='one'\nrun='echo one >> log'\nidempotent=true\n[[steps]]\nid='two'\nrun='sleep 60'\nidempotent=false\ndepends_on=['one']\n[[steps]]\nid='three'\nrun='echo three >> log'\ndepends_on=['two']\n",
+    );
+    let mut runner = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("step two runs", || {
+        task_ids(&data).first().is_some_and(|id| {
+            step_status(&show(&data, id), "two").as_deref() == Some("in_progress")
+        })
+    });
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    let id = task_ids(&data)[0].clone();
+
+    // `two` is not idempotent: resume asks, naming it, and exits 3.
+    let out = rein(&data)
+        .args(["tasks", "resume", "--all"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = show(&data, &id);
+    assert_eq!(state["status"], "paused");
+    let reason = state["context"]["blocked_reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&format!("rein tasks resume {id} --rerun two")),
+        "{reason}"
+    );
+
+    let out = rein(&data)
+        .args(["tasks", "resume", &id, "--skip", "two", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(json(&out)["status"], "completed");
+    let followed = rein(&data)
+        .args(["tasks", "follow", &id, "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        followed.status.code(),
+        Some(0),
+        "follow exits 0 when the task completes"
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&followed.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["type"], "task_completed");
+    let seqs: Vec<u64> = lines.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "follow shows every event once, in order"
+    );
+    let log = std::fs::read_to_string(
+        Path::new(
+            show(&data, &id)["resources"]["workspace_path"]
+                .as_str()
+                .unwrap(),
+        )
+        .join("log"),
+    )
+    .unwrap();
+    assert_eq!(log, "one\nthree\n", "the completed step did not run again");
+
+    let out = run_ok(rein(&data).args(["tasks", "resume", "--all"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to resume"));
+}
+
+#[test]
+fn snapshot_and_restore_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    run_ok(rein(&data).arg("run").arg(example_plan()).arg("--quiet"));
+    let id = task_ids(&data)[0].clone();
+    let snap = json(&run_ok(
+        rein(&data).args(["tasks", "snapshot", &id, "--json"]),
+    ));
+    let snap_id = snap["id"].as_str().unwrap();
+    assert!(snap_id.starts_with("snap_"));
+    let listed = json(&run_ok(rein(&data).args([
+        "tasks",
+        "snapshots",
+        &id,
+        "--json",
+    ])));
+    assert_eq!(listed[0]["id"], snap_id);
+    let restored = json(&run_ok(
+        rein(&data).args(["tasks", "restore", snap_id, "--json"]),
+    ));
+    assert_ne!(restored["id"], id.as_str());
+    assert_eq!(restored["status"], "completed");
+    assert_eq!(restored["context"]["task_history"], serde_json::json!([id]));
+    assert_eq!(task_ids(&data).len(), 2);
+    let events = json(&run_ok(rein(&data).args([
+        "tasks",
+        "events",
+        restored["id"].as_str().unwrap(),
+        "--json",
+    ])));
+    assert_eq!(events[0]["type"], "task_restored");
+    let out = rein(&data)
+        .args(["tasks", "restore", "snap_01ARZ3NDEKTSV4RRFFQ69G5FAV"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("snapshot snap_01ARZ3NDEKTSV4RRFFQ69G5FAV not found")
+    );
+}
+
+#[test]
+fn list_filters_and_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ok = write_plan(
+        dir.path(),
+        "ok.toml",
+        "description='ok'\n[[steps]]\nid='a'\nrun='true'\n",
+    );
+    for session in ["x", "y", "x"] {
+        run_ok(
+            rein(&data)
+                .arg("run")
+                .arg(&ok)
+                .args(["--session", session, "--quiet"]),
+        );
+    }
+    let x = json(&run_ok(rein(&data).args([
+        "tasks",
+        "list",
+        "--session",
+        "x",
+        "--json",
+    ])));
+    assert_eq!(x.as_array().unwrap().len(), 2);
+    let page = rein(&data)
+        .args(["tasks", "list", "--limit", "2", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(json(&page).as_array().unwrap().len(), 2);
+    let cursor = String::from_utf8_lossy(&page.stderr)
+        .trim()
+        .strip_prefix("more tasks: --cursor ")
+        .unwrap()
+        .to_owned();
+    let rest = json(&run_ok(rein(&data).args([
+        "tasks", "list", "--limit", "2", "--json", "--cursor", &cursor,
+    ])));
+    assert_eq!(rest.as_array().unwrap().len(), 1);
+    let recent = json(&run_ok(
+        rein(&data).args(["tasks", "list", "--since", "1h", "--json"]),
+    ));
+    assert_eq!(recent.as_array().unwrap().len(), 3);
+    let none = json(&run_ok(rein(&data).args([
+        "tasks",
+        "list",
+        "--until",
+        "2000-01-01T00:00:00Z",
+        "--json",
+    ])));
+    assert!(none.as_array().unwrap().is_empty());
+}
