@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use rein_protocol::{
-    Checkpoint, CheckpointId, CheckpointType, HarnessEvent, TaskChange, TaskHead, TaskState,
+    Checkpoint, CheckpointId, CheckpointType, HarnessEvent, TaskChange, TaskState, TaskSummary,
 };
 
 /// What the renderer knows about each checkpoint: its step and type.
@@ -137,18 +137,18 @@ pub fn short_time(t: &rein_protocol::Timestamp) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
-pub fn task_table(items: &[TaskHead]) -> String {
-    let mut out = format!(
-        "{:<31} {:<11} {:<19} {}\n",
-        "ID", "STATUS", "CREATED (UTC)", "DESCRIPTION"
-    );
+pub fn task_table(items: &[TaskSummary]) -> String {
+    let row = |id: &str, status: &str, steps: &str, created: &str, description: &str| {
+        format!("{id:<31} {status:<11} {steps:>9}  {created:<19} {description}\n")
+    };
+    let mut out = row("ID", "STATUS", "STEPS", "CREATED (UTC)", "DESCRIPTION");
     for t in items {
-        out.push_str(&format!(
-            "{:<31} {:<11} {:<19} {}\n",
-            t.id,
+        out.push_str(&row(
+            t.id.as_str(),
             t.status.as_str(),
-            short_time(&t.created_at),
-            t.description
+            &format!("{}/{}", t.steps_finished, t.steps_total),
+            &short_time(&t.created_at),
+            &t.description,
         ));
     }
     out

@@ -9,19 +9,19 @@ use std::time::Duration;
 use rein_protocol::ids::{new_span_id, new_trace_id};
 use rein_protocol::{
     ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus, CheckpointType, EventId,
-    HarnessEvent, RunnerInfo, Snapshot, SnapshotId, TaskChange, TaskDecomposition, TaskHead,
-    TaskId, TaskState, TaskStatus,
+    HarnessEvent, RunnerInfo, Snapshot, SnapshotId, TaskChange, TaskDecomposition, TaskId,
+    TaskState, TaskStatus, TaskSummary,
 };
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{EngineError, Result};
 use crate::executor::StepExecutor;
-use crate::plan;
 use crate::process::{current_runner, is_current, runner_alive};
 use crate::recorder::{Recorder, SpanRef};
 use crate::runner::TaskRun;
 use crate::store::{ControlKind, ControlRequest, Store, TaskFilter, TaskPage};
+use crate::{fold, plan};
 
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -123,9 +123,22 @@ impl Engine {
         self.events.subscribe()
     }
 
+    /// A task's state: the fold of its log.
     pub async fn get(&self, id: &TaskId) -> Result<TaskState> {
+        let events = self.store.events(id, 0, usize::MAX).await?;
+        if events.is_empty() {
+            return Err(EngineError::TaskNotFound(id.clone()));
+        }
+        fold::fold(&events).map_err(|source| EngineError::Corrupt {
+            task_id: id.clone(),
+            source,
+        })
+    }
+
+    /// A task's state row.
+    pub async fn summary(&self, id: &TaskId) -> Result<TaskSummary> {
         self.store
-            .load(id)
+            .load_summary(id)
             .await?
             .ok_or_else(|| EngineError::TaskNotFound(id.clone()))
     }
@@ -253,7 +266,7 @@ impl Engine {
 
     /// Tasks `resume --all` would take up: pending, paused, and in progress with no
     /// live runner.
-    pub async fn resumable(&self) -> Result<Vec<TaskHead>> {
+    pub async fn resumable(&self) -> Result<Vec<TaskSummary>> {
         let mut out = Vec::new();
         for status in [
             TaskStatus::InProgress,
@@ -402,11 +415,7 @@ impl Engine {
     /// Deletes a finished or paused task with its log and snapshots. A task that is
     /// pending or in progress is refused: abort it first.
     pub async fn delete(&self, id: &TaskId) -> Result<()> {
-        let head = self
-            .store
-            .load_head(id)
-            .await?
-            .ok_or_else(|| EngineError::TaskNotFound(id.clone()))?;
+        let head = self.summary(id).await?;
         match head.status {
             TaskStatus::Pending | TaskStatus::InProgress => Err(EngineError::WrongStatus {
                 task_id: id.clone(),

@@ -5,9 +5,7 @@
 use std::sync::Arc;
 
 use rein_protocol::ids::new_span_id;
-use rein_protocol::{
-    CheckpointId, EventId, HarnessEvent, TaskChange, TaskDecomposition, TaskState,
-};
+use rein_protocol::{EventId, HarnessEvent, TaskChange, TaskDecomposition, TaskState};
 use tokio::sync::broadcast;
 
 use crate::error::{EngineError, Result};
@@ -37,7 +35,6 @@ pub struct Recorder {
     batch: Vec<HarnessEvent>,
     /// `last_seq` as the store has it: where the batch starts.
     stored_seq: u64,
-    changed: Vec<CheckpointId>,
 }
 
 impl Recorder {
@@ -48,24 +45,20 @@ impl Recorder {
             state,
             batch: Vec::new(),
             stored_seq,
-            changed: Vec::new(),
         }
     }
 
     /// Starts a new task from its first event (`task_created` or `task_restored`).
     pub fn genesis(first: HarnessEvent) -> Result<Recorder> {
         let task_id = first.task_id.clone();
-        let mut state = fold::genesis(&first).map_err(|source| EngineError::Corrupt {
+        let state = fold::genesis(&first).map_err(|source| EngineError::Corrupt {
             task_id: task_id.unwrap_or_default(),
             source,
         })?;
-        state.head.last_seq = 1;
-        let changed = state.checkpoints.iter().map(|c| c.id.clone()).collect();
         Ok(Recorder {
             state,
             batch: vec![first],
             stored_seq: 0,
-            changed,
         })
     }
 
@@ -100,11 +93,6 @@ impl Recorder {
             task_id: self.state.head.id.clone(),
             source,
         })?;
-        if let Some(cp) = &event.checkpoint_id
-            && !self.changed.contains(cp)
-        {
-            self.changed.push(cp.clone());
-        }
         self.batch.push(event);
         Ok(())
     }
@@ -114,17 +102,11 @@ impl Recorder {
     }
 
     fn take_write(&mut self) -> TaskWrite {
-        let checkpoints = self
-            .changed
-            .drain(..)
-            .filter_map(|id| self.state.checkpoint(&id).cloned())
-            .collect();
         let write = TaskWrite {
             task_id: self.state.head.id.clone(),
             expected_seq: self.stored_seq,
             events: std::mem::take(&mut self.batch),
-            head: self.state.head.clone(),
-            checkpoints,
+            summary: self.state.head.summary(),
         };
         self.stored_seq = self.state.head.last_seq;
         write

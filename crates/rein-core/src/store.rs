@@ -1,10 +1,14 @@
 //! The `Store` trait: what the engine needs from durable storage. The SQL lives in
 //! `rein-store`; business rules (who may delete what, when) live in the engine.
+//!
+//! A task is stored as its event log, the truth, plus a [`TaskSummary`] row that
+//! every write updates in the same transaction (for listings and filters). The
+//! engine gets a task's full state by folding its log.
 
 use async_trait::async_trait;
 use rein_protocol::{
-    Checkpoint, HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskHead, TaskId, TaskState,
-    TaskStatus, Timestamp,
+    HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskStatus, TaskSummary,
+    Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -35,16 +39,15 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-/// One atomic write to a task: events appended to its log, its state row, and the
-/// checkpoint rows those events changed, all in one transaction.
+/// One atomic write to a task: events appended to its log and its state row
+/// (the summary after those events), in one transaction.
 #[derive(Debug, Clone)]
 pub struct TaskWrite {
     pub task_id: TaskId,
     /// The task's `last_seq` before this write; the write fails if it moved.
     pub expected_seq: u64,
     pub events: Vec<HarnessEvent>,
-    pub head: TaskHead,
-    pub checkpoints: Vec<Checkpoint>,
+    pub summary: TaskSummary,
 }
 
 /// A new task: its plan and its first write (with `expected_seq` 0).
@@ -69,7 +72,7 @@ pub struct TaskFilter {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskPage {
-    pub items: Vec<TaskHead>,
+    pub items: Vec<TaskSummary>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -106,8 +109,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn create(&self, task: NewTask) -> StoreResult<()>;
     /// Appends events and updates the state, atomically, if `expected_seq` matches.
     async fn save(&self, write: TaskWrite) -> StoreResult<()>;
-    async fn load(&self, id: &TaskId) -> StoreResult<Option<TaskState>>;
-    async fn load_head(&self, id: &TaskId) -> StoreResult<Option<TaskHead>>;
+    /// The task's state row.
+    async fn load_summary(&self, id: &TaskId) -> StoreResult<Option<TaskSummary>>;
     async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>>;
     async fn list(&self, filter: &TaskFilter) -> StoreResult<TaskPage>;
     /// Events of a task with `seq > after_seq`, oldest first, at most `limit`.
@@ -117,7 +120,7 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         after_seq: u64,
         limit: usize,
     ) -> StoreResult<Vec<HarnessEvent>>;
-    /// Removes a task's log, state, plan, snapshots and control requests together,
+    /// Removes a task's log, state row, plan, snapshots and control requests together,
     /// if its log is still at `expected_seq`.
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()>;
     async fn put_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()>;

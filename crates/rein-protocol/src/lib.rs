@@ -4,7 +4,8 @@
 //!
 //! Layout:
 //! - [`ids`]: type-prefixed, time-ordered ids (`task_…`, `cp_…`, `evt_…`, `snap_…`).
-//! - [`task`]: [`TaskState`], [`Checkpoint`] and their status enums, the CP1–CP5 phases.
+//! - [`task`]: [`TaskState`], [`TaskSummary`], [`Checkpoint`] and their status enums,
+//!   the CP1–CP5 phases.
 //! - [`plan`]: [`TaskDecomposition`] and [`TaskStep`], the validated form of a plan.
 //! - [`event`]: [`HarnessEvent`], the envelope of every entry in a task's log, and
 //!   [`TaskChange`], the typed change it carries.
@@ -24,7 +25,7 @@ pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep};
 pub use snapshot::Snapshot;
 pub use task::{
     ApprovedBy, Approver, Checkpoint, CheckpointStatus, CheckpointType, Phase, RunnerInfo,
-    TaskContext, TaskHead, TaskResources, TaskState, TaskStatus,
+    TaskContext, TaskHead, TaskResources, TaskState, TaskStatus, TaskSummary,
 };
 
 /// Timestamps are UTC, RFC 3339 on the wire.

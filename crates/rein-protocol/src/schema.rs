@@ -10,6 +10,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
     }
     vec![
         one::<crate::TaskState>("TaskState"),
+        one::<crate::TaskSummary>("TaskSummary"),
         one::<crate::Checkpoint>("Checkpoint"),
         one::<crate::TaskDecomposition>("TaskDecomposition"),
         one::<crate::TaskStep>("TaskStep"),

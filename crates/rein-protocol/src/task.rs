@@ -325,6 +325,57 @@ pub struct TaskHead {
     pub updated_at: Timestamp,
 }
 
+/// A task at a glance: what listings show and filter on. It is the task's state
+/// row in the store, written with every change; the full state is the fold of the
+/// task's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskSummary {
+    pub id: TaskId,
+    pub session_id: String,
+    pub description: String,
+    pub status: TaskStatus,
+    /// Plan steps in all, and how many of them finished (completed or skipped).
+    pub steps_total: usize,
+    pub steps_finished: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner: Option<RunnerInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<SnapshotId>,
+    pub trace_id: String,
+    pub last_seq: u64,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl TaskHead {
+    pub fn summary(&self) -> TaskSummary {
+        let finished = self.context.completed_steps.len();
+        TaskSummary {
+            id: self.id.clone(),
+            session_id: self.session_id.clone(),
+            description: self.description.clone(),
+            status: self.status,
+            steps_total: finished + self.context.pending_steps.len(),
+            steps_finished: finished,
+            blocked_reason: self.context.blocked_reason.clone(),
+            error: self.error.clone(),
+            workspace_path: self.resources.workspace_path.clone(),
+            runner: self.runner.clone(),
+            restored_from: self.restored_from.clone(),
+            trace_id: self.trace_id.clone(),
+            last_seq: self.last_seq,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
 /// The state of a task: its head and its checkpoints, oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskState {

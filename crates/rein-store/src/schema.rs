@@ -4,7 +4,8 @@ use rusqlite::Connection;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
-    // 1: tasks, their plans, checkpoints, event logs, snapshots, control requests.
+    // 1: tasks (the state row: a summary), their plans, event logs (the truth),
+    //    snapshots, control requests.
     "
     CREATE TABLE tasks (
         id         TEXT PRIMARY KEY,
@@ -13,7 +14,7 @@ const MIGRATIONS: &[&str] = &[
         created_at TEXT NOT NULL,
         updated_at TEXT NOT NULL,
         last_seq   INTEGER NOT NULL,
-        head       TEXT NOT NULL
+        summary    TEXT NOT NULL
     ) STRICT;
     CREATE INDEX tasks_by_session ON tasks(session_id, id);
     CREATE INDEX tasks_by_status ON tasks(status, id);
@@ -21,13 +22,6 @@ const MIGRATIONS: &[&str] = &[
         task_id TEXT PRIMARY KEY,
         plan    TEXT NOT NULL
     ) STRICT;
-    CREATE TABLE checkpoints (
-        id      TEXT PRIMARY KEY,
-        task_id TEXT NOT NULL,
-        ord     INTEGER NOT NULL,
-        body    TEXT NOT NULL
-    ) STRICT;
-    CREATE INDEX checkpoints_by_task ON checkpoints(task_id, ord);
     CREATE TABLE events (
         gseq    INTEGER PRIMARY KEY,
         task_id TEXT NOT NULL,

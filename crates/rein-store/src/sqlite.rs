@@ -1,6 +1,10 @@
 //! The SQLite store: one file, WAL mode, `synchronous=FULL` (a committed write
 //! survives power loss), all writes through the group-committing [`Writer`], reads
 //! from a small pool of read connections.
+//!
+//! A write appends a task's events and rewrites its summary row: a few pages per
+//! commit, whatever the size of the task, so a long task does not write more per
+//! step than a short one.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -12,8 +16,7 @@ use chrono::SecondsFormat;
 use rein_core::store::{ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite};
 use rein_core::{Store, StoreError, StoreResult};
 use rein_protocol::{
-    Checkpoint, HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskHead, TaskId, TaskState,
-    Timestamp,
+    HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskSummary, Timestamp,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -37,6 +40,8 @@ pub struct SqliteStore {
 pub struct StoreStats {
     pub commits: u64,
     pub writes: u64,
+    /// Nanoseconds the writer spent inside transactions, the fsync included.
+    pub busy_ns: u64,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -101,6 +106,7 @@ impl SqliteStore {
         StoreStats {
             commits: self.writer.counters.commits.load(Ordering::Relaxed),
             writes: self.writer.counters.writes.load(Ordering::Relaxed),
+            busy_ns: self.writer.counters.busy_ns.load(Ordering::Relaxed),
         }
     }
 
@@ -144,9 +150,8 @@ struct Encoded {
     created_at: String,
     updated_at: String,
     last_seq: i64,
-    head: String,
+    summary: String,
     events: Vec<(i64, &'static str, String)>,
-    checkpoints: Vec<(String, String)>,
 }
 
 fn seq(v: u64) -> i64 {
@@ -163,84 +168,71 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
                 .map_err(backend)
         })
         .collect::<StoreResult<Vec<_>>>()?;
-    let checkpoints = write
-        .checkpoints
-        .iter()
-        .map(|c| {
-            serde_json::to_string(c)
-                .map(|b| (c.id.to_string(), b))
-                .map_err(backend)
-        })
-        .collect::<StoreResult<Vec<_>>>()?;
     Ok(Encoded {
         task_id: write.task_id.to_string(),
         expected_seq: seq(write.expected_seq),
-        status: write.head.status.as_str(),
-        session_id: write.head.session_id.clone(),
-        created_at: ts(&write.head.created_at),
-        updated_at: ts(&write.head.updated_at),
-        last_seq: seq(write.head.last_seq),
-        head: serde_json::to_string(&write.head).map_err(backend)?,
+        status: write.summary.status.as_str(),
+        session_id: write.summary.session_id.clone(),
+        created_at: ts(&write.summary.created_at),
+        updated_at: ts(&write.summary.updated_at),
+        last_seq: seq(write.summary.last_seq),
+        summary: serde_json::to_string(&write.summary).map_err(backend)?,
         events,
-        checkpoints,
     })
 }
 
+/// Rows per multi-row INSERT (four parameters each, far below SQLite's limit).
+const EVENTS_PER_INSERT: usize = 64;
+
 fn append(conn: &Connection, w: &Encoded) -> StoreResult<()> {
-    let mut insert_event = conn
-        .prepare_cached("INSERT INTO events (task_id, seq, type, body) VALUES (?1, ?2, ?3, ?4)")
-        .map_err(backend)?;
-    for (seq, kind, body) in &w.events {
-        insert_event
-            .execute(params![w.task_id, seq, kind, body])
-            .map_err(backend)?;
-    }
-    let mut upsert_checkpoint = conn
-        .prepare_cached(
-            "INSERT INTO checkpoints (id, task_id, ord, body)
-         VALUES (?1, ?2, (SELECT COALESCE(MAX(ord), 0) + 1 FROM checkpoints WHERE task_id = ?2), ?3)
-         ON CONFLICT (id) DO UPDATE SET body = excluded.body WHERE task_id = excluded.task_id",
-        )
-        .map_err(backend)?;
-    for (id, body) in &w.checkpoints {
-        if upsert_checkpoint
-            .execute(params![id, w.task_id, body])
-            .map_err(backend)?
-            == 0
-        {
-            return Err(StoreError::Corrupt(format!(
-                "checkpoint {id} belongs to another task than {}",
-                w.task_id
-            )));
+    for chunk in w.events.chunks(EVENTS_PER_INSERT) {
+        let mut sql = String::from("INSERT INTO events (task_id, seq, type, body) VALUES ");
+        for i in 0..chunk.len() {
+            let p = i * 4;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!("(?{}, ?{}, ?{}, ?{})", p + 1, p + 2, p + 3, p + 4));
         }
+        let mut insert = conn.prepare_cached(&sql).map_err(backend)?;
+        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
+        for (seq, kind, body) in chunk {
+            params.extend([&w.task_id as &dyn rusqlite::ToSql, seq, kind, body]);
+        }
+        insert.execute(params.as_slice()).map_err(backend)?;
     }
     Ok(())
+}
+
+/// Why a write expecting the task's log at `expected` found it elsewhere.
+fn seq_mismatch(conn: &Connection, task_id: &TaskId, expected: i64) -> StoreError {
+    let actual = conn
+        .prepare_cached("SELECT last_seq FROM tasks WHERE id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([task_id.as_str()], |r| r.get::<_, i64>(0))
+                .optional()
+        });
+    match actual {
+        Ok(None) => StoreError::TaskNotFound(task_id.clone()),
+        Ok(Some(actual)) => StoreError::Conflict {
+            task_id: task_id.clone(),
+            expected: u64::try_from(expected).unwrap_or(0),
+            actual: u64::try_from(actual).unwrap_or(0),
+        },
+        Err(e) => backend(e),
+    }
 }
 
 fn task_id_of(id: &str) -> StoreResult<TaskId> {
     TaskId::parse(id).map_err(|e| corrupt("task id", e))
 }
 
-fn load_checkpoints(conn: &Connection, id: &str) -> StoreResult<Vec<Checkpoint>> {
-    let mut stmt = conn
-        .prepare_cached("SELECT body FROM checkpoints WHERE task_id = ?1 ORDER BY ord")
-        .map_err(backend)?;
-    let rows = stmt
-        .query_map([id], |r| r.get::<_, String>(0))
-        .map_err(backend)?;
-    rows.map(|body| {
-        let body = body.map_err(backend)?;
-        serde_json::from_str(&body).map_err(|e| corrupt("checkpoint", e))
-    })
-    .collect()
-}
-
-fn load_head(conn: &Connection, id: &str) -> StoreResult<Option<TaskHead>> {
+fn load_summary(conn: &Connection, id: &str) -> StoreResult<Option<TaskSummary>> {
     let body: Option<String> = conn
-        .query_row("SELECT head FROM tasks WHERE id = ?1", [id], |r| r.get(0))
-        .optional()
+        .prepare_cached("SELECT summary FROM tasks WHERE id = ?1")
+        .and_then(|mut stmt| stmt.query_row([id], |r| r.get(0)).optional())
         .map_err(backend)?;
-    body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("task state", e)))
+    body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("task summary", e)))
         .transpose()
 }
 
@@ -254,13 +246,13 @@ impl Store for SqliteStore {
             .write(move |conn| {
                 let inserted = conn
                     .execute(
-                        "INSERT INTO tasks (id, session_id, status, created_at, updated_at, last_seq, head)
+                        "INSERT INTO tasks (id, session_id, status, created_at, updated_at, last_seq, summary)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING",
-                        params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.last_seq, w.head],
+                        params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.last_seq, w.summary],
                     )
                     .map_err(backend)?;
                 if inserted == 0 {
-                    return Err(StoreError::AlreadyExists(id));
+                    return Err(StoreError::AlreadyExists(id.clone()));
                 }
                 conn.execute("INSERT INTO plans (task_id, plan) VALUES (?1, ?2)", params![w.task_id, plan])
                     .map_err(backend)?;
@@ -274,48 +266,34 @@ impl Store for SqliteStore {
         let task_id = write.task_id;
         self.writer
             .write(move |conn| {
-                let mut current = conn
-                    .prepare_cached("SELECT last_seq FROM tasks WHERE id = ?1")
+                // The state row moves only from the sequence number the writer read.
+                let updated = conn
+                    .prepare_cached(
+                        "UPDATE tasks SET status = ?2, updated_at = ?3, last_seq = ?4, summary = ?5
+                         WHERE id = ?1 AND last_seq = ?6",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![
+                            w.task_id,
+                            w.status,
+                            w.updated_at,
+                            w.last_seq,
+                            w.summary,
+                            w.expected_seq
+                        ])
+                    })
                     .map_err(backend)?;
-                let actual: Option<i64> =
-                    current.query_row([&w.task_id], |r| r.get(0)).optional().map_err(backend)?;
-                match actual {
-                    None => return Err(StoreError::TaskNotFound(task_id)),
-                    Some(a) if a != w.expected_seq => {
-                        return Err(StoreError::Conflict {
-                            task_id,
-                            expected: u64::try_from(w.expected_seq).unwrap_or(0),
-                            actual: u64::try_from(a).unwrap_or(0),
-                        });
-                    }
-                    Some(_) => {}
+                if updated == 0 {
+                    return Err(seq_mismatch(conn, &task_id, w.expected_seq));
                 }
-                append(conn, &w)?;
-                conn.prepare_cached(
-                    "UPDATE tasks SET status = ?2, updated_at = ?3, last_seq = ?4, head = ?5 WHERE id = ?1",
-                )
-                .and_then(|mut s| s.execute(params![w.task_id, w.status, w.updated_at, w.last_seq, w.head]))
-                .map_err(backend)?;
-                Ok(())
+                append(conn, &w)
             })
             .await
     }
 
-    async fn load(&self, id: &TaskId) -> StoreResult<Option<TaskState>> {
+    async fn load_summary(&self, id: &TaskId) -> StoreResult<Option<TaskSummary>> {
         let id = id.to_string();
-        self.read(move |conn| {
-            let Some(head) = load_head(conn, &id)? else {
-                return Ok(None);
-            };
-            let checkpoints = load_checkpoints(conn, &id)?;
-            Ok(Some(TaskState { head, checkpoints }))
-        })
-        .await
-    }
-
-    async fn load_head(&self, id: &TaskId) -> StoreResult<Option<TaskHead>> {
-        let id = id.to_string();
-        self.read(move |conn| load_head(conn, &id)).await
+        self.read(move |conn| load_summary(conn, &id)).await
     }
 
     async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>> {
@@ -340,7 +318,7 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut sql = String::from("SELECT head FROM tasks WHERE 1 = 1");
+            let mut sql = String::from("SELECT summary FROM tasks WHERE 1 = 1");
             let mut args: Vec<String> = Vec::new();
             let mut clause = |cond: &str, value: String| {
                 args.push(value);
@@ -372,8 +350,8 @@ impl Store for SqliteStore {
             for body in rows {
                 let body = body.map_err(backend)?;
                 items.push(
-                    serde_json::from_str::<TaskHead>(&body)
-                        .map_err(|e| corrupt("task state", e))?,
+                    serde_json::from_str::<TaskSummary>(&body)
+                        .map_err(|e| corrupt("task summary", e))?,
                 );
             }
             let next_cursor = if items.len() > limit {
@@ -417,32 +395,23 @@ impl Store for SqliteStore {
 
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
         let task_id = id.clone();
+        let expected = seq(expected_seq);
         self.writer
             .write(move |conn| {
-                let id = task_id.to_string();
-                let actual: Option<i64> = conn
-                    .query_row("SELECT last_seq FROM tasks WHERE id = ?1", [&id], |r| {
-                        r.get(0)
-                    })
-                    .optional()
+                let id = task_id.as_str();
+                let deleted = conn
+                    .execute(
+                        "DELETE FROM tasks WHERE id = ?1 AND last_seq = ?2",
+                        params![id, expected],
+                    )
                     .map_err(backend)?;
-                match actual {
-                    None => return Err(StoreError::TaskNotFound(task_id)),
-                    Some(a) if a != seq(expected_seq) => {
-                        return Err(StoreError::Conflict {
-                            task_id,
-                            expected: expected_seq,
-                            actual: u64::try_from(a).unwrap_or(0),
-                        });
-                    }
-                    Some(_) => {}
+                if deleted == 0 {
+                    return Err(seq_mismatch(conn, &task_id, expected));
                 }
-                for table in ["events", "checkpoints", "snapshots", "controls", "plans"] {
-                    conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [&id])
+                for table in ["events", "snapshots", "controls", "plans"] {
+                    conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [id])
                         .map_err(backend)?;
                 }
-                conn.execute("DELETE FROM tasks WHERE id = ?1", [&id])
-                    .map_err(backend)?;
                 Ok(())
             })
             .await
@@ -464,7 +433,7 @@ impl Store for SqliteStore {
                     .optional()
                     .map_err(backend)?;
                 if exists.is_none() {
-                    return Err(StoreError::TaskNotFound(task_id));
+                    return Err(StoreError::TaskNotFound(task_id.clone()));
                 }
                 conn.execute(
                     "INSERT INTO snapshots (id, task_id, seq, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)",

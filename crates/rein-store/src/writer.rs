@@ -1,6 +1,10 @@
 //! The single writer: one thread owns the write connection and commits every
-//! queued write in one transaction (group commit), each inside a savepoint so a
-//! failing write does not take the others down. Callers wait for the commit.
+//! queued write in one transaction (group commit). Callers wait for the commit.
+//!
+//! Writes almost never fail, so a batch first runs plainly; if one write fails,
+//! the transaction is rolled back and the batch runs again with a savepoint per
+//! write, so the failing write fails alone and the others still commit. Write
+//! closures are therefore `FnMut`: they may run twice.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,24 +18,22 @@ use tokio::sync::oneshot;
 const MAX_BATCH: usize = 512;
 
 trait WriteOp: Send {
-    /// Runs the write inside the open transaction; `false` if it failed.
+    /// Runs the write inside the open transaction; `false` if it failed. May be
+    /// called again after a rollback.
     fn apply(&mut self, conn: &Connection) -> bool;
     /// Reports the outcome once the transaction has committed (or failed to).
     fn finish(self: Box<Self>, commit: Result<(), StoreError>);
 }
 
 struct Op<T, F> {
-    work: Option<F>,
+    work: F,
     result: Option<StoreResult<T>>,
     reply: oneshot::Sender<StoreResult<T>>,
 }
 
-impl<T: Send, F: FnOnce(&Connection) -> StoreResult<T> + Send> WriteOp for Op<T, F> {
+impl<T: Send, F: FnMut(&Connection) -> StoreResult<T> + Send> WriteOp for Op<T, F> {
     fn apply(&mut self, conn: &Connection) -> bool {
-        let result = match self.work.take() {
-            Some(work) => work(conn),
-            None => Err(StoreError::Backend("write applied twice".into())),
-        };
+        let result = (self.work)(conn);
         let ok = result.is_ok();
         self.result = Some(result);
         ok
@@ -55,6 +57,8 @@ impl<T: Send, F: FnOnce(&Connection) -> StoreResult<T> + Send> WriteOp for Op<T,
 pub(crate) struct Counters {
     pub commits: AtomicU64,
     pub writes: AtomicU64,
+    /// Time spent inside transactions (BEGIN to COMMIT, the fsync included).
+    pub busy_ns: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -78,7 +82,7 @@ impl Writer {
     pub async fn write<T, F>(&self, work: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&Connection) -> StoreResult<T> + Send + 'static,
     {
         let done = self.submit(work)?;
         done.await.map_err(|_| stopped())?
@@ -89,11 +93,11 @@ impl Writer {
     pub fn submit<T, F>(&self, work: F) -> StoreResult<oneshot::Receiver<StoreResult<T>>>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&Connection) -> StoreResult<T> + Send + 'static,
     {
         let (reply, done) = oneshot::channel();
         let op: Box<dyn WriteOp> = Box::new(Op {
-            work: Some(work),
+            work,
             result: None,
             reply,
         });
@@ -115,7 +119,10 @@ fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Coun
                 Err(_) => break,
             }
         }
+        let started = std::time::Instant::now();
         let commit = commit_batch(&conn, &mut batch);
+        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        counters.busy_ns.fetch_add(busy, Ordering::Relaxed);
         counters.commits.fetch_add(1, Ordering::Relaxed);
         counters
             .writes
@@ -129,18 +136,30 @@ fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Coun
 fn commit_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), StoreError> {
     let backend = |e: rusqlite::Error| StoreError::Backend(e.to_string());
     conn.execute_batch("BEGIN IMMEDIATE").map_err(backend)?;
+    let mut all_ok = true;
     for op in batch.iter_mut() {
-        let step = conn.execute_batch("SAVEPOINT write").and_then(|()| {
-            if op.apply(conn) {
-                conn.execute_batch("RELEASE write")
-            } else {
-                conn.execute_batch("ROLLBACK TO write; RELEASE write")
+        all_ok &= op.apply(conn);
+    }
+    if !all_ok && batch.len() > 1 {
+        // Start over, isolating each write so only the failing ones fail.
+        conn.execute_batch("ROLLBACK; BEGIN IMMEDIATE")
+            .map_err(backend)?;
+        for op in batch.iter_mut() {
+            let step = conn.execute_batch("SAVEPOINT write").and_then(|()| {
+                if op.apply(conn) {
+                    conn.execute_batch("RELEASE write")
+                } else {
+                    conn.execute_batch("ROLLBACK TO write; RELEASE write")
+                }
+            });
+            if let Err(e) = step {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(backend(e));
             }
-        });
-        if let Err(e) = step {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(backend(e));
         }
+    } else if !all_ok {
+        // The one write failed: commit nothing.
+        return conn.execute_batch("ROLLBACK").map_err(backend);
     }
     conn.execute_batch("COMMIT").map_err(|e| {
         let _ = conn.execute_batch("ROLLBACK");
@@ -156,22 +175,37 @@ mod tests {
         StoreError::Backend(e.to_string())
     }
 
-    #[tokio::test]
-    async fn writes_queued_behind_a_commit_share_the_next_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("w.db")).unwrap();
-        conn.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
-        let writer = Writer::start(conn).unwrap();
-        // Hold the writer thread inside a first write while ten more are queued.
+    /// Holds the writer thread inside a write until the returned sender is used,
+    /// so the writes queued meanwhile all go into the next transaction.
+    fn hold(
+        writer: &Writer,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        oneshot::Receiver<StoreResult<()>>,
+    ) {
         let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
-        let (release, hold) = std::sync::mpsc::channel::<()>();
+        let (release, held) = std::sync::mpsc::channel::<()>();
         let blocker = writer
             .submit(move |_| {
                 entered_tx.send(()).map_err(backend)?;
-                hold.recv().map_err(backend)
+                held.recv().map_err(backend)
             })
             .unwrap();
         entered.recv().unwrap();
+        (release, blocker)
+    }
+
+    fn table(schema: &str) -> (tempfile::TempDir, Writer) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("w.db")).unwrap();
+        conn.execute_batch(schema).unwrap();
+        (dir, Writer::start(conn).unwrap())
+    }
+
+    #[tokio::test]
+    async fn writes_queued_behind_a_commit_share_the_next_one() {
+        let (_dir, writer) = table("CREATE TABLE t (x INTEGER)");
+        let (release, blocker) = hold(&writer);
         let queued: Vec<_> = (0..10)
             .map(|i| {
                 writer
@@ -193,23 +227,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_failing_write_does_not_undo_the_others_in_its_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("w.db")).unwrap();
-        conn.execute_batch("CREATE TABLE t (x INTEGER PRIMARY KEY)")
-            .unwrap();
-        let writer = Writer::start(conn).unwrap();
+    async fn a_failing_write_fails_alone_and_the_rest_of_its_batch_commits() {
+        let (_dir, writer) = table("CREATE TABLE t (x INTEGER PRIMARY KEY)");
         let insert = |x: i64| {
-            let writer = writer.clone();
-            async move {
-                writer
-                    .write(move |c| c.execute("INSERT INTO t VALUES (?1)", [x]).map_err(backend))
-                    .await
-            }
+            writer
+                .submit(move |c| c.execute("INSERT INTO t VALUES (?1)", [x]).map_err(backend))
+                .unwrap()
         };
-        let (a, dup, b) = tokio::join!(insert(1), insert(1), insert(2));
-        assert!(a.is_ok() && b.is_ok());
-        assert!(dup.is_err(), "the duplicate key fails on its own");
+        let (release, blocker) = hold(&writer);
+        let (a, dup, b) = (insert(1), insert(1), insert(2));
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        assert_eq!(a.await.unwrap().unwrap(), 1);
+        assert!(
+            dup.await.unwrap().is_err(),
+            "the duplicate key fails on its own"
+        );
+        assert_eq!(b.await.unwrap().unwrap(), 1);
         let count = writer
             .write(|c| {
                 c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
@@ -217,5 +251,29 @@ mod tests {
             })
             .await;
         assert_eq!(count.unwrap(), 2);
+        assert_eq!(
+            writer.counters.commits.load(Ordering::SeqCst),
+            3,
+            "blocker, the batch, the count"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lone_failing_write_commits_nothing() {
+        let (_dir, writer) = table("CREATE TABLE t (x INTEGER PRIMARY KEY)");
+        let result = writer
+            .write(|c| {
+                c.execute("INSERT INTO t VALUES (1)", []).map_err(backend)?;
+                Err::<(), _>(StoreError::Backend("changed my mind".into()))
+            })
+            .await;
+        assert!(result.is_err());
+        let count = writer
+            .write(|c| {
+                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
+                    .map_err(backend)
+            })
+            .await;
+        assert_eq!(count.unwrap(), 0);
     }
 }

@@ -219,7 +219,7 @@ async fn follow(ctx: &Context, id: &str, after: u64, json: bool) -> anyhow::Resu
         // The state first: every event up to its last_seq is already in the log.
         let head = engine
             .store()
-            .load_head(&id)
+            .load_summary(&id)
             .await?
             .ok_or_else(|| anyhow::anyhow!("task {id} was deleted while being followed"))?;
         loop {
