@@ -106,8 +106,8 @@ impl Store for TimedStore {
     async fn request_control(&self, request: &ControlRequest) -> StoreResult<()> {
         self.inner.request_control(request).await
     }
-    async fn peek_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
-        self.inner.peek_controls(task_id).await
+    async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>> {
+        self.inner.pending_controls().await
     }
     async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
         self.inner.take_controls(task_id).await

@@ -1,9 +1,8 @@
 //! The engine: the one way into tasks. Creates them from plans, runs and resumes
 //! them, pauses, aborts, snapshots, restores and deletes them.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rein_protocol::ids::{new_span_id, new_trace_id};
@@ -15,6 +14,7 @@ use rein_protocol::{
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::controls::ControlHub;
 use crate::error::{EngineError, Result};
 use crate::executor::StepExecutor;
 use crate::process::{current_runner, is_current, runner_alive};
@@ -29,7 +29,7 @@ pub struct EngineConfig {
     pub max_parallel: usize,
     /// Bytes kept from the end of each step's stdout and stderr.
     pub output_tail_bytes: usize,
-    /// How often a runner checks for pause and abort requests from other processes.
+    /// How often the engine checks for pause and abort requests from other processes.
     pub control_poll: Duration,
     /// Where tasks without a workspace of their own get a fresh directory.
     pub workspace_root: PathBuf,
@@ -89,8 +89,8 @@ pub struct Engine {
     pub(crate) config: EngineConfig,
     pub(crate) events: broadcast::Sender<HarnessEvent>,
     pub(crate) runner: RunnerInfo,
-    /// Tasks this engine is running right now.
-    active: Mutex<HashSet<TaskId>>,
+    /// The tasks this engine is running right now, and the way to reach them.
+    controls: Arc<ControlHub>,
 }
 
 impl Engine {
@@ -100,13 +100,14 @@ impl Engine {
         config: EngineConfig,
     ) -> Engine {
         let (events, _) = broadcast::channel(4096);
+        let controls = ControlHub::new(Arc::clone(&store), config.control_poll);
         Engine {
             store,
             executor,
             config,
             events,
             runner: current_runner(),
-            active: Mutex::new(HashSet::new()),
+            controls,
         }
     }
 
@@ -256,12 +257,18 @@ impl Engine {
                 host: runner.host.clone(),
             });
         }
-        let _guard = self.claim(id)?;
+        let Some((_guard, controls)) = self.controls.register(id) else {
+            return Err(EngineError::Busy {
+                task_id: id.clone(),
+                pid: self.runner.pid,
+                host: self.runner.host.clone(),
+            });
+        };
         let plan = self.plan(id).await?;
         // Requests addressed to a runner that is gone are stale.
         self.store.take_controls(id).await?;
         let run = TaskRun::new(self, Recorder::resume(state), plan)?;
-        run.drive(options).await
+        run.drive(options, controls).await
     }
 
     /// Tasks `resume --all` would take up: pending, paused, and in progress with no
@@ -435,7 +442,7 @@ impl Engine {
         if state.status() != TaskStatus::InProgress {
             return None;
         }
-        if self.is_active(state.id()) {
+        if self.controls.is_running(state.id()) {
             return Some(self.runner.clone());
         }
         state
@@ -454,44 +461,6 @@ impl Engine {
             requested_at: chrono::Utc::now(),
         };
         Ok(self.store.request_control(&request).await?)
-    }
-
-    fn is_active(&self, id: &TaskId) -> bool {
-        self.active
-            .lock()
-            .map(|set| set.contains(id))
-            .unwrap_or(false)
-    }
-
-    fn claim(&self, id: &TaskId) -> Result<ActiveGuard<'_>> {
-        let mut set = self
-            .active
-            .lock()
-            .map_err(|_| EngineError::BadRequest("engine lock poisoned".into()))?;
-        if !set.insert(id.clone()) {
-            return Err(EngineError::Busy {
-                task_id: id.clone(),
-                pid: self.runner.pid,
-                host: self.runner.host.clone(),
-            });
-        }
-        Ok(ActiveGuard {
-            engine: self,
-            id: id.clone(),
-        })
-    }
-}
-
-struct ActiveGuard<'e> {
-    engine: &'e Engine,
-    id: TaskId,
-}
-
-impl Drop for ActiveGuard<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut set) = self.engine.active.lock() {
-            set.remove(&self.id);
-        }
     }
 }
 

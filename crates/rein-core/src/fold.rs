@@ -277,10 +277,12 @@ fn find<'a>(
 }
 
 fn finish_step(context: &mut TaskContext, step: String) {
+    // A step leaves `pending_steps` once; steps mostly finish in plan order, so it is
+    // usually found at the front.
     if let Some(pos) = context.pending_steps.iter().position(|s| *s == step) {
         context.pending_steps.remove(pos);
-    }
-    if !context.completed_steps.contains(&step) {
+        context.completed_steps.push(step);
+    } else if !context.completed_steps.contains(&step) {
         context.completed_steps.push(step);
     }
 }

@@ -7,12 +7,14 @@
 //! - [`runner`]: one task's run: the step scheduler.
 //! - [`executor`]: running one step ([`StepExecutor`]; commands as child processes).
 //! - [`recorder`]: turns changes into events, applies them, commits them in batches.
+//! - `controls`: carries pause and abort requests from the store to running tasks.
 //! - [`lifecycle`]: the status transition tables of tasks and checkpoints.
 //! - [`fold`]: state as the fold of the event log.
 //! - [`store`]: the [`Store`] trait the storage backends implement.
 //! - [`process`]: which process runs a task, and whether it is alive.
 //! - [`error`]: [`EngineError`] and its [`ErrorKind`].
 
+mod controls;
 pub mod engine;
 pub mod error;
 pub mod executor;

@@ -15,6 +15,7 @@ use rein_protocol::{
     ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus, CheckpointType, StepAction,
     TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
 };
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -23,7 +24,7 @@ use crate::error::{EngineError, Result};
 use crate::executor::{StepOutcome, StepRequest};
 use crate::fold::WILL_RETRY;
 use crate::recorder::{Recorder, SpanRef};
-use crate::store::ControlKind;
+use crate::store::{ControlKind, ControlRequest};
 
 #[derive(Debug)]
 enum Progress {
@@ -171,15 +172,17 @@ impl<'e> TaskRun<'e> {
         })
     }
 
-    pub(crate) async fn drive(mut self, options: RunOptions) -> Result<TaskState> {
+    pub(crate) async fn drive(
+        mut self,
+        options: RunOptions,
+        mut controls: mpsc::UnboundedReceiver<ControlRequest>,
+    ) -> Result<TaskState> {
         self.take_up(&options)?;
         if self.rec.state.status() == TaskStatus::Paused {
             self.flush().await?;
             return Ok(self.rec.state);
         }
         self.settle_dependencies()?;
-        let mut poll = tokio::time::interval(self.engine.config.control_poll);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut pause_seen = false;
         loop {
             let started = self.start_ready()?;
@@ -203,14 +206,17 @@ impl<'e> TaskRun<'e> {
                     pause_seen = true;
                     self.pausing.get_or_insert_with(|| "paused by the operator (interrupt)".into());
                 }
-                _ = poll.tick() => {
-                    if let Some(kind) = self.check_controls().await? {
-                        match kind {
-                            ControlKind::Pause => {}
-                            ControlKind::Abort => return self.abort().await,
-                        }
+                Some(request) = controls.recv() => match request.kind {
+                    ControlKind::Pause => {
+                        self.pausing.get_or_insert_with(|| {
+                            format!("paused by {}: {}", request.by, request.reason)
+                        });
                     }
-                }
+                    ControlKind::Abort => {
+                        self.abort_by = Some((request.by, request.reason));
+                        return self.abort().await;
+                    }
+                },
             }
         }
     }
@@ -560,29 +566,6 @@ impl<'e> TaskRun<'e> {
         self.rec
             .flush(&self.engine.store, &self.engine.events)
             .await
-    }
-
-    async fn check_controls(&mut self) -> Result<Option<ControlKind>> {
-        let id = self.rec.state.head.id.clone();
-        if self.engine.store.peek_controls(&id).await?.is_empty() {
-            return Ok(None);
-        }
-        let mut decided = None;
-        for request in self.engine.store.take_controls(&id).await? {
-            match request.kind {
-                ControlKind::Abort => {
-                    decided = Some(ControlKind::Abort);
-                    self.abort_by = Some((request.by, request.reason));
-                }
-                ControlKind::Pause => {
-                    self.pausing.get_or_insert_with(|| {
-                        format!("paused by {}: {}", request.by, request.reason)
-                    });
-                    decided.get_or_insert(ControlKind::Pause);
-                }
-            }
-        }
-        Ok(decided)
     }
 
     /// Nothing runs and nothing more will start: the task pauses, fails or completes.

@@ -127,8 +127,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn get_snapshot(&self, id: &SnapshotId) -> StoreResult<Option<Snapshot>>;
     async fn list_snapshots(&self, task_id: &TaskId) -> StoreResult<Vec<SnapshotInfo>>;
     async fn request_control(&self, request: &ControlRequest) -> StoreResult<()>;
-    /// Control requests waiting for a task, without removing them.
-    async fn peek_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>>;
+    /// Every control request waiting, for any task, oldest first, without removing them.
+    async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>>;
     /// Removes and returns the control requests waiting for a task.
     async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>>;
     /// A write and a read that prove the store works (for health checks).

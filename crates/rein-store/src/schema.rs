@@ -5,10 +5,12 @@ use rusqlite::Connection;
 /// Migration `i` takes the schema from version `i` to `i + 1`.
 const MIGRATIONS: &[&str] = &[
     // 1: tasks (the state row: a summary), their plans, event logs (the truth),
-    //    snapshots, control requests.
+    //    snapshots, control requests. Events name their task by its integer key:
+    //    small index entries, so a commit touches few index pages.
     "
     CREATE TABLE tasks (
-        id         TEXT PRIMARY KEY,
+        tkey       INTEGER PRIMARY KEY,
+        id         TEXT NOT NULL UNIQUE,
         session_id TEXT NOT NULL,
         status     TEXT NOT NULL,
         created_at TEXT NOT NULL,
@@ -24,11 +26,11 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE TABLE events (
         gseq    INTEGER PRIMARY KEY,
-        task_id TEXT NOT NULL,
+        tkey    INTEGER NOT NULL,
         seq     INTEGER NOT NULL,
         type    TEXT NOT NULL,
         body    TEXT NOT NULL,
-        UNIQUE (task_id, seq)
+        UNIQUE (tkey, seq)
     ) STRICT;
     CREATE TABLE snapshots (
         id         TEXT PRIMARY KEY,

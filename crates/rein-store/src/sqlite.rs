@@ -184,9 +184,10 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
 /// Rows per multi-row INSERT (four parameters each, far below SQLite's limit).
 const EVENTS_PER_INSERT: usize = 64;
 
-fn append(conn: &Connection, w: &Encoded) -> StoreResult<()> {
+/// Appends a write's events to the log of the task whose key is `tkey`.
+fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<()> {
     for chunk in w.events.chunks(EVENTS_PER_INSERT) {
-        let mut sql = String::from("INSERT INTO events (task_id, seq, type, body) VALUES ");
+        let mut sql = String::from("INSERT INTO events (tkey, seq, type, body) VALUES ");
         for i in 0..chunk.len() {
             let p = i * 4;
             if i > 0 {
@@ -197,7 +198,7 @@ fn append(conn: &Connection, w: &Encoded) -> StoreResult<()> {
         let mut insert = conn.prepare_cached(&sql).map_err(backend)?;
         let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
         for (seq, kind, body) in chunk {
-            params.extend([&w.task_id as &dyn rusqlite::ToSql, seq, kind, body]);
+            params.extend([&tkey as &dyn rusqlite::ToSql, seq, kind, body]);
         }
         insert.execute(params.as_slice()).map_err(backend)?;
     }
@@ -244,19 +245,21 @@ impl Store for SqliteStore {
         let id = task.write.task_id.clone();
         self.writer
             .write(move |conn| {
-                let inserted = conn
-                    .execute(
+                let tkey: Option<i64> = conn
+                    .query_row(
                         "INSERT INTO tasks (id, session_id, status, created_at, updated_at, last_seq, summary)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING",
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING RETURNING tkey",
                         params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.last_seq, w.summary],
+                        |r| r.get(0),
                     )
+                    .optional()
                     .map_err(backend)?;
-                if inserted == 0 {
+                let Some(tkey) = tkey else {
                     return Err(StoreError::AlreadyExists(id.clone()));
-                }
+                };
                 conn.execute("INSERT INTO plans (task_id, plan) VALUES (?1, ?2)", params![w.task_id, plan])
                     .map_err(backend)?;
-                append(conn, &w)
+                append(conn, tkey, &w)
             })
             .await
     }
@@ -267,26 +270,30 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 // The state row moves only from the sequence number the writer read.
-                let updated = conn
+                let tkey: Option<i64> = conn
                     .prepare_cached(
                         "UPDATE tasks SET status = ?2, updated_at = ?3, last_seq = ?4, summary = ?5
-                         WHERE id = ?1 AND last_seq = ?6",
+                         WHERE id = ?1 AND last_seq = ?6 RETURNING tkey",
                     )
                     .and_then(|mut stmt| {
-                        stmt.execute(params![
-                            w.task_id,
-                            w.status,
-                            w.updated_at,
-                            w.last_seq,
-                            w.summary,
-                            w.expected_seq
-                        ])
+                        stmt.query_row(
+                            params![
+                                w.task_id,
+                                w.status,
+                                w.updated_at,
+                                w.last_seq,
+                                w.summary,
+                                w.expected_seq
+                            ],
+                            |r| r.get(0),
+                        )
+                        .optional()
                     })
                     .map_err(backend)?;
-                if updated == 0 {
+                let Some(tkey) = tkey else {
                     return Err(seq_mismatch(conn, &task_id, w.expected_seq));
-                }
-                append(conn, &w)
+                };
+                append(conn, tkey, &w)
             })
             .await
     }
@@ -376,7 +383,9 @@ impl Store for SqliteStore {
         self.read(move |conn| {
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT body FROM events WHERE task_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                    "SELECT body FROM events
+                     WHERE tkey = (SELECT tkey FROM tasks WHERE id = ?1) AND seq > ?2
+                     ORDER BY seq LIMIT ?3",
                 )
                 .map_err(backend)?;
             let rows = stmt
@@ -399,16 +408,20 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 let id = task_id.as_str();
-                let deleted = conn
-                    .execute(
-                        "DELETE FROM tasks WHERE id = ?1 AND last_seq = ?2",
+                let tkey: Option<i64> = conn
+                    .query_row(
+                        "DELETE FROM tasks WHERE id = ?1 AND last_seq = ?2 RETURNING tkey",
                         params![id, expected],
+                        |r| r.get(0),
                     )
+                    .optional()
                     .map_err(backend)?;
-                if deleted == 0 {
+                let Some(tkey) = tkey else {
                     return Err(seq_mismatch(conn, &task_id, expected));
-                }
-                for table in ["events", "snapshots", "controls", "plans"] {
+                };
+                conn.execute("DELETE FROM events WHERE tkey = ?1", [tkey])
+                    .map_err(backend)?;
+                for table in ["snapshots", "controls", "plans"] {
                     conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [id])
                         .map_err(backend)?;
                 }
@@ -502,9 +515,21 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn peek_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
-        let id = task_id.to_string();
-        self.read(move |conn| read_controls(conn, &id)).await
+    async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>> {
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT body FROM controls ORDER BY id")
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .map_err(backend)?;
+            rows.map(|b| {
+                let b = b.map_err(backend)?;
+                serde_json::from_str(&b).map_err(|e| corrupt("control request", e))
+            })
+            .collect()
+        })
+        .await
     }
 
     async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {

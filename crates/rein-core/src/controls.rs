@@ -1,0 +1,128 @@
+//! Pause and abort requests reach a task's runner through the store, so they work
+//! across processes (`rein tasks pause` in one terminal, `rein run` in another).
+//! One watcher per engine reads the waiting requests for every task the engine
+//! runs and hands each to its runner; it stops when the engine runs nothing.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rein_protocol::TaskId;
+use tokio::sync::mpsc;
+
+use crate::store::{ControlRequest, Store};
+
+#[derive(Debug)]
+pub(crate) struct ControlHub {
+    store: Arc<dyn Store>,
+    poll: Duration,
+    state: Mutex<HubState>,
+}
+
+#[derive(Debug, Default)]
+struct HubState {
+    runs: HashMap<TaskId, mpsc::UnboundedSender<ControlRequest>>,
+    watching: bool,
+}
+
+/// A run registered with the hub; dropping it unregisters the run.
+#[derive(Debug)]
+pub(crate) struct RunGuard {
+    hub: Arc<ControlHub>,
+    id: TaskId,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if let Ok(mut state) = self.hub.state.lock() {
+            state.runs.remove(&self.id);
+        }
+    }
+}
+
+impl ControlHub {
+    pub fn new(store: Arc<dyn Store>, poll: Duration) -> Arc<ControlHub> {
+        Arc::new(ControlHub {
+            store,
+            poll,
+            state: Mutex::new(HubState::default()),
+        })
+    }
+
+    /// Registers a run of `id`, or `None` if this engine already runs it. Must be
+    /// called on a tokio runtime: it may start the watcher.
+    pub fn register(
+        self: &Arc<Self>,
+        id: &TaskId,
+    ) -> Option<(RunGuard, mpsc::UnboundedReceiver<ControlRequest>)> {
+        let mut state = self.state.lock().ok()?;
+        if state.runs.contains_key(id) {
+            return None;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        state.runs.insert(id.clone(), tx);
+        if !state.watching {
+            state.watching = true;
+            tokio::spawn(watch(Arc::clone(self)));
+        }
+        Some((
+            RunGuard {
+                hub: Arc::clone(self),
+                id: id.clone(),
+            },
+            rx,
+        ))
+    }
+
+    pub fn is_running(&self, id: &TaskId) -> bool {
+        self.state
+            .lock()
+            .map(|s| s.runs.contains_key(id))
+            .unwrap_or(false)
+    }
+}
+
+async fn watch(hub: Arc<ControlHub>) {
+    loop {
+        tokio::time::sleep(hub.poll).await;
+        {
+            let Ok(mut state) = hub.state.lock() else {
+                return;
+            };
+            if state.runs.is_empty() {
+                state.watching = false;
+                return;
+            }
+        }
+        let waiting = match hub.store.pending_controls().await {
+            Ok(waiting) => waiting,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read pause/abort requests; trying again");
+                continue;
+            }
+        };
+        let mut tasks: Vec<TaskId> = waiting.into_iter().map(|r| r.task_id).collect();
+        tasks.dedup();
+        for task in tasks {
+            let Some(tx) = hub
+                .state
+                .lock()
+                .ok()
+                .and_then(|s| s.runs.get(&task).cloned())
+            else {
+                continue; // a task some other process runs
+            };
+            match hub.store.take_controls(&task).await {
+                Ok(requests) => {
+                    for request in requests {
+                        // The run may have just ended; then the request has no one to reach.
+                        let _ = tx.send(request);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, task = %task, "cannot take pause/abort requests")
+                }
+            }
+        }
+    }
+}
