@@ -156,6 +156,13 @@ fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)].as_secs_f64() * 1000.0
 }
 
+fn mean_ms(samples: &[Duration]) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / samples.len() as f64
+}
+
 /// Bare sequential commits of one small row each, WAL + synchronous=FULL.
 fn sqlite_ceiling(dir: &Path, commits: usize) -> anyhow::Result<f64> {
     let conn = rusqlite::Connection::open(dir.join("ceiling.db"))?;
@@ -241,6 +248,7 @@ async fn steps(
         "steps_per_s": steps_per_s.round(),
         "commit_p50_ms": (percentile(&latencies, 0.50) * 1000.0).round() / 1000.0,
         "commit_p99_ms": (percentile(&latencies, 0.99) * 1000.0).round() / 1000.0,
+        "commit_mean_ms": (mean_ms(&latencies) * 1000.0).round() / 1000.0,
         "commit_requests": latencies.len(),
         "sqlite_transactions": after.commits - before.commits,
         "transaction_mean_ms": ((after.busy_ns - before.busy_ns) as f64 / (after.commits - before.commits).max(1) as f64 / 1e3).round() / 1e3,
