@@ -3,18 +3,21 @@
 //!
 //! Layout: [`cli`] (arguments), [`commands`] (one module per command group),
 //! [`progress`] (live progress of a run), [`render`] (human-readable output),
-//! [`exit`] (the one mapping from errors to exit codes).
-#![allow(clippy::print_stdout, clippy::print_stderr)]
+//! [`exit`] (the one mapping from errors to exit codes), [`output`] (printing that
+//! survives a closed pipe).
 
 mod cli;
 mod commands;
 mod exit;
+mod output;
 mod progress;
 mod render;
 
 use std::process::ExitCode;
 
 use clap::Parser;
+
+use crate::output::shout;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -24,14 +27,14 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            shout!("error: cannot start the async runtime: {e}");
             return ExitCode::from(exit::FAILURE);
         }
     };
     match runtime.block_on(commands::dispatch(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            shout!("error: {e:#}");
             ExitCode::from(exit::code_for(&e))
         }
     }

@@ -1,6 +1,7 @@
 //! Live progress of a run: a progress bar on a terminal, timestamped lines
 //! otherwise. It only reads the engine's published (committed) events.
 
+use crate::output::{say, shout};
 use std::collections::{BTreeSet, HashMap};
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -136,8 +137,8 @@ async fn show(
                     bar.println(line);
                 }
             }
-            Mode::Lines { stderr: true } => eprintln!("{line}"),
-            Mode::Lines { stderr: false } => println!("{line}"),
+            Mode::Lines { stderr: true } => shout!("{line}"),
+            Mode::Lines { stderr: false } => say!("{line}"),
         }
     }
     if let Some(bar) = bar {

@@ -461,3 +461,19 @@ fn list_filters_and_pages() {
     ])));
     assert!(none.as_array().unwrap().is_empty());
 }
+
+#[test]
+fn a_run_whose_reader_goes_away_still_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description='pipe'\n[[steps]]\nid='a'\nrun='sleep 0.2'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n",
+    );
+    let mut child = rein(&data).arg("run").arg(&plan).stdout(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take()); // like `rein run plan.toml | head -1` after one line
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "no panic on a closed pipe");
+    assert_eq!(show(&data, &task_ids(&data)[0])["status"], "completed");
+}

@@ -186,12 +186,13 @@ impl<'e> TaskRun<'e> {
         let mut pause_seen = false;
         loop {
             let started = self.start_ready()?;
+            if started.is_empty() && self.running.is_empty() {
+                // The last results are committed with the task's close.
+                return self.finish().await;
+            }
             self.flush().await?;
             for i in started {
                 self.spawn(i);
-            }
-            if self.running.is_empty() {
-                return self.finish().await;
             }
             tokio::select! {
                 biased;

@@ -4,6 +4,7 @@ mod plan;
 mod run;
 mod tasks;
 
+use crate::output::say;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -53,7 +54,7 @@ pub fn parse_snapshot_id(id: &str) -> anyhow::Result<SnapshotId> {
 
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    say!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 

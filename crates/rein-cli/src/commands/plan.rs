@@ -1,5 +1,6 @@
 //! `rein plan check`.
 
+use crate::output::say;
 use rein_core::plan::load_plan_file;
 
 use crate::cli::PlanCommand;
@@ -14,8 +15,8 @@ pub fn dispatch(cmd: PlanCommand) -> anyhow::Result<u8> {
                 print_json(&spec.plan)?;
             } else {
                 let p = &spec.plan;
-                println!("plan {} is valid: {} steps", plan.display(), p.steps.len());
-                println!("  {}", p.original_task);
+                say!("plan {} is valid: {} steps", plan.display(), p.steps.len());
+                say!("  {}", p.original_task);
                 for step in &p.steps {
                     let deps = if step.depends_on.is_empty() {
                         String::new()
@@ -23,7 +24,7 @@ pub fn dispatch(cmd: PlanCommand) -> anyhow::Result<u8> {
                         format!(" after {}", step.depends_on.join(", "))
                     };
                     let flags = if step.idempotent { " (idempotent)" } else { "" };
-                    println!("  - {} [{}]{deps}{flags}", step.id, step.checkpoint);
+                    say!("  - {} [{}]{deps}{flags}", step.id, step.checkpoint);
                 }
             }
             Ok(exit::SUCCESS)

@@ -4,6 +4,7 @@
 //! or SIGTERM, stops running steps at once and leaves the task resumable exactly as
 //! a crash would.
 
+use crate::output::{say, shout};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -40,6 +41,19 @@ pub async fn run(data_dir: Option<PathBuf>, args: RunArgs) -> anyhow::Result<u8>
             .as_deref()
             .unwrap_or("-")
     ));
+    for cp in &state.checkpoints {
+        let who = cp
+            .approved_by
+            .as_ref()
+            .map(|a| format!(" by {}", a.who))
+            .unwrap_or_default();
+        out.line(&format!(
+            "[{}] {} {} passed{who}",
+            cp.started_at.format("%H:%M:%S%.3f"),
+            cp.kind.phase().label(),
+            cp.kind
+        ));
+    }
     let signals = Signals::install(out);
     let (code, _) = drive(
         &ctx.engine,
@@ -77,7 +91,7 @@ pub async fn resume(data_dir: Option<PathBuf>, args: ResumeArgs) -> anyhow::Resu
             "nothing to resume: no task is pending, paused or left in progress by a stopped runner",
         );
         if args.output.json {
-            println!("[]");
+            say!("[]");
         }
         return Ok(exit::SUCCESS);
     }
@@ -105,7 +119,7 @@ pub async fn resume(data_dir: Option<PathBuf>, args: ResumeArgs) -> anyhow::Resu
                 finals.push(state);
             }
             Err(e) => {
-                eprintln!("error: task {id}: {e}");
+                shout!("error: task {id}: {e}");
                 worst = worse(worst, exit::code_for(&e.into()));
             }
         }
@@ -176,9 +190,9 @@ impl Out {
     fn line(&self, text: &str) {
         if self.0.quiet {
         } else if self.0.json {
-            eprintln!("{text}");
+            shout!("{text}");
         } else {
-            println!("{text}");
+            say!("{text}");
         }
     }
 
@@ -214,7 +228,7 @@ impl Out {
         };
         if self.0.quiet {
             // The outcome is the one line --quiet keeps.
-            println!("{}", text.lines().next().unwrap_or_default());
+            say!("{}", text.lines().next().unwrap_or_default());
         } else {
             self.line(&text);
         }

@@ -1,6 +1,7 @@
 //! `rein tasks …`: list, show, events, follow, resume, pause, abort, snapshots,
 //! restore, delete.
 
+use crate::output::{say, say_raw, shout};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -31,7 +32,7 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::R
             if json {
                 print_json(&state)?;
             } else {
-                print!("{}", render::task_details(&state));
+                say_raw!("{}", render::task_details(&state));
             }
             Ok(exit::SUCCESS)
         }
@@ -54,7 +55,7 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::R
                     index.observe(e);
                     let line = render::describe(e, &index)
                         .unwrap_or_else(|| e.event_type().as_str().to_owned());
-                    println!("{:>5} {}", e.seq, render::timed(e, &line));
+                    say!("{:>5} {}", e.seq, render::timed(e, &line));
                 }
             }
             Ok(exit::SUCCESS)
@@ -63,24 +64,24 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::R
         TasksCommand::Pause { id, reason } => {
             let id = parse_task_id(&id)?;
             match engine.pause(&id, "cli", &reason).await? {
-                ControlOutcome::Applied(_) => println!("task {id} paused"),
-                ControlOutcome::Requested { runner } => println!(
+                ControlOutcome::Applied(_) => say!("task {id} paused"),
+                ControlOutcome::Requested { runner } => say!(
                     "pause requested: the runner (pid {}) starts no more steps and pauses once running ones finish",
                     runner.pid
                 ),
-                ControlOutcome::AlreadyThere(_) => println!("task {id} is already paused"),
+                ControlOutcome::AlreadyThere(_) => say!("task {id} is already paused"),
             }
             Ok(exit::SUCCESS)
         }
         TasksCommand::Abort { id, reason } => {
             let id = parse_task_id(&id)?;
             match engine.abort(&id, "cli", &reason).await? {
-                ControlOutcome::Applied(_) => println!("task {id} cancelled"),
-                ControlOutcome::Requested { runner } => println!(
+                ControlOutcome::Applied(_) => say!("task {id} cancelled"),
+                ControlOutcome::Requested { runner } => say!(
                     "abort requested: the runner (pid {}) stops running steps and cancels the task",
                     runner.pid
                 ),
-                ControlOutcome::AlreadyThere(_) => println!("task {id} is already cancelled"),
+                ControlOutcome::AlreadyThere(_) => say!("task {id} is already cancelled"),
             }
             Ok(exit::SUCCESS)
         }
@@ -95,7 +96,7 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::R
                     "status": snapshot.state.status(),
                 }))?;
             } else {
-                println!(
+                say!(
                     "snapshot {} of task {} at event {} ({})",
                     snapshot.id,
                     snapshot.task_id,
@@ -112,10 +113,10 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::R
             if json {
                 print_json(&snapshots)?;
             } else if snapshots.is_empty() {
-                println!("task {id} has no snapshots; take one with: rein tasks snapshot {id}");
+                say!("task {id} has no snapshots; take one with: rein tasks snapshot {id}");
             } else {
                 for s in snapshots {
-                    println!(
+                    say!(
                         "{}  event {:<6} {}",
                         s.id,
                         s.seq,
@@ -130,13 +131,13 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::R
             if json {
                 print_json(&state)?;
             } else {
-                println!(
+                say!(
                     "task {} restored from snapshot {snapshot} ({}); the original task is unchanged",
                     state.id(),
                     state.status()
                 );
                 if matches!(state.status(), TaskStatus::Paused | TaskStatus::Pending) {
-                    println!("  resume with: rein tasks resume {}", state.id());
+                    say!("  resume with: rein tasks resume {}", state.id());
                 }
             }
             Ok(exit::SUCCESS)
@@ -144,7 +145,7 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::R
         TasksCommand::Delete { id } => {
             let id = parse_task_id(&id)?;
             engine.delete(&id).await?;
-            println!("task {id} deleted with its log and snapshots");
+            say!("task {id} deleted with its log and snapshots");
             Ok(exit::SUCCESS)
         }
     }
@@ -195,14 +196,14 @@ async fn list(ctx: &Context, args: ListArgs) -> anyhow::Result<u8> {
     if args.json {
         print_json(&page.items)?;
         if let Some(c) = &page.next_cursor {
-            eprintln!("more tasks: --cursor {c}");
+            shout!("more tasks: --cursor {c}");
         }
     } else if page.items.is_empty() {
-        println!("no tasks");
+        say!("no tasks");
     } else {
-        print!("{}", render::task_table(&page.items));
+        say_raw!("{}", render::task_table(&page.items));
         if let Some(c) = &page.next_cursor {
-            println!("more: rein tasks list --cursor {c}");
+            say!("more: rein tasks list --cursor {c}");
         }
     }
     Ok(exit::SUCCESS)
@@ -227,9 +228,9 @@ async fn follow(ctx: &Context, id: &str, after: u64, json: bool) -> anyhow::Resu
             for e in &events {
                 index.observe(e);
                 if json {
-                    println!("{}", serde_json::to_string(e)?);
+                    say!("{}", serde_json::to_string(e)?);
                 } else if let Some(line) = render::describe(e, &index) {
-                    println!("{}", render::timed(e, &line));
+                    say!("{}", render::timed(e, &line));
                 }
                 seen = e.seq;
             }
@@ -245,9 +246,7 @@ async fn follow(ctx: &Context, id: &str, after: u64, json: bool) -> anyhow::Resu
                     if head.runner.as_ref().is_some_and(|r| !runner_alive(r)) =>
                 {
                     if !json {
-                        println!(
-                            "the task's runner is gone; resume it with: rein tasks resume {id}"
-                        );
+                        say!("the task's runner is gone; resume it with: rein tasks resume {id}");
                     }
                     return Ok(exit::WAITING);
                 }

@@ -1,0 +1,43 @@
+//! The benchmark runs and reports what it promises (the numbers themselves are
+//! measured in release builds, not asserted here).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[test]
+fn steps_prints_one_json_line_with_the_promised_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
+        .args([
+            "steps",
+            "--tasks",
+            "3",
+            "--steps",
+            "20",
+            "--ceiling-commits",
+            "20",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let line: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(line["total_steps"], 60);
+    // One commit per step, plus the task's start; the last step's result shares
+    // the commit of the task's close.
+    assert_eq!(line["commit_requests"], 3 * 21);
+    for field in [
+        "steps_per_s",
+        "commit_p50_ms",
+        "commit_p99_ms",
+        "sqlite_ceiling_commits_per_s",
+    ] {
+        assert!(line[field].as_f64().unwrap() > 0.0, "{field}: {line}");
+    }
+    assert!(line["commit_p50_ms"].as_f64() <= line["commit_p99_ms"].as_f64());
+}
