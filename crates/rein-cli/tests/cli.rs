@@ -471,7 +471,12 @@ fn a_run_whose_reader_goes_away_still_completes() {
         "p.toml",
         "description='pipe'\n[[steps]]\nid='a'\nrun='sleep 0.2'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n",
     );
-    let mut child = rein(&data).arg("run").arg(&plan).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     drop(child.stdout.take()); // like `rein run plan.toml | head -1` after one line
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "no panic on a closed pipe");
