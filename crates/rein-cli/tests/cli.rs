@@ -60,6 +60,10 @@ fn the_example_runs_through_all_five_control_points() {
         for field in ["id", "type", "status"] {
             assert!(!cp[field].is_null(), "checkpoint carries {field}: {cp}");
         }
+        assert!(
+            cp.get("step_id").is_some(),
+            "step_id is always there, null or not: {cp}"
+        );
         assert_eq!(cp["status"], "completed");
     }
     let types: Vec<&str> = checkpoints
@@ -481,4 +485,91 @@ fn a_run_whose_reader_goes_away_still_completes() {
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "no panic on a closed pipe");
     assert_eq!(show(&data, &task_ids(&data)[0])["status"], "completed");
+}
+
+fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, sig).unwrap();
+}
+
+/// Starts `rein run` on a plan whose step `first` runs `first_run`, and returns once
+/// that step is running.
+fn run_until_first_step_runs(
+    data: &Path,
+    dir: &Path,
+    first_run: &str,
+) -> (std::process::Child, String) {
+    let plan = write_plan(
+        dir,
+        "signals.toml",
+        &format!(
+            "description='signals'\n[[steps]]\nid='first'\nrun='{first_run}'\n[[steps]]\nid='second'\nrun='true'\ndepends_on=['first']\n"
+        ),
+    );
+    let child = rein(data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    wait_until("the first step runs", || {
+        let Some(found) = task_ids(data).first().cloned() else {
+            return false;
+        };
+        id = found;
+        step_status(&show(data, &id), "first").as_deref() == Some("in_progress")
+    });
+    (child, id)
+}
+
+#[test]
+fn ctrl_c_pauses_once_running_steps_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (mut child, id) = run_until_first_step_runs(&data, dir.path(), "sleep 0.4");
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(3),
+        "a paused run exits 3"
+    );
+    let state = show(&data, &id);
+    assert_eq!(state["status"], "paused");
+    assert_eq!(
+        step_status(&state, "first").as_deref(),
+        Some("completed"),
+        "the running step finished"
+    );
+    assert_eq!(step_status(&state, "second"), None, "nothing new started");
+    let out = rein(&data).args(["tasks", "resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn sigterm_stops_at_once_and_leaves_the_task_resumable() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (mut child, id) = run_until_first_step_runs(&data, dir.path(), "sleep 60");
+    let started = Instant::now();
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(3),
+        "a stopped run exits 3"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the step was stopped, not waited for"
+    );
+    let state = show(&data, &id);
+    assert_eq!(
+        state["status"], "in_progress",
+        "stopped as a crash would leave it"
+    );
+    assert_eq!(step_status(&state, "first").as_deref(), Some("in_progress"));
+    // `first` is not idempotent: resuming asks what to do with it.
+    let out = rein(&data).args(["tasks", "resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--rerun first"));
 }

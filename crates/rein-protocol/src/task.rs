@@ -232,8 +232,8 @@ pub struct ApprovedBy {
 pub struct Checkpoint {
     pub id: CheckpointId,
     pub task_id: TaskId,
-    /// The plan step this checkpoint records, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The plan step this checkpoint records; `null` for the engine's own checkpoints.
+    #[serde(default)]
     pub step_id: Option<String>,
     #[serde(rename = "type")]
     pub kind: CheckpointType,
