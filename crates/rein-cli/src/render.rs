@@ -111,10 +111,15 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
             checkpoint_id,
             duration_ms: ms,
             error,
+            output,
             ..
         } => {
             let (name, _, _) = index.name(checkpoint_id);
-            format!("failed   {name} after {}: {error}", duration_ms(*ms))
+            let mut line = format!("failed   {name} after {}: {error}", duration_ms(*ms));
+            for tail in output_tail(output.as_ref(), 3) {
+                line.push_str(&format!("\n    | {tail}"));
+            }
+            line
         }
         TaskChange::CheckpointSkipped {
             checkpoint_id,
@@ -126,6 +131,23 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
         }
     };
     Some(line)
+}
+
+/// The last `lines` lines a step printed: its stderr, or its stdout if stderr is empty.
+pub fn output_tail(output: Option<&serde_json::Value>, lines: usize) -> Vec<String> {
+    let Some(output) = output else {
+        return Vec::new();
+    };
+    let text = ["stderr_tail", "stdout_tail"]
+        .iter()
+        .filter_map(|k| output.get(*k).and_then(|v| v.as_str()))
+        .find(|t| !t.trim().is_empty())
+        .unwrap_or_default();
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..]
+        .iter()
+        .map(|l| l.chars().take(200).collect())
+        .collect()
 }
 
 /// The line for an event with its time in front.
@@ -216,6 +238,11 @@ pub fn task_details(state: &TaskState) -> String {
         }
         out.push_str(line.trim_end());
         out.push('\n');
+        if cp.status == rein_protocol::CheckpointStatus::Failed {
+            for tail in output_tail(cp.output.as_ref(), 5) {
+                out.push_str(&format!("         | {tail}\n"));
+            }
+        }
     }
     out
 }

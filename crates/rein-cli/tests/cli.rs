@@ -106,7 +106,7 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
     let failing = write_plan(
         dir.path(),
         "fail.toml",
-        "description='f'\n[[steps]]\nid='a'\nrun='exit 4'\n",
+        "description='f'\n[[steps]]\nid='a'\nrun='echo disk full >&2; exit 4'\n",
     );
     let out = rein(&data).arg("run").arg(&failing).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -114,6 +114,10 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
     assert!(
         stdout.contains("failed: step `a` failed: command exited with status 4"),
         "{stdout}"
+    );
+    assert!(
+        stdout.contains("    | disk full"),
+        "the failure shows what the step said: {stdout}"
     );
 
     let cycle = write_plan(
