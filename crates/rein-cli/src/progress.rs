@@ -43,7 +43,11 @@ impl ProgressView {
     ) -> Self {
         let mode = if output.quiet {
             Mode::Quiet
-        } else if !output.json && tasks.len() == 1 && std::io::stderr().is_terminal() {
+        } else if !output.json
+            && tasks.len() == 1
+            && std::io::stderr().is_terminal()
+            && std::io::stdout().is_terminal()
+        {
             Mode::Bar
         } else {
             Mode::Lines {

@@ -144,7 +144,13 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/plan.toml"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/no/such/plan.toml"), "{stderr}");
+    assert_eq!(
+        stderr.matches("No such file").count(),
+        1,
+        "the cause is said once: {stderr}"
+    );
 
     let out = rein(&data)
         .args(["tasks", "show", "not-an-id"])
@@ -166,6 +172,13 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown status `sleeping`"));
+
+    let out = rein(&data)
+        .args(["tasks", "resume", "--all", "--rerun", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give its id instead of --all"));
 
     let out = rein(&data).args(["tasks", "frobnicate"]).output().unwrap();
     assert_eq!(
@@ -576,4 +589,67 @@ fn sigterm_stops_at_once_and_leaves_the_task_resumable() {
     let out = rein(&data).args(["tasks", "resume", &id]).output().unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stdout).contains("--rerun first"));
+}
+
+#[test]
+fn two_processes_resuming_one_task_at_once_cannot_both_run_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "race.toml",
+        "description='race'\n[[steps]]\nid='a'\nrun='sleep 0.3; echo a >> ran'\nidempotent=true\n[[steps]]\nid='b'\nrun='echo b >> ran'\ndepends_on=['a']\nidempotent=true\n",
+    );
+    let mut first = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("step a runs", || {
+        task_ids(&data)
+            .first()
+            .is_some_and(|id| step_status(&show(&data, id), "a").as_deref() == Some("in_progress"))
+    });
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let id = task_ids(&data)[0].clone();
+    let resumers: Vec<_> = (0..2)
+        .map(|_| {
+            rein(&data)
+                .args(["tasks", "resume", &id])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outcomes: Vec<_> = resumers
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let winners = outcomes
+        .iter()
+        .filter(|o| o.status.code() == Some(0))
+        .count();
+    assert_eq!(winners, 1, "exactly one resume takes the task up");
+    let loser = outcomes
+        .iter()
+        .find(|o| o.status.code() != Some(0))
+        .unwrap();
+    assert_eq!(loser.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&loser.stderr);
+    assert!(
+        said.contains("taken up by another process") || said.contains("is being run by process"),
+        "{said}"
+    );
+    let state = show(&data, &id);
+    assert_eq!(state["status"], "completed");
+    let passed = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["step_id"] == "b" && c["status"] == "completed")
+        .count();
+    assert_eq!(passed, 1, "b completed exactly once");
 }

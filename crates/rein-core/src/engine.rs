@@ -130,9 +130,9 @@ impl Engine {
         if events.is_empty() {
             return Err(EngineError::TaskNotFound(id.clone()));
         }
-        fold::fold(&events).map_err(|source| EngineError::Corrupt {
+        fold::fold(&events).map_err(|error| EngineError::Corrupt {
             task_id: id.clone(),
-            source,
+            error,
         })
     }
 
@@ -173,9 +173,9 @@ impl Engine {
             Some(dir) => dir,
             None => self.config.workspace_root.join(task_id.as_str()),
         };
-        std::fs::create_dir_all(&workspace).map_err(|source| EngineError::Workspace {
+        std::fs::create_dir_all(&workspace).map_err(|error| EngineError::Workspace {
             path: workspace.display().to_string(),
-            source,
+            error,
         })?;
         let workspace = std::fs::canonicalize(&workspace).unwrap_or(workspace);
         let session_id = request

@@ -31,17 +31,18 @@ pub enum EngineError {
         pid: u32,
         host: String,
     },
+    #[error(
+        "task {task_id} was taken up by another process at the same moment; see `rein tasks show {task_id}`"
+    )]
+    Raced { task_id: TaskId },
     #[error("{0}")]
     BadRequest(String),
-    #[error("cannot prepare workspace {path}: {source}")]
-    Workspace {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("cannot prepare workspace {path}: {error}")]
+    Workspace { path: String, error: std::io::Error },
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("task {task_id} has an inconsistent log: {source}")]
-    Corrupt { task_id: TaskId, source: FoldError },
+    #[error("task {task_id} has an inconsistent log: {error}")]
+    Corrupt { task_id: TaskId, error: FoldError },
 }
 
 /// What kind of failure an error is, for exit codes and HTTP statuses.
@@ -61,7 +62,9 @@ impl EngineError {
         match self {
             EngineError::TaskNotFound(_) | EngineError::SnapshotNotFound(_) => ErrorKind::NotFound,
             EngineError::InvalidPlan(_) | EngineError::BadRequest(_) => ErrorKind::Invalid,
-            EngineError::WrongStatus { .. } | EngineError::Busy { .. } => ErrorKind::Conflict,
+            EngineError::WrongStatus { .. }
+            | EngineError::Busy { .. }
+            | EngineError::Raced { .. } => ErrorKind::Conflict,
             EngineError::Workspace { .. } | EngineError::Corrupt { .. } => ErrorKind::Internal,
             EngineError::Store(e) => match e {
                 StoreError::TaskNotFound(_) | StoreError::SnapshotNotFound(_) => {

@@ -28,8 +28,8 @@ pub enum FoldError {
     DuplicateCheckpoint { seq: u64, checkpoint_id: String },
     #[error("event {seq}: a new checkpoint must start pending, not {status}")]
     CheckpointNotPending { seq: u64, status: CheckpointStatus },
-    #[error("event {seq}: {source}")]
-    Illegal { seq: u64, source: IllegalTransition },
+    #[error("event {seq}: {error}")]
+    Illegal { seq: u64, error: IllegalTransition },
     #[error("event {seq} belongs to task {got}, not {expected}")]
     WrongTask {
         seq: u64,
@@ -133,7 +133,7 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
             got: task_id.to_string(),
         });
     }
-    let illegal = |source| FoldError::Illegal { seq, source };
+    let illegal = |error| FoldError::Illegal { seq, error };
     let head = &mut state.head;
     match &event.change {
         TaskChange::TaskCreated { .. } | TaskChange::TaskRestored { .. } => {

@@ -205,10 +205,10 @@ fn find_cycle(steps: &[TaskStep], index: &HashMap<&str, usize>) -> Option<Vec<St
 /// Problems reading a plan file.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanFileError {
-    #[error("cannot read plan file {path}: {source}")]
+    #[error("cannot read plan file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("plan file {path} is not a valid plan: {message}")]
     Parse { path: PathBuf, message: String },
@@ -373,9 +373,9 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
 
 /// Reads and validates a plan file.
 pub fn load_plan_file(path: &Path) -> Result<PlanSpec, PlanFileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| PlanFileError::Read {
+    let text = std::fs::read_to_string(path).map_err(|error| PlanFileError::Read {
         path: path.to_owned(),
-        source,
+        error,
     })?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     parse_plan(&text, &base).map_err(|(message, errors)| match errors {

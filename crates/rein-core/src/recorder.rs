@@ -51,9 +51,9 @@ impl Recorder {
     /// Starts a new task from its first event (`task_created` or `task_restored`).
     pub fn genesis(first: HarnessEvent) -> Result<Recorder> {
         let task_id = first.task_id.clone();
-        let state = fold::genesis(&first).map_err(|source| EngineError::Corrupt {
+        let state = fold::genesis(&first).map_err(|error| EngineError::Corrupt {
             task_id: task_id.unwrap_or_default(),
-            source,
+            error,
         })?;
         Ok(Recorder {
             state,
@@ -89,9 +89,9 @@ impl Recorder {
             span_id: span.span_id.clone(),
             parent_span_id: span.parent_span_id.clone(),
         };
-        fold::apply(&mut self.state, &event).map_err(|source| EngineError::Corrupt {
+        fold::apply(&mut self.state, &event).map_err(|error| EngineError::Corrupt {
             task_id: self.state.head.id.clone(),
-            source,
+            error,
         })?;
         self.batch.push(event);
         Ok(())

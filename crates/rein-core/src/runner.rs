@@ -24,7 +24,7 @@ use crate::error::{EngineError, Result};
 use crate::executor::{StepOutcome, StepRequest};
 use crate::fold::WILL_RETRY;
 use crate::recorder::{Recorder, SpanRef};
-use crate::store::{ControlKind, ControlRequest};
+use crate::store::{ControlKind, ControlRequest, StoreError};
 
 #[derive(Debug)]
 enum Progress {
@@ -178,10 +178,20 @@ impl<'e> TaskRun<'e> {
         mut controls: mpsc::UnboundedReceiver<ControlRequest>,
     ) -> Result<TaskState> {
         self.take_up(&options)?;
+        // Committing the take-up is where two processes resuming the same task meet:
+        // the store lets one of them through.
+        let task_id = self.rec.state.head.id.clone();
+        let raced = |e: EngineError| match e {
+            EngineError::Store(StoreError::Conflict { .. }) => EngineError::Raced {
+                task_id: task_id.clone(),
+            },
+            other => other,
+        };
         if self.rec.state.status() == TaskStatus::Paused {
-            self.flush().await?;
+            self.flush().await.map_err(raced)?;
             return Ok(self.rec.state);
         }
+        let mut taken_up = false;
         self.settle_dependencies()?;
         let mut pause_seen = false;
         loop {
@@ -190,7 +200,12 @@ impl<'e> TaskRun<'e> {
                 // The last results are committed with the task's close.
                 return self.finish().await;
             }
-            self.flush().await?;
+            if taken_up {
+                self.flush().await?;
+            } else {
+                self.flush().await.map_err(raced)?;
+                taken_up = true;
+            }
             for i in started {
                 self.spawn(i);
             }

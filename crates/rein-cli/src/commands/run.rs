@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cli::{ResumeArgs, RunArgs, RunOutput};
 use crate::commands::{Context, parse_task_id, print_json};
-use crate::exit;
+use crate::exit::{self, UsageError};
 use crate::progress::ProgressView;
 
 pub async fn run(data_dir: Option<PathBuf>, args: RunArgs) -> anyhow::Result<u8> {
@@ -84,6 +84,12 @@ pub async fn resume(data_dir: Option<PathBuf>, args: ResumeArgs) -> anyhow::Resu
         )
         .await?;
         return Ok(code);
+    }
+    if !args.rerun.is_empty() || !args.skip.is_empty() {
+        return Err(UsageError(
+            "--rerun and --skip name steps of one task: give its id instead of --all".into(),
+        )
+        .into());
     }
     let heads = ctx.engine.resumable().await?;
     if heads.is_empty() {
