@@ -19,8 +19,8 @@ use rein_core::{
     CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store, StoreResult,
 };
 use rein_protocol::{
-    CheckpointType, HarnessEvent, RiskLevel, Snapshot, SnapshotId, StepAction, StepType,
-    TaskDecomposition, TaskId, TaskStatus, TaskStep, TaskSummary,
+    HarnessEvent, Snapshot, SnapshotId, StepAction, TaskDecomposition, TaskId, TaskStatus,
+    TaskStep, TaskSummary,
 };
 use rein_store::SqliteStore;
 
@@ -119,33 +119,18 @@ impl Store for TimedStore {
 
 /// A chain of `n` no-op steps, each depending on the one before.
 fn chain(n: usize) -> TaskDecomposition {
-    TaskDecomposition {
-        original_task: "bench".into(),
-        steps: (0..n)
-            .map(|i| TaskStep {
-                id: format!("s{i}"),
-                description: String::new(),
-                step_type: StepType::Execute,
-                depends_on: if i == 0 {
-                    vec![]
-                } else {
-                    vec![format!("s{}", i - 1)]
-                },
-                blocking_steps: vec![],
-                checkpoint: CheckpointType::TaskExec,
-                required_permissions: vec![],
-                risk_level: RiskLevel::Low,
-                risk_description: None,
-                action: StepAction::Noop,
-                timeout_ms: None,
-                idempotent: true,
-            })
-            .collect(),
-        estimated_duration_s: None,
-        risk_level: RiskLevel::Low,
-        max_parallel: None,
-        fail_fast: false,
-    }
+    let steps = (0..n)
+        .map(|i| TaskStep {
+            depends_on: if i == 0 {
+                vec![]
+            } else {
+                vec![format!("s{}", i - 1)]
+            },
+            idempotent: true,
+            ..TaskStep::new(format!("s{i}"), StepAction::Noop)
+        })
+        .collect();
+    TaskDecomposition::new("bench", steps)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> f64 {

@@ -474,33 +474,10 @@ pub(crate) fn system_checkpoint(
 ) -> Result<CheckpointId> {
     let span = SpanRef::child_of(&rec.state.head.span_id);
     let checkpoint = Checkpoint {
-        id: CheckpointId::new(),
-        task_id: rec.state.head.id.clone(),
-        step_id: None,
-        kind,
-        status: CheckpointStatus::Pending,
-        attempt: 1,
-        started_at: chrono::Utc::now(),
-        duration_ms: None,
         input,
-        output: None,
-        error: None,
-        approved_by: None,
-        metadata: Default::default(),
+        ..Checkpoint::pending(rec.state.head.id.clone(), None, kind, 1)
     };
-    let id = checkpoint.id.clone();
-    rec.record(
-        TaskChange::CheckpointCreated {
-            checkpoint: Box::new(checkpoint),
-        },
-        &span,
-    )?;
-    rec.record(
-        TaskChange::CheckpointEntered {
-            checkpoint_id: id.clone(),
-        },
-        &span,
-    )?;
+    let id = rec.enter_checkpoint(checkpoint, &span)?;
     rec.record(
         TaskChange::CheckpointPassed {
             checkpoint_id: id.clone(),

@@ -290,7 +290,7 @@ fn finish_step(context: &mut TaskContext, step: String) {
 #[cfg(test)]
 mod tests {
     use rein_protocol::ids::{new_span_id, new_trace_id};
-    use rein_protocol::{Checkpoint, CheckpointId, CheckpointType, EventId, TaskId};
+    use rein_protocol::{Checkpoint, CheckpointType, EventId, TaskId};
 
     use super::*;
 
@@ -325,21 +325,7 @@ mod tests {
     }
 
     fn checkpoint(task: &TaskId, step: &str) -> Checkpoint {
-        Checkpoint {
-            id: CheckpointId::new(),
-            task_id: task.clone(),
-            step_id: Some(step.into()),
-            kind: CheckpointType::TaskExec,
-            status: CheckpointStatus::Pending,
-            attempt: 1,
-            started_at: chrono::Utc::now(),
-            duration_ms: None,
-            input: None,
-            output: None,
-            error: None,
-            approved_by: None,
-            metadata: Default::default(),
-        }
+        Checkpoint::pending(task.clone(), Some(step.into()), CheckpointType::TaskExec, 1)
     }
 
     #[test]

@@ -238,27 +238,10 @@ fn unknown_kinds_bad_durations_and_misplaced_checkpoints_are_rejected() {
 #[test]
 fn validate_checks_plans_built_in_code_too() {
     let step = |id: &str, deps: &[&str]| TaskStep {
-        id: id.into(),
-        description: String::new(),
-        step_type: StepType::Execute,
         depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
-        blocking_steps: Vec::new(),
-        checkpoint: CheckpointType::TaskExec,
-        required_permissions: Vec::new(),
-        risk_level: RiskLevel::Low,
-        risk_description: None,
-        action: StepAction::Noop,
-        timeout_ms: None,
-        idempotent: true,
+        ..TaskStep::new(id, StepAction::Noop)
     };
-    let plan = TaskDecomposition {
-        original_task: "t".into(),
-        steps: vec![step("x", &["y"]), step("y", &["x"])],
-        estimated_duration_s: None,
-        risk_level: RiskLevel::Low,
-        max_parallel: None,
-        fail_fast: false,
-    };
+    let plan = TaskDecomposition::new("t", vec![step("x", &["y"]), step("y", &["x"])]);
     let errors = validate(plan).unwrap_err();
     assert!(matches!(errors.0[0], PlanIssue::Cycle { .. }));
     assert!(

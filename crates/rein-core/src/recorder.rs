@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use rein_protocol::ids::new_span_id;
-use rein_protocol::{EventId, HarnessEvent, TaskChange, TaskDecomposition, TaskState};
+use rein_protocol::{
+    Checkpoint, CheckpointId, EventId, HarnessEvent, TaskChange, TaskDecomposition, TaskState,
+};
 use tokio::sync::broadcast;
 
 use crate::error::{EngineError, Result};
@@ -95,6 +97,38 @@ impl Recorder {
         })?;
         self.batch.push(event);
         Ok(())
+    }
+
+    /// Records a new checkpoint, `pending`, and returns its id.
+    pub fn create_checkpoint(
+        &mut self,
+        checkpoint: Checkpoint,
+        span: &SpanRef,
+    ) -> Result<CheckpointId> {
+        let id = checkpoint.id.clone();
+        self.record(
+            TaskChange::CheckpointCreated {
+                checkpoint: Box::new(checkpoint),
+            },
+            span,
+        )?;
+        Ok(id)
+    }
+
+    /// Records a new checkpoint and enters it (`in_progress`); returns its id.
+    pub fn enter_checkpoint(
+        &mut self,
+        checkpoint: Checkpoint,
+        span: &SpanRef,
+    ) -> Result<CheckpointId> {
+        let id = self.create_checkpoint(checkpoint, span)?;
+        self.record(
+            TaskChange::CheckpointEntered {
+                checkpoint_id: id.clone(),
+            },
+            span,
+        )?;
+        Ok(id)
     }
 
     pub fn has_unsaved(&self) -> bool {

@@ -381,33 +381,15 @@ impl<'e> TaskRun<'e> {
                 StepAction::Noop => None,
             };
             let checkpoint = Checkpoint {
-                id: CheckpointId::new(),
-                task_id: self.rec.state.head.id.clone(),
-                step_id: Some(step.id.clone()),
-                kind: step.checkpoint,
-                status: CheckpointStatus::Pending,
-                attempt: self.attempts[i],
-                started_at: chrono::Utc::now(),
-                duration_ms: None,
                 input,
-                output: None,
-                error: None,
-                approved_by: None,
-                metadata: Default::default(),
+                ..Checkpoint::pending(
+                    self.rec.state.head.id.clone(),
+                    Some(step.id.clone()),
+                    step.checkpoint,
+                    self.attempts[i],
+                )
             };
-            let id = checkpoint.id.clone();
-            self.rec.record(
-                TaskChange::CheckpointCreated {
-                    checkpoint: Box::new(checkpoint),
-                },
-                &span,
-            )?;
-            self.rec.record(
-                TaskChange::CheckpointEntered {
-                    checkpoint_id: id.clone(),
-                },
-                &span,
-            )?;
+            let id = self.rec.enter_checkpoint(checkpoint, &span)?;
             self.progress[i] = Progress::Running {
                 checkpoint: id,
                 span,
@@ -547,27 +529,15 @@ impl<'e> TaskRun<'e> {
         let mut metadata = std::collections::BTreeMap::new();
         metadata.insert("skipped_kind".to_owned(), serde_json::Value::from(kind));
         let checkpoint = Checkpoint {
-            id: CheckpointId::new(),
-            task_id: self.rec.state.head.id.clone(),
-            step_id: Some(self.steps[i].id.clone()),
-            kind: self.steps[i].checkpoint,
-            status: CheckpointStatus::Pending,
-            attempt: self.attempts[i],
-            started_at: chrono::Utc::now(),
-            duration_ms: None,
-            input: None,
-            output: None,
-            error: None,
-            approved_by: None,
             metadata,
+            ..Checkpoint::pending(
+                self.rec.state.head.id.clone(),
+                Some(self.steps[i].id.clone()),
+                self.steps[i].checkpoint,
+                self.attempts[i],
+            )
         };
-        let id = checkpoint.id.clone();
-        self.rec.record(
-            TaskChange::CheckpointCreated {
-                checkpoint: Box::new(checkpoint),
-            },
-            &span,
-        )?;
+        let id = self.rec.create_checkpoint(checkpoint, &span)?;
         self.rec.record(
             TaskChange::CheckpointSkipped {
                 checkpoint_id: id,

@@ -14,8 +14,8 @@ use rein_core::{
     StepExecutor, StepOutcome, StepRequest, Store, StoreError,
 };
 use rein_protocol::{
-    CheckpointStatus, CheckpointType, EventType, HarnessEvent, RiskLevel, StepAction, StepType,
-    TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
+    CheckpointStatus, CheckpointType, EventType, HarnessEvent, StepAction, TaskChange,
+    TaskDecomposition, TaskState, TaskStatus, TaskStep,
 };
 use rein_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
@@ -46,33 +46,13 @@ fn harness() -> Harness {
 
 fn step(id: &str, run: &str, deps: &[&str]) -> TaskStep {
     TaskStep {
-        id: id.into(),
-        description: String::new(),
-        step_type: StepType::Execute,
         depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
-        blocking_steps: Vec::new(),
-        checkpoint: CheckpointType::TaskExec,
-        required_permissions: Vec::new(),
-        risk_level: RiskLevel::Low,
-        risk_description: None,
-        action: StepAction::Command {
-            run: run.into(),
-            env: Default::default(),
-        },
-        timeout_ms: None,
-        idempotent: false,
+        ..TaskStep::command(id, run)
     }
 }
 
 fn plan(steps: Vec<TaskStep>) -> TaskDecomposition {
-    TaskDecomposition {
-        original_task: "test".into(),
-        steps,
-        estimated_duration_s: None,
-        risk_level: RiskLevel::Low,
-        max_parallel: None,
-        fail_fast: false,
-    }
+    TaskDecomposition::new("test", steps)
 }
 
 impl Harness {

@@ -10,8 +10,7 @@ use rein_core::{
     CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, Store, StoreError,
 };
 use rein_protocol::{
-    CheckpointStatus, CheckpointType, RiskLevel, SnapshotId, StepAction, StepType, TaskChange,
-    TaskDecomposition, TaskStatus, TaskStep,
+    CheckpointStatus, SnapshotId, TaskChange, TaskDecomposition, TaskStatus, TaskStep,
 };
 use rein_store::SqliteStore;
 
@@ -26,39 +25,22 @@ fn setup() -> (tempfile::TempDir, Arc<SqliteStore>, Engine) {
     (dir, store, engine)
 }
 
+/// A chain of idempotent command steps `s0`, `s1`, … running `runs`.
 fn plan(runs: &[&str]) -> TaskDecomposition {
-    TaskDecomposition {
-        original_task: "rules".into(),
-        steps: runs
-            .iter()
-            .enumerate()
-            .map(|(i, run)| TaskStep {
-                id: format!("s{i}"),
-                description: String::new(),
-                step_type: StepType::Execute,
-                depends_on: if i == 0 {
-                    vec![]
-                } else {
-                    vec![format!("s{}", i - 1)]
-                },
-                blocking_steps: vec![],
-                checkpoint: CheckpointType::TaskExec,
-                required_permissions: vec![],
-                risk_level: RiskLevel::Low,
-                risk_description: None,
-                action: StepAction::Command {
-                    run: (*run).into(),
-                    env: Default::default(),
-                },
-                timeout_ms: None,
-                idempotent: true,
-            })
-            .collect(),
-        estimated_duration_s: None,
-        risk_level: RiskLevel::Low,
-        max_parallel: None,
-        fail_fast: false,
-    }
+    let steps = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| TaskStep {
+            depends_on: if i == 0 {
+                vec![]
+            } else {
+                vec![format!("s{}", i - 1)]
+            },
+            idempotent: true,
+            ..TaskStep::command(format!("s{i}"), *run)
+        })
+        .collect();
+    TaskDecomposition::new("rules", steps)
 }
 
 async fn create(engine: &Engine, runs: &[&str], session: &str) -> rein_protocol::TaskState {

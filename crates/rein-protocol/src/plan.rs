@@ -76,6 +76,38 @@ pub struct TaskStep {
     pub idempotent: bool,
 }
 
+impl TaskStep {
+    /// A step that does `action`: an `execute` step recorded as `task_exec`, with no
+    /// dependencies, low risk, no timeout, not idempotent.
+    pub fn new(id: impl Into<String>, action: StepAction) -> TaskStep {
+        TaskStep {
+            id: id.into(),
+            description: String::new(),
+            step_type: StepType::Execute,
+            depends_on: Vec::new(),
+            blocking_steps: Vec::new(),
+            checkpoint: CheckpointType::TaskExec,
+            required_permissions: Vec::new(),
+            risk_level: RiskLevel::Low,
+            risk_description: None,
+            action,
+            timeout_ms: None,
+            idempotent: false,
+        }
+    }
+
+    /// A step that runs `run` with `sh -c`.
+    pub fn command(id: impl Into<String>, run: impl Into<String>) -> TaskStep {
+        TaskStep::new(
+            id,
+            StepAction::Command {
+                run: run.into(),
+                env: BTreeMap::new(),
+            },
+        )
+    }
+}
+
 /// A plan: the task decomposed into steps that form a DAG.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskDecomposition {
@@ -94,6 +126,18 @@ pub struct TaskDecomposition {
 }
 
 impl TaskDecomposition {
+    /// A low-risk plan of `steps` with the engine's default parallelism.
+    pub fn new(original_task: impl Into<String>, steps: Vec<TaskStep>) -> TaskDecomposition {
+        TaskDecomposition {
+            original_task: original_task.into(),
+            steps,
+            estimated_duration_s: None,
+            risk_level: RiskLevel::Low,
+            max_parallel: None,
+            fail_fast: false,
+        }
+    }
+
     pub fn step(&self, id: &str) -> Option<&TaskStep> {
         self.steps.iter().find(|s| s.id == id)
     }

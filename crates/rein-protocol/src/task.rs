@@ -256,6 +256,32 @@ pub struct Checkpoint {
     pub metadata: BTreeMap<String, serde_json::Value>,
 }
 
+impl Checkpoint {
+    /// A new checkpoint, `pending`, starting now.
+    pub fn pending(
+        task_id: TaskId,
+        step_id: Option<String>,
+        kind: CheckpointType,
+        attempt: u32,
+    ) -> Checkpoint {
+        Checkpoint {
+            id: CheckpointId::new(),
+            task_id,
+            step_id,
+            kind,
+            status: CheckpointStatus::Pending,
+            attempt,
+            started_at: chrono::Utc::now(),
+            duration_ms: None,
+            input: None,
+            output: None,
+            error: None,
+            approved_by: None,
+            metadata: BTreeMap::new(),
+        }
+    }
+}
+
 /// `context` of a task.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskContext {
