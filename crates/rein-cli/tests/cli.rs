@@ -35,6 +35,25 @@ fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
         .map(|c| c["status"].as_str().unwrap().to_owned())
 }
 
+/// Starts `rein run PLAN` and returns it, with its task id, once `step` is running.
+fn run_until_running(data: &Path, plan: &Path, step: &str) -> (std::process::Child, String) {
+    let child = rein(data)
+        .arg("run")
+        .arg(plan)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut id = String::new();
+    wait_until(&format!("step {step} runs"), || {
+        let Some(newest) = task_ids(data).first().cloned() else {
+            return false;
+        };
+        id = newest;
+        step_status(&show(data, &id), step).as_deref() == Some("in_progress")
+    });
+    (child, id)
+}
+
 #[test]
 fn the_example_runs_through_all_five_control_points() {
     let data = tempfile::tempdir().unwrap();
@@ -216,18 +235,7 @@ fn a_run_paused_and_aborted_from_another_process() {
         "slow.toml",
         "description='slow'\n[[steps]]\nid='wait'\nrun='sleep 0.5'\n[[steps]]\nid='after'\nrun='true'\ndepends_on=['wait']\n",
     );
-    let mut runner = rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("the step runs", || {
-        task_ids(&data).first().is_some_and(|id| {
-            step_status(&show(&data, id), "wait").as_deref() == Some("in_progress")
-        })
-    });
-    let id = task_ids(&data)[0].clone();
+    let (mut runner, id) = run_until_running(&data, &plan, "wait");
     let out = run_ok(rein(&data).args(["tasks", "pause", &id]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("pause requested"));
     let status = runner.wait().unwrap();
@@ -246,22 +254,7 @@ fn a_run_paused_and_aborted_from_another_process() {
         "long.toml",
         "description='long'\n[[steps]]\nid='forever'\nrun='sleep 60'\n",
     );
-    let mut runner = rein(&data)
-        .arg("run")
-        .arg(&long)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let long_id = {
-        let mut found = None;
-        wait_until("the long step runs", || {
-            found = task_ids(&data).into_iter().find(|t| *t != id);
-            found.as_ref().is_some_and(|t| {
-                step_status(&show(&data, t), "forever").as_deref() == Some("in_progress")
-            })
-        });
-        found.unwrap()
-    };
+    let (mut runner, long_id) = run_until_running(&data, &long, "forever");
     // A running task cannot be deleted.
     let out = rein(&data)
         .args(["tasks", "delete", &long_id])
@@ -312,20 +305,9 @@ fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
         "p.toml",
         "description='k'\n[[steps]]\nid='one'\nrun='echo one >> log'\nidempotent=true\n[[steps]]\nid='two'\nrun='sleep 60'\nidempotent=false\ndepends_on=['one']\n[[steps]]\nid='three'\nrun='echo three >> log'\ndepends_on=['two']\n",
     );
-    let mut runner = rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("step two runs", || {
-        task_ids(&data).first().is_some_and(|id| {
-            step_status(&show(&data, id), "two").as_deref() == Some("in_progress")
-        })
-    });
+    let (mut runner, id) = run_until_running(&data, &plan, "two");
     runner.kill().unwrap();
     runner.wait().unwrap();
-    let id = task_ids(&data)[0].clone();
 
     // `two` is not idempotent: resume asks, naming it, and exits 3.
     let out = rein(&data)
@@ -509,8 +491,8 @@ fn signal(child: &std::process::Child, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(pid, sig).unwrap();
 }
 
-/// Starts `rein run` on a plan whose step `first` runs `first_run`, and returns once
-/// that step is running.
+/// Starts `rein run` on a plan whose step `first` runs `first_run` before `second`,
+/// and returns once `first` is running.
 fn run_until_first_step_runs(
     data: &Path,
     dir: &Path,
@@ -523,21 +505,7 @@ fn run_until_first_step_runs(
             "description='signals'\n[[steps]]\nid='first'\nrun='{first_run}'\n[[steps]]\nid='second'\nrun='true'\ndepends_on=['first']\n"
         ),
     );
-    let child = rein(data)
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut id = String::new();
-    wait_until("the first step runs", || {
-        let Some(found) = task_ids(data).first().cloned() else {
-            return false;
-        };
-        id = found;
-        step_status(&show(data, &id), "first").as_deref() == Some("in_progress")
-    });
-    (child, id)
+    run_until_running(data, &plan, "first")
 }
 
 #[test]
@@ -600,20 +568,9 @@ fn two_processes_resuming_one_task_at_once_cannot_both_run_it() {
         "race.toml",
         "description='race'\n[[steps]]\nid='a'\nrun='sleep 0.3; echo a >> ran'\nidempotent=true\n[[steps]]\nid='b'\nrun='echo b >> ran'\ndepends_on=['a']\nidempotent=true\n",
     );
-    let mut first = rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_until("step a runs", || {
-        task_ids(&data)
-            .first()
-            .is_some_and(|id| step_status(&show(&data, id), "a").as_deref() == Some("in_progress"))
-    });
+    let (mut first, id) = run_until_running(&data, &plan, "a");
     first.kill().unwrap();
     first.wait().unwrap();
-    let id = task_ids(&data)[0].clone();
     let resumers: Vec<_> = (0..2)
         .map(|_| {
             rein(&data)

@@ -471,28 +471,17 @@ impl<'e> TaskRun<'e> {
                     }
                 }
             }
-            StepOutcome::Failed { error, output } => {
+            StepOutcome::Failed { .. } | StepOutcome::Cancelled => {
+                let (error, output) = match outcome {
+                    StepOutcome::Failed { error, output } => (error, output),
+                    _ => ("cancelled while running".to_owned(), None),
+                };
                 self.rec.record(
                     TaskChange::CheckpointFailed {
                         checkpoint_id: checkpoint,
                         duration_ms,
                         error,
                         output,
-                        will_retry: false,
-                    },
-                    &span,
-                )?;
-                self.progress[i] = Progress::Failed;
-                self.first_failure.get_or_insert(i);
-                self.fail_dependants(i)?;
-            }
-            StepOutcome::Cancelled => {
-                self.rec.record(
-                    TaskChange::CheckpointFailed {
-                        checkpoint_id: checkpoint,
-                        duration_ms,
-                        error: "cancelled while running".into(),
-                        output: None,
                         will_retry: false,
                     },
                     &span,

@@ -94,6 +94,23 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// Runs a task in the background and returns once `step` is running.
+    async fn run_until_running(
+        &self,
+        state: &TaskState,
+        options: RunOptions,
+        step: &str,
+    ) -> tokio::task::JoinHandle<Result<TaskState, EngineError>> {
+        let mut events = self.engine.subscribe();
+        let engine = self.engine.clone();
+        let id = state.id().clone();
+        let run = tokio::spawn(async move { engine.run(&id, options).await });
+        entered(&mut events, step).await;
+        run
+    }
+}
+
 fn latest<'a>(state: &'a TaskState, step: &str) -> &'a rein_protocol::Checkpoint {
     state
         .latest_for_step(step)
@@ -347,18 +364,12 @@ async fn ready_steps_run_concurrently_up_to_the_limit() {
 /// Starts a run, stops it (as a crash would) once `step` is running, and returns the task.
 async fn interrupted_at(h: &Harness, p: TaskDecomposition, step: &str) -> TaskState {
     let state = h.create(p).await;
-    let mut events = h.engine.subscribe();
     let cancel = CancellationToken::new();
-    let run = {
-        let engine = h.engine.clone();
-        let id = state.id().clone();
-        let options = RunOptions {
-            cancel: cancel.clone(),
-            ..RunOptions::default()
-        };
-        tokio::spawn(async move { engine.run(&id, options).await })
+    let options = RunOptions {
+        cancel: cancel.clone(),
+        ..RunOptions::default()
     };
-    entered(&mut events, step).await;
+    let run = h.run_until_running(&state, options, step).await;
     cancel.cancel();
     let stopped = run.await.unwrap().unwrap();
     assert_eq!(
@@ -445,11 +456,7 @@ async fn rerun_runs_an_interrupted_step_again_as_a_new_attempt() {
         cancel: CancellationToken::new(),
         ..RunOptions::default()
     };
-    let engine = h.engine.clone();
-    let id = stopped.id().clone();
-    let mut events = h.engine.subscribe();
-    let run = tokio::spawn(async move { engine.run(&id, rerun).await });
-    entered(&mut events, "work").await;
+    let run = h.run_until_running(&stopped, rerun, "work").await;
     h.engine
         .abort(stopped.id(), "test", "enough")
         .await
@@ -519,18 +526,12 @@ async fn pause_lets_running_steps_finish_and_starts_no_more() {
     let h = harness();
     let p = plan(vec![step("a", "sleep 0.3", &[]), step("b", "true", &["a"])]);
     let state = h.create(p).await;
-    let mut events = h.engine.subscribe();
     let pause = CancellationToken::new();
-    let run = {
-        let engine = h.engine.clone();
-        let id = state.id().clone();
-        let options = RunOptions {
-            pause: pause.clone(),
-            ..RunOptions::default()
-        };
-        tokio::spawn(async move { engine.run(&id, options).await })
+    let options = RunOptions {
+        pause: pause.clone(),
+        ..RunOptions::default()
     };
-    entered(&mut events, "a").await;
+    let run = h.run_until_running(&state, options, "a").await;
     pause.cancel();
     let paused = run.await.unwrap().unwrap();
     assert_eq!(paused.status(), TaskStatus::Paused);
@@ -558,13 +559,9 @@ async fn pause_and_abort_reach_a_running_task_through_the_store() {
             step("b", "true", &["a"]),
         ]))
         .await;
-    let mut events = h.engine.subscribe();
-    let run = {
-        let engine = h.engine.clone();
-        let id = state.id().clone();
-        tokio::spawn(async move { engine.run(&id, RunOptions::default()).await })
-    };
-    entered(&mut events, "a").await;
+    let run = h
+        .run_until_running(&state, RunOptions::default(), "a")
+        .await;
     let outcome = h.engine.pause(state.id(), "ops", "lunch").await.unwrap();
     assert!(
         matches!(outcome, ControlOutcome::Requested { .. }),
@@ -610,13 +607,9 @@ async fn abort_stops_running_steps_and_records_them_failed() {
             step("next", "true", &["long"]),
         ]))
         .await;
-    let mut events = h.engine.subscribe();
-    let run = {
-        let engine = h.engine.clone();
-        let id = state.id().clone();
-        tokio::spawn(async move { engine.run(&id, RunOptions::default()).await })
-    };
-    entered(&mut events, "long").await;
+    let run = h
+        .run_until_running(&state, RunOptions::default(), "long")
+        .await;
     let started = std::time::Instant::now();
     h.engine
         .abort(state.id(), "ops", "wrong branch")
@@ -638,13 +631,9 @@ async fn abort_stops_running_steps_and_records_them_failed() {
 async fn a_task_cannot_be_run_twice_at_once() {
     let h = harness();
     let state = h.create(plan(vec![step("a", "sleep 0.3", &[])])).await;
-    let mut events = h.engine.subscribe();
-    let first = {
-        let engine = h.engine.clone();
-        let id = state.id().clone();
-        tokio::spawn(async move { engine.run(&id, RunOptions::default()).await })
-    };
-    entered(&mut events, "a").await;
+    let first = h
+        .run_until_running(&state, RunOptions::default(), "a")
+        .await;
     let err = h
         .engine
         .run(state.id(), RunOptions::default())
