@@ -347,20 +347,12 @@ impl Store for SqliteStore {
                 clause("id <", c.clone());
             }
             sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", limit + 1));
-            let mut stmt = conn.prepare(&sql).map_err(backend)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(args.iter()), |r| {
-                    r.get::<_, String>(0)
-                })
-                .map_err(backend)?;
-            let mut items = Vec::new();
-            for body in rows {
-                let body = body.map_err(backend)?;
-                items.push(
-                    serde_json::from_str::<TaskSummary>(&body)
-                        .map_err(|e| corrupt("task summary", e))?,
-                );
-            }
+            let mut items: Vec<TaskSummary> = query_json(
+                conn,
+                &sql,
+                rusqlite::params_from_iter(args.iter()),
+                "task summary",
+            )?;
             let next_cursor = if items.len() > limit {
                 items.truncate(limit);
                 items.last().map(|h| h.id.to_string())
@@ -381,23 +373,14 @@ impl Store for SqliteStore {
         let id = id.to_string();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT body FROM events
-                     WHERE tkey = (SELECT tkey FROM tasks WHERE id = ?1) AND seq > ?2
-                     ORDER BY seq LIMIT ?3",
-                )
-                .map_err(backend)?;
-            let rows = stmt
-                .query_map(params![id, seq(after_seq), limit], |r| {
-                    r.get::<_, String>(0)
-                })
-                .map_err(backend)?;
-            rows.map(|b| {
-                let b = b.map_err(backend)?;
-                serde_json::from_str(&b).map_err(|e| corrupt("event", e))
-            })
-            .collect()
+            query_json(
+                conn,
+                "SELECT body FROM events
+                 WHERE tkey = (SELECT tkey FROM tasks WHERE id = ?1) AND seq > ?2
+                 ORDER BY seq LIMIT ?3",
+                params![id, seq(after_seq), limit],
+                "event",
+            )
         })
         .await
     }
@@ -517,17 +500,12 @@ impl Store for SqliteStore {
 
     async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>> {
         self.read(|conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT body FROM controls ORDER BY id")
-                .map_err(backend)?;
-            let rows = stmt
-                .query_map([], |r| r.get::<_, String>(0))
-                .map_err(backend)?;
-            rows.map(|b| {
-                let b = b.map_err(backend)?;
-                serde_json::from_str(&b).map_err(|e| corrupt("control request", e))
-            })
-            .collect()
+            query_json(
+                conn,
+                "SELECT body FROM controls ORDER BY id",
+                [],
+                "control request",
+            )
         })
         .await
     }
@@ -536,7 +514,12 @@ impl Store for SqliteStore {
         let id = task_id.to_string();
         self.writer
             .write(move |conn| {
-                let found = read_controls(conn, &id)?;
+                let found = query_json(
+                    conn,
+                    "SELECT body FROM controls WHERE task_id = ?1 ORDER BY id",
+                    [&id],
+                    "control request",
+                )?;
                 conn.execute("DELETE FROM controls WHERE task_id = ?1", [&id])
                     .map_err(backend)?;
                 Ok(found)
@@ -560,16 +543,21 @@ impl Store for SqliteStore {
     }
 }
 
-fn read_controls(conn: &Connection, id: &str) -> StoreResult<Vec<ControlRequest>> {
-    let mut stmt = conn
-        .prepare_cached("SELECT body FROM controls WHERE task_id = ?1 ORDER BY id")
-        .map_err(backend)?;
+/// Runs a query whose single column is a JSON body, decoding each row as a `T`
+/// (`what` names it in errors).
+fn query_json<T: serde::de::DeserializeOwned>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    what: &str,
+) -> StoreResult<Vec<T>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(backend)?;
     let rows = stmt
-        .query_map([id], |r| r.get::<_, String>(0))
+        .query_map(params, |r| r.get::<_, String>(0))
         .map_err(backend)?;
-    rows.map(|b| {
-        let b = b.map_err(backend)?;
-        serde_json::from_str(&b).map_err(|e| corrupt("control request", e))
+    rows.map(|body| {
+        let body = body.map_err(backend)?;
+        serde_json::from_str(&body).map_err(|e| corrupt(what, e))
     })
     .collect()
 }
