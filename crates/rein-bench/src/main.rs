@@ -14,13 +14,15 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::{Parser, Subcommand};
-use rein_core::store::{ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite};
+use rein_core::store::{
+    ApprovalFilter, ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
+};
 use rein_core::{
     CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store, StoreResult,
 };
 use rein_protocol::{
-    HarnessEvent, Snapshot, SnapshotId, StepAction, TaskDecomposition, TaskId, TaskStatus,
-    TaskStep, TaskSummary,
+    ApprovalId, ApprovalRequest, HarnessEvent, LedgerEntry, Snapshot, SnapshotId, StepAction,
+    TaskDecomposition, TaskId, TaskStatus, TaskStep, TaskSummary,
 };
 use rein_store::SqliteStore;
 
@@ -111,6 +113,22 @@ impl Store for TimedStore {
     }
     async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
         self.inner.take_controls(task_id).await
+    }
+    async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>> {
+        self.inner.get_approval(id).await
+    }
+    async fn list_approvals(&self, filter: &ApprovalFilter) -> StoreResult<Vec<ApprovalRequest>> {
+        self.inner.list_approvals(filter).await
+    }
+    async fn settle_approval(
+        &self,
+        updated: &ApprovalRequest,
+        entry: LedgerEntry,
+    ) -> StoreResult<LedgerEntry> {
+        self.inner.settle_approval(updated, entry).await
+    }
+    async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>> {
+        self.inner.ledger(after_seq, limit).await
     }
     async fn probe(&self) -> StoreResult<()> {
         self.inner.probe().await

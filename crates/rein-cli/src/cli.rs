@@ -30,6 +30,90 @@ pub enum Command {
     /// Inspect and steer tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
+    /// Answer and inspect approval requests (first answer wins).
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
+    /// The governance ledger: every human decision, hash-chained.
+    #[command(subcommand)]
+    Ledger(LedgerCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List requests, newest first.
+    List {
+        /// pending, approved, denied, expired, skipped, or all.
+        #[arg(long, default_value = "pending")]
+        status: String,
+        /// Only the requests of this task.
+        #[arg(long, value_name = "TASK_ID")]
+        task: Option<String>,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one request.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve, choosing an option if the request has options (default: the recommended one).
+    Approve {
+        id: String,
+        #[arg(long)]
+        option: Option<String>,
+        #[command(flatten)]
+        who: Decider,
+    },
+    /// Deny: the step fails.
+    Deny {
+        id: String,
+        #[command(flatten)]
+        who: Decider,
+    },
+    /// Skip: the step is skipped and the plan goes on.
+    Skip {
+        id: String,
+        #[command(flatten)]
+        who: Decider,
+    },
+    /// Hand the request to another approver; it stays pending.
+    Delegate {
+        id: String,
+        #[arg(long, value_name = "NAME")]
+        to: String,
+        #[command(flatten)]
+        who: Decider,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct Decider {
+    /// Why (recorded in the ledger).
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Who decides [default: $REIN_USER, else $USER].
+    #[arg(long = "as", value_name = "NAME")]
+    pub actor: Option<String>,
+    /// Print the settled request as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Print the ledger, oldest first.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the hash chain; exit 1 naming the first entry that was edited or removed.
+    Verify {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -46,6 +130,9 @@ pub struct RunArgs {
     /// Most steps running at once, unless the plan says otherwise.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub max_parallel: u32,
+    /// Exit 3 as soon as the task waits for a person, instead of waiting for the answer.
+    #[arg(long)]
+    pub no_wait: bool,
     #[command(flatten)]
     pub output: RunOutput,
 }
@@ -171,6 +258,9 @@ pub struct ResumeArgs {
     /// Skip this interrupted step.
     #[arg(long, value_name = "STEP", requires = "id")]
     pub skip: Vec<String>,
+    /// Exit 3 as soon as the task waits for a person, instead of waiting for the answer.
+    #[arg(long)]
+    pub no_wait: bool,
     #[command(flatten)]
     pub output: RunOutput,
 }

@@ -121,6 +121,34 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
             }
             line
         }
+        TaskChange::HumanApprovalRequested { request } => {
+            let step = request.step_id.as_deref().unwrap_or("task");
+            format!("waiting  {step} for a person: {}", ask(request))
+        }
+        TaskChange::HumanApprovalReceived {
+            request_id,
+            status,
+            response,
+        } => {
+            let by = response
+                .as_ref()
+                .map(|r| r.decided_by.as_str())
+                .unwrap_or("the deadline");
+            match (status, response) {
+                (rein_protocol::ApprovalStatus::Pending, Some(r)) => format!(
+                    "delegated {request_id} to {}",
+                    r.delegate_to.as_deref().unwrap_or("someone else")
+                ),
+                (status, r) => {
+                    let option = r
+                        .as_ref()
+                        .and_then(|r| r.selected_option.as_deref())
+                        .map(|o| format!(" (option `{o}`)"))
+                        .unwrap_or_default();
+                    format!("answered {request_id}: {status} by {by}{option}")
+                }
+            }
+        }
         TaskChange::CheckpointSkipped {
             checkpoint_id,
             reason,
@@ -148,6 +176,44 @@ pub fn output_tail(output: Option<&serde_json::Value>, lines: usize) -> Vec<Stri
         .iter()
         .map(|l| l.chars().take(200).collect())
         .collect()
+}
+
+/// A request as one line: the question, the choices (recommended first), how to
+/// answer, and the deadline.
+pub fn ask(request: &rein_protocol::ApprovalRequest) -> String {
+    let mut choices: Vec<String> = Vec::new();
+    if let Some(r) = &request.recommended_option {
+        choices.push(format!("{r} (recommended)"));
+    }
+    choices.extend(
+        request
+            .options
+            .iter()
+            .filter(|o| Some(*o) != request.recommended_option.as_ref())
+            .cloned(),
+    );
+    let mut line = request.title.clone();
+    if !choices.is_empty() {
+        line.push_str(&format!(" [{}]", choices.join(" / ")));
+    }
+    let option = request
+        .recommended_option
+        .as_ref()
+        .or(request.options.first())
+        .map(|o| format!(" --option {o}"))
+        .unwrap_or_default();
+    line.push_str(&format!(
+        " — answer: rein approvals approve {}{option} (or deny, skip)",
+        request.id
+    ));
+    if let Some(deadline) = request.deadline {
+        line.push_str(&format!(
+            "; deadline {} UTC, then `{}`",
+            deadline.format("%H:%M:%S"),
+            request.on_expiry.as_str()
+        ));
+    }
+    line
 }
 
 /// The line for an event with its time in front.

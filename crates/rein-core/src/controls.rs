@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rein_protocol::TaskId;
+use rein_protocol::{ApprovalRequest, TaskId};
 use tokio::sync::mpsc;
 
 use crate::store::{ControlRequest, Store};
@@ -19,9 +19,17 @@ pub(crate) struct ControlHub {
     state: Mutex<HubState>,
 }
 
+/// What reaches a running task from outside its runner.
+#[derive(Debug, Clone)]
+pub(crate) enum RunnerMessage {
+    Control(ControlRequest),
+    /// An approval request of the task was decided, delegated or expired.
+    Settled(Box<ApprovalRequest>),
+}
+
 #[derive(Debug, Default)]
 struct HubState {
-    runs: HashMap<TaskId, mpsc::UnboundedSender<ControlRequest>>,
+    runs: HashMap<TaskId, mpsc::UnboundedSender<RunnerMessage>>,
     watching: bool,
 }
 
@@ -54,7 +62,7 @@ impl ControlHub {
     pub fn register(
         self: &Arc<Self>,
         id: &TaskId,
-    ) -> Option<(RunGuard, mpsc::UnboundedReceiver<ControlRequest>)> {
+    ) -> Option<(RunGuard, mpsc::UnboundedReceiver<RunnerMessage>)> {
         let mut state = self.state.lock().ok()?;
         if state.runs.contains_key(id) {
             return None;
@@ -72,6 +80,18 @@ impl ControlHub {
             },
             rx,
         ))
+    }
+
+    /// Hands a settled request to the task's runner in this engine, if it has one.
+    pub fn deliver(&self, request: &ApprovalRequest) {
+        let tx = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.runs.get(&request.task_id).cloned());
+        if let Some(tx) = tx {
+            let _ = tx.send(RunnerMessage::Settled(Box::new(request.clone())));
+        }
     }
 
     pub fn is_running(&self, id: &TaskId) -> bool {
@@ -116,7 +136,7 @@ async fn watch(hub: Arc<ControlHub>) {
                 Ok(requests) => {
                     for request in requests {
                         // The run may have just ended; then the request has no one to reach.
-                        let _ = tx.send(request);
+                        let _ = tx.send(RunnerMessage::Control(request));
                     }
                 }
                 Err(e) => {

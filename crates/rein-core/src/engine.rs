@@ -14,6 +14,7 @@ use rein_protocol::{
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::{Clock, SystemClock};
 use crate::controls::ControlHub;
 use crate::error::{EngineError, Result};
 use crate::executor::StepExecutor;
@@ -34,6 +35,8 @@ pub struct EngineConfig {
     /// Where tasks without a workspace of their own get a fresh directory.
     pub workspace_root: PathBuf,
     pub default_session: String,
+    /// Wall-clock time for deadlines.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl EngineConfig {
@@ -44,6 +47,7 @@ impl EngineConfig {
             control_poll: Duration::from_millis(200),
             workspace_root,
             default_session: "default".to_owned(),
+            clock: Arc::new(SystemClock),
         }
     }
 }
@@ -69,6 +73,9 @@ pub struct RunOptions {
     /// Fired: stop running steps now and return, leaving the task resumable
     /// exactly as a crash would.
     pub cancel: CancellationToken,
+    /// When all that is left waits for a person, pause the task and return instead
+    /// of waiting for the decision.
+    pub no_wait: bool,
 }
 
 /// What a pause or abort did.
@@ -90,7 +97,7 @@ pub struct Engine {
     pub(crate) events: broadcast::Sender<HarnessEvent>,
     pub(crate) runner: RunnerInfo,
     /// The tasks this engine is running right now, and the way to reach them.
-    controls: Arc<ControlHub>,
+    pub(crate) controls: Arc<ControlHub>,
 }
 
 impl Engine {

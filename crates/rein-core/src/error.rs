@@ -1,7 +1,7 @@
 //! The engine's errors, and [`ErrorKind`], the one classification front ends map
 //! to exit codes and HTTP statuses.
 
-use rein_protocol::{SnapshotId, TaskId, TaskStatus};
+use rein_protocol::{ApprovalId, ApprovalRequest, ApprovalStatus, SnapshotId, TaskId, TaskStatus};
 
 use crate::fold::FoldError;
 use crate::plan::PlanErrors;
@@ -35,6 +35,10 @@ pub enum EngineError {
         "task {task_id} was taken up by another process at the same moment; see `rein tasks show {task_id}`"
     )]
     Raced { task_id: TaskId },
+    #[error("{}", already_decided(.current))]
+    AlreadyDecided { current: Box<ApprovalRequest> },
+    #[error("approval request {0} not found")]
+    ApprovalNotFound(ApprovalId),
     #[error("{0}")]
     BadRequest(String),
     #[error("cannot prepare workspace {path}: {error}")]
@@ -43,6 +47,33 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error("task {task_id} has an inconsistent log: {error}")]
     Corrupt { task_id: TaskId, error: FoldError },
+}
+
+/// "already approved by ana at …": the first decision, named.
+fn already_decided(request: &ApprovalRequest) -> String {
+    let first = match (&request.status, &request.response) {
+        (ApprovalStatus::Expired, _) => match request.deadline {
+            Some(deadline) => format!("expired at its deadline {}", deadline.to_rfc3339()),
+            None => "expired".to_owned(),
+        },
+        (status, Some(r)) => {
+            let option = r
+                .selected_option
+                .as_ref()
+                .map(|o| format!(" (option `{o}`)"))
+                .unwrap_or_default();
+            format!(
+                "{status} by {} at {}{option}",
+                r.decided_by,
+                r.decided_at.to_rfc3339()
+            )
+        }
+        (status, None) => status.to_string(),
+    };
+    format!(
+        "approval request {} was already {first}; the first decision stands",
+        request.id
+    )
 }
 
 /// What kind of failure an error is, for exit codes and HTTP statuses.
@@ -60,17 +91,22 @@ pub enum ErrorKind {
 impl EngineError {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            EngineError::TaskNotFound(_) | EngineError::SnapshotNotFound(_) => ErrorKind::NotFound,
+            EngineError::TaskNotFound(_)
+            | EngineError::SnapshotNotFound(_)
+            | EngineError::ApprovalNotFound(_) => ErrorKind::NotFound,
+            EngineError::AlreadyDecided { .. } => ErrorKind::Conflict,
             EngineError::InvalidPlan(_) | EngineError::BadRequest(_) => ErrorKind::Invalid,
             EngineError::WrongStatus { .. }
             | EngineError::Busy { .. }
             | EngineError::Raced { .. } => ErrorKind::Conflict,
             EngineError::Workspace { .. } | EngineError::Corrupt { .. } => ErrorKind::Internal,
             EngineError::Store(e) => match e {
-                StoreError::TaskNotFound(_) | StoreError::SnapshotNotFound(_) => {
-                    ErrorKind::NotFound
-                }
-                StoreError::AlreadyExists(_) | StoreError::Conflict { .. } => ErrorKind::Conflict,
+                StoreError::TaskNotFound(_)
+                | StoreError::SnapshotNotFound(_)
+                | StoreError::ApprovalNotFound(_) => ErrorKind::NotFound,
+                StoreError::AlreadyExists(_)
+                | StoreError::Conflict { .. }
+                | StoreError::NotPending { .. } => ErrorKind::Conflict,
                 StoreError::BadCursor(_) => ErrorKind::Invalid,
                 StoreError::Backend(_) | StoreError::Corrupt(_) => ErrorKind::Internal,
             },

@@ -78,6 +78,11 @@ impl StepExecutor for CommandExecutor {
         match &request.step.action {
             StepAction::Noop => StepOutcome::Passed { output: None },
             StepAction::Command { run, env } => run_command(&request, run, env, cancel).await,
+            // The runner waits for a person on these; they never reach an executor.
+            StepAction::Approval { .. } => StepOutcome::Failed {
+                error: "an approve step is decided by a person, not executed".into(),
+                output: None,
+            },
         }
     }
 }

@@ -13,6 +13,10 @@ use crate::lifecycle::{
 /// Metadata key set on a failed checkpoint whose step runs again in a new attempt.
 pub const WILL_RETRY: &str = "will_retry";
 
+/// Metadata keys on the checkpoint of a step waiting for a person.
+pub const APPROVAL_ID: &str = "approval_id";
+pub const APPROVAL_STATUS: &str = "approval_status";
+
 /// An event that cannot be applied to the state it was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FoldError {
@@ -224,6 +228,26 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
             cp.output = output.clone();
             if *will_retry {
                 cp.metadata.insert(WILL_RETRY.into(), true.into());
+            }
+        }
+        TaskChange::HumanApprovalRequested { request } => {
+            let cp = find(&mut state.checkpoints, &request.checkpoint_id, seq)?;
+            cp.metadata
+                .insert(APPROVAL_ID.into(), request.id.to_string().into());
+            cp.metadata
+                .insert(APPROVAL_STATUS.into(), request.status.as_str().into());
+        }
+        TaskChange::HumanApprovalReceived {
+            request_id, status, ..
+        } => {
+            let id = request_id.to_string();
+            if let Some(cp) =
+                state.checkpoints.iter_mut().rev().find(|c| {
+                    c.metadata.get(APPROVAL_ID).and_then(|v| v.as_str()) == Some(id.as_str())
+                })
+            {
+                cp.metadata
+                    .insert(APPROVAL_STATUS.into(), status.as_str().into());
             }
         }
         TaskChange::CheckpointSkipped {

@@ -6,6 +6,8 @@
 //!   abort, snapshot, restore, delete).
 //! - [`runner`]: one task's run: the step scheduler.
 //! - [`executor`]: running one step ([`StepExecutor`]; commands as child processes).
+//! - [`approvals`]: people's decisions on approval requests, and the ledger.
+//! - [`clock`]: wall-clock time for deadlines, injectable for tests.
 //! - [`recorder`]: turns changes into events, applies them, commits them in batches.
 //! - `controls`: carries pause and abort requests from the store to running tasks.
 //! - [`lifecycle`]: the status transition tables of tasks and checkpoints.
@@ -14,6 +16,8 @@
 //! - [`process`]: which process runs a task, and whether it is alive.
 //! - [`error`]: [`EngineError`] and its [`ErrorKind`].
 
+pub mod approvals;
+pub mod clock;
 mod controls;
 pub mod engine;
 pub mod error;

@@ -5,7 +5,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use rein_protocol::{CheckpointType, RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep};
+use rein_protocol::{
+    CheckpointType, Decision, Priority, RiskLevel, StepAction, StepType, TaskDecomposition,
+    TaskStep, Trigger,
+};
 use serde::Deserialize;
 
 /// One thing wrong with a plan.
@@ -21,6 +24,10 @@ pub enum PlanIssue {
     EmptyCommand { step: String },
     ZeroTimeout { step: String },
     ZeroParallelism,
+    EmptyApprovalTitle { step: String },
+    RecommendedNotAnOption { step: String, option: String },
+    DuplicateOption { step: String, option: String },
+    ExpiryCannotDelegate { step: String },
 }
 
 impl fmt::Display for PlanIssue {
@@ -51,6 +58,23 @@ impl fmt::Display for PlanIssue {
             }
             PlanIssue::ZeroTimeout { step } => write!(f, "step `{step}` has a zero timeout"),
             PlanIssue::ZeroParallelism => write!(f, "max_parallel must be at least 1"),
+            PlanIssue::EmptyApprovalTitle { step } => {
+                write!(f, "approve step `{step}` has an empty title")
+            }
+            PlanIssue::RecommendedNotAnOption { step, option } => write!(
+                f,
+                "approve step `{step}` recommends `{option}`, which is not one of its options"
+            ),
+            PlanIssue::DuplicateOption { step, option } => {
+                write!(
+                    f,
+                    "approve step `{step}` lists option `{option}` more than once"
+                )
+            }
+            PlanIssue::ExpiryCannotDelegate { step } => write!(
+                f,
+                "approve step `{step}`: the default on expiry must be approve, deny or skip"
+            ),
         }
     }
 }
@@ -66,6 +90,44 @@ impl fmt::Display for PlanErrors {
             write!(f, "\n  - {issue}")?;
         }
         Ok(())
+    }
+}
+
+fn approval_issues(
+    step: &str,
+    title: &str,
+    options: &[String],
+    recommended: Option<&str>,
+    timeout_ms: Option<u64>,
+    on_expiry: Decision,
+    issues: &mut Vec<PlanIssue>,
+) {
+    let step = step.to_owned();
+    if title.trim().is_empty() {
+        issues.push(PlanIssue::EmptyApprovalTitle { step: step.clone() });
+    }
+    let mut seen = HashSet::new();
+    for option in options {
+        if !seen.insert(option.as_str()) {
+            issues.push(PlanIssue::DuplicateOption {
+                step: step.clone(),
+                option: option.clone(),
+            });
+        }
+    }
+    if let Some(option) = recommended
+        && !options.iter().any(|o| o == option)
+    {
+        issues.push(PlanIssue::RecommendedNotAnOption {
+            step: step.clone(),
+            option: option.to_owned(),
+        });
+    }
+    if timeout_ms == Some(0) {
+        issues.push(PlanIssue::ZeroTimeout { step: step.clone() });
+    }
+    if on_expiry == Decision::Delegate {
+        issues.push(PlanIssue::ExpiryCannotDelegate { step });
     }
 }
 
@@ -113,6 +175,25 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
             issues.push(PlanIssue::ZeroTimeout {
                 step: step.id.clone(),
             });
+        }
+        if let StepAction::Approval {
+            title,
+            options,
+            recommended,
+            timeout_ms,
+            on_expiry,
+            ..
+        } = &step.action
+        {
+            approval_issues(
+                &step.id,
+                title,
+                options,
+                recommended.as_deref(),
+                *timeout_ms,
+                *on_expiry,
+                &mut issues,
+            );
         }
     }
     for step in &plan.steps {
@@ -252,6 +333,7 @@ enum StepKind {
     Exec,
     Gate,
     Review,
+    Approve,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -266,7 +348,21 @@ enum GateCheckpoint {
 #[serde(deny_unknown_fields)]
 struct StepFile {
     id: String,
-    run: String,
+    #[serde(default)]
+    run: Option<String>,
+    /// Approve steps: the question, its options, the recommended one, what expiry means.
+    #[serde(default)]
+    title: Option<String>,
+    #[serde(default)]
+    options: Vec<String>,
+    #[serde(default)]
+    recommended: Option<String>,
+    #[serde(default)]
+    default: Option<Decision>,
+    #[serde(default)]
+    trigger: Option<Trigger>,
+    #[serde(default)]
+    priority: Option<Priority>,
     #[serde(default)]
     description: Option<String>,
     #[serde(default)]
@@ -295,58 +391,120 @@ fn parse_duration(what: &str, value: &str) -> Result<std::time::Duration, String
     })
 }
 
+/// One `[[steps]]` table as a [`TaskStep`]; errors name the step and the key.
+fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
+    let id = s.id;
+    let only_for = |key: &str, kind: &str| {
+        format!("step `{id}`: `{key}` is only for steps of kind = \"{kind}\"")
+    };
+    let timeout_ms = match &s.timeout {
+        Some(t) => {
+            let d = parse_duration(&format!("step `{id}`: timeout"), t)?;
+            Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        }
+        None => None,
+    };
+    if s.kind != StepKind::Gate && s.checkpoint.is_some() {
+        return Err(only_for("checkpoint", "gate"));
+    }
+    if s.kind != StepKind::Approve {
+        let approve_keys = [
+            ("title", s.title.is_some()),
+            ("options", !s.options.is_empty()),
+            ("recommended", s.recommended.is_some()),
+            ("default", s.default.is_some()),
+            ("trigger", s.trigger.is_some()),
+            ("priority", s.priority.is_some()),
+        ];
+        if let Some((key, _)) = approve_keys.iter().find(|(_, set)| *set) {
+            return Err(only_for(key, "approve"));
+        }
+    }
+    let (checkpoint, step_type) = match (s.kind, s.checkpoint) {
+        (StepKind::Gate, None | Some(GateCheckpoint::QualityGate)) => {
+            (CheckpointType::QualityGate, StepType::Review)
+        }
+        (StepKind::Gate, Some(GateCheckpoint::TestPass)) => {
+            (CheckpointType::TestPass, StepType::Review)
+        }
+        (StepKind::Gate, Some(GateCheckpoint::BuildPass)) => {
+            (CheckpointType::BuildPass, StepType::Review)
+        }
+        (StepKind::Exec, _) => (CheckpointType::TaskExec, StepType::Execute),
+        (StepKind::Review, _) => (CheckpointType::TaskReview, StepType::Review),
+        (StepKind::Approve, _) => (CheckpointType::UserApproval, StepType::Approve),
+    };
+    let (action, step_timeout, description) = if s.kind == StepKind::Approve {
+        if s.run.is_some() {
+            return Err(format!(
+                "step `{id}`: an approve step asks a person and has no `run`"
+            ));
+        }
+        let title = s
+            .title
+            .ok_or_else(|| format!("step `{id}`: an approve step needs a `title`"))?;
+        let trigger = s.trigger.unwrap_or(if s.options.is_empty() {
+            Trigger::SignificantChange
+        } else {
+            Trigger::MultipleOptions
+        });
+        let description = s.description.unwrap_or_default();
+        let action = StepAction::Approval {
+            title: title.clone(),
+            description: description.clone(),
+            options: s.options,
+            recommended: s.recommended,
+            // For an approve step, `timeout` is how long a person has to answer.
+            timeout_ms,
+            on_expiry: s.default.unwrap_or(Decision::Deny),
+            trigger,
+            priority: s.priority,
+        };
+        (
+            action,
+            None,
+            if description.is_empty() {
+                title
+            } else {
+                description
+            },
+        )
+    } else {
+        let run = s
+            .run
+            .ok_or_else(|| format!("step `{id}` needs `run`: the command to run"))?;
+        let description = s.description.unwrap_or_else(|| run.clone());
+        (
+            StepAction::Command { run, env: s.env },
+            timeout_ms,
+            description,
+        )
+    };
+    Ok(TaskStep {
+        id,
+        description,
+        step_type,
+        depends_on: s.depends_on,
+        blocking_steps: Vec::new(),
+        checkpoint,
+        required_permissions: s.required_permissions,
+        risk_level: s.risk_level,
+        risk_description: s.risk_description,
+        action,
+        timeout_ms: step_timeout,
+        idempotent: s.idempotent,
+    })
+}
+
 /// Parses plan-file text. `base` is the directory relative workspace paths start from.
 pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<PlanErrors>)> {
     let file: PlanFile = toml::from_str(text).map_err(|e| (e.to_string(), None))?;
-    let mut steps = Vec::with_capacity(file.steps.len());
-    for s in file.steps {
-        let checkpoint = match (s.kind, s.checkpoint) {
-            (StepKind::Gate, None | Some(GateCheckpoint::QualityGate)) => {
-                CheckpointType::QualityGate
-            }
-            (StepKind::Gate, Some(GateCheckpoint::TestPass)) => CheckpointType::TestPass,
-            (StepKind::Gate, Some(GateCheckpoint::BuildPass)) => CheckpointType::BuildPass,
-            (StepKind::Exec | StepKind::Review, Some(_)) => {
-                return Err((
-                    format!(
-                        "step `{}`: `checkpoint` is only for steps of kind = \"gate\"",
-                        s.id
-                    ),
-                    None,
-                ));
-            }
-            (StepKind::Exec, None) => CheckpointType::TaskExec,
-            (StepKind::Review, None) => CheckpointType::TaskReview,
-        };
-        let timeout_ms = match &s.timeout {
-            Some(t) => {
-                let d = parse_duration(&format!("step `{}`: timeout", s.id), t)
-                    .map_err(|m| (m, None))?;
-                Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            }
-            None => None,
-        };
-        steps.push(TaskStep {
-            description: s.description.unwrap_or_else(|| s.run.clone()),
-            id: s.id,
-            step_type: match s.kind {
-                StepKind::Exec => StepType::Execute,
-                StepKind::Gate | StepKind::Review => StepType::Review,
-            },
-            depends_on: s.depends_on,
-            blocking_steps: Vec::new(),
-            checkpoint,
-            required_permissions: s.required_permissions,
-            risk_level: s.risk_level,
-            risk_description: s.risk_description,
-            action: StepAction::Command {
-                run: s.run,
-                env: s.env,
-            },
-            timeout_ms,
-            idempotent: s.idempotent,
-        });
-    }
+    let steps = file
+        .steps
+        .into_iter()
+        .map(step_from_file)
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|m| (m, None))?;
     let estimated_duration_s = match &file.estimated_duration {
         Some(d) => Some(
             parse_duration("estimated_duration", d)

@@ -77,7 +77,7 @@ depends_on = ["test"]
             assert_eq!(run, "cargo build");
             assert_eq!(env.get("RUST_LOG").map(String::as_str), Some("info"));
         }
-        StepAction::Noop => panic!("expected a command"),
+        StepAction::Noop | StepAction::Approval { .. } => panic!("expected a command"),
     }
     assert_eq!(p.steps[1].checkpoint, CheckpointType::TestPass);
     assert_eq!(p.steps[2].checkpoint, CheckpointType::TaskReview);
@@ -232,7 +232,108 @@ fn unknown_kinds_bad_durations_and_misplaced_checkpoints_are_rejected() {
         .unwrap_err();
     assert!(cp.contains("only for steps of kind = \"gate\""), "{cp}");
     let missing = parse("description='d'\n[[steps]]\nid='a'\n").unwrap_err();
-    assert!(missing.contains("missing field `run`"), "{missing}");
+    assert!(missing.contains("step `a` needs `run`"), "{missing}");
+}
+
+const APPROVE: &str = r#"
+description = "ship"
+[[steps]]
+id = "ship"
+kind = "approve"
+title = "Publish?"
+options = ["publish", "hold"]
+recommended = "publish"
+timeout = "30m"
+default = "skip"
+"#;
+
+#[test]
+fn an_approve_step_asks_with_its_options_deadline_and_default() {
+    let plan = parse(APPROVE).unwrap().plan;
+    let step = &plan.steps[0];
+    assert_eq!(step.checkpoint, CheckpointType::UserApproval);
+    assert_eq!(step.step_type, StepType::Approve);
+    assert_eq!(
+        step.timeout_ms, None,
+        "the timeout is the person's, not a process's"
+    );
+    let StepAction::Approval {
+        title,
+        options,
+        recommended,
+        timeout_ms,
+        on_expiry,
+        trigger,
+        ..
+    } = &step.action
+    else {
+        panic!("expected an approval: {:?}", step.action);
+    };
+    assert_eq!(title, "Publish?");
+    assert_eq!(options, &vec!["publish".to_owned(), "hold".to_owned()]);
+    assert_eq!(recommended.as_deref(), Some("publish"));
+    assert_eq!(*timeout_ms, Some(30 * 60 * 1000));
+    assert_eq!(*on_expiry, Decision::Skip);
+    assert_eq!(*trigger, Trigger::MultipleOptions);
+    let plain = parse("description='d'\n[[steps]]\nid='ok'\nkind='approve'\ntitle='Go?'\n")
+        .unwrap()
+        .plan;
+    let StepAction::Approval {
+        on_expiry, trigger, ..
+    } = &plain.steps[0].action
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (*on_expiry, *trigger),
+        (Decision::Deny, Trigger::SignificantChange),
+        "deny unless set"
+    );
+}
+
+#[test]
+fn approve_steps_are_checked() {
+    let with_run =
+        parse("description='d'\n[[steps]]\nid='a'\nkind='approve'\ntitle='t'\nrun='x'\n")
+            .unwrap_err();
+    assert!(with_run.contains("has no `run`"), "{with_run}");
+    let untitled = parse("description='d'\n[[steps]]\nid='a'\nkind='approve'\n").unwrap_err();
+    assert!(untitled.contains("needs a `title`"), "{untitled}");
+    let misplaced =
+        parse("description='d'\n[[steps]]\nid='a'\nrun='x'\noptions=['a']\n").unwrap_err();
+    assert!(
+        misplaced.contains("`options` is only for steps of kind = \"approve\""),
+        "{misplaced}"
+    );
+    let found = issues(
+        "description='d'\n[[steps]]\nid='a'\nkind='approve'\ntitle=' '\noptions=['x','x']\nrecommended='y'\ndefault='delegate'\n",
+    );
+    assert!(
+        found.contains(&PlanIssue::EmptyApprovalTitle { step: "a".into() }),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&PlanIssue::DuplicateOption {
+            step: "a".into(),
+            option: "x".into()
+        }),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&PlanIssue::RecommendedNotAnOption {
+            step: "a".into(),
+            option: "y".into()
+        }),
+        "{found:?}"
+    );
+    assert!(
+        found.contains(&PlanIssue::ExpiryCannotDelegate { step: "a".into() }),
+        "{found:?}"
+    );
+    let bad_default =
+        parse("description='d'\n[[steps]]\nid='a'\nkind='approve'\ntitle='t'\ndefault='maybe'\n")
+            .unwrap_err();
+    assert!(bad_default.contains("maybe"), "{bad_default}");
 }
 
 #[test]

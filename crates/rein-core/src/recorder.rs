@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use rein_protocol::ids::new_span_id;
 use rein_protocol::{
-    Checkpoint, CheckpointId, EventId, HarnessEvent, TaskChange, TaskDecomposition, TaskState,
+    ApprovalRequest, Checkpoint, CheckpointId, EventId, HarnessEvent, TaskChange,
+    TaskDecomposition, TaskState,
 };
 use tokio::sync::broadcast;
 
@@ -37,6 +38,8 @@ pub struct Recorder {
     batch: Vec<HarnessEvent>,
     /// `last_seq` as the store has it: where the batch starts.
     stored_seq: u64,
+    /// Approval requests raised by the batch, stored with it.
+    approvals: Vec<ApprovalRequest>,
 }
 
 impl Recorder {
@@ -47,6 +50,7 @@ impl Recorder {
             state,
             batch: Vec::new(),
             stored_seq,
+            approvals: Vec::new(),
         }
     }
 
@@ -61,6 +65,7 @@ impl Recorder {
             state,
             batch: vec![first],
             stored_seq: 0,
+            approvals: Vec::new(),
         })
     }
 
@@ -131,6 +136,18 @@ impl Recorder {
         Ok(id)
     }
 
+    /// Raises an approval request: recorded in the log now, stored with the batch.
+    pub fn request_approval(&mut self, request: ApprovalRequest, span: &SpanRef) -> Result<()> {
+        self.record(
+            TaskChange::HumanApprovalRequested {
+                request: Box::new(request.clone()),
+            },
+            span,
+        )?;
+        self.approvals.push(request);
+        Ok(())
+    }
+
     pub fn has_unsaved(&self) -> bool {
         !self.batch.is_empty()
     }
@@ -141,6 +158,7 @@ impl Recorder {
             expected_seq: self.stored_seq,
             events: std::mem::take(&mut self.batch),
             summary: self.state.head.summary(),
+            approvals: std::mem::take(&mut self.approvals),
         };
         self.stored_seq = self.state.head.last_seq;
         write

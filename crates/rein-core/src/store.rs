@@ -7,8 +7,8 @@
 
 use async_trait::async_trait;
 use rein_protocol::{
-    HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskStatus, TaskSummary,
-    Timestamp,
+    ApprovalId, ApprovalRequest, ApprovalStatus, HarnessEvent, LedgerEntry, Snapshot, SnapshotId,
+    TaskDecomposition, TaskId, TaskStatus, TaskSummary, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +31,11 @@ pub enum StoreError {
         expected: u64,
         actual: u64,
     },
+    #[error("approval request {0} not found")]
+    ApprovalNotFound(ApprovalId),
+    /// A decision lost the compare-and-set: the request was no longer pending.
+    #[error("approval request {} is already {}", .current.id, .current.status)]
+    NotPending { current: Box<ApprovalRequest> },
     #[error("invalid list cursor `{0}`")]
     BadCursor(String),
     #[error("store error: {0}")]
@@ -48,6 +53,8 @@ pub struct TaskWrite {
     pub expected_seq: u64,
     pub events: Vec<HarnessEvent>,
     pub summary: TaskSummary,
+    /// Approval requests the events raise, stored in the same transaction.
+    pub approvals: Vec<ApprovalRequest>,
 }
 
 /// A new task: its plan and its first write (with `expected_seq` 0).
@@ -84,6 +91,18 @@ pub struct SnapshotInfo {
     pub task_id: TaskId,
     pub seq: u64,
     pub created_at: Timestamp,
+}
+
+/// The most requests one `list_approvals` call returns.
+pub const MAX_APPROVALS_PAGE: usize = 500;
+
+/// Filter for [`Store::list_approvals`]. Results come newest first.
+#[derive(Debug, Clone, Default)]
+pub struct ApprovalFilter {
+    pub status: Option<ApprovalStatus>,
+    pub task_id: Option<TaskId>,
+    /// At most this many (the store caps it at 500).
+    pub limit: Option<usize>,
 }
 
 /// What another process asks a task's runner to do.
@@ -131,6 +150,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>>;
     /// Removes and returns the control requests waiting for a task.
     async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>>;
+    async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>>;
+    async fn list_approvals(&self, filter: &ApprovalFilter) -> StoreResult<Vec<ApprovalRequest>>;
+    /// Replaces a request that is still `pending` with `updated` (compare-and-set on
+    /// `pending`: the first valid decision wins) and appends `entry` to the ledger,
+    /// sealed after the last entry, in the same transaction. Returns the sealed entry;
+    /// `NotPending` with the request as it is if it was no longer pending.
+    async fn settle_approval(
+        &self,
+        updated: &ApprovalRequest,
+        entry: LedgerEntry,
+    ) -> StoreResult<LedgerEntry>;
+    /// Ledger entries with `seq > after_seq`, oldest first, at most `limit`.
+    async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>>;
     /// A write and a read that prove the store works (for health checks).
     async fn probe(&self) -> StoreResult<()>;
 }

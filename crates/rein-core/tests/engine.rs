@@ -10,131 +10,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rein_core::store::TaskWrite;
 use rein_core::{
-    CommandExecutor, ControlOutcome, CreateTask, Engine, EngineConfig, EngineError, RunOptions,
-    StepExecutor, StepOutcome, StepRequest, Store, StoreError,
+    CommandExecutor, ControlOutcome, EngineError, RunOptions, StepExecutor, StepOutcome,
+    StepRequest, Store, StoreError,
 };
 use rein_protocol::{
-    CheckpointStatus, CheckpointType, EventType, HarnessEvent, StepAction, TaskChange,
-    TaskDecomposition, TaskState, TaskStatus, TaskStep,
+    CheckpointStatus, CheckpointType, EventType, HarnessEvent, StepAction, TaskDecomposition,
+    TaskState, TaskStatus, TaskStep,
 };
-use rein_store::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
-struct Harness {
-    _dir: tempfile::TempDir,
-    store: Arc<SqliteStore>,
-    engine: Arc<Engine>,
-}
-
-fn harness_with(executor: Arc<dyn StepExecutor>, max_parallel: usize) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let mut config = EngineConfig::new(dir.path().join("workspaces"));
-    config.max_parallel = max_parallel;
-    config.control_poll = Duration::from_millis(20);
-    let engine = Arc::new(Engine::new(store.clone(), executor, config));
-    Harness {
-        _dir: dir,
-        store,
-        engine,
-    }
-}
-
-fn harness() -> Harness {
-    harness_with(Arc::new(CommandExecutor), 4)
-}
-
-fn step(id: &str, run: &str, deps: &[&str]) -> TaskStep {
-    TaskStep {
-        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
-        ..TaskStep::command(id, run)
-    }
-}
-
-fn plan(steps: Vec<TaskStep>) -> TaskDecomposition {
-    TaskDecomposition::new("test", steps)
-}
-
-impl Harness {
-    async fn create(&self, p: TaskDecomposition) -> TaskState {
-        self.engine
-            .create(CreateTask {
-                plan: p,
-                session_id: None,
-                workspace: None,
-            })
-            .await
-            .unwrap()
-    }
-
-    async fn run(&self, p: TaskDecomposition) -> TaskState {
-        let state = self.create(p).await;
-        self.engine
-            .run(state.id(), RunOptions::default())
-            .await
-            .unwrap()
-    }
-
-    async fn log(&self, state: &TaskState) -> Vec<HarnessEvent> {
-        self.store.events(state.id(), 0, usize::MAX).await.unwrap()
-    }
-
-    /// The state as stored: the fold of the stored log, checked against the stored
-    /// state row.
-    async fn stored(&self, state: &TaskState) -> TaskState {
-        let folded = rein_core::fold::fold(&self.log(state).await).unwrap();
-        let row = self.store.load_summary(state.id()).await.unwrap().unwrap();
-        assert_eq!(
-            row,
-            folded.head.summary(),
-            "the state row equals the fold of the log"
-        );
-        assert_eq!(self.engine.get(state.id()).await.unwrap(), folded);
-        folded
-    }
-}
-
-impl Harness {
-    /// Runs a task in the background and returns once `step` is running.
-    async fn run_until_running(
-        &self,
-        state: &TaskState,
-        options: RunOptions,
-        step: &str,
-    ) -> tokio::task::JoinHandle<Result<TaskState, EngineError>> {
-        let mut events = self.engine.subscribe();
-        let engine = self.engine.clone();
-        let id = state.id().clone();
-        let run = tokio::spawn(async move { engine.run(&id, options).await });
-        entered(&mut events, step).await;
-        run
-    }
-}
-
-fn latest<'a>(state: &'a TaskState, step: &str) -> &'a rein_protocol::Checkpoint {
-    state
-        .latest_for_step(step)
-        .unwrap_or_else(|| panic!("no checkpoint for {step}"))
-}
-
-/// Waits (on the engine's own event stream) until a step's checkpoint is entered.
-async fn entered(events: &mut tokio::sync::broadcast::Receiver<HarnessEvent>, step: &str) {
-    let mut cps = std::collections::HashMap::new();
-    loop {
-        let e = events.recv().await.unwrap();
-        match &e.change {
-            TaskChange::CheckpointCreated { checkpoint } => {
-                cps.insert(checkpoint.id.clone(), checkpoint.step_id.clone());
-            }
-            TaskChange::CheckpointEntered { checkpoint_id }
-                if cps.get(checkpoint_id).cloned().flatten().as_deref() == Some(step) =>
-            {
-                return;
-            }
-            _ => {}
-        }
-    }
-}
+mod common;
+use common::*;
 
 #[tokio::test]
 async fn a_plan_runs_through_the_five_control_points_in_order() {
@@ -680,6 +566,7 @@ async fn a_stale_writer_is_refused_and_writes_nothing() {
         expected_seq: 3,
         events: Vec::new(),
         summary: head.summary(),
+        approvals: Vec::new(),
     };
     let err = h.store.save(stale).await.unwrap_err();
     assert!(

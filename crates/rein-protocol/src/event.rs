@@ -8,7 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
-use crate::ids::{CheckpointId, EventId, SnapshotId, TaskId};
+use crate::approval::{ApprovalRequest, ApprovalResponse, ApprovalStatus};
+use crate::ids::{ApprovalId, CheckpointId, EventId, SnapshotId, TaskId};
 use crate::task::{ApprovedBy, Checkpoint, RunnerInfo, TaskState};
 
 /// Every event type. The first eleven are the seed's; the rest are rein's.
@@ -133,6 +134,18 @@ pub enum TaskChange {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         will_retry: bool,
     },
+    /// A step asks a person; it waits until the request is settled.
+    HumanApprovalRequested {
+        request: Box<ApprovalRequest>,
+    },
+    /// The runner took in what happened to a request: a decision, an expiry (with
+    /// the default applied), or a delegation (the request stays pending).
+    HumanApprovalReceived {
+        request_id: ApprovalId,
+        status: ApprovalStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        response: Option<ApprovalResponse>,
+    },
     /// `pending` or `in_progress` → `skipped`.
     CheckpointSkipped {
         checkpoint_id: CheckpointId,
@@ -158,6 +171,8 @@ impl TaskChange {
             TaskChange::CheckpointPassed { .. } => EventType::CheckpointPassed,
             TaskChange::CheckpointFailed { .. } => EventType::CheckpointFailed,
             TaskChange::CheckpointSkipped { .. } => EventType::CheckpointSkipped,
+            TaskChange::HumanApprovalRequested { .. } => EventType::HumanApprovalRequested,
+            TaskChange::HumanApprovalReceived { .. } => EventType::HumanApprovalReceived,
         }
     }
 
@@ -165,6 +180,7 @@ impl TaskChange {
     pub fn checkpoint_id(&self) -> Option<&CheckpointId> {
         match self {
             TaskChange::CheckpointCreated { checkpoint } => Some(&checkpoint.id),
+            TaskChange::HumanApprovalRequested { request } => Some(&request.checkpoint_id),
             TaskChange::CheckpointEntered { checkpoint_id }
             | TaskChange::CheckpointPassed { checkpoint_id, .. }
             | TaskChange::CheckpointFailed { checkpoint_id, .. }
@@ -176,7 +192,8 @@ impl TaskChange {
             | TaskChange::TaskCompleted {}
             | TaskChange::TaskFailed { .. }
             | TaskChange::TaskCancelled { .. }
-            | TaskChange::TaskRestored { .. } => None,
+            | TaskChange::TaskRestored { .. }
+            | TaskChange::HumanApprovalReceived { .. } => None,
         }
     }
 }

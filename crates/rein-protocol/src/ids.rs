@@ -100,6 +100,16 @@ prefixed_id!(
     SnapshotId,
     "snap"
 );
+prefixed_id!(
+    /// Id of an approval request (`apr_…`).
+    ApprovalId,
+    "apr"
+);
+prefixed_id!(
+    /// Id of a governance ledger entry (`gov_…`).
+    LedgerId,
+    "gov"
+);
 
 /// A fresh W3C trace id: 32 lowercase hex digits, not all zero.
 pub fn new_trace_id() -> String {

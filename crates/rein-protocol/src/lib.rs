@@ -10,17 +10,26 @@
 //! - [`event`]: [`HarnessEvent`], the envelope of every entry in a task's log, and
 //!   [`TaskChange`], the typed change it carries.
 //! - [`snapshot`]: [`Snapshot`], a copy of a task's state at a point of its log.
+//! - [`approval`]: [`ApprovalRequest`] and [`ApprovalResponse`], the human in the loop.
+//! - [`ledger`]: [`LedgerEntry`], the hash-chained record of human decisions.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
+pub mod approval;
 pub mod event;
 pub mod ids;
+pub mod ledger;
 pub mod plan;
 pub mod schema;
 pub mod snapshot;
 pub mod task;
 
+pub use approval::{
+    ApprovalContext, ApprovalRequest, ApprovalResponse, ApprovalStatus, ApprovalType, Decision,
+    Priority, Trigger,
+};
 pub use event::{EventType, HarnessEvent, TaskChange};
-pub use ids::{CheckpointId, EventId, SnapshotId, TaskId};
+pub use ids::{ApprovalId, CheckpointId, EventId, LedgerId, SnapshotId, TaskId};
+pub use ledger::{LedgerEntry, LedgerKind};
 pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep};
 pub use snapshot::Snapshot;
 pub use task::{

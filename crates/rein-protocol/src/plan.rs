@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::approval::{Decision, Priority, Trigger};
 use crate::task::CheckpointType;
 
 /// Risk of a step or a plan.
@@ -44,6 +45,24 @@ pub enum StepAction {
     },
     /// Do nothing and pass: a marker step, and the engine's own cost in benchmarks.
     Noop,
+    /// Ask a person: the step waits, durably, for a decision on an approval request.
+    Approval {
+        title: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        description: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        options: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        recommended: Option<String>,
+        /// How long a person has; no deadline if `None`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout_ms: Option<u64>,
+        /// What the deadline passing means (`deny` unless set).
+        on_expiry: Decision,
+        trigger: Trigger,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        priority: Option<Priority>,
+    },
 }
 
 /// One step of a plan.

@@ -47,6 +47,24 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX controls_by_task ON controls(task_id);
     ",
+    // 2: approval requests (their status is the compare-and-set point of a decision)
+    //    and the hash-chained governance ledger.
+    "
+    CREATE TABLE approvals (
+        id         TEXT PRIMARY KEY,
+        task_id    TEXT NOT NULL,
+        status     TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        body       TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX approvals_by_status ON approvals(status, id);
+    CREATE INDEX approvals_by_task ON approvals(task_id, id);
+    CREATE TABLE ledger (
+        seq  INTEGER PRIMARY KEY,
+        id   TEXT NOT NULL UNIQUE,
+        body TEXT NOT NULL
+    ) STRICT;
+    ",
 ];
 
 /// The schema version this build writes.

@@ -13,10 +13,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::SecondsFormat;
-use rein_core::store::{ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite};
+use rein_core::store::{
+    ApprovalFilter, ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
+};
 use rein_core::{Store, StoreError, StoreResult};
 use rein_protocol::{
-    HarnessEvent, Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskSummary, Timestamp,
+    ApprovalId, ApprovalRequest, HarnessEvent, LedgerEntry, Snapshot, SnapshotId,
+    TaskDecomposition, TaskId, TaskSummary, Timestamp,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -152,6 +155,8 @@ struct Encoded {
     last_seq: i64,
     summary: String,
     events: Vec<(i64, &'static str, String)>,
+    /// New approval requests: (id, status, created_at, body).
+    approvals: Vec<(String, &'static str, String, String)>,
 }
 
 fn seq(v: u64) -> i64 {
@@ -168,7 +173,17 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
                 .map_err(backend)
         })
         .collect::<StoreResult<Vec<_>>>()?;
+    let approvals = write
+        .approvals
+        .iter()
+        .map(|a| {
+            serde_json::to_string(a)
+                .map(|body| (a.id.to_string(), a.status.as_str(), ts(&a.created_at), body))
+                .map_err(backend)
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
     Ok(Encoded {
+        approvals,
         task_id: write.task_id.to_string(),
         expected_seq: seq(write.expected_seq),
         status: write.summary.status.as_str(),
@@ -201,6 +216,13 @@ fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<()> {
             params.extend([&tkey as &dyn rusqlite::ToSql, seq, kind, body]);
         }
         insert.execute(params.as_slice()).map_err(backend)?;
+    }
+    for (id, status, created_at, body) in &w.approvals {
+        conn.prepare_cached(
+            "INSERT INTO approvals (id, task_id, status, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .and_then(|mut stmt| stmt.execute(params![id, w.task_id, status, created_at, body]))
+        .map_err(backend)?;
     }
     Ok(())
 }
@@ -404,7 +426,7 @@ impl Store for SqliteStore {
                 };
                 conn.execute("DELETE FROM events WHERE tkey = ?1", [tkey])
                     .map_err(backend)?;
-                for table in ["snapshots", "controls", "plans"] {
+                for table in ["snapshots", "controls", "plans", "approvals"] {
                     conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [id])
                         .map_err(backend)?;
                 }
@@ -525,6 +547,104 @@ impl Store for SqliteStore {
                 Ok(found)
             })
             .await
+    }
+
+    async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let mut found: Vec<ApprovalRequest> = query_json(
+                conn,
+                "SELECT body FROM approvals WHERE id = ?1",
+                [&id],
+                "approval request",
+            )?;
+            Ok(found.pop())
+        })
+        .await
+    }
+
+    async fn list_approvals(&self, filter: &ApprovalFilter) -> StoreResult<Vec<ApprovalRequest>> {
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+            let mut sql = String::from("SELECT body FROM approvals WHERE 1 = 1");
+            let mut args: Vec<String> = Vec::new();
+            if let Some(status) = filter.status {
+                args.push(status.as_str().to_owned());
+                sql.push_str(&format!(" AND status = ?{}", args.len()));
+            }
+            if let Some(task) = &filter.task_id {
+                args.push(task.to_string());
+                sql.push_str(&format!(" AND task_id = ?{}", args.len()));
+            }
+            sql.push_str(&format!(" ORDER BY id DESC LIMIT {limit}"));
+            query_json(
+                conn,
+                &sql,
+                rusqlite::params_from_iter(args.iter()),
+                "approval request",
+            )
+        })
+        .await
+    }
+
+    async fn settle_approval(
+        &self,
+        updated: &ApprovalRequest,
+        entry: LedgerEntry,
+    ) -> StoreResult<LedgerEntry> {
+        let body = serde_json::to_string(updated).map_err(backend)?;
+        let id = updated.id.clone();
+        let status = updated.status.as_str();
+        self.writer
+            .write(move |conn| {
+                let changed = conn
+                    .execute(
+                        "UPDATE approvals SET status = ?2, body = ?3 WHERE id = ?1 AND status = 'pending'",
+                        params![id.as_str(), status, body],
+                    )
+                    .map_err(backend)?;
+                if changed == 0 {
+                    let mut current: Vec<ApprovalRequest> = query_json(
+                        conn,
+                        "SELECT body FROM approvals WHERE id = ?1",
+                        [id.as_str()],
+                        "approval request",
+                    )?;
+                    return Err(match current.pop() {
+                        Some(current) => StoreError::NotPending { current: Box::new(current) },
+                        None => StoreError::ApprovalNotFound(id.clone()),
+                    });
+                }
+                let mut last: Vec<LedgerEntry> = query_json(
+                    conn,
+                    "SELECT body FROM ledger ORDER BY seq DESC LIMIT 1",
+                    [],
+                    "ledger entry",
+                )?;
+                let sealed = entry.clone().sealed_after(last.pop().as_ref());
+                let sealed_body = serde_json::to_string(&sealed).map_err(backend)?;
+                conn.execute(
+                    "INSERT INTO ledger (seq, id, body) VALUES (?1, ?2, ?3)",
+                    params![seq(sealed.seq), sealed.id.as_str(), sealed_body],
+                )
+                .map_err(backend)?;
+                Ok(sealed)
+            })
+            .await
+    }
+
+    async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            query_json(
+                conn,
+                "SELECT body FROM ledger WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                params![seq(after_seq), limit],
+                "ledger entry",
+            )
+        })
+        .await
     }
 
     async fn probe(&self) -> StoreResult<()> {

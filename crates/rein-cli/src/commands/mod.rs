@@ -1,5 +1,6 @@
 //! One module per command group; [`dispatch`] routes a parsed command line.
 
+mod approvals;
 mod plan;
 mod run;
 mod tasks;
@@ -63,5 +64,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Run(args) => run::run(cli.data_dir, args).await,
         Command::Plan(cmd) => plan::dispatch(cmd),
         Command::Tasks(cmd) => tasks::dispatch(cli.data_dir, cmd).await,
+        Command::Approvals(cmd) => approvals::dispatch(cli.data_dir, cmd).await,
+        Command::Ledger(cmd) => approvals::ledger(cli.data_dir, cmd).await,
     }
 }

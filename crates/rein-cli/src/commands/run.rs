@@ -54,7 +54,7 @@ pub async fn run(data_dir: Option<PathBuf>, args: RunArgs) -> anyhow::Result<u8>
             cp.kind
         ));
     }
-    let signals = Signals::install(out);
+    let signals = Signals::install(out, args.no_wait);
     let (code, _) = drive(
         &ctx.engine,
         state,
@@ -70,7 +70,7 @@ pub async fn run(data_dir: Option<PathBuf>, args: RunArgs) -> anyhow::Result<u8>
 pub async fn resume(data_dir: Option<PathBuf>, args: ResumeArgs) -> anyhow::Result<u8> {
     let ctx = Context::open(data_dir, 4)?;
     let out = Out(args.output);
-    let signals = Signals::install(out);
+    let signals = Signals::install(out, args.no_wait);
     if let Some(id) = &args.id {
         let id = parse_task_id(id)?;
         let state = ctx.engine.get(&id).await?;
@@ -241,14 +241,16 @@ impl Out {
     }
 }
 
-/// Ctrl-C and SIGTERM, turned into the engine's pause and cancel tokens.
+/// Ctrl-C and SIGTERM, turned into the engine's pause and cancel tokens, and how
+/// runs started here treat waiting for a person.
 struct Signals {
     pause: CancellationToken,
     cancel: CancellationToken,
+    no_wait: bool,
 }
 
 impl Signals {
-    fn install(out: Out) -> Signals {
+    fn install(out: Out, no_wait: bool) -> Signals {
         let pause = CancellationToken::new();
         let cancel = CancellationToken::new();
         let (p, c) = (pause.clone(), cancel.clone());
@@ -278,7 +280,11 @@ impl Signals {
                 }
             }
         });
-        Signals { pause, cancel }
+        Signals {
+            pause,
+            cancel,
+            no_wait,
+        }
     }
 
     fn options(&self, rerun: Vec<String>, skip: Vec<String>) -> RunOptions {
@@ -287,6 +293,7 @@ impl Signals {
             skip,
             pause: self.pause.clone(),
             cancel: self.cancel.clone(),
+            no_wait: self.no_wait,
         }
     }
 }

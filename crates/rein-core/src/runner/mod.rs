@@ -11,20 +11,23 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod approvals;
+
 use rein_protocol::{
-    ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus, CheckpointType, StepAction,
-    TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
+    ApprovalRequest, ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus,
+    CheckpointType, StepAction, TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::controls::RunnerMessage;
 use crate::engine::{Engine, RunOptions, elapsed_ms, system_checkpoint};
 use crate::error::{EngineError, Result};
 use crate::executor::{StepOutcome, StepRequest};
 use crate::fold::WILL_RETRY;
 use crate::recorder::{Recorder, SpanRef};
-use crate::store::{ControlKind, ControlRequest, StoreError};
+use crate::store::{ControlKind, StoreError};
 
 #[derive(Debug)]
 enum Progress {
@@ -33,6 +36,12 @@ enum Progress {
         checkpoint: CheckpointId,
         span: SpanRef,
         token: CancellationToken,
+    },
+    /// Waiting for a person to settle `request`.
+    Awaiting {
+        checkpoint: CheckpointId,
+        span: SpanRef,
+        request: Box<ApprovalRequest>,
     },
     /// Left in progress by a runner that stopped.
     Interrupted {
@@ -175,8 +184,9 @@ impl<'e> TaskRun<'e> {
     pub(crate) async fn drive(
         mut self,
         options: RunOptions,
-        mut controls: mpsc::UnboundedReceiver<ControlRequest>,
+        mut controls: mpsc::UnboundedReceiver<RunnerMessage>,
     ) -> Result<TaskState> {
+        self.reattach_approvals().await?;
         self.take_up(&options)?;
         // Committing the take-up is where two processes resuming the same task meet:
         // the store lets one of them through.
@@ -193,12 +203,23 @@ impl<'e> TaskRun<'e> {
         }
         let mut taken_up = false;
         self.settle_dependencies()?;
+        self.apply_settled()?;
         let mut pause_seen = false;
+        let mut poll = tokio::time::interval(self.engine.config.control_poll);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let started = self.start_ready()?;
             if started.is_empty() && self.running.is_empty() {
-                // The last results are committed with the task's close.
-                return self.finish().await;
+                if !self.awaiting_any() || !self.scheduling() {
+                    // The last results are committed with the task's close.
+                    return self.finish().await;
+                }
+                if options.no_wait {
+                    let reason = self.waiting_reason();
+                    self.rec.task_event(TaskChange::TaskPaused { reason })?;
+                    self.flush().await.map_err(raced)?;
+                    return Ok(self.rec.state);
+                }
             }
             if taken_up {
                 self.flush().await?;
@@ -209,10 +230,11 @@ impl<'e> TaskRun<'e> {
             for i in started {
                 self.spawn(i);
             }
+            let deadline = self.next_deadline();
             tokio::select! {
                 biased;
                 () = options.cancel.cancelled() => return self.stop().await,
-                Some(joined) = self.running.join_next_with_id() => {
+                Some(joined) = self.running.join_next_with_id(), if !self.running.is_empty() => {
                     self.on_joined(joined)?;
                     while let Some(joined) = self.running.try_join_next_with_id() {
                         self.on_joined(joined)?;
@@ -222,17 +244,24 @@ impl<'e> TaskRun<'e> {
                     pause_seen = true;
                     self.pausing.get_or_insert_with(|| "paused by the operator (interrupt)".into());
                 }
-                Some(request) = controls.recv() => match request.kind {
-                    ControlKind::Pause => {
-                        self.pausing.get_or_insert_with(|| {
-                            format!("paused by {}: {}", request.by, request.reason)
-                        });
-                    }
-                    ControlKind::Abort => {
-                        self.abort_by = Some((request.by, request.reason));
-                        return self.abort().await;
-                    }
+                Some(message) = controls.recv() => match message {
+                    RunnerMessage::Control(request) => match request.kind {
+                        ControlKind::Pause => {
+                            self.pausing.get_or_insert_with(|| {
+                                format!("paused by {}: {}", request.by, request.reason)
+                            });
+                        }
+                        ControlKind::Abort => {
+                            self.abort_by = Some((request.by, request.reason));
+                            return self.abort().await;
+                        }
+                    },
+                    RunnerMessage::Settled(request) => self.on_settled(*request)?,
                 },
+                () = tokio::time::sleep(deadline.unwrap_or_default()), if deadline.is_some() => {
+                    self.expire_due().await?;
+                }
+                _ = poll.tick(), if self.awaiting_any() => self.poll_approvals().await?,
             }
         }
     }
@@ -371,6 +400,11 @@ impl<'e> TaskRun<'e> {
             };
             let step = Arc::clone(&self.steps[i]);
             self.attempts[i] += 1;
+            if matches!(step.action, StepAction::Approval { .. }) {
+                // A person does this step: it waits without taking a running slot.
+                self.ask(i)?;
+                continue;
+            }
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
             let input = match &step.action {
                 StepAction::Command { run, .. } => Some(serde_json::json!({
@@ -378,7 +412,7 @@ impl<'e> TaskRun<'e> {
                     "timeout_ms": step.timeout_ms,
                     "idempotent": step.idempotent,
                 })),
-                StepAction::Noop => None,
+                StepAction::Noop | StepAction::Approval { .. } => None,
             };
             let checkpoint = Checkpoint {
                 input,
@@ -463,13 +497,7 @@ impl<'e> TaskRun<'e> {
                     },
                     &span,
                 )?;
-                self.progress[i] = Progress::Completed;
-                for d in self.dependants[i].clone() {
-                    self.waiting_on[d] -= 1;
-                    if self.waiting_on[d] == 0 && matches!(self.progress[d], Progress::NotStarted) {
-                        self.ready.insert(d);
-                    }
-                }
+                self.complete(i, Progress::Completed);
             }
             StepOutcome::Failed { .. } | StepOutcome::Cancelled => {
                 let (error, output) = match outcome {
@@ -492,6 +520,17 @@ impl<'e> TaskRun<'e> {
             }
         }
         Ok(())
+    }
+
+    /// Marks a step done (completed or skipped) and readies what waited only on it.
+    fn complete(&mut self, i: usize, done: Progress) {
+        self.progress[i] = done;
+        for d in self.dependants[i].clone() {
+            self.waiting_on[d] -= 1;
+            if self.waiting_on[d] == 0 && matches!(self.progress[d], Progress::NotStarted) {
+                self.ready.insert(d);
+            }
+        }
     }
 
     /// Records every step that (transitively) depends on `failed` as not run.
@@ -549,13 +588,17 @@ impl<'e> TaskRun<'e> {
             .filter(|&i| matches!(self.progress[i], Progress::NotStarted))
             .collect();
         if let Some(reason) = self.pausing.clone()
-            && !unstarted.is_empty()
+            && (!unstarted.is_empty() || self.awaiting_any())
         {
             self.rec.task_event(TaskChange::TaskPaused { reason })?;
         } else if let Some(first) = self.first_failure.or_else(|| {
             (0..self.steps.len()).find(|&i| matches!(self.progress[i], Progress::Failed))
         }) {
             let name = self.steps[first].id.clone();
+            for request in self.awaited() {
+                let why = format!("the plan stopped after `{name}` failed (fail_fast)");
+                self.withdraw(request, &why).await?;
+            }
             for i in unstarted {
                 self.skip_unstarted(
                     i,
@@ -642,26 +685,38 @@ impl<'e> TaskRun<'e> {
             .clone()
             .unwrap_or_else(|| ("operator".into(), "aborted".into()));
         for i in 0..self.steps.len() {
-            if let Progress::Running {
-                checkpoint, span, ..
-            } = std::mem::replace(&mut self.progress[i], Progress::Failed)
-            {
-                let duration_ms = self
-                    .rec
-                    .state
-                    .checkpoint(&checkpoint)
-                    .map_or(0, |c| elapsed_ms(c.started_at));
-                self.rec.record(
-                    TaskChange::CheckpointFailed {
-                        checkpoint_id: checkpoint,
-                        duration_ms,
-                        error: format!("cancelled: the task was aborted by {by}"),
-                        output: None,
-                        will_retry: false,
-                    },
-                    &span,
-                )?;
+            let (checkpoint, span, request) = match &self.progress[i] {
+                Progress::Running {
+                    checkpoint, span, ..
+                } => (checkpoint.clone(), span.clone(), None),
+                Progress::Awaiting {
+                    checkpoint,
+                    span,
+                    request,
+                } => (checkpoint.clone(), span.clone(), Some((**request).clone())),
+                _ => continue,
+            };
+            if let Some(request) = request {
+                self.engine
+                    .revoke(request, &format!("the task was aborted by {by}"))
+                    .await?;
             }
+            let duration_ms = self
+                .rec
+                .state
+                .checkpoint(&checkpoint)
+                .map_or(0, |c| elapsed_ms(c.started_at));
+            self.rec.record(
+                TaskChange::CheckpointFailed {
+                    checkpoint_id: checkpoint,
+                    duration_ms,
+                    error: format!("cancelled: the task was aborted by {by}"),
+                    output: None,
+                    will_retry: false,
+                },
+                &span,
+            )?;
+            self.progress[i] = Progress::Failed;
         }
         self.rec
             .task_event(TaskChange::TaskCancelled { reason, by })?;

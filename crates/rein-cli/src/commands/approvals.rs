@@ -1,0 +1,207 @@
+//! `rein approvals …` and `rein ledger …`: people's decisions and their record.
+
+use std::path::PathBuf;
+
+use rein_core::store::ApprovalFilter;
+use rein_protocol::{ApprovalRequest, ApprovalResponse, ApprovalStatus, Decision};
+
+use crate::cli::{ApprovalsCommand, Decider, LedgerCommand};
+use crate::commands::{Context, parse_task_id, print_json};
+use crate::exit::{self, UsageError};
+use crate::output::say;
+use crate::render;
+
+pub async fn dispatch(data_dir: Option<PathBuf>, cmd: ApprovalsCommand) -> anyhow::Result<u8> {
+    let ctx = Context::open(data_dir, 4)?;
+    let engine = &ctx.engine;
+    let (id, decision, option, delegate_to, who) = match cmd {
+        ApprovalsCommand::List {
+            status,
+            task,
+            limit,
+            json,
+        } => {
+            let status = match status.as_str() {
+                "all" => None,
+                s => Some(ApprovalStatus::parse(s).ok_or_else(|| {
+                    let allowed: Vec<&str> =
+                        ApprovalStatus::ALL.iter().map(|s| s.as_str()).collect();
+                    UsageError(format!(
+                        "unknown status `{s}`; use one of {}, or all",
+                        allowed.join(", ")
+                    ))
+                })?),
+            };
+            let filter = ApprovalFilter {
+                status,
+                task_id: task.as_deref().map(parse_task_id).transpose()?,
+                limit: Some(limit as usize),
+            };
+            let requests = engine.approvals(&filter).await?;
+            if json {
+                print_json(&requests)?;
+            } else if requests.is_empty() {
+                say!("no {} approval requests", status.map_or("", |s| s.as_str()));
+            } else {
+                for r in &requests {
+                    say!("{}", summary_line(r));
+                }
+            }
+            return Ok(exit::SUCCESS);
+        }
+        ApprovalsCommand::Show { id, json } => {
+            let request = engine.approval(&parse_approval_id(&id)?).await?;
+            if json {
+                print_json(&request)?;
+            } else {
+                say!("{}", details(&request));
+            }
+            return Ok(exit::SUCCESS);
+        }
+        ApprovalsCommand::Approve { id, option, who } => (id, Decision::Approve, option, None, who),
+        ApprovalsCommand::Deny { id, who } => (id, Decision::Deny, None, None, who),
+        ApprovalsCommand::Skip { id, who } => (id, Decision::Skip, None, None, who),
+        ApprovalsCommand::Delegate { id, to, who } => (id, Decision::Delegate, None, Some(to), who),
+    };
+    let response = ApprovalResponse {
+        request_id: parse_approval_id(&id)?,
+        decision,
+        selected_option: option,
+        reason: who.reason.clone(),
+        decided_by: actor(&who),
+        delegate_to,
+        decided_at: chrono::Utc::now(),
+    };
+    let settled = engine.decide(response).await?;
+    if who.json {
+        print_json(&settled)?;
+    } else {
+        say!("{}", summary_line(&settled));
+    }
+    Ok(exit::SUCCESS)
+}
+
+pub async fn ledger(data_dir: Option<PathBuf>, cmd: LedgerCommand) -> anyhow::Result<u8> {
+    let ctx = Context::open(data_dir, 4)?;
+    match cmd {
+        LedgerCommand::List { json } => {
+            let entries = ctx.engine.ledger().await?;
+            if json {
+                print_json(&entries)?;
+            } else if entries.is_empty() {
+                say!("the ledger is empty: no human decision has been recorded yet");
+            } else {
+                for e in &entries {
+                    let reason = e
+                        .reason
+                        .as_deref()
+                        .map(|r| format!(" — {r}"))
+                        .unwrap_or_default();
+                    say!(
+                        "{:>5} {} {:<9} {:<16} {}{reason}",
+                        e.seq,
+                        render::short_time(&e.at),
+                        format!("{:?}", e.kind).to_lowercase(),
+                        e.who,
+                        e.scope
+                    );
+                }
+            }
+            Ok(exit::SUCCESS)
+        }
+        LedgerCommand::Verify { json } => {
+            let (checked, breaks) = ctx.engine.verify_ledger().await?;
+            if json {
+                let problems: Vec<String> = breaks.iter().map(ToString::to_string).collect();
+                print_json(&serde_json::json!({
+                    "entries": checked,
+                    "intact": breaks.is_empty(),
+                    "problems": problems,
+                }))?;
+            } else if breaks.is_empty() {
+                say!("ledger intact: {checked} entries, every hash and link checks out");
+            } else {
+                say!(
+                    "ledger BROKEN: {} problem(s) in {checked} entries",
+                    breaks.len()
+                );
+                for b in &breaks {
+                    say!("  - {b}");
+                }
+            }
+            Ok(if breaks.is_empty() {
+                exit::SUCCESS
+            } else {
+                exit::FAILURE
+            })
+        }
+    }
+}
+
+fn parse_approval_id(id: &str) -> anyhow::Result<rein_protocol::ApprovalId> {
+    rein_protocol::ApprovalId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
+}
+
+/// `--as`, else $REIN_USER, else $USER, else "cli".
+fn actor(who: &Decider) -> String {
+    who.actor
+        .clone()
+        .or_else(|| std::env::var("REIN_USER").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "cli".to_owned())
+}
+
+fn summary_line(r: &ApprovalRequest) -> String {
+    let settled = match &r.response {
+        Some(resp) if r.status != ApprovalStatus::Pending => format!(" by {}", resp.decided_by),
+        _ => r
+            .assigned_to
+            .as_deref()
+            .map(|a| format!(" (delegated to {a})"))
+            .unwrap_or_default(),
+    };
+    format!(
+        "{}  {:<8}{settled}  {}  task {} step {}",
+        r.id,
+        r.status,
+        r.title,
+        r.task_id,
+        r.step_id.as_deref().unwrap_or("-")
+    )
+}
+
+fn details(r: &ApprovalRequest) -> String {
+    let mut out = format!(
+        "{}  {}  ({:?}, {:?} priority)\n",
+        r.id, r.status, r.kind, r.priority
+    );
+    out.push_str(&format!("  {}\n", r.title));
+    if !r.description.is_empty() {
+        out.push_str(&format!("  {}\n", r.description));
+    }
+    out.push_str(&format!(
+        "  task {} step {}\n",
+        r.task_id,
+        r.step_id.as_deref().unwrap_or("-")
+    ));
+    if r.status == ApprovalStatus::Pending {
+        out.push_str(&format!("  {}\n", render::ask(r)));
+    }
+    if let Some(resp) = &r.response {
+        out.push_str(&format!(
+            "  {} by {} at {}",
+            resp.decision.as_str(),
+            resp.decided_by,
+            render::short_time(&resp.decided_at)
+        ));
+        if let Some(o) = &resp.selected_option {
+            out.push_str(&format!(" (option `{o}`)"));
+        }
+        if let Some(reason) = &resp.reason {
+            out.push_str(&format!(": {reason}"));
+        }
+        out.push('\n');
+    }
+    out.trim_end().to_owned()
+}

@@ -1,0 +1,261 @@
+//! Human decisions: the engine's side of approval requests (spec `tasks.md` §4) and
+//! the governance ledger (spec `shared-state.md` §5).
+//!
+//! A request's `pending` status in the store is the compare-and-set point: the first
+//! valid decision wins, and the ledger entry is appended in the same transaction. A
+//! decision made in this process reaches the waiting runner at once; one made in
+//! another process is picked up by the runner's poll of the store.
+
+use rein_protocol::ledger::{ChainBreak, verify_chain};
+use rein_protocol::{
+    ApprovalId, ApprovalRequest, ApprovalResponse, ApprovalStatus, Decision, LedgerEntry, LedgerId,
+    LedgerKind,
+};
+
+use crate::engine::Engine;
+use crate::error::{EngineError, Result};
+use crate::store::{ApprovalFilter, StoreError};
+
+/// Who settles a request whose deadline passed.
+pub const EXPIRY_ACTOR: &str = "system:deadline";
+/// Who withdraws a request whose task no longer needs it.
+pub const REVOKE_ACTOR: &str = "system:revoked";
+
+impl Engine {
+    /// A request, with its deadline honoured: one past its deadline is expired first.
+    pub async fn approval(&self, id: &ApprovalId) -> Result<ApprovalRequest> {
+        let request = self
+            .store
+            .get_approval(id)
+            .await?
+            .ok_or_else(|| EngineError::ApprovalNotFound(id.clone()))?;
+        self.expire_if_overdue(request).await
+    }
+
+    /// Requests, newest first, with deadlines honoured.
+    pub async fn approvals(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRequest>> {
+        self.expire_overdue().await?;
+        Ok(self.store.list_approvals(filter).await?)
+    }
+
+    /// Records a person's decision. The first valid decision wins; a later one gets
+    /// [`EngineError::AlreadyDecided`] naming the first. `delegate` hands the request
+    /// to another approver and keeps it pending.
+    pub async fn decide(&self, mut response: ApprovalResponse) -> Result<ApprovalRequest> {
+        let request = self.approval(&response.request_id).await?;
+        if request.status != ApprovalStatus::Pending {
+            return Err(EngineError::AlreadyDecided {
+                current: Box::new(request),
+            });
+        }
+        check_response(&request, &mut response)?;
+        let mut updated = request.clone();
+        updated.status = response.decision.status();
+        if response.decision == Decision::Delegate {
+            updated.assigned_to = response.delegate_to.clone();
+        }
+        let kind = match response.decision {
+            Decision::Approve => LedgerKind::Approved,
+            Decision::Deny => LedgerKind::Rejected,
+            Decision::Skip => LedgerKind::Skipped,
+            Decision::Delegate => LedgerKind::Delegated,
+        };
+        let mut entry = ledger_entry(
+            &request,
+            kind,
+            &response.decided_by,
+            response.reason.clone(),
+        );
+        entry.selected_option = response.selected_option.clone();
+        if let Some(to) = &response.delegate_to {
+            entry.scope.push_str(&format!(" delegated-to:{to}"));
+        }
+        updated.response = Some(response);
+        self.settle(updated, entry).await
+    }
+
+    /// Expires every pending request whose deadline has passed.
+    pub async fn expire_overdue(&self) -> Result<Vec<ApprovalRequest>> {
+        let pending = self
+            .store
+            .list_approvals(&ApprovalFilter {
+                status: Some(ApprovalStatus::Pending),
+                limit: Some(crate::store::MAX_APPROVALS_PAGE),
+                ..ApprovalFilter::default()
+            })
+            .await?;
+        let mut expired = Vec::new();
+        for request in pending {
+            if self.is_overdue(&request) {
+                expired.push(self.expire_if_overdue(request).await?);
+            }
+        }
+        Ok(expired)
+    }
+
+    /// The ledger, oldest first.
+    pub async fn ledger(&self) -> Result<Vec<LedgerEntry>> {
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map_or(0, |e: &LedgerEntry| e.seq);
+            let page = self.store.ledger(after, 1000).await?;
+            if page.is_empty() {
+                return Ok(all);
+            }
+            all.extend(page);
+        }
+    }
+
+    /// Every break in the ledger's hash chain (none when it is intact), and how many
+    /// entries were checked.
+    pub async fn verify_ledger(&self) -> Result<(usize, Vec<ChainBreak>)> {
+        let entries = self.ledger().await?;
+        Ok((entries.len(), verify_chain(&entries)))
+    }
+
+    /// Withdraws a pending request nobody needs to answer any more (its task was
+    /// aborted or stopped): it is denied by the system and recorded as revoked.
+    pub(crate) async fn revoke(
+        &self,
+        request: ApprovalRequest,
+        why: &str,
+    ) -> Result<ApprovalRequest> {
+        if request.status != ApprovalStatus::Pending {
+            return Ok(request);
+        }
+        let entry = ledger_entry(
+            &request,
+            LedgerKind::Revoked,
+            REVOKE_ACTOR,
+            Some(why.to_owned()),
+        );
+        let mut updated = request.clone();
+        updated.status = ApprovalStatus::Denied;
+        updated.response = Some(ApprovalResponse {
+            request_id: request.id.clone(),
+            decision: Decision::Deny,
+            selected_option: None,
+            reason: Some(why.to_owned()),
+            decided_by: REVOKE_ACTOR.to_owned(),
+            delegate_to: None,
+            decided_at: chrono::Utc::now(),
+        });
+        match self.settle(updated, entry).await {
+            Ok(revoked) => Ok(revoked),
+            Err(EngineError::AlreadyDecided { current }) => Ok(*current),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn is_overdue(&self, request: &ApprovalRequest) -> bool {
+        request.status == ApprovalStatus::Pending
+            && request
+                .deadline
+                .is_some_and(|d| d <= self.config.clock.now())
+    }
+
+    /// Expires `request` if its deadline passed and it is still pending; returns it
+    /// as it now is (whoever settled it first).
+    pub(crate) async fn expire_if_overdue(
+        &self,
+        request: ApprovalRequest,
+    ) -> Result<ApprovalRequest> {
+        if !self.is_overdue(&request) {
+            return Ok(request);
+        }
+        let reason = format!(
+            "no decision before the deadline; the default `{}` applies",
+            request.on_expiry.as_str()
+        );
+        let entry = ledger_entry(&request, LedgerKind::Expired, EXPIRY_ACTOR, Some(reason));
+        let mut updated = request;
+        updated.status = ApprovalStatus::Expired;
+        match self.settle(updated, entry).await {
+            Ok(expired) => Ok(expired),
+            Err(EngineError::AlreadyDecided { current }) => Ok(*current),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn settle(
+        &self,
+        updated: ApprovalRequest,
+        entry: LedgerEntry,
+    ) -> Result<ApprovalRequest> {
+        match self.store.settle_approval(&updated, entry).await {
+            Ok(_) => {
+                self.controls.deliver(&updated);
+                Ok(updated)
+            }
+            Err(StoreError::NotPending { current }) => Err(EngineError::AlreadyDecided { current }),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Checks a response against its request, filling in the recommended option when an
+/// approval of a request with options names none.
+fn check_response(request: &ApprovalRequest, response: &mut ApprovalResponse) -> Result<()> {
+    let bad = |m: String| Err(EngineError::BadRequest(m));
+    if response.decided_by.trim().is_empty() {
+        return bad("a decision needs the name of who made it".into());
+    }
+    match response.decision {
+        Decision::Approve if !request.options.is_empty() => {
+            if response.selected_option.is_none() {
+                response.selected_option = request.recommended_option.clone();
+            }
+            match &response.selected_option {
+                Some(o) if request.options.contains(o) => Ok(()),
+                Some(o) => bad(format!(
+                    "`{o}` is not an option of {}; choose one of: {}",
+                    request.id,
+                    request.options.join(", ")
+                )),
+                None => bad(format!(
+                    "{} asks to choose one of: {} (--option)",
+                    request.id,
+                    request.options.join(", ")
+                )),
+            }
+        }
+        _ if response.selected_option.is_some() && response.decision != Decision::Approve => {
+            bad("an option is chosen only when approving".into())
+        }
+        Decision::Approve if response.selected_option.is_some() => {
+            bad(format!("{} has no options to choose from", request.id))
+        }
+        Decision::Delegate => match response.delegate_to.as_deref().map(str::trim) {
+            Some(to) if !to.is_empty() => Ok(()),
+            _ => bad("delegate needs the approver to hand the request to (--to NAME)".into()),
+        },
+        Decision::Approve | Decision::Deny | Decision::Skip => Ok(()),
+    }
+}
+
+fn ledger_entry(
+    request: &ApprovalRequest,
+    kind: LedgerKind,
+    who: &str,
+    reason: Option<String>,
+) -> LedgerEntry {
+    let step = request
+        .step_id
+        .as_deref()
+        .map(|s| format!(" step:{s}"))
+        .unwrap_or_default();
+    LedgerEntry {
+        id: LedgerId::new(),
+        seq: 0,
+        kind,
+        request_id: Some(request.id.clone()),
+        task_id: Some(request.task_id.clone()),
+        who: who.to_owned(),
+        at: chrono::Utc::now(),
+        scope: format!("task:{}{step}", request.task_id),
+        reason,
+        selected_option: None,
+        prev_hash: String::new(),
+        hash: String::new(),
+    }
+}

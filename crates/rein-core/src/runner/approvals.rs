@@ -1,0 +1,353 @@
+//! The runner's side of approval steps: raising the request, waiting for it
+//! durably, and turning the decision (or the expiry default) into the step's outcome.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_protocol::{
+    ApprovalContext, ApprovalId, ApprovalRequest, ApprovalStatus, ApprovedBy, Approver, Checkpoint,
+    Decision, StepAction, TaskChange,
+};
+
+use super::{Progress, TaskRun};
+use crate::approvals::EXPIRY_ACTOR;
+use crate::clock::until;
+use crate::error::{EngineError, Result};
+use crate::fold::APPROVAL_ID;
+use crate::recorder::SpanRef;
+
+impl TaskRun<'_> {
+    /// Opens the step's checkpoint and raises its request; the step then waits.
+    pub(super) fn ask(&mut self, i: usize) -> Result<()> {
+        let step = Arc::clone(&self.steps[i]);
+        let StepAction::Approval {
+            title,
+            description,
+            options,
+            recommended,
+            timeout_ms,
+            on_expiry,
+            trigger,
+            priority,
+        } = &step.action
+        else {
+            return Ok(());
+        };
+        let span = SpanRef::child_of(&self.rec.state.head.span_id);
+        let checkpoint = Checkpoint::pending(
+            self.rec.state.head.id.clone(),
+            Some(step.id.clone()),
+            step.checkpoint,
+            self.attempts[i],
+        );
+        let checkpoint_id = self.rec.enter_checkpoint(checkpoint, &span)?;
+        let now = self.engine.config.clock.now();
+        let request = ApprovalRequest {
+            id: ApprovalId::new(),
+            task_id: self.rec.state.head.id.clone(),
+            checkpoint_id: checkpoint_id.clone(),
+            step_id: Some(step.id.clone()),
+            trigger: *trigger,
+            kind: trigger.approval_type(),
+            priority: priority.unwrap_or_else(|| trigger.priority()),
+            title: title.clone(),
+            description: if description.is_empty() {
+                self.rec.state.head.description.clone()
+            } else {
+                description.clone()
+            },
+            options: options.clone(),
+            recommended_option: recommended.clone(),
+            context: ApprovalContext {
+                risk_assessment: step.risk_description.clone(),
+                ..ApprovalContext::default()
+            },
+            timeout_s: timeout_ms.map(|ms| ms.div_ceil(1000)),
+            deadline: timeout_ms.map(|ms| {
+                now + chrono::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX))
+            }),
+            on_expiry: *on_expiry,
+            assigned_to: None,
+            created_at: now,
+            status: ApprovalStatus::Pending,
+            response: None,
+        };
+        self.rec.request_approval(request.clone(), &span)?;
+        self.progress[i] = Progress::Awaiting {
+            checkpoint: checkpoint_id,
+            span,
+            request: Box::new(request),
+        };
+        Ok(())
+    }
+
+    /// On resume: steps that were waiting for a person wait again (their requests
+    /// live in the store, not in the stopped runner).
+    pub(super) async fn reattach_approvals(&mut self) -> Result<()> {
+        for i in 0..self.steps.len() {
+            let Progress::Interrupted { checkpoint, .. } = &self.progress[i] else {
+                continue;
+            };
+            let Some(cp) = self.rec.state.checkpoint(checkpoint) else {
+                continue;
+            };
+            let Some(id) = cp.metadata.get(APPROVAL_ID).and_then(|v| v.as_str()) else {
+                continue;
+            };
+            let id = ApprovalId::parse(id).map_err(|e| EngineError::BadRequest(e.to_string()))?;
+            let request = self.engine.approval(&id).await?;
+            let span = SpanRef::child_of(&self.rec.state.head.span_id);
+            self.progress[i] = Progress::Awaiting {
+                checkpoint: checkpoint.clone(),
+                span,
+                request: Box::new(request),
+            };
+        }
+        Ok(())
+    }
+
+    /// Requests settled while nobody was waiting for them take effect now.
+    pub(super) fn apply_settled(&mut self) -> Result<()> {
+        for request in self.awaited() {
+            if request.status != ApprovalStatus::Pending {
+                self.on_settled(request)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn awaited(&self) -> Vec<ApprovalRequest> {
+        self.progress
+            .iter()
+            .filter_map(|p| match p {
+                Progress::Awaiting { request, .. } => Some((**request).clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub(super) fn awaiting_any(&self) -> bool {
+        self.progress
+            .iter()
+            .any(|p| matches!(p, Progress::Awaiting { .. }))
+    }
+
+    /// How long until the nearest deadline of a request this run waits on.
+    pub(super) fn next_deadline(&self) -> Option<Duration> {
+        let now = self.engine.config.clock.now();
+        self.awaited()
+            .iter()
+            .filter(|r| r.status == ApprovalStatus::Pending)
+            .filter_map(|r| r.deadline)
+            .min()
+            .map(|d| until(now, d))
+    }
+
+    /// Looks in the store for decisions made by other processes.
+    pub(super) async fn poll_approvals(&mut self) -> Result<()> {
+        for waiting in self.awaited() {
+            let Some(now) = self.engine.store.get_approval(&waiting.id).await? else {
+                continue;
+            };
+            if now.status != waiting.status || now.assigned_to != waiting.assigned_to {
+                self.on_settled(now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Expires the requests whose deadline passed, applying their defaults.
+    pub(super) async fn expire_due(&mut self) -> Result<()> {
+        for waiting in self.awaited() {
+            if self.engine.is_overdue(&waiting) {
+                let settled = self.engine.expire_if_overdue(waiting).await?;
+                self.on_settled(settled)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies what happened to a request this run waits on.
+    pub(super) fn on_settled(&mut self, request: ApprovalRequest) -> Result<()> {
+        let Some(i) = self
+            .progress
+            .iter()
+            .position(|p| matches!(p, Progress::Awaiting { request: r, .. } if r.id == request.id))
+        else {
+            return Ok(()); // not ours, or already applied
+        };
+        let Progress::Awaiting {
+            checkpoint, span, ..
+        } = &self.progress[i]
+        else {
+            return Ok(());
+        };
+        let (checkpoint, span) = (checkpoint.clone(), span.clone());
+        self.rec.record(
+            TaskChange::HumanApprovalReceived {
+                request_id: request.id.clone(),
+                status: request.status,
+                response: request.response.clone(),
+            },
+            &span,
+        )?;
+        let duration_ms = self
+            .rec
+            .state
+            .checkpoint(&checkpoint)
+            .map_or(0, |c| crate::engine::elapsed_ms(c.started_at));
+        let (outcome, who) = match request.status {
+            ApprovalStatus::Pending => {
+                // Delegated: it keeps waiting, now for someone else.
+                self.progress[i] = Progress::Awaiting {
+                    checkpoint,
+                    span,
+                    request: Box::new(request),
+                };
+                return Ok(());
+            }
+            ApprovalStatus::Approved => (Decision::Approve, decided_by(&request)),
+            ApprovalStatus::Denied => (Decision::Deny, decided_by(&request)),
+            ApprovalStatus::Skipped => (Decision::Skip, decided_by(&request)),
+            ApprovalStatus::Expired => (request.on_expiry, EXPIRY_ACTOR.to_owned()),
+        };
+        let reason = request.response.as_ref().and_then(|r| r.reason.clone());
+        let why = match (request.status, &reason) {
+            (ApprovalStatus::Expired, _) => format!(
+                "no decision before the deadline; the default `{}` applied",
+                request.on_expiry.as_str()
+            ),
+            (_, Some(reason)) => format!("{who}: {reason}"),
+            (_, None) => who.clone(),
+        };
+        match outcome {
+            Decision::Approve => {
+                let option = request
+                    .response
+                    .as_ref()
+                    .and_then(|r| r.selected_option.clone());
+                let approved_by = if request.status == ApprovalStatus::Expired {
+                    ApprovedBy {
+                        kind: Approver::System,
+                        who,
+                    }
+                } else {
+                    ApprovedBy {
+                        kind: Approver::User,
+                        who,
+                    }
+                };
+                self.rec.record(
+                    TaskChange::CheckpointPassed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        output: Some(serde_json::json!({
+                            "approval_id": request.id,
+                            "status": request.status,
+                            "selected_option": option,
+                            "reason": reason,
+                        })),
+                        approved_by: Some(approved_by),
+                    },
+                    &span,
+                )?;
+                self.complete(i, super::Progress::Completed);
+            }
+            Decision::Skip => {
+                self.rec.record(
+                    TaskChange::CheckpointSkipped {
+                        checkpoint_id: checkpoint,
+                        reason: format!("skipped by {why}"),
+                        duration_ms: Some(duration_ms),
+                    },
+                    &span,
+                )?;
+                self.complete(i, super::Progress::Skipped);
+            }
+            Decision::Deny | Decision::Delegate => {
+                let error = if request.status == ApprovalStatus::Expired {
+                    why
+                } else {
+                    format!("denied by {why}")
+                };
+                self.rec.record(
+                    TaskChange::CheckpointFailed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        error,
+                        output: None,
+                        will_retry: false,
+                    },
+                    &span,
+                )?;
+                self.progress[i] = Progress::Failed;
+                self.first_failure.get_or_insert(i);
+                self.fail_dependants(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Revokes a request nobody needs to answer any more, closing its step as skipped.
+    pub(super) async fn withdraw(&mut self, request: ApprovalRequest, why: &str) -> Result<()> {
+        let Some(i) = self
+            .progress
+            .iter()
+            .position(|p| matches!(p, Progress::Awaiting { request: r, .. } if r.id == request.id))
+        else {
+            return Ok(());
+        };
+        let Progress::Awaiting {
+            checkpoint, span, ..
+        } = &self.progress[i]
+        else {
+            return Ok(());
+        };
+        let (checkpoint, span) = (checkpoint.clone(), span.clone());
+        let revoked = self.engine.revoke(request, why).await?;
+        self.rec.record(
+            TaskChange::HumanApprovalReceived {
+                request_id: revoked.id.clone(),
+                status: revoked.status,
+                response: revoked.response.clone(),
+            },
+            &span,
+        )?;
+        self.rec.record(
+            TaskChange::CheckpointSkipped {
+                checkpoint_id: checkpoint,
+                reason: format!("not asked any more: {why}"),
+                duration_ms: None,
+            },
+            &span,
+        )?;
+        self.progress[i] = Progress::Skipped;
+        Ok(())
+    }
+
+    /// Why the task pauses when only people can move it on.
+    pub(super) fn waiting_reason(&self) -> String {
+        let id = &self.rec.state.head.id;
+        let asks: Vec<String> = self
+            .awaited()
+            .iter()
+            .map(|r| format!("{} (\"{}\")", r.id, r.title))
+            .collect();
+        let first = self
+            .awaited()
+            .first()
+            .map(|r| r.id.to_string())
+            .unwrap_or_default();
+        format!(
+            "waiting for a person to answer {}; answer with `rein approvals approve {first}` (or deny, skip), then `rein tasks resume {id}`",
+            asks.join(", ")
+        )
+    }
+}
+
+fn decided_by(request: &ApprovalRequest) -> String {
+    request
+        .response
+        .as_ref()
+        .map_or_else(|| "unknown".to_owned(), |r| r.decided_by.clone())
+}

@@ -1,0 +1,145 @@
+//! The engine test harness: a real SQLite store in a temporary directory.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::clock::Clock;
+use rein_core::{
+    CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, StepExecutor, Store,
+};
+use rein_protocol::{HarnessEvent, TaskChange, TaskDecomposition, TaskState, TaskStep};
+use rein_store::SqliteStore;
+
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub store: Arc<SqliteStore>,
+    pub engine: Arc<Engine>,
+}
+
+pub fn harness_with(executor: Arc<dyn StepExecutor>, max_parallel: usize) -> Harness {
+    build(executor, max_parallel, None)
+}
+
+/// A harness whose deadlines follow `clock` (a `TokioClock` under `tokio::time::pause`).
+pub fn harness_with_clock(clock: Arc<dyn Clock>) -> Harness {
+    build(Arc::new(CommandExecutor), 4, Some(clock))
+}
+
+fn build(
+    executor: Arc<dyn StepExecutor>,
+    max_parallel: usize,
+    clock: Option<Arc<dyn Clock>>,
+) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(&dir.path().join("rein.db")).unwrap());
+    let mut config = EngineConfig::new(dir.path().join("workspaces"));
+    config.max_parallel = max_parallel;
+    config.control_poll = Duration::from_millis(20);
+    if let Some(clock) = clock {
+        config.clock = clock;
+        // Deadlines of minutes on a paused clock: polling every 20 ms would mean
+        // tens of thousands of store reads. The paused clock jumps to the next timer
+        // while the runtime waits for the store's writer thread, so the poll
+        // interval also bounds how far a deadline can drift in these tests.
+        config.control_poll = Duration::from_secs(1);
+    }
+    let engine = Arc::new(Engine::new(store.clone(), executor, config));
+    Harness { dir, store, engine }
+}
+
+pub fn harness() -> Harness {
+    harness_with(Arc::new(CommandExecutor), 4)
+}
+
+pub fn step(id: &str, run: &str, deps: &[&str]) -> TaskStep {
+    TaskStep {
+        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        ..TaskStep::command(id, run)
+    }
+}
+
+pub fn plan(steps: Vec<TaskStep>) -> TaskDecomposition {
+    TaskDecomposition::new("test", steps)
+}
+
+impl Harness {
+    pub async fn create(&self, p: TaskDecomposition) -> TaskState {
+        self.engine
+            .create(CreateTask {
+                plan: p,
+                session_id: None,
+                workspace: None,
+            })
+            .await
+            .unwrap()
+    }
+
+    pub async fn run(&self, p: TaskDecomposition) -> TaskState {
+        let state = self.create(p).await;
+        self.engine
+            .run(state.id(), RunOptions::default())
+            .await
+            .unwrap()
+    }
+
+    pub async fn log(&self, state: &TaskState) -> Vec<HarnessEvent> {
+        self.store.events(state.id(), 0, usize::MAX).await.unwrap()
+    }
+
+    /// The state as stored: the fold of the stored log, checked against the stored
+    /// state row.
+    pub async fn stored(&self, state: &TaskState) -> TaskState {
+        let folded = rein_core::fold::fold(&self.log(state).await).unwrap();
+        let row = self.store.load_summary(state.id()).await.unwrap().unwrap();
+        assert_eq!(
+            row,
+            folded.head.summary(),
+            "the state row equals the fold of the log"
+        );
+        assert_eq!(self.engine.get(state.id()).await.unwrap(), folded);
+        folded
+    }
+}
+
+impl Harness {
+    /// Runs a task in the background and returns once `step` is running.
+    pub async fn run_until_running(
+        &self,
+        state: &TaskState,
+        options: RunOptions,
+        step: &str,
+    ) -> tokio::task::JoinHandle<Result<TaskState, EngineError>> {
+        let mut events = self.engine.subscribe();
+        let engine = self.engine.clone();
+        let id = state.id().clone();
+        let run = tokio::spawn(async move { engine.run(&id, options).await });
+        entered(&mut events, step).await;
+        run
+    }
+}
+
+pub fn latest<'a>(state: &'a TaskState, step: &str) -> &'a rein_protocol::Checkpoint {
+    state
+        .latest_for_step(step)
+        .unwrap_or_else(|| panic!("no checkpoint for {step}"))
+}
+
+/// Waits (on the engine's own event stream) until a step's checkpoint is entered.
+pub async fn entered(events: &mut tokio::sync::broadcast::Receiver<HarnessEvent>, step: &str) {
+    let mut cps = std::collections::HashMap::new();
+    loop {
+        let e = events.recv().await.unwrap();
+        match &e.change {
+            TaskChange::CheckpointCreated { checkpoint } => {
+                cps.insert(checkpoint.id.clone(), checkpoint.step_id.clone());
+            }
+            TaskChange::CheckpointEntered { checkpoint_id }
+                if cps.get(checkpoint_id).cloned().flatten().as_deref() == Some(step) =>
+            {
+                return;
+            }
+            _ => {}
+        }
+    }
+}

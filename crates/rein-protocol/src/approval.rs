@@ -1,0 +1,224 @@
+//! Human in the loop (spec `tasks.md` §4): approval requests, the people's answers,
+//! and the triggers that raise them.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+use crate::ids::{ApprovalId, CheckpointId, TaskId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalType {
+    Security,
+    Decision,
+    Destructive,
+    Approval,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    Low,
+    Medium,
+    High,
+    Critical,
+}
+
+/// What made rein ask a person (seed 5.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    SecurityViolation,
+    PermissionDenied,
+    SuspiciousCommand,
+    AmbiguousTask,
+    MultipleOptions,
+    TaskBlocked,
+    DestructiveAction,
+    ExternalNetworkCall,
+    SignificantChange,
+}
+
+impl Trigger {
+    pub const ALL: [Trigger; 9] = [
+        Trigger::SecurityViolation,
+        Trigger::PermissionDenied,
+        Trigger::SuspiciousCommand,
+        Trigger::AmbiguousTask,
+        Trigger::MultipleOptions,
+        Trigger::TaskBlocked,
+        Trigger::DestructiveAction,
+        Trigger::ExternalNetworkCall,
+        Trigger::SignificantChange,
+    ];
+
+    /// The seed's priority for each trigger.
+    pub fn priority(self) -> Priority {
+        match self {
+            Trigger::SecurityViolation
+            | Trigger::PermissionDenied
+            | Trigger::SuspiciousCommand
+            | Trigger::DestructiveAction => Priority::High,
+            Trigger::AmbiguousTask | Trigger::MultipleOptions | Trigger::TaskBlocked => {
+                Priority::Medium
+            }
+            Trigger::ExternalNetworkCall | Trigger::SignificantChange => Priority::Low,
+        }
+    }
+
+    /// The kind of request each trigger raises.
+    pub fn approval_type(self) -> ApprovalType {
+        match self {
+            Trigger::SecurityViolation | Trigger::PermissionDenied | Trigger::SuspiciousCommand => {
+                ApprovalType::Security
+            }
+            Trigger::AmbiguousTask | Trigger::MultipleOptions | Trigger::TaskBlocked => {
+                ApprovalType::Decision
+            }
+            Trigger::DestructiveAction => ApprovalType::Destructive,
+            Trigger::ExternalNetworkCall | Trigger::SignificantChange => ApprovalType::Approval,
+        }
+    }
+}
+
+/// `pending` until the first valid decision; `skipped` is rein's addition for a
+/// `skip` decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Denied,
+    Expired,
+    Skipped,
+}
+
+impl ApprovalStatus {
+    pub const ALL: [ApprovalStatus; 5] = [
+        ApprovalStatus::Pending,
+        ApprovalStatus::Approved,
+        ApprovalStatus::Denied,
+        ApprovalStatus::Expired,
+        ApprovalStatus::Skipped,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Skipped => "skipped",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<ApprovalStatus> {
+        ApprovalStatus::ALL
+            .into_iter()
+            .find(|s| s.as_str() == value)
+    }
+}
+
+impl std::fmt::Display for ApprovalStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Approve,
+    Deny,
+    Skip,
+    Delegate,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Approve => "approve",
+            Decision::Deny => "deny",
+            Decision::Skip => "skip",
+            Decision::Delegate => "delegate",
+        }
+    }
+
+    /// The status a decision leaves its request in (`delegate` keeps it pending).
+    pub fn status(self) -> ApprovalStatus {
+        match self {
+            Decision::Approve => ApprovalStatus::Approved,
+            Decision::Deny => ApprovalStatus::Denied,
+            Decision::Skip => ApprovalStatus::Skipped,
+            Decision::Delegate => ApprovalStatus::Pending,
+        }
+    }
+}
+
+/// What the request is about.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalContext {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk_assessment: Option<String>,
+}
+
+/// A person's answer to a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalResponse {
+    pub request_id: ApprovalId,
+    pub decision: Decision,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_option: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub decided_by: String,
+    /// With `delegate`: the approver the request goes to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegate_to: Option<String>,
+    pub decided_at: Timestamp,
+}
+
+/// A request for a person's decision; a durable pause of the step that raised it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalRequest {
+    pub id: ApprovalId,
+    pub task_id: TaskId,
+    pub checkpoint_id: CheckpointId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<String>,
+    pub trigger: Trigger,
+    #[serde(rename = "type")]
+    pub kind: ApprovalType,
+    pub priority: Priority,
+    pub title: String,
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub options: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_option: Option<String>,
+    #[serde(default)]
+    pub context: ApprovalContext,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+    /// What the deadline passing means: `deny` unless the plan says otherwise.
+    pub on_expiry: Decision,
+    /// The approver it was delegated to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned_to: Option<String>,
+    pub created_at: Timestamp,
+    pub status: ApprovalStatus,
+    /// The decision that settled it (or the last delegation while pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<ApprovalResponse>,
+}

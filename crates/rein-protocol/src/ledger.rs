@@ -1,0 +1,222 @@
+//! The governance ledger (spec `shared-state.md` §5): human decisions, append-only,
+//! hash-chained so that an edited or removed entry is detectable.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::Timestamp;
+use crate::ids::{ApprovalId, LedgerId, TaskId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LedgerKind {
+    Approved,
+    Rejected,
+    Skipped,
+    Delegated,
+    Escalated,
+    Expired,
+    Revoked,
+}
+
+/// One recorded decision. `hash` covers every other field and the previous entry's
+/// hash; the first entry's `prev_hash` is 64 zeros.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LedgerEntry {
+    pub id: LedgerId,
+    /// Position in the ledger, from 1 without gaps.
+    pub seq: u64,
+    pub kind: LedgerKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<ApprovalId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<TaskId>,
+    /// Who decided.
+    pub who: String,
+    pub at: Timestamp,
+    /// What the decision covers (e.g. `task:… step:ship`).
+    pub scope: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_option: Option<String>,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// `prev_hash` of the first entry.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+impl LedgerEntry {
+    /// The hash this entry must carry: SHA-256 over its fields (all but `hash`) as
+    /// JSON, in declaration order.
+    pub fn compute_hash(&self) -> String {
+        let unsealed = LedgerEntry {
+            hash: String::new(),
+            ..self.clone()
+        };
+        let bytes = serde_json::to_vec(&unsealed).unwrap_or_default();
+        Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// Places the entry after `prev` (`None` for the first) and sets its hash.
+    pub fn sealed_after(mut self, prev: Option<&LedgerEntry>) -> LedgerEntry {
+        self.seq = prev.map_or(1, |p| p.seq + 1);
+        self.prev_hash = prev.map_or_else(|| GENESIS_HASH.to_owned(), |p| p.hash.clone());
+        self.hash = self.compute_hash();
+        self
+    }
+}
+
+/// What is wrong with a chain of entries, naming the first bad entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainBreak {
+    /// The entry's content does not match its hash: it was edited.
+    Tampered { seq: u64, id: String },
+    /// The entry does not follow the one before it: something was removed or reordered.
+    Broken {
+        seq: u64,
+        expected_prev: String,
+        found_prev: String,
+    },
+    /// Sequence numbers skip: an entry is missing.
+    Gap { expected: u64, found: u64 },
+}
+
+impl std::fmt::Display for ChainBreak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChainBreak::Tampered { seq, id } => {
+                write!(
+                    f,
+                    "entry {seq} ({id}) was changed after it was recorded: its hash does not match"
+                )
+            }
+            ChainBreak::Broken { seq, .. } => write!(
+                f,
+                "entry {seq} does not follow the entry before it: an entry was removed or replaced"
+            ),
+            ChainBreak::Gap { expected, found } => {
+                write!(f, "entry {expected} is missing (the next entry is {found})")
+            }
+        }
+    }
+}
+
+/// Checks a whole ledger, oldest first; every problem found, in order.
+pub fn verify_chain(entries: &[LedgerEntry]) -> Vec<ChainBreak> {
+    let mut problems = Vec::new();
+    let mut prev: Option<&LedgerEntry> = None;
+    for entry in entries {
+        let expected_seq = prev.map_or(1, |p| p.seq + 1);
+        if entry.seq != expected_seq {
+            problems.push(ChainBreak::Gap {
+                expected: expected_seq,
+                found: entry.seq,
+            });
+        }
+        let expected_prev = prev.map_or(GENESIS_HASH, |p| p.hash.as_str());
+        if entry.prev_hash != expected_prev {
+            problems.push(ChainBreak::Broken {
+                seq: entry.seq,
+                expected_prev: expected_prev.to_owned(),
+                found_prev: entry.prev_hash.clone(),
+            });
+        }
+        if entry.compute_hash() != entry.hash {
+            problems.push(ChainBreak::Tampered {
+                seq: entry.seq,
+                id: entry.id.to_string(),
+            });
+        }
+        prev = Some(entry);
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(who: &str) -> LedgerEntry {
+        LedgerEntry {
+            id: LedgerId::new(),
+            seq: 0,
+            kind: LedgerKind::Approved,
+            request_id: None,
+            task_id: None,
+            who: who.into(),
+            at: chrono::Utc::now(),
+            scope: "test".into(),
+            reason: None,
+            selected_option: None,
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    fn chain(n: usize) -> Vec<LedgerEntry> {
+        let mut out: Vec<LedgerEntry> = Vec::new();
+        for i in 0..n {
+            let e = entry(&format!("p{i}")).sealed_after(out.last());
+            out.push(e);
+        }
+        out
+    }
+
+    #[test]
+    fn a_sealed_chain_verifies() {
+        let c = chain(5);
+        assert_eq!(c[0].prev_hash, GENESIS_HASH);
+        assert_eq!(c[4].seq, 5);
+        assert!(verify_chain(&c).is_empty());
+    }
+
+    #[test]
+    fn an_edited_entry_is_found() {
+        let mut c = chain(4);
+        c[2].who = "mallory".into();
+        assert_eq!(
+            verify_chain(&c),
+            vec![ChainBreak::Tampered {
+                seq: 3,
+                id: c[2].id.to_string()
+            }]
+        );
+    }
+
+    #[test]
+    fn an_edit_with_a_recomputed_hash_breaks_the_next_link() {
+        let mut c = chain(4);
+        c[1].reason = Some("forged".into());
+        c[1].hash = c[1].compute_hash();
+        let found = verify_chain(&c);
+        assert!(
+            matches!(found[0], ChainBreak::Broken { seq: 3, .. }),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn a_removed_entry_is_found() {
+        let mut c = chain(4);
+        c.remove(1);
+        let found = verify_chain(&c);
+        assert!(
+            found.contains(&ChainBreak::Gap {
+                expected: 2,
+                found: 3
+            }),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|p| matches!(p, ChainBreak::Broken { seq: 3, .. }))
+        );
+    }
+}
