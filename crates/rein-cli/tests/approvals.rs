@@ -1,0 +1,256 @@
+//! Approvals from the command line, across processes: a waiting `rein run` continues
+//! when another process decides; the ledger catches an edited row.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{json, rein, run_ok, show, task_ids, write_plan};
+
+const PLAN: &str = r#"
+description = "ship it"
+[[steps]]
+id = "build"
+run = "echo built"
+[[steps]]
+id = "ship"
+kind = "approve"
+title = "Publish the release notes?"
+options = ["publish", "hold"]
+recommended = "publish"
+depends_on = ["build"]
+[[steps]]
+id = "publish"
+run = "echo published > published.txt"
+depends_on = ["ship"]
+"#;
+
+fn pending(data: &Path) -> Vec<serde_json::Value> {
+    json(&run_ok(rein(data).args(["approvals", "list", "--json"])))
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+fn wait_for_request(data: &Path) -> String {
+    let start = Instant::now();
+    loop {
+        if let Some(r) = pending(data).first() {
+            return r["id"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no approval request appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_waiting_run_continues_when_another_process_decides() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let runner = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let id = wait_for_request(&data);
+    let listed = &pending(&data)[0];
+    for field in ["id", "task_id", "status", "title"] {
+        assert!(
+            !listed[field].is_null(),
+            "approvals list --json items carry {field}: {listed}"
+        );
+    }
+    assert_eq!(listed["status"], "pending");
+
+    let out = run_ok(rein(&data).args([
+        "approvals",
+        "approve",
+        &id,
+        "--option",
+        "hold",
+        "--as",
+        "ana",
+        "--reason",
+        "wait for QA",
+    ]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("approved by ana"));
+    let finished = runner.wait_with_output().unwrap();
+    assert_eq!(
+        finished.status.code(),
+        Some(0),
+        "the waiting run went on and completed"
+    );
+    let text = String::from_utf8_lossy(&finished.stdout);
+    assert!(text.contains("waiting  ship for a person"), "{text}");
+    assert!(text.contains("approved by ana (option `hold`)"), "{text}");
+
+    // A second decision is refused, naming the first.
+    let out = rein(&data)
+        .args(["approvals", "deny", &id, "--as", "bob"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("already approved by ana") && said.contains("option `hold`"),
+        "{said}"
+    );
+
+    let shown = json(&run_ok(rein(&data).args([
+        "approvals",
+        "show",
+        &id,
+        "--json",
+    ])));
+    assert_eq!(shown["status"], "approved");
+    assert_eq!(shown["response"]["selected_option"], "hold");
+    let ledger = json(&run_ok(rein(&data).args(["ledger", "list", "--json"])));
+    assert_eq!(ledger.as_array().unwrap().len(), 1);
+    assert_eq!(ledger[0]["who"], "ana");
+    assert_eq!(ledger[0]["reason"], "wait for QA");
+}
+
+#[test]
+fn no_wait_exits_3_and_resume_after_the_decision_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let out = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let id = task_ids(&data)[0].clone();
+    assert_eq!(show(&data, &id)["status"], "paused");
+    let request = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    run_ok(rein(&data).args(["approvals", "skip", &request, "--as", "carol"]));
+    let out = rein(&data).args(["tasks", "resume", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let state = show(&data, &id);
+    let ship = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == "ship")
+        .unwrap();
+    assert_eq!(ship["status"], "skipped");
+    assert!(pending(&data).is_empty());
+}
+
+#[test]
+fn bad_decisions_are_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    let request = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    let out = rein(&data)
+        .args(["approvals", "approve", &request, "--option", "yolo"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("choose one of: publish, hold"));
+    let out = rein(&data)
+        .args(["approvals", "approve", "apr_nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = rein(&data)
+        .args(["approvals", "approve", "apr_01ARZ3NDEKTSV4RRFFQ69G5FAV"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+    let out = rein(&data)
+        .args(["approvals", "list", "--status", "maybe"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn an_edited_ledger_row_is_reported_by_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    // Three decisions in the ledger: delegate, then approve; then a second task denied.
+    rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    let first = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    run_ok(rein(&data).args([
+        "approvals",
+        "delegate",
+        &first,
+        "--to",
+        "carol",
+        "--as",
+        "ana",
+    ]));
+    run_ok(rein(&data).args(["approvals", "approve", &first, "--as", "carol"]));
+    rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    let second = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    run_ok(rein(&data).args(["approvals", "deny", &second, "--as", "dave"]));
+    let out = run_ok(rein(&data).args(["ledger", "verify"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ledger intact: 3 entries"));
+
+    // Someone rewrites who approved, straight in the SQLite file.
+    let conn = rusqlite::Connection::open(data.join("rein.db")).unwrap();
+    let body: String = conn
+        .query_row("SELECT body FROM ledger WHERE seq = 2", [], |r| r.get(0))
+        .unwrap();
+    let forged = body.replace("\"who\":\"carol\"", "\"who\":\"mallory\"");
+    assert_ne!(body, forged);
+    conn.execute("UPDATE ledger SET body = ?1 WHERE seq = 2", [forged])
+        .unwrap();
+    drop(conn);
+    let out = rein(&data).args(["ledger", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a broken ledger fails verify");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("ledger BROKEN") && said.contains("entry 2"),
+        "{said}"
+    );
+    let report = json(
+        &rein(&data)
+            .args(["ledger", "verify", "--json"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(report["intact"], false);
+
+    // Removing an entry is caught as well.
+    let conn = rusqlite::Connection::open(data.join("rein.db")).unwrap();
+    conn.execute("UPDATE ledger SET body = ?1 WHERE seq = 2", [body])
+        .unwrap();
+    conn.execute("DELETE FROM ledger WHERE seq = 1", [])
+        .unwrap();
+    drop(conn);
+    let out = rein(&data).args(["ledger", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("entry 1 is missing"));
+}
