@@ -254,3 +254,32 @@ fn an_edited_ledger_row_is_reported_by_verify() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("entry 1 is missing"));
 }
+
+#[test]
+fn the_approval_example_works_as_its_comments_say() {
+    let data = tempfile::tempdir().unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/approval.toml");
+    let out = rein(data.path())
+        .arg("run")
+        .arg(&example)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let request = &pending(data.path())[0];
+    assert_eq!(request["title"], "Publish the release notes?");
+    assert!(request["deadline"].is_string());
+    let id = request["id"].as_str().unwrap();
+    run_ok(rein(data.path()).args(["approvals", "approve", id, "--option", "publish"]));
+    let task = task_ids(data.path())[0].clone();
+    let out = rein(data.path())
+        .args(["tasks", "resume", &task])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let workspace = show(data.path(), &task)["resources"]["workspace_path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(Path::new(&workspace).join("public/NOTES.md").exists());
+}
