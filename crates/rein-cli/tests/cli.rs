@@ -309,9 +309,9 @@ fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
     runner.kill().unwrap();
     runner.wait().unwrap();
 
-    // `two` is not idempotent: resume asks, naming it, and exits 3.
+    // `two` is not idempotent: resume asks a person, naming it, and exits 3.
     let out = rein(&data)
-        .args(["tasks", "resume", "--all"])
+        .args(["tasks", "resume", "--all", "--no-wait"])
         .output()
         .unwrap();
     assert_eq!(
@@ -554,7 +554,10 @@ fn sigterm_stops_at_once_and_leaves_the_task_resumable() {
     );
     assert_eq!(step_status(&state, "first").as_deref(), Some("in_progress"));
     // `first` is not idempotent: resuming asks what to do with it.
-    let out = rein(&data).args(["tasks", "resume", &id]).output().unwrap();
+    let out = rein(&data)
+        .args(["tasks", "resume", &id, "--no-wait"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stdout).contains("--rerun first"));
 }

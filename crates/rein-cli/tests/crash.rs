@@ -42,20 +42,26 @@ fn plan() -> String {
     text
 }
 
-/// The steps a paused task asks the operator about (`--rerun STEP` in its reason).
-fn blocked_step(state: &serde_json::Value) -> Option<String> {
-    let reason = state["context"]["blocked_reason"].as_str()?;
-    let after = reason.split("--rerun ").nth(1)?;
-    Some(
-        after
-            .split(|c: char| c.is_whitespace() || c == '`')
-            .next()?
-            .to_owned(),
-    )
+/// The steps a person is asked about: interrupted steps that are not idempotent
+/// raise an approval request naming the step.
+fn asked_steps(data: &std::path::Path, task: &str) -> Vec<String> {
+    let out = rein(data)
+        .args(["approvals", "list", "--task", task, "--json"])
+        .output()
+        .unwrap();
+    let requests: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    requests
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .filter_map(|r| r["step_id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The next command that moves the task on: run the plan if no task exists yet,
-/// otherwise resume, re-running a step the task is blocked on.
+/// otherwise resume, answering "rerun" for every step a person is asked about.
 fn next_command(data: &std::path::Path, plan: &std::path::Path) -> Command {
     let ids = task_ids(data);
     let mut cmd = rein(data);
@@ -64,9 +70,8 @@ fn next_command(data: &std::path::Path, plan: &std::path::Path) -> Command {
             cmd.arg("run").arg(plan);
         }
         Some(id) => {
-            let state = show(data, id);
-            cmd.args(["tasks", "resume", id]);
-            if let Some(step) = blocked_step(&state) {
+            cmd.args(["tasks", "resume", id, "--no-wait"]);
+            for step in asked_steps(data, id) {
                 cmd.args(["--rerun", &step]);
             }
         }
@@ -208,8 +213,20 @@ fn sigkill_at_random_points_loses_nothing_and_reruns_nothing_completed() {
             "step {step} ran {n} times for {starts} starts"
         );
     }
+    // Every question about a step that may have partly run was answered, and recorded.
+    let ledger = rein_core::Engine::new(
+        std::sync::Arc::new(store),
+        std::sync::Arc::new(rein_core::CommandExecutor),
+        rein_core::EngineConfig::new(dir.path().join("ws")),
+    );
+    let (decisions, breaks) = rt.block_on(ledger.verify_ledger()).unwrap();
+    assert!(breaks.is_empty(), "{breaks:?}");
+    assert!(
+        asked_steps(&data, id.as_str()).is_empty(),
+        "no question left pending"
+    );
     eprintln!(
-        "{kills} kills, {} events, {} attempts for {} steps",
+        "{kills} kills, {} events, {} attempts for {} steps, {decisions} decisions on interrupted steps",
         events.len(),
         entered.len(),
         completed_at.len()

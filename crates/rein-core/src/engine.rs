@@ -76,6 +76,8 @@ pub struct RunOptions {
     /// When all that is left waits for a person, pause the task and return instead
     /// of waiting for the decision.
     pub no_wait: bool,
+    /// Who `rerun` and `skip` come from, as recorded in the ledger (empty: "operator").
+    pub decided_by: String,
 }
 
 /// What a pause or abort did.

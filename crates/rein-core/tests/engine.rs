@@ -268,7 +268,7 @@ async fn interrupted_at(h: &Harness, p: TaskDecomposition, step: &str) -> TaskSt
 }
 
 #[tokio::test]
-async fn an_interrupted_step_that_is_not_idempotent_pauses_the_task_until_the_operator_chooses() {
+async fn an_interrupted_step_that_is_not_idempotent_asks_a_person_what_to_do() {
     let h = harness();
     let p = plan(vec![
         step("first", "true", &[]),
@@ -276,16 +276,16 @@ async fn an_interrupted_step_that_is_not_idempotent_pauses_the_task_until_the_op
         step("last", "true", &["deploy"]),
     ]);
     let stopped = interrupted_at(&h, p, "deploy").await;
+    let no_wait = || RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
 
-    let paused = h
-        .engine
-        .run(stopped.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let paused = h.engine.run(stopped.id(), no_wait()).await.unwrap();
     assert_eq!(paused.status(), TaskStatus::Paused);
     let reason = paused.head.context.blocked_reason.clone().unwrap();
     assert!(
-        reason.contains("`deploy`")
+        reason.contains("`deploy` may have partly run")
             && reason.contains("--rerun deploy")
             && reason.contains("--skip deploy"),
         "{reason}"
@@ -295,17 +295,26 @@ async fn an_interrupted_step_that_is_not_idempotent_pauses_the_task_until_the_op
         CheckpointStatus::InProgress,
         "nothing decided yet"
     );
+    let requests = h.engine.approvals(&Default::default()).await.unwrap();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.trigger, rein_protocol::Trigger::TaskBlocked);
+    assert_eq!(request.options, vec!["rerun", "skip", "abort"]);
+    assert_eq!(request.step_id.as_deref(), Some("deploy"));
+    assert_eq!(request.context.command.as_deref(), Some("sleep 30"));
 
-    // Asking again without a choice keeps it paused; a wrong choice is refused.
-    let again = h
-        .engine
-        .run(stopped.id(), RunOptions::default())
-        .await
-        .unwrap();
+    // Asking again without a choice keeps it paused on the same request; a wrong
+    // choice is refused.
+    let again = h.engine.run(stopped.id(), no_wait()).await.unwrap();
     assert_eq!(again.status(), TaskStatus::Paused);
+    assert_eq!(
+        h.engine.approvals(&Default::default()).await.unwrap().len(),
+        1,
+        "not asked twice"
+    );
     let wrong = RunOptions {
         rerun: vec!["first".into()],
-        ..RunOptions::default()
+        ..no_wait()
     };
     let err = h.engine.run(stopped.id(), wrong).await.unwrap_err();
     assert!(
@@ -314,8 +323,10 @@ async fn an_interrupted_step_that_is_not_idempotent_pauses_the_task_until_the_op
         "{err}"
     );
 
+    // --skip on resume is the operator's answer to the request.
     let skip = RunOptions {
         skip: vec!["deploy".into()],
+        decided_by: "ops".into(),
         ..RunOptions::default()
     };
     let done = h.engine.run(stopped.id(), skip).await.unwrap();
@@ -328,7 +339,102 @@ async fn an_interrupted_step_that_is_not_idempotent_pauses_the_task_until_the_op
         .filter(|c| c.step_id.as_deref() == Some("first"))
         .count();
     assert_eq!(first_runs, 1, "a completed step never runs again");
+    let ledger = h.engine.ledger().await.unwrap();
+    assert_eq!((ledger.len(), ledger[0].who.as_str()), (1, "ops"));
+    assert_eq!(ledger[0].selected_option.as_deref(), Some("skip"));
     h.stored(&done).await;
+}
+
+#[tokio::test]
+async fn answering_rerun_or_abort_for_an_interrupted_step() {
+    for choice in ["rerun", "abort"] {
+        let h = harness();
+        let p = plan(vec![
+            step(
+                "deploy",
+                "[ \"$REIN_ATTEMPT\" -gt 1 ] && exit 0; sleep 30",
+                &[],
+            ),
+            step("after", "true", &["deploy"]),
+        ]);
+        let stopped = interrupted_at(&h, p, "deploy").await;
+        let paused = h
+            .engine
+            .run(
+                stopped.id(),
+                RunOptions {
+                    no_wait: true,
+                    ..RunOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(paused.status(), TaskStatus::Paused);
+        let request = h
+            .engine
+            .approvals(&Default::default())
+            .await
+            .unwrap()
+            .pop()
+            .unwrap();
+        h.engine
+            .decide(rein_protocol::ApprovalResponse {
+                request_id: request.id.clone(),
+                decision: rein_protocol::Decision::Approve,
+                selected_option: Some(choice.into()),
+                reason: None,
+                decided_by: "ana".into(),
+                delegate_to: None,
+                decided_at: chrono::Utc::now(),
+            })
+            .await
+            .unwrap();
+        let done = h
+            .engine
+            .run(stopped.id(), RunOptions::default())
+            .await
+            .unwrap();
+        let attempts: Vec<_> = done
+            .checkpoints
+            .iter()
+            .filter(|c| c.step_id.as_deref() == Some("deploy"))
+            .collect();
+        assert_eq!(
+            attempts[0].status,
+            CheckpointStatus::Failed,
+            "the interrupted attempt"
+        );
+        if choice == "rerun" {
+            assert_eq!(
+                done.status(),
+                TaskStatus::Completed,
+                "re-run as attempt 2, which passes"
+            );
+            assert_eq!(attempts.len(), 2);
+            assert_eq!(
+                (attempts[1].attempt, attempts[1].status),
+                (2, CheckpointStatus::Completed)
+            );
+            assert!(
+                attempts[0]
+                    .error
+                    .as_deref()
+                    .unwrap()
+                    .contains("as ana decided")
+            );
+        } else {
+            assert_eq!(done.status(), TaskStatus::Failed);
+            assert!(
+                attempts[0]
+                    .error
+                    .as_deref()
+                    .unwrap()
+                    .contains("abandoned by ana")
+            );
+            assert_eq!(latest(&done, "after").status, CheckpointStatus::Skipped);
+        }
+        h.stored(&done).await;
+    }
 }
 
 #[tokio::test]

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use rein_core::store::ApprovalFilter;
 use rein_protocol::{ApprovalRequest, ApprovalResponse, ApprovalStatus, Decision};
 
-use crate::cli::{ApprovalsCommand, Decider, LedgerCommand};
-use crate::commands::{Context, parse_task_id, print_json};
+use crate::cli::{ApprovalsCommand, LedgerCommand};
+use crate::commands::{Context, actor, parse_task_id, print_json};
 use crate::exit::{self, UsageError};
 use crate::output::say;
 use crate::render;
@@ -68,7 +68,7 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: ApprovalsCommand) -> anyho
         decision,
         selected_option: option,
         reason: who.reason.clone(),
-        decided_by: actor(&who),
+        decided_by: actor(who.actor.as_deref()),
         delegate_to,
         decided_at: chrono::Utc::now(),
     };
@@ -140,16 +140,6 @@ pub async fn ledger(data_dir: Option<PathBuf>, cmd: LedgerCommand) -> anyhow::Re
 
 fn parse_approval_id(id: &str) -> anyhow::Result<rein_protocol::ApprovalId> {
     rein_protocol::ApprovalId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
-}
-
-/// `--as`, else $REIN_USER, else $USER, else "cli".
-fn actor(who: &Decider) -> String {
-    who.actor
-        .clone()
-        .or_else(|| std::env::var("REIN_USER").ok())
-        .or_else(|| std::env::var("USER").ok())
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| "cli".to_owned())
 }
 
 fn summary_line(r: &ApprovalRequest) -> String {

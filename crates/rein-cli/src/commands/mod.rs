@@ -53,6 +53,15 @@ pub fn parse_snapshot_id(id: &str) -> anyhow::Result<SnapshotId> {
     SnapshotId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
 }
 
+/// Who a decision comes from: `--as`, else $REIN_USER, else $USER, else "cli".
+pub fn actor(flag: Option<&str>) -> String {
+    flag.map(str::to_owned)
+        .or_else(|| std::env::var("REIN_USER").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "cli".to_owned())
+}
+
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     say!("{}", serde_json::to_string_pretty(value)?);

@@ -294,6 +294,7 @@ impl Signals {
             pause: self.pause.clone(),
             cancel: self.cancel.clone(),
             no_wait: self.no_wait,
+            decided_by: crate::commands::actor(None),
         }
     }
 }

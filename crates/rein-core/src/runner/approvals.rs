@@ -5,16 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_protocol::{
-    ApprovalContext, ApprovalId, ApprovalRequest, ApprovalStatus, ApprovedBy, Approver, Checkpoint,
-    Decision, StepAction, TaskChange,
+    ApprovalContext, ApprovalId, ApprovalRequest, ApprovalResponse, ApprovalStatus, ApprovedBy,
+    Approver, Checkpoint, CheckpointId, Decision, StepAction, TaskChange, Trigger,
 };
 
 use super::{Progress, TaskRun};
 use crate::approvals::EXPIRY_ACTOR;
 use crate::clock::until;
+use crate::engine::RunOptions;
 use crate::error::{EngineError, Result};
 use crate::fold::APPROVAL_ID;
 use crate::recorder::SpanRef;
+
+/// What a person may answer about a step that may have partly run.
+pub const INTERRUPTED_CHOICES: [&str; 3] = ["rerun", "skip", "abort"];
 
 impl TaskRun<'_> {
     /// Opens the step's checkpoint and raises its request; the step then waits.
@@ -78,6 +82,120 @@ impl TaskRun<'_> {
             span,
             request: Box::new(request),
         };
+        Ok(())
+    }
+
+    /// A step left running by a stopped runner that is not idempotent may have partly
+    /// run: ask whether to run it again, skip it, or abort it.
+    pub(super) fn ask_interrupted(&mut self, i: usize, checkpoint: CheckpointId) -> Result<()> {
+        let step = Arc::clone(&self.steps[i]);
+        let span = SpanRef::child_of(&self.rec.state.head.span_id);
+        let trigger = Trigger::TaskBlocked;
+        let command = match &step.action {
+            StepAction::Command { run, .. } => Some(run.clone()),
+            StepAction::Noop | StepAction::Approval { .. } => None,
+        };
+        let request = ApprovalRequest {
+            id: ApprovalId::new(),
+            task_id: self.rec.state.head.id.clone(),
+            checkpoint_id: checkpoint.clone(),
+            step_id: Some(step.id.clone()),
+            trigger,
+            kind: trigger.approval_type(),
+            priority: trigger.priority(),
+            title: format!(
+                "Step `{}` may have partly run: run it again, skip it, or abort it?",
+                step.id
+            ),
+            description: format!(
+                "rein stopped while `{}` was running, and the step is not idempotent. \
+                 rerun: run it again; skip: go on without it; abort: fail the step (its dependants do not run).",
+                step.id
+            ),
+            options: INTERRUPTED_CHOICES
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect(),
+            recommended_option: None,
+            context: ApprovalContext {
+                command,
+                ..ApprovalContext::default()
+            },
+            timeout_s: None,
+            deadline: None,
+            on_expiry: Decision::Deny,
+            assigned_to: None,
+            created_at: self.engine.config.clock.now(),
+            status: ApprovalStatus::Pending,
+            response: None,
+        };
+        self.rec.request_approval(request.clone(), &span)?;
+        self.progress[i] = Progress::Awaiting {
+            checkpoint,
+            span,
+            request: Box::new(request),
+        };
+        Ok(())
+    }
+
+    /// `--rerun STEP` / `--skip STEP` on resume: for a step that is interrupted, the
+    /// run takes them directly; for one whose interruption already raised a request,
+    /// they are the operator's decision on that request.
+    pub(super) async fn decide_operator_choices(&mut self, options: &RunOptions) -> Result<()> {
+        if let Some(id) = options.rerun.iter().find(|id| options.skip.contains(id)) {
+            return Err(EngineError::BadRequest(format!(
+                "step `{id}` cannot be both re-run and skipped"
+            )));
+        }
+        let choices = options
+            .rerun
+            .iter()
+            .map(|s| (s, "rerun"))
+            .chain(options.skip.iter().map(|s| (s, "skip")));
+        for (id, choice) in choices {
+            let Some(i) = self.steps.iter().position(|s| &s.id == id) else {
+                return Err(EngineError::BadRequest(format!(
+                    "the plan has no step `{id}`"
+                )));
+            };
+            let request = match &self.progress[i] {
+                Progress::Interrupted { .. } => continue,
+                Progress::Awaiting { request, .. }
+                    if !matches!(self.steps[i].action, StepAction::Approval { .. }) =>
+                {
+                    (**request).clone()
+                }
+                _ => {
+                    return Err(EngineError::BadRequest(format!(
+                        "step `{id}` was not interrupted; --rerun and --skip only apply to a step that was running when rein stopped"
+                    )));
+                }
+            };
+            if request.status != ApprovalStatus::Pending {
+                continue; // already decided; applied below
+            }
+            let response = ApprovalResponse {
+                request_id: request.id.clone(),
+                decision: Decision::Approve,
+                selected_option: Some(choice.to_owned()),
+                reason: Some(format!("--{choice} {id} on resume")),
+                decided_by: if options.decided_by.trim().is_empty() {
+                    "operator".to_owned()
+                } else {
+                    options.decided_by.clone()
+                },
+                delegate_to: None,
+                decided_at: chrono::Utc::now(),
+            };
+            let settled = match self.engine.decide(response).await {
+                Ok(settled) => settled,
+                Err(EngineError::AlreadyDecided { current }) => *current,
+                Err(e) => return Err(e),
+            };
+            if let Progress::Awaiting { request, .. } = &mut self.progress[i] {
+                **request = settled;
+            }
+        }
         Ok(())
     }
 
@@ -191,6 +309,9 @@ impl TaskRun<'_> {
             },
             &span,
         )?;
+        if !matches!(self.steps[i].action, StepAction::Approval { .. }) {
+            return self.settle_interrupted(i, checkpoint, span, request);
+        }
         let duration_ms = self
             .rec
             .state
@@ -288,6 +409,92 @@ impl TaskRun<'_> {
         Ok(())
     }
 
+    /// Applies the decision on a step that may have partly run.
+    fn settle_interrupted(
+        &mut self,
+        i: usize,
+        checkpoint: CheckpointId,
+        span: SpanRef,
+        request: ApprovalRequest,
+    ) -> Result<()> {
+        let who = match request.status {
+            ApprovalStatus::Expired => EXPIRY_ACTOR.to_owned(),
+            _ => decided_by(&request),
+        };
+        let choice = match request.status {
+            ApprovalStatus::Pending => {
+                // Delegated: it keeps waiting, now for someone else.
+                self.progress[i] = Progress::Awaiting {
+                    checkpoint,
+                    span,
+                    request: Box::new(request),
+                };
+                return Ok(());
+            }
+            ApprovalStatus::Approved => request
+                .response
+                .as_ref()
+                .and_then(|r| r.selected_option.clone())
+                .unwrap_or_default(),
+            ApprovalStatus::Skipped => "skip".to_owned(),
+            ApprovalStatus::Denied | ApprovalStatus::Expired => "abort".to_owned(),
+        };
+        let duration_ms = self
+            .rec
+            .state
+            .checkpoint(&checkpoint)
+            .map_or(0, |c| crate::engine::elapsed_ms(c.started_at));
+        match choice.as_str() {
+            "rerun" => {
+                self.rec.record(
+                    TaskChange::CheckpointFailed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        error: format!(
+                            "interrupted: rein stopped while this step was running; running it again as {who} decided"
+                        ),
+                        output: None,
+                        will_retry: true,
+                    },
+                    &span,
+                )?;
+                self.progress[i] = Progress::NotStarted;
+                if self.waiting_on[i] == 0 {
+                    self.ready.insert(i);
+                }
+            }
+            "skip" => {
+                self.rec.record(
+                    TaskChange::CheckpointSkipped {
+                        checkpoint_id: checkpoint,
+                        reason: format!("skipped by {who} after rein stopped while it was running"),
+                        duration_ms: Some(duration_ms),
+                    },
+                    &span,
+                )?;
+                self.complete(i, Progress::Skipped);
+            }
+            _ => {
+                self.rec.record(
+                    TaskChange::CheckpointFailed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        error: format!(
+                            "abandoned by {who} after rein stopped while it was running"
+                        ),
+                        output: None,
+                        will_retry: false,
+                    },
+                    &span,
+                )?;
+                self.progress[i] = Progress::Failed;
+                self.first_failure.get_or_insert(i);
+                self.fail_dependants(i)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Revokes a request nobody needs to answer any more, closing its step as skipped.
     pub(super) async fn withdraw(&mut self, request: ApprovalRequest, why: &str) -> Result<()> {
         let Some(i) = self
@@ -325,13 +532,23 @@ impl TaskRun<'_> {
         Ok(())
     }
 
-    /// Why the task pauses when only people can move it on.
+    /// Why the task pauses when only people can move it on, and how to answer.
     pub(super) fn waiting_reason(&self) -> String {
-        let id = &self.rec.state.head.id;
+        let task = &self.rec.state.head.id;
         let asks: Vec<String> = self
             .awaited()
             .iter()
-            .map(|r| format!("{} (\"{}\")", r.id, r.title))
+            .map(|r| {
+                let step = r.step_id.as_deref().unwrap_or("-");
+                if r.trigger == Trigger::TaskBlocked {
+                    format!(
+                        "{} (step `{step}` may have partly run: `rein tasks resume {task} --rerun {step}` or `--skip {step}`)",
+                        r.id
+                    )
+                } else {
+                    format!("{} (\"{}\")", r.id, r.title)
+                }
+            })
             .collect();
         let first = self
             .awaited()
@@ -339,7 +556,7 @@ impl TaskRun<'_> {
             .map(|r| r.id.to_string())
             .unwrap_or_default();
         format!(
-            "waiting for a person to answer {}; answer with `rein approvals approve {first}` (or deny, skip), then `rein tasks resume {id}`",
+            "waiting for a person to answer {}; answer with `rein approvals approve {first}` (or deny, skip), then `rein tasks resume {task}`",
             asks.join(", ")
         )
     }

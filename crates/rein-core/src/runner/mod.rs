@@ -187,6 +187,7 @@ impl<'e> TaskRun<'e> {
         mut controls: mpsc::UnboundedReceiver<RunnerMessage>,
     ) -> Result<TaskState> {
         self.reattach_approvals().await?;
+        self.decide_operator_choices(&options).await?;
         self.take_up(&options)?;
         // Committing the take-up is where two processes resuming the same task meet:
         // the store lets one of them through.
@@ -271,23 +272,6 @@ impl<'e> TaskRun<'e> {
     /// skipped, and any other pauses the task naming it.
     fn take_up(&mut self, options: &RunOptions) -> Result<()> {
         let runner = Some(self.engine.runner.clone());
-        for id in options.rerun.iter().chain(&options.skip) {
-            let Some(i) = self.steps.iter().position(|s| &s.id == id) else {
-                return Err(EngineError::BadRequest(format!(
-                    "the plan has no step `{id}`"
-                )));
-            };
-            if !matches!(self.progress[i], Progress::Interrupted { .. }) {
-                return Err(EngineError::BadRequest(format!(
-                    "step `{id}` was not interrupted; --rerun and --skip only apply to a step that was running when rein stopped"
-                )));
-            }
-        }
-        if let Some(id) = options.rerun.iter().find(|id| options.skip.contains(id)) {
-            return Err(EngineError::BadRequest(format!(
-                "step `{id}` cannot be both re-run and skipped"
-            )));
-        }
         let change = match self.rec.state.status() {
             TaskStatus::Pending => TaskChange::TaskStarted { runner },
             _ => TaskChange::TaskResumed {
@@ -297,7 +281,6 @@ impl<'e> TaskRun<'e> {
             },
         };
         self.rec.task_event(change)?;
-        let mut blocked = Vec::new();
         for i in 0..self.steps.len() {
             let Progress::Interrupted {
                 checkpoint,
@@ -331,23 +314,9 @@ impl<'e> TaskRun<'e> {
                 })?;
                 self.progress[i] = Progress::NotStarted;
             } else {
-                blocked.push(step.id.clone());
+                // It may have partly run: a person decides.
+                self.ask_interrupted(i, checkpoint)?;
             }
-        }
-        if !blocked.is_empty() {
-            let id = self.rec.state.head.id.clone();
-            let first = &blocked[0];
-            let names = blocked
-                .iter()
-                .map(|b| format!("`{b}`"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            self.rec.task_event(TaskChange::TaskPaused {
-                reason: format!(
-                    "step {names} was running when rein stopped and is not idempotent, so it may have partly run; \
-                     choose: `rein tasks resume {id} --rerun {first}` to run it again, or `--skip {first}` to skip it"
-                ),
-            })?;
         }
         Ok(())
     }
