@@ -121,6 +121,33 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
             }
             line
         }
+        TaskChange::RecoveryAttempted {
+            step_id,
+            error_type,
+            action,
+            attempt,
+            retry_at,
+            ..
+        } => {
+            let when = retry_at
+                .map(|t| format!(" at {} UTC", t.format("%H:%M:%S")))
+                .unwrap_or_default();
+            format!(
+                "recover  {step_id}: {error_type} error, {} (#{attempt}){when}",
+                action.as_str()
+            )
+        }
+        TaskChange::RecoverySucceeded { step_id, attempts } => {
+            format!("recover  {step_id}: passed after {attempts} recovery attempt(s)")
+        }
+        TaskChange::RecoveryFailed {
+            step_id,
+            error_type,
+            reason,
+            ..
+        } => {
+            format!("recover  {step_id}: gave up on the {error_type} error ({reason})")
+        }
         TaskChange::HumanApprovalRequested { request } => {
             let step = request.step_id.as_deref().unwrap_or("task");
             format!("waiting  {step} for a person: {}", ask(request))

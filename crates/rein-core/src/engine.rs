@@ -515,6 +515,8 @@ fn cancel_interrupted(rec: &mut Recorder, by: &str) -> Result<()> {
             error: format!("cancelled: the task was aborted by {by}"),
             output: None,
             will_retry: false,
+            error_type: None,
+            retry_at: None,
         })?;
     }
     Ok(())

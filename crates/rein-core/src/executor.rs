@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::recovery::Failure;
+
 /// Everything an executor needs to run one attempt of a step.
 #[derive(Debug, Clone)]
 pub struct StepRequest {
@@ -52,6 +54,8 @@ pub enum StepOutcome {
     Failed {
         error: String,
         output: Option<serde_json::Value>,
+        /// What went wrong, for classification and recovery.
+        failure: Failure,
     },
     /// The caller cancelled the attempt; nothing is known about how far it got.
     Cancelled,
@@ -82,6 +86,7 @@ impl StepExecutor for CommandExecutor {
             StepAction::Approval { .. } => StepOutcome::Failed {
                 error: "an approve step is decided by a person, not executed".into(),
                 output: None,
+                failure: Failure::Unsupported,
             },
         }
     }
@@ -110,12 +115,18 @@ async fn run_command(
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
+            let failure = match e.kind() {
+                std::io::ErrorKind::PermissionDenied => Failure::PermissionDenied,
+                std::io::ErrorKind::NotFound => Failure::Unsupported,
+                _ => Failure::Internal,
+            };
             return StepOutcome::Failed {
                 error: format!(
                     "cannot start `sh -c` in workspace {}: {e}",
                     request.workspace.display()
                 ),
                 output: None,
+                failure,
             };
         }
     };
@@ -185,6 +196,7 @@ async fn run_command(
             return StepOutcome::Failed {
                 error: format!("lost track of the step's process: {e}"),
                 output: to_value(&output),
+                failure: Failure::Internal,
             };
         }
     };
@@ -196,6 +208,7 @@ async fn run_command(
         return StepOutcome::Failed {
             error: format!("timed out after {limit} and was stopped"),
             output: to_value(&output),
+            failure: Failure::Timeout,
         };
     }
     if status.success() {
@@ -203,14 +216,21 @@ async fn run_command(
             output: to_value(&output),
         }
     } else {
-        let error = match (status.code(), status.signal()) {
-            (Some(code), _) => format!("command exited with status {code}"),
-            (None, Some(sig)) => format!("command was killed by signal {sig}"),
-            (None, None) => "command failed".to_owned(),
+        let (error, failure) = match (status.code(), status.signal()) {
+            (Some(code), _) => (
+                format!("command exited with status {code}"),
+                Failure::Exit { code },
+            ),
+            (None, Some(signal)) => (
+                format!("command was killed by signal {signal}"),
+                Failure::Signal { signal },
+            ),
+            (None, None) => ("command failed".to_owned(), Failure::Internal),
         };
         StepOutcome::Failed {
             error,
             output: to_value(&output),
+            failure,
         }
     }
 }

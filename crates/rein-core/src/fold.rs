@@ -13,6 +13,12 @@ use crate::lifecycle::{
 /// Metadata key set on a failed checkpoint whose step runs again in a new attempt.
 pub const WILL_RETRY: &str = "will_retry";
 
+/// Metadata keys on a failed attempt: its error type, and when it may run again.
+pub const ERROR_TYPE: &str = "error_type";
+pub const RETRY_AT: &str = "retry_at";
+/// Metadata key on a checkpoint opened by recovery (an escalation), naming the action.
+pub const RECOVERY: &str = "recovery";
+
 /// Metadata keys on the checkpoint of a step waiting for a person.
 pub const APPROVAL_ID: &str = "approval_id";
 pub const APPROVAL_STATUS: &str = "approval_status";
@@ -220,6 +226,8 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
             error,
             output,
             will_retry,
+            error_type,
+            retry_at,
         } => {
             let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
             cp.status = checkpoint_transition(cp.status, CheckpointEvent::Fail).map_err(illegal)?;
@@ -229,7 +237,17 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
             if *will_retry {
                 cp.metadata.insert(WILL_RETRY.into(), true.into());
             }
+            if let Some(error_type) = error_type {
+                cp.metadata
+                    .insert(ERROR_TYPE.into(), error_type.as_str().into());
+            }
+            if let Some(at) = retry_at {
+                cp.metadata.insert(RETRY_AT.into(), at.to_rfc3339().into());
+            }
         }
+        TaskChange::RecoveryAttempted { .. }
+        | TaskChange::RecoverySucceeded { .. }
+        | TaskChange::RecoveryFailed { .. } => {}
         TaskChange::HumanApprovalRequested { request } => {
             let cp = find(&mut state.checkpoints, &request.checkpoint_id, seq)?;
             cp.metadata
@@ -505,6 +523,8 @@ mod tests {
                     error: "interrupted".into(),
                     output: None,
                     will_retry: true,
+                    error_type: None,
+                    retry_at: None,
                 },
             ),
         ] {

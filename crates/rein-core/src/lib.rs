@@ -8,6 +8,7 @@
 //! - [`executor`]: running one step ([`StepExecutor`]; commands as child processes).
 //! - [`approvals`]: people's decisions on approval requests, and the ledger.
 //! - [`clock`]: wall-clock time for deadlines, injectable for tests.
+//! - [`recovery`]: classification of failures and the recovery strategies.
 //! - [`recorder`]: turns changes into events, applies them, commits them in batches.
 //! - `controls`: carries pause and abort requests from the store to running tasks.
 //! - [`lifecycle`]: the status transition tables of tasks and checkpoints.
@@ -27,6 +28,7 @@ pub mod lifecycle;
 pub mod plan;
 pub mod process;
 pub mod recorder;
+pub mod recovery;
 mod runner;
 pub mod store;
 

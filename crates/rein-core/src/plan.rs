@@ -6,8 +6,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use rein_protocol::{
-    CheckpointType, Decision, Priority, RiskLevel, StepAction, StepType, TaskDecomposition,
-    TaskStep, Trigger,
+    CheckpointType, Decision, ErrorType, Priority, RecoveryAction, RecoveryPolicy,
+    RecoveryStrategy, RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep, Trigger,
 };
 use serde::Deserialize;
 
@@ -323,7 +323,71 @@ struct PlanFile {
     #[serde(default)]
     estimated_duration: Option<String>,
     #[serde(default)]
+    recovery: BTreeMap<ErrorType, toml::Value>,
+    #[serde(default)]
     steps: Vec<StepFile>,
+}
+
+/// `recovery.<error_type> = { … }` in a plan file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StrategyTable {
+    action: RecoveryAction,
+    #[serde(default)]
+    max_retries: Option<u32>,
+    #[serde(default)]
+    retry_delay: Option<String>,
+    #[serde(default)]
+    fallback: Option<RecoveryAction>,
+}
+
+/// A `[recovery]` table: each error type maps to an action name (`fatal = "pause"`)
+/// or a table (`transient = { action = "retry", max_retries = 5, retry_delay = "2s" }`).
+fn recovery_policy(
+    prefix: &str,
+    table: BTreeMap<ErrorType, toml::Value>,
+) -> Result<RecoveryPolicy, String> {
+    let mut policy = RecoveryPolicy::new();
+    for (error, value) in table {
+        let at = format!("{prefix}recovery.{error}");
+        let strategy = match value {
+            toml::Value::String(_) => RecoveryStrategy::action(
+                RecoveryAction::deserialize(value).map_err(|e| format!("{at}: {e}"))?,
+            ),
+            toml::Value::Table(_) => {
+                let t = StrategyTable::deserialize(value).map_err(|e| format!("{at}: {e}"))?;
+                let retry_delay_ms = match &t.retry_delay {
+                    Some(d) => Some(
+                        u64::try_from(parse_duration(&format!("{at}.retry_delay"), d)?.as_millis())
+                            .unwrap_or(u64::MAX),
+                    ),
+                    None => None,
+                };
+                RecoveryStrategy {
+                    action: t.action,
+                    max_retries: t.max_retries,
+                    retry_delay_ms,
+                    fallback: t.fallback,
+                }
+            }
+            other => {
+                return Err(format!(
+                    "{at}: expected an action (\"retry\", \"wait\", \"skip\", \"pause\", \"abort\", \"escalate\") or a table, found {}",
+                    other.type_str()
+                ));
+            }
+        };
+        if strategy
+            .fallback
+            .is_some_and(|f| matches!(f, RecoveryAction::Retry | RecoveryAction::Wait))
+        {
+            return Err(format!(
+                "{at}: the fallback after retries run out cannot be retry or wait"
+            ));
+        }
+        policy.insert(error, strategy);
+    }
+    Ok(policy)
 }
 
 #[derive(Debug, Default, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -383,6 +447,8 @@ struct StepFile {
     risk_description: Option<String>,
     #[serde(default)]
     required_permissions: Vec<String>,
+    #[serde(default)]
+    recovery: BTreeMap<ErrorType, toml::Value>,
 }
 
 fn parse_duration(what: &str, value: &str) -> Result<std::time::Duration, String> {
@@ -480,7 +546,9 @@ fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
             description,
         )
     };
+    let recovery = recovery_policy(&format!("step `{id}`: "), s.recovery)?;
     Ok(TaskStep {
+        recovery,
         id,
         description,
         step_type,
@@ -513,7 +581,9 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
         ),
         None => None,
     };
+    let recovery = recovery_policy("", file.recovery).map_err(|m| (m, None))?;
     let plan = TaskDecomposition {
+        recovery,
         original_task: file.description,
         steps,
         estimated_duration_s,

@@ -358,3 +358,80 @@ fn a_missing_plan_file_names_its_path() {
     assert!(err.to_string().contains("/no/such/plan.toml"), "{err}");
     assert!(matches!(err, PlanFileError::Read { .. }));
 }
+
+#[test]
+fn recovery_strategies_are_read_at_plan_and_step_level() {
+    let plan = parse(
+        r#"
+description = "d"
+[recovery]
+transient = { action = "retry", max_retries = 5, retry_delay = "2s", fallback = "skip" }
+fatal = "pause"
+[[steps]]
+id = "a"
+run = "true"
+recovery = { rate_limit = { action = "wait", retry_delay = "1m" }, fatal = "escalate" }
+"#,
+    )
+    .unwrap()
+    .plan;
+    let t = plan.recovery[&ErrorType::Transient];
+    assert_eq!(
+        (t.action, t.max_retries, t.retry_delay_ms, t.fallback),
+        (
+            RecoveryAction::Retry,
+            Some(5),
+            Some(2_000),
+            Some(RecoveryAction::Skip)
+        )
+    );
+    assert_eq!(
+        plan.recovery[&ErrorType::Fatal],
+        RecoveryStrategy::action(RecoveryAction::Pause)
+    );
+    let step = &plan.steps[0].recovery;
+    assert_eq!(step[&ErrorType::RateLimit].retry_delay_ms, Some(60_000));
+    assert_eq!(step[&ErrorType::Fatal].action, RecoveryAction::Escalate);
+}
+
+#[test]
+fn bad_recovery_entries_are_named() {
+    let unknown_type =
+        parse("description='d'\n[recovery]\nflaky='retry'\n[[steps]]\nid='a'\nrun='true'\n")
+            .unwrap_err();
+    assert!(unknown_type.contains("flaky"), "{unknown_type}");
+    let unknown_action =
+        parse("description='d'\n[recovery]\nfatal='pray'\n[[steps]]\nid='a'\nrun='true'\n")
+            .unwrap_err();
+    assert!(
+        unknown_action.contains("recovery.fatal") && unknown_action.contains("pray"),
+        "{unknown_action}"
+    );
+    let unknown_key = parse(
+        "description='d'\n[[steps]]\nid='a'\nrun='true'\nrecovery={transient={action='retry',tries=3}}\n",
+    )
+    .unwrap_err();
+    assert!(
+        unknown_key.contains("step `a`: recovery.transient") && unknown_key.contains("tries"),
+        "{unknown_key}"
+    );
+    let bad_delay = parse(
+        "description='d'\n[recovery]\ntransient={action='retry',retry_delay='soonish'}\n[[steps]]\nid='a'\nrun='true'\n",
+    )
+    .unwrap_err();
+    assert!(
+        bad_delay.contains("recovery.transient.retry_delay"),
+        "{bad_delay}"
+    );
+    let loop_fallback = parse(
+        "description='d'\n[recovery]\ntransient={action='retry',fallback='wait'}\n[[steps]]\nid='a'\nrun='true'\n",
+    )
+    .unwrap_err();
+    assert!(
+        loop_fallback.contains("cannot be retry or wait"),
+        "{loop_fallback}"
+    );
+    let wrong_type =
+        parse("description='d'\n[recovery]\nfatal=3\n[[steps]]\nid='a'\nrun='true'\n").unwrap_err();
+    assert!(wrong_type.contains("expected an action"), "{wrong_type}");
+}

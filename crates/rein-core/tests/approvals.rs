@@ -312,9 +312,9 @@ async fn no_wait_pauses_and_a_decision_made_meanwhile_applies_on_resume() {
     h.stored(&done).await;
 }
 
-/// How late after its deadline an expiry may land: tokio's paused clock jumps ahead
-/// while the runtime waits on the store's writer thread.
-const DRIFT: chrono::TimeDelta = chrono::TimeDelta::minutes(2);
+/// How late after its deadline an expiry may land on the paused clock (the test
+/// store holds the clock still during writes, so only timers move it).
+const DRIFT: chrono::TimeDelta = chrono::TimeDelta::seconds(5);
 
 #[tokio::test(start_paused = true)]
 async fn at_the_deadline_the_request_expires_and_the_default_applies() {
@@ -407,10 +407,9 @@ async fn a_deadline_that_passed_while_no_runner_was_there_is_honoured_on_resume(
         .run(state.id(), RunOptions::default())
         .await
         .unwrap();
-    // Settled at once, not after a fresh deadline (the paused clock may move by a
-    // poll interval while the store writes).
+    // Settled at once, not after a fresh deadline.
     assert!(
-        resumed_at.elapsed() < Duration::from_secs(60),
+        resumed_at.elapsed() < Duration::from_secs(5),
         "nothing left to wait for: {:?}",
         resumed_at.elapsed()
     );

@@ -183,6 +183,11 @@ async fn a_step_past_its_timeout_is_stopped_and_fails() {
     let h = harness();
     let mut slow = step("slow", "sleep 30", &[]);
     slow.timeout_ms = Some(150);
+    // A timeout is transient and retried by default; here it must simply fail.
+    slow.recovery.insert(
+        rein_protocol::ErrorType::Transient,
+        rein_protocol::RecoveryStrategy::action(rein_protocol::RecoveryAction::Abort),
+    );
     let started = std::time::Instant::now();
     let state = h.run(plan(vec![slow])).await;
     assert!(

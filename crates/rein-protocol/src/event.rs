@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::Timestamp;
 use crate::approval::{ApprovalRequest, ApprovalResponse, ApprovalStatus};
 use crate::ids::{ApprovalId, CheckpointId, EventId, SnapshotId, TaskId};
+use crate::recovery::{ErrorType, RecoveryAction};
 use crate::task::{ApprovedBy, Checkpoint, RunnerInfo, TaskState};
 
 /// Every event type. The first eleven are the seed's; the rest are rein's.
@@ -33,6 +34,7 @@ pub enum EventType {
     TaskRestored,
     CheckpointCreated,
     CheckpointSkipped,
+    RecoveryFailed,
 }
 
 impl EventType {
@@ -55,6 +57,7 @@ impl EventType {
             EventType::TaskRestored => "task_restored",
             EventType::CheckpointCreated => "checkpoint_created",
             EventType::CheckpointSkipped => "checkpoint_skipped",
+            EventType::RecoveryFailed => "recovery_failed",
         }
     }
 }
@@ -133,6 +136,35 @@ pub enum TaskChange {
         /// The step will run again in a new attempt: this failure is not its outcome.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         will_retry: bool,
+        /// The kind of error, when the failure was classified.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_type: Option<ErrorType>,
+        /// With `will_retry`: not before this time (a durable timer).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_at: Option<Timestamp>,
+    },
+    /// Recovery acts on a classified failure of a step.
+    RecoveryAttempted {
+        step_id: String,
+        checkpoint_id: CheckpointId,
+        error_type: ErrorType,
+        action: RecoveryAction,
+        /// How many times recovery has acted on this step, this one included.
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_at: Option<Timestamp>,
+    },
+    /// A step that needed recovery passed.
+    RecoverySucceeded {
+        step_id: String,
+        attempts: u32,
+    },
+    /// Recovery gave up on a step: retries ran out, or the strategy was to abort.
+    RecoveryFailed {
+        step_id: String,
+        error_type: ErrorType,
+        attempts: u32,
+        reason: String,
     },
     /// A step asks a person; it waits until the request is settled.
     HumanApprovalRequested {
@@ -173,6 +205,9 @@ impl TaskChange {
             TaskChange::CheckpointSkipped { .. } => EventType::CheckpointSkipped,
             TaskChange::HumanApprovalRequested { .. } => EventType::HumanApprovalRequested,
             TaskChange::HumanApprovalReceived { .. } => EventType::HumanApprovalReceived,
+            TaskChange::RecoveryAttempted { .. } => EventType::RecoveryAttempted,
+            TaskChange::RecoverySucceeded { .. } => EventType::RecoverySucceeded,
+            TaskChange::RecoveryFailed { .. } => EventType::RecoveryFailed,
         }
     }
 
@@ -181,6 +216,7 @@ impl TaskChange {
         match self {
             TaskChange::CheckpointCreated { checkpoint } => Some(&checkpoint.id),
             TaskChange::HumanApprovalRequested { request } => Some(&request.checkpoint_id),
+            TaskChange::RecoveryAttempted { checkpoint_id, .. } => Some(checkpoint_id),
             TaskChange::CheckpointEntered { checkpoint_id }
             | TaskChange::CheckpointPassed { checkpoint_id, .. }
             | TaskChange::CheckpointFailed { checkpoint_id, .. }
@@ -193,7 +229,9 @@ impl TaskChange {
             | TaskChange::TaskFailed { .. }
             | TaskChange::TaskCancelled { .. }
             | TaskChange::TaskRestored { .. }
-            | TaskChange::HumanApprovalReceived { .. } => None,
+            | TaskChange::HumanApprovalReceived { .. }
+            | TaskChange::RecoverySucceeded { .. }
+            | TaskChange::RecoveryFailed { .. } => None,
         }
     }
 }

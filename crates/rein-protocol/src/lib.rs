@@ -11,6 +11,7 @@
 //!   [`TaskChange`], the typed change it carries.
 //! - [`snapshot`]: [`Snapshot`], a copy of a task's state at a point of its log.
 //! - [`approval`]: [`ApprovalRequest`] and [`ApprovalResponse`], the human in the loop.
+//! - [`recovery`]: [`ErrorType`], [`RecoveryAction`], [`RecoveryStrategy`]: error recovery.
 //! - [`ledger`]: [`LedgerEntry`], the hash-chained record of human decisions.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
@@ -19,6 +20,7 @@ pub mod event;
 pub mod ids;
 pub mod ledger;
 pub mod plan;
+pub mod recovery;
 pub mod schema;
 pub mod snapshot;
 pub mod task;
@@ -31,6 +33,7 @@ pub use event::{EventType, HarnessEvent, TaskChange};
 pub use ids::{ApprovalId, CheckpointId, EventId, LedgerId, SnapshotId, TaskId};
 pub use ledger::{LedgerEntry, LedgerKind};
 pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep};
+pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use snapshot::Snapshot;
 pub use task::{
     ApprovedBy, Approver, Checkpoint, CheckpointStatus, CheckpointType, Phase, RunnerInfo,

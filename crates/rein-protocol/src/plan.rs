@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::approval::{Decision, Priority, Trigger};
+use crate::recovery::RecoveryPolicy;
 use crate::task::CheckpointType;
 
 /// Risk of a step or a plan.
@@ -93,6 +94,9 @@ pub struct TaskStep {
     /// Whether running the step twice is harmless, so an interrupted run may be redone.
     #[serde(default)]
     pub idempotent: bool,
+    /// This step's recovery strategies, over the plan's and the defaults.
+    #[serde(default, skip_serializing_if = "RecoveryPolicy::is_empty")]
+    pub recovery: RecoveryPolicy,
 }
 
 impl TaskStep {
@@ -112,6 +116,7 @@ impl TaskStep {
             action,
             timeout_ms: None,
             idempotent: false,
+            recovery: RecoveryPolicy::new(),
         }
     }
 
@@ -142,6 +147,9 @@ pub struct TaskDecomposition {
     /// Stop starting steps after the first failure (otherwise only dependants stop).
     #[serde(default)]
     pub fail_fast: bool,
+    /// The plan's recovery strategies, over the defaults.
+    #[serde(default, skip_serializing_if = "RecoveryPolicy::is_empty")]
+    pub recovery: RecoveryPolicy,
 }
 
 impl TaskDecomposition {
@@ -154,6 +162,7 @@ impl TaskDecomposition {
             risk_level: RiskLevel::Low,
             max_parallel: None,
             fail_fast: false,
+            recovery: RecoveryPolicy::new(),
         }
     }
 

@@ -398,6 +398,8 @@ impl TaskRun<'_> {
                         error,
                         output: None,
                         will_retry: false,
+                        error_type: None,
+                        retry_at: None,
                     },
                     &span,
                 )?;
@@ -444,7 +446,27 @@ impl TaskRun<'_> {
             .state
             .checkpoint(&checkpoint)
             .map_or(0, |c| crate::engine::elapsed_ms(c.started_at));
+        let escalation = self
+            .rec
+            .state
+            .checkpoint(&checkpoint)
+            .is_some_and(|c| c.kind == rein_protocol::CheckpointType::UserApproval);
         match choice.as_str() {
+            "rerun" if escalation => {
+                self.rec.record(
+                    TaskChange::CheckpointPassed {
+                        checkpoint_id: checkpoint,
+                        duration_ms,
+                        output: Some(serde_json::json!({ "approval_id": request.id, "selected_option": "rerun" })),
+                        approved_by: Some(ApprovedBy { kind: Approver::User, who }),
+                    },
+                    &span,
+                )?;
+                self.progress[i] = Progress::NotStarted;
+                if self.waiting_on[i] == 0 {
+                    self.ready.insert(i);
+                }
+            }
             "rerun" => {
                 self.rec.record(
                     TaskChange::CheckpointFailed {
@@ -455,6 +477,8 @@ impl TaskRun<'_> {
                         ),
                         output: None,
                         will_retry: true,
+                        error_type: None,
+                        retry_at: None,
                     },
                     &span,
                 )?;
@@ -484,6 +508,8 @@ impl TaskRun<'_> {
                         ),
                         output: None,
                         will_retry: false,
+                        error_type: None,
+                        retry_at: None,
                     },
                     &span,
                 )?;

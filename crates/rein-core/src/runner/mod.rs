@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod approvals;
+mod recovery;
 
 use rein_protocol::{
     ApprovalRequest, ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus,
@@ -25,7 +26,7 @@ use crate::controls::RunnerMessage;
 use crate::engine::{Engine, RunOptions, elapsed_ms, system_checkpoint};
 use crate::error::{EngineError, Result};
 use crate::executor::{StepOutcome, StepRequest};
-use crate::fold::WILL_RETRY;
+use crate::fold::{RETRY_AT, WILL_RETRY};
 use crate::recorder::{Recorder, SpanRef};
 use crate::store::{ControlKind, StoreError};
 
@@ -42,6 +43,10 @@ enum Progress {
         checkpoint: CheckpointId,
         span: SpanRef,
         request: Box<ApprovalRequest>,
+    },
+    /// To run again once `until` has passed (a durable retry timer).
+    Delayed {
+        until: rein_protocol::Timestamp,
     },
     /// Left in progress by a runner that stopped.
     Interrupted {
@@ -88,6 +93,9 @@ pub(crate) struct TaskRun<'e> {
     pausing: Option<String>,
     /// Who aborted the task and why, once an abort request arrived.
     abort_by: Option<(String, String)>,
+    /// How many times recovery has retried or waited on each step.
+    recoveries: Vec<u32>,
+    plan_recovery: rein_protocol::RecoveryPolicy,
 }
 
 impl<'e> TaskRun<'e> {
@@ -113,17 +121,44 @@ impl<'e> TaskRun<'e> {
         }
         // Where each step got to, from its latest checkpoint.
         let mut attempts = vec![0u32; steps.len()];
+        let mut recoveries = vec![0u32; steps.len()];
         let mut latest: Vec<Option<&Checkpoint>> = vec![None; steps.len()];
         for cp in &rec.state.checkpoints {
             if let Some(&i) = cp.step_id.as_deref().and_then(|s| index.get(s)) {
                 attempts[i] = attempts[i].max(cp.attempt);
                 latest[i] = Some(cp);
+                if cp.metadata.contains_key(RETRY_AT) {
+                    recoveries[i] += 1;
+                }
             }
         }
         let progress = latest
             .iter()
-            .map(|cp| match cp {
+            .zip(&steps)
+            .map(|(cp, step)| match cp {
                 None => Progress::NotStarted,
+                // An escalation of a failure that a person answered.
+                Some(cp)
+                    if cp.kind == CheckpointType::UserApproval
+                        && !matches!(step.action, StepAction::Approval { .. })
+                        && cp.status == CheckpointStatus::Completed =>
+                {
+                    Progress::NotStarted
+                }
+                // A failed attempt to be retried later: a durable timer.
+                Some(cp)
+                    if cp.status == CheckpointStatus::Failed
+                        && cp.metadata.contains_key(WILL_RETRY)
+                        && cp.metadata.contains_key(RETRY_AT) =>
+                {
+                    cp.metadata
+                        .get(RETRY_AT)
+                        .and_then(|v| v.as_str())
+                        .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                        .map_or(Progress::NotStarted, |t| Progress::Delayed {
+                            until: t.to_utc(),
+                        })
+                }
                 Some(cp) => match cp.status {
                     // Recorded but never entered: nothing ran; it starts afresh.
                     CheckpointStatus::Pending => Progress::NotStarted,
@@ -178,6 +213,8 @@ impl<'e> TaskRun<'e> {
             workspace,
             pausing: None,
             abort_by: None,
+            recoveries,
+            plan_recovery: plan.recovery,
         })
     }
 
@@ -211,11 +248,12 @@ impl<'e> TaskRun<'e> {
         loop {
             let started = self.start_ready()?;
             if started.is_empty() && self.running.is_empty() {
-                if !self.awaiting_any() || !self.scheduling() {
+                if (!self.awaiting_any() && !self.delayed_any()) || !self.scheduling() {
                     // The last results are committed with the task's close.
                     return self.finish().await;
                 }
-                if options.no_wait {
+                // Retry timers are waited out; only people are not waited for.
+                if options.no_wait && !self.delayed_any() {
                     let reason = self.waiting_reason();
                     self.rec.task_event(TaskChange::TaskPaused { reason })?;
                     self.flush().await.map_err(raced)?;
@@ -231,7 +269,10 @@ impl<'e> TaskRun<'e> {
             for i in started {
                 self.spawn(i);
             }
-            let deadline = self.next_deadline();
+            let deadline = [self.next_deadline(), self.next_retry()]
+                .into_iter()
+                .flatten()
+                .min();
             tokio::select! {
                 biased;
                 () = options.cancel.cancelled() => return self.stop().await,
@@ -261,6 +302,7 @@ impl<'e> TaskRun<'e> {
                 },
                 () = tokio::time::sleep(deadline.unwrap_or_default()), if deadline.is_some() => {
                     self.expire_due().await?;
+                    self.release_due();
                 }
                 _ = poll.tick(), if self.awaiting_any() => self.poll_approvals().await?,
             }
@@ -311,6 +353,8 @@ impl<'e> TaskRun<'e> {
                     error: format!("interrupted: rein stopped while this step was running; running it again because {why}"),
                     output: None,
                     will_retry: true,
+                    error_type: None,
+                    retry_at: None,
                 })?;
                 self.progress[i] = Progress::NotStarted;
             } else {
@@ -443,6 +487,7 @@ impl<'e> TaskRun<'e> {
                     StepOutcome::Failed {
                         error,
                         output: None,
+                        failure: crate::recovery::Failure::Internal,
                     },
                     Duration::ZERO,
                 )
@@ -466,13 +511,33 @@ impl<'e> TaskRun<'e> {
                     },
                     &span,
                 )?;
+                if self.recoveries[i] > 0 {
+                    self.rec.record(
+                        TaskChange::RecoverySucceeded {
+                            step_id: self.steps[i].id.clone(),
+                            attempts: self.recoveries[i],
+                        },
+                        &span,
+                    )?;
+                }
                 self.complete(i, Progress::Completed);
             }
-            StepOutcome::Failed { .. } | StepOutcome::Cancelled => {
-                let (error, output) = match outcome {
-                    StepOutcome::Failed { error, output } => (error, output),
-                    _ => ("cancelled while running".to_owned(), None),
+            StepOutcome::Failed {
+                error,
+                output,
+                failure,
+            } => {
+                let failed = recovery::FailedAttempt {
+                    checkpoint,
+                    span,
+                    duration_ms,
+                    error,
+                    output,
                 };
+                self.recover(i, failed, &failure)?;
+            }
+            StepOutcome::Cancelled => {
+                let (error, output) = ("cancelled while running".to_owned(), None);
                 self.rec.record(
                     TaskChange::CheckpointFailed {
                         checkpoint_id: checkpoint,
@@ -480,6 +545,8 @@ impl<'e> TaskRun<'e> {
                         error,
                         output,
                         will_retry: false,
+                        error_type: None,
+                        retry_at: None,
                     },
                     &span,
                 )?;
@@ -554,7 +621,12 @@ impl<'e> TaskRun<'e> {
     /// Nothing runs and nothing more will start: the task pauses, fails or completes.
     async fn finish(mut self) -> Result<TaskState> {
         let unstarted: Vec<usize> = (0..self.steps.len())
-            .filter(|&i| matches!(self.progress[i], Progress::NotStarted))
+            .filter(|&i| {
+                matches!(
+                    self.progress[i],
+                    Progress::NotStarted | Progress::Delayed { .. }
+                )
+            })
             .collect();
         if let Some(reason) = self.pausing.clone()
             && (!unstarted.is_empty() || self.awaiting_any())
@@ -682,6 +754,8 @@ impl<'e> TaskRun<'e> {
                     error: format!("cancelled: the task was aborted by {by}"),
                     output: None,
                     will_retry: false,
+                    error_type: None,
+                    retry_at: None,
                 },
                 &span,
             )?;

@@ -5,11 +5,122 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::clock::Clock;
-use rein_core::{
-    CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, StepExecutor, Store,
+use rein_core::store::{
+    ApprovalFilter, ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
 };
-use rein_protocol::{HarnessEvent, TaskChange, TaskDecomposition, TaskState, TaskStep};
+use rein_core::{
+    CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, StepExecutor,
+    Store, StoreResult,
+};
+use rein_protocol::{
+    ApprovalId, ApprovalRequest, HarnessEvent, LedgerEntry, Snapshot, SnapshotId, TaskChange,
+    TaskDecomposition, TaskId, TaskState, TaskStep, TaskSummary,
+};
 use rein_store::SqliteStore;
+
+/// The SQLite store for tests on tokio's paused clock. The runtime looks idle while
+/// it waits on the store's writer thread, and a paused clock then jumps to the next
+/// timer; running each write inside `spawn_blocking` (as reads already are) holds
+/// the clock still, so only the engine's own timers move time.
+#[derive(Debug)]
+pub struct HeldClockStore(pub Arc<SqliteStore>);
+
+impl HeldClockStore {
+    async fn hold<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(
+            Arc<SqliteStore>,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>
+        + Send
+        + 'static,
+    ) -> T {
+        let store = Arc::clone(&self.0);
+        let handle = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || handle.block_on(work(store)))
+            .await
+            .unwrap()
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for HeldClockStore {
+    async fn create(&self, task: NewTask) -> StoreResult<()> {
+        self.hold(move |s| Box::pin(async move { s.create(task).await }))
+            .await
+    }
+    async fn save(&self, write: TaskWrite) -> StoreResult<()> {
+        self.hold(move |s| Box::pin(async move { s.save(write).await }))
+            .await
+    }
+    async fn load_summary(&self, id: &TaskId) -> StoreResult<Option<TaskSummary>> {
+        self.0.load_summary(id).await
+    }
+    async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>> {
+        self.0.load_plan(id).await
+    }
+    async fn list(&self, filter: &TaskFilter) -> StoreResult<TaskPage> {
+        self.0.list(filter).await
+    }
+    async fn events(
+        &self,
+        id: &TaskId,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<HarnessEvent>> {
+        self.0.events(id, after, limit).await
+    }
+    async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
+        let id = id.clone();
+        self.hold(move |s| Box::pin(async move { s.delete(&id, expected_seq).await }))
+            .await
+    }
+    async fn put_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        let snapshot = snapshot.clone();
+        self.hold(move |s| Box::pin(async move { s.put_snapshot(&snapshot).await }))
+            .await
+    }
+    async fn get_snapshot(&self, id: &SnapshotId) -> StoreResult<Option<Snapshot>> {
+        self.0.get_snapshot(id).await
+    }
+    async fn list_snapshots(&self, task_id: &TaskId) -> StoreResult<Vec<SnapshotInfo>> {
+        self.0.list_snapshots(task_id).await
+    }
+    async fn request_control(&self, request: &ControlRequest) -> StoreResult<()> {
+        let request = request.clone();
+        self.hold(move |s| Box::pin(async move { s.request_control(&request).await }))
+            .await
+    }
+    async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>> {
+        self.0.pending_controls().await
+    }
+    async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
+        let id = task_id.clone();
+        self.hold(move |s| Box::pin(async move { s.take_controls(&id).await }))
+            .await
+    }
+    async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>> {
+        self.0.get_approval(id).await
+    }
+    async fn list_approvals(&self, filter: &ApprovalFilter) -> StoreResult<Vec<ApprovalRequest>> {
+        self.0.list_approvals(filter).await
+    }
+    async fn settle_approval(
+        &self,
+        updated: &ApprovalRequest,
+        entry: LedgerEntry,
+    ) -> StoreResult<LedgerEntry> {
+        let updated = updated.clone();
+        self.hold(move |s| Box::pin(async move { s.settle_approval(&updated, entry).await }))
+            .await
+    }
+    async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>> {
+        self.0.ledger(after_seq, limit).await
+    }
+    async fn probe(&self) -> StoreResult<()> {
+        self.hold(move |s| Box::pin(async move { s.probe().await }))
+            .await
+    }
+}
 
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -26,6 +137,11 @@ pub fn harness_with_clock(clock: Arc<dyn Clock>) -> Harness {
     build(Arc::new(CommandExecutor), 4, Some(clock))
 }
 
+/// A harness with its own executor and clock.
+pub fn harness_on(executor: Arc<dyn StepExecutor>, clock: Arc<dyn Clock>) -> Harness {
+    build(executor, 4, Some(clock))
+}
+
 fn build(
     executor: Arc<dyn StepExecutor>,
     max_parallel: usize,
@@ -36,15 +152,18 @@ fn build(
     let mut config = EngineConfig::new(dir.path().join("workspaces"));
     config.max_parallel = max_parallel;
     config.control_poll = Duration::from_millis(20);
+    let engine_store: Arc<dyn Store> = if clock.is_some() {
+        Arc::new(HeldClockStore(store.clone()))
+    } else {
+        store.clone()
+    };
     if let Some(clock) = clock {
         config.clock = clock;
         // Deadlines of minutes on a paused clock: polling every 20 ms would mean
-        // tens of thousands of store reads. The paused clock jumps to the next timer
-        // while the runtime waits for the store's writer thread, so the poll
-        // interval also bounds how far a deadline can drift in these tests.
+        // tens of thousands of store reads.
         config.control_poll = Duration::from_secs(1);
     }
-    let engine = Arc::new(Engine::new(store.clone(), executor, config));
+    let engine = Arc::new(Engine::new(engine_store, executor, config));
     Harness { dir, store, engine }
 }
 

@@ -1,0 +1,251 @@
+//! The runner's side of error recovery: a failed attempt is classified, its
+//! strategy chosen, and the step retried after a durable timer, waited on,
+//! skipped, paused, aborted, or escalated to a person.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_protocol::{
+    ApprovalContext, ApprovalId, ApprovalRequest, ApprovalStatus, Checkpoint, CheckpointId,
+    CheckpointType, Decision, ErrorType, RecoveryAction, TaskChange, Trigger,
+};
+
+use super::approvals::INTERRUPTED_CHOICES;
+use super::{Progress, TaskRun};
+use crate::clock::until;
+use crate::error::Result;
+use crate::fold::RECOVERY;
+use crate::recorder::SpanRef;
+use crate::recovery::{Failure, backoff, classify, resolve, retry_after};
+
+/// A failed attempt, as it ended.
+pub(super) struct FailedAttempt {
+    pub checkpoint: CheckpointId,
+    pub span: SpanRef,
+    pub duration_ms: u64,
+    pub error: String,
+    pub output: Option<serde_json::Value>,
+}
+
+impl TaskRun<'_> {
+    /// Handles a failed attempt of step `i` by the strategy for its error type.
+    pub(super) fn recover(
+        &mut self,
+        i: usize,
+        failed: FailedAttempt,
+        failure: &Failure,
+    ) -> Result<()> {
+        let step = Arc::clone(&self.steps[i]);
+        let error_type = classify(failure);
+        let strategy = resolve(error_type, &step.recovery, &self.plan_recovery);
+        let done = self.recoveries[i];
+        let (action, exhausted) = match strategy.action {
+            RecoveryAction::Retry | RecoveryAction::Wait
+                if done >= strategy.max_retries.unwrap_or(0) =>
+            {
+                (strategy.fallback.unwrap_or(RecoveryAction::Abort), true)
+            }
+            action => (action, false),
+        };
+        let will_retry = matches!(
+            action,
+            RecoveryAction::Retry
+                | RecoveryAction::Wait
+                | RecoveryAction::Pause
+                | RecoveryAction::Escalate
+        );
+        let base = Duration::from_millis(strategy.retry_delay_ms.unwrap_or(5_000));
+        let retry_at = match action {
+            RecoveryAction::Retry => Some(backoff(base, done + 1, rand::random::<f64>())),
+            RecoveryAction::Wait => Some(retry_after(failure).unwrap_or(base)),
+            RecoveryAction::Skip
+            | RecoveryAction::Pause
+            | RecoveryAction::Abort
+            | RecoveryAction::Escalate => None,
+        }
+        .map(|delay| {
+            self.engine.config.clock.now() + chrono::Duration::from_std(delay).unwrap_or_default()
+        });
+        let FailedAttempt {
+            checkpoint,
+            span,
+            duration_ms,
+            error,
+            output,
+        } = failed;
+        self.rec.record(
+            TaskChange::CheckpointFailed {
+                checkpoint_id: checkpoint.clone(),
+                duration_ms,
+                error: error.clone(),
+                output,
+                will_retry,
+                error_type: Some(error_type),
+                retry_at,
+            },
+            &span,
+        )?;
+        if exhausted || action == RecoveryAction::Abort {
+            let reason = if exhausted {
+                format!(
+                    "{} retries ran out; then {}",
+                    strategy.max_retries.unwrap_or(0),
+                    action.as_str()
+                )
+            } else {
+                format!("{error_type} errors are not recovered: abort")
+            };
+            self.rec.record(
+                TaskChange::RecoveryFailed {
+                    step_id: step.id.clone(),
+                    error_type,
+                    attempts: done,
+                    reason,
+                },
+                &span,
+            )?;
+        }
+        if action != RecoveryAction::Abort {
+            self.rec.record(
+                TaskChange::RecoveryAttempted {
+                    step_id: step.id.clone(),
+                    checkpoint_id: checkpoint,
+                    error_type,
+                    action,
+                    attempt: done + 1,
+                    retry_at,
+                },
+                &span,
+            )?;
+        }
+        match action {
+            RecoveryAction::Retry | RecoveryAction::Wait => {
+                self.recoveries[i] += 1;
+                self.progress[i] = match retry_at {
+                    Some(until) => Progress::Delayed { until },
+                    None => Progress::NotStarted,
+                };
+            }
+            RecoveryAction::Skip => {
+                self.skip_unstarted(
+                    i,
+                    format!("skipped by recovery after a {error_type} error: {error}"),
+                    "recovery",
+                )?;
+                self.complete(i, Progress::Skipped);
+            }
+            RecoveryAction::Pause => {
+                let task = &self.rec.state.head.id;
+                self.pausing.get_or_insert_with(|| {
+                    format!(
+                        "step `{}` failed with a {error_type} error ({error}); fix the cause and `rein tasks resume {task}` to run it again",
+                        step.id
+                    )
+                });
+                self.progress[i] = Progress::NotStarted;
+            }
+            RecoveryAction::Abort => {
+                self.progress[i] = Progress::Failed;
+                self.first_failure.get_or_insert(i);
+                self.fail_dependants(i)?;
+            }
+            RecoveryAction::Escalate => self.escalate(i, error_type, &error)?,
+        }
+        Ok(())
+    }
+
+    /// Asks a person whether to run a failed step again, skip it, or abort it.
+    fn escalate(&mut self, i: usize, error_type: ErrorType, error: &str) -> Result<()> {
+        let step = Arc::clone(&self.steps[i]);
+        let span = SpanRef::child_of(&self.rec.state.head.span_id);
+        self.attempts[i] += 1;
+        let mut checkpoint = Checkpoint::pending(
+            self.rec.state.head.id.clone(),
+            Some(step.id.clone()),
+            CheckpointType::UserApproval,
+            self.attempts[i],
+        );
+        checkpoint
+            .metadata
+            .insert(RECOVERY.into(), RecoveryAction::Escalate.as_str().into());
+        let checkpoint_id = self.rec.enter_checkpoint(checkpoint, &span)?;
+        let trigger = match error_type {
+            ErrorType::PermissionDenied => Trigger::PermissionDenied,
+            ErrorType::SecurityViolation => Trigger::SecurityViolation,
+            ErrorType::Transient
+            | ErrorType::RateLimit
+            | ErrorType::ResourceBusy
+            | ErrorType::ValidationError
+            | ErrorType::Fatal
+            | ErrorType::Unsupported => Trigger::TaskBlocked,
+        };
+        let request = ApprovalRequest {
+            id: ApprovalId::new(),
+            task_id: self.rec.state.head.id.clone(),
+            checkpoint_id: checkpoint_id.clone(),
+            step_id: Some(step.id.clone()),
+            trigger,
+            kind: trigger.approval_type(),
+            priority: trigger.priority(),
+            title: format!(
+                "Step `{}` failed ({error_type}): run it again, skip it, or abort it?",
+                step.id
+            ),
+            description: error.to_owned(),
+            options: INTERRUPTED_CHOICES
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect(),
+            recommended_option: None,
+            context: ApprovalContext::default(),
+            timeout_s: None,
+            deadline: None,
+            on_expiry: Decision::Deny,
+            assigned_to: None,
+            created_at: self.engine.config.clock.now(),
+            status: ApprovalStatus::Pending,
+            response: None,
+        };
+        self.rec.request_approval(request.clone(), &span)?;
+        self.progress[i] = Progress::Awaiting {
+            checkpoint: checkpoint_id,
+            span,
+            request: Box::new(request),
+        };
+        Ok(())
+    }
+
+    pub(super) fn delayed_any(&self) -> bool {
+        self.progress
+            .iter()
+            .any(|p| matches!(p, Progress::Delayed { .. }))
+    }
+
+    /// How long until the nearest retry timer.
+    pub(super) fn next_retry(&self) -> Option<Duration> {
+        let now = self.engine.config.clock.now();
+        self.progress
+            .iter()
+            .filter_map(|p| match p {
+                Progress::Delayed { until } => Some(*until),
+                _ => None,
+            })
+            .min()
+            .map(|at| until(now, at))
+    }
+
+    /// Steps whose retry time has come are ready again.
+    pub(super) fn release_due(&mut self) {
+        let now = self.engine.config.clock.now();
+        for i in 0..self.steps.len() {
+            if let Progress::Delayed { until } = self.progress[i]
+                && until <= now
+            {
+                self.progress[i] = Progress::NotStarted;
+                if self.waiting_on[i] == 0 {
+                    self.ready.insert(i);
+                }
+            }
+        }
+    }
+}
