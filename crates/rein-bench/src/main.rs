@@ -130,6 +130,9 @@ impl Store for TimedStore {
     async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>> {
         self.inner.ledger(after_seq, limit).await
     }
+    async fn metrics(&self) -> StoreResult<rein_protocol::HarnessMetrics> {
+        self.inner.metrics().await
+    }
     async fn probe(&self) -> StoreResult<()> {
         self.inner.probe().await
     }

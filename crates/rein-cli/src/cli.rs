@@ -36,6 +36,11 @@ pub enum Command {
     /// The governance ledger: every human decision, hash-chained.
     #[command(subcommand)]
     Ledger(LedgerCommand),
+    /// Counters over the tasks in the store: tasks, checkpoints, recovery, the human loop.
+    Metrics {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -283,3 +283,25 @@ fn the_approval_example_works_as_its_comments_say() {
         .to_owned();
     assert!(Path::new(&workspace).join("public/NOTES.md").exists());
 }
+
+#[test]
+fn metrics_json_has_the_four_families() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    let request = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    run_ok(rein(&data).args(["approvals", "deny", &request, "--as", "bob"]));
+    let m = json(&run_ok(rein(&data).args(["metrics", "--json"])));
+    assert_eq!(m["tasks"]["total"], 1);
+    assert_eq!(m["tasks"]["paused"], 1);
+    assert_eq!(m["checkpoints"]["by_type"]["user_approval"], 1);
+    assert_eq!(m["human_loop"]["requests"], 1);
+    assert_eq!(m["human_loop"]["denials"], 1);
+    assert!(m["recovery"]["attempts"].is_u64());
+}

@@ -93,6 +93,13 @@ impl Engine {
         Ok(expired)
     }
 
+    /// The counters of spec §6 rule 21 (deadlines honoured first, so that expired
+    /// requests count as expired).
+    pub async fn metrics(&self) -> Result<rein_protocol::HarnessMetrics> {
+        self.expire_overdue().await?;
+        Ok(self.store.metrics().await?)
+    }
+
     /// The ledger, oldest first.
     pub async fn ledger(&self) -> Result<Vec<LedgerEntry>> {
         let mut all = Vec::new();

@@ -7,8 +7,8 @@
 
 use async_trait::async_trait;
 use rein_protocol::{
-    ApprovalId, ApprovalRequest, ApprovalStatus, HarnessEvent, LedgerEntry, Snapshot, SnapshotId,
-    TaskDecomposition, TaskId, TaskStatus, TaskSummary, Timestamp,
+    ApprovalId, ApprovalRequest, ApprovalStatus, HarnessEvent, HarnessMetrics, LedgerEntry,
+    Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskStatus, TaskSummary, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 
@@ -163,6 +163,8 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<LedgerEntry>;
     /// Ledger entries with `seq > after_seq`, oldest first, at most `limit`.
     async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>>;
+    /// The counters of spec §6 rule 21 over the tasks in the store.
+    async fn metrics(&self) -> StoreResult<HarnessMetrics>;
     /// A write and a read that prove the store works (for health checks).
     async fn probe(&self) -> StoreResult<()>;
 }

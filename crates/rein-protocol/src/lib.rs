@@ -12,6 +12,7 @@
 //! - [`snapshot`]: [`Snapshot`], a copy of a task's state at a point of its log.
 //! - [`approval`]: [`ApprovalRequest`] and [`ApprovalResponse`], the human in the loop.
 //! - [`recovery`]: [`ErrorType`], [`RecoveryAction`], [`RecoveryStrategy`]: error recovery.
+//! - [`metrics`]: [`HarnessMetrics`], the counters of spec §6.
 //! - [`ledger`]: [`LedgerEntry`], the hash-chained record of human decisions.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
@@ -19,6 +20,7 @@ pub mod approval;
 pub mod event;
 pub mod ids;
 pub mod ledger;
+pub mod metrics;
 pub mod plan;
 pub mod recovery;
 pub mod schema;
@@ -32,6 +34,7 @@ pub use approval::{
 pub use event::{EventType, HarnessEvent, TaskChange};
 pub use ids::{ApprovalId, CheckpointId, EventId, LedgerId, SnapshotId, TaskId};
 pub use ledger::{LedgerEntry, LedgerKind};
+pub use metrics::HarnessMetrics;
 pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep};
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use snapshot::Snapshot;

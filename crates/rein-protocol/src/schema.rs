@@ -20,5 +20,6 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::ApprovalRequest>("ApprovalRequest"),
         one::<crate::ApprovalResponse>("ApprovalResponse"),
         one::<crate::LedgerEntry>("LedgerEntry"),
+        one::<crate::HarnessMetrics>("HarnessMetrics"),
     ]
 }

@@ -3,7 +3,9 @@
 //! - [`sqlite`]: the default backend, one SQLite file in WAL mode with
 //!   `synchronous=FULL`, written by a single writer thread that commits batches.
 //! - [`schema`]: the schema and its migrations.
+//! - `metrics`: the counters of spec §6, aggregated in SQL.
 
+mod metrics;
 pub mod schema;
 pub mod sqlite;
 mod writer;

@@ -18,7 +18,7 @@ use rein_core::store::{
 };
 use rein_core::{Store, StoreError, StoreResult};
 use rein_protocol::{
-    ApprovalId, ApprovalRequest, HarnessEvent, LedgerEntry, Snapshot, SnapshotId,
+    ApprovalId, ApprovalRequest, HarnessEvent, HarnessMetrics, LedgerEntry, Snapshot, SnapshotId,
     TaskDecomposition, TaskId, TaskSummary, Timestamp,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -47,7 +47,7 @@ pub struct StoreStats {
     pub busy_ns: u64,
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
+pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(e.to_string())
 }
 
@@ -645,6 +645,10 @@ impl Store for SqliteStore {
             )
         })
         .await
+    }
+
+    async fn metrics(&self) -> StoreResult<HarnessMetrics> {
+        self.read(crate::metrics::compute).await
     }
 
     async fn probe(&self) -> StoreResult<()> {

@@ -138,6 +138,68 @@ pub async fn ledger(data_dir: Option<PathBuf>, cmd: LedgerCommand) -> anyhow::Re
     }
 }
 
+pub async fn metrics(data_dir: Option<PathBuf>, json: bool) -> anyhow::Result<u8> {
+    let ctx = Context::open(data_dir, 4)?;
+    let m = ctx.engine.metrics().await?;
+    if json {
+        print_json(&m)?;
+        return Ok(exit::SUCCESS);
+    }
+    let ms = |v: Option<f64>| v.map_or("-".to_owned(), |v| render::duration_ms(v.round() as u64));
+    let t = &m.tasks;
+    say!(
+        "tasks        {} in all: {} completed, {} failed, {} paused, {} cancelled, {} running, {} pending; average {}",
+        t.total,
+        t.completed,
+        t.failed,
+        t.paused,
+        t.cancelled,
+        t.in_progress,
+        t.pending,
+        ms(t.average_duration_ms)
+    );
+    let c = &m.checkpoints;
+    say!(
+        "checkpoints  {} in all: {} passed, {} failed, {} skipped; average {}",
+        c.total,
+        c.passed,
+        c.failed,
+        c.skipped,
+        ms(c.average_duration_ms)
+    );
+    let by_type: Vec<String> = c.by_type.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    say!("             by type: {}", by_type.join(", "));
+    let r = &m.recovery;
+    let by_error: Vec<String> = r
+        .by_error_type
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    say!(
+        "recovery     {} attempts, {} succeeded, {} gave up; by error type: {}",
+        r.attempts,
+        r.successes,
+        r.failures,
+        if by_error.is_empty() {
+            "-".to_owned()
+        } else {
+            by_error.join(", ")
+        }
+    );
+    let h = &m.human_loop;
+    say!(
+        "human loop   {} requests: {} approved, {} denied, {} skipped, {} expired, {} pending; average response {}",
+        h.requests,
+        h.approvals,
+        h.denials,
+        h.skips,
+        h.expirations,
+        h.pending,
+        ms(h.average_response_ms)
+    );
+    Ok(exit::SUCCESS)
+}
+
 fn parse_approval_id(id: &str) -> anyhow::Result<rein_protocol::ApprovalId> {
     rein_protocol::ApprovalId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
 }

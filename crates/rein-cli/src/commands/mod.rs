@@ -75,5 +75,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Tasks(cmd) => tasks::dispatch(cli.data_dir, cmd).await,
         Command::Approvals(cmd) => approvals::dispatch(cli.data_dir, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(cli.data_dir, cmd).await,
+        Command::Metrics { json } => approvals::metrics(cli.data_dir, json).await,
     }
 }

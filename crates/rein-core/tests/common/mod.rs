@@ -116,6 +116,9 @@ impl Store for HeldClockStore {
     async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>> {
         self.0.ledger(after_seq, limit).await
     }
+    async fn metrics(&self) -> StoreResult<rein_protocol::HarnessMetrics> {
+        self.0.metrics().await
+    }
     async fn probe(&self) -> StoreResult<()> {
         self.hold(move |s| Box::pin(async move { s.probe().await }))
             .await
