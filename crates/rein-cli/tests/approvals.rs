@@ -305,3 +305,120 @@ fn metrics_json_has_the_four_families() {
     assert_eq!(m["human_loop"]["denials"], 1);
     assert!(m["recovery"]["attempts"].is_u64());
 }
+
+/// rein is killed (SIGKILL) while its task waits both on a retry timer and on a
+/// person; the restarted rein honours both: the retry runs at the recorded time
+/// and the request expires at its original deadline.
+#[test]
+fn after_kill_9_a_retry_timer_and_an_approval_deadline_are_both_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "timers.toml",
+        r#"
+description = "timers"
+[[steps]]
+id = "flaky"
+run = '[ "$REIN_ATTEMPT" -gt 1 ] || exit 75'
+recovery = { transient = { action = "wait", retry_delay = "3s" } }
+[[steps]]
+id = "ask"
+kind = "approve"
+title = "Go on?"
+timeout = "4s"
+default = "approve"
+[[steps]]
+id = "after"
+run = "true"
+depends_on = ["flaky", "ask"]
+"#,
+    );
+    let mut runner = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let (task, retry_at) = loop {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the task never got to wait"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        let Some(task) = task_ids(&data).first().cloned() else {
+            continue;
+        };
+        let state = show(&data, &task);
+        let cps = state["checkpoints"].as_array().unwrap();
+        let retry_at = cps
+            .iter()
+            .find(|c| c["step_id"] == "flaky" && c["status"] == "failed")
+            .and_then(|c| c["metadata"]["retry_at"].as_str().map(str::to_owned));
+        let asking = cps
+            .iter()
+            .any(|c| c["step_id"] == "ask" && c["status"] == "in_progress");
+        if let (Some(at), true) = (retry_at, asking) {
+            break (task, at);
+        }
+    };
+    runner.kill().unwrap(); // SIGKILL
+    runner.wait().unwrap();
+    let retry_at: chrono::DateTime<chrono::Utc> = retry_at.parse().unwrap();
+    let requests = pending(&data);
+    assert_eq!(requests.len(), 1);
+    let deadline: chrono::DateTime<chrono::Utc> =
+        requests[0]["deadline"].as_str().unwrap().parse().unwrap();
+
+    let out = rein(&data)
+        .args(["tasks", "resume", &task])
+        .output()
+        .unwrap();
+    let finished = chrono::Utc::now();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = show(&data, &task);
+    assert_eq!(state["status"], "completed");
+    let cps = state["checkpoints"].as_array().unwrap();
+    let second: chrono::DateTime<chrono::Utc> = cps
+        .iter()
+        .find(|c| c["step_id"] == "flaky" && c["attempt"] == 2)
+        .unwrap()["started_at"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        second >= retry_at,
+        "the retry waited for its recorded time ({second} < {retry_at})"
+    );
+    let ask = cps.iter().rev().find(|c| c["step_id"] == "ask").unwrap();
+    assert_eq!(
+        ask["approved_by"]["who"], "system:deadline",
+        "expired, default approve"
+    );
+    let all = json(&run_ok(rein(&data).args([
+        "approvals",
+        "list",
+        "--status",
+        "all",
+        "--json",
+    ])));
+    assert_eq!(
+        all.as_array().unwrap().len(),
+        1,
+        "the same request, not a new one"
+    );
+    assert_eq!(all[0]["status"], "expired");
+    assert!(finished >= deadline, "the deadline was waited for");
+    // A fresh four-second question after the restart would have ended later.
+    assert!(
+        finished < deadline + chrono::TimeDelta::milliseconds(2500),
+        "{finished} vs deadline {deadline}"
+    );
+}
