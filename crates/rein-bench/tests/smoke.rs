@@ -41,3 +41,19 @@ fn steps_prints_one_json_line_with_the_promised_fields() {
     }
     assert!(line["commit_p50_ms"].as_f64() <= line["commit_p99_ms"].as_f64());
 }
+
+#[test]
+fn approvals_reports_latency_and_memory_with_tasks_paused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
+        .args(["approvals", "--decisions", "5", "--paused", "20", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["paused_tasks"], 20);
+    assert_eq!(line["pending_requests"], 20);
+    assert!(line["decision_to_next_step_p50_ms"].as_f64().unwrap() > 0.0);
+    assert!(line["rss_mib_with_paused"].as_f64().unwrap() > 0.0);
+}
