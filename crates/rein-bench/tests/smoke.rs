@@ -50,7 +50,11 @@ fn approvals_reports_latency_and_memory_with_tasks_paused() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["paused_tasks"], 20);
     assert_eq!(line["pending_requests"], 20);

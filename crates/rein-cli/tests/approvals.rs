@@ -422,3 +422,59 @@ depends_on = ["flaky", "ask"]
         "{finished} vs deadline {deadline}"
     );
 }
+
+#[test]
+fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "confirm.toml",
+        "description='Rotate the keys'\nconfirm=true\n[[steps]]\nid='rotate'\nrun='echo rotated > done'\n",
+    );
+    let out = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let task = task_ids(&data)[0].clone();
+    let state = show(&data, &task);
+    assert!(
+        state["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["step_id"] != "rotate"),
+        "nothing ran"
+    );
+    let request = &pending(&data)[0];
+    assert_eq!(request["title"], "Start this task? Rotate the keys");
+    run_ok(rein(&data).args([
+        "approvals",
+        "approve",
+        request["id"].as_str().unwrap(),
+        "--as",
+        "ana",
+    ]));
+    let out = rein(&data)
+        .args(["tasks", "resume", &task])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let confirm = show(&data, &task)["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "confirm")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (
+            confirm["type"].as_str(),
+            confirm["approved_by"]["who"].as_str()
+        ),
+        (Some("user_approval"), Some("ana"))
+    );
+}

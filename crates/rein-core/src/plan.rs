@@ -318,6 +318,9 @@ struct PlanFile {
     max_parallel: Option<u32>,
     #[serde(default)]
     fail_fast: bool,
+    /// CP1 by a person: nothing runs until someone confirms the task.
+    #[serde(default)]
+    confirm: bool,
     #[serde(default)]
     risk_level: RiskLevel,
     #[serde(default)]
@@ -457,6 +460,46 @@ fn parse_duration(what: &str, value: &str) -> Result<std::time::Duration, String
     })
 }
 
+/// The id of the step `confirm = true` adds.
+pub const CONFIRM_STEP: &str = "confirm";
+
+/// `confirm = true`: a first step that asks a person to confirm the task (its
+/// `user_approval` checkpoint is the CP1 confirmation); every step without
+/// dependencies waits for it.
+fn with_confirmation(description: &str, mut steps: Vec<TaskStep>) -> Result<Vec<TaskStep>, String> {
+    if steps.iter().any(|s| s.id == CONFIRM_STEP) {
+        return Err(format!(
+            "step id `{CONFIRM_STEP}` is reserved in a plan with confirm = true"
+        ));
+    }
+    let names: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+    let confirm = TaskStep {
+        description: format!("Confirm the task: {description}"),
+        step_type: StepType::Approve,
+        checkpoint: CheckpointType::UserApproval,
+        ..TaskStep::new(
+            CONFIRM_STEP,
+            StepAction::Approval {
+                title: format!("Start this task? {description}"),
+                description: format!("The plan has {} steps: {}.", names.len(), names.join(", ")),
+                options: Vec::new(),
+                recommended: None,
+                timeout_ms: None,
+                on_expiry: Decision::Deny,
+                trigger: Trigger::SignificantChange,
+                priority: None,
+            },
+        )
+    };
+    for step in &mut steps {
+        if step.depends_on.is_empty() {
+            step.depends_on.push(CONFIRM_STEP.to_owned());
+        }
+    }
+    steps.insert(0, confirm);
+    Ok(steps)
+}
+
 /// One `[[steps]]` table as a [`TaskStep`]; errors name the step and the key.
 fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
     let id = s.id;
@@ -567,12 +610,15 @@ fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
 /// Parses plan-file text. `base` is the directory relative workspace paths start from.
 pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<PlanErrors>)> {
     let file: PlanFile = toml::from_str(text).map_err(|e| (e.to_string(), None))?;
-    let steps = file
+    let mut steps = file
         .steps
         .into_iter()
         .map(step_from_file)
         .collect::<Result<Vec<_>, String>>()
         .map_err(|m| (m, None))?;
+    if file.confirm {
+        steps = with_confirmation(&file.description, steps).map_err(|m| (m, None))?;
+    }
     let estimated_duration_s = match &file.estimated_duration {
         Some(d) => Some(
             parse_duration("estimated_duration", d)

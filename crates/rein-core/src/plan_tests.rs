@@ -435,3 +435,29 @@ fn bad_recovery_entries_are_named() {
         parse("description='d'\n[recovery]\nfatal=3\n[[steps]]\nid='a'\nrun='true'\n").unwrap_err();
     assert!(wrong_type.contains("expected an action"), "{wrong_type}");
 }
+
+#[test]
+fn confirm_adds_a_first_approval_every_root_step_waits_for() {
+    let plan = parse("description='Ship'\nconfirm=true\n[[steps]]\nid='a'\nrun='true'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n")
+        .unwrap()
+        .plan;
+    assert_eq!(plan.steps[0].id, CONFIRM_STEP);
+    assert_eq!(plan.steps[0].checkpoint, CheckpointType::UserApproval);
+    let StepAction::Approval {
+        title, description, ..
+    } = &plan.steps[0].action
+    else {
+        panic!()
+    };
+    assert_eq!(title, "Start this task? Ship");
+    assert!(description.contains("2 steps: a, b"), "{description}");
+    assert_eq!(plan.steps[1].depends_on, vec![CONFIRM_STEP.to_owned()]);
+    assert_eq!(
+        plan.steps[2].depends_on,
+        vec!["a".to_owned()],
+        "only root steps wait directly"
+    );
+    let taken =
+        parse("description='d'\nconfirm=true\n[[steps]]\nid='confirm'\nrun='true'\n").unwrap_err();
+    assert!(taken.contains("reserved"), "{taken}");
+}
