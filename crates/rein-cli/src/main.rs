@@ -2,7 +2,7 @@
 //! prints; everything else lives in the library crates.
 //!
 //! Layout: [`cli`] (arguments), [`commands`] (one module per command group),
-//! [`progress`] (live progress of a run), [`render`] (human-readable output),
+//! [`progress`] (live progress of a run), [`prompt`] (approvals asked inline), [`render`] (human-readable output),
 //! [`exit`] (the one mapping from errors to exit codes), [`output`] (printing that
 //! survives a closed pipe).
 
@@ -11,6 +11,7 @@ mod commands;
 mod exit;
 mod output;
 mod progress;
+mod prompt;
 mod render;
 
 use std::process::ExitCode;

@@ -25,6 +25,7 @@ enum Mode {
 pub struct ProgressView {
     stop: CancellationToken,
     handle: tokio::task::JoinHandle<()>,
+    bar: Option<ProgressBar>,
 }
 
 struct TaskView {
@@ -90,8 +91,13 @@ impl ProgressView {
             bar
         });
         let stop = CancellationToken::new();
-        let handle = tokio::spawn(show(events, views, mode, bar, stop.clone()));
-        ProgressView { stop, handle }
+        let handle = tokio::spawn(show(events, views, mode, bar.clone(), stop.clone()));
+        ProgressView { stop, handle, bar }
+    }
+
+    /// The progress bar, when one is drawn (a question must hide it to be typed at).
+    pub fn bar(&self) -> Option<ProgressBar> {
+        self.bar.clone()
     }
 
     /// Shows what is left to show, then stops.
@@ -138,7 +144,8 @@ async fn show(
                 if let Some(bar) = &bar
                     && !line.contains("] started  ")
                 {
-                    bar.println(line);
+                    // Works whether the bar is drawn or hidden behind a question.
+                    bar.suspend(|| shout!("{line}"));
                 }
             }
             Mode::Lines { stderr: true } => shout!("{line}"),

@@ -478,3 +478,52 @@ fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
         (Some("user_approval"), Some("ana"))
     );
 }
+
+/// On a terminal, `rein run` asks inline; here a real pseudo-terminal (`script`)
+/// carries the typed answer.
+#[test]
+fn on_a_terminal_the_question_is_asked_inline() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let command = format!(
+        "{} --data-dir {} run {}",
+        common::rein_bin().display(),
+        data.display(),
+        plan.display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qefc", &command, "/dev/null"])
+        .env("REIN_USER", "terminal-user")
+        .env_remove("REIN_DATA_DIR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("`script` (util-linux) runs rein on a pseudo-terminal");
+    // Type the answer once the question is there.
+    wait_for_request(&data);
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin.write_all(b"2\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    assert!(screen.contains("? Publish the release notes?"), "{screen}");
+    assert!(
+        screen.contains("[1] publish  (recommended, Enter)"),
+        "{screen}"
+    );
+    let all = json(&run_ok(rein(&data).args([
+        "approvals",
+        "list",
+        "--status",
+        "all",
+        "--json",
+    ])));
+    assert_eq!(all[0]["status"], "approved");
+    assert_eq!(all[0]["response"]["selected_option"], "hold");
+    assert_eq!(all[0]["response"]["decided_by"], "terminal-user");
+}

@@ -17,6 +17,7 @@ use crate::cli::{ResumeArgs, RunArgs, RunOutput};
 use crate::commands::{Context, parse_task_id, print_json};
 use crate::exit::{self, UsageError};
 use crate::progress::ProgressView;
+use crate::prompt::{self, Prompter};
 
 pub async fn run(data_dir: Option<PathBuf>, args: RunArgs) -> anyhow::Result<u8> {
     let spec = load_plan_file(&args.plan)?;
@@ -177,7 +178,21 @@ async fn drive(
         output,
     );
     let id: TaskId = state.id().clone();
+    // On a terminal, questions for this task are asked right here.
+    let asking =
+        (prompt::interactive() && !signals.no_wait && !output.json && !output.quiet).then(|| {
+            Prompter::start(
+                Arc::clone(engine),
+                engine.subscribe(),
+                id.clone(),
+                crate::commands::actor(None),
+                view.bar(),
+            )
+        });
     let result = engine.run(&id, signals.options(rerun, skip)).await;
+    if let Some(asking) = asking {
+        asking.finish().await;
+    }
     view.finish().await;
     let state = result?;
     if output.json {
