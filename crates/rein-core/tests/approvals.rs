@@ -10,8 +10,8 @@ use rein_core::clock::{Clock, TokioClock};
 use rein_core::store::ApprovalFilter;
 use rein_core::{EngineError, RunOptions};
 use rein_protocol::{
-    ApprovalRequest, ApprovalResponse, ApprovalStatus, CheckpointStatus, Decision, LedgerKind,
-    StepAction, TaskDecomposition, TaskState, TaskStatus, TaskStep, Trigger,
+    ApprovalRequest, ApprovalStatus, CheckpointStatus, Decision, LedgerKind, StepAction,
+    TaskDecomposition, TaskState, TaskStatus, TaskStep, Trigger,
 };
 
 mod common;
@@ -43,18 +43,6 @@ fn release(options: &[&str], timeout_ms: Option<u64>, on_expiry: Decision) -> Ta
         ..TaskStep::new(id, StepAction::Noop)
     };
     plan(vec![noop("build", &[]), ship, noop("publish", &["ship"])])
-}
-
-fn answer(request: &ApprovalRequest, decision: Decision, who: &str) -> ApprovalResponse {
-    ApprovalResponse {
-        request_id: request.id.clone(),
-        decision,
-        selected_option: None,
-        reason: Some(format!("{who} says so")),
-        decided_by: who.into(),
-        delegate_to: None,
-        decided_at: chrono::Utc::now(),
-    }
 }
 
 /// Runs the task in the background until its approval request exists; returns the run and the request.

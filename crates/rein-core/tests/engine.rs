@@ -383,15 +383,7 @@ async fn answering_rerun_or_abort_for_an_interrupted_step() {
             .pop()
             .unwrap();
         h.engine
-            .decide(rein_protocol::ApprovalResponse {
-                request_id: request.id.clone(),
-                decision: rein_protocol::Decision::Approve,
-                selected_option: Some(choice.into()),
-                reason: None,
-                decided_by: "ana".into(),
-                delegate_to: None,
-                decided_at: chrono::Utc::now(),
-            })
+            .decide(choose(&request, choice, "ana"))
             .await
             .unwrap();
         let done = h

@@ -3,8 +3,8 @@
 
 use rein_core::RunOptions;
 use rein_protocol::{
-    ApprovalResponse, CheckpointType, Decision, ErrorType, RecoveryAction, RecoveryStrategy,
-    StepAction, TaskStep, Trigger,
+    CheckpointType, Decision, ErrorType, RecoveryAction, RecoveryStrategy, StepAction, TaskStep,
+    Trigger,
 };
 
 mod common;
@@ -64,15 +64,7 @@ async fn metrics_count_tasks_checkpoints_recovery_and_people() {
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     h.engine
-        .decide(ApprovalResponse {
-            request_id: request.id,
-            decision: Decision::Approve,
-            selected_option: None,
-            reason: None,
-            decided_by: "ana".into(),
-            delegate_to: None,
-            decided_at: chrono::Utc::now(),
-        })
+        .decide(answer(&request, Decision::Approve, "ana"))
         .await
         .unwrap();
 

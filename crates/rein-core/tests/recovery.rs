@@ -12,8 +12,8 @@ use rein_core::clock::{Clock, TokioClock};
 use rein_core::recovery::Failure;
 use rein_core::{RunOptions, StepExecutor, StepOutcome, StepRequest};
 use rein_protocol::{
-    ApprovalResponse, CheckpointStatus, Decision, ErrorType, EventType, HarnessEvent,
-    RecoveryAction, RecoveryStrategy, StepAction, TaskChange, TaskState, TaskStatus, TaskStep,
+    CheckpointStatus, ErrorType, EventType, HarnessEvent, RecoveryAction, RecoveryStrategy,
+    StepAction, TaskChange, TaskState, TaskStatus, TaskStep,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -298,15 +298,7 @@ async fn a_permission_error_is_escalated_to_a_person() {
             request.title
         );
         h.engine
-            .decide(ApprovalResponse {
-                request_id: request.id.clone(),
-                decision: Decision::Approve,
-                selected_option: Some(choice.into()),
-                reason: None,
-                decided_by: "ana".into(),
-                delegate_to: None,
-                decided_at: chrono::Utc::now(),
-            })
+            .decide(choose(&request, choice, "ana"))
             .await
             .unwrap();
         let done = h

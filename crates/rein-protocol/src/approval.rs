@@ -222,3 +222,38 @@ pub struct ApprovalRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<ApprovalResponse>,
 }
+
+impl ApprovalRequest {
+    /// A new pending request raised by `trigger` (which sets its type and priority),
+    /// with no options, deadline or context: set those with struct update syntax.
+    pub fn pending(
+        task_id: TaskId,
+        checkpoint_id: CheckpointId,
+        step_id: Option<String>,
+        trigger: Trigger,
+        title: String,
+        created_at: Timestamp,
+    ) -> ApprovalRequest {
+        ApprovalRequest {
+            id: ApprovalId::new(),
+            task_id,
+            checkpoint_id,
+            step_id,
+            trigger,
+            kind: trigger.approval_type(),
+            priority: trigger.priority(),
+            title,
+            description: String::new(),
+            options: Vec::new(),
+            recommended_option: None,
+            context: ApprovalContext::default(),
+            timeout_s: None,
+            deadline: None,
+            on_expiry: Decision::Deny,
+            assigned_to: None,
+            created_at,
+            status: ApprovalStatus::Pending,
+            response: None,
+        }
+    }
+}

@@ -47,14 +47,7 @@ impl TaskRun<'_> {
         let checkpoint_id = self.rec.enter_checkpoint(checkpoint, &span)?;
         let now = self.engine.config.clock.now();
         let request = ApprovalRequest {
-            id: ApprovalId::new(),
-            task_id: self.rec.state.head.id.clone(),
-            checkpoint_id: checkpoint_id.clone(),
-            step_id: Some(step.id.clone()),
-            trigger: *trigger,
-            kind: trigger.approval_type(),
             priority: priority.unwrap_or_else(|| trigger.priority()),
-            title: title.clone(),
             description: if description.is_empty() {
                 self.rec.state.head.description.clone()
             } else {
@@ -71,14 +64,29 @@ impl TaskRun<'_> {
                 now + chrono::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX))
             }),
             on_expiry: *on_expiry,
-            assigned_to: None,
-            created_at: now,
-            status: ApprovalStatus::Pending,
-            response: None,
+            ..ApprovalRequest::pending(
+                self.rec.state.head.id.clone(),
+                checkpoint_id.clone(),
+                Some(step.id.clone()),
+                *trigger,
+                title.clone(),
+                now,
+            )
         };
+        self.await_request(i, checkpoint_id, span, request)
+    }
+
+    /// Raises `request` (stored with the next commit) and makes step `i` wait on it.
+    pub(super) fn await_request(
+        &mut self,
+        i: usize,
+        checkpoint: CheckpointId,
+        span: SpanRef,
+        request: ApprovalRequest,
+    ) -> Result<()> {
         self.rec.request_approval(request.clone(), &span)?;
         self.progress[i] = Progress::Awaiting {
-            checkpoint: checkpoint_id,
+            checkpoint,
             span,
             request: Box::new(request),
         };
@@ -90,23 +98,11 @@ impl TaskRun<'_> {
     pub(super) fn ask_interrupted(&mut self, i: usize, checkpoint: CheckpointId) -> Result<()> {
         let step = Arc::clone(&self.steps[i]);
         let span = SpanRef::child_of(&self.rec.state.head.span_id);
-        let trigger = Trigger::TaskBlocked;
         let command = match &step.action {
             StepAction::Command { run, .. } => Some(run.clone()),
             StepAction::Noop | StepAction::Approval { .. } => None,
         };
         let request = ApprovalRequest {
-            id: ApprovalId::new(),
-            task_id: self.rec.state.head.id.clone(),
-            checkpoint_id: checkpoint.clone(),
-            step_id: Some(step.id.clone()),
-            trigger,
-            kind: trigger.approval_type(),
-            priority: trigger.priority(),
-            title: format!(
-                "Step `{}` may have partly run: run it again, skip it, or abort it?",
-                step.id
-            ),
             description: format!(
                 "rein stopped while `{}` was running, and the step is not idempotent. \
                  rerun: run it again; skip: go on without it; abort: fail the step (its dependants do not run).",
@@ -116,26 +112,23 @@ impl TaskRun<'_> {
                 .iter()
                 .map(|c| (*c).to_owned())
                 .collect(),
-            recommended_option: None,
             context: ApprovalContext {
                 command,
                 ..ApprovalContext::default()
             },
-            timeout_s: None,
-            deadline: None,
-            on_expiry: Decision::Deny,
-            assigned_to: None,
-            created_at: self.engine.config.clock.now(),
-            status: ApprovalStatus::Pending,
-            response: None,
+            ..ApprovalRequest::pending(
+                self.rec.state.head.id.clone(),
+                checkpoint.clone(),
+                Some(step.id.clone()),
+                Trigger::TaskBlocked,
+                format!(
+                    "Step `{}` may have partly run: run it again, skip it, or abort it?",
+                    step.id
+                ),
+                self.engine.config.clock.now(),
+            )
         };
-        self.rec.request_approval(request.clone(), &span)?;
-        self.progress[i] = Progress::Awaiting {
-            checkpoint,
-            span,
-            request: Box::new(request),
-        };
-        Ok(())
+        self.await_request(i, checkpoint, span, request)
     }
 
     /// `--rerun STEP` / `--skip STEP` on resume: for a step that is interrupted, the
@@ -391,21 +384,7 @@ impl TaskRun<'_> {
                 } else {
                     format!("denied by {why}")
                 };
-                self.rec.record(
-                    TaskChange::CheckpointFailed {
-                        checkpoint_id: checkpoint,
-                        duration_ms,
-                        error,
-                        output: None,
-                        will_retry: false,
-                        error_type: None,
-                        retry_at: None,
-                    },
-                    &span,
-                )?;
-                self.progress[i] = Progress::Failed;
-                self.first_failure.get_or_insert(i);
-                self.fail_dependants(i)?;
+                self.fail_step(i, checkpoint, &span, duration_ms, error)?;
             }
         }
         Ok(())
@@ -499,23 +478,8 @@ impl TaskRun<'_> {
                 self.complete(i, Progress::Skipped);
             }
             _ => {
-                self.rec.record(
-                    TaskChange::CheckpointFailed {
-                        checkpoint_id: checkpoint,
-                        duration_ms,
-                        error: format!(
-                            "abandoned by {who} after rein stopped while it was running"
-                        ),
-                        output: None,
-                        will_retry: false,
-                        error_type: None,
-                        retry_at: None,
-                    },
-                    &span,
-                )?;
-                self.progress[i] = Progress::Failed;
-                self.first_failure.get_or_insert(i);
-                self.fail_dependants(i)?;
+                let error = format!("abandoned by {who} after rein stopped while it was running");
+                self.fail_step(i, checkpoint, &span, duration_ms, error)?;
             }
         }
         Ok(())

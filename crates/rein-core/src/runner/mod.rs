@@ -537,25 +537,47 @@ impl<'e> TaskRun<'e> {
                 self.recover(i, failed, &failure)?;
             }
             StepOutcome::Cancelled => {
-                let (error, output) = ("cancelled while running".to_owned(), None);
-                self.rec.record(
-                    TaskChange::CheckpointFailed {
-                        checkpoint_id: checkpoint,
-                        duration_ms,
-                        error,
-                        output,
-                        will_retry: false,
-                        error_type: None,
-                        retry_at: None,
-                    },
+                self.fail_step(
+                    i,
+                    checkpoint,
                     &span,
+                    duration_ms,
+                    "cancelled while running".to_owned(),
                 )?;
-                self.progress[i] = Progress::Failed;
-                self.first_failure.get_or_insert(i);
-                self.fail_dependants(i)?;
             }
         }
         Ok(())
+    }
+
+    /// Records an attempt's failure as the step's outcome: its dependants will not run.
+    fn fail_step(
+        &mut self,
+        i: usize,
+        checkpoint: CheckpointId,
+        span: &SpanRef,
+        duration_ms: u64,
+        error: String,
+    ) -> Result<()> {
+        self.rec.record(
+            TaskChange::CheckpointFailed {
+                checkpoint_id: checkpoint,
+                duration_ms,
+                error,
+                output: None,
+                will_retry: false,
+                error_type: None,
+                retry_at: None,
+            },
+            span,
+        )?;
+        self.mark_failed(i)
+    }
+
+    /// Marks a step failed for good and records its dependants as not run.
+    fn mark_failed(&mut self, i: usize) -> Result<()> {
+        self.progress[i] = Progress::Failed;
+        self.first_failure.get_or_insert(i);
+        self.fail_dependants(i)
     }
 
     /// Marks a step done (completed or skipped) and readies what waited only on it.

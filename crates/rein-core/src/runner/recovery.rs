@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_protocol::{
-    ApprovalContext, ApprovalId, ApprovalRequest, ApprovalStatus, Checkpoint, CheckpointId,
-    CheckpointType, Decision, ErrorType, RecoveryAction, TaskChange, Trigger,
+    ApprovalRequest, Checkpoint, CheckpointId, CheckpointType, ErrorType, RecoveryAction,
+    TaskChange, Trigger,
 };
 
 use super::approvals::INTERRUPTED_CHOICES;
@@ -144,11 +144,7 @@ impl TaskRun<'_> {
                 });
                 self.progress[i] = Progress::NotStarted;
             }
-            RecoveryAction::Abort => {
-                self.progress[i] = Progress::Failed;
-                self.first_failure.get_or_insert(i);
-                self.fail_dependants(i)?;
-            }
+            RecoveryAction::Abort => self.mark_failed(i)?,
             RecoveryAction::Escalate => self.escalate(i, error_type, &error)?,
         }
         Ok(())
@@ -180,39 +176,24 @@ impl TaskRun<'_> {
             | ErrorType::Unsupported => Trigger::TaskBlocked,
         };
         let request = ApprovalRequest {
-            id: ApprovalId::new(),
-            task_id: self.rec.state.head.id.clone(),
-            checkpoint_id: checkpoint_id.clone(),
-            step_id: Some(step.id.clone()),
-            trigger,
-            kind: trigger.approval_type(),
-            priority: trigger.priority(),
-            title: format!(
-                "Step `{}` failed ({error_type}): run it again, skip it, or abort it?",
-                step.id
-            ),
             description: error.to_owned(),
             options: INTERRUPTED_CHOICES
                 .iter()
                 .map(|c| (*c).to_owned())
                 .collect(),
-            recommended_option: None,
-            context: ApprovalContext::default(),
-            timeout_s: None,
-            deadline: None,
-            on_expiry: Decision::Deny,
-            assigned_to: None,
-            created_at: self.engine.config.clock.now(),
-            status: ApprovalStatus::Pending,
-            response: None,
+            ..ApprovalRequest::pending(
+                self.rec.state.head.id.clone(),
+                checkpoint_id.clone(),
+                Some(step.id.clone()),
+                trigger,
+                format!(
+                    "Step `{}` failed ({error_type}): run it again, skip it, or abort it?",
+                    step.id
+                ),
+                self.engine.config.clock.now(),
+            )
         };
-        self.rec.request_approval(request.clone(), &span)?;
-        self.progress[i] = Progress::Awaiting {
-            checkpoint: checkpoint_id,
-            span,
-            request: Box::new(request),
-        };
-        Ok(())
+        self.await_request(i, checkpoint_id, span, request)
     }
 
     pub(super) fn delayed_any(&self) -> bool {

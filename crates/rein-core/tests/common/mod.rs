@@ -265,3 +265,32 @@ pub async fn entered(events: &mut tokio::sync::broadcast::Receiver<HarnessEvent>
         }
     }
 }
+
+/// A person's answer to `request`, with a reason naming them.
+pub fn answer(
+    request: &ApprovalRequest,
+    decision: rein_protocol::Decision,
+    who: &str,
+) -> rein_protocol::ApprovalResponse {
+    rein_protocol::ApprovalResponse {
+        request_id: request.id.clone(),
+        decision,
+        selected_option: None,
+        reason: Some(format!("{who} says so")),
+        decided_by: who.into(),
+        delegate_to: None,
+        decided_at: chrono::Utc::now(),
+    }
+}
+
+/// Approves `request` choosing `option`, as `who`.
+pub fn choose(
+    request: &ApprovalRequest,
+    option: &str,
+    who: &str,
+) -> rein_protocol::ApprovalResponse {
+    rein_protocol::ApprovalResponse {
+        selected_option: Some(option.to_owned()),
+        ..answer(request, rein_protocol::Decision::Approve, who)
+    }
+}
