@@ -266,17 +266,7 @@ async fn decisions_that_do_not_fit_the_request_are_refused_naming_why() {
 async fn no_wait_pauses_and_a_decision_made_meanwhile_applies_on_resume() {
     let h = harness();
     let state = h.create(release(&[], None, Decision::Deny)).await;
-    let paused = h
-        .engine
-        .run(
-            state.id(),
-            RunOptions {
-                no_wait: true,
-                ..RunOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+    let paused = h.engine.run(state.id(), no_wait()).await.unwrap();
     assert_eq!(paused.status(), TaskStatus::Paused);
     let reason = paused.head.context.blocked_reason.clone().unwrap();
     assert!(reason.contains("rein approvals approve apr_"), "{reason}");

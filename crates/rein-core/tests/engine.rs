@@ -281,10 +281,6 @@ async fn an_interrupted_step_that_is_not_idempotent_asks_a_person_what_to_do() {
         step("last", "true", &["deploy"]),
     ]);
     let stopped = interrupted_at(&h, p, "deploy").await;
-    let no_wait = || RunOptions {
-        no_wait: true,
-        ..RunOptions::default()
-    };
 
     let paused = h.engine.run(stopped.id(), no_wait()).await.unwrap();
     assert_eq!(paused.status(), TaskStatus::Paused);
@@ -363,17 +359,7 @@ async fn answering_rerun_or_abort_for_an_interrupted_step() {
             step("after", "true", &["deploy"]),
         ]);
         let stopped = interrupted_at(&h, p, "deploy").await;
-        let paused = h
-            .engine
-            .run(
-                stopped.id(),
-                RunOptions {
-                    no_wait: true,
-                    ..RunOptions::default()
-                },
-            )
-            .await
-            .unwrap();
+        let paused = h.engine.run(stopped.id(), no_wait()).await.unwrap();
         assert_eq!(paused.status(), TaskStatus::Paused);
         let request = h
             .engine

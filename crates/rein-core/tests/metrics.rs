@@ -1,7 +1,6 @@
 //! The counters of spec §6 rule 21, checked against tasks whose outcomes we know.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use rein_core::RunOptions;
 use rein_protocol::{
     CheckpointType, Decision, ErrorType, RecoveryAction, RecoveryStrategy, StepAction, TaskStep,
     Trigger,
@@ -45,16 +44,7 @@ async fn metrics_count_tasks_checkpoints_recovery_and_people() {
         )
     };
     let asked = h.create(plan(vec![ask])).await;
-    h.engine
-        .run(
-            asked.id(),
-            RunOptions {
-                no_wait: true,
-                ..RunOptions::default()
-            },
-        )
-        .await
-        .unwrap();
+    h.engine.run(asked.id(), no_wait()).await.unwrap();
     let request = h
         .engine
         .approvals(&Default::default())

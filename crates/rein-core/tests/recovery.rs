@@ -272,17 +272,7 @@ async fn a_permission_error_is_escalated_to_a_person() {
     ] {
         let (h, _) = setup(vec![fails(Failure::Exit { code: 77 }), passes()]);
         let state = h.create(two_steps(noop("work", &[]))).await;
-        let paused = h
-            .engine
-            .run(
-                state.id(),
-                RunOptions {
-                    no_wait: true,
-                    ..RunOptions::default()
-                },
-            )
-            .await
-            .unwrap();
+        let paused = h.engine.run(state.id(), no_wait()).await.unwrap();
         assert_eq!(paused.status(), TaskStatus::Paused);
         let request = h
             .engine

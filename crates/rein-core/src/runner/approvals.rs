@@ -441,10 +441,7 @@ impl TaskRun<'_> {
                     },
                     &span,
                 )?;
-                self.progress[i] = Progress::NotStarted;
-                if self.waiting_on[i] == 0 {
-                    self.ready.insert(i);
-                }
+                self.run_again(i);
             }
             "rerun" => {
                 self.rec.record(
@@ -461,10 +458,7 @@ impl TaskRun<'_> {
                     },
                     &span,
                 )?;
-                self.progress[i] = Progress::NotStarted;
-                if self.waiting_on[i] == 0 {
-                    self.ready.insert(i);
-                }
+                self.run_again(i);
             }
             "skip" => {
                 self.rec.record(

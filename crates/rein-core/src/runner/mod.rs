@@ -580,6 +580,14 @@ impl<'e> TaskRun<'e> {
         self.fail_dependants(i)
     }
 
+    /// Lets a step run again: ready now if nothing it depends on is outstanding.
+    fn run_again(&mut self, i: usize) {
+        self.progress[i] = Progress::NotStarted;
+        if self.waiting_on[i] == 0 {
+            self.ready.insert(i);
+        }
+    }
+
     /// Marks a step done (completed or skipped) and readies what waited only on it.
     fn complete(&mut self, i: usize, done: Progress) {
         self.progress[i] = done;

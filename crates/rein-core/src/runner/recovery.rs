@@ -222,10 +222,7 @@ impl TaskRun<'_> {
             if let Progress::Delayed { until } = self.progress[i]
                 && until <= now
             {
-                self.progress[i] = Progress::NotStarted;
-                if self.waiting_on[i] == 0 {
-                    self.ready.insert(i);
-                }
+                self.run_again(i);
             }
         }
     }

@@ -294,3 +294,11 @@ pub fn choose(
         ..answer(request, rein_protocol::Decision::Approve, who)
     }
 }
+
+/// Run options that pause instead of waiting for a person.
+pub fn no_wait() -> RunOptions {
+    RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    }
+}
