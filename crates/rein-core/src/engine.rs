@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use rein_protocol::ids::{new_span_id, new_trace_id};
 use rein_protocol::{
-    ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus, CheckpointType, EventId,
-    HarnessEvent, RunnerInfo, Snapshot, SnapshotId, TaskChange, TaskDecomposition, TaskId,
-    TaskState, TaskStatus, TaskSummary,
+    ApprovalStatus, ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus,
+    CheckpointType, EventId, HarnessEvent, RunnerInfo, Snapshot, SnapshotId, TaskChange,
+    TaskDecomposition, TaskId, TaskState, TaskStatus, TaskSummary,
 };
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +21,7 @@ use crate::executor::StepExecutor;
 use crate::process::{current_runner, is_current, runner_alive};
 use crate::recorder::{Recorder, SpanRef};
 use crate::runner::TaskRun;
-use crate::store::{ControlKind, ControlRequest, Store, TaskFilter, TaskPage};
+use crate::store::{ApprovalFilter, ControlKind, ControlRequest, Store, TaskFilter, TaskPage};
 use crate::{fold, plan};
 
 #[derive(Debug, Clone)]
@@ -364,6 +364,25 @@ impl Engine {
             return Ok(ControlOutcome::Requested { runner });
         }
         let mut rec = Recorder::resume(state);
+        // Questions the task was waiting on need no answer any more.
+        let waiting = self
+            .store
+            .list_approvals(&ApprovalFilter {
+                status: Some(ApprovalStatus::Pending),
+                task_id: Some(id.clone()),
+                limit: Some(crate::store::MAX_APPROVALS_PAGE),
+            })
+            .await?;
+        for request in waiting {
+            let revoked = self
+                .revoke(request, &format!("the task was aborted by {by}"))
+                .await?;
+            rec.task_event(TaskChange::HumanApprovalReceived {
+                request_id: revoked.id.clone(),
+                status: revoked.status,
+                response: revoked.response.clone(),
+            })?;
+        }
         cancel_interrupted(&mut rec, by)?;
         rec.task_event(TaskChange::TaskCancelled {
             reason: reason.to_owned(),

@@ -471,3 +471,45 @@ async fn aborting_a_waiting_task_revokes_its_request() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn aborting_a_paused_task_that_waits_on_a_person_revokes_the_question() {
+    let h = harness();
+    let state = h.create(release(&[], None, Decision::Deny)).await;
+    let paused = h.engine.run(state.id(), no_wait()).await.unwrap();
+    assert_eq!(paused.status(), TaskStatus::Paused);
+    let request = h
+        .engine
+        .approvals(&ApprovalFilter::default())
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let outcome = h
+        .engine
+        .abort(state.id(), "ops", "not needed")
+        .await
+        .unwrap();
+    let rein_core::ControlOutcome::Applied(cancelled) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(cancelled.status(), TaskStatus::Cancelled);
+    assert_eq!(
+        h.engine.approval(&request.id).await.unwrap().status,
+        ApprovalStatus::Denied
+    );
+    assert_eq!(
+        h.engine.ledger().await.unwrap().last().unwrap().kind,
+        LedgerKind::Revoked
+    );
+    let err = h
+        .engine
+        .decide(answer(&request, Decision::Approve, "ana"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("already denied by system:revoked"),
+        "{err}"
+    );
+    h.stored(&cancelled).await;
+}
