@@ -36,6 +36,8 @@ pub enum Command {
     /// The governance ledger: every human decision, hash-chained.
     #[command(subcommand)]
     Ledger(LedgerCommand),
+    /// Serve the admin HTTP API (see the README for routes and auth).
+    Serve(ServeArgs),
     /// Counters over the tasks in the store: tasks, checkpoints, recovery, the human loop.
     Metrics {
         #[arg(long)]
@@ -268,4 +270,18 @@ pub struct ResumeArgs {
     pub no_wait: bool,
     #[command(flatten)]
     pub output: RunOutput,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to listen on.
+    #[arg(long, default_value = "127.0.0.1:7433", value_name = "ADDR:PORT")]
+    pub listen: String,
+    /// Operator tokens: a TOML file of `[[tokens]]` with `name`, `role`
+    /// (viewer|operator|admin) and `sha256` (the token's SHA-256, hex).
+    #[arg(long, env = "REIN_TOKENS_FILE", value_name = "FILE")]
+    pub tokens: Option<std::path::PathBuf>,
+    /// A token with the admin role (kept only as its hash).
+    #[arg(long = "token", env = "REIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }

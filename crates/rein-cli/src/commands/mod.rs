@@ -3,6 +3,7 @@
 mod approvals;
 mod plan;
 mod run;
+mod serve;
 mod tasks;
 
 use crate::output::say;
@@ -76,5 +77,6 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Approvals(cmd) => approvals::dispatch(cli.data_dir, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(cli.data_dir, cmd).await,
         Command::Metrics { json } => approvals::metrics(cli.data_dir, json).await,
+        Command::Serve(args) => serve::serve(cli.data_dir, args).await,
     }
 }

@@ -1,0 +1,112 @@
+//! `rein serve`: the admin HTTP API.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use rein_protocol::TaskStatus;
+use rein_server::auth::hash_token;
+use rein_server::{AppState, Auth, Role, TokenEntry};
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::ServeArgs;
+use crate::commands::Context;
+use crate::exit::{self, UsageError};
+use crate::output::say;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    tokens: Vec<TokenEntry>,
+}
+
+fn tokens(args: &ServeArgs) -> anyhow::Result<Vec<TokenEntry>> {
+    let mut tokens = Vec::new();
+    if let Some(path) = &args.tokens {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read tokens file {}", path.display()))?;
+        let file: TokensFile = toml::from_str(&text)
+            .map_err(|e| UsageError(format!("tokens file {}: {e}", path.display())))?;
+        for t in &file.tokens {
+            if t.sha256.len() != 64 || !t.sha256.chars().all(|c| c.is_ascii_hexdigit()) {
+                return Err(UsageError(format!(
+                    "tokens file {}: token `{}` needs `sha256` as 64 hex digits (printf %s TOKEN | sha256sum)",
+                    path.display(),
+                    t.name
+                ))
+                .into());
+            }
+        }
+        tokens.extend(file.tokens);
+    }
+    if let Some(token) = args.token.as_deref().filter(|t| !t.is_empty()) {
+        tokens.push(TokenEntry {
+            name: "admin".into(),
+            role: Role::Admin,
+            sha256: hash_token(token),
+        });
+    }
+    Ok(tokens)
+}
+
+pub async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> anyhow::Result<u8> {
+    let addr: SocketAddr = args.listen.parse().map_err(|_| {
+        UsageError(format!(
+            "--listen `{}` is not ADDR:PORT (e.g. 127.0.0.1:7433)",
+            args.listen
+        ))
+    })?;
+    let auth = Auth::new(tokens(&args)?);
+    if !auth.enabled() && !addr.ip().is_loopback() {
+        return Err(UsageError(format!(
+            "refusing to listen on {addr} with no token configured: anyone who can reach it could run commands; \
+             set REIN_TOKEN (or --tokens FILE), or listen on 127.0.0.1"
+        ))
+        .into());
+    }
+    let ctx = Context::open(data_dir, 4)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let shutdown = CancellationToken::new();
+    let state = AppState {
+        engine: Arc::clone(&ctx.engine),
+        auth: Arc::new(auth),
+        shutdown: shutdown.clone(),
+    };
+    // Take up what a stopped rein left running.
+    for task in ctx.engine.resumable().await? {
+        if matches!(task.status, TaskStatus::InProgress | TaskStatus::Pending) {
+            state.start(task.id, rein_core::RunOptions::default());
+        }
+    }
+    let local = listener.local_addr()?;
+    say!(
+        "rein serve: listening on http://{local}{}",
+        if state.auth.enabled() {
+            ""
+        } else {
+            " (no token: local use only)"
+        }
+    );
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
+        signals.cancel();
+    });
+    rein_server::serve(listener, state).await?;
+    say!("rein serve: stopped; running tasks were left resumable");
+    Ok(exit::SUCCESS)
+}

@@ -1,0 +1,135 @@
+//! `/healthz` (spec §6 rule 23): each component probed for real.
+
+use rein_core::Engine;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Healthy,
+    Degraded,
+    Unhealthy,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Component {
+    pub status: Status,
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Alert {
+    pub severity: &'static str,
+    pub message: String,
+    pub timestamp: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Components {
+    pub task_store: Component,
+    pub sandbox_manager: Component,
+    pub permission_manager: Component,
+    pub audit_logger: Component,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Health {
+    pub status: Status,
+    pub components: Components,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<rein_protocol::HarnessMetrics>,
+    pub alerts: Vec<Alert>,
+}
+
+fn ok(detail: impl Into<String>) -> Component {
+    Component {
+        status: Status::Healthy,
+        detail: detail.into(),
+    }
+}
+
+fn bad(status: Status, detail: impl Into<String>) -> Component {
+    Component {
+        status,
+        detail: detail.into(),
+    }
+}
+
+pub async fn check(engine: &Engine) -> Health {
+    let task_store = match engine.store().probe().await {
+        Ok(()) => ok("a write and a read went through"),
+        Err(e) => bad(
+            Status::Unhealthy,
+            format!("the store failed a write and read: {e}"),
+        ),
+    };
+    // Steps run as child processes: the manager is healthy if one can start.
+    let sandbox_manager = match tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg("true")
+        .status()
+        .await
+    {
+        Ok(s) if s.success() => {
+            ok("started a step process (no sandbox yet: steps run unsandboxed)")
+        }
+        Ok(s) => bad(
+            Status::Unhealthy,
+            format!("a step process failed to run: {s}"),
+        ),
+        Err(e) => bad(
+            Status::Unhealthy,
+            format!("cannot start a step process: {e}"),
+        ),
+    };
+    let permission_manager =
+        ok("approvals and the recovery policy answer; no permission rules are configured");
+    let audit_logger = match engine.verify_ledger().await {
+        Ok((n, breaks)) if breaks.is_empty() => ok(format!("ledger intact ({n} entries)")),
+        Ok((_, breaks)) => bad(
+            Status::Unhealthy,
+            format!(
+                "the ledger's hash chain is broken: {}",
+                breaks.first().map(ToString::to_string).unwrap_or_default()
+            ),
+        ),
+        Err(e) => bad(Status::Unhealthy, format!("cannot read the ledger: {e}")),
+    };
+    let metrics = engine.metrics().await.ok();
+    let components = Components {
+        task_store,
+        sandbox_manager,
+        permission_manager,
+        audit_logger,
+    };
+    let all = [
+        &components.task_store,
+        &components.sandbox_manager,
+        &components.permission_manager,
+        &components.audit_logger,
+    ];
+    let status = all
+        .iter()
+        .map(|c| c.status)
+        .max()
+        .unwrap_or(Status::Healthy);
+    let alerts = all
+        .iter()
+        .filter(|c| c.status != Status::Healthy)
+        .map(|c| Alert {
+            severity: if c.status == Status::Unhealthy {
+                "critical"
+            } else {
+                "warning"
+            },
+            message: c.detail.clone(),
+            timestamp: chrono::Utc::now(),
+        })
+        .collect();
+    Health {
+        status,
+        components,
+        metrics,
+        alerts,
+    }
+}

@@ -1,0 +1,83 @@
+//! `rein-server`: the admin HTTP API over the engine.
+//!
+//! Layout: [`router`] builds the axum router (the routes are in [`routes`]);
+//! [`auth`] checks operator tokens, sessions and CSRF; [`error`] is the one mapping
+//! from engine errors to HTTP statuses; [`health`] probes the components;
+//! [`prometheus`] renders the metrics as Prometheus text; [`serve`] runs it.
+
+pub mod auth;
+pub mod error;
+pub mod health;
+pub mod prometheus;
+pub mod routes;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use rein_core::{Engine, RunOptions};
+use rein_protocol::TaskId;
+use tokio_util::sync::CancellationToken;
+
+pub use auth::{Auth, Role, TokenEntry};
+
+/// The largest request body accepted (413 above it).
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// The port `rein serve` listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 7433;
+
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub auth: Arc<Auth>,
+    /// Fired on shutdown: task runs started by the server stop, resumable.
+    pub shutdown: CancellationToken,
+}
+
+impl AppState {
+    /// Runs a task in the background (the server owns its runners).
+    pub fn start(&self, id: TaskId, mut options: RunOptions) {
+        let engine = Arc::clone(&self.engine);
+        options.cancel = self.shutdown.child_token();
+        tokio::spawn(async move {
+            if let Err(e) = engine.run(&id, options).await {
+                tracing::warn!(task = %id, error = %e, "task run ended with an error");
+            }
+        });
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    use routes::*;
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics_text))
+        .route("/auth/session", post(open_session))
+        .route("/admin/metrics", get(metrics_json))
+        .route("/admin/tasks", get(list_tasks).post(submit_task))
+        .route("/admin/tasks/{id}", get(show_task).delete(delete_task))
+        .route("/admin/tasks/{id}/events", get(task_events))
+        .route("/admin/tasks/{id}/pause", post(pause_task))
+        .route("/admin/tasks/{id}/abort", post(abort_task))
+        .route("/admin/tasks/{id}/resume", post(resume_task))
+        .route("/admin/tasks/{id}/snapshots", post(snapshot_task))
+        .route("/admin/snapshots/{id}/restore", post(restore_snapshot))
+        .route("/admin/approvals", get(list_approvals))
+        .route("/admin/approvals/{id}", get(show_approval))
+        .route("/admin/approvals/{id}/decision", post(decide))
+        .route("/admin/ledger", get(ledger))
+        .route("/admin/ledger/verify", get(verify_ledger))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+/// Serves until `shutdown` fires, then lets running tasks stop resumable.
+pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
+    let shutdown = state.shutdown.clone();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}

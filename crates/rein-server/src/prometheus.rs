@@ -1,0 +1,171 @@
+//! The metrics of spec §6 rule 21 in the Prometheus text format: `rein_` prefix,
+//! units in the names, counters ending in `_total`.
+
+use std::fmt::Write;
+
+use rein_protocol::HarnessMetrics;
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
+    if labels.is_empty() {
+        let _ = writeln!(out, "{name} {value}");
+    } else {
+        let labels: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
+            .collect();
+        let _ = writeln!(out, "{name}{{{}}} {value}", labels.join(","));
+    }
+}
+
+pub fn render(m: &HarnessMetrics) -> String {
+    let mut out = String::new();
+    let t = &m.tasks;
+    family(
+        &mut out,
+        "rein_tasks",
+        "gauge",
+        "Tasks in the store, by status.",
+    );
+    for (status, n) in [
+        ("pending", t.pending),
+        ("in_progress", t.in_progress),
+        ("completed", t.completed),
+        ("failed", t.failed),
+        ("paused", t.paused),
+        ("cancelled", t.cancelled),
+    ] {
+        sample(&mut out, "rein_tasks", &[("status", status)], n as f64);
+    }
+    family(
+        &mut out,
+        "rein_task_duration_seconds_average",
+        "gauge",
+        "Mean time from creation to the end of finished tasks.",
+    );
+    sample(
+        &mut out,
+        "rein_task_duration_seconds_average",
+        &[],
+        t.average_duration_ms.unwrap_or(0.0) / 1000.0,
+    );
+
+    let c = &m.checkpoints;
+    family(
+        &mut out,
+        "rein_checkpoints_total",
+        "counter",
+        "Checkpoints recorded, by type.",
+    );
+    for (kind, n) in &c.by_type {
+        sample(
+            &mut out,
+            "rein_checkpoints_total",
+            &[("type", kind)],
+            *n as f64,
+        );
+    }
+    family(
+        &mut out,
+        "rein_checkpoint_outcomes_total",
+        "counter",
+        "Checkpoints that ended, by outcome.",
+    );
+    for (outcome, n) in [
+        ("passed", c.passed),
+        ("failed", c.failed),
+        ("skipped", c.skipped),
+    ] {
+        sample(
+            &mut out,
+            "rein_checkpoint_outcomes_total",
+            &[("outcome", outcome)],
+            n as f64,
+        );
+    }
+    family(
+        &mut out,
+        "rein_checkpoint_duration_seconds_average",
+        "gauge",
+        "Mean duration of checkpoints that passed or failed.",
+    );
+    sample(
+        &mut out,
+        "rein_checkpoint_duration_seconds_average",
+        &[],
+        c.average_duration_ms.unwrap_or(0.0) / 1000.0,
+    );
+
+    let r = &m.recovery;
+    family(
+        &mut out,
+        "rein_recovery_total",
+        "counter",
+        "Recovery attempts, successes and failures.",
+    );
+    for (outcome, n) in [
+        ("attempted", r.attempts),
+        ("succeeded", r.successes),
+        ("failed", r.failures),
+    ] {
+        sample(
+            &mut out,
+            "rein_recovery_total",
+            &[("outcome", outcome)],
+            n as f64,
+        );
+    }
+    family(
+        &mut out,
+        "rein_recovery_by_error_type_total",
+        "counter",
+        "Recovery attempts and give-ups, by error type.",
+    );
+    for (kind, n) in &r.by_error_type {
+        sample(
+            &mut out,
+            "rein_recovery_by_error_type_total",
+            &[("error_type", kind)],
+            *n as f64,
+        );
+    }
+
+    let h = &m.human_loop;
+    family(
+        &mut out,
+        "rein_approval_requests",
+        "gauge",
+        "Approval requests, by status.",
+    );
+    for (status, n) in [
+        ("pending", h.pending),
+        ("approved", h.approvals),
+        ("denied", h.denials),
+        ("skipped", h.skips),
+        ("expired", h.expirations),
+    ] {
+        sample(
+            &mut out,
+            "rein_approval_requests",
+            &[("status", status)],
+            n as f64,
+        );
+    }
+    family(
+        &mut out,
+        "rein_approval_response_seconds_average",
+        "gauge",
+        "Mean time from a request to a person's decision.",
+    );
+    sample(
+        &mut out,
+        "rein_approval_response_seconds_average",
+        &[],
+        h.average_response_ms.unwrap_or(0.0) / 1000.0,
+    );
+    out
+}

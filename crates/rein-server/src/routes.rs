@@ -1,0 +1,485 @@
+//! The routes: tasks, snapshots, approvals, the ledger, metrics. Every handler
+//! checks the caller's role first: reads need viewer, changes need operator.
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use rein_core::store::{ApprovalFilter, TaskFilter};
+use rein_core::{CreateTask, RunOptions};
+use rein_protocol::{
+    ApprovalId, ApprovalResponse, ApprovalStatus, Decision, SnapshotId, TaskDecomposition, TaskId,
+    TaskStatus,
+};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::AppState;
+use crate::auth::{Principal, Role, SESSION_COOKIE, require};
+use crate::error::{ApiError, ApiResult};
+
+/// The caller, authenticated (and CSRF-checked for cookie mutations).
+#[derive(Debug)]
+pub struct Caller(pub Principal);
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        state
+            .auth
+            .principal(&parts.method, &parts.headers)
+            .map(Caller)
+    }
+}
+
+/// A JSON body whose rejections are API errors naming what is wrong (400, or 413
+/// for a body over the limit).
+#[derive(Debug)]
+pub struct Body<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(value)) => Ok(Body(value)),
+            Err(rejection) => Err(json_rejection(rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection) -> ApiError {
+    match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            rejection.body_text(),
+        ),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "send the body as JSON with `Content-Type: application/json`",
+        ),
+        // Malformed JSON and JSON of the wrong shape (axum says 422) are both 400.
+        _ => ApiError::bad_request(rejection.body_text()),
+    }
+}
+
+fn task_id(id: &str) -> ApiResult<TaskId> {
+    TaskId::parse(id).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+fn parse_time(name: &str, value: &Option<String>) -> ApiResult<Option<rein_protocol::Timestamp>> {
+    value
+        .as_deref()
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.to_utc())
+                .map_err(|e| {
+                    ApiError::bad_request(format!("{name}: `{v}` is not an RFC 3339 time ({e})"))
+                })
+        })
+        .transpose()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskQuery {
+    session_id: Option<String>,
+    status: Option<String>,
+    created_from: Option<String>,
+    created_to: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+pub async fn list_tasks(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    query: Result<Query<TaskQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let status = match &q.status {
+        Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
+            let allowed: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::bad_request(format!("status `{s}` is not one of {}", allowed.join(", ")))
+        })?),
+        None => None,
+    };
+    if q.limit.is_some_and(|l| l == 0 || l > 500) {
+        return Err(ApiError::bad_request("limit must be between 1 and 500"));
+    }
+    let filter = TaskFilter {
+        session_id: q.session_id,
+        status,
+        created_from: parse_time("created_from", &q.created_from)?,
+        created_to: parse_time("created_to", &q.created_to)?,
+        limit: q.limit,
+        cursor: q.cursor,
+    };
+    let page = state.engine.list(&filter).await?;
+    Ok(Json(
+        json!({ "items": page.items, "next_cursor": page.next_cursor }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitTask {
+    plan: TaskDecomposition,
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+/// A plan as JSON (`{plan, session_id?}`) or as the TOML of a plan file.
+pub async fn submit_task(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    req: Request,
+) -> ApiResult<Response> {
+    require(&caller, Role::Operator)?;
+    let toml = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/toml") || v.starts_with("text/plain"));
+    let (plan, session_id) = if toml {
+        let bytes = axum::body::to_bytes(req.into_body(), crate::BODY_LIMIT)
+            .await
+            .map_err(|e| {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string())
+            })?;
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| ApiError::bad_request("the plan is not UTF-8"))?;
+        let spec = rein_core::plan::parse_plan(text, std::path::Path::new("."))
+            .map_err(|(message, _)| ApiError::bad_request(message))?;
+        (spec.plan, spec.session)
+    } else {
+        let Body(submit) = Body::<SubmitTask>::from_request(req, &()).await?;
+        (submit.plan, submit.session_id)
+    };
+    // Over the API a task gets a fresh workspace: a caller cannot point steps at a directory.
+    let created = state
+        .engine
+        .create(CreateTask {
+            plan,
+            session_id,
+            workspace: None,
+        })
+        .await?;
+    state.start(created.id().clone(), RunOptions::default());
+    Ok((StatusCode::CREATED, Json(json!({ "task": created }))).into_response())
+}
+
+pub async fn show_task(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let task = state.engine.get(&task_id(&id)?).await?;
+    Ok(Json(json!({ "task": task })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+pub async fn task_events(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let id = task_id(&id)?;
+    state.engine.summary(&id).await?;
+    let events = state
+        .engine
+        .events(
+            &id,
+            q.after.unwrap_or(0),
+            q.limit.unwrap_or(1000).clamp(1, 10_000),
+        )
+        .await?;
+    Ok(Json(json!({ "items": events })))
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Reason {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+pub async fn pause_task(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Body(body): Body<Reason>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Operator)?;
+    let reason = body
+        .reason
+        .unwrap_or_else(|| "requested over the API".into());
+    let outcome = state
+        .engine
+        .pause(&task_id(&id)?, &caller.name, &reason)
+        .await?;
+    Ok(Json(json!({ "outcome": outcome_text(&outcome) })))
+}
+
+pub async fn abort_task(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Body(body): Body<Reason>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Operator)?;
+    let reason = body
+        .reason
+        .unwrap_or_else(|| "requested over the API".into());
+    let outcome = state
+        .engine
+        .abort(&task_id(&id)?, &caller.name, &reason)
+        .await?;
+    Ok(Json(json!({ "outcome": outcome_text(&outcome) })))
+}
+
+fn outcome_text(outcome: &rein_core::ControlOutcome) -> &'static str {
+    match outcome {
+        rein_core::ControlOutcome::Applied(_) => "applied",
+        rein_core::ControlOutcome::Requested { .. } => "requested",
+        rein_core::ControlOutcome::AlreadyThere(_) => "already",
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Resume {
+    #[serde(default)]
+    rerun: Vec<String>,
+    #[serde(default)]
+    skip: Vec<String>,
+}
+
+pub async fn resume_task(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Body(body): Body<Resume>,
+) -> ApiResult<Response> {
+    require(&caller, Role::Operator)?;
+    let id = task_id(&id)?;
+    let task = state.engine.summary(&id).await?;
+    if task.status.is_terminal() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("task {id} is {}: there is nothing left to run", task.status),
+        ));
+    }
+    let options = RunOptions {
+        rerun: body.rerun,
+        skip: body.skip,
+        decided_by: caller.name,
+        ..RunOptions::default()
+    };
+    state.start(id.clone(), options);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({ "task_id": id, "resuming": true })),
+    )
+        .into_response())
+}
+
+pub async fn snapshot_task(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    require(&caller, Role::Operator)?;
+    let s = state.engine.snapshot(&task_id(&id)?).await?;
+    let body = json!({ "snapshot": { "id": s.id, "task_id": s.task_id, "seq": s.seq, "created_at": s.created_at } });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+pub async fn restore_snapshot(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    require(&caller, Role::Operator)?;
+    let id = SnapshotId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let task = state.engine.restore(&id).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "task": task }))).into_response())
+}
+
+pub async fn delete_task(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    require(&caller, Role::Operator)?;
+    state.engine.delete(&task_id(&id)?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalQuery {
+    status: Option<String>,
+    task_id: Option<String>,
+    limit: Option<usize>,
+}
+
+pub async fn list_approvals(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    query: Result<Query<ApprovalQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let status = match q.status.as_deref() {
+        None | Some("all") => None,
+        Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
+            ApiError::bad_request(format!("status `{s}` is not an approval status"))
+        })?),
+    };
+    let filter = ApprovalFilter {
+        status,
+        task_id: q.task_id.as_deref().map(task_id).transpose()?,
+        limit: q.limit,
+    };
+    let items = state.engine.approvals(&filter).await?;
+    Ok(Json(json!({ "items": items })))
+}
+
+fn approval_id(id: &str) -> ApiResult<ApprovalId> {
+    ApprovalId::parse(id).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+pub async fn show_approval(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let approval = state.engine.approval(&approval_id(&id)?).await?;
+    Ok(Json(json!({ "approval": approval })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    decision: Decision,
+    #[serde(default)]
+    selected_option: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    delegate_to: Option<String>,
+}
+
+pub async fn decide(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Body(body): Body<DecisionBody>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Operator)?;
+    let response = ApprovalResponse {
+        request_id: approval_id(&id)?,
+        decision: body.decision,
+        selected_option: body.selected_option,
+        reason: body.reason,
+        decided_by: caller.name,
+        delegate_to: body.delegate_to,
+        decided_at: chrono::Utc::now(),
+    };
+    let approval = state.engine.decide(response).await?;
+    Ok(Json(json!({ "approval": approval })))
+}
+
+pub async fn ledger(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    Ok(Json(json!({ "items": state.engine.ledger().await? })))
+}
+
+pub async fn verify_ledger(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let (entries, breaks) = state.engine.verify_ledger().await?;
+    let problems: Vec<String> = breaks.iter().map(ToString::to_string).collect();
+    Ok(Json(
+        json!({ "entries": entries, "intact": problems.is_empty(), "problems": problems }),
+    ))
+}
+
+pub async fn metrics_json(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> ApiResult<Json<rein_protocol::HarnessMetrics>> {
+    require(&caller, Role::Viewer)?;
+    Ok(Json(state.engine.metrics().await?))
+}
+
+pub async fn metrics_text(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> ApiResult<Response> {
+    require(&caller, Role::Viewer)?;
+    let text = crate::prometheus::render(&state.engine.metrics().await?);
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response())
+}
+
+pub async fn healthz(State(state): State<AppState>) -> Response {
+    let health = crate::health::check(&state.engine).await;
+    let status = match health.status {
+        crate::health::Status::Healthy | crate::health::Status::Degraded => StatusCode::OK,
+        crate::health::Status::Unhealthy => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (status, Json(health)).into_response()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionBody {
+    token: String,
+}
+
+pub async fn open_session(
+    State(state): State<AppState>,
+    Body(body): Body<SessionBody>,
+) -> ApiResult<Response> {
+    let (id, csrf) = state.auth.open_session(&body.token)?;
+    let cookie = format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/");
+    Ok((
+        [(header::SET_COOKIE, cookie)],
+        Json(json!({ "csrf_token": csrf })),
+    )
+        .into_response())
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("no such route; the API lives under /admin/ (see the README)")
+}

@@ -1,0 +1,682 @@
+//! The admin API in process (`tower::ServiceExt::oneshot`) over a real SQLite store:
+//! every route's success, validation errors and 404s, and the auth matrix.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use rein_core::{CommandExecutor, Engine, EngineConfig};
+use rein_server::auth::hash_token;
+use rein_server::{AppState, Auth, Role, TokenEntry, router};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+struct Api {
+    _dir: tempfile::TempDir,
+    state: AppState,
+}
+
+const VIEWER: &str = "viewer-token";
+const OPERATOR: &str = "operator-token";
+
+fn api() -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
+    let mut config = EngineConfig::new(dir.path().join("ws"));
+    config.control_poll = Duration::from_millis(20);
+    let engine = Arc::new(Engine::new(store, Arc::new(CommandExecutor), config));
+    let auth = Auth::new(vec![
+        TokenEntry {
+            name: "vera".into(),
+            role: Role::Viewer,
+            sha256: hash_token(VIEWER),
+        },
+        TokenEntry {
+            name: "otto".into(),
+            role: Role::Operator,
+            sha256: hash_token(OPERATOR),
+        },
+    ]);
+    Api {
+        _dir: dir,
+        state: AppState {
+            engine,
+            auth: Arc::new(auth),
+            shutdown: CancellationToken::new(),
+        },
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: axum::http::HeaderMap,
+    body: Value,
+    text: String,
+}
+
+impl Api {
+    async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some(b) => req
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(b.to_string())),
+            None => req.body(Body::empty()),
+        }
+        .unwrap();
+        self.send(req).await
+    }
+
+    async fn send(&self, req: Request<Body>) -> Reply {
+        let res = router(self.state.clone()).oneshot(req).await.unwrap();
+        let status = res.status();
+        let headers = res.headers().clone();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            body,
+            text,
+        }
+    }
+
+    async fn submit(&self, plan: Value) -> Reply {
+        self.call(
+            Method::POST,
+            "/admin/tasks",
+            Some(OPERATOR),
+            Some(json!({ "plan": plan })),
+        )
+        .await
+    }
+
+    /// Waits until the task reaches a status that is not in progress.
+    async fn settled(&self, id: &str) -> Value {
+        for _ in 0..500 {
+            let r = self
+                .call(
+                    Method::GET,
+                    &format!("/admin/tasks/{id}"),
+                    Some(VIEWER),
+                    None,
+                )
+                .await;
+            let status = r.body["task"]["status"].as_str().unwrap().to_owned();
+            if status != "in_progress" && status != "pending" {
+                return r.body["task"].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("task {id} never settled");
+    }
+}
+
+fn plan(steps: Value) -> Value {
+    json!({ "original_task": "api test", "steps": steps })
+}
+
+fn command(id: &str, run: &str) -> Value {
+    json!({ "id": id, "checkpoint": "task_exec", "action": { "kind": "command", "run": run } })
+}
+
+fn approval(id: &str) -> Value {
+    json!({ "id": id, "checkpoint": "user_approval", "action": {
+        "kind": "approval", "title": "Ship?", "options": ["ship", "hold"], "recommended": "ship",
+        "on_expiry": "deny", "trigger": "multiple_options" } })
+}
+
+#[tokio::test]
+async fn healthz_needs_no_auth_and_probes_every_component() {
+    let api = api();
+    let r = api.call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["status"], "healthy");
+    for c in [
+        "task_store",
+        "sandbox_manager",
+        "permission_manager",
+        "audit_logger",
+    ] {
+        assert_eq!(
+            r.body["components"][c]["status"], "healthy",
+            "{c}: {}",
+            r.text
+        );
+    }
+    assert!(r.body["metrics"]["tasks"].is_object());
+}
+
+#[tokio::test]
+async fn the_auth_matrix() {
+    let api = api();
+    let body = json!({ "plan": plan(json!([command("a", "true")])) });
+    // Anonymous: 401, on reads and on mutations.
+    assert_eq!(
+        api.call(Method::GET, "/admin/tasks", None, None)
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        api.call(Method::POST, "/admin/tasks", None, Some(body.clone()))
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        api.call(Method::GET, "/metrics", None, None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        api.call(Method::GET, "/admin/tasks", Some("wrong"), None)
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
+    // A viewer reads but does not change.
+    assert_eq!(
+        api.call(Method::GET, "/admin/tasks", Some(VIEWER), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let r = api
+        .call(
+            Method::POST,
+            "/admin/tasks",
+            Some(VIEWER),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.body["error"]["code"], "forbidden");
+    // An operator with a bearer token changes, no CSRF needed.
+    assert_eq!(
+        api.call(
+            Method::POST,
+            "/admin/tasks",
+            Some(OPERATOR),
+            Some(body.clone())
+        )
+        .await
+        .status,
+        StatusCode::CREATED
+    );
+
+    // A browser session: a cookie, and a CSRF token for changes.
+    let login = Request::post("/auth/session")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "token": OPERATOR }).to_string()))
+        .unwrap();
+    let r = api.send(login).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let cookie = r.headers[header::SET_COOKIE].to_str().unwrap().to_owned();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let csrf = r.body["csrf_token"].as_str().unwrap().to_owned();
+    let with_cookie = |csrf: Option<&str>| {
+        let mut req = Request::post("/admin/tasks")
+            .header(header::COOKIE, &session)
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(c) = csrf {
+            req = req.header("x-csrf-token", c);
+        }
+        req.body(Body::from(body.to_string())).unwrap()
+    };
+    let r = api.send(with_cookie(None)).await;
+    assert_eq!(
+        r.status,
+        StatusCode::FORBIDDEN,
+        "a cookie change without CSRF is refused"
+    );
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-CSRF-Token")
+    );
+    assert_eq!(
+        api.send(with_cookie(Some("forged"))).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        api.send(with_cookie(Some(&csrf))).await.status,
+        StatusCode::CREATED
+    );
+    let read = Request::get("/admin/tasks")
+        .header(header::COOKIE, &session)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(
+        api.send(read).await.status,
+        StatusCode::OK,
+        "reads need no CSRF"
+    );
+    let bad_login = Request::post("/auth/session")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "token": "nope" }).to_string()))
+        .unwrap();
+    assert_eq!(api.send(bad_login).await.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn bad_bodies_are_400_or_413_naming_the_problem() {
+    let api = api();
+    let raw = |body: &str, content_type: &str| {
+        Request::post("/admin/tasks")
+            .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    };
+    let r = api.send(raw("{not json", "application/json")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body["error"]["code"], "bad_request");
+    let r = api
+        .send(raw(
+            r#"{"plan": {"original_task": 5, "steps": []}}"#,
+            "application/json",
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("original_task"),
+        "{}",
+        r.text
+    );
+    let r = api
+        .send(raw(
+            r#"{"plan": {"original_task": "x", "steps": []}, "colour": "red"}"#,
+            "application/json",
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("colour"),
+        "{}",
+        r.text
+    );
+    let r = api.submit(plan(json!([]))).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no steps"),
+        "{}",
+        r.text
+    );
+    let r = api.submit(plan(json!([{ "id": "a", "checkpoint": "task_exec", "action": { "kind": "command", "run": "true" }, "depends_on": ["ghost"] }]))).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`ghost`"),
+        "{}",
+        r.text
+    );
+    let huge = format!(
+        r#"{{"plan": {{"original_task": "{}", "steps": []}}}}"#,
+        "x".repeat(2 * 1024 * 1024)
+    );
+    let r = api.send(raw(&huge, "application/json")).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(r.body["error"]["code"], "too_large");
+    let r = api
+        .send(raw(
+            "description = 'x'\n[[steps]]\nid = 'a'\n",
+            "application/toml",
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("needs `run`"),
+        "{}",
+        r.text
+    );
+    let r = api
+        .call(
+            Method::GET,
+            "/admin/tasks?status=sleeping",
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = api
+        .call(Method::GET, "/admin/tasks?limit=9000", Some(VIEWER), None)
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let r = api
+        .call(
+            Method::GET,
+            "/admin/tasks?created_from=yesterday",
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn tasks_run_and_are_read_over_the_api() {
+    let api = api();
+    let r = api
+        .submit(plan(json!([command("a", "echo hi"), command("b", "true")])))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    let task = api.settled(&id).await;
+    assert_eq!(task["status"], "completed");
+    let list = api
+        .call(
+            Method::GET,
+            "/admin/tasks?status=completed&limit=10",
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(list.body["items"][0]["id"], id.as_str());
+    let events = api
+        .call(
+            Method::GET,
+            &format!("/admin/tasks/{id}/events?after=0"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(events.body["items"][0]["type"], "task_created");
+    // A plan file's TOML works as well.
+    let toml = Request::post("/admin/tasks")
+        .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+        .header(header::CONTENT_TYPE, "application/toml")
+        .body(Body::from(
+            "description = 'from toml'\n[[steps]]\nid = 'x'\nrun = 'true'\n",
+        ))
+        .unwrap();
+    let r = api.send(toml).await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    assert_eq!(r.body["task"]["description"], "from toml");
+    // Snapshots and restore; delete.
+    let snap = api
+        .call(
+            Method::POST,
+            &format!("/admin/tasks/{id}/snapshots"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(snap.status, StatusCode::CREATED);
+    let snap_id = snap.body["snapshot"]["id"].as_str().unwrap().to_owned();
+    let restored = api
+        .call(
+            Method::POST,
+            &format!("/admin/snapshots/{snap_id}/restore"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(restored.status, StatusCode::CREATED);
+    assert_ne!(restored.body["task"]["id"], id.as_str());
+    assert_eq!(
+        api.call(
+            Method::DELETE,
+            &format!("/admin/tasks/{id}"),
+            Some(OPERATOR),
+            None
+        )
+        .await
+        .status,
+        StatusCode::NO_CONTENT
+    );
+    // 404s and bad ids.
+    let gone = api
+        .call(
+            Method::GET,
+            &format!("/admin/tasks/{id}"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    assert_eq!(gone.body["error"]["code"], "not_found");
+    assert_eq!(
+        api.call(Method::GET, "/admin/tasks/not-an-id", Some(VIEWER), None)
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        api.call(Method::GET, "/admin/nowhere", Some(VIEWER), None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let resume = api
+        .call(
+            Method::POST,
+            &format!(
+                "/admin/tasks/{}/resume",
+                restored.body["task"]["id"].as_str().unwrap()
+            ),
+            Some(OPERATOR),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(
+        resume.status,
+        StatusCode::CONFLICT,
+        "a completed task has nothing to resume: {}",
+        resume.text
+    );
+}
+
+#[tokio::test]
+async fn pause_and_abort_over_the_api() {
+    let api = api();
+    let r = api.submit(plan(json!([command("slow", "sleep 30")]))).await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    for _ in 0..200 {
+        let t = api
+            .call(
+                Method::GET,
+                &format!("/admin/tasks/{id}"),
+                Some(VIEWER),
+                None,
+            )
+            .await;
+        if t.body["task"]["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["step_id"] == "slow")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = api
+        .call(
+            Method::POST,
+            &format!("/admin/tasks/{id}/abort"),
+            Some(OPERATOR),
+            Some(json!({ "reason": "enough" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let task = api.settled(&id).await;
+    assert_eq!(task["status"], "cancelled");
+    assert!(
+        task["error"].as_str().unwrap().contains("otto"),
+        "who aborted is recorded: {task}"
+    );
+    let again = api
+        .call(
+            Method::POST,
+            &format!("/admin/tasks/{id}/pause"),
+            Some(OPERATOR),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn approvals_are_decided_over_the_api_first_answer_wins() {
+    let api = api();
+    let r = api.submit(plan(json!([approval("ask"), { "id": "after", "checkpoint": "task_exec", "action": { "kind": "noop" }, "depends_on": ["ask"] }]))).await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    let mut request = Value::Null;
+    for _ in 0..200 {
+        let list = api
+            .call(
+                Method::GET,
+                &format!("/admin/approvals?task_id={id}"),
+                Some(VIEWER),
+                None,
+            )
+            .await;
+        if let Some(first) = list.body["items"].as_array().and_then(|a| a.first()) {
+            request = first.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let apr = request["id"]
+        .as_str()
+        .expect("a request appeared")
+        .to_owned();
+    let shown = api
+        .call(
+            Method::GET,
+            &format!("/admin/approvals/{apr}"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(shown.body["approval"]["status"], "pending");
+    let bad = api
+        .call(
+            Method::POST,
+            &format!("/admin/approvals/{apr}/decision"),
+            Some(OPERATOR),
+            Some(json!({ "decision": "maybe" })),
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let viewer = api
+        .call(
+            Method::POST,
+            &format!("/admin/approvals/{apr}/decision"),
+            Some(VIEWER),
+            Some(json!({ "decision": "approve" })),
+        )
+        .await;
+    assert_eq!(viewer.status, StatusCode::FORBIDDEN);
+    let ok = api
+        .call(
+            Method::POST,
+            &format!("/admin/approvals/{apr}/decision"),
+            Some(OPERATOR),
+            Some(json!({ "decision": "approve", "selected_option": "hold", "reason": "QA first" })),
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    assert_eq!(ok.body["approval"]["response"]["decided_by"], "otto");
+    let late = api
+        .call(
+            Method::POST,
+            &format!("/admin/approvals/{apr}/decision"),
+            Some(OPERATOR),
+            Some(json!({ "decision": "deny" })),
+        )
+        .await;
+    assert_eq!(late.status, StatusCode::CONFLICT);
+    assert!(
+        late.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already approved by otto"),
+        "{}",
+        late.text
+    );
+    assert_eq!(api.settled(&id).await["status"], "completed");
+    let ledger = api
+        .call(Method::GET, "/admin/ledger", Some(VIEWER), None)
+        .await;
+    assert_eq!(ledger.body["items"][0]["who"], "otto");
+    let verify = api
+        .call(Method::GET, "/admin/ledger/verify", Some(VIEWER), None)
+        .await;
+    assert_eq!(verify.body["intact"], true);
+    let unknown = api
+        .call(
+            Method::GET,
+            "/admin/approvals/apr_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn metrics_as_json_and_as_prometheus_text() {
+    let api = api();
+    let r = api.submit(plan(json!([command("a", "true")]))).await;
+    api.settled(r.body["task"]["id"].as_str().unwrap()).await;
+    let json = api
+        .call(Method::GET, "/admin/metrics", Some(VIEWER), None)
+        .await;
+    assert_eq!(json.body["tasks"]["completed"], 1);
+    let text = api.call(Method::GET, "/metrics", Some(VIEWER), None).await;
+    assert_eq!(text.status, StatusCode::OK);
+    assert!(
+        text.headers[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4")
+    );
+    for line in [
+        "# TYPE rein_tasks gauge",
+        "rein_tasks{status=\"completed\"} 1",
+        "rein_checkpoints_total{type=\"task_exec\"} 1",
+        "rein_checkpoint_outcomes_total{outcome=\"passed\"}",
+        "# TYPE rein_recovery_total counter",
+        "rein_approval_requests{status=\"pending\"} 0",
+    ] {
+        assert!(
+            text.text.contains(line),
+            "missing {line:?} in\n{}",
+            text.text
+        );
+    }
+}
