@@ -107,6 +107,9 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<HarnessEvent>> {
         self.inner.events(id, after, limit).await
     }
+    async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
+        self.inner.all_events(after, limit).await
+    }
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
         self.inner.delete(id, expected_seq).await
     }

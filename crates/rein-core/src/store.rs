@@ -139,6 +139,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         after_seq: u64,
         limit: usize,
     ) -> StoreResult<Vec<HarnessEvent>>;
+    /// Events of every task with a global position `> after`, in the order they
+    /// were committed, at most `limit`: (position, event).
+    async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>>;
     /// Removes a task's log, state row, plan, snapshots and control requests together,
     /// if its log is still at `expected_seq`.
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()>;

@@ -3,10 +3,12 @@
 //! Layout: [`router`] builds the axum router (the routes are in [`routes`]);
 //! [`auth`] checks operator tokens, sessions and CSRF; [`error`] is the one mapping
 //! from engine errors to HTTP statuses; [`health`] probes the components;
-//! [`prometheus`] renders the metrics as Prometheus text; [`serve`] runs it.
+//! [`prometheus`] renders the metrics as Prometheus text; [`events`] streams events
+//! over SSE; [`serve`] runs it.
 
 pub mod auth;
 pub mod error;
+pub mod events;
 pub mod health;
 pub mod prometheus;
 pub mod routes;
@@ -59,6 +61,8 @@ pub fn router(state: AppState) -> Router {
         .route("/admin/tasks", get(list_tasks).post(submit_task))
         .route("/admin/tasks/{id}", get(show_task).delete(delete_task))
         .route("/admin/tasks/{id}/events", get(task_events))
+        .route("/admin/tasks/{id}/events/stream", get(events::task_stream))
+        .route("/admin/events/stream", get(events::all_stream))
         .route("/admin/tasks/{id}/pause", post(pause_task))
         .route("/admin/tasks/{id}/abort", post(abort_task))
         .route("/admin/tasks/{id}/resume", post(resume_task))

@@ -680,3 +680,109 @@ async fn metrics_as_json_and_as_prometheus_text() {
         );
     }
 }
+
+/// The SSE frames of a response body until `stop` says so (or the stream ends).
+async fn frames(
+    res: axum::response::Response,
+    stop: impl Fn(&[(u64, String)]) -> bool,
+) -> Vec<(u64, String)> {
+    let mut body = res.into_body();
+    let mut text = String::new();
+    let mut seen = Vec::new();
+    loop {
+        let next = tokio::time::timeout(Duration::from_secs(20), body.frame())
+            .await
+            .expect("a frame in time");
+        let Some(frame) = next else { break };
+        if let Ok(data) = frame.unwrap().into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+        while let Some(end) = text.find("\n\n") {
+            let block: String = text.drain(..end + 2).collect();
+            let id = block
+                .lines()
+                .find_map(|l| l.strip_prefix("id: "))
+                .and_then(|v| v.parse().ok());
+            let kind = block
+                .lines()
+                .find_map(|l| l.strip_prefix("event: "))
+                .map(str::to_owned);
+            if let (Some(id), Some(kind)) = (id, kind) {
+                seen.push((id, kind));
+            }
+        }
+        if stop(&seen) {
+            break;
+        }
+    }
+    seen
+}
+
+#[tokio::test]
+async fn events_stream_live_over_sse_and_resume_from_last_event_id() {
+    let api = api();
+    let r = api
+        .submit(plan(json!([
+            command("a", "sleep 0.2"),
+            command("b", "true")
+        ])))
+        .await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    let stream = |last: Option<&str>| {
+        let mut req = Request::get(format!("/admin/tasks/{id}/events/stream"))
+            .header(header::AUTHORIZATION, format!("Bearer {VIEWER}"));
+        if let Some(l) = last {
+            req = req.header("last-event-id", l);
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    // Opened while the task runs: every event, live, in order, until it completes.
+    let res = router(api.state.clone())
+        .oneshot(stream(None))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert!(
+        res.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let live = frames(res, |_| false).await;
+    let ids: Vec<u64> = live.iter().map(|(i, _)| *i).collect();
+    assert_eq!(
+        ids,
+        (1..=ids.len() as u64).collect::<Vec<_>>(),
+        "no gaps, no repeats"
+    );
+    assert_eq!(live.first().unwrap().1, "task_created");
+    assert_eq!(
+        live.last().unwrap().1,
+        "task_completed",
+        "the stream ends when the task has"
+    );
+    // Resuming after event 3 gives 4 onwards.
+    let res = router(api.state.clone())
+        .oneshot(stream(Some("3")))
+        .await
+        .unwrap();
+    let rest = frames(res, |_| false).await;
+    assert_eq!(rest.first().unwrap().0, 4);
+    assert_eq!(rest.len(), live.len() - 3);
+    let res = router(api.state.clone())
+        .oneshot(stream(Some("soon")))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+
+    // Every task's events, by global position.
+    let all = Request::get("/admin/events/stream")
+        .header(header::AUTHORIZATION, format!("Bearer {VIEWER}"))
+        .body(Body::empty())
+        .unwrap();
+    let res = router(api.state.clone()).oneshot(all).await.unwrap();
+    let everything = frames(res, |seen| seen.len() >= live.len()).await;
+    let positions: Vec<u64> = everything.iter().map(|(i, _)| *i).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    assert_eq!(everything.last().unwrap().1, "task_completed");
+}

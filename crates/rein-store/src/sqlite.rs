@@ -407,6 +407,29 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT gseq, body FROM events WHERE gseq > ?1 ORDER BY gseq LIMIT ?2",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![seq(after), limit], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
+                .map_err(backend)?;
+            rows.map(|row| {
+                let (gseq, body) = row.map_err(backend)?;
+                let event = serde_json::from_str(&body).map_err(|e| corrupt("event", e))?;
+                Ok((u64::try_from(gseq).unwrap_or(0), event))
+            })
+            .collect()
+        })
+        .await
+    }
+
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
         let task_id = id.clone();
         let expected = seq(expected_seq);

@@ -69,6 +69,9 @@ impl Store for HeldClockStore {
     ) -> StoreResult<Vec<HarnessEvent>> {
         self.0.events(id, after, limit).await
     }
+    async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
+        self.0.all_events(after, limit).await
+    }
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
         let id = id.clone();
         self.hold(move |s| Box::pin(async move { s.delete(&id, expected_seq).await }))

@@ -1,0 +1,154 @@
+//! Live events over Server-Sent Events: one task's (`id` = its log sequence) or
+//! every task's (`id` = the store's global position). A client resumes with
+//! `Last-Event-ID` (or `?after=`) and gets every event after it, none twice, none
+//! missed: the store's log is the source, read again whenever the engine publishes
+//! an event, and on a short poll for events written by other processes.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::IntoResponse;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use rein_protocol::{HarnessEvent, TaskId};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+use crate::AppState;
+use crate::auth::{Role, require};
+use crate::error::{ApiError, ApiResult};
+use crate::routes::Caller;
+
+/// How often a stream looks for events written by other processes.
+const POLL: Duration = Duration::from_millis(250);
+const BATCH: usize = 500;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct After {
+    after: Option<u64>,
+}
+
+/// Where the client is: `Last-Event-ID`, else `?after=`, else the start.
+fn position(headers: &HeaderMap, query: &After) -> ApiResult<u64> {
+    match headers.get("last-event-id") {
+        Some(v) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| {
+                ApiError::bad_request("Last-Event-ID must be the id of an event (a number)")
+            }),
+        None => Ok(query.after.unwrap_or(0)),
+    }
+}
+
+fn frame(id: u64, event: &HarnessEvent) -> Event {
+    Event::default()
+        .id(id.to_string())
+        .event(event.event_type().as_str())
+        .json_data(event)
+        .unwrap_or_else(|_| Event::default().comment("unencodable event"))
+}
+
+type Frames = axum::response::Response;
+
+/// One task's events; the stream ends once the task has finished and all its
+/// events were sent.
+pub async fn task_stream(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<After>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Frames> {
+    require(&caller, Role::Viewer)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let id = TaskId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    state.engine.summary(&id).await?;
+    let mut after = position(&headers, &query)?;
+    let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
+    tokio::spawn(async move {
+        let mut published = state.engine.subscribe();
+        loop {
+            let events = match state.engine.events(&id, after, BATCH).await {
+                Ok(events) => events,
+                Err(e) => {
+                    let _ = tx
+                        .send(Ok(Event::default().event("error").data(e.to_string())))
+                        .await;
+                    return;
+                }
+            };
+            for event in &events {
+                if tx.send(Ok(frame(event.seq, event))).await.is_err() {
+                    return; // the client went away
+                }
+                after = event.seq;
+            }
+            if events.len() == BATCH {
+                continue;
+            }
+            // Finished and fully sent: the stream ends.
+            match state.engine.summary(&id).await {
+                Ok(summary) if summary.status.is_terminal() && summary.last_seq <= after => return,
+                Ok(_) => {}
+                Err(_) => return, // deleted
+            }
+            tokio::select! {
+                _ = published.recv() => {}
+                () = tokio::time::sleep(POLL) => {}
+                () = tx.closed() => return,
+            }
+        }
+    });
+    Ok(Sse::new(ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+/// Every task's events, in the order they were committed.
+pub async fn all_stream(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    headers: HeaderMap,
+    query: Result<Query<After>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Frames> {
+    require(&caller, Role::Viewer)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let mut after = position(&headers, &query)?;
+    let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
+    tokio::spawn(async move {
+        let mut published = state.engine.subscribe();
+        loop {
+            let events = match state.engine.store().all_events(after, BATCH).await {
+                Ok(events) => events,
+                Err(e) => {
+                    let _ = tx
+                        .send(Ok(Event::default().event("error").data(e.to_string())))
+                        .await;
+                    return;
+                }
+            };
+            for (position, event) in &events {
+                if tx.send(Ok(frame(*position, event))).await.is_err() {
+                    return;
+                }
+                after = *position;
+            }
+            if events.len() == BATCH {
+                continue;
+            }
+            tokio::select! {
+                _ = published.recv() => {}
+                () = tokio::time::sleep(POLL) => {}
+                () = tx.closed() => return,
+            }
+        }
+    });
+    Ok(Sse::new(ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
