@@ -786,3 +786,103 @@ async fn events_stream_live_over_sse_and_resume_from_last_event_id() {
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
     assert_eq!(everything.last().unwrap().1, "task_completed");
 }
+
+/// Malformed bodies at every POST route: never a 5xx, never a panic, always the
+/// JSON error shape.
+#[tokio::test]
+async fn malformed_bodies_at_every_post_route_never_give_a_5xx() {
+    use rand::{Rng, SeedableRng};
+    let api = api();
+    // Real ids, so routes get past their 404s to the bodies.
+    let r = api.submit(plan(json!([approval("ask")]))).await;
+    let task = r.body["task"]["id"].as_str().unwrap().to_owned();
+    let mut apr = String::new();
+    for _ in 0..200 {
+        let list = api
+            .call(Method::GET, "/admin/approvals", Some(VIEWER), None)
+            .await;
+        if let Some(id) = list.body["items"][0]["id"].as_str() {
+            apr = id.to_owned();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let snap = api
+        .call(
+            Method::POST,
+            &format!("/admin/tasks/{task}/snapshots"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    let snap = snap.body["snapshot"]["id"].as_str().unwrap().to_owned();
+    let routes = [
+        "/admin/tasks".to_owned(),
+        format!("/admin/tasks/{task}/pause"),
+        format!("/admin/tasks/{task}/abort"),
+        format!("/admin/tasks/{task}/resume"),
+        format!("/admin/tasks/{task}/snapshots"),
+        format!("/admin/snapshots/{snap}/restore"),
+        format!("/admin/approvals/{apr}/decision"),
+        "/auth/session".to_owned(),
+    ];
+    let mut bodies: Vec<Vec<u8>> = [
+        "",
+        "{",
+        "}",
+        "null",
+        "[]",
+        "\"plan\"",
+        "{\"plan\":",
+        "{\"plan\": null}",
+        "{\"plan\": {\"steps\": 7}}",
+        "{\"decision\": 1}",
+        "{\"decision\": \"approve\", \"selected_option\": [1]}",
+        "{\"reason\": {}}",
+        "{\"token\": 12}",
+        "{\"rerun\": \"a\"}",
+        "1e999999",
+        "\u{0}\u{0}",
+        "{\"a\": \"\\ud800\"}",
+    ]
+    .iter()
+    .map(|b| b.as_bytes().to_vec())
+    .collect();
+    bodies.push("[".repeat(100_000).into_bytes());
+    bodies.push(format!("{{\"plan\": {}}}", "{\"x\":".repeat(5_000)).into_bytes());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for _ in 0..40 {
+        let n = rng.random_range(1..300);
+        bodies.push((0..n).map(|_| rng.random::<u8>()).collect());
+    }
+    let mut checked = 0;
+    for route in &routes {
+        for body in &bodies {
+            for content_type in ["application/json", "application/toml", "text/html"] {
+                let req = Request::post(route.as_str())
+                    .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+                    .header(header::CONTENT_TYPE, content_type)
+                    .body(Body::from(body.clone()))
+                    .unwrap();
+                let r = api.send(req).await;
+                assert!(
+                    r.status.as_u16() < 500,
+                    "{route} {content_type} {:?} → {} {}",
+                    String::from_utf8_lossy(body),
+                    r.status,
+                    r.text
+                );
+                if !r.status.is_success() {
+                    assert!(
+                        r.body["error"]["code"].is_string(),
+                        "{route} → {} {}",
+                        r.status,
+                        r.text
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked}");
+}
