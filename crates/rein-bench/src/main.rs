@@ -51,6 +51,16 @@ enum Bench {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// GET throughput and latency of task reads over the admin API, on loopback.
+    Http {
+        /// Concurrent keep-alive connections.
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        #[arg(long, default_value_t = 5)]
+        seconds: u64,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Decision-to-next-step latency, and memory with many tasks paused on approvals.
     Approvals {
         /// Decisions to time, one after another.
@@ -332,6 +342,112 @@ async fn approvals(
     }))
 }
 
+/// Reads one HTTP/1.1 response from a keep-alive connection; its status.
+async fn read_response(
+    reader: &mut tokio::io::BufReader<tokio::net::tcp::OwnedReadHalf>,
+) -> anyhow::Result<u16> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut line = String::new();
+    reader.read_line(&mut line).await?;
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("no status line"))?
+        .parse()?;
+    let mut length = 0usize;
+    loop {
+        line.clear();
+        reader.read_line(&mut line).await?;
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse()?;
+        }
+    }
+    let mut body = vec![0u8; length];
+    reader.read_exact(&mut body).await?;
+    Ok(status)
+}
+
+async fn http(connections: usize, seconds: u64, dir: &Path) -> anyhow::Result<serde_json::Value> {
+    use tokio::io::AsyncWriteExt;
+    let store = Arc::new(SqliteStore::open(&dir.join("rein.db"))?);
+    let engine = Arc::new(Engine::new(
+        store,
+        Arc::new(CommandExecutor),
+        EngineConfig::new(dir.join("ws")),
+    ));
+    let state = engine
+        .create(CreateTask {
+            plan: chain(20),
+            session_id: None,
+            workspace: None,
+        })
+        .await?;
+    engine.run(state.id(), RunOptions::default()).await?;
+    let token = "bench-token";
+    let auth = rein_server::Auth::new(vec![rein_server::TokenEntry {
+        name: "bench".into(),
+        role: rein_server::Role::Viewer,
+        sha256: rein_server::auth::hash_token(token),
+    }]);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let app = rein_server::AppState::new(engine, auth, shutdown.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let server = tokio::spawn(rein_server::serve(listener, app));
+    let request = format!(
+        "GET /admin/tasks/{} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        state.id()
+    );
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let mut clients = tokio::task::JoinSet::new();
+    for _ in 0..connections {
+        let request = request.clone();
+        clients.spawn(async move {
+            let stream = tokio::net::TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            let (read, mut write) = stream.into_split();
+            let mut reader = tokio::io::BufReader::new(read);
+            let mut latencies = Vec::new();
+            let mut errors = 0u64;
+            while Instant::now() < until {
+                let sent = Instant::now();
+                write.write_all(request.as_bytes()).await?;
+                let status = read_response(&mut reader).await?;
+                latencies.push(sent.elapsed());
+                if status != 200 {
+                    errors += 1;
+                }
+            }
+            anyhow::Ok((latencies, errors))
+        });
+    }
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    while let Some(done) = clients.join_next().await {
+        let (l, e) = done??;
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    let _ = server.await;
+    latencies.sort();
+    Ok(serde_json::json!({
+        "bench": "http",
+        "route": "GET /admin/tasks/{id} (a 20-step task)",
+        "connections": connections,
+        "requests": latencies.len(),
+        "non_200": errors,
+        "requests_per_s": (latencies.len() as f64 / elapsed).round(),
+        "p50_ms": (percentile(&latencies, 0.50) * 1000.0).round() / 1000.0,
+        "p99_ms": (percentile(&latencies, 0.99) * 1000.0).round() / 1000.0,
+    }))
+}
+
 /// A chain of `n` no-op steps, each depending on the one before.
 fn chain(n: usize) -> TaskDecomposition {
     let steps = (0..n)
@@ -473,6 +589,17 @@ fn main() -> anyhow::Result<()> {
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
             let line = runtime.block_on(steps(tasks, n, ceiling_commits, &dir))?;
+            println!("{line}");
+        }
+        Bench::Http {
+            connections,
+            seconds,
+            dir,
+        } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            let line = runtime.block_on(http(connections, seconds, &dir))?;
             println!("{line}");
         }
         Bench::Approvals {

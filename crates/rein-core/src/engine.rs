@@ -100,7 +100,12 @@ pub struct Engine {
     pub(crate) runner: RunnerInfo,
     /// The tasks this engine is running right now, and the way to reach them.
     pub(crate) controls: Arc<ControlHub>,
+    /// Folded states of recently read tasks.
+    states: std::sync::Mutex<std::collections::HashMap<TaskId, TaskState>>,
 }
+
+/// How many folded task states the engine keeps for reads.
+const STATE_CACHE: usize = 1024;
 
 impl Engine {
     pub fn new(
@@ -117,6 +122,7 @@ impl Engine {
             events,
             runner: current_runner(),
             controls,
+            states: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
@@ -133,16 +139,51 @@ impl Engine {
         self.events.subscribe()
     }
 
-    /// A task's state: the fold of its log.
+    /// A task's state: the fold of its log. Folded states are kept, bounded; a read
+    /// checks the task's state row and folds only the events it has not seen.
     pub async fn get(&self, id: &TaskId) -> Result<TaskState> {
-        let events = self.store.events(id, 0, usize::MAX).await?;
-        if events.is_empty() {
+        let Some(summary) = self.store.load_summary(id).await? else {
+            self.forget(id);
             return Err(EngineError::TaskNotFound(id.clone()));
-        }
-        fold::fold(&events).map_err(|error| EngineError::Corrupt {
+        };
+        let cached = self.states.lock().ok().and_then(|c| c.get(id).cloned());
+        let corrupt = |error| EngineError::Corrupt {
             task_id: id.clone(),
             error,
-        })
+        };
+        let state = match cached {
+            Some(state) if state.head.last_seq == summary.last_seq => return Ok(state),
+            Some(mut state) if state.head.last_seq < summary.last_seq => {
+                for event in self
+                    .store
+                    .events(id, state.head.last_seq, usize::MAX)
+                    .await?
+                {
+                    fold::apply(&mut state, &event).map_err(corrupt)?;
+                }
+                state
+            }
+            _ => {
+                let events = self.store.events(id, 0, usize::MAX).await?;
+                if events.is_empty() {
+                    return Err(EngineError::TaskNotFound(id.clone()));
+                }
+                fold::fold(&events).map_err(corrupt)?
+            }
+        };
+        if let Ok(mut cache) = self.states.lock() {
+            if cache.len() >= STATE_CACHE && !cache.contains_key(id) {
+                cache.clear();
+            }
+            cache.insert(id.clone(), state.clone());
+        }
+        Ok(state)
+    }
+
+    fn forget(&self, id: &TaskId) {
+        if let Ok(mut cache) = self.states.lock() {
+            cache.remove(id);
+        }
     }
 
     /// A task's state row.

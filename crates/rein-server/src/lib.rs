@@ -36,6 +36,45 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// Fired on shutdown: task runs started by the server stop, resumable.
     pub shutdown: CancellationToken,
+    /// Serialized `{task}` bodies by task, with the log position they show.
+    pub bodies: Arc<BodyCache>,
+}
+
+/// Responses for `GET /admin/tasks/{id}`, kept while the task's log has not moved.
+#[derive(Debug, Default)]
+pub struct BodyCache(std::sync::Mutex<std::collections::HashMap<TaskId, (u64, axum::body::Bytes)>>);
+
+/// How many task bodies the server keeps.
+const BODY_CACHE: usize = 1024;
+
+impl BodyCache {
+    pub fn get(&self, id: &TaskId, last_seq: u64) -> Option<axum::body::Bytes> {
+        let cache = self.0.lock().ok()?;
+        cache
+            .get(id)
+            .filter(|(seq, _)| *seq == last_seq)
+            .map(|(_, body)| body.clone())
+    }
+
+    pub fn put(&self, id: TaskId, last_seq: u64, body: axum::body::Bytes) {
+        if let Ok(mut cache) = self.0.lock() {
+            if cache.len() >= BODY_CACHE && !cache.contains_key(&id) {
+                cache.clear();
+            }
+            cache.insert(id, (last_seq, body));
+        }
+    }
+}
+
+impl AppState {
+    pub fn new(engine: Arc<Engine>, auth: Auth, shutdown: CancellationToken) -> AppState {
+        AppState {
+            engine,
+            auth: Arc::new(auth),
+            shutdown,
+            bodies: Arc::new(BodyCache::default()),
+        }
+    }
 }
 
 impl AppState {

@@ -178,10 +178,23 @@ pub async fn show_task(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Response> {
     require(&caller, Role::Viewer)?;
-    let task = state.engine.get(&task_id(&id)?).await?;
-    Ok(Json(json!({ "task": task })))
+    let id = task_id(&id)?;
+    let summary = state.engine.summary(&id).await?;
+    let body = match state.bodies.get(&id, summary.last_seq) {
+        Some(body) => body,
+        None => {
+            let task = state.engine.get(&id).await?;
+            let bytes = serde_json::to_vec(&json!({ "task": task })).map_err(|e| {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+            })?;
+            let body = axum::body::Bytes::from(bytes);
+            state.bodies.put(id, task.head.last_seq, body.clone());
+            body
+        }
+    };
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 #[derive(Debug, Deserialize)]

@@ -43,11 +43,7 @@ fn api() -> Api {
     ]);
     Api {
         _dir: dir,
-        state: AppState {
-            engine,
-            auth: Arc::new(auth),
-            shutdown: CancellationToken::new(),
-        },
+        state: AppState::new(engine, auth, CancellationToken::new()),
     }
 }
 

@@ -71,11 +71,7 @@ pub async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> anyhow::Result
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let shutdown = CancellationToken::new();
-    let state = AppState {
-        engine: Arc::clone(&ctx.engine),
-        auth: Arc::new(auth),
-        shutdown: shutdown.clone(),
-    };
+    let state = AppState::new(Arc::clone(&ctx.engine), auth, shutdown.clone());
     // Take up what a stopped rein left running.
     for task in ctx.engine.resumable().await? {
         if matches!(task.status, TaskStatus::InProgress | TaskStatus::Pending) {
