@@ -4,12 +4,14 @@
 //! [`auth`] checks operator tokens, sessions and CSRF; [`error`] is the one mapping
 //! from engine errors to HTTP statuses; [`health`] probes the components;
 //! [`prometheus`] renders the metrics as Prometheus text; [`events`] streams events
-//! over SSE; [`serve`] runs it.
+//! over SSE; [`openapi`] is the route table the router and the OpenAPI document are
+//! both built from; [`serve`] runs it.
 
 pub mod auth;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod openapi;
 pub mod prometheus;
 pub mod routes;
 
@@ -17,7 +19,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use rein_core::{Engine, RunOptions};
 use rein_protocol::TaskId;
 use tokio_util::sync::CancellationToken;
@@ -91,28 +92,12 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    use routes::*;
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics_text))
-        .route("/auth/session", post(open_session))
-        .route("/admin/metrics", get(metrics_json))
-        .route("/admin/tasks", get(list_tasks).post(submit_task))
-        .route("/admin/tasks/{id}", get(show_task).delete(delete_task))
-        .route("/admin/tasks/{id}/events", get(task_events))
-        .route("/admin/tasks/{id}/events/stream", get(events::task_stream))
-        .route("/admin/events/stream", get(events::all_stream))
-        .route("/admin/tasks/{id}/pause", post(pause_task))
-        .route("/admin/tasks/{id}/abort", post(abort_task))
-        .route("/admin/tasks/{id}/resume", post(resume_task))
-        .route("/admin/tasks/{id}/snapshots", post(snapshot_task))
-        .route("/admin/snapshots/{id}/restore", post(restore_snapshot))
-        .route("/admin/approvals", get(list_approvals))
-        .route("/admin/approvals/{id}", get(show_approval))
-        .route("/admin/approvals/{id}/decision", post(decide))
-        .route("/admin/ledger", get(ledger))
-        .route("/admin/ledger/verify", get(verify_ledger))
-        .fallback(not_found)
+    openapi::table()
+        .into_iter()
+        .fold(Router::new(), |router, route| {
+            router.route(route.path, route.handler)
+        })
+        .fallback(routes::not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }

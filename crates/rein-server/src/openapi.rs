@@ -1,0 +1,539 @@
+//! The API's routes as one table: the router is built from it, and so is the
+//! OpenAPI document, so the two cannot drift apart. `docs/openapi.json` is the
+//! document as generated; a test fails when it is out of date.
+
+use axum::routing::{MethodRouter, delete, get, post};
+use serde_json::{Map, Value, json};
+
+use crate::auth::Role;
+use crate::{AppState, events, routes};
+
+/// One operation of a route, as documented.
+#[derive(Debug, Clone)]
+pub struct Operation {
+    pub method: &'static str,
+    pub summary: &'static str,
+    /// `None`: no authentication.
+    pub role: Option<Role>,
+    pub query: &'static [(&'static str, &'static str)],
+    /// A component schema name, `"toml-or-json"` for plan submission, or `None`.
+    pub request: Option<&'static str>,
+    pub success: u16,
+    /// What the success response holds: a component schema name, or a media note.
+    pub response: &'static str,
+    pub errors: &'static [u16],
+}
+
+pub struct Route {
+    pub path: &'static str,
+    pub handler: MethodRouter<AppState>,
+    pub operations: Vec<Operation>,
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Route")
+            .field("path", &self.path)
+            .field("operations", &self.operations)
+            .finish()
+    }
+}
+
+const fn op(
+    method: &'static str,
+    summary: &'static str,
+    role: Option<Role>,
+    success: u16,
+    response: &'static str,
+) -> Operation {
+    Operation {
+        method,
+        summary,
+        role,
+        query: &[],
+        request: None,
+        success,
+        response,
+        errors: &[400, 401, 403, 404],
+    }
+}
+
+const V: Option<Role> = Some(Role::Viewer);
+const O: Option<Role> = Some(Role::Operator);
+
+/// Every route the server serves.
+pub fn table() -> Vec<Route> {
+    use routes::*;
+    vec![
+        Route {
+            path: "/healthz",
+            handler: get(healthz),
+            operations: vec![Operation {
+                errors: &[503],
+                ..op(
+                    "get",
+                    "Health of the task store, the sandbox manager, the permission manager and the audit logger",
+                    None,
+                    200,
+                    "Health",
+                )
+            }],
+        },
+        Route {
+            path: "/metrics",
+            handler: get(metrics_text),
+            operations: vec![op(
+                "get",
+                "Metrics in the Prometheus text format",
+                V,
+                200,
+                "text/plain",
+            )],
+        },
+        Route {
+            path: "/auth/session",
+            handler: post(open_session),
+            operations: vec![Operation {
+                request: Some("SessionRequest"),
+                errors: &[400, 401, 413],
+                ..op(
+                    "post",
+                    "Exchange a token for a session cookie and a CSRF token",
+                    None,
+                    200,
+                    "SessionResponse",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/metrics",
+            handler: get(metrics_json),
+            operations: vec![op("get", "Metrics as JSON", V, 200, "HarnessMetrics")],
+        },
+        Route {
+            path: "/admin/tasks",
+            handler: get(list_tasks).post(submit_task),
+            operations: vec![
+                Operation {
+                    query: &[
+                        ("session_id", "only this session's tasks"),
+                        ("status", "only tasks in this status"),
+                        ("created_from", "created at or after (RFC 3339)"),
+                        ("created_to", "created before (RFC 3339)"),
+                        ("limit", "1–500 (default 50)"),
+                        ("cursor", "next_cursor of the previous page"),
+                    ],
+                    ..op("get", "List tasks, newest first", V, 200, "TaskPage")
+                },
+                Operation {
+                    request: Some("toml-or-json"),
+                    errors: &[400, 401, 403, 413],
+                    ..op(
+                        "post",
+                        "Run a plan (JSON {plan, session_id?}, or a plan file's TOML)",
+                        O,
+                        201,
+                        "TaskEnvelope",
+                    )
+                },
+            ],
+        },
+        Route {
+            path: "/admin/tasks/{id}",
+            handler: get(show_task).merge(delete(delete_task)),
+            operations: vec![
+                op("get", "A task's state", V, 200, "TaskEnvelope"),
+                Operation {
+                    errors: &[400, 401, 403, 404, 409],
+                    ..op(
+                        "delete",
+                        "Delete a finished or paused task with its log and snapshots",
+                        O,
+                        204,
+                        "none",
+                    )
+                },
+            ],
+        },
+        Route {
+            path: "/admin/tasks/{id}/events",
+            handler: get(task_events),
+            operations: vec![Operation {
+                query: &[
+                    ("after", "only events after this sequence number"),
+                    ("limit", "at most this many"),
+                ],
+                ..op("get", "A task's event log", V, 200, "EventPage")
+            }],
+        },
+        Route {
+            path: "/admin/tasks/{id}/events/stream",
+            handler: get(events::task_stream),
+            operations: vec![Operation {
+                query: &[("after", "resume after this event (or send Last-Event-ID)")],
+                ..op(
+                    "get",
+                    "A task's events as Server-Sent Events (id = seq); ends when the task finishes",
+                    V,
+                    200,
+                    "text/event-stream",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/events/stream",
+            handler: get(events::all_stream),
+            operations: vec![Operation {
+                query: &[(
+                    "after",
+                    "resume after this position (or send Last-Event-ID)",
+                )],
+                ..op(
+                    "get",
+                    "Every task's events as Server-Sent Events (id = global position)",
+                    V,
+                    200,
+                    "text/event-stream",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/tasks/{id}/pause",
+            handler: post(pause_task),
+            operations: vec![Operation {
+                request: Some("Reason"),
+                errors: &[400, 401, 403, 404, 409],
+                ..op("post", "Pause a task", O, 200, "ControlResult")
+            }],
+        },
+        Route {
+            path: "/admin/tasks/{id}/abort",
+            handler: post(abort_task),
+            operations: vec![Operation {
+                request: Some("Reason"),
+                errors: &[400, 401, 403, 404, 409],
+                ..op("post", "Abort a task", O, 200, "ControlResult")
+            }],
+        },
+        Route {
+            path: "/admin/tasks/{id}/resume",
+            handler: post(resume_task),
+            operations: vec![Operation {
+                request: Some("ResumeRequest"),
+                errors: &[400, 401, 403, 404, 409],
+                ..op(
+                    "post",
+                    "Resume a task in the server",
+                    O,
+                    202,
+                    "ResumeResult",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/tasks/{id}/snapshots",
+            handler: post(snapshot_task),
+            operations: vec![op("post", "Snapshot a task", O, 201, "SnapshotEnvelope")],
+        },
+        Route {
+            path: "/admin/snapshots/{id}/restore",
+            handler: post(restore_snapshot),
+            operations: vec![op(
+                "post",
+                "Create a new task from a snapshot",
+                O,
+                201,
+                "TaskEnvelope",
+            )],
+        },
+        Route {
+            path: "/admin/approvals",
+            handler: get(list_approvals),
+            operations: vec![Operation {
+                query: &[
+                    (
+                        "status",
+                        "pending (default all), approved, denied, expired, skipped, all",
+                    ),
+                    ("task_id", "only this task's requests"),
+                    ("limit", "at most this many"),
+                ],
+                ..op(
+                    "get",
+                    "List approval requests, newest first",
+                    V,
+                    200,
+                    "ApprovalPage",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/approvals/{id}",
+            handler: get(show_approval),
+            operations: vec![op("get", "An approval request", V, 200, "ApprovalEnvelope")],
+        },
+        Route {
+            path: "/admin/approvals/{id}/decision",
+            handler: post(decide),
+            operations: vec![Operation {
+                request: Some("DecisionRequest"),
+                errors: &[400, 401, 403, 404, 409, 413],
+                ..op(
+                    "post",
+                    "Decide an approval request (the first valid decision wins)",
+                    O,
+                    200,
+                    "ApprovalEnvelope",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/ledger",
+            handler: get(ledger),
+            operations: vec![op(
+                "get",
+                "The governance ledger, oldest first",
+                V,
+                200,
+                "LedgerPage",
+            )],
+        },
+        Route {
+            path: "/admin/ledger/verify",
+            handler: get(verify_ledger),
+            operations: vec![op(
+                "get",
+                "Check the ledger's hash chain",
+                V,
+                200,
+                "LedgerCheck",
+            )],
+        },
+    ]
+}
+
+fn reference(name: &str) -> Value {
+    json!({ "$ref": format!("#/components/schemas/{name}") })
+}
+
+fn object(properties: Value, required: &[&str]) -> Value {
+    json!({ "type": "object", "properties": properties, "required": required })
+}
+
+/// Schemas of the envelopes the routes wrap the wire types in.
+fn envelopes() -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "Error",
+            object(
+                json!({ "error": object(json!({ "code": { "type": "string" }, "message": { "type": "string" } }), &["code", "message"]) }),
+                &["error"],
+            ),
+        ),
+        (
+            "TaskEnvelope",
+            object(json!({ "task": reference("TaskState") }), &["task"]),
+        ),
+        (
+            "TaskPage",
+            object(
+                json!({ "items": { "type": "array", "items": reference("TaskSummary") }, "next_cursor": { "type": ["string", "null"] } }),
+                &["items"],
+            ),
+        ),
+        (
+            "EventPage",
+            object(
+                json!({ "items": { "type": "array", "items": reference("HarnessEvent") } }),
+                &["items"],
+            ),
+        ),
+        (
+            "ApprovalEnvelope",
+            object(
+                json!({ "approval": reference("ApprovalRequest") }),
+                &["approval"],
+            ),
+        ),
+        (
+            "ApprovalPage",
+            object(
+                json!({ "items": { "type": "array", "items": reference("ApprovalRequest") } }),
+                &["items"],
+            ),
+        ),
+        (
+            "LedgerPage",
+            object(
+                json!({ "items": { "type": "array", "items": reference("LedgerEntry") } }),
+                &["items"],
+            ),
+        ),
+        (
+            "LedgerCheck",
+            object(
+                json!({ "entries": { "type": "integer" }, "intact": { "type": "boolean" }, "problems": { "type": "array", "items": { "type": "string" } } }),
+                &["entries", "intact", "problems"],
+            ),
+        ),
+        (
+            "SnapshotEnvelope",
+            object(
+                json!({ "snapshot": object(json!({ "id": { "type": "string" }, "task_id": { "type": "string" }, "seq": { "type": "integer" }, "created_at": { "type": "string", "format": "date-time" } }), &["id", "task_id", "seq", "created_at"]) }),
+                &["snapshot"],
+            ),
+        ),
+        (
+            "ControlResult",
+            object(
+                json!({ "outcome": { "enum": ["applied", "requested", "already"] } }),
+                &["outcome"],
+            ),
+        ),
+        (
+            "ResumeResult",
+            object(
+                json!({ "task_id": { "type": "string" }, "resuming": { "type": "boolean" } }),
+                &["task_id", "resuming"],
+            ),
+        ),
+        (
+            "Reason",
+            object(json!({ "reason": { "type": "string" } }), &[]),
+        ),
+        (
+            "ResumeRequest",
+            object(
+                json!({ "rerun": { "type": "array", "items": { "type": "string" } }, "skip": { "type": "array", "items": { "type": "string" } } }),
+                &[],
+            ),
+        ),
+        (
+            "DecisionRequest",
+            object(
+                json!({ "decision": { "enum": ["approve", "deny", "skip", "delegate"] }, "selected_option": { "type": "string" }, "reason": { "type": "string" }, "delegate_to": { "type": "string" } }),
+                &["decision"],
+            ),
+        ),
+        (
+            "SessionRequest",
+            object(json!({ "token": { "type": "string" } }), &["token"]),
+        ),
+        (
+            "SessionResponse",
+            object(
+                json!({ "csrf_token": { "type": "string" } }),
+                &["csrf_token"],
+            ),
+        ),
+        (
+            "SubmitTask",
+            object(
+                json!({ "plan": reference("TaskDecomposition"), "session_id": { "type": "string" } }),
+                &["plan"],
+            ),
+        ),
+        (
+            "Health",
+            object(
+                json!({ "status": { "enum": ["healthy", "degraded", "unhealthy"] }, "components": { "type": "object" }, "metrics": reference("HarnessMetrics"), "alerts": { "type": "array" } }),
+                &["status", "components", "alerts"],
+            ),
+        ),
+    ]
+}
+
+fn operation(path: &str, o: &Operation) -> Value {
+    let mut parameters: Vec<Value> = path
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
+        .collect();
+    parameters.extend(o.query.iter().map(|(name, description)| {
+        json!({ "name": name, "in": "query", "required": false, "description": description, "schema": { "type": "string" } })
+    }));
+    let success = match o.response {
+        "none" => json!({ "description": "done" }),
+        "text/plain" | "text/event-stream" => {
+            json!({ "description": "ok", "content": { o.response: { "schema": { "type": "string" } } } })
+        }
+        schema => {
+            json!({ "description": "ok", "content": { "application/json": { "schema": reference(schema) } } })
+        }
+    };
+    let mut responses = Map::new();
+    responses.insert(o.success.to_string(), success);
+    for code in o.errors {
+        responses.insert(
+            code.to_string(),
+            json!({ "description": "error", "content": { "application/json": { "schema": reference("Error") } } }),
+        );
+    }
+    let mut out = json!({ "summary": o.summary, "parameters": parameters, "responses": responses });
+    if let Some(role) = o.role {
+        out["security"] = json!([{ "bearer": [] }, { "session": [], "csrf": [] }]);
+        out["x-rein-role"] = json!(role);
+    } else {
+        out["security"] = json!([]);
+    }
+    match o.request {
+        Some("toml-or-json") => {
+            out["requestBody"] = json!({ "required": true, "content": {
+                "application/json": { "schema": reference("SubmitTask") },
+                "application/toml": { "schema": { "type": "string", "description": "a plan file" } } } });
+        }
+        Some(schema) => {
+            out["requestBody"] = json!({ "required": true, "content": { "application/json": { "schema": reference(schema) } } });
+        }
+        None => {}
+    }
+    out
+}
+
+/// The OpenAPI 3.1 document of the routes in [`table`].
+pub fn document() -> Value {
+    let mut schemas = Map::new();
+    for (name, schema) in rein_protocol::schema::all() {
+        let mut schema = serde_json::to_value(schema).unwrap_or(Value::Null);
+        if let Some(defs) = schema
+            .as_object_mut()
+            .and_then(|o| o.remove("$defs"))
+            .and_then(|d| d.as_object().cloned())
+        {
+            for (def, value) in defs {
+                schemas.insert(def, value);
+            }
+        }
+        if let Some(o) = schema.as_object_mut() {
+            o.remove("$schema");
+        }
+        schemas.insert(name.to_owned(), schema);
+    }
+    for (name, schema) in envelopes() {
+        schemas.insert(name.to_owned(), schema);
+    }
+    let mut paths = Map::new();
+    for route in table() {
+        let mut item = Map::new();
+        for o in &route.operations {
+            item.insert(o.method.to_owned(), operation(route.path, o));
+        }
+        paths.insert(route.path.to_owned(), Value::Object(item));
+    }
+    let doc = json!({
+        "openapi": "3.1.0",
+        "info": { "title": "rein admin API", "version": env!("CARGO_PKG_VERSION") },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearer": { "type": "http", "scheme": "bearer" },
+                "session": { "type": "apiKey", "in": "cookie", "name": crate::auth::SESSION_COOKIE },
+                "csrf": { "type": "apiKey", "in": "header", "name": "X-CSRF-Token" },
+            },
+        },
+    });
+    // schemars points into each schema's own `$defs`; here they all live in components.
+    let text = doc.to_string().replace("#/$defs/", "#/components/schemas/");
+    serde_json::from_str(&text).unwrap_or(doc)
+}
