@@ -13,6 +13,7 @@ use rein_protocol::{
 };
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::clock::{Clock, SystemClock};
 use crate::controls::ControlHub;
@@ -317,8 +318,16 @@ impl Engine {
         let plan = self.plan(id).await?;
         // Requests addressed to a runner that is gone are stale.
         self.store.take_controls(id).await?;
+        // One span per task run, carrying the ids its events carry, so logs and
+        // exported traces line up with the event log.
+        let span = tracing::info_span!(
+            "task",
+            task_id = %id,
+            trace_id = %state.head.trace_id,
+            span_id = %state.head.span_id,
+        );
         let run = TaskRun::new(self, Recorder::resume(state), plan)?;
-        run.drive(options, controls).await
+        run.drive(options, controls).instrument(span).await
     }
 
     /// Tasks `resume --all` would take up: pending, paused, and in progress with no

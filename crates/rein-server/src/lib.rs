@@ -22,6 +22,7 @@ use axum::extract::DefaultBodyLimit;
 use rein_core::{Engine, RunOptions};
 use rein_protocol::TaskId;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use auth::{Auth, Role, TokenEntry};
 
@@ -99,7 +100,26 @@ pub fn router(state: AppState) -> Router {
         })
         .fallback(routes::not_found)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
+}
+
+/// One `tracing` span per request, with its method, path and (when known) the
+/// status it got. A task run a request starts gets its own span with the task's
+/// trace id (see the engine).
+async fn request_span(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = %request.uri().path(),
+        status = tracing::field::Empty,
+    );
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("status", response.status().as_u16());
+    response
 }
 
 /// Serves until `shutdown` fires, then lets running tasks stop resumable.

@@ -21,6 +21,7 @@ use rein_protocol::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::controls::RunnerMessage;
 use crate::engine::{Engine, RunOptions, elapsed_ms, system_checkpoint};
@@ -448,9 +449,23 @@ impl<'e> TaskRun<'e> {
     }
 
     fn spawn(&mut self, i: usize) {
-        let Progress::Running { token, .. } = &self.progress[i] else {
+        let Progress::Running {
+            token,
+            checkpoint,
+            span,
+        } = &self.progress[i]
+        else {
             return;
         };
+        // A child of the task's span (the current one while the runner drives).
+        let span = tracing::info_span!(
+            "step",
+            step_id = %self.steps[i].id,
+            checkpoint_id = %checkpoint,
+            attempt = self.attempts[i],
+            trace_id = %self.rec.state.head.trace_id,
+            span_id = %span.span_id,
+        );
         let request = StepRequest {
             task_id: self.rec.state.head.id.clone(),
             step: Arc::clone(&self.steps[i]),
@@ -460,11 +475,14 @@ impl<'e> TaskRun<'e> {
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();
-        let handle = self.running.spawn(async move {
-            let started = Instant::now();
-            let outcome = executor.execute(request, token).await;
-            (i, outcome, started.elapsed())
-        });
+        let handle = self.running.spawn(
+            async move {
+                let started = Instant::now();
+                let outcome = executor.execute(request, token).await;
+                (i, outcome, started.elapsed())
+            }
+            .instrument(span),
+        );
         self.running_ids.insert(handle.id(), i);
     }
 
