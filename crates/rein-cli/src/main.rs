@@ -4,7 +4,7 @@
 //! Layout: [`cli`] (arguments), [`commands`] (one module per command group),
 //! [`progress`] (live progress of a run), [`prompt`] (approvals asked inline), [`render`] (human-readable output),
 //! [`exit`] (the one mapping from errors to exit codes), [`output`] (printing that
-//! survives a closed pipe).
+//! survives a closed pipe), [`telemetry`] (logs and span export).
 
 mod cli;
 mod commands;
@@ -13,6 +13,7 @@ mod output;
 mod progress;
 mod prompt;
 mod render;
+mod telemetry;
 
 use std::process::ExitCode;
 
@@ -32,7 +33,12 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
-    match runtime.block_on(commands::dispatch(cli)) {
+    let telemetry = telemetry::init(matches!(cli.command, cli::Command::Serve(_)));
+    let result = runtime.block_on(commands::dispatch(cli));
+    // Spans are flushed outside the runtime: the exporter's client blocks.
+    drop(runtime);
+    drop(telemetry);
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             shout!("error: {e:#}");

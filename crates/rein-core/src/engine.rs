@@ -326,6 +326,7 @@ impl Engine {
             trace_id = %state.head.trace_id,
             span_id = %state.head.span_id,
         );
+        link_to_task_trace(&span, &state.head.trace_id, &state.head.span_id);
         let run = TaskRun::new(self, Recorder::resume(state), plan)?;
         run.drive(options, controls).instrument(span).await
     }
@@ -604,6 +605,24 @@ fn fresh_checkpoint_ids(mut state: TaskState) -> TaskState {
         cp.id = fresh;
     }
     state
+}
+
+/// Makes `span` part of the task's trace when spans are exported over
+/// OpenTelemetry: its parent becomes the task's root span (as a remote parent), so
+/// the exported trace id is the one every event of the task carries. Without an
+/// OpenTelemetry layer installed this does nothing.
+fn link_to_task_trace(span: &tracing::Span, trace_id: &str, span_id: &str) {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let (Ok(trace), Ok(parent)) = (TraceId::from_hex(trace_id), SpanId::from_hex(span_id)) else {
+        return;
+    };
+    let context = SpanContext::new(trace, parent, TraceFlags::SAMPLED, true, TraceState::NONE);
+    // Fails only when the span is disabled or already started; either way the
+    // run goes on untraced.
+    let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(context));
 }
 
 pub(crate) fn elapsed_ms(since: rein_protocol::Timestamp) -> u64 {

@@ -58,18 +58,6 @@ pub async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> anyhow::Result
             args.listen
         ))
     })?;
-    // The server's own log (warnings, request and task spans at `RUST_LOG=info`)
-    // goes to stderr; stdout keeps the one line saying where it listens.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // A second `serve` in one process (tests) keeps the first subscriber.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        // A line as each request, task run and step attempt closes, with its time.
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .try_init();
     let auth = Auth::new(tokens(&args)?);
     if !auth.enabled() && !addr.ip().is_loopback() {
         return Err(UsageError(format!(
