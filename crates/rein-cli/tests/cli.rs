@@ -37,10 +37,19 @@ fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
 
 /// Starts `rein run PLAN` and returns it, with its task id, once `step` is running.
 fn run_until_running(data: &Path, plan: &Path, step: &str) -> (std::process::Child, String) {
+    run_until_running_to(data, plan, step, Stdio::null())
+}
+
+fn run_until_running_to(
+    data: &Path,
+    plan: &Path,
+    step: &str,
+    stdout: Stdio,
+) -> (std::process::Child, String) {
     let child = rein(data)
         .arg("run")
         .arg(plan)
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .spawn()
         .unwrap();
     let mut id = String::new();
@@ -510,14 +519,38 @@ fn run_until_first_step_runs(
 
 #[test]
 fn ctrl_c_pauses_once_running_steps_finish() {
+    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (mut child, id) = run_until_first_step_runs(&data, dir.path(), "sleep 0.4");
+    // The first step runs until the test lets it finish, so the interrupt always
+    // lands while it runs.
+    let go = dir.path().join("go");
+    let plan = write_plan(
+        dir.path(),
+        "signals.toml",
+        &format!(
+            "description='signals'\n[[steps]]\nid='first'\nrun='while [ ! -e {} ]; do sleep 0.01; done'\n[[steps]]\nid='second'\nrun='true'\ndepends_on=['first']\n",
+            go.display()
+        ),
+    );
+    let (mut child, id) = run_until_running_to(&data, &plan, "first", Stdio::piped());
     signal(&child, nix::sys::signal::Signal::SIGINT);
+    // rein says it will pause once it has taken the interrupt; then the step ends.
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut lines = stdout.lines();
+    assert!(
+        lines
+            .by_ref()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("interrupt: pausing once running steps finish")),
+        "rein acknowledges the interrupt"
+    );
+    std::fs::write(&go, "").unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert_eq!(
         child.wait().unwrap().code(),
         Some(3),
-        "a paused run exits 3"
+        "a paused run exits 3; it said: {rest:?}"
     );
     let state = show(&data, &id);
     assert_eq!(state["status"], "paused");

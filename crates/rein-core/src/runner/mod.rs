@@ -247,6 +247,12 @@ impl<'e> TaskRun<'e> {
         let mut poll = tokio::time::interval(self.engine.config.control_poll);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // An interrupt that came with a step's end is seen before anything
+            // new starts.
+            if !pause_seen && options.pause.is_cancelled() {
+                pause_seen = true;
+                self.pause_on_interrupt();
+            }
             let started = self.start_ready()?;
             if started.is_empty() && self.running.is_empty() {
                 if (!self.awaiting_any() && !self.delayed_any()) || !self.scheduling() {
@@ -285,7 +291,7 @@ impl<'e> TaskRun<'e> {
                 }
                 () = options.pause.cancelled(), if !pause_seen => {
                     pause_seen = true;
-                    self.pausing.get_or_insert_with(|| "paused by the operator (interrupt)".into());
+                    self.pause_on_interrupt();
                 }
                 Some(message) = controls.recv() => match message {
                     RunnerMessage::Control(request) => match request.kind {
@@ -308,6 +314,12 @@ impl<'e> TaskRun<'e> {
                 _ = poll.tick(), if self.awaiting_any() => self.poll_approvals().await?,
             }
         }
+    }
+
+    /// Nothing new starts; the task pauses once running steps end.
+    fn pause_on_interrupt(&mut self) {
+        self.pausing
+            .get_or_insert_with(|| "paused by the operator (interrupt)".into());
     }
 
     /// Records the start or resumption, and settles steps a stopped runner left in
