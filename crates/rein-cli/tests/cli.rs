@@ -26,6 +26,11 @@ fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// A shell command that returns once `path` exists: a step the test lets finish.
+fn until_exists(path: &Path) -> String {
+    format!("while [ ! -e {} ]; do sleep 0.01; done", path.display())
+}
+
 fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
     state["checkpoints"]
         .as_array()?
@@ -239,14 +244,26 @@ fn plan_check_validates_without_running() {
 fn a_run_paused_and_aborted_from_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    let go = dir.path().join("go");
     let plan = write_plan(
         dir.path(),
         "slow.toml",
-        "description='slow'\n[[steps]]\nid='wait'\nrun='sleep 0.5'\n[[steps]]\nid='after'\nrun='true'\ndepends_on=['wait']\n",
+        &format!(
+            "description='slow'\n[[steps]]\nid='wait'\nrun='{}'\n[[steps]]\nid='after'\nrun='true'\ndepends_on=['wait']\n",
+            until_exists(&go)
+        ),
     );
     let (mut runner, id) = run_until_running(&data, &plan, "wait");
     let out = run_ok(rein(&data).args(["tasks", "pause", &id]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("pause requested"));
+    // The runner has the request once it took it from the store; then the step ends.
+    let db = rusqlite::Connection::open(data.join("rein.db")).unwrap();
+    wait_until("the runner takes the pause request", || {
+        db.query_row("SELECT count(*) FROM controls", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+            == 0
+    });
+    std::fs::write(&go, "").unwrap();
     let status = runner.wait().unwrap();
     assert_eq!(status.code(), Some(3), "a paused run exits 3");
     let state = show(&data, &id);
@@ -529,8 +546,8 @@ fn ctrl_c_pauses_once_running_steps_finish() {
         dir.path(),
         "signals.toml",
         &format!(
-            "description='signals'\n[[steps]]\nid='first'\nrun='while [ ! -e {} ]; do sleep 0.01; done'\n[[steps]]\nid='second'\nrun='true'\ndepends_on=['first']\n",
-            go.display()
+            "description='signals'\n[[steps]]\nid='first'\nrun='{}'\n[[steps]]\nid='second'\nrun='true'\ndepends_on=['first']\n",
+            until_exists(&go)
         ),
     );
     let (mut child, id) = run_until_running_to(&data, &plan, "first", Stdio::piped());
@@ -599,14 +616,19 @@ fn sigterm_stops_at_once_and_leaves_the_task_resumable() {
 fn two_processes_resuming_one_task_at_once_cannot_both_run_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    let go = dir.path().join("go");
     let plan = write_plan(
         dir.path(),
         "race.toml",
-        "description='race'\n[[steps]]\nid='a'\nrun='sleep 0.3; echo a >> ran'\nidempotent=true\n[[steps]]\nid='b'\nrun='echo b >> ran'\ndepends_on=['a']\nidempotent=true\n",
+        &format!(
+            "description='race'\n[[steps]]\nid='a'\nrun='{}; echo a >> ran'\nidempotent=true\n[[steps]]\nid='b'\nrun='echo b >> ran'\ndepends_on=['a']\nidempotent=true\n",
+            until_exists(&go)
+        ),
     );
     let (mut first, id) = run_until_running(&data, &plan, "a");
     first.kill().unwrap();
     first.wait().unwrap();
+    std::fs::write(&go, "").unwrap();
     let resumers: Vec<_> = (0..2)
         .map(|_| {
             rein(&data)

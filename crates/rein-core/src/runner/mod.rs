@@ -75,6 +75,13 @@ const DEPENDENCY_FAILED: &str = "dependency_failed";
 
 type Finished = (usize, StepOutcome, Duration);
 
+/// Whether a message ends the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterMessage {
+    Continue,
+    Abort,
+}
+
 pub(crate) struct TaskRun<'e> {
     engine: &'e Engine,
     rec: Recorder,
@@ -247,11 +254,16 @@ impl<'e> TaskRun<'e> {
         let mut poll = tokio::time::interval(self.engine.config.control_poll);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            // An interrupt that came with a step's end is seen before anything
-            // new starts.
+            // An interrupt or a request that came with a step's end is seen
+            // before anything new starts.
             if !pause_seen && options.pause.is_cancelled() {
                 pause_seen = true;
                 self.pause_on_interrupt();
+            }
+            while let Ok(message) = controls.try_recv() {
+                if self.on_message(message)? == AfterMessage::Abort {
+                    return self.abort().await;
+                }
             }
             let started = self.start_ready()?;
             if started.is_empty() && self.running.is_empty() {
@@ -293,20 +305,11 @@ impl<'e> TaskRun<'e> {
                     pause_seen = true;
                     self.pause_on_interrupt();
                 }
-                Some(message) = controls.recv() => match message {
-                    RunnerMessage::Control(request) => match request.kind {
-                        ControlKind::Pause => {
-                            self.pausing.get_or_insert_with(|| {
-                                format!("paused by {}: {}", request.by, request.reason)
-                            });
-                        }
-                        ControlKind::Abort => {
-                            self.abort_by = Some((request.by, request.reason));
-                            return self.abort().await;
-                        }
-                    },
-                    RunnerMessage::Settled(request) => self.on_settled(*request)?,
-                },
+                Some(message) = controls.recv() => {
+                    if self.on_message(message)? == AfterMessage::Abort {
+                        return self.abort().await;
+                    }
+                }
                 () = tokio::time::sleep(deadline.unwrap_or_default()), if deadline.is_some() => {
                     self.expire_due().await?;
                     self.release_due();
@@ -314,6 +317,25 @@ impl<'e> TaskRun<'e> {
                 _ = poll.tick(), if self.awaiting_any() => self.poll_approvals().await?,
             }
         }
+    }
+
+    /// Takes a pause/abort request or a settled approval.
+    fn on_message(&mut self, message: RunnerMessage) -> Result<AfterMessage> {
+        match message {
+            RunnerMessage::Control(request) => match request.kind {
+                ControlKind::Pause => {
+                    self.pausing.get_or_insert_with(|| {
+                        format!("paused by {}: {}", request.by, request.reason)
+                    });
+                }
+                ControlKind::Abort => {
+                    self.abort_by = Some((request.by, request.reason));
+                    return Ok(AfterMessage::Abort);
+                }
+            },
+            RunnerMessage::Settled(request) => self.on_settled(*request)?,
+        }
+        Ok(AfterMessage::Continue)
     }
 
     /// Nothing new starts; the task pauses once running steps end.
