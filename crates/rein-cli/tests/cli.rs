@@ -28,7 +28,11 @@ fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
 
 /// A shell command that returns once `path` exists: a step the test lets finish.
 fn until_exists(path: &Path) -> String {
-    format!("while [ ! -e {} ]; do sleep 0.01; done", path.display())
+    // Bounded, so a failed test leaves nothing waiting for long.
+    format!(
+        "i=0; while [ ! -e {} ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 9; sleep 0.01; done",
+        path.display()
+    )
 }
 
 fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {

@@ -60,7 +60,28 @@ fn ts(t: &Timestamp) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
+/// Opens a connection, waiting out other processes' locks. SQLite does not call the
+/// busy handler for every lock taken while a connection is set up (the WAL index
+/// can be busy while another process opens or checkpoints the file), so a busy
+/// open is retried until [`BUSY_TIMEOUT`].
 fn open_connection(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match try_open_connection(path, flags) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn try_open_connection(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connection> {
     let conn = Connection::open_with_flags(path, flags)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
