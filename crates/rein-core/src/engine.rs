@@ -569,6 +569,23 @@ pub(crate) fn system_checkpoint(
     Ok(id)
 }
 
+/// A checkpoint that ends, failed for good, because `by` aborted its task.
+pub(crate) fn aborted_checkpoint(
+    checkpoint_id: CheckpointId,
+    duration_ms: u64,
+    by: &str,
+) -> TaskChange {
+    TaskChange::CheckpointFailed {
+        checkpoint_id,
+        duration_ms,
+        error: format!("cancelled: the task was aborted by {by}"),
+        output: None,
+        will_retry: false,
+        error_type: None,
+        retry_at: None,
+    }
+}
+
 /// Records every in-progress checkpoint as failed because the task was aborted.
 fn cancel_interrupted(rec: &mut Recorder, by: &str) -> Result<()> {
     let open: Vec<(CheckpointId, u64)> = rec
@@ -579,15 +596,7 @@ fn cancel_interrupted(rec: &mut Recorder, by: &str) -> Result<()> {
         .map(|c| (c.id.clone(), elapsed_ms(c.started_at)))
         .collect();
     for (checkpoint_id, duration_ms) in open {
-        rec.task_event(TaskChange::CheckpointFailed {
-            checkpoint_id,
-            duration_ms,
-            error: format!("cancelled: the task was aborted by {by}"),
-            output: None,
-            will_retry: false,
-            error_type: None,
-            retry_at: None,
-        })?;
+        rec.task_event(aborted_checkpoint(checkpoint_id, duration_ms, by))?;
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rein_core::store::{ApprovalFilter, TaskFilter};
+use rein_core::store::{ApprovalFilter, ControlKind, TaskFilter};
 use rein_core::{CreateTask, RunOptions};
 use rein_protocol::{
     ApprovalId, ApprovalResponse, ApprovalStatus, Decision, SnapshotId, TaskDecomposition, TaskId,
@@ -238,15 +238,7 @@ pub async fn pause_task(
     Path(id): Path<String>,
     Body(body): Body<Reason>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
-    let reason = body
-        .reason
-        .unwrap_or_else(|| "requested over the API".into());
-    let outcome = state
-        .engine
-        .pause(&task_id(&id)?, &caller.name, &reason)
-        .await?;
-    Ok(Json(json!({ "outcome": outcome_text(&outcome) })))
+    control_task(&state, &caller, &id, body, ControlKind::Pause).await
 }
 
 pub async fn abort_task(
@@ -255,14 +247,26 @@ pub async fn abort_task(
     Path(id): Path<String>,
     Body(body): Body<Reason>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
+    control_task(&state, &caller, &id, body, ControlKind::Abort).await
+}
+
+/// Asks the task's runner to pause or abort, as the caller.
+async fn control_task(
+    state: &AppState,
+    caller: &Principal,
+    id: &str,
+    body: Reason,
+    kind: ControlKind,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(caller, Role::Operator)?;
     let reason = body
         .reason
         .unwrap_or_else(|| "requested over the API".into());
-    let outcome = state
-        .engine
-        .abort(&task_id(&id)?, &caller.name, &reason)
-        .await?;
+    let id = task_id(id)?;
+    let outcome = match kind {
+        ControlKind::Pause => state.engine.pause(&id, &caller.name, &reason).await?,
+        ControlKind::Abort => state.engine.abort(&id, &caller.name, &reason).await?,
+    };
     Ok(Json(json!({ "outcome": outcome_text(&outcome) })))
 }
 

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::controls::RunnerMessage;
-use crate::engine::{Engine, RunOptions, elapsed_ms, system_checkpoint};
+use crate::engine::{Engine, RunOptions, aborted_checkpoint, elapsed_ms, system_checkpoint};
 use crate::error::{EngineError, Result};
 use crate::executor::{StepOutcome, StepRequest};
 use crate::fold::{RETRY_AT, WILL_RETRY};
@@ -829,18 +829,8 @@ impl<'e> TaskRun<'e> {
                 .state
                 .checkpoint(&checkpoint)
                 .map_or(0, |c| elapsed_ms(c.started_at));
-            self.rec.record(
-                TaskChange::CheckpointFailed {
-                    checkpoint_id: checkpoint,
-                    duration_ms,
-                    error: format!("cancelled: the task was aborted by {by}"),
-                    output: None,
-                    will_retry: false,
-                    error_type: None,
-                    retry_at: None,
-                },
-                &span,
-            )?;
+            self.rec
+                .record(aborted_checkpoint(checkpoint, duration_ms, &by), &span)?;
             self.progress[i] = Progress::Failed;
         }
         self.rec
