@@ -124,24 +124,37 @@ async fn watch(hub: Arc<ControlHub>) {
         let mut tasks: Vec<TaskId> = waiting.into_iter().map(|r| r.task_id).collect();
         tasks.dedup();
         for task in tasks {
-            let Some(tx) = hub
-                .state
-                .lock()
-                .ok()
-                .and_then(|s| s.runs.get(&task).cloned())
-            else {
-                continue; // a task some other process runs
-            };
-            match hub.store.take_controls(&task).await {
-                Ok(requests) => {
-                    for request in requests {
-                        // The run may have just ended; then the request has no one to reach.
-                        let _ = tx.send(RunnerMessage::Control(request));
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, task = %task, "cannot take pause/abort requests")
-                }
+            hub.hand_over(&task).await;
+        }
+    }
+}
+
+impl ControlHub {
+    /// Takes the waiting pause/abort requests of `task` and hands them to its
+    /// runner, if this engine runs it (else they wait for the process that does).
+    pub async fn hand_over(&self, task: &TaskId) {
+        if !self.is_running(task) {
+            return; // a task some other process runs
+        }
+        match self.store.take_controls(task).await {
+            Ok(requests) => self.send_controls(task, requests),
+            Err(e) => {
+                tracing::warn!(error = %e, task = %task, "cannot take pause/abort requests")
+            }
+        }
+    }
+
+    /// Hands requests to the run of `task` in this engine.
+    pub fn send_controls(&self, task: &TaskId, requests: Vec<ControlRequest>) {
+        let tx = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.runs.get(task).cloned());
+        if let Some(tx) = tx {
+            for request in requests {
+                // The run may have just ended; then the request has no one to reach.
+                let _ = tx.send(RunnerMessage::Control(request));
             }
         }
     }

@@ -92,6 +92,16 @@ pub enum ControlOutcome {
     AlreadyThere(TaskStatus),
 }
 
+/// A task claimed by this engine for a run ([`Engine::claim`]); dropping it
+/// releases the claim.
+#[derive(Debug)]
+pub struct RunClaim {
+    id: TaskId,
+    claimed_at: rein_protocol::Timestamp,
+    guard: crate::controls::RunGuard,
+    controls: tokio::sync::mpsc::UnboundedReceiver<crate::controls::RunnerMessage>,
+}
+
 #[derive(Debug)]
 pub struct Engine {
     pub(crate) store: Arc<dyn Store>,
@@ -288,6 +298,43 @@ impl Engine {
     /// Runs a task until it completes, fails, pauses or is cancelled; resumes it
     /// from its last completed checkpoint if it ran before.
     pub async fn run(&self, id: &TaskId, options: RunOptions) -> Result<TaskState> {
+        let claim = self.claim(id)?;
+        self.run_claimed(claim, options).await
+    }
+
+    /// Marks a task as run by this engine from now on, before its run starts: a
+    /// pause or abort that arrives in between reaches the run. `Busy` if this
+    /// engine already runs it. Must be called on a tokio runtime.
+    pub fn claim(&self, id: &TaskId) -> Result<RunClaim> {
+        match self.controls.register(id) {
+            Some((guard, controls)) => Ok(RunClaim {
+                id: id.clone(),
+                claimed_at: chrono::Utc::now(),
+                guard,
+                controls,
+            }),
+            None => Err(EngineError::Busy {
+                task_id: id.clone(),
+                pid: self.runner.pid,
+                host: self.runner.host.clone(),
+            }),
+        }
+    }
+
+    /// Whether this engine runs (or has claimed) the task right now.
+    pub fn runs_here(&self, id: &TaskId) -> bool {
+        self.controls.is_running(id)
+    }
+
+    /// Runs a task claimed with [`Engine::claim`]; see [`Engine::run`].
+    pub async fn run_claimed(&self, claim: RunClaim, options: RunOptions) -> Result<TaskState> {
+        let RunClaim {
+            id,
+            claimed_at,
+            guard: _guard,
+            controls,
+        } = claim;
+        let id = &id;
         let state = self.get(id).await?;
         let status = state.status();
         if status.is_terminal() {
@@ -308,16 +355,17 @@ impl Engine {
                 host: runner.host.clone(),
             });
         }
-        let Some((_guard, controls)) = self.controls.register(id) else {
-            return Err(EngineError::Busy {
-                task_id: id.clone(),
-                pid: self.runner.pid,
-                host: self.runner.host.clone(),
-            });
-        };
         let plan = self.plan(id).await?;
-        // Requests addressed to a runner that is gone are stale.
-        self.store.take_controls(id).await?;
+        // Requests from before the claim were addressed to a runner that is gone;
+        // those since are this run's (sent while it was starting).
+        let fresh = self
+            .store
+            .take_controls(id)
+            .await?
+            .into_iter()
+            .filter(|r| r.requested_at >= claimed_at)
+            .collect();
+        self.controls.send_controls(id, fresh);
         // One span per task run, carrying the ids its events carry, so logs and
         // exported traces line up with the event log.
         let span = tracing::info_span!(
@@ -332,7 +380,7 @@ impl Engine {
     }
 
     /// Tasks `resume --all` would take up: pending, paused, and in progress with no
-    /// live runner.
+    /// live runner (a run under way in this engine counts as live).
     pub async fn resumable(&self) -> Result<Vec<TaskSummary>> {
         let mut out = Vec::new();
         for status in [
@@ -348,10 +396,11 @@ impl Engine {
             loop {
                 let page = self.store.list(&filter).await?;
                 for head in page.items {
-                    let live = head
-                        .runner
-                        .as_ref()
-                        .is_some_and(|r| runner_alive(r) && !is_current(r));
+                    let live = self.controls.is_running(&head.id)
+                        || head
+                            .runner
+                            .as_ref()
+                            .is_some_and(|r| runner_alive(r) && !is_current(r));
                     if !(status == TaskStatus::InProgress && live) {
                         out.push(head);
                     }
@@ -518,11 +567,12 @@ impl Engine {
     }
 
     fn live_runner(&self, state: &TaskState) -> Option<RunnerInfo> {
-        if state.status() != TaskStatus::InProgress {
-            return None;
-        }
+        // Claimed here (the run may not have started yet): the run takes the request.
         if self.controls.is_running(state.id()) {
             return Some(self.runner.clone());
+        }
+        if state.status() != TaskStatus::InProgress {
+            return None;
         }
         state
             .head
@@ -539,7 +589,10 @@ impl Engine {
             reason: reason.to_owned(),
             requested_at: chrono::Utc::now(),
         };
-        Ok(self.store.request_control(&request).await?)
+        self.store.request_control(&request).await?;
+        // A run in this engine gets it now, not at the watcher's next look.
+        self.controls.hand_over(id).await;
+        Ok(())
     }
 }
 

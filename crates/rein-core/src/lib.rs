@@ -32,7 +32,7 @@ pub mod recovery;
 mod runner;
 pub mod store;
 
-pub use engine::{ControlOutcome, CreateTask, Engine, EngineConfig, RunOptions};
+pub use engine::{ControlOutcome, CreateTask, Engine, EngineConfig, RunClaim, RunOptions};
 pub use error::{EngineError, ErrorKind, Result};
 pub use executor::{CommandExecutor, StepExecutor, StepOutcome, StepRequest};
 pub use store::{Store, StoreError, StoreResult};

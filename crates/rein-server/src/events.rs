@@ -2,7 +2,9 @@
 //! every task's (`id` = the store's global position). A client resumes with
 //! `Last-Event-ID` (or `?after=`) and gets every event after it, none twice, none
 //! missed: the store's log is the source, read again whenever the engine publishes
-//! an event, and on a short poll for events written by other processes.
+//! an event, and on a short poll for events written by other processes. A task's
+//! stream ends once the task has finished; while it is left in progress by a
+//! runner that is gone it sends one `stalled` event (no id) and stays open.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -11,7 +13,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use rein_protocol::{HarnessEvent, TaskId};
+use rein_core::process::runner_alive;
+use rein_protocol::{HarnessEvent, TaskId, TaskStatus};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -24,6 +27,10 @@ use crate::routes::Caller;
 /// How often a stream looks for events written by other processes.
 const POLL: Duration = Duration::from_millis(250);
 const BATCH: usize = 500;
+
+/// The SSE event type sent (once, without an id) when a task is left in progress
+/// by a runner that is gone.
+pub const STALLED: &str = "stalled";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,6 +79,7 @@ pub async fn task_stream(
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
         let mut published = state.engine.subscribe();
+        let mut stalled = false;
         loop {
             let events = match state.engine.events(&id, after, BATCH).await {
                 Ok(events) => events,
@@ -91,10 +99,29 @@ pub async fn task_stream(
             if events.len() == BATCH {
                 continue;
             }
+            if !events.is_empty() {
+                stalled = false;
+            }
             // Finished and fully sent: the stream ends.
             match state.engine.summary(&id).await {
                 Ok(summary) if summary.status.is_terminal() && summary.last_seq <= after => return,
-                Ok(_) => {}
+                Ok(summary) => {
+                    // Left in progress by a runner that is gone: say so once, so a
+                    // follower need not wait for events that will not come.
+                    let gone = summary.status == TaskStatus::InProgress
+                        && summary.last_seq <= after
+                        && !state.engine.runs_here(&id)
+                        && summary.runner.as_ref().is_some_and(|r| !runner_alive(r));
+                    if gone && !stalled {
+                        stalled = true;
+                        let note = Event::default()
+                            .event(STALLED)
+                            .data(format!("the runner of task {id} is gone; resume it"));
+                        if tx.send(Ok(note)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
                 Err(_) => return, // deleted
             }
             tokio::select! {

@@ -80,15 +80,21 @@ impl AppState {
 }
 
 impl AppState {
-    /// Runs a task in the background (the server owns its runners).
-    pub fn start(&self, id: TaskId, mut options: RunOptions) {
+    /// Runs a task in the background (the server owns its runners); `false` if
+    /// this server already runs it. The task is claimed before this returns, so
+    /// a pause or abort sent right after reaches the run.
+    pub fn start(&self, id: TaskId, mut options: RunOptions) -> bool {
+        let Ok(claim) = self.engine.claim(&id) else {
+            return false;
+        };
         let engine = Arc::clone(&self.engine);
         options.cancel = self.shutdown.child_token();
         tokio::spawn(async move {
-            if let Err(e) = engine.run(&id, options).await {
+            if let Err(e) = engine.run_claimed(claim, options).await {
                 tracing::warn!(task = %id, error = %e, "task run ended with an error");
             }
         });
+        true
     }
 }
 

@@ -173,7 +173,7 @@ pub fn table() -> Vec<Route> {
                 query: &[("after", "resume after this event (or send Last-Event-ID)")],
                 ..op(
                     "get",
-                    "A task's events as Server-Sent Events (id = seq); ends when the task finishes",
+                    "A task's events as Server-Sent Events (id = seq); ends when the task finishes; one `stalled` event (no id) if the task is left in progress by a runner that is gone",
                     V,
                     200,
                     "text/event-stream",
@@ -231,9 +231,34 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
+            path: "/admin/tasks/resume",
+            handler: post(resume_all),
+            operations: vec![op(
+                "post",
+                "Resume every unfinished task nobody runs (pending, paused, or left in progress by a stopped runner) in the server",
+                O,
+                202,
+                "ResumeAllResult",
+            )],
+        },
+        Route {
+            path: "/admin/tasks/{id}/plan",
+            handler: get(task_plan),
+            operations: vec![op("get", "A task's plan", V, 200, "PlanEnvelope")],
+        },
+        Route {
             path: "/admin/tasks/{id}/snapshots",
-            handler: post(snapshot_task),
-            operations: vec![op("post", "Snapshot a task", O, 201, "SnapshotEnvelope")],
+            handler: get(list_snapshots).post(snapshot_task),
+            operations: vec![
+                op(
+                    "get",
+                    "A task's snapshots, oldest first",
+                    V,
+                    200,
+                    "SnapshotPage",
+                ),
+                op("post", "Snapshot a task", O, 201, "SnapshotEnvelope"),
+            ],
         },
         Route {
             path: "/admin/snapshots/{id}/restore",
@@ -379,15 +404,37 @@ fn envelopes() -> Vec<(&'static str, Value)> {
         (
             "SnapshotEnvelope",
             object(
-                json!({ "snapshot": object(json!({ "id": { "type": "string" }, "task_id": { "type": "string" }, "seq": { "type": "integer" }, "created_at": { "type": "string", "format": "date-time" } }), &["id", "task_id", "seq", "created_at"]) }),
+                json!({ "snapshot": object(json!({ "id": { "type": "string" }, "task_id": { "type": "string" }, "seq": { "type": "integer" }, "created_at": { "type": "string", "format": "date-time" }, "status": { "type": "string" } }), &["id", "task_id", "seq", "created_at", "status"]) }),
                 &["snapshot"],
             ),
         ),
         (
+            "SnapshotPage",
+            object(
+                json!({ "items": { "type": "array", "items": object(json!({ "id": { "type": "string" }, "task_id": { "type": "string" }, "seq": { "type": "integer" }, "created_at": { "type": "string", "format": "date-time" } }), &["id", "task_id", "seq", "created_at"]) } }),
+                &["items"],
+            ),
+        ),
+        (
+            "PlanEnvelope",
+            object(json!({ "plan": reference("TaskDecomposition") }), &["plan"]),
+        ),
+        (
             "ControlResult",
             object(
-                json!({ "outcome": { "enum": ["applied", "requested", "already"] } }),
+                json!({
+                    "outcome": { "enum": ["applied", "requested", "already"] },
+                    "status": { "type": "string", "description": "the task's status (applied, already)" },
+                    "runner": { "type": "object", "description": "the runner that was asked (requested)", "properties": { "host": { "type": "string" }, "pid": { "type": "integer" } } }
+                }),
                 &["outcome"],
+            ),
+        ),
+        (
+            "ResumeAllResult",
+            object(
+                json!({ "task_ids": { "type": "array", "items": { "type": "string" } } }),
+                &["task_ids"],
             ),
         ),
         (

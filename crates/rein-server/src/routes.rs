@@ -170,7 +170,8 @@ pub async fn submit_task(
             workspace: None,
         })
         .await?;
-    state.start(created.id().clone(), RunOptions::default());
+    // A task just created is run by nobody yet.
+    let _ = state.start(created.id().clone(), RunOptions::default());
     Ok((StatusCode::CREATED, Json(json!({ "task": created }))).into_response())
 }
 
@@ -267,14 +268,22 @@ async fn control_task(
         ControlKind::Pause => state.engine.pause(&id, &caller.name, &reason).await?,
         ControlKind::Abort => state.engine.abort(&id, &caller.name, &reason).await?,
     };
-    Ok(Json(json!({ "outcome": outcome_text(&outcome) })))
+    Ok(Json(outcome_body(&outcome)))
 }
 
-fn outcome_text(outcome: &rein_core::ControlOutcome) -> &'static str {
+/// `applied` with the task's new status, `requested` with the runner that was
+/// asked, or `already` with the status the task is in.
+fn outcome_body(outcome: &rein_core::ControlOutcome) -> serde_json::Value {
     match outcome {
-        rein_core::ControlOutcome::Applied(_) => "applied",
-        rein_core::ControlOutcome::Requested { .. } => "requested",
-        rein_core::ControlOutcome::AlreadyThere(_) => "already",
+        rein_core::ControlOutcome::Applied(state) => {
+            json!({ "outcome": "applied", "status": state.status() })
+        }
+        rein_core::ControlOutcome::Requested { runner } => {
+            json!({ "outcome": "requested", "runner": runner })
+        }
+        rein_core::ControlOutcome::AlreadyThere(status) => {
+            json!({ "outcome": "already", "status": status })
+        }
     }
 }
 
@@ -309,12 +318,66 @@ pub async fn resume_task(
         decided_by: caller.name,
         ..RunOptions::default()
     };
-    state.start(id.clone(), options);
+    if !state.start(id.clone(), options) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("task {id} is already running in this server"),
+        ));
+    }
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({ "task_id": id, "resuming": true })),
     )
         .into_response())
+}
+
+/// Resumes every unfinished task nobody runs: pending, paused, and in progress
+/// with no live runner.
+pub async fn resume_all(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> ApiResult<Response> {
+    require(&caller, Role::Operator)?;
+    let heads = state.engine.resumable().await?;
+    let mut ids = Vec::with_capacity(heads.len());
+    for head in heads {
+        let options = RunOptions {
+            decided_by: caller.name.clone(),
+            ..RunOptions::default()
+        };
+        if state.start(head.id.clone(), options) {
+            ids.push(head.id);
+        }
+    }
+    Ok((StatusCode::ACCEPTED, Json(json!({ "task_ids": ids }))).into_response())
+}
+
+pub async fn task_plan(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let plan = state.engine.plan(&task_id(&id)?).await?;
+    Ok(Json(json!({ "plan": plan })))
+}
+
+pub async fn list_snapshots(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let id = task_id(&id)?;
+    state.engine.summary(&id).await?;
+    let items = state
+        .engine
+        .store()
+        .list_snapshots(&id)
+        .await
+        .map_err(rein_core::EngineError::from)?;
+    Ok(Json(json!({ "items": items })))
 }
 
 pub async fn snapshot_task(
@@ -324,7 +387,10 @@ pub async fn snapshot_task(
 ) -> ApiResult<Response> {
     require(&caller, Role::Operator)?;
     let s = state.engine.snapshot(&task_id(&id)?).await?;
-    let body = json!({ "snapshot": { "id": s.id, "task_id": s.task_id, "seq": s.seq, "created_at": s.created_at } });
+    let body = json!({ "snapshot": {
+        "id": s.id, "task_id": s.task_id, "seq": s.seq, "created_at": s.created_at,
+        "status": s.state.status(),
+    } });
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 

@@ -101,6 +101,25 @@ impl Api {
         .await
     }
 
+    /// Waits until the task is in `status`.
+    async fn reaches(&self, id: &str, status: &str) {
+        for _ in 0..500 {
+            let r = self
+                .call(
+                    Method::GET,
+                    &format!("/admin/tasks/{id}"),
+                    Some(VIEWER),
+                    None,
+                )
+                .await;
+            if r.body["task"]["status"] == status {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("task {id} never became {status}");
+    }
+
     /// Waits until the task reaches a status that is not in progress.
     async fn settled(&self, id: &str) -> Value {
         for _ in 0..500 {
@@ -678,6 +697,123 @@ async fn metrics_as_json_and_as_prometheus_text() {
 }
 
 /// The SSE frames of a response body until `stop` says so (or the stream ends).
+#[tokio::test]
+async fn plans_snapshot_listings_and_resuming_over_the_api() {
+    let api = api();
+    let r = api
+        .submit(plan(json!([command("slow", "sleep 0.3"), {
+            "id": "next", "checkpoint": "task_exec", "depends_on": ["slow"],
+            "action": { "kind": "command", "run": "true" } }])))
+        .await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    // The plan, to viewers; bad and unknown ids are 400 and 404.
+    let p = api
+        .call(
+            Method::GET,
+            &format!("/admin/tasks/{id}/plan"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(p.status, StatusCode::OK, "{}", p.text);
+    assert_eq!(p.body["plan"]["steps"][1]["id"], "next");
+    assert_eq!(
+        api.call(Method::GET, "/admin/tasks/nope/plan", Some(VIEWER), None)
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+    let unknown = "task_01M8PT860232JEYV7CX4RGNKG4";
+    assert_eq!(
+        api.call(
+            Method::GET,
+            &format!("/admin/tasks/{unknown}/plan"),
+            Some(VIEWER),
+            None
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    // While the server runs the task, resuming it again is a conflict, and a pause
+    // is handed to its runner: this process.
+    let again = api
+        .call(
+            Method::POST,
+            &format!("/admin/tasks/{id}/resume"),
+            Some(OPERATOR),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.text);
+    assert!(again.text.contains("already running"), "{}", again.text);
+    let paused = api
+        .call(
+            Method::POST,
+            &format!("/admin/tasks/{id}/pause"),
+            Some(OPERATOR),
+            Some(json!({ "reason": "look first" })),
+        )
+        .await;
+    assert_eq!(paused.body["outcome"], "requested", "{}", paused.text);
+    assert_eq!(paused.body["runner"]["pid"], std::process::id());
+    let task = api.settled(&id).await;
+    assert_eq!(
+        task["status"], "paused",
+        "the pause reached the run: {task}"
+    );
+
+    // Snapshots: taken with the status they show, listed oldest first.
+    let snap = api
+        .call(
+            Method::POST,
+            &format!("/admin/tasks/{id}/snapshots"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(snap.body["snapshot"]["status"], "paused");
+    let listed = api
+        .call(
+            Method::GET,
+            &format!("/admin/tasks/{id}/snapshots"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(listed.status, StatusCode::OK);
+    assert_eq!(listed.body["items"][0]["id"], snap.body["snapshot"]["id"]);
+    assert_eq!(
+        api.call(
+            Method::GET,
+            &format!("/admin/tasks/{unknown}/snapshots"),
+            Some(VIEWER),
+            None
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+
+    // Resume everything: operators only; the paused task is taken up and completes.
+    assert_eq!(
+        api.call(Method::POST, "/admin/tasks/resume", Some(VIEWER), None)
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    let all = api
+        .call(Method::POST, "/admin/tasks/resume", Some(OPERATOR), None)
+        .await;
+    assert_eq!(all.status, StatusCode::ACCEPTED, "{}", all.text);
+    assert_eq!(all.body["task_ids"], json!([id]));
+    api.reaches(&id, "completed").await;
+    let none = api
+        .call(Method::POST, "/admin/tasks/resume", Some(OPERATOR), None)
+        .await;
+    assert_eq!(none.body["task_ids"], json!([]), "nothing left to resume");
+}
+
 async fn frames(
     res: axum::response::Response,
     stop: impl Fn(&[(u64, String)]) -> bool,
@@ -817,6 +953,7 @@ async fn malformed_bodies_at_every_post_route_never_give_a_5xx() {
         format!("/admin/tasks/{task}/pause"),
         format!("/admin/tasks/{task}/abort"),
         format!("/admin/tasks/{task}/resume"),
+        "/admin/tasks/resume".to_owned(),
         format!("/admin/tasks/{task}/snapshots"),
         format!("/admin/snapshots/{snap}/restore"),
         format!("/admin/approvals/{apr}/decision"),
