@@ -16,6 +16,16 @@ pub struct Cli {
     #[arg(long, global = true, env = "REIN_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
+    /// Talk to a running `rein serve` at this URL (e.g. http://127.0.0.1:7433)
+    /// instead of opening the store here.
+    #[arg(long, global = true, env = "REIN_URL", value_name = "URL")]
+    pub url: Option<String>,
+
+    /// The operator token: sent to the server with --url; for `rein serve`, a token
+    /// with the admin role (kept only as its hash).
+    #[arg(long, global = true, env = "REIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -281,7 +291,4 @@ pub struct ServeArgs {
     /// (viewer|operator|admin) and `sha256` (the token's SHA-256, hex).
     #[arg(long, env = "REIN_TOKENS_FILE", value_name = "FILE")]
     pub tokens: Option<std::path::PathBuf>,
-    /// A token with the admin role (kept only as its hash).
-    #[arg(long = "token", env = "REIN_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
 }

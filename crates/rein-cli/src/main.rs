@@ -2,16 +2,20 @@
 //! prints; everything else lives in the library crates.
 //!
 //! Layout: [`cli`] (arguments), [`commands`] (one module per command group),
+//! [`backend`] (the store here or a server over HTTP, one set of operations),
+//! [`remote`] (the HTTP client of a running `rein serve`),
 //! [`progress`] (live progress of a run), [`prompt`] (approvals asked inline), [`render`] (human-readable output),
 //! [`exit`] (the one mapping from errors to exit codes), [`output`] (printing that
 //! survives a closed pipe), [`telemetry`] (logs and span export).
 
+mod backend;
 mod cli;
 mod commands;
 mod exit;
 mod output;
 mod progress;
 mod prompt;
+mod remote;
 mod render;
 mod telemetry;
 

@@ -5,18 +5,19 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, IsTerminal};
-use std::sync::Arc;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressDrawTarget};
-use rein_core::{Engine, EngineError};
+use rein_core::EngineError;
 use rein_protocol::{
     ApprovalRequest, ApprovalResponse, Decision, HarnessEvent, TaskChange, TaskId,
 };
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::Backend;
 use crate::output::say;
+use crate::remote::RemoteError;
 
 /// Whether this process can ask: stdin, stdout and stderr are all a terminal.
 pub fn interactive() -> bool {
@@ -34,7 +35,7 @@ impl Prompter {
     /// Starts asking the requests `task` raises, on this terminal, as `who`; `bar`
     /// is hidden while a question waits for an answer.
     pub fn start(
-        engine: Arc<Engine>,
+        engine: Backend,
         events: broadcast::Receiver<HarnessEvent>,
         task: TaskId,
         who: String,
@@ -159,7 +160,7 @@ fn next_reminder(left: Duration) -> Duration {
 }
 
 struct Asker {
-    engine: Arc<Engine>,
+    engine: Backend,
     task: TaskId,
     who: String,
     bar: Option<ProgressBar>,
@@ -191,16 +192,13 @@ impl Asker {
                 && let Some(next) = queue.pop_front()
             {
                 self.bar_visible(false);
-                say!("\n{}", question(&next, engine.config().clock.now()));
+                say!("\n{}", question(&next, engine.now()));
                 asking = Some(next);
             }
-            let reminder = asking.as_ref().and_then(|r| r.deadline).map(|d| {
-                next_reminder(
-                    (d - engine.config().clock.now())
-                        .to_std()
-                        .unwrap_or_default(),
-                )
-            });
+            let reminder = asking
+                .as_ref()
+                .and_then(|r| r.deadline)
+                .map(|d| next_reminder((d - engine.now()).to_std().unwrap_or_default()));
             tokio::select! {
                 () = stop.cancelled() => {
                 // The run is over; say what became of a question still on screen.
@@ -250,9 +248,7 @@ impl Asker {
                             };
                             match engine.decide(response).await {
                                 Ok(settled) => say!("  {}: {}", settled.id, settled.status),
-                                Err(EngineError::AlreadyDecided { current }) => {
-                                    say!("  too late: {}", EngineError::AlreadyDecided { current });
-                                }
+                                Err(e) if too_late(&e) => say!("  too late: {e}"),
                                 Err(e) => {
                                     say!("  {e}\n> ");
                                     continue;
@@ -265,12 +261,23 @@ impl Asker {
                 }
                 () = tokio::time::sleep(reminder.unwrap_or_default()), if reminder.is_some() => {
                     if let Some(deadline) = asking.as_ref().and_then(|r| r.deadline) {
-                        say!("  … {} left to answer\n> ", remaining(engine.config().clock.now(), deadline));
+                        say!("  … {} left to answer\n> ", remaining(engine.now(), deadline));
                     }
                 }
             }
         }
     }
+}
+
+/// Whether a decision failed because someone else answered first.
+fn too_late(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<EngineError>(),
+        Some(EngineError::AlreadyDecided { .. })
+    ) || matches!(
+        e.downcast_ref::<RemoteError>(),
+        Some(RemoteError::Api { status: 409, .. })
+    )
 }
 
 #[cfg(test)]

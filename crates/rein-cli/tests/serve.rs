@@ -1,15 +1,16 @@
 //! `rein serve` for real: a server process on a free loopback port, spoken to over
-//! TCP, stopped with SIGTERM.
+//! TCP and by the CLI with `--url`, stopped with SIGTERM.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::rein;
+use common::{json, rein, run_ok, write_plan};
 
 /// One HTTP/1.1 request; the status and the body.
 fn http(
@@ -43,8 +44,21 @@ fn http(
     (status, body)
 }
 
+/// A `rein serve` process; killed if a failed test leaves it running (it holds the
+/// test's output pipe).
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Starts `rein serve` on a free port; returns it and the address it printed.
-fn start(data: &std::path::Path, token: &str) -> (Child, String) {
+fn start(data: &std::path::Path, token: &str) -> (Server, String) {
     let mut child = rein(data)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .env("REIN_TOKEN", token)
@@ -64,13 +78,13 @@ fn start(data: &std::path::Path, token: &str) -> (Child, String) {
         .next()
         .unwrap()
         .to_owned();
-    (child, addr)
+    (Server(child), addr)
 }
 
 #[test]
 fn the_server_runs_a_plan_and_serves_health_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut server, addr) = start(&dir.path().join("data"), "s3cret");
+    let (server, addr) = start(&dir.path().join("data"), "s3cret");
     let (status, body) = http(&addr, "GET", "/healthz", None, None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"task_store\""), "{body}");
@@ -117,13 +131,7 @@ fn the_server_runs_a_plan_and_serves_health_and_metrics() {
         "{metrics}"
     );
 
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(i32::try_from(server.id()).unwrap()),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = server.wait().unwrap();
-    assert_eq!(status.code(), Some(0), "a clean shutdown on SIGTERM");
+    stop(server);
     // The work is in the store for the CLI too.
     let out = rein(&dir.path().join("data"))
         .args(["tasks", "show", &id, "--json"])
@@ -146,4 +154,429 @@ fn without_a_token_the_server_only_listens_on_loopback() {
         said.contains("refusing to listen on 0.0.0.0") && said.contains("REIN_TOKEN"),
         "{said}"
     );
+}
+
+/// Ends the server with SIGTERM and checks that it stopped cleanly.
+fn stop(mut server: Server) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(server.0.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(
+        server.0.wait().unwrap().code(),
+        Some(0),
+        "a clean shutdown on SIGTERM"
+    );
+}
+
+/// The CLI pointed at a server: `--url` and `--token`, and a data directory of its
+/// own that must stay unused.
+struct Remote {
+    url: String,
+    token: String,
+    unused: std::path::PathBuf,
+}
+
+impl Remote {
+    fn cmd(&self) -> Command {
+        let mut cmd = rein(&self.unused);
+        cmd.args(["--url", &self.url, "--token", &self.token]);
+        cmd
+    }
+
+    fn ok(&self, args: &[&str]) -> Output {
+        run_ok(self.cmd().args(args))
+    }
+
+    fn show(&self, id: &str) -> serde_json::Value {
+        json(&self.ok(&["tasks", "show", id, "--json"]))
+    }
+
+    /// Waits until `check` holds of the task's state, as the server reports it.
+    fn wait_for(&self, id: &str, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
+        let start = Instant::now();
+        while !check(&self.show(id)) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "timed out waiting until {what}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
+    state["checkpoints"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == step)
+        .map(|c| c["status"].as_str().unwrap().to_owned())
+}
+
+/// A shell command that returns once `path` exists (bounded, so a failed test
+/// leaves nothing waiting for long).
+fn until_exists(path: &Path) -> String {
+    format!(
+        "i=0; while [ ! -e {} ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 9; sleep 0.01; done",
+        path.display()
+    )
+}
+
+const SHIP: &str = r#"
+description = "ship it over http"
+[[steps]]
+id = "build"
+run = "echo built"
+[[steps]]
+id = "ship"
+kind = "approve"
+title = "Publish the release notes?"
+options = ["publish", "hold"]
+recommended = "publish"
+depends_on = ["build"]
+[[steps]]
+id = "publish"
+run = "echo published > published.txt"
+depends_on = ["ship"]
+"#;
+
+#[test]
+fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = start(&data, "s3cret");
+    let remote = Remote {
+        url: format!("http://{addr}"),
+        token: "s3cret".into(),
+        unused: dir.path().join("client"),
+    };
+    let plan = write_plan(dir.path(), "ship.toml", SHIP);
+
+    // Without the token the server's refusal comes with the way out.
+    let out = rein(&remote.unused)
+        .args(["--url", &remote.url, "tasks", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("--token") && said.contains("REIN_TOKEN"),
+        "{said}"
+    );
+
+    // The run: submitted to the server, followed from here until the task ends.
+    let runner = remote
+        .cmd()
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let request = loop {
+        let pending = json(&remote.ok(&["approvals", "list", "--json"]));
+        if let Some(r) = pending.as_array().unwrap().first() {
+            break r.clone();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no approval request appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let task = request["task_id"].as_str().unwrap().to_owned();
+    let approval = request["id"].as_str().unwrap().to_owned();
+    // A second follower, over the server's event stream, while the task waits.
+    let follower = remote
+        .cmd()
+        .args(["tasks", "follow", &task, "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // Over a server a decision is the token's; --as cannot claim another name.
+    let out = remote
+        .cmd()
+        .args(["approvals", "approve", &approval, "--as", "mallory"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let decided = text(&remote.ok(&["approvals", "approve", &approval, "--reason", "looks right"]));
+    assert!(
+        decided.contains("approved") && decided.contains("by admin"),
+        "{decided}"
+    );
+
+    let ran = runner.wait_with_output().unwrap();
+    let ran_text = text(&ran);
+    assert_eq!(ran.status.code(), Some(0), "{ran_text}");
+    assert!(
+        ran_text.contains(&format!("task {task} created: 3 steps")),
+        "{ran_text}"
+    );
+    assert!(ran_text.contains("passed   publish"), "{ran_text}");
+    assert!(
+        ran_text.contains(&format!("task {task} completed: 3 steps")),
+        "{ran_text}"
+    );
+    assert!(
+        data.join("workspaces")
+            .join(&task)
+            .join("published.txt")
+            .exists()
+    );
+
+    let followed = follower.wait_with_output().unwrap();
+    assert_eq!(followed.status.code(), Some(0));
+    let seqs: Vec<u64> = text(&followed)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    let logged: Vec<u64> = json(&remote.ok(&["tasks", "events", &task, "--json"]))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, logged, "the stream sent every event once, in order");
+    assert_eq!(seqs, (1..=logged.len() as u64).collect::<Vec<_>>());
+
+    // The same output as the embedded CLI reading the server's store.
+    for args in [
+        vec!["tasks", "show", task.as_str()],
+        vec!["tasks", "events", task.as_str()],
+        vec!["tasks", "list"],
+        vec!["approvals", "show", approval.as_str()],
+        vec!["approvals", "list", "--status", "all"],
+        vec!["ledger", "list"],
+        vec!["ledger", "verify"],
+        vec!["metrics"],
+    ] {
+        let over_http = text(&remote.ok(&args));
+        let embedded = text(&run_ok(rein(&data).args(&args)));
+        assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
+    }
+
+    let (status, body) = http(&addr, "GET", "/healthz", None, None);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"task_store\""), "{body}");
+    let (status, metrics) = http(&addr, "GET", "/metrics", Some("s3cret"), None);
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("rein_tasks{status=\"completed\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("rein_approval_requests{status=\"approved\"} 1"),
+        "{metrics}"
+    );
+    stop(server);
+    assert!(
+        !remote.unused.exists(),
+        "with --url the CLI opens no store of its own"
+    );
+}
+
+#[test]
+fn pause_resume_snapshot_restore_and_delete_over_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = start(&data, "s3cret");
+    let server_pid = server.0.id();
+    let remote = Remote {
+        url: format!("http://{addr}"),
+        token: "s3cret".into(),
+        unused: dir.path().join("client"),
+    };
+    let gate = dir.path().join("gate");
+    let plan = write_plan(
+        dir.path(),
+        "slow.toml",
+        &format!(
+            "description = 'slow'\n[[steps]]\nid = 'wait'\nrun = '{}'\n[[steps]]\nid = 'after'\nrun = 'true'\ndepends_on = ['wait']\n",
+            until_exists(&gate)
+        ),
+    );
+    let runner = remote
+        .cmd()
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let task = loop {
+        let list = json(&remote.ok(&["tasks", "list", "--json"]));
+        if let Some(t) = list.as_array().unwrap().first() {
+            break t["id"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no task appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    remote.wait_for(&task, "step `wait` runs", |s| {
+        step_status(s, "wait").as_deref() == Some("in_progress")
+    });
+    let asked = text(&remote.ok(&["tasks", "pause", &task]));
+    assert!(
+        asked.contains(&format!("the runner (pid {server_pid})")),
+        "the server's runner is asked: {asked}"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let ran = runner.wait_with_output().unwrap();
+    let ran_text = text(&ran);
+    assert_eq!(ran.status.code(), Some(3), "paused: {ran_text}");
+    assert!(
+        ran_text.contains(&format!("task {task} paused")),
+        "{ran_text}"
+    );
+
+    let snapshot = json(&remote.ok(&["tasks", "snapshot", &task, "--json"]));
+    assert_eq!(snapshot["status"], "paused");
+    let snapshot_id = snapshot["id"].as_str().unwrap().to_owned();
+    let listed = json(&remote.ok(&["tasks", "snapshots", &task, "--json"]));
+    assert_eq!(listed[0]["id"], snapshot_id.as_str());
+
+    let resumed = remote.ok(&["tasks", "resume", &task]);
+    assert!(
+        text(&resumed).contains(&format!("task {task} completed: 2 steps")),
+        "{}",
+        text(&resumed)
+    );
+    let restored = json(&remote.ok(&["tasks", "restore", &snapshot_id, "--json"]));
+    let copy = restored["id"].as_str().unwrap().to_owned();
+    assert_ne!(copy, task);
+    assert_eq!(restored["status"], "paused");
+    // `resume --all` takes up the restored copy in the server and follows it.
+    let all = json(&remote.ok(&["tasks", "resume", "--all", "--json"]));
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(all[0]["id"], copy.as_str());
+    assert_eq!(all[0]["status"], "completed");
+
+    remote.ok(&["tasks", "delete", &copy]);
+    let gone = remote
+        .cmd()
+        .args(["tasks", "show", &copy])
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("not found"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    // A bad id is the user's to fix (exit 2), as it is embedded.
+    let bad = remote
+        .cmd()
+        .args(["tasks", "show", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    stop(server);
+}
+
+#[test]
+fn an_unreachable_server_is_named_with_what_to_check() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port nothing listens on: bound, then closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = rein(&dir.path().join("data"))
+        .args([
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+            "tasks",
+            "list",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains(&format!("cannot reach rein at http://127.0.0.1:{port}"))
+            && said.contains("rein serve"),
+        "{said}"
+    );
+    let out = rein(&dir.path().join("data"))
+        .args(["--url", "ftp://example", "tasks", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("http://"));
+}
+
+#[test]
+fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, addr) = start(&data, "s3cret");
+    let remote = Remote {
+        url: format!("http://{addr}"),
+        token: "s3cret".into(),
+        unused: dir.path().join("client"),
+    };
+    // Run by a `rein run` of its own on the server's store, which is then killed.
+    let (started, gate) = (dir.path().join("started"), dir.path().join("gate"));
+    let plan = write_plan(
+        dir.path(),
+        "stuck.toml",
+        &format!(
+            "description = 'stuck'\n[[steps]]\nid = 'hold'\nrun = 'touch {}; {}'\n",
+            started.display(),
+            until_exists(&gate)
+        ),
+    );
+    let mut runner = rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !started.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the step never ran"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    runner.kill().unwrap();
+    runner.wait().unwrap();
+    let task = json(&remote.ok(&["tasks", "list", "--json"]))[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = remote
+        .cmd()
+        .args(["tasks", "follow", &task])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "the task's runner is gone; resume it with: rein tasks resume {task}"
+        )),
+        "{}",
+        text(&out)
+    );
+    // The killed runner's step is still waiting: let it end.
+    std::fs::write(&gate, "").unwrap();
+    stop(server);
 }

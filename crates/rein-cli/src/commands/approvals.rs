@@ -1,19 +1,16 @@
 //! `rein approvals …` and `rein ledger …`: people's decisions and their record.
 
-use std::path::PathBuf;
-
 use rein_core::store::ApprovalFilter;
 use rein_protocol::{ApprovalRequest, ApprovalResponse, ApprovalStatus, Decision};
 
 use crate::cli::{ApprovalsCommand, LedgerCommand};
-use crate::commands::{Context, actor, parse_task_id, print_json};
+use crate::commands::{Target, actor, parse_task_id, print_json};
 use crate::exit::{self, UsageError};
 use crate::output::say;
 use crate::render;
 
-pub async fn dispatch(data_dir: Option<PathBuf>, cmd: ApprovalsCommand) -> anyhow::Result<u8> {
-    let ctx = Context::open(data_dir, 4)?;
-    let engine = &ctx.engine;
+pub async fn dispatch(target: &Target, cmd: ApprovalsCommand) -> anyhow::Result<u8> {
+    let engine = &target.open(4)?;
     let (id, decision, option, delegate_to, who) = match cmd {
         ApprovalsCommand::List {
             status,
@@ -63,6 +60,13 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: ApprovalsCommand) -> anyho
         ApprovalsCommand::Skip { id, who } => (id, Decision::Skip, None, None, who),
         ApprovalsCommand::Delegate { id, to, who } => (id, Decision::Delegate, None, Some(to), who),
     };
+    if engine.is_remote() && who.actor.is_some() {
+        return Err(UsageError(
+            "--as cannot be used with --url: a server records a decision under the name of the token that sent it"
+                .into(),
+        )
+        .into());
+    }
     let response = ApprovalResponse {
         request_id: parse_approval_id(&id)?,
         decision,
@@ -81,11 +85,11 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: ApprovalsCommand) -> anyho
     Ok(exit::SUCCESS)
 }
 
-pub async fn ledger(data_dir: Option<PathBuf>, cmd: LedgerCommand) -> anyhow::Result<u8> {
-    let ctx = Context::open(data_dir, 4)?;
+pub async fn ledger(target: &Target, cmd: LedgerCommand) -> anyhow::Result<u8> {
+    let backend = target.open(4)?;
     match cmd {
         LedgerCommand::List { json } => {
-            let entries = ctx.engine.ledger().await?;
+            let entries = backend.ledger().await?;
             if json {
                 print_json(&entries)?;
             } else if entries.is_empty() {
@@ -110,13 +114,13 @@ pub async fn ledger(data_dir: Option<PathBuf>, cmd: LedgerCommand) -> anyhow::Re
             Ok(exit::SUCCESS)
         }
         LedgerCommand::Verify { json } => {
-            let (checked, breaks) = ctx.engine.verify_ledger().await?;
+            let check = backend.verify_ledger().await?;
+            let (checked, breaks) = (check.entries, check.problems);
             if json {
-                let problems: Vec<String> = breaks.iter().map(ToString::to_string).collect();
                 print_json(&serde_json::json!({
                     "entries": checked,
                     "intact": breaks.is_empty(),
-                    "problems": problems,
+                    "problems": breaks,
                 }))?;
             } else if breaks.is_empty() {
                 say!("ledger intact: {checked} entries, every hash and link checks out");
@@ -138,9 +142,8 @@ pub async fn ledger(data_dir: Option<PathBuf>, cmd: LedgerCommand) -> anyhow::Re
     }
 }
 
-pub async fn metrics(data_dir: Option<PathBuf>, json: bool) -> anyhow::Result<u8> {
-    let ctx = Context::open(data_dir, 4)?;
-    let m = ctx.engine.metrics().await?;
+pub async fn metrics(target: &Target, json: bool) -> anyhow::Result<u8> {
+    let m = target.open(4)?.metrics().await?;
     if json {
         print_json(&m)?;
         return Ok(exit::SUCCESS);

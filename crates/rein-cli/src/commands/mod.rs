@@ -15,8 +15,10 @@ use rein_core::{CommandExecutor, Engine, EngineConfig};
 use rein_protocol::{SnapshotId, TaskId};
 use rein_store::SqliteStore;
 
+use crate::backend::Backend;
 use crate::cli::{Cli, Command};
 use crate::exit::UsageError;
+use crate::remote::Client;
 
 /// What every command that touches tasks needs: the engine over the store.
 pub struct Context {
@@ -46,6 +48,25 @@ impl Context {
     }
 }
 
+/// Where the tasks are: `--url` (a running server, with `--token`), else the store
+/// under `--data-dir`.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub data_dir: Option<PathBuf>,
+    pub url: Option<String>,
+    pub token: Option<String>,
+}
+
+impl Target {
+    /// The backend for commands that read and steer tasks.
+    pub fn open(&self, max_parallel: usize) -> anyhow::Result<Backend> {
+        Ok(match &self.url {
+            Some(url) => Backend::Remote(Client::new(url, self.token.clone())?),
+            None => Backend::Local(Context::open(self.data_dir.clone(), max_parallel)?.engine),
+        })
+    }
+}
+
 pub fn parse_task_id(id: &str) -> anyhow::Result<TaskId> {
     TaskId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
 }
@@ -70,13 +91,27 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let target = Target {
+        data_dir: cli.data_dir,
+        url: cli.url.filter(|u| !u.trim().is_empty()),
+        token: cli.token,
+    };
     match cli.command {
-        Command::Run(args) => run::run(cli.data_dir, args).await,
+        Command::Run(args) => run::run(&target, args).await,
         Command::Plan(cmd) => plan::dispatch(cmd),
-        Command::Tasks(cmd) => tasks::dispatch(cli.data_dir, cmd).await,
-        Command::Approvals(cmd) => approvals::dispatch(cli.data_dir, cmd).await,
-        Command::Ledger(cmd) => approvals::ledger(cli.data_dir, cmd).await,
-        Command::Metrics { json } => approvals::metrics(cli.data_dir, json).await,
-        Command::Serve(args) => serve::serve(cli.data_dir, args).await,
+        Command::Tasks(cmd) => tasks::dispatch(&target, cmd).await,
+        Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
+        Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,
+        Command::Metrics { json } => approvals::metrics(&target, json).await,
+        Command::Serve(args) => {
+            if target.url.is_some() {
+                return Err(UsageError(
+                    "`rein serve` is the server: it takes --listen ADDR:PORT, not --url (unset REIN_URL)"
+                        .into(),
+                )
+                .into());
+            }
+            serve::serve(target.data_dir, target.token, args).await
+        }
     }
 }

@@ -3,25 +3,37 @@
 //! The first Ctrl-C pauses (no new steps start; running ones finish); a second one,
 //! or SIGTERM, stops running steps at once and leaves the task resumable exactly as
 //! a crash would.
+//!
+//! With `--url` the task runs in the server: the plan is read and checked here,
+//! sent, and its events are followed over the server's event stream with the same
+//! progress and outcome lines. There the first Ctrl-C asks the server to pause the
+//! task; a second one, or SIGTERM, stops watching and leaves the task to the server.
 
 use crate::output::{say, shout};
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use rein_core::plan::load_plan_file;
+use rein_core::plan::{PlanSpec, load_plan_file};
 use rein_core::{CreateTask, Engine, RunOptions};
-use rein_protocol::{TaskId, TaskState, TaskStatus};
+use rein_protocol::{TaskChange, TaskId, TaskState, TaskStatus};
+use serde_json::json;
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::Backend;
 use crate::cli::{ResumeArgs, RunArgs, RunOutput};
-use crate::commands::{Context, parse_task_id, print_json};
+use crate::commands::{Context, Target, parse_task_id, print_json};
 use crate::exit::{self, UsageError};
 use crate::progress::ProgressView;
 use crate::prompt::{self, Prompter};
+use crate::remote::Client;
 
-pub async fn run(data_dir: Option<PathBuf>, args: RunArgs) -> anyhow::Result<u8> {
+pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
     let spec = load_plan_file(&args.plan)?;
-    let ctx = Context::open(data_dir, args.max_parallel as usize)?;
+    if let Some(url) = &target.url {
+        let client = Client::new(url, target.token.clone())?;
+        return run_remote(client, spec, args).await;
+    }
+    let ctx = Context::open(target.data_dir.clone(), args.max_parallel as usize)?;
     let state = ctx
         .engine
         .create(CreateTask {
@@ -30,7 +42,23 @@ pub async fn run(data_dir: Option<PathBuf>, args: RunArgs) -> anyhow::Result<u8>
             workspace: args.workspace.or(spec.workspace),
         })
         .await?;
-    let out = Out(args.output);
+    let out = Out::new(args.output, false);
+    announce(out, &state);
+    let signals = Signals::install(out, args.no_wait);
+    let (code, _) = drive(
+        &ctx.engine,
+        state,
+        Vec::new(),
+        Vec::new(),
+        &signals,
+        args.output,
+    )
+    .await?;
+    Ok(code)
+}
+
+/// Says that a task was created, and which control points it passed on the way.
+fn announce(out: Out, state: &TaskState) {
     out.line(&format!(
         "task {} created: {} steps, workspace {}",
         state.id(),
@@ -55,22 +83,142 @@ pub async fn run(data_dir: Option<PathBuf>, args: RunArgs) -> anyhow::Result<u8>
             cp.kind
         ));
     }
-    let signals = Signals::install(out, args.no_wait);
-    let (code, _) = drive(
-        &ctx.engine,
-        state,
-        Vec::new(),
-        Vec::new(),
-        &signals,
-        args.output,
-    )
-    .await?;
-    Ok(code)
 }
 
-pub async fn resume(data_dir: Option<PathBuf>, args: ResumeArgs) -> anyhow::Result<u8> {
-    let ctx = Context::open(data_dir, 4)?;
-    let out = Out(args.output);
+/// `rein run --url`: the plan runs in the server; this process follows it.
+async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Result<u8> {
+    if args.workspace.is_some() || spec.workspace.is_some() {
+        return Err(UsageError(
+            "a server gives every task a fresh workspace of its own: drop --workspace (and the plan's `workspace`) to run with --url"
+                .into(),
+        )
+        .into());
+    }
+    let mut plan = spec.plan;
+    plan.max_parallel = plan.max_parallel.or(Some(args.max_parallel));
+    #[derive(serde::Deserialize)]
+    struct Created {
+        task: TaskState,
+    }
+    let created: Created = client
+        .post(
+            "admin/tasks",
+            json!({ "plan": plan, "session_id": args.session.or(spec.session) }),
+        )
+        .await?;
+    let out = Out::new(args.output, true);
+    announce(out, &created.task);
+    let signals = Signals::install(out, args.no_wait);
+    let finals = watch_remote(&client, vec![created.task], &signals, args.output).await?;
+    report(out, &finals, false)
+}
+
+/// Prints how runs ended (with --json their states: a list if `list`, else the
+/// one) and returns the exit code of the worst.
+fn report(out: Out, finals: &[TaskState], list: bool) -> anyhow::Result<u8> {
+    if out.output.json {
+        match finals {
+            [one] if !list => print_json(one)?,
+            all => print_json(&all)?,
+        }
+    } else {
+        for state in finals {
+            out.outcome(state);
+        }
+    }
+    Ok(finals
+        .iter()
+        .map(|s| exit::for_status(s.status()))
+        .fold(exit::SUCCESS, worse))
+}
+
+/// Follows tasks the server runs, with progress and (on a terminal, for one task)
+/// its questions asked here, until each finishes, pauses, stalls, waits for a
+/// person under --no-wait, or the user stops watching. Returns their states then.
+async fn watch_remote(
+    client: &Client,
+    states: Vec<TaskState>,
+    signals: &Signals,
+    output: RunOutput,
+) -> anyhow::Result<Vec<TaskState>> {
+    let backend = Backend::Remote(client.clone());
+    let mut steps = 0;
+    for s in &states {
+        steps += backend.plan(s.id()).await?.steps.len() as u64;
+    }
+    let (events, _) = broadcast::channel(4096);
+    let view = ProgressView::start(events.subscribe(), &states, steps, output);
+    let asking = match states.as_slice() {
+        [one] if prompt::interactive() && !signals.no_wait && !output.json && !output.quiet => {
+            Some(Prompter::start(
+                backend.clone(),
+                events.subscribe(),
+                one.id().clone(),
+                crate::commands::actor(None),
+                view.bar(),
+            ))
+        }
+        _ => None,
+    };
+    let mut watchers = tokio::task::JoinSet::new();
+    for state in &states {
+        let (client, id, after) = (client.clone(), state.id().clone(), state.head.last_seq);
+        let (events, stop, no_wait) = (events.clone(), signals.cancel.clone(), signals.no_wait);
+        watchers.spawn(async move {
+            client
+                .watch(&id, after, &stop, |e| {
+                    let _ = events.send(e.clone());
+                    // Under --no-wait, a question for a person ends the watch.
+                    Ok(no_wait && matches!(e.change, TaskChange::HumanApprovalRequested { .. }))
+                })
+                .await
+                .map(|(_, state)| state)
+        });
+    }
+    let mut finals = Vec::new();
+    let mut pause_sent = false;
+    let mut failure = None;
+    loop {
+        tokio::select! {
+            joined = watchers.join_next() => match joined {
+                None => break,
+                Some(joined) => match joined? {
+                    Ok(state) => finals.push(state),
+                    Err(e) => {
+                        signals.cancel.cancel();
+                        failure.get_or_insert(e);
+                    }
+                },
+            },
+            () = signals.pause.cancelled(), if !pause_sent => {
+                pause_sent = true;
+                for state in &states {
+                    let reason = "interrupted at the terminal that runs it";
+                    if let Err(e) = backend.control(state.id(), false, "cli", reason).await {
+                        shout!("error: cannot pause task {}: {e:#}", state.id());
+                    }
+                }
+            }
+        }
+    }
+    if let Some(asking) = asking {
+        asking.finish().await;
+    }
+    view.finish().await;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    finals.sort_by(|a, b| a.id().cmp(b.id()));
+    Ok(finals)
+}
+
+pub async fn resume(target: &Target, args: ResumeArgs) -> anyhow::Result<u8> {
+    if let Some(url) = &target.url {
+        let client = Client::new(url, target.token.clone())?;
+        return resume_remote(client, args).await;
+    }
+    let ctx = Context::open(target.data_dir.clone(), 4)?;
+    let out = Out::new(args.output, false);
     let signals = Signals::install(out, args.no_wait);
     if let Some(id) = &args.id {
         let id = parse_task_id(id)?;
@@ -86,21 +234,10 @@ pub async fn resume(data_dir: Option<PathBuf>, args: ResumeArgs) -> anyhow::Resu
         .await?;
         return Ok(code);
     }
-    if !args.rerun.is_empty() || !args.skip.is_empty() {
-        return Err(UsageError(
-            "--rerun and --skip name steps of one task: give its id instead of --all".into(),
-        )
-        .into());
-    }
+    refuse_steps_with_all(&args)?;
     let heads = ctx.engine.resumable().await?;
     if heads.is_empty() {
-        out.line(
-            "nothing to resume: no task is pending, paused or left in progress by a stopped runner",
-        );
-        if args.output.json {
-            say!("[]");
-        }
-        return Ok(exit::SUCCESS);
+        return Ok(nothing_to_resume(out));
     }
     out.line(&format!("resuming {} task(s)", heads.len()));
     let mut states = Vec::new();
@@ -143,6 +280,57 @@ pub async fn resume(data_dir: Option<PathBuf>, args: ResumeArgs) -> anyhow::Resu
     Ok(worst)
 }
 
+fn refuse_steps_with_all(args: &ResumeArgs) -> anyhow::Result<()> {
+    if !args.rerun.is_empty() || !args.skip.is_empty() {
+        return Err(UsageError(
+            "--rerun and --skip name steps of one task: give its id instead of --all".into(),
+        )
+        .into());
+    }
+    Ok(())
+}
+
+fn nothing_to_resume(out: Out) -> u8 {
+    out.line(
+        "nothing to resume: no task is pending, paused or left in progress by a stopped runner",
+    );
+    if out.output.json {
+        say!("[]");
+    }
+    exit::SUCCESS
+}
+
+/// `rein tasks resume --url`: the server takes the task(s) up; this process follows.
+async fn resume_remote(client: Client, args: ResumeArgs) -> anyhow::Result<u8> {
+    let backend = Backend::Remote(client.clone());
+    let out = Out::new(args.output, true);
+    let signals = Signals::install(out, args.no_wait);
+    if let Some(id) = &args.id {
+        let id = parse_task_id(id)?;
+        // The state first: the events the run adds come after it.
+        let state = backend.get(&id).await?;
+        backend.start(&id, &args.rerun, &args.skip).await?;
+        let finals = watch_remote(&client, vec![state], &signals, args.output).await?;
+        return report(out, &finals, false);
+    }
+    refuse_steps_with_all(&args)?;
+    #[derive(serde::Deserialize)]
+    struct Resumed {
+        task_ids: Vec<TaskId>,
+    }
+    let resumed: Resumed = client.post("admin/tasks/resume", json!({})).await?;
+    if resumed.task_ids.is_empty() {
+        return Ok(nothing_to_resume(out));
+    }
+    out.line(&format!("resuming {} task(s)", resumed.task_ids.len()));
+    let mut states = Vec::new();
+    for id in &resumed.task_ids {
+        states.push(backend.get(id).await?);
+    }
+    let finals = watch_remote(&client, states, &signals, args.output).await?;
+    report(out, &finals, true)
+}
+
 /// Failure beats waiting beats success.
 fn worse(a: u8, b: u8) -> u8 {
     let rank = |c| match c {
@@ -182,7 +370,7 @@ async fn drive(
     let asking =
         (prompt::interactive() && !signals.no_wait && !output.json && !output.quiet).then(|| {
             Prompter::start(
-                Arc::clone(engine),
+                Backend::Local(Arc::clone(engine)),
                 engine.subscribe(),
                 id.clone(),
                 crate::commands::actor(None),
@@ -198,19 +386,27 @@ async fn drive(
     if output.json {
         print_json(&state)?;
     } else {
-        Out(output).outcome(&state);
+        Out::new(output, false).outcome(&state);
     }
     Ok((exit::for_status(state.status()), state))
 }
 
-/// Progress and outcome lines: stdout normally, stderr with --json, none with --quiet.
+/// Progress and outcome lines: stdout normally, stderr with --json, none with
+/// --quiet; `remote` when the task runs in a server.
 #[derive(Clone, Copy)]
-struct Out(RunOutput);
+struct Out {
+    output: RunOutput,
+    remote: bool,
+}
 
 impl Out {
+    fn new(output: RunOutput, remote: bool) -> Out {
+        Out { output, remote }
+    }
+
     fn line(&self, text: &str) {
-        if self.0.quiet {
-        } else if self.0.json {
+        if self.output.quiet {
+        } else if self.output.json {
             shout!("{text}");
         } else {
             say!("{text}");
@@ -243,11 +439,14 @@ impl Out {
                     .as_deref()
                     .unwrap_or("no reason given")
             ),
+            TaskStatus::InProgress | TaskStatus::Pending if self.remote => format!(
+                "task {id} goes on in the server; follow it with: rein tasks follow {id}\n  questions waiting for a person: rein approvals list --task {id}"
+            ),
             TaskStatus::InProgress | TaskStatus::Pending => {
                 format!("task {id} stopped before it finished; resume with: rein tasks resume {id}")
             }
         };
-        if self.0.quiet {
+        if self.output.quiet {
             // The outcome is the one line --quiet keeps.
             say!("{}", text.lines().next().unwrap_or_default());
         } else {
@@ -282,15 +481,27 @@ impl Signals {
                     _ = int.recv() => {
                         if p.is_cancelled() {
                             c.cancel();
-                            out.line("interrupt: stopping running steps now; the task stays resumable");
+                            out.line(if out.remote {
+                                "interrupt: no longer watching; the task goes on in the server"
+                            } else {
+                                "interrupt: stopping running steps now; the task stays resumable"
+                            });
                         } else {
                             p.cancel();
-                            out.line("interrupt: pausing once running steps finish (Ctrl-C again to stop them now)");
+                            out.line(if out.remote {
+                                "interrupt: the server pauses the task once running steps finish (Ctrl-C again to stop watching)"
+                            } else {
+                                "interrupt: pausing once running steps finish (Ctrl-C again to stop them now)"
+                            });
                         }
                     }
                     _ = term.recv() => {
                         c.cancel();
-                        out.line("terminated: stopping running steps now; the task stays resumable");
+                        out.line(if out.remote {
+                            "terminated: no longer watching; the task goes on in the server"
+                        } else {
+                            "terminated: stopping running steps now; the task stays resumable"
+                        });
                     }
                 }
             }

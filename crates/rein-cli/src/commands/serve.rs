@@ -22,7 +22,7 @@ struct TokensFile {
     tokens: Vec<TokenEntry>,
 }
 
-fn tokens(args: &ServeArgs) -> anyhow::Result<Vec<TokenEntry>> {
+fn tokens(args: &ServeArgs, admin: Option<&str>) -> anyhow::Result<Vec<TokenEntry>> {
     let mut tokens = Vec::new();
     if let Some(path) = &args.tokens {
         let text = std::fs::read_to_string(path)
@@ -41,7 +41,7 @@ fn tokens(args: &ServeArgs) -> anyhow::Result<Vec<TokenEntry>> {
         }
         tokens.extend(file.tokens);
     }
-    if let Some(token) = args.token.as_deref().filter(|t| !t.is_empty()) {
+    if let Some(token) = admin.filter(|t| !t.is_empty()) {
         tokens.push(TokenEntry {
             name: "admin".into(),
             role: Role::Admin,
@@ -51,14 +51,18 @@ fn tokens(args: &ServeArgs) -> anyhow::Result<Vec<TokenEntry>> {
     Ok(tokens)
 }
 
-pub async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> anyhow::Result<u8> {
+pub async fn serve(
+    data_dir: Option<PathBuf>,
+    token: Option<String>,
+    args: ServeArgs,
+) -> anyhow::Result<u8> {
     let addr: SocketAddr = args.listen.parse().map_err(|_| {
         UsageError(format!(
             "--listen `{}` is not ADDR:PORT (e.g. 127.0.0.1:7433)",
             args.listen
         ))
     })?;
-    let auth = Auth::new(tokens(&args)?);
+    let auth = Auth::new(tokens(&args, token.as_deref())?);
     if !auth.enabled() && !addr.ip().is_loopback() {
         return Err(UsageError(format!(
             "refusing to listen on {addr} with no token configured: anyone who can reach it could run commands; \
@@ -75,7 +79,7 @@ pub async fn serve(data_dir: Option<PathBuf>, args: ServeArgs) -> anyhow::Result
     // Take up what a stopped rein left running.
     for task in ctx.engine.resumable().await? {
         if matches!(task.status, TaskStatus::InProgress | TaskStatus::Pending) {
-            state.start(task.id, rein_core::RunOptions::default());
+            let _ = state.start(task.id, rein_core::RunOptions::default());
         }
     }
     let local = listener.local_addr()?;

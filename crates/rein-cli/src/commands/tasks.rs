@@ -2,31 +2,32 @@
 //! restore, delete.
 
 use crate::output::{say, say_raw, shout};
-use std::path::PathBuf;
 use std::time::Duration;
 
-use rein_core::ControlOutcome;
+use rein_core::Engine;
 use rein_core::process::runner_alive;
 use rein_core::store::TaskFilter;
-use rein_protocol::{TaskStatus, Timestamp};
+use rein_protocol::{HarnessEvent, TaskId, TaskStatus, Timestamp};
 
+use crate::backend::{Backend, Control};
 use crate::cli::{ListArgs, TasksCommand};
-use crate::commands::{Context, parse_snapshot_id, parse_task_id, print_json, run};
+use crate::commands::{Target, parse_snapshot_id, parse_task_id, print_json, run};
 use crate::exit::{self, UsageError};
+use crate::remote::{Client, Ended};
 use crate::render::{self, CheckpointIndex};
 
 /// How often `follow` looks for new events written by another process.
 const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
-pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::Result<u8> {
+pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> {
     if let TasksCommand::Resume(args) = cmd {
-        return run::resume(data_dir, args).await;
+        return run::resume(target, args).await;
     }
-    let ctx = Context::open(data_dir, 4)?;
-    let engine = &ctx.engine;
+    let backend = target.open(4)?;
+    let engine = &backend;
     match cmd {
         TasksCommand::Resume(_) => Ok(exit::SUCCESS),
-        TasksCommand::List(args) => list(&ctx, args).await,
+        TasksCommand::List(args) => list(&backend, args).await,
         TasksCommand::Show { id, json } => {
             let state = engine.get(&parse_task_id(&id)?).await?;
             if json {
@@ -60,56 +61,53 @@ pub async fn dispatch(data_dir: Option<PathBuf>, cmd: TasksCommand) -> anyhow::R
             }
             Ok(exit::SUCCESS)
         }
-        TasksCommand::Follow { id, after, json } => follow(&ctx, &id, after, json).await,
+        TasksCommand::Follow { id, after, json } => {
+            let id = parse_task_id(&id)?;
+            match &backend {
+                Backend::Local(engine) => follow(engine, &id, after, json).await,
+                Backend::Remote(client) => follow_remote(client, &id, after, json).await,
+            }
+        }
         TasksCommand::Pause { id, reason } => {
             let id = parse_task_id(&id)?;
-            match engine.pause(&id, "cli", &reason).await? {
-                ControlOutcome::Applied(_) => say!("task {id} paused"),
-                ControlOutcome::Requested { runner } => say!(
-                    "pause requested: the runner (pid {}) starts no more steps and pauses once running ones finish",
-                    runner.pid
+            match engine.control(&id, false, "cli", &reason).await? {
+                Control::Applied => say!("task {id} paused"),
+                Control::Requested { pid } => say!(
+                    "pause requested: the runner (pid {pid}) starts no more steps and pauses once running ones finish"
                 ),
-                ControlOutcome::AlreadyThere(_) => say!("task {id} is already paused"),
+                Control::Already => say!("task {id} is already paused"),
             }
             Ok(exit::SUCCESS)
         }
         TasksCommand::Abort { id, reason } => {
             let id = parse_task_id(&id)?;
-            match engine.abort(&id, "cli", &reason).await? {
-                ControlOutcome::Applied(_) => say!("task {id} cancelled"),
-                ControlOutcome::Requested { runner } => say!(
-                    "abort requested: the runner (pid {}) stops running steps and cancels the task",
-                    runner.pid
+            match engine.control(&id, true, "cli", &reason).await? {
+                Control::Applied => say!("task {id} cancelled"),
+                Control::Requested { pid } => say!(
+                    "abort requested: the runner (pid {pid}) stops running steps and cancels the task"
                 ),
-                ControlOutcome::AlreadyThere(_) => say!("task {id} is already cancelled"),
+                Control::Already => say!("task {id} is already cancelled"),
             }
             Ok(exit::SUCCESS)
         }
         TasksCommand::Snapshot { id, json } => {
             let snapshot = engine.snapshot(&parse_task_id(&id)?).await?;
             if json {
-                print_json(&serde_json::json!({
-                    "id": snapshot.id,
-                    "task_id": snapshot.task_id,
-                    "seq": snapshot.seq,
-                    "created_at": snapshot.created_at,
-                    "status": snapshot.state.status(),
-                }))?;
+                print_json(&snapshot)?;
             } else {
                 say!(
                     "snapshot {} of task {} at event {} ({})",
                     snapshot.id,
                     snapshot.task_id,
                     snapshot.seq,
-                    snapshot.state.status()
+                    snapshot.status
                 );
             }
             Ok(exit::SUCCESS)
         }
         TasksCommand::Snapshots { id, json } => {
             let id = parse_task_id(&id)?;
-            engine.get(&id).await?;
-            let snapshots = engine.store().list_snapshots(&id).await?;
+            let snapshots = engine.snapshots(&id).await?;
             if json {
                 print_json(&snapshots)?;
             } else if snapshots.is_empty() {
@@ -165,7 +163,7 @@ fn parse_time(flag: &str, value: &str) -> anyhow::Result<Timestamp> {
     }
 }
 
-async fn list(ctx: &Context, args: ListArgs) -> anyhow::Result<u8> {
+async fn list(backend: &Backend, args: ListArgs) -> anyhow::Result<u8> {
     let status = match &args.status {
         Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
             let allowed: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
@@ -192,7 +190,7 @@ async fn list(ctx: &Context, args: ListArgs) -> anyhow::Result<u8> {
         limit: Some(args.limit as usize),
         cursor: args.cursor,
     };
-    let page = ctx.engine.list(&filter).await?;
+    let page = backend.list(&filter).await?;
     if args.json {
         print_json(&page.items)?;
         if let Some(c) = &page.next_cursor {
@@ -211,9 +209,8 @@ async fn list(ctx: &Context, args: ListArgs) -> anyhow::Result<u8> {
 
 /// Prints events as another process records them, until the task finishes, pauses,
 /// or its runner is gone.
-async fn follow(ctx: &Context, id: &str, after: u64, json: bool) -> anyhow::Result<u8> {
-    let id = parse_task_id(id)?;
-    let engine = &ctx.engine;
+async fn follow(engine: &Engine, id: &TaskId, after: u64, json: bool) -> anyhow::Result<u8> {
+    let id = id.clone();
     let mut index = CheckpointIndex::from_state(&engine.get(&id).await?);
     let mut seen = after;
     loop {
@@ -226,12 +223,7 @@ async fn follow(ctx: &Context, id: &str, after: u64, json: bool) -> anyhow::Resu
         loop {
             let events = engine.events(&id, seen, 500).await?;
             for e in &events {
-                index.observe(e);
-                if json {
-                    say!("{}", serde_json::to_string(e)?);
-                } else if let Some(line) = render::describe(e, &index) {
-                    say!("{}", render::timed(e, &line));
-                }
+                print_followed(&mut index, e, json)?;
                 seen = e.seq;
             }
             if events.len() < 500 {
@@ -255,4 +247,32 @@ async fn follow(ctx: &Context, id: &str, after: u64, json: bool) -> anyhow::Resu
         }
         tokio::time::sleep(FOLLOW_POLL).await;
     }
+}
+
+/// One followed event: its JSON line, or its description.
+fn print_followed(index: &mut CheckpointIndex, e: &HarnessEvent, json: bool) -> anyhow::Result<()> {
+    index.observe(e);
+    if json {
+        say!("{}", serde_json::to_string(e)?);
+    } else if let Some(line) = render::describe(e, index) {
+        say!("{}", render::timed(e, &line));
+    }
+    Ok(())
+}
+
+/// `follow` against a server: its event stream, until the task finishes (the
+/// stream ends), pauses, or its runner is gone (the server says `stalled`).
+async fn follow_remote(client: &Client, id: &TaskId, after: u64, json: bool) -> anyhow::Result<u8> {
+    let mut index = CheckpointIndex::from_state(&Backend::Remote(client.clone()).get(id).await?);
+    let never = tokio_util::sync::CancellationToken::new();
+    let (ended, state) = client
+        .watch(id, after, &never, |e| {
+            print_followed(&mut index, e, json)?;
+            Ok(false)
+        })
+        .await?;
+    if ended == Ended::Stalled && !json {
+        say!("the task's runner is gone; resume it with: rein tasks resume {id}");
+    }
+    Ok(exit::for_status(state.status()))
 }

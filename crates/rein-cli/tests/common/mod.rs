@@ -13,6 +13,8 @@ pub fn rein_bin() -> PathBuf {
 pub fn rein(data_dir: &Path) -> Command {
     let mut cmd = Command::new(rein_bin());
     cmd.env_remove("REIN_DATA_DIR")
+        .env_remove("REIN_URL")
+        .env_remove("REIN_TOKEN")
         .arg("--data-dir")
         .arg(data_dir);
     cmd

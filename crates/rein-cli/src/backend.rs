@@ -1,0 +1,386 @@
+//! Where a command's tasks live: the store opened here (embedded), or a running
+//! `rein serve` reached over HTTP. Commands call the same operations on either and
+//! print the same output.
+
+use std::sync::Arc;
+
+use rein_core::store::{ApprovalFilter, SnapshotInfo, TaskFilter, TaskPage};
+use rein_core::{ControlOutcome, Engine};
+use rein_protocol::{
+    ApprovalId, ApprovalRequest, ApprovalResponse, HarnessEvent, HarnessMetrics, LedgerEntry,
+    SnapshotId, TaskDecomposition, TaskId, TaskState, TaskStatus, Timestamp,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::remote::{Client, RemoteError};
+
+#[derive(Debug, Clone)]
+pub enum Backend {
+    Local(Arc<Engine>),
+    Remote(Client),
+}
+
+/// What a pause or abort did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    /// Done: the task is now in this status.
+    Applied,
+    /// The task's live runner (this process id) was asked and will act shortly.
+    Requested { pid: u32 },
+    /// The task already was where it was asked to go.
+    Already,
+}
+
+/// A snapshot just taken.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub id: SnapshotId,
+    pub task_id: TaskId,
+    pub seq: u64,
+    pub created_at: Timestamp,
+    pub status: TaskStatus,
+}
+
+#[derive(Deserialize)]
+struct Items<T> {
+    items: Vec<T>,
+}
+
+#[derive(Deserialize)]
+struct TaskEnvelope {
+    task: TaskState,
+}
+
+#[derive(Deserialize)]
+struct ApprovalEnvelope {
+    approval: ApprovalRequest,
+}
+
+#[derive(Deserialize)]
+struct ControlBody {
+    outcome: String,
+    #[serde(default)]
+    runner: Option<rein_protocol::RunnerInfo>,
+}
+
+/// The ledger's check: entries checked, and what is broken.
+#[derive(Debug, Deserialize)]
+pub struct LedgerCheck {
+    pub entries: u64,
+    pub problems: Vec<String>,
+}
+
+/// Turns an empty JSON body (204) into `()`.
+#[derive(Deserialize)]
+struct Nothing;
+
+impl Backend {
+    pub fn is_remote(&self) -> bool {
+        matches!(self, Backend::Remote(_))
+    }
+
+    /// The engine's clock here; the wall clock against a server.
+    pub fn now(&self) -> Timestamp {
+        match self {
+            Backend::Local(engine) => engine.config().clock.now(),
+            Backend::Remote(_) => chrono::Utc::now(),
+        }
+    }
+
+    pub async fn get(&self, id: &TaskId) -> anyhow::Result<TaskState> {
+        Ok(match self {
+            Backend::Local(e) => e.get(id).await?,
+            Backend::Remote(c) => {
+                c.get::<TaskEnvelope>(&format!("admin/tasks/{id}"), &[])
+                    .await?
+                    .task
+            }
+        })
+    }
+
+    pub async fn plan(&self, id: &TaskId) -> anyhow::Result<TaskDecomposition> {
+        #[derive(Deserialize)]
+        struct PlanEnvelope {
+            plan: TaskDecomposition,
+        }
+        Ok(match self {
+            Backend::Local(e) => e.plan(id).await?,
+            Backend::Remote(c) => {
+                c.get::<PlanEnvelope>(&format!("admin/tasks/{id}/plan"), &[])
+                    .await?
+                    .plan
+            }
+        })
+    }
+
+    pub async fn events(
+        &self,
+        id: &TaskId,
+        after: u64,
+        limit: usize,
+    ) -> anyhow::Result<Vec<HarnessEvent>> {
+        Ok(match self {
+            Backend::Local(e) => e.events(id, after, limit).await?,
+            Backend::Remote(c) => {
+                let query = [("after", after.to_string()), ("limit", limit.to_string())];
+                c.get::<Items<HarnessEvent>>(&format!("admin/tasks/{id}/events"), &query)
+                    .await?
+                    .items
+            }
+        })
+    }
+
+    pub async fn list(&self, filter: &TaskFilter) -> anyhow::Result<TaskPage> {
+        Ok(match self {
+            Backend::Local(e) => e.list(filter).await?,
+            Backend::Remote(c) => {
+                let mut query = Vec::new();
+                if let Some(s) = &filter.session_id {
+                    query.push(("session_id", s.clone()));
+                }
+                if let Some(s) = filter.status {
+                    query.push(("status", s.as_str().to_owned()));
+                }
+                if let Some(t) = filter.created_from {
+                    query.push(("created_from", t.to_rfc3339()));
+                }
+                if let Some(t) = filter.created_to {
+                    query.push(("created_to", t.to_rfc3339()));
+                }
+                if let Some(l) = filter.limit {
+                    query.push(("limit", l.to_string()));
+                }
+                if let Some(c) = &filter.cursor {
+                    query.push(("cursor", c.clone()));
+                }
+                c.get::<TaskPage>("admin/tasks", &query).await?
+            }
+        })
+    }
+
+    /// Pauses (`abort == false`) or aborts a task, as `by` when embedded (a server
+    /// records the token's name).
+    pub async fn control(
+        &self,
+        id: &TaskId,
+        abort: bool,
+        by: &str,
+        reason: &str,
+    ) -> anyhow::Result<Control> {
+        match self {
+            Backend::Local(e) => {
+                let outcome = if abort {
+                    e.abort(id, by, reason).await?
+                } else {
+                    e.pause(id, by, reason).await?
+                };
+                Ok(match outcome {
+                    ControlOutcome::Applied(_) => Control::Applied,
+                    ControlOutcome::Requested { runner } => Control::Requested { pid: runner.pid },
+                    ControlOutcome::AlreadyThere(_) => Control::Already,
+                })
+            }
+            Backend::Remote(c) => {
+                let what = if abort { "abort" } else { "pause" };
+                let body: ControlBody = c
+                    .post(
+                        &format!("admin/tasks/{id}/{what}"),
+                        json!({ "reason": reason }),
+                    )
+                    .await?;
+                Ok(match (body.outcome.as_str(), body.runner) {
+                    ("applied", _) => Control::Applied,
+                    ("requested", Some(runner)) => Control::Requested { pid: runner.pid },
+                    ("already", _) => Control::Already,
+                    (other, _) => {
+                        return Err(RemoteError::Protocol {
+                            url: format!("admin/tasks/{id}/{what}"),
+                            detail: format!("unknown outcome `{other}`"),
+                        }
+                        .into());
+                    }
+                })
+            }
+        }
+    }
+
+    /// Asks the server to run a task (remote only; embedded runs are driven here).
+    pub async fn start(
+        &self,
+        id: &TaskId,
+        rerun: &[String],
+        skip: &[String],
+    ) -> anyhow::Result<()> {
+        if let Backend::Remote(c) = self {
+            let _: serde_json::Value = c
+                .post(
+                    &format!("admin/tasks/{id}/resume"),
+                    json!({ "rerun": rerun, "skip": skip }),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub async fn snapshot(&self, id: &TaskId) -> anyhow::Result<Snapshot> {
+        #[derive(Deserialize)]
+        struct SnapshotEnvelope {
+            snapshot: Snapshot,
+        }
+        Ok(match self {
+            Backend::Local(e) => {
+                let s = e.snapshot(id).await?;
+                Snapshot {
+                    status: s.state.status(),
+                    id: s.id,
+                    task_id: s.task_id,
+                    seq: s.seq,
+                    created_at: s.created_at,
+                }
+            }
+            Backend::Remote(c) => {
+                c.call::<SnapshotEnvelope>(
+                    reqwest::Method::POST,
+                    &format!("admin/tasks/{id}/snapshots"),
+                    &[],
+                    None,
+                )
+                .await?
+                .snapshot
+            }
+        })
+    }
+
+    pub async fn snapshots(&self, id: &TaskId) -> anyhow::Result<Vec<SnapshotInfo>> {
+        Ok(match self {
+            Backend::Local(e) => {
+                e.get(id).await?;
+                e.store().list_snapshots(id).await?
+            }
+            Backend::Remote(c) => {
+                c.get::<Items<SnapshotInfo>>(&format!("admin/tasks/{id}/snapshots"), &[])
+                    .await?
+                    .items
+            }
+        })
+    }
+
+    pub async fn restore(&self, id: &SnapshotId) -> anyhow::Result<TaskState> {
+        Ok(match self {
+            Backend::Local(e) => e.restore(id).await?,
+            Backend::Remote(c) => {
+                c.call::<TaskEnvelope>(
+                    reqwest::Method::POST,
+                    &format!("admin/snapshots/{id}/restore"),
+                    &[],
+                    None,
+                )
+                .await?
+                .task
+            }
+        })
+    }
+
+    pub async fn delete(&self, id: &TaskId) -> anyhow::Result<()> {
+        match self {
+            Backend::Local(e) => e.delete(id).await?,
+            Backend::Remote(c) => {
+                let Nothing = c
+                    .call(
+                        reqwest::Method::DELETE,
+                        &format!("admin/tasks/{id}"),
+                        &[],
+                        None,
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn approvals(&self, filter: &ApprovalFilter) -> anyhow::Result<Vec<ApprovalRequest>> {
+        Ok(match self {
+            Backend::Local(e) => e.approvals(filter).await?,
+            Backend::Remote(c) => {
+                let mut query = vec![(
+                    "status",
+                    filter.status.map_or("all", |s| s.as_str()).to_owned(),
+                )];
+                if let Some(t) = &filter.task_id {
+                    query.push(("task_id", t.to_string()));
+                }
+                if let Some(l) = filter.limit {
+                    query.push(("limit", l.to_string()));
+                }
+                c.get::<Items<ApprovalRequest>>("admin/approvals", &query)
+                    .await?
+                    .items
+            }
+        })
+    }
+
+    pub async fn approval(&self, id: &ApprovalId) -> anyhow::Result<ApprovalRequest> {
+        Ok(match self {
+            Backend::Local(e) => e.approval(id).await?,
+            Backend::Remote(c) => {
+                c.get::<ApprovalEnvelope>(&format!("admin/approvals/{id}"), &[])
+                    .await?
+                    .approval
+            }
+        })
+    }
+
+    /// Records a decision; a server records it as the token's name, not
+    /// `response.decided_by`.
+    pub async fn decide(&self, response: ApprovalResponse) -> anyhow::Result<ApprovalRequest> {
+        Ok(match self {
+            Backend::Local(e) => e.decide(response).await?,
+            Backend::Remote(c) => {
+                let body = json!({
+                    "decision": response.decision,
+                    "selected_option": response.selected_option,
+                    "reason": response.reason,
+                    "delegate_to": response.delegate_to,
+                });
+                c.post::<ApprovalEnvelope>(
+                    &format!("admin/approvals/{}/decision", response.request_id),
+                    body,
+                )
+                .await?
+                .approval
+            }
+        })
+    }
+
+    pub async fn ledger(&self) -> anyhow::Result<Vec<LedgerEntry>> {
+        Ok(match self {
+            Backend::Local(e) => e.ledger().await?,
+            Backend::Remote(c) => {
+                c.get::<Items<LedgerEntry>>("admin/ledger", &[])
+                    .await?
+                    .items
+            }
+        })
+    }
+
+    pub async fn verify_ledger(&self) -> anyhow::Result<LedgerCheck> {
+        Ok(match self {
+            Backend::Local(e) => {
+                let (entries, breaks) = e.verify_ledger().await?;
+                LedgerCheck {
+                    entries: entries as u64,
+                    problems: breaks.iter().map(ToString::to_string).collect(),
+                }
+            }
+            Backend::Remote(c) => c.get("admin/ledger/verify", &[]).await?,
+        })
+    }
+
+    pub async fn metrics(&self) -> anyhow::Result<HarnessMetrics> {
+        Ok(match self {
+            Backend::Local(e) => e.metrics().await?,
+            Backend::Remote(c) => c.get("admin/metrics", &[]).await?,
+        })
+    }
+}
