@@ -8,25 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{json, rein, run_ok, show, task_ids, write_plan};
-
-const PLAN: &str = r#"
-description = "ship it"
-[[steps]]
-id = "build"
-run = "echo built"
-[[steps]]
-id = "ship"
-kind = "approve"
-title = "Publish the release notes?"
-options = ["publish", "hold"]
-recommended = "publish"
-depends_on = ["build"]
-[[steps]]
-id = "publish"
-run = "echo published > published.txt"
-depends_on = ["ship"]
-"#;
+use common::{SHIP_PLAN, json, rein, run_ok, show, task_ids, write_plan};
 
 fn pending(data: &Path) -> Vec<serde_json::Value> {
     json(&run_ok(rein(data).args(["approvals", "list", "--json"])))
@@ -53,7 +35,7 @@ fn wait_for_request(data: &Path) -> String {
 fn a_waiting_run_continues_when_another_process_decides() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let runner = rein(&data)
         .arg("run")
         .arg(&plan)
@@ -122,7 +104,7 @@ fn a_waiting_run_continues_when_another_process_decides() {
 fn no_wait_exits_3_and_resume_after_the_decision_completes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let out = rein(&data)
         .arg("run")
         .arg(&plan)
@@ -152,7 +134,7 @@ fn no_wait_exits_3_and_resume_after_the_decision_completes() {
 fn bad_decisions_are_refused_with_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     rein(&data)
         .arg("run")
         .arg(&plan)
@@ -188,7 +170,7 @@ fn bad_decisions_are_refused_with_what_to_do() {
 fn an_edited_ledger_row_is_reported_by_verify() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     // Three decisions in the ledger: delegate, then approve; then a second task denied.
     rein(&data)
         .arg("run")
@@ -288,7 +270,7 @@ fn the_approval_example_works_as_its_comments_say() {
 fn metrics_json_has_the_four_families() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     rein(&data)
         .arg("run")
         .arg(&plan)
@@ -485,7 +467,7 @@ fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
 fn on_a_terminal_the_question_is_asked_inline() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plan = write_plan(dir.path(), "ship.toml", PLAN);
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let command = format!(
         "{} --data-dir {} run {}",
         common::rein_bin().display(),

@@ -8,7 +8,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{json, rein, run_ok, show, task_ids, write_plan};
+use common::{
+    eventually, json, rein, run_ok, show, step_status, task_ids, until_exists, write_plan,
+};
 
 fn example_plan() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/release-notes.toml")
@@ -16,32 +18,7 @@ fn example_plan() -> std::path::PathBuf {
 
 /// Waits until `check` holds, polling the store the way a user would.
 fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !check() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// A shell command that returns once `path` exists: a step the test lets finish.
-fn until_exists(path: &Path) -> String {
-    // Bounded, so a failed test leaves nothing waiting for long.
-    format!(
-        "i=0; while [ ! -e {} ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 9; sleep 0.01; done",
-        path.display()
-    )
-}
-
-fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
-    state["checkpoints"]
-        .as_array()?
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == step)
-        .map(|c| c["status"].as_str().unwrap().to_owned())
+    eventually(what, || check().then_some(()));
 }
 
 /// Starts `rein run PLAN` and returns it, with its task id, once `step` is running.

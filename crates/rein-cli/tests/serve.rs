@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{json, rein, run_ok, write_plan};
+use common::{SHIP_PLAN, eventually, json, rein, run_ok, step_status, until_exists, write_plan};
 
 /// One HTTP/1.1 request; the status and the body.
 fn http(
@@ -193,70 +193,45 @@ impl Remote {
         json(&self.ok(&["tasks", "show", id, "--json"]))
     }
 
-    /// Waits until `check` holds of the task's state, as the server reports it.
-    fn wait_for(&self, id: &str, what: &str, check: impl Fn(&serde_json::Value) -> bool) {
-        let start = Instant::now();
-        while !check(&self.show(id)) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "timed out waiting until {what}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// `rein run PLAN --url …` in the background, its output piped.
+    fn spawn_run(&self, plan: &Path) -> Child {
+        self.cmd()
+            .arg("run")
+            .arg(plan)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
     }
+
+    /// The first item `rein … --json` lists, once there is one.
+    fn first(&self, what: &str, args: &[&str]) -> serde_json::Value {
+        eventually(what, || {
+            json(&self.ok(args)).as_array().unwrap().first().cloned()
+        })
+    }
+}
+
+/// A server on a fresh data directory under `dir`, and the CLI pointed at it.
+fn served(dir: &Path) -> (Server, String, Remote) {
+    let (server, addr) = start(&dir.join("data"), "s3cret");
+    let remote = Remote {
+        url: format!("http://{addr}"),
+        token: "s3cret".into(),
+        unused: dir.join("client"),
+    };
+    (server, addr, remote)
 }
 
 fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
-    state["checkpoints"]
-        .as_array()?
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == step)
-        .map(|c| c["status"].as_str().unwrap().to_owned())
-}
-
-/// A shell command that returns once `path` exists (bounded, so a failed test
-/// leaves nothing waiting for long).
-fn until_exists(path: &Path) -> String {
-    format!(
-        "i=0; while [ ! -e {} ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 9; sleep 0.01; done",
-        path.display()
-    )
-}
-
-const SHIP: &str = r#"
-description = "ship it over http"
-[[steps]]
-id = "build"
-run = "echo built"
-[[steps]]
-id = "ship"
-kind = "approve"
-title = "Publish the release notes?"
-options = ["publish", "hold"]
-recommended = "publish"
-depends_on = ["build"]
-[[steps]]
-id = "publish"
-run = "echo published > published.txt"
-depends_on = ["ship"]
-"#;
-
 #[test]
 fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (server, addr) = start(&data, "s3cret");
-    let remote = Remote {
-        url: format!("http://{addr}"),
-        token: "s3cret".into(),
-        unused: dir.path().join("client"),
-    };
-    let plan = write_plan(dir.path(), "ship.toml", SHIP);
+    let (server, addr, remote) = served(dir.path());
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
 
     // Without the token the server's refusal comes with the way out.
     let out = rein(&remote.unused)
@@ -271,25 +246,11 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
     );
 
     // The run: submitted to the server, followed from here until the task ends.
-    let runner = remote
-        .cmd()
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let request = loop {
-        let pending = json(&remote.ok(&["approvals", "list", "--json"]));
-        if let Some(r) = pending.as_array().unwrap().first() {
-            break r.clone();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no approval request appeared"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let runner = remote.spawn_run(&plan);
+    let request = remote.first(
+        "an approval request appears",
+        &["approvals", "list", "--json"],
+    );
     let task = request["task_id"].as_str().unwrap().to_owned();
     let approval = request["id"].as_str().unwrap().to_owned();
     // A second follower, over the server's event stream, while the task waits.
@@ -390,14 +351,8 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
 #[test]
 fn pause_resume_snapshot_restore_and_delete_over_the_server() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let (server, addr) = start(&data, "s3cret");
+    let (server, _, remote) = served(dir.path());
     let server_pid = server.0.id();
-    let remote = Remote {
-        url: format!("http://{addr}"),
-        token: "s3cret".into(),
-        unused: dir.path().join("client"),
-    };
     let gate = dir.path().join("gate");
     let plan = write_plan(
         dir.path(),
@@ -407,27 +362,13 @@ fn pause_resume_snapshot_restore_and_delete_over_the_server() {
             until_exists(&gate)
         ),
     );
-    let runner = remote
-        .cmd()
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let task = loop {
-        let list = json(&remote.ok(&["tasks", "list", "--json"]));
-        if let Some(t) = list.as_array().unwrap().first() {
-            break t["id"].as_str().unwrap().to_owned();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "no task appeared"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    remote.wait_for(&task, "step `wait` runs", |s| {
-        step_status(s, "wait").as_deref() == Some("in_progress")
+    let runner = remote.spawn_run(&plan);
+    let task = remote.first("the task appears", &["tasks", "list", "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    eventually("step `wait` runs", || {
+        (step_status(&remote.show(&task), "wait").as_deref() == Some("in_progress")).then_some(())
     });
     let asked = text(&remote.ok(&["tasks", "pause", &task]));
     assert!(
@@ -525,12 +466,7 @@ fn an_unreachable_server_is_named_with_what_to_check() {
 fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let (server, addr) = start(&data, "s3cret");
-    let remote = Remote {
-        url: format!("http://{addr}"),
-        token: "s3cret".into(),
-        unused: dir.path().join("client"),
-    };
+    let (server, _, remote) = served(dir.path());
     // Run by a `rein run` of its own on the server's store, which is then killed.
     let (started, gate) = (dir.path().join("started"), dir.path().join("gate"));
     let plan = write_plan(

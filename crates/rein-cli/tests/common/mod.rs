@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 pub fn rein_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rein"))
@@ -62,4 +63,57 @@ pub fn show(data_dir: &Path, id: &str) -> serde_json::Value {
     json(&run_ok(
         rein(data_dir).args(["tasks", "show", id, "--json"]),
     ))
+}
+
+/// A plan with an approval between two command steps.
+pub const SHIP_PLAN: &str = r#"
+description = "ship it"
+[[steps]]
+id = "build"
+run = "echo built"
+[[steps]]
+id = "ship"
+kind = "approve"
+title = "Publish the release notes?"
+options = ["publish", "hold"]
+recommended = "publish"
+depends_on = ["build"]
+[[steps]]
+id = "publish"
+run = "echo published > published.txt"
+depends_on = ["ship"]
+"#;
+
+/// A shell command that returns once `path` exists: a step the test lets finish.
+pub fn until_exists(path: &Path) -> String {
+    // Bounded, so a failed test leaves nothing waiting for long.
+    format!(
+        "i=0; while [ ! -e {} ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 9; sleep 0.01; done",
+        path.display()
+    )
+}
+
+/// The status of a step's newest checkpoint in a task's JSON state.
+pub fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
+    state["checkpoints"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == step)
+        .map(|c| c["status"].as_str().unwrap().to_owned())
+}
+
+/// Polls `check` until it gives a value; fails the test after 20 s naming `what`.
+pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
