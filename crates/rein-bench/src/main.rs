@@ -9,6 +9,10 @@
 //!
 //! `rein-bench approvals --decisions N --paused M` times decision → next step (p50,
 //! p99) and reports memory with M tasks paused on approvals.
+//!
+//! `rein-bench sandbox --runs N` times starting and finishing `true` plainly
+//! (`sh -c true`) and under the bubblewrap sandbox (p50, p99): what the sandbox
+//! costs a step.
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
@@ -60,6 +64,11 @@ enum Bench {
         seconds: u64,
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+    },
+    /// The cost of a sandboxed command: `true` plainly and under bubblewrap.
+    Sandbox {
+        #[arg(long, default_value_t = 200)]
+        runs: usize,
     },
     /// Decision-to-next-step latency, and memory with many tasks paused on approvals.
     Approvals {
@@ -464,6 +473,45 @@ fn chain(n: usize) -> TaskDecomposition {
     TaskDecomposition::new("bench", steps)
 }
 
+/// Times `runs` runs of `true`, plainly and sandboxed, alternating.
+async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
+    let sandbox = rein_sandbox::Sandbox::probe().await?;
+    let dir = tempfile::tempdir()?;
+    let workspace = dir.path().canonicalize()?;
+    let confinement = rein_sandbox::Confinement::default();
+    let (mut plain, mut boxed) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    for _ in 0..runs {
+        let started = Instant::now();
+        let status = tokio::process::Command::new("sh")
+            .args(["-c", "true"])
+            .current_dir(&workspace)
+            .status()
+            .await?;
+        anyhow::ensure!(status.success(), "plain `true` failed");
+        plain.push(started.elapsed());
+        let started = Instant::now();
+        let status = sandbox
+            .command(&workspace, "true", &[], &confinement)
+            .status()
+            .await?;
+        anyhow::ensure!(status.success(), "sandboxed `true` failed");
+        boxed.push(started.elapsed());
+    }
+    plain.sort();
+    boxed.sort();
+    let ms = |d: f64| (d * 1000.0).round() / 1000.0;
+    Ok(serde_json::json!({
+        "bench": "sandbox",
+        "runs": runs,
+        "sandbox": sandbox.detail,
+        "plain_p50_ms": ms(percentile(&plain, 0.50)),
+        "plain_p99_ms": ms(percentile(&plain, 0.99)),
+        "sandboxed_p50_ms": ms(percentile(&boxed, 0.50)),
+        "sandboxed_p99_ms": ms(percentile(&boxed, 0.99)),
+        "overhead_p50_ms": ms(percentile(&boxed, 0.50) - percentile(&plain, 0.50)),
+    }))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -600,6 +648,10 @@ fn main() -> anyhow::Result<()> {
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
             let line = runtime.block_on(http(connections, seconds, &dir))?;
+            println!("{line}");
+        }
+        Bench::Sandbox { runs } => {
+            let line = runtime.block_on(sandbox(runs))?;
             println!("{line}");
         }
         Bench::Approvals {

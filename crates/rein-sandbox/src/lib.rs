@@ -1,0 +1,14 @@
+//! `rein-sandbox`: where a task's commands may act.
+//!
+//! Layout: [`workspace`] confines paths to a task's workspace (`..`, absolute
+//! paths elsewhere and symlinks out are refused, naming the path); [`bwrap`] runs
+//! commands under bubblewrap with the workspace writable, the system read-only,
+//! the rest of the file system absent, no network unless allowed, a fresh PID
+//! namespace and a memory limit, after a real probe that says whether it can.
+//! This crate decides nothing about people: asking for approval is the engine's.
+
+pub mod bwrap;
+pub mod workspace;
+
+pub use bwrap::{Confinement, Sandbox, SandboxKind, Unavailable};
+pub use workspace::{PathError, resolve};

@@ -1,0 +1,246 @@
+//! Commands that really try to get out of the sandbox (real bubblewrap, real
+//! child processes, a real listener on loopback), and what stops them. Each
+//! refusal has a positive control: the same act is allowed where it should be.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use rein_sandbox::{Confinement, Sandbox};
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+struct Place {
+    _dir: tempfile::TempDir,
+    workspace: PathBuf,
+    outside: PathBuf,
+}
+
+fn place() -> Place {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    Place {
+        workspace: workspace.canonicalize().unwrap(),
+        outside: outside.canonicalize().unwrap(),
+        _dir: dir,
+    }
+}
+
+async fn sandbox() -> Sandbox {
+    Sandbox::probe()
+        .await
+        .expect("bubblewrap runs here (.ci/run installs it)")
+}
+
+async fn run(ws: &Path, script: &str, confinement: &Confinement) -> Run {
+    let sandbox = sandbox().await;
+    let env = vec![("MARK".to_owned(), "rein-test".to_owned())];
+    let out = sandbox
+        .command(ws, script, &env, confinement)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test]
+async fn the_probe_finds_bubblewrap_and_says_so() {
+    let sandbox = sandbox().await;
+    assert!(sandbox.detail.contains("bubblewrap"), "{}", sandbox.detail);
+}
+
+#[tokio::test]
+async fn writing_inside_the_workspace_works_and_outside_it_does_not() {
+    let p = place();
+    let inside = run(
+        &p.workspace,
+        "echo hi > inside.txt && echo $MARK",
+        &Confinement::default(),
+    )
+    .await;
+    assert_eq!(inside.code, Some(0), "{}", inside.stderr);
+    assert_eq!(
+        inside.stdout.trim(),
+        "rein-test",
+        "the step's environment is passed"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.workspace.join("inside.txt")).unwrap(),
+        "hi\n"
+    );
+
+    let target = p.outside.join("escaped.txt");
+    let script = format!("echo x > {}", target.display());
+    let out = run(&p.workspace, &script, &Confinement::default()).await;
+    assert_ne!(out.code, Some(0));
+    assert!(!target.exists(), "nothing was written outside");
+    for path in ["/usr/escaped.txt", "/etc/escaped.txt"] {
+        let out = run(
+            &p.workspace,
+            &format!("echo x > {path}"),
+            &Confinement::default(),
+        )
+        .await;
+        assert_ne!(out.code, Some(0), "{path} is read-only");
+        assert!(
+            out.stderr.contains("Read-only file system"),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_symlink_pointing_out_leads_nowhere() {
+    let p = place();
+    std::os::unix::fs::symlink(&p.outside, p.workspace.join("out")).unwrap();
+    let out = run(
+        &p.workspace,
+        "echo x > out/escaped.txt",
+        &Confinement::default(),
+    )
+    .await;
+    assert_ne!(out.code, Some(0));
+    assert!(!p.outside.join("escaped.txt").exists());
+    // And the workspace's own path check refuses it before anything runs.
+    let err = rein_sandbox::resolve(&p.workspace, "out/escaped.txt").unwrap_err();
+    assert!(err.to_string().contains("symlink"), "{err}");
+}
+
+#[tokio::test]
+async fn files_outside_the_allowed_paths_cannot_be_read() {
+    let p = place();
+    let secret = p.outside.join("secret.txt");
+    std::fs::write(&secret, "hunter2").unwrap();
+    let out = run(
+        &p.workspace,
+        &format!("cat {}", secret.display()),
+        &Confinement::default(),
+    )
+    .await;
+    assert_ne!(out.code, Some(0));
+    assert!(!out.stdout.contains("hunter2"));
+    assert!(out.stderr.contains("No such file"), "{}", out.stderr);
+    // Masked system files read as empty.
+    let shadow = run(
+        &p.workspace,
+        "cat /etc/shadow | wc -c",
+        &Confinement::default(),
+    )
+    .await;
+    assert_eq!(shadow.stdout.trim(), "0");
+    // Allowed explicitly, the same file is readable (and still not writable).
+    let allowed = Confinement {
+        read_only: vec![p.outside.clone()],
+        ..Confinement::default()
+    };
+    let out = run(&p.workspace, &format!("cat {}", secret.display()), &allowed).await;
+    assert_eq!(out.stdout, "hunter2");
+    let out = run(
+        &p.workspace,
+        &format!("echo x > {}", secret.display()),
+        &allowed,
+    )
+    .await;
+    assert_ne!(out.code, Some(0));
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "hunter2");
+}
+
+/// Connects to `port` on loopback from inside the sandbox (bash's /dev/tcp).
+fn connect_script(port: u16) -> String {
+    format!("exec bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected'")
+}
+
+#[tokio::test]
+async fn no_network_unless_allowed() {
+    let p = place();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+
+    let denied = run(&p.workspace, &connect_script(port), &Confinement::default()).await;
+    assert_ne!(denied.code, Some(0), "{}", denied.stdout);
+    assert!(!denied.stdout.contains("connected"));
+    assert!(
+        listener.accept().is_err(),
+        "the listener saw no connection from the sandbox"
+    );
+
+    let allowed = Confinement {
+        network: true,
+        ..Confinement::default()
+    };
+    let out = run(&p.workspace, &connect_script(port), &allowed).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("connected"));
+    assert!(listener.accept().is_ok(), "allowed, the connection arrives");
+}
+
+#[tokio::test]
+async fn memory_beyond_the_limit_is_refused() {
+    let p = place();
+    // 256 MiB of address space, then 512 MiB asked for at once.
+    let script = "python3 -c 'b = bytearray(512 * 1024 * 1024); print(len(b))'";
+    let limited = Confinement {
+        memory_bytes: Some(256 * 1024 * 1024),
+        ..Confinement::default()
+    };
+    let out = run(&p.workspace, script, &limited).await;
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("MemoryError"), "{}", out.stderr);
+    let out = run(&p.workspace, script, &Confinement::default()).await;
+    assert_eq!(
+        out.code,
+        Some(0),
+        "without the limit it fits: {}",
+        out.stderr
+    );
+}
+
+/// Processes on this host whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(needle) && !cmdline.contains("processes_with") {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn nothing_is_left_running_in_the_background_after_the_command_ends() {
+    let p = place();
+    // A duration no other process uses, to find it by.
+    let needle = format!(
+        "{}.{}",
+        40 + std::process::id() % 50,
+        std::process::id() % 997
+    );
+    let script = format!("sleep {needle} & sleep {needle} & echo started");
+    let out = run(&p.workspace, &script, &Confinement::default()).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("started"));
+    let left = processes_with(&format!("sleep {needle}"));
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
