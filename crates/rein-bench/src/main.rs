@@ -216,7 +216,7 @@ async fn approvals(
     let store = Arc::new(SqliteStore::open(&dir.join("rein.db"))?);
     let engine = Arc::new(Engine::new(
         store,
-        Arc::new(CommandExecutor),
+        Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.join("ws")),
     ));
 
@@ -384,7 +384,7 @@ async fn http(connections: usize, seconds: u64, dir: &Path) -> anyhow::Result<se
     let store = Arc::new(SqliteStore::open(&dir.join("rein.db"))?);
     let engine = Arc::new(Engine::new(
         store,
-        Arc::new(CommandExecutor),
+        Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.join("ws")),
     ));
     let state = engine
@@ -554,7 +554,7 @@ async fn steps(
     });
     let engine = Arc::new(Engine::new(
         store.clone(),
-        Arc::new(CommandExecutor),
+        Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.join("ws")),
     ));
     let mut ids = Vec::with_capacity(tasks);

@@ -9,7 +9,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::{
-    eventually, json, rein, run_ok, show, step_status, task_ids, until_exists, write_plan,
+    eventually, in_workspace, json, rein, run_ok, show, step_status, task_ids, until_exists,
+    write_plan,
 };
 
 fn example_plan() -> std::path::PathBuf {
@@ -225,16 +226,16 @@ fn plan_check_validates_without_running() {
 fn a_run_paused_and_aborted_from_another_process() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let go = dir.path().join("go");
     let plan = write_plan(
         dir.path(),
         "slow.toml",
         &format!(
             "description='slow'\n[[steps]]\nid='wait'\nrun='{}'\n[[steps]]\nid='after'\nrun='true'\ndepends_on=['wait']\n",
-            until_exists(&go)
+            until_exists(Path::new("go"))
         ),
     );
     let (mut runner, id) = run_until_running(&data, &plan, "wait");
+    let go = in_workspace(&data, &id, "go");
     let out = run_ok(rein(&data).args(["tasks", "pause", &id]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("pause requested"));
     // The runner has the request once it took it from the store; then the step ends.
@@ -522,16 +523,16 @@ fn ctrl_c_pauses_once_running_steps_finish() {
     let data = dir.path().join("data");
     // The first step runs until the test lets it finish, so the interrupt always
     // lands while it runs.
-    let go = dir.path().join("go");
     let plan = write_plan(
         dir.path(),
         "signals.toml",
         &format!(
             "description='signals'\n[[steps]]\nid='first'\nrun='{}'\n[[steps]]\nid='second'\nrun='true'\ndepends_on=['first']\n",
-            until_exists(&go)
+            until_exists(Path::new("go"))
         ),
     );
     let (mut child, id) = run_until_running_to(&data, &plan, "first", Stdio::piped());
+    let go = in_workspace(&data, &id, "go");
     signal(&child, nix::sys::signal::Signal::SIGINT);
     // rein says it will pause once it has taken the interrupt; then the step ends.
     let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -597,16 +598,16 @@ fn sigterm_stops_at_once_and_leaves_the_task_resumable() {
 fn two_processes_resuming_one_task_at_once_cannot_both_run_it() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let go = dir.path().join("go");
     let plan = write_plan(
         dir.path(),
         "race.toml",
         &format!(
             "description='race'\n[[steps]]\nid='a'\nrun='{}; echo a >> ran'\nidempotent=true\n[[steps]]\nid='b'\nrun='echo b >> ran'\ndepends_on=['a']\nidempotent=true\n",
-            until_exists(&go)
+            until_exists(Path::new("go"))
         ),
     );
     let (mut first, id) = run_until_running(&data, &plan, "a");
+    let go = in_workspace(&data, &id, "go");
     first.kill().unwrap();
     first.wait().unwrap();
     std::fs::write(&go, "").unwrap();

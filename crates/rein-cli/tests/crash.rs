@@ -216,7 +216,7 @@ fn sigkill_at_random_points_loses_nothing_and_reruns_nothing_completed() {
     // Every question about a step that may have partly run was answered, and recorded.
     let ledger = rein_core::Engine::new(
         std::sync::Arc::new(store),
-        std::sync::Arc::new(rein_core::CommandExecutor),
+        std::sync::Arc::new(rein_core::CommandExecutor::unsandboxed()),
         rein_core::EngineConfig::new(dir.path().join("ws")),
     );
     let (decisions, breaks) = rt.block_on(ledger.verify_ledger()).unwrap();

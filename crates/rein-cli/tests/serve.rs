@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{SHIP_PLAN, eventually, json, rein, run_ok, step_status, until_exists, write_plan};
+use common::{
+    SHIP_PLAN, eventually, in_workspace, json, rein, run_ok, step_status, until_exists, write_plan,
+};
 
 /// One HTTP/1.1 request; the status and the body.
 fn http(
@@ -353,13 +355,12 @@ fn pause_resume_snapshot_restore_and_delete_over_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let (server, _, remote) = served(dir.path());
     let server_pid = server.0.id();
-    let gate = dir.path().join("gate");
     let plan = write_plan(
         dir.path(),
         "slow.toml",
         &format!(
             "description = 'slow'\n[[steps]]\nid = 'wait'\nrun = '{}'\n[[steps]]\nid = 'after'\nrun = 'true'\ndepends_on = ['wait']\n",
-            until_exists(&gate)
+            until_exists(Path::new("gate"))
         ),
     );
     let runner = remote.spawn_run(&plan);
@@ -375,7 +376,7 @@ fn pause_resume_snapshot_restore_and_delete_over_the_server() {
         asked.contains(&format!("the runner (pid {server_pid})")),
         "the server's runner is asked: {asked}"
     );
-    std::fs::write(&gate, "").unwrap();
+    std::fs::write(in_workspace(&dir.path().join("data"), &task, "gate"), "").unwrap();
     let ran = runner.wait_with_output().unwrap();
     let ran_text = text(&ran);
     assert_eq!(ran.status.code(), Some(3), "paused: {ran_text}");
@@ -468,14 +469,12 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
     let data = dir.path().join("data");
     let (server, _, remote) = served(dir.path());
     // Run by a `rein run` of its own on the server's store, which is then killed.
-    let (started, gate) = (dir.path().join("started"), dir.path().join("gate"));
     let plan = write_plan(
         dir.path(),
         "stuck.toml",
         &format!(
-            "description = 'stuck'\n[[steps]]\nid = 'hold'\nrun = 'touch {}; {}'\n",
-            started.display(),
-            until_exists(&gate)
+            "description = 'stuck'\n[[steps]]\nid = 'hold'\nrun = 'touch started; {}'\n",
+            until_exists(Path::new("gate"))
         ),
     );
     let mut runner = rein(&data)
@@ -485,20 +484,14 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let start = Instant::now();
-    while !started.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the step never ran"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    runner.kill().unwrap();
-    runner.wait().unwrap();
-    let task = json(&remote.ok(&["tasks", "list", "--json"]))[0]["id"]
+    let task = remote.first("the task appears", &["tasks", "list", "--json"])["id"]
         .as_str()
         .unwrap()
         .to_owned();
+    let started = in_workspace(&data, &task, "started");
+    eventually("the step runs", || started.exists().then_some(()));
+    runner.kill().unwrap();
+    runner.wait().unwrap();
     let out = remote
         .cmd()
         .args(["tasks", "follow", &task])
@@ -512,7 +505,6 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
         "{}",
         text(&out)
     );
-    // The killed runner's step is still waiting: let it end.
-    std::fs::write(&gate, "").unwrap();
+    // The sandbox died with its runner (bwrap --die-with-parent): nothing waits on.
     stop(server);
 }

@@ -321,6 +321,11 @@ impl Engine {
         }
     }
 
+    /// Runs something trivial the way this engine runs steps (health checks).
+    pub async fn probe_executor(&self) -> crate::ExecutorHealth {
+        self.executor.probe().await
+    }
+
     /// Whether this engine runs (or has claimed) the task right now.
     pub fn runs_here(&self, id: &TaskId) -> bool {
         self.controls.is_running(id)

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
+use rein_sandbox::{Confinement, Sandbox, SandboxKind, Unavailable};
+
 use crate::recovery::Failure;
 
 /// Everything an executor needs to run one attempt of a step.
@@ -43,6 +45,9 @@ pub struct CommandOutput {
     /// Bytes of output dropped from the front to keep only the tails.
     #[serde(default)]
     pub truncated_bytes: u64,
+    /// The sandbox the command ran in: `bubblewrap`, or `none` when unsandboxed.
+    #[serde(default)]
+    pub sandbox: String,
 }
 
 /// How an attempt ended.
@@ -61,27 +66,132 @@ pub enum StepOutcome {
     Cancelled,
 }
 
+/// How well steps can run, from a real trial, for health checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecutorHealth {
+    Healthy(String),
+    /// Steps run, but with less protection than they should have.
+    Degraded(String),
+    /// Steps cannot run.
+    Unhealthy(String),
+}
+
 #[async_trait]
 pub trait StepExecutor: Send + Sync + std::fmt::Debug {
     /// Runs one attempt of a step. Must return promptly once `cancel` fires, having
     /// stopped whatever it started.
     async fn execute(&self, request: StepRequest, cancel: CancellationToken) -> StepOutcome;
+
+    /// Runs something trivial the way steps run, and says how it went.
+    async fn probe(&self) -> ExecutorHealth {
+        ExecutorHealth::Healthy("steps run in process".into())
+    }
 }
 
 /// Runs `command` steps with `sh -c` in the task's workspace, in a process group of
-/// their own so a timeout or a cancel stops everything the command started.
+/// their own so a timeout or a cancel stops everything the command started:
+/// under the sandbox, or refusing to when none can run, or (chosen explicitly)
+/// unsandboxed.
 #[derive(Debug, Default, Clone)]
-pub struct CommandExecutor;
+pub struct CommandExecutor {
+    confine: Confine,
+}
+
+#[derive(Debug, Default, Clone)]
+enum Confine {
+    Sandboxed(Arc<Sandbox>),
+    /// No sandbox can run: command steps fail, saying why and what to install.
+    Refused(Unavailable),
+    /// The operator chose no sandbox; every run is marked so.
+    #[default]
+    Unsandboxed,
+}
+
+impl CommandExecutor {
+    /// Commands run under `sandbox`.
+    pub fn sandboxed(sandbox: Sandbox) -> CommandExecutor {
+        CommandExecutor {
+            confine: Confine::Sandboxed(Arc::new(sandbox)),
+        }
+    }
+
+    /// Command steps fail with `why` (no sandbox can run and none was waived).
+    pub fn refusing(why: Unavailable) -> CommandExecutor {
+        CommandExecutor {
+            confine: Confine::Refused(why),
+        }
+    }
+
+    /// Commands run with rein's own permissions (`--sandbox none`, and tests of
+    /// the engine that are not about confinement).
+    pub fn unsandboxed() -> CommandExecutor {
+        CommandExecutor::default()
+    }
+
+    /// The sandbox in force, as recorded with every run: `bubblewrap` or `none`.
+    pub fn sandbox_kind(&self) -> SandboxKind {
+        match self.confine {
+            Confine::Sandboxed(_) => SandboxKind::Bubblewrap,
+            Confine::Refused(_) | Confine::Unsandboxed => SandboxKind::None,
+        }
+    }
+}
 
 /// How long a stopped command gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 
 #[async_trait]
 impl StepExecutor for CommandExecutor {
+    async fn probe(&self) -> ExecutorHealth {
+        let dir = std::env::temp_dir();
+        let env = std::collections::BTreeMap::new();
+        let request = StepRequest {
+            task_id: TaskId::new(),
+            step: Arc::new(TaskStep::command("probe", "true")),
+            attempt: 1,
+            workspace: dir,
+            output_tail_bytes: 1024,
+        };
+        let ran = self
+            .run_command(
+                &request,
+                "true",
+                &env,
+                &Confinement::default(),
+                CancellationToken::new(),
+            )
+            .await;
+        match (ran, &self.confine) {
+            (StepOutcome::Passed { .. }, Confine::Sandboxed(sandbox)) => {
+                ExecutorHealth::Healthy(format!("ran a command under {}", sandbox.detail))
+            }
+            (StepOutcome::Passed { .. }, _) => ExecutorHealth::Degraded(
+                "steps run unsandboxed, with rein's own permissions (--sandbox none)".into(),
+            ),
+            (StepOutcome::Failed { error, .. }, _) => ExecutorHealth::Unhealthy(error),
+            (StepOutcome::Cancelled, _) => {
+                ExecutorHealth::Unhealthy("the trial command was cancelled".into())
+            }
+        }
+    }
+
     async fn execute(&self, request: StepRequest, cancel: CancellationToken) -> StepOutcome {
         match &request.step.action {
             StepAction::Noop => StepOutcome::Passed { output: None },
-            StepAction::Command { run, env } => run_command(&request, run, env, cancel).await,
+            StepAction::Command {
+                run,
+                env,
+                network,
+                memory_mb,
+            } => {
+                let confinement = Confinement {
+                    network: *network,
+                    memory_bytes: memory_mb.map(|mb| mb.saturating_mul(1024 * 1024)),
+                    read_only: Vec::new(),
+                };
+                self.run_command(&request, run, env, &confinement, cancel)
+                    .await
+            }
             // The runner waits for a person on these; they never reach an executor.
             StepAction::Approval { .. } => StepOutcome::Failed {
                 error: "an approve step is decided by a person, not executed".into(),
@@ -92,21 +202,67 @@ impl StepExecutor for CommandExecutor {
     }
 }
 
-async fn run_command(
+impl CommandExecutor {
+    /// The command for one attempt: `sh -c run` in the workspace, confined as the
+    /// executor is; `Err` if it refuses.
+    fn launcher(
+        &self,
+        request: &StepRequest,
+        run: &str,
+        env: &std::collections::BTreeMap<String, String>,
+        confinement: &Confinement,
+    ) -> Result<tokio::process::Command, String> {
+        let mut vars: Vec<(String, String)> =
+            env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        vars.push(("REIN_TASK_ID".into(), request.task_id.to_string()));
+        vars.push(("REIN_STEP_ID".into(), request.step.id.clone()));
+        vars.push(("REIN_ATTEMPT".into(), request.attempt.to_string()));
+        match &self.confine {
+            Confine::Sandboxed(sandbox) => {
+                Ok(sandbox.command(&request.workspace, run, &vars, confinement))
+            }
+            Confine::Refused(why) => Err(why.to_string()),
+            Confine::Unsandboxed => {
+                let mut command = tokio::process::Command::new("sh");
+                command
+                    .arg("-c")
+                    .arg(run)
+                    .current_dir(&request.workspace)
+                    .envs(vars);
+                Ok(command)
+            }
+        }
+    }
+
+    async fn run_command(
+        &self,
+        request: &StepRequest,
+        run: &str,
+        env: &std::collections::BTreeMap<String, String>,
+        confinement: &Confinement,
+        cancel: CancellationToken,
+    ) -> StepOutcome {
+        let command = match self.launcher(request, run, env, confinement) {
+            Ok(command) => command,
+            Err(why) => {
+                return StepOutcome::Failed {
+                    error: why,
+                    output: None,
+                    failure: Failure::Unsupported,
+                };
+            }
+        };
+        run_child(request, command, self.sandbox_kind(), cancel).await
+    }
+}
+
+async fn run_child(
     request: &StepRequest,
-    run: &str,
-    env: &std::collections::BTreeMap<String, String>,
+    mut command: tokio::process::Command,
+    sandbox: SandboxKind,
     cancel: CancellationToken,
 ) -> StepOutcome {
-    let mut command = tokio::process::Command::new("sh");
     command
-        .arg("-c")
-        .arg(run)
-        .current_dir(&request.workspace)
-        .envs(env)
-        .env("REIN_TASK_ID", request.task_id.as_str())
-        .env("REIN_STEP_ID", &request.step.id)
-        .env("REIN_ATTEMPT", request.attempt.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -185,6 +341,7 @@ async fn run_command(
         stdout_tail,
         stderr_tail,
         truncated_bytes: out_dropped + err_dropped,
+        sandbox: sandbox.as_str().to_owned(),
         ..CommandOutput::default()
     };
     if cancelled {

@@ -34,5 +34,5 @@ pub mod store;
 
 pub use engine::{ControlOutcome, CreateTask, Engine, EngineConfig, RunClaim, RunOptions};
 pub use error::{EngineError, ErrorKind, Result};
-pub use executor::{CommandExecutor, StepExecutor, StepOutcome, StepRequest};
+pub use executor::{CommandExecutor, ExecutorHealth, StepExecutor, StepOutcome, StepRequest};
 pub use store::{Store, StoreError, StoreResult};

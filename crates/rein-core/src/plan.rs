@@ -444,6 +444,12 @@ struct StepFile {
     checkpoint: Option<GateCheckpoint>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Command steps: whether the command may use the network.
+    #[serde(default)]
+    network: bool,
+    /// Command steps: the memory limit per process, in MiB.
+    #[serde(default)]
+    memory_mb: Option<u64>,
     #[serde(default)]
     risk_level: RiskLevel,
     #[serde(default)]
@@ -549,6 +555,11 @@ fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
                 "step `{id}`: an approve step asks a person and has no `run`"
             ));
         }
+        if s.network || s.memory_mb.is_some() {
+            return Err(format!(
+                "step `{id}`: `network` and `memory_mb` confine a command; an approve step runs none"
+            ));
+        }
         let title = s
             .title
             .ok_or_else(|| format!("step `{id}`: an approve step needs a `title`"))?;
@@ -583,8 +594,16 @@ fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
             .run
             .ok_or_else(|| format!("step `{id}` needs `run`: the command to run"))?;
         let description = s.description.unwrap_or_else(|| run.clone());
+        if s.memory_mb == Some(0) {
+            return Err(format!("step `{id}`: `memory_mb` must be at least 1"));
+        }
         (
-            StepAction::Command { run, env: s.env },
+            StepAction::Command {
+                run,
+                env: s.env,
+                network: s.network,
+                memory_mb: s.memory_mb,
+            },
             timeout_ms,
             description,
         )

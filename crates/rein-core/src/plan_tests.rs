@@ -73,7 +73,7 @@ depends_on = ["test"]
     assert_eq!(p.steps[0].timeout_ms, Some(600_000));
     assert!(p.steps[0].idempotent);
     match &p.steps[0].action {
-        StepAction::Command { run, env } => {
+        StepAction::Command { run, env, .. } => {
             assert_eq!(run, "cargo build");
             assert_eq!(env.get("RUST_LOG").map(String::as_str), Some("info"));
         }

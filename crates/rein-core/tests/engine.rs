@@ -153,7 +153,7 @@ async fn a_failed_step_stops_only_its_dependants() {
 
 #[tokio::test]
 async fn fail_fast_starts_nothing_after_the_first_failure() {
-    let h = harness_with(Arc::new(CommandExecutor), 1);
+    let h = harness_with(Arc::new(CommandExecutor::unsandboxed()), 1);
     let mut p = plan(vec![
         step("a", "false", &[]),
         step("b", "true", &[]),
@@ -623,7 +623,7 @@ async fn a_task_cannot_be_run_twice_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_concurrent_tasks_all_complete_with_consistent_logs() {
-    let h = harness_with(Arc::new(CommandExecutor), 4);
+    let h = harness_with(Arc::new(CommandExecutor::unsandboxed()), 4);
     let mut runs = tokio::task::JoinSet::new();
     for _ in 0..20 {
         let mut steps: Vec<TaskStep> = (0..10)

@@ -19,7 +19,7 @@ fn setup() -> (tempfile::TempDir, Arc<SqliteStore>, Engine) {
     let store = Arc::new(SqliteStore::open(&dir.path().join("rein.db")).unwrap());
     let engine = Engine::new(
         store.clone(),
-        Arc::new(CommandExecutor),
+        Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.path().join("ws")),
     );
     (dir, store, engine)
@@ -290,7 +290,7 @@ async fn state_survives_reopening_the_file() {
         let store = Arc::new(SqliteStore::open(&path).unwrap());
         let engine = Engine::new(
             store,
-            Arc::new(CommandExecutor),
+            Arc::new(CommandExecutor::unsandboxed()),
             EngineConfig::new(dir.path().join("ws")),
         );
         let t = create(&engine, &["true", "true"], "s").await;
@@ -300,7 +300,7 @@ async fn state_survives_reopening_the_file() {
     let store = Arc::new(SqliteStore::open(&path).unwrap());
     let engine = Engine::new(
         store.clone(),
-        Arc::new(CommandExecutor),
+        Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.path().join("ws")),
     );
     let state = engine.get(&id).await.unwrap();

@@ -43,6 +43,13 @@ pub enum StepAction {
         run: String,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         env: BTreeMap<String, String>,
+        /// Whether the command may open network connections (sandboxed runs
+        /// have no network otherwise).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        network: bool,
+        /// Most address space, in MiB, each of the command's processes may map.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_mb: Option<u64>,
     },
     /// Do nothing and pass: a marker step, and the engine's own cost in benchmarks.
     Noop,
@@ -127,6 +134,8 @@ impl TaskStep {
             StepAction::Command {
                 run: run.into(),
                 env: BTreeMap::new(),
+                network: false,
+                memory_mb: None,
             },
         )
     }

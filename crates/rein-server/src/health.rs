@@ -63,24 +63,11 @@ pub async fn check(engine: &Engine) -> Health {
             format!("the store failed a write and read: {e}"),
         ),
     };
-    // Steps run as child processes: the manager is healthy if one can start.
-    let sandbox_manager = match tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg("true")
-        .status()
-        .await
-    {
-        Ok(s) if s.success() => {
-            ok("started a step process (no sandbox yet: steps run unsandboxed)")
-        }
-        Ok(s) => bad(
-            Status::Unhealthy,
-            format!("a step process failed to run: {s}"),
-        ),
-        Err(e) => bad(
-            Status::Unhealthy,
-            format!("cannot start a step process: {e}"),
-        ),
+    // The manager is healthy if a command runs the way steps run: sandboxed.
+    let sandbox_manager = match engine.probe_executor().await {
+        rein_core::ExecutorHealth::Healthy(detail) => ok(detail),
+        rein_core::ExecutorHealth::Degraded(detail) => bad(Status::Degraded, detail),
+        rein_core::ExecutorHealth::Unhealthy(detail) => bad(Status::Unhealthy, detail),
     };
     let permission_manager =
         ok("approvals and the recovery policy answer; no permission rules are configured");

@@ -24,11 +24,15 @@ const VIEWER: &str = "viewer-token";
 const OPERATOR: &str = "operator-token";
 
 fn api() -> Api {
+    api_with(CommandExecutor::unsandboxed())
+}
+
+fn api_with(executor: CommandExecutor) -> Api {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
     let mut config = EngineConfig::new(dir.path().join("ws"));
     config.control_poll = Duration::from_millis(20);
-    let engine = Arc::new(Engine::new(store, Arc::new(CommandExecutor), config));
+    let engine = Arc::new(Engine::new(store, Arc::new(executor), config));
     let auth = Auth::new(vec![
         TokenEntry {
             name: "vera".into(),
@@ -157,8 +161,9 @@ fn approval(id: &str) -> Value {
 
 #[tokio::test]
 async fn healthz_needs_no_auth_and_probes_every_component() {
-    let api = api();
-    let r = api.call(Method::GET, "/healthz", None, None).await;
+    let sandbox = rein_sandbox::Sandbox::probe().await.unwrap();
+    let sandboxed = api_with(CommandExecutor::sandboxed(sandbox));
+    let r = sandboxed.call(Method::GET, "/healthz", None, None).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.body["status"], "healthy");
     for c in [
@@ -174,6 +179,36 @@ async fn healthz_needs_no_auth_and_probes_every_component() {
         );
     }
     assert!(r.body["metrics"]["tasks"].is_object());
+    assert!(
+        r.body["components"]["sandbox_manager"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("bubblewrap"),
+        "{}",
+        r.text
+    );
+
+    // Unsandboxed by choice: steps run, with less protection than they should.
+    let r = api().call(Method::GET, "/healthz", None, None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.body["status"], "degraded");
+    assert_eq!(
+        r.body["components"]["sandbox_manager"]["status"],
+        "degraded"
+    );
+    // No sandbox and none waived: steps cannot run, and health says what to do.
+    let refusing = CommandExecutor::refusing(rein_sandbox::Unavailable {
+        reason: "bubblewrap (`bwrap`) is not installed".into(),
+        remedy: "install bubblewrap".into(),
+    });
+    let r = api_with(refusing)
+        .call(Method::GET, "/healthz", None, None)
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let detail = r.body["components"]["sandbox_manager"]["detail"]
+        .as_str()
+        .unwrap();
+    assert!(detail.contains("install bubblewrap"), "{detail}");
 }
 
 #[tokio::test]

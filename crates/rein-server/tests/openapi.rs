@@ -60,7 +60,7 @@ async fn every_documented_operation_is_served() {
     let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
     let engine = Arc::new(rein_core::Engine::new(
         store,
-        Arc::new(rein_core::CommandExecutor),
+        Arc::new(rein_core::CommandExecutor::unsandboxed()),
         rein_core::EngineConfig::new(dir.path().join("ws")),
     ));
     let state = AppState::new(engine, Auth::new(Vec::new()), CancellationToken::new());

@@ -6,7 +6,7 @@ mod run;
 mod serve;
 mod tasks;
 
-use crate::output::say;
+use crate::output::{say, shout};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -36,15 +36,49 @@ fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 impl Context {
+    /// The engine over the store, for commands that run no steps.
     pub fn open(data_dir_flag: Option<PathBuf>, max_parallel: usize) -> anyhow::Result<Context> {
+        let why = rein_sandbox::Unavailable {
+            reason: "this command does not run steps".into(),
+            remedy: "run the task with `rein run` or `rein tasks resume`".into(),
+        };
+        Context::with_executor(data_dir_flag, max_parallel, CommandExecutor::refusing(why))
+    }
+
+    pub fn with_executor(
+        data_dir_flag: Option<PathBuf>,
+        max_parallel: usize,
+        executor: CommandExecutor,
+    ) -> anyhow::Result<Context> {
         let dir = data_dir(data_dir_flag)?;
         let store = SqliteStore::open(&dir.join("rein.db"))?;
         let mut config = EngineConfig::new(dir.join("workspaces"));
         config.max_parallel = max_parallel;
-        let engine = Engine::new(Arc::new(store), Arc::new(CommandExecutor), config);
+        let engine = Engine::new(Arc::new(store), Arc::new(executor), config);
         Ok(Context {
             engine: Arc::new(engine),
         })
+    }
+}
+
+/// The executor for commands that run steps, after probing the sandbox `choice`
+/// names. A sandbox that cannot run is an error (`strict`), or makes every
+/// command step fail saying why (`rein serve`, which runs on to say so in
+/// `/healthz`). `none` warns once on stderr.
+pub async fn executor(choice: &str, strict: bool) -> anyhow::Result<CommandExecutor> {
+    if choice == "none" {
+        shout!(
+            "warning: --sandbox none: plan steps run unsandboxed, with rein's own permissions; each run is recorded as unsandboxed"
+        );
+        return Ok(CommandExecutor::unsandboxed());
+    }
+    match rein_sandbox::Sandbox::probe().await {
+        Ok(sandbox) => Ok(CommandExecutor::sandboxed(sandbox)),
+        Err(why) if strict => Err(why.into()),
+        Err(why) => {
+            shout!("warning: {why}");
+            Ok(CommandExecutor::refusing(why))
+        }
     }
 }
 
@@ -55,6 +89,8 @@ pub struct Target {
     pub data_dir: Option<PathBuf>,
     pub url: Option<String>,
     pub token: Option<String>,
+    /// `--sandbox`: auto, bubblewrap or none.
+    pub sandbox: String,
 }
 
 impl Target {
@@ -95,6 +131,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         data_dir: cli.data_dir,
         url: cli.url.filter(|u| !u.trim().is_empty()),
         token: cli.token,
+        sandbox: cli.sandbox,
     };
     match cli.command {
         Command::Run(args) => run::run(&target, args).await,
@@ -111,7 +148,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 )
                 .into());
             }
-            serve::serve(target.data_dir, target.token, args).await
+            serve::serve(&target, args).await
         }
     }
 }

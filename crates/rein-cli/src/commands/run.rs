@@ -33,7 +33,12 @@ pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
         let client = Client::new(url, target.token.clone())?;
         return run_remote(client, spec, args).await;
     }
-    let ctx = Context::open(target.data_dir.clone(), args.max_parallel as usize)?;
+    let executor = crate::commands::executor(&target.sandbox, true).await?;
+    let ctx = Context::with_executor(
+        target.data_dir.clone(),
+        args.max_parallel as usize,
+        executor,
+    )?;
     let state = ctx
         .engine
         .create(CreateTask {
@@ -217,7 +222,8 @@ pub async fn resume(target: &Target, args: ResumeArgs) -> anyhow::Result<u8> {
         let client = Client::new(url, target.token.clone())?;
         return resume_remote(client, args).await;
     }
-    let ctx = Context::open(target.data_dir.clone(), 4)?;
+    let executor = crate::commands::executor(&target.sandbox, true).await?;
+    let ctx = Context::with_executor(target.data_dir.clone(), 4, executor)?;
     let out = Out::new(args.output, false);
     let signals = Signals::install(out, args.no_wait);
     if let Some(id) = &args.id {

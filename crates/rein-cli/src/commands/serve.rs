@@ -1,7 +1,6 @@
 //! `rein serve`: the admin HTTP API.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -12,7 +11,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
-use crate::commands::Context;
+use crate::commands::{Context, Target};
 use crate::exit::{self, UsageError};
 use crate::output::say;
 
@@ -51,11 +50,8 @@ fn tokens(args: &ServeArgs, admin: Option<&str>) -> anyhow::Result<Vec<TokenEntr
     Ok(tokens)
 }
 
-pub async fn serve(
-    data_dir: Option<PathBuf>,
-    token: Option<String>,
-    args: ServeArgs,
-) -> anyhow::Result<u8> {
+pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
+    let token = target.token.clone();
     let addr: SocketAddr = args.listen.parse().map_err(|_| {
         UsageError(format!(
             "--listen `{}` is not ADDR:PORT (e.g. 127.0.0.1:7433)",
@@ -70,7 +66,8 @@ pub async fn serve(
         ))
         .into());
     }
-    let ctx = Context::open(data_dir, 4)?;
+    let executor = crate::commands::executor(&target.sandbox, false).await?;
+    let ctx = Context::with_executor(target.data_dir.clone(), 4, executor)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;

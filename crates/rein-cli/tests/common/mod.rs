@@ -84,7 +84,14 @@ run = "echo published > published.txt"
 depends_on = ["ship"]
 "#;
 
+/// A file in the task's workspace: where a test puts what a step, confined to
+/// that workspace by the sandbox, waits for.
+pub fn in_workspace(data_dir: &Path, task: &str, name: &str) -> PathBuf {
+    data_dir.join("workspaces").join(task).join(name)
+}
+
 /// A shell command that returns once `path` exists: a step the test lets finish.
+/// A relative path is the step's workspace's.
 pub fn until_exists(path: &Path) -> String {
     // Bounded, so a failed test leaves nothing waiting for long.
     format!(

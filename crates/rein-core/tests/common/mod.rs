@@ -140,7 +140,7 @@ pub fn harness_with(executor: Arc<dyn StepExecutor>, max_parallel: usize) -> Har
 
 /// A harness whose deadlines follow `clock` (a `TokioClock` under `tokio::time::pause`).
 pub fn harness_with_clock(clock: Arc<dyn Clock>) -> Harness {
-    build(Arc::new(CommandExecutor), 4, Some(clock))
+    build(Arc::new(CommandExecutor::unsandboxed()), 4, Some(clock))
 }
 
 /// A harness with its own executor and clock.
@@ -174,7 +174,7 @@ fn build(
 }
 
 pub fn harness() -> Harness {
-    harness_with(Arc::new(CommandExecutor), 4)
+    harness_with(Arc::new(CommandExecutor::unsandboxed()), 4)
 }
 
 pub fn step(id: &str, run: &str, deps: &[&str]) -> TaskStep {

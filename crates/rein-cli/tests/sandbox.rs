@@ -1,0 +1,147 @@
+//! Plan steps under the sandbox, end to end: `rein run` confines every command
+//! step by default, records the sandbox with each run, refuses to run steps when
+//! no sandbox can, and runs them unsandboxed only when told to — loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{json, rein, run_ok, show, task_ids, write_plan};
+
+/// The `output` of a step's newest checkpoint.
+fn step_output(state: &serde_json::Value, step: &str) -> serde_json::Value {
+    state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == step)
+        .map(|c| c["output"].clone())
+        .unwrap()
+}
+
+#[test]
+fn steps_run_sandboxed_and_each_run_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A directory of the host's, beside the data directory: absent in the sandbox.
+    std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+    let outside = dir.path().join("outside").join("escaped.txt");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "description = 'confined'\n\
+             [[steps]]\nid = 'inside'\nrun = 'echo ok > inside.txt'\n\
+             [[steps]]\nid = 'escape'\nrun = 'echo x > {}'\ndepends_on = ['inside']\n",
+            outside.display()
+        ),
+    );
+    let out = rein(&data).arg("run").arg(&plan).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the escaping step fails the task"
+    );
+    assert!(
+        !outside.exists(),
+        "nothing was written outside the workspace"
+    );
+    let state = show(&data, &task_ids(&data)[0]);
+    assert_eq!(step_output(&state, "inside")["sandbox"], "bubblewrap");
+    let escape = step_output(&state, "escape");
+    assert_eq!(escape["sandbox"], "bubblewrap");
+    assert!(
+        escape["stderr_tail"]
+            .as_str()
+            .unwrap()
+            .contains("Directory nonexistent"),
+        "{escape}"
+    );
+}
+
+#[test]
+fn a_steps_memory_limit_and_network_come_from_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description = 'limits'\n\
+         [[steps]]\nid = 'big'\nmemory_mb = 128\n\
+         run = \"python3 -c 'b = bytearray(512 * 1024 * 1024)'\"\n",
+    );
+    let out = rein(&data).arg("run").arg(&plan).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let state = show(&data, &task_ids(&data)[0]);
+    let big = step_output(&state, "big");
+    assert!(
+        big["stderr_tail"].as_str().unwrap().contains("MemoryError"),
+        "{big}"
+    );
+    // Confinement keys belong to command steps.
+    let bad = write_plan(
+        dir.path(),
+        "bad.toml",
+        "description = 'bad'\n[[steps]]\nid = 'ask'\nkind = 'approve'\ntitle = 'Go?'\nnetwork = true\n",
+    );
+    let out = rein(&data)
+        .args(["plan", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`network`"));
+}
+
+#[test]
+fn with_no_sandbox_available_steps_are_refused_with_what_to_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description = 'x'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
+    );
+    // No PATH: bubblewrap cannot be found.
+    let out = rein(&data)
+        .env("PATH", "")
+        .arg("run")
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("no sandbox can run here")
+            && said.contains("apt-get install bubblewrap")
+            && said.contains("--sandbox none"),
+        "{said}"
+    );
+    assert!(task_ids(&data).is_empty(), "no task was created");
+}
+
+#[test]
+fn sandbox_none_runs_unsandboxed_loudly_and_marks_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let outside = dir.path().join("outside.txt");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "description = 'open'\n[[steps]]\nid = 'a'\nrun = 'echo x > {}'\n",
+            outside.display()
+        ),
+    );
+    let out = run_ok(rein(&data).args(["--sandbox", "none", "run"]).arg(&plan));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("warning: --sandbox none"), "{said}");
+    assert!(outside.exists(), "unsandboxed, the step could write there");
+    let state = json(&run_ok(rein(&data).args([
+        "tasks",
+        "show",
+        &task_ids(&data)[0],
+        "--json",
+    ])));
+    assert_eq!(step_output(&state, "a")["sandbox"], "none");
+}
