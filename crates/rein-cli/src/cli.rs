@@ -26,15 +26,16 @@ pub struct Cli {
     #[arg(long, global = true, env = "REIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
 
-    /// What confines the commands of plan steps: `auto` (bubblewrap; rein refuses
-    /// to run steps if it cannot), `bubblewrap`, or `none` (unsandboxed, with
-    /// rein's own permissions; every run is marked so).
+    /// What confines the commands of plan steps: `auto` (bubblewrap, else
+    /// Landlock; rein refuses to run steps if neither can), `bubblewrap`,
+    /// `landlock`, or `none` (unsandboxed, with rein's own permissions; every run
+    /// is marked so).
     #[arg(
         long,
         global = true,
         env = "REIN_SANDBOX",
         default_value = "auto",
-        value_parser = ["auto", "bubblewrap", "none"]
+        value_parser = ["auto", "bubblewrap", "landlock", "none"]
     )]
     pub sandbox: String,
 

@@ -26,6 +26,13 @@ use clap::Parser;
 use crate::output::shout;
 
 fn main() -> ExitCode {
+    // `rein __confine …`: the Landlock trampoline a sandboxed step starts as. It
+    // confines itself and becomes the step's command; it never returns on success.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == commands::CONFINE) {
+        let code = rein_sandbox::landlock::trampoline(&args[2..]);
+        return ExitCode::from(u8::try_from(code).unwrap_or(exit::FAILURE));
+    }
     let cli = cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -102,10 +102,10 @@ fn with_no_sandbox_available_steps_are_refused_with_what_to_install() {
         "p.toml",
         "description = 'x'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
     );
-    // No PATH: bubblewrap cannot be found.
+    // No PATH: bubblewrap cannot be found, and it is the sandbox asked for.
     let out = rein(&data)
         .env("PATH", "")
-        .arg("run")
+        .args(["--sandbox", "bubblewrap", "run"])
         .arg(&plan)
         .output()
         .unwrap();
@@ -144,4 +144,48 @@ fn sandbox_none_runs_unsandboxed_loudly_and_marks_every_run() {
         "--json",
     ])));
     assert_eq!(step_output(&state, "a")["sandbox"], "none");
+}
+
+#[test]
+fn without_bubblewrap_auto_falls_back_to_landlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(dir.path().join("outside")).unwrap();
+    let outside = dir.path().join("outside").join("escaped.txt");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        &format!(
+            "description = 'fallback'\n\
+             [[steps]]\nid = 'inside'\nrun = 'echo ok > inside.txt'\n\
+             [[steps]]\nid = 'escape'\nrun = 'echo x > {}'\ndepends_on = ['inside']\n",
+            outside.display()
+        ),
+    );
+    // No PATH for rein itself: bwrap is not found; the steps still find `sh`
+    // (the sandbox sets its own PATH).
+    let out = rein(&data)
+        .env("PATH", "")
+        .arg("run")
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!outside.exists());
+    let state = show(&data, &task_ids(&data)[0]);
+    assert_eq!(step_output(&state, "inside")["sandbox"], "landlock");
+    let escape = step_output(&state, "escape");
+    assert_eq!(escape["sandbox"], "landlock");
+    assert!(
+        escape["stderr_tail"]
+            .as_str()
+            .unwrap()
+            .contains("Permission denied"),
+        "{escape}"
+    );
 }

@@ -45,7 +45,8 @@ pub struct CommandOutput {
     /// Bytes of output dropped from the front to keep only the tails.
     #[serde(default)]
     pub truncated_bytes: u64,
-    /// The sandbox the command ran in: `bubblewrap`, or `none` when unsandboxed.
+    /// The sandbox the command ran in: `bubblewrap`, `landlock`, or `none` when
+    /// unsandboxed.
     #[serde(default)]
     pub sandbox: String,
 }
@@ -130,8 +131,8 @@ impl CommandExecutor {
 
     /// The sandbox in force, as recorded with every run: `bubblewrap` or `none`.
     pub fn sandbox_kind(&self) -> SandboxKind {
-        match self.confine {
-            Confine::Sandboxed(_) => SandboxKind::Bubblewrap,
+        match &self.confine {
+            Confine::Sandboxed(sandbox) => sandbox.kind(),
             Confine::Refused(_) | Confine::Unsandboxed => SandboxKind::None,
         }
     }

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 /// System directories a command may read (those that exist on this host).
-const READ_ONLY: &[&str] = &[
+pub(crate) const READ_ONLY: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
 ];
 
@@ -35,6 +35,8 @@ pub struct Confinement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SandboxKind {
     Bubblewrap,
+    /// Landlock rules a trampoline applies to itself (where bubblewrap cannot run).
+    Landlock,
     /// Nothing: chosen explicitly by the operator (`--sandbox none`).
     None,
 }
@@ -43,9 +45,18 @@ impl SandboxKind {
     pub fn as_str(self) -> &'static str {
         match self {
             SandboxKind::Bubblewrap => "bubblewrap",
+            SandboxKind::Landlock => "landlock",
             SandboxKind::None => "none",
         }
     }
+}
+
+/// The program that applies Landlock to itself and becomes the command: the
+/// `rein-confine` binary, or `rein __confine` (`args` come first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Trampoline {
+    pub program: PathBuf,
+    pub args: Vec<std::ffi::OsString>,
 }
 
 /// Why no sandbox can run here, with what to do about it.
@@ -59,10 +70,18 @@ pub struct Unavailable {
 /// The sandbox in force, found by a real probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
-    bwrap: PathBuf,
-    prlimit: Option<PathBuf>,
+    how: How,
     /// What the probe found, for health and audit.
     pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum How {
+    Bubblewrap {
+        bwrap: PathBuf,
+        prlimit: Option<PathBuf>,
+    },
+    Landlock(Trampoline),
 }
 
 /// The first executable called `name` on PATH (or the default system path).
@@ -133,15 +152,81 @@ impl Sandbox {
             }
         );
         Ok(Sandbox {
-            bwrap,
-            prlimit,
+            how: How::Bubblewrap { bwrap, prlimit },
             detail,
         })
     }
 
-    /// Whether memory limits can be enforced.
-    pub fn limits_memory(&self) -> bool {
-        self.prlimit.is_some()
+    /// Checks that `trampoline` can confine a command with Landlock here, by
+    /// running `true` through it in a scratch workspace.
+    pub async fn probe_landlock(trampoline: Trampoline) -> Result<Sandbox, Unavailable> {
+        let scratch = std::env::temp_dir().join(format!(
+            "rein-landlock-probe-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        ));
+        let remedy = "use a kernel with Landlock enabled (Linux 5.13 or later, `lsm=landlock`), or install bubblewrap, or run with --sandbox none".to_owned();
+        std::fs::create_dir_all(&scratch).map_err(|e| Unavailable {
+            reason: format!("cannot create {}: {e}", scratch.display()),
+            remedy: remedy.clone(),
+        })?;
+        let sandbox = Sandbox {
+            how: How::Landlock(trampoline.clone()),
+            detail: format!(
+                "Landlock through {}: the workspace read-write, system directories read-only, nothing else; no TCP unless allowed; memory limits by setrlimit; no PID namespace",
+                trampoline.program.display()
+            ),
+        };
+        let mut check = sandbox.command(&scratch, "true", &[], &Confinement::default());
+        check
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let ran = tokio::time::timeout(PROBE_TIMEOUT, check.output()).await;
+        let _ = std::fs::remove_dir_all(&scratch);
+        match ran {
+            Ok(Ok(out)) if out.status.success() => Ok(sandbox),
+            Ok(Ok(out)) => Err(Unavailable {
+                reason: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+                remedy,
+            }),
+            Ok(Err(e)) => Err(Unavailable {
+                reason: format!("{} cannot be started: {e}", trampoline.program.display()),
+                remedy,
+            }),
+            Err(_) => Err(Unavailable {
+                reason: "the Landlock trial did not finish".into(),
+                remedy,
+            }),
+        }
+    }
+
+    /// Bubblewrap if it runs here, else Landlock through `trampoline` if given.
+    pub async fn probe_any(trampoline: Option<Trampoline>) -> Result<Sandbox, Unavailable> {
+        let bwrap = match Sandbox::probe().await {
+            Ok(sandbox) => return Ok(sandbox),
+            Err(why) => why,
+        };
+        let Some(trampoline) = trampoline else {
+            return Err(bwrap);
+        };
+        Sandbox::probe_landlock(trampoline)
+            .await
+            .map_err(|landlock| Unavailable {
+                reason: format!("{}; and Landlock: {}", bwrap.reason, landlock.reason),
+                remedy: bwrap.remedy,
+            })
+    }
+
+    /// Which sandbox this is.
+    pub fn kind(&self) -> SandboxKind {
+        match self.how {
+            How::Bubblewrap { .. } => SandboxKind::Bubblewrap,
+            How::Landlock(_) => SandboxKind::Landlock,
+        }
     }
 
     /// `sh -c script` confined to `workspace` (its working directory), with only
@@ -154,7 +239,23 @@ impl Sandbox {
         env: &[(String, String)],
         confinement: &Confinement,
     ) -> tokio::process::Command {
-        let mut cmd = tokio::process::Command::new(&self.bwrap);
+        let (bwrap, prlimit) = match &self.how {
+            How::Bubblewrap { bwrap, prlimit } => (bwrap, prlimit),
+            How::Landlock(trampoline) => {
+                let mut cmd = tokio::process::Command::new(&trampoline.program);
+                cmd.args(&trampoline.args)
+                    .args(crate::landlock::trampoline_args(
+                        workspace,
+                        script,
+                        env,
+                        confinement,
+                    ))
+                    .env_clear()
+                    .current_dir(workspace);
+                return cmd;
+            }
+        };
+        let mut cmd = tokio::process::Command::new(bwrap);
         cmd.args(["--die-with-parent", "--new-session", "--unshare-all"]);
         if confinement.network {
             cmd.arg("--share-net");
@@ -187,7 +288,7 @@ impl Sandbox {
             cmd.arg("--setenv").arg(key).arg(value);
         }
         cmd.arg("--");
-        if let (Some(prlimit), Some(bytes)) = (&self.prlimit, confinement.memory_bytes) {
+        if let (Some(prlimit), Some(bytes)) = (prlimit, confinement.memory_bytes) {
             cmd.arg(prlimit).arg(format!("--as={bytes}")).arg("--");
         }
         cmd.args(["sh", "-c", script]);

@@ -4,11 +4,14 @@
 //! paths elsewhere and symlinks out are refused, naming the path); [`bwrap`] runs
 //! commands under bubblewrap with the workspace writable, the system read-only,
 //! the rest of the file system absent, no network unless allowed, a fresh PID
-//! namespace and a memory limit, after a real probe that says whether it can.
+//! namespace and a memory limit, after a real probe that says whether it can;
+//! [`landlock`] is the fallback where bubblewrap cannot run: Landlock rules a
+//! trampoline process applies to itself before it becomes the command.
 //! This crate decides nothing about people: asking for approval is the engine's.
 
 pub mod bwrap;
+pub mod landlock;
 pub mod workspace;
 
-pub use bwrap::{Confinement, Sandbox, SandboxKind, Unavailable};
+pub use bwrap::{Confinement, Sandbox, SandboxKind, Trampoline, Unavailable};
 pub use workspace::{PathError, resolve};

@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use rein_sandbox::{Confinement, Sandbox};
+use rein_sandbox::{Confinement, Sandbox, SandboxKind, Trampoline};
 
 struct Run {
     code: Option<i32>,
@@ -34,14 +34,21 @@ fn place() -> Place {
     }
 }
 
-async fn sandbox() -> Sandbox {
-    Sandbox::probe()
+/// Both sandboxes: bubblewrap (.ci/run installs it) and the Landlock fallback
+/// (this kernel has Landlock), through this crate's trampoline.
+async fn sandboxes() -> Vec<Sandbox> {
+    let bwrap = Sandbox::probe().await.expect("bubblewrap runs here");
+    let trampoline = Trampoline {
+        program: PathBuf::from(env!("CARGO_BIN_EXE_rein-confine")),
+        args: Vec::new(),
+    };
+    let landlock = Sandbox::probe_landlock(trampoline)
         .await
-        .expect("bubblewrap runs here (.ci/run installs it)")
+        .expect("Landlock is enabled in this kernel");
+    vec![bwrap, landlock]
 }
 
-async fn run(ws: &Path, script: &str, confinement: &Confinement) -> Run {
-    let sandbox = sandbox().await;
+async fn run_in(sandbox: &Sandbox, ws: &Path, script: &str, confinement: &Confinement) -> Run {
     let env = vec![("MARK".to_owned(), "rein-test".to_owned())];
     let out = sandbox
         .command(ws, script, &env, confinement)
@@ -57,106 +64,136 @@ async fn run(ws: &Path, script: &str, confinement: &Confinement) -> Run {
 }
 
 #[tokio::test]
-async fn the_probe_finds_bubblewrap_and_says_so() {
-    let sandbox = sandbox().await;
-    assert!(sandbox.detail.contains("bubblewrap"), "{}", sandbox.detail);
+async fn the_probes_find_each_sandbox_and_say_so() {
+    let found = sandboxes().await;
+    assert_eq!(found[0].kind(), SandboxKind::Bubblewrap);
+    assert!(
+        found[0].detail.contains("bubblewrap"),
+        "{}",
+        found[0].detail
+    );
+    assert_eq!(found[1].kind(), SandboxKind::Landlock);
+    assert!(found[1].detail.contains("Landlock"), "{}", found[1].detail);
+    // A trampoline that is not there is a reason, not a panic.
+    let missing = Trampoline {
+        program: PathBuf::from("/nonexistent/rein-confine"),
+        args: Vec::new(),
+    };
+    let why = Sandbox::probe_landlock(missing).await.unwrap_err();
+    assert!(why.to_string().contains("cannot be started"), "{why}");
+}
+
+/// Refusals read differently: an absent path under bubblewrap, a denied one
+/// under Landlock.
+fn refused(out: &Run) -> bool {
+    [
+        "No such file",
+        "Directory nonexistent",
+        "Read-only file system",
+        "Permission denied",
+    ]
+    .iter()
+    .any(|m| out.stderr.contains(m))
 }
 
 #[tokio::test]
 async fn writing_inside_the_workspace_works_and_outside_it_does_not() {
-    let p = place();
-    let inside = run(
-        &p.workspace,
-        "echo hi > inside.txt && echo $MARK",
-        &Confinement::default(),
-    )
-    .await;
-    assert_eq!(inside.code, Some(0), "{}", inside.stderr);
-    assert_eq!(
-        inside.stdout.trim(),
-        "rein-test",
-        "the step's environment is passed"
-    );
-    assert_eq!(
-        std::fs::read_to_string(p.workspace.join("inside.txt")).unwrap(),
-        "hi\n"
-    );
-
-    let target = p.outside.join("escaped.txt");
-    let script = format!("echo x > {}", target.display());
-    let out = run(&p.workspace, &script, &Confinement::default()).await;
-    assert_ne!(out.code, Some(0));
-    assert!(!target.exists(), "nothing was written outside");
-    for path in ["/usr/escaped.txt", "/etc/escaped.txt"] {
-        let out = run(
+    for sandbox in sandboxes().await {
+        let kind = sandbox.kind();
+        let p = place();
+        let none = Confinement::default();
+        let inside = run_in(
+            &sandbox,
             &p.workspace,
-            &format!("echo x > {path}"),
-            &Confinement::default(),
+            "echo hi > inside.txt && echo $MARK",
+            &none,
         )
         .await;
-        assert_ne!(out.code, Some(0), "{path} is read-only");
-        assert!(
-            out.stderr.contains("Read-only file system"),
-            "{}",
-            out.stderr
+        assert_eq!(inside.code, Some(0), "{kind:?}: {}", inside.stderr);
+        assert_eq!(
+            inside.stdout.trim(),
+            "rein-test",
+            "the step's environment is passed"
         );
+        assert_eq!(
+            std::fs::read_to_string(p.workspace.join("inside.txt")).unwrap(),
+            "hi\n"
+        );
+
+        let target = p.outside.join("escaped.txt");
+        let out = run_in(
+            &sandbox,
+            &p.workspace,
+            &format!("echo x > {}", target.display()),
+            &none,
+        )
+        .await;
+        assert_ne!(out.code, Some(0), "{kind:?}");
+        assert!(refused(&out), "{kind:?}: {}", out.stderr);
+        assert!(!target.exists(), "{kind:?}: nothing was written outside");
+        for path in ["/usr/escaped.txt", "/etc/escaped.txt"] {
+            let out = run_in(&sandbox, &p.workspace, &format!("echo x > {path}"), &none).await;
+            assert_ne!(out.code, Some(0), "{kind:?}: {path} is read-only");
+            assert!(refused(&out), "{kind:?}: {}", out.stderr);
+        }
     }
 }
 
 #[tokio::test]
 async fn a_symlink_pointing_out_leads_nowhere() {
-    let p = place();
-    std::os::unix::fs::symlink(&p.outside, p.workspace.join("out")).unwrap();
-    let out = run(
-        &p.workspace,
-        "echo x > out/escaped.txt",
-        &Confinement::default(),
-    )
-    .await;
-    assert_ne!(out.code, Some(0));
-    assert!(!p.outside.join("escaped.txt").exists());
-    // And the workspace's own path check refuses it before anything runs.
-    let err = rein_sandbox::resolve(&p.workspace, "out/escaped.txt").unwrap_err();
-    assert!(err.to_string().contains("symlink"), "{err}");
+    for sandbox in sandboxes().await {
+        let p = place();
+        std::os::unix::fs::symlink(&p.outside, p.workspace.join("out")).unwrap();
+        let out = run_in(
+            &sandbox,
+            &p.workspace,
+            "echo x > out/escaped.txt",
+            &Confinement::default(),
+        )
+        .await;
+        assert_ne!(out.code, Some(0), "{:?}", sandbox.kind());
+        assert!(!p.outside.join("escaped.txt").exists());
+        // And the workspace's own path check refuses it before anything runs.
+        let err = rein_sandbox::resolve(&p.workspace, "out/escaped.txt").unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+    }
 }
 
 #[tokio::test]
 async fn files_outside_the_allowed_paths_cannot_be_read() {
-    let p = place();
-    let secret = p.outside.join("secret.txt");
-    std::fs::write(&secret, "hunter2").unwrap();
-    let out = run(
-        &p.workspace,
-        &format!("cat {}", secret.display()),
-        &Confinement::default(),
-    )
-    .await;
-    assert_ne!(out.code, Some(0));
-    assert!(!out.stdout.contains("hunter2"));
-    assert!(out.stderr.contains("No such file"), "{}", out.stderr);
-    // Masked system files read as empty.
-    let shadow = run(
-        &p.workspace,
-        "cat /etc/shadow | wc -c",
-        &Confinement::default(),
-    )
-    .await;
-    assert_eq!(shadow.stdout.trim(), "0");
-    // Allowed explicitly, the same file is readable (and still not writable).
-    let allowed = Confinement {
-        read_only: vec![p.outside.clone()],
-        ..Confinement::default()
-    };
-    let out = run(&p.workspace, &format!("cat {}", secret.display()), &allowed).await;
-    assert_eq!(out.stdout, "hunter2");
-    let out = run(
-        &p.workspace,
-        &format!("echo x > {}", secret.display()),
-        &allowed,
-    )
-    .await;
-    assert_ne!(out.code, Some(0));
-    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "hunter2");
+    for sandbox in sandboxes().await {
+        let kind = sandbox.kind();
+        let p = place();
+        let secret = p.outside.join("secret.txt");
+        std::fs::write(&secret, "hunter2").unwrap();
+        let cat = format!("cat {}", secret.display());
+        let out = run_in(&sandbox, &p.workspace, &cat, &Confinement::default()).await;
+        assert_ne!(out.code, Some(0), "{kind:?}");
+        assert!(!out.stdout.contains("hunter2"));
+        assert!(refused(&out), "{kind:?}: {}", out.stderr);
+        if kind == SandboxKind::Bubblewrap {
+            // Masked system files read as empty (Landlock cannot mask a file).
+            let shadow = run_in(
+                &sandbox,
+                &p.workspace,
+                "cat /etc/shadow | wc -c",
+                &Confinement::default(),
+            )
+            .await;
+            assert_eq!(shadow.stdout.trim(), "0");
+        }
+        // Allowed explicitly, the same file is readable (and still not writable).
+        let allowed = Confinement {
+            read_only: vec![p.outside.clone()],
+            ..Confinement::default()
+        };
+        let out = run_in(&sandbox, &p.workspace, &cat, &allowed).await;
+        assert_eq!(out.stdout, "hunter2", "{kind:?}: {}", out.stderr);
+        let write = format!("echo x > {}", secret.display());
+        let out = run_in(&sandbox, &p.workspace, &write, &allowed).await;
+        assert_ne!(out.code, Some(0), "{kind:?}");
+        assert_eq!(std::fs::read_to_string(&secret).unwrap(), "hunter2");
+    }
 }
 
 /// Connects to `port` on loopback from inside the sandbox (bash's /dev/tcp).
@@ -166,48 +203,67 @@ fn connect_script(port: u16) -> String {
 
 #[tokio::test]
 async fn no_network_unless_allowed() {
-    let p = place();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
+    for sandbox in sandboxes().await {
+        let kind = sandbox.kind();
+        let p = place();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
 
-    let denied = run(&p.workspace, &connect_script(port), &Confinement::default()).await;
-    assert_ne!(denied.code, Some(0), "{}", denied.stdout);
-    assert!(!denied.stdout.contains("connected"));
-    assert!(
-        listener.accept().is_err(),
-        "the listener saw no connection from the sandbox"
-    );
+        let denied = run_in(
+            &sandbox,
+            &p.workspace,
+            &connect_script(port),
+            &Confinement::default(),
+        )
+        .await;
+        assert_ne!(denied.code, Some(0), "{kind:?}: {}", denied.stdout);
+        assert!(!denied.stdout.contains("connected"));
+        assert!(
+            listener.accept().is_err(),
+            "{kind:?}: the listener saw no connection from the sandbox"
+        );
 
-    let allowed = Confinement {
-        network: true,
-        ..Confinement::default()
-    };
-    let out = run(&p.workspace, &connect_script(port), &allowed).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert!(out.stdout.contains("connected"));
-    assert!(listener.accept().is_ok(), "allowed, the connection arrives");
+        let allowed = Confinement {
+            network: true,
+            ..Confinement::default()
+        };
+        let out = run_in(&sandbox, &p.workspace, &connect_script(port), &allowed).await;
+        assert_eq!(out.code, Some(0), "{kind:?}: {}", out.stderr);
+        assert!(out.stdout.contains("connected"));
+        assert!(
+            listener.accept().is_ok(),
+            "{kind:?}: allowed, the connection arrives"
+        );
+    }
 }
 
 #[tokio::test]
 async fn memory_beyond_the_limit_is_refused() {
-    let p = place();
-    // 256 MiB of address space, then 512 MiB asked for at once.
-    let script = "python3 -c 'b = bytearray(512 * 1024 * 1024); print(len(b))'";
-    let limited = Confinement {
-        memory_bytes: Some(256 * 1024 * 1024),
-        ..Confinement::default()
-    };
-    let out = run(&p.workspace, script, &limited).await;
-    assert_ne!(out.code, Some(0));
-    assert!(out.stderr.contains("MemoryError"), "{}", out.stderr);
-    let out = run(&p.workspace, script, &Confinement::default()).await;
-    assert_eq!(
-        out.code,
-        Some(0),
-        "without the limit it fits: {}",
-        out.stderr
-    );
+    for sandbox in sandboxes().await {
+        let kind = sandbox.kind();
+        let p = place();
+        // 256 MiB of address space, then 512 MiB asked for at once.
+        let script = "python3 -c 'b = bytearray(512 * 1024 * 1024); print(len(b))'";
+        let limited = Confinement {
+            memory_bytes: Some(256 * 1024 * 1024),
+            ..Confinement::default()
+        };
+        let out = run_in(&sandbox, &p.workspace, script, &limited).await;
+        assert_ne!(out.code, Some(0), "{kind:?}");
+        assert!(
+            out.stderr.contains("MemoryError"),
+            "{kind:?}: {}",
+            out.stderr
+        );
+        let out = run_in(&sandbox, &p.workspace, script, &Confinement::default()).await;
+        assert_eq!(
+            out.code,
+            Some(0),
+            "{kind:?}: without the limit it fits: {}",
+            out.stderr
+        );
+    }
 }
 
 /// Processes on this host whose command line contains `needle`.
@@ -230,6 +286,9 @@ fn processes_with(needle: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn nothing_is_left_running_in_the_background_after_the_command_ends() {
+    // Bubblewrap's PID namespace ends with the command. (Under Landlock there is
+    // none: the engine stops the step's process group instead.)
+    let sandbox = Sandbox::probe().await.unwrap();
     let p = place();
     // A duration no other process uses, to find it by.
     let needle = format!(
@@ -238,7 +297,7 @@ async fn nothing_is_left_running_in_the_background_after_the_command_ends() {
         std::process::id() % 997
     );
     let script = format!("sleep {needle} & sleep {needle} & echo started");
-    let out = run(&p.workspace, &script, &Confinement::default()).await;
+    let out = run_in(&sandbox, &p.workspace, &script, &Confinement::default()).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.contains("started"));
     let left = processes_with(&format!("sleep {needle}"));

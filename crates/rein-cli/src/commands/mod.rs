@@ -61,18 +61,37 @@ impl Context {
     }
 }
 
+/// The first argument that makes `rein` the Landlock trampoline.
+pub const CONFINE: &str = "__confine";
+
 /// The executor for commands that run steps, after probing the sandbox `choice`
 /// names. A sandbox that cannot run is an error (`strict`), or makes every
 /// command step fail saying why (`rein serve`, which runs on to say so in
 /// `/healthz`). `none` warns once on stderr.
 pub async fn executor(choice: &str, strict: bool) -> anyhow::Result<CommandExecutor> {
+    use rein_sandbox::Sandbox;
     if choice == "none" {
         shout!(
             "warning: --sandbox none: plan steps run unsandboxed, with rein's own permissions; each run is recorded as unsandboxed"
         );
         return Ok(CommandExecutor::unsandboxed());
     }
-    match rein_sandbox::Sandbox::probe().await {
+    let trampoline = std::env::current_exe()
+        .ok()
+        .map(|program| rein_sandbox::Trampoline {
+            program,
+            args: vec![CONFINE.into()],
+        });
+    let probed = match (choice, trampoline) {
+        ("bubblewrap", _) => Sandbox::probe().await,
+        ("landlock", Some(t)) => Sandbox::probe_landlock(t).await,
+        ("landlock", None) => Err(rein_sandbox::Unavailable {
+            reason: "cannot find the rein executable to confine steps with".into(),
+            remedy: "run rein by its path, or use --sandbox bubblewrap".into(),
+        }),
+        (_, trampoline) => Sandbox::probe_any(trampoline).await,
+    };
+    match probed {
         Ok(sandbox) => Ok(CommandExecutor::sandboxed(sandbox)),
         Err(why) if strict => Err(why.into()),
         Err(why) => {

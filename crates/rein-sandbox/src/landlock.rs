@@ -1,0 +1,209 @@
+//! The fallback sandbox where bubblewrap cannot run: Landlock, applied by a
+//! trampoline process to itself just before it becomes `sh -c SCRIPT`.
+//!
+//! The trampoline is a program that calls [`trampoline`] with its arguments: the
+//! `rein-confine` binary of this crate, or `rein __confine`. It restricts itself
+//! (Landlock rules: the system directories readable and executable, the workspace
+//! read-write, nothing else; TCP bind and connect denied unless the network is
+//! allowed; `no_new_privs`), sets the memory limit, clears the environment, and
+//! executes the script. Landlock has no PID namespace: the step's process group is
+//! stopped when it ends, but a process that leaves the group can outlive it.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    path_beneath_rules,
+};
+
+use crate::bwrap::{Confinement, READ_ONLY};
+
+/// Exit status of a trampoline that could not confine itself.
+pub const NOT_CONFINED: i32 = 125;
+
+/// Device files a command may read and write.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// The trampoline's arguments for running `script` confined to `workspace`.
+pub fn trampoline_args(
+    workspace: &Path,
+    script: &str,
+    env: &[(String, String)],
+    confinement: &Confinement,
+) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--workspace".into(), workspace.into()];
+    if confinement.network {
+        args.push("--network".into());
+    }
+    if let Some(bytes) = confinement.memory_bytes {
+        args.push("--memory".into());
+        args.push(bytes.to_string().into());
+    }
+    for dir in &confinement.read_only {
+        args.push("--read".into());
+        args.push(dir.into());
+    }
+    for (key, value) in env {
+        args.push("--env".into());
+        args.push(format!("{key}={value}").into());
+    }
+    args.push("--".into());
+    args.push(script.into());
+    args
+}
+
+struct Parsed {
+    workspace: PathBuf,
+    confinement: Confinement,
+    env: Vec<(OsString, OsString)>,
+    script: OsString,
+}
+
+fn parse(args: &[OsString]) -> Result<Parsed, String> {
+    let mut workspace = None;
+    let mut confinement = Confinement::default();
+    let mut env = Vec::new();
+    let mut it = args.iter();
+    let value = |it: &mut std::slice::Iter<'_, OsString>, flag: &str| {
+        it.next()
+            .cloned()
+            .ok_or_else(|| format!("{flag} needs a value"))
+    };
+    loop {
+        let Some(arg) = it.next() else {
+            return Err("missing `-- SCRIPT`".into());
+        };
+        match arg.to_str() {
+            Some("--workspace") => workspace = Some(PathBuf::from(value(&mut it, "--workspace")?)),
+            Some("--network") => confinement.network = true,
+            Some("--memory") => {
+                let v = value(&mut it, "--memory")?;
+                let bytes = v
+                    .to_str()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--memory needs a number of bytes")?;
+                confinement.memory_bytes = Some(bytes);
+            }
+            Some("--read") => confinement
+                .read_only
+                .push(PathBuf::from(value(&mut it, "--read")?)),
+            Some("--env") => {
+                let v = value(&mut it, "--env")?;
+                let bytes = v.as_bytes();
+                let eq = bytes
+                    .iter()
+                    .position(|b| *b == b'=')
+                    .ok_or("--env needs KEY=VALUE")?;
+                env.push((
+                    OsStr::from_bytes(&bytes[..eq]).to_owned(),
+                    OsStr::from_bytes(&bytes[eq + 1..]).to_owned(),
+                ));
+            }
+            Some("--") => {
+                let script = value(&mut it, "--")?;
+                let workspace = workspace.ok_or("--workspace is required")?;
+                return Ok(Parsed {
+                    workspace,
+                    confinement,
+                    env,
+                    script,
+                });
+            }
+            _ => return Err(format!("unknown argument {arg:?}")),
+        }
+    }
+}
+
+/// Restricts this process as `confinement` says, with `workspace` read-write.
+pub fn confine_self(workspace: &Path, confinement: &Confinement) -> Result<RulesetStatus, String> {
+    let abi = ABI::V5;
+    let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .map_err(fail)?;
+    if !confinement.network {
+        // Handled and never allowed: every TCP bind and connect is denied.
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(ABI::V4))
+            .map_err(fail)?;
+    }
+    let read = AccessFs::from_read(abi);
+    let status = ruleset
+        .create()
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(READ_ONLY, read))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(["/proc", "/dev"], read))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(&confinement.read_only, read))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules(DEVICES, AccessFs::from_all(abi)))
+        .map_err(fail)?
+        .add_rules(path_beneath_rules([workspace], AccessFs::from_all(abi)))
+        .map_err(fail)?
+        .restrict_self()
+        .map_err(fail)?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        return Err("Landlock is not enabled in this kernel".into());
+    }
+    if let Some(bytes) = confinement.memory_bytes {
+        use nix::sys::resource::{Resource, setrlimit};
+        setrlimit(Resource::RLIMIT_AS, bytes, bytes)
+            .map_err(|e| format!("cannot set the memory limit: {e}"))?;
+    }
+    Ok(status.ruleset)
+}
+
+/// The trampoline's body: confine this process, then become `sh -c SCRIPT` in
+/// the workspace. Returns only on failure, with the exit status to use.
+pub fn trampoline(args: &[OsString]) -> i32 {
+    let parsed = match parse(args) {
+        Ok(p) => p,
+        Err(e) => {
+            report(&format!("rein sandbox: {e}"));
+            return 2;
+        }
+    };
+    let tmp = parsed.workspace.join(".tmp");
+    if let Err(e) = std::fs::create_dir_all(&tmp) {
+        report(&format!(
+            "rein sandbox: cannot create {}: {e}",
+            tmp.display()
+        ));
+        return NOT_CONFINED;
+    }
+    if let Err(e) = confine_self(&parsed.workspace, &parsed.confinement) {
+        report(&format!("rein sandbox: cannot confine the command: {e}"));
+        return NOT_CONFINED;
+    }
+    let path = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+    let err = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&parsed.script)
+        .current_dir(&parsed.workspace)
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", &parsed.workspace)
+        .env("LANG", "C.UTF-8")
+        .env("TMPDIR", &tmp)
+        .envs(parsed.env)
+        .exec();
+    report(&format!("rein sandbox: cannot run sh: {err}"));
+    127
+}
+
+/// A line on stderr from the trampoline (the step's stderr).
+fn report(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
