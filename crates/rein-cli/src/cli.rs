@@ -39,6 +39,10 @@ pub struct Cli {
     )]
     pub sandbox: String,
 
+    /// Permission rules for plan steps: a TOML file of `[[rules]]` (see the README).
+    #[arg(long, global = true, env = "REIN_POLICY", value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -50,6 +54,9 @@ pub enum Command {
     /// Check plan files without running them.
     #[command(subcommand)]
     Plan(PlanCommand),
+    /// Try the permission rules without running anything.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Inspect and steer tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
@@ -175,6 +182,22 @@ pub struct RunOutput {
     /// Print nothing but the outcome.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// The verdict on a command and the rule that decided (exit 0 allow, 1 deny,
+    /// 3 ask).
+    Check {
+        /// The command as a script (`sh -c` text) instead of as words.
+        #[arg(long, conflicts_with = "command")]
+        script: Option<String>,
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required_unless_present = "script")]
+        command: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

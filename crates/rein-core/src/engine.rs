@@ -38,6 +38,8 @@ pub struct EngineConfig {
     pub default_session: String,
     /// Wall-clock time for deadlines.
     pub clock: Arc<dyn Clock>,
+    /// Permission rules for command steps (none: everything is allowed).
+    pub policy: Arc<rein_sandbox::Policy>,
 }
 
 impl EngineConfig {
@@ -49,6 +51,7 @@ impl EngineConfig {
             workspace_root,
             default_session: "default".to_owned(),
             clock: Arc::new(SystemClock),
+            policy: Arc::default(),
         }
     }
 }
@@ -229,6 +232,7 @@ impl Engine {
     /// policy) and CP2 (the plan). The task is `pending` until it is run.
     pub async fn create(&self, request: CreateTask) -> Result<TaskState> {
         let plan = plan::validate(request.plan)?;
+        let plan = plan::validate(crate::permissions::apply(plan, &self.config.policy)?)?;
         let task_id = TaskId::new();
         let workspace = match request.workspace {
             Some(dir) => dir,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use rein_protocol::{StepAction, TaskId, TaskStep};
+use rein_protocol::{PermissionDecision, StepAction, TaskId, TaskStep, Verdict};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
@@ -29,6 +29,8 @@ pub struct StepRequest {
     pub workspace: PathBuf,
     /// How many bytes of the end of stdout and of stderr to keep.
     pub output_tail_bytes: usize,
+    /// The permission rules in force.
+    pub policy: Arc<rein_sandbox::Policy>,
 }
 
 /// What a step's command did, recorded in its checkpoint's `output`.
@@ -49,6 +51,9 @@ pub struct CommandOutput {
     /// unsandboxed.
     #[serde(default)]
     pub sandbox: String,
+    /// What the permission rules said, and which rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<PermissionDecision>,
 }
 
 /// How an attempt ended.
@@ -152,6 +157,7 @@ impl StepExecutor for CommandExecutor {
             attempt: 1,
             workspace: dir,
             output_tail_bytes: 1024,
+            policy: Arc::default(),
         };
         let ran = self
             .run_command(
@@ -184,14 +190,41 @@ impl StepExecutor for CommandExecutor {
                 env,
                 network,
                 memory_mb,
+                read,
             } => {
+                // The rules are asked again: the run records what they said.
+                let permission = match crate::permissions::decide(&request.step, &request.policy) {
+                    Ok(d) => d,
+                    Err(detail) => {
+                        return StepOutcome::Failed {
+                            error: format!("the step's permissions are invalid: {detail}"),
+                            output: None,
+                            failure: Failure::PermissionDenied,
+                        };
+                    }
+                };
+                if let Some(refusal) = refusal(&request.step, permission.as_ref()) {
+                    let output = CommandOutput {
+                        sandbox: self.sandbox_kind().as_str().to_owned(),
+                        permission,
+                        ..CommandOutput::default()
+                    };
+                    return StepOutcome::Failed {
+                        error: refusal,
+                        output: to_value(&output),
+                        failure: Failure::PermissionDenied,
+                    };
+                }
                 let confinement = Confinement {
                     network: *network,
                     memory_bytes: memory_mb.map(|mb| mb.saturating_mul(1024 * 1024)),
-                    read_only: Vec::new(),
+                    read_only: read.iter().map(PathBuf::from).collect(),
                 };
-                self.run_command(&request, run, env, &confinement, cancel)
-                    .await
+                let mut outcome = self
+                    .run_command(&request, run, env, &confinement, cancel)
+                    .await;
+                record_permission(&mut outcome, permission);
+                outcome
             }
             // The runner waits for a person on these; they never reach an executor.
             StepAction::Approval { .. } => StepOutcome::Failed {
@@ -390,6 +423,47 @@ async fn run_child(
             output: to_value(&output),
             failure,
         }
+    }
+}
+
+/// Why a step may not run now, if the rules say so: denied, or asked about with
+/// no `.permit` step answered for it (the rules changed since the task was made).
+fn refusal(step: &TaskStep, permission: Option<&PermissionDecision>) -> Option<String> {
+    let d = permission?;
+    let reason = d
+        .reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    match d.verdict {
+        Verdict::Allow => None,
+        Verdict::Deny => Some(format!("`{}` is denied by {}{reason}", d.subject, d.rule)),
+        Verdict::Ask
+            if step
+                .depends_on
+                .contains(&crate::permissions::permit_id(&step.id)) =>
+        {
+            None
+        }
+        Verdict::Ask => Some(format!(
+            "`{}` needs a person's approval by {}{reason}, and this task has no `{}` step to ask it: create the task again",
+            d.subject,
+            d.rule,
+            crate::permissions::permit_id(&step.id)
+        )),
+    }
+}
+
+/// Puts the permission decision into a run's recorded output.
+fn record_permission(outcome: &mut StepOutcome, permission: Option<PermissionDecision>) {
+    let output = match outcome {
+        StepOutcome::Passed { output } | StepOutcome::Failed { output, .. } => output,
+        StepOutcome::Cancelled => return,
+    };
+    if let (Some(serde_json::Value::Object(map)), Some(p)) = (output.as_mut(), permission)
+        && let Ok(value) = serde_json::to_value(p)
+    {
+        map.insert("permission".into(), value);
     }
 }
 

@@ -25,6 +25,7 @@ pub mod error;
 pub mod executor;
 pub mod fold;
 pub mod lifecycle;
+pub mod permissions;
 pub mod plan;
 pub mod process;
 pub mod recorder;

@@ -15,25 +15,80 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlanIssue {
     NoSteps,
-    EmptyStepId { index: usize },
-    BadStepId { id: String },
-    DuplicateStepId { id: String },
-    UnknownDependency { step: String, dependency: String },
-    DuplicateDependency { step: String, dependency: String },
-    Cycle { path: Vec<String> },
-    EmptyCommand { step: String },
-    ZeroTimeout { step: String },
+    EmptyStepId {
+        index: usize,
+    },
+    BadStepId {
+        id: String,
+    },
+    DuplicateStepId {
+        id: String,
+    },
+    UnknownDependency {
+        step: String,
+        dependency: String,
+    },
+    DuplicateDependency {
+        step: String,
+        dependency: String,
+    },
+    Cycle {
+        path: Vec<String>,
+    },
+    EmptyCommand {
+        step: String,
+    },
+    ZeroTimeout {
+        step: String,
+    },
     ZeroParallelism,
-    EmptyApprovalTitle { step: String },
-    RecommendedNotAnOption { step: String, option: String },
-    DuplicateOption { step: String, option: String },
-    ExpiryCannotDelegate { step: String },
+    EmptyApprovalTitle {
+        step: String,
+    },
+    RecommendedNotAnOption {
+        step: String,
+        option: String,
+    },
+    DuplicateOption {
+        step: String,
+        option: String,
+    },
+    ExpiryCannotDelegate {
+        step: String,
+    },
+    /// The permission rules deny the step's command.
+    Denied {
+        step: String,
+        subject: String,
+        rule: String,
+        reason: Option<String>,
+    },
+    /// The step's own permission rules are malformed.
+    BadPermissions {
+        step: String,
+        detail: String,
+    },
 }
 
 impl fmt::Display for PlanIssue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PlanIssue::NoSteps => write!(f, "the plan has no steps"),
+            PlanIssue::Denied {
+                step,
+                subject,
+                rule,
+                reason,
+            } => {
+                write!(f, "step `{step}`: `{subject}` is denied by {rule}")?;
+                match reason {
+                    Some(r) => write!(f, " ({r})"),
+                    None => Ok(()),
+                }
+            }
+            PlanIssue::BadPermissions { step, detail } => {
+                write!(f, "step `{step}`: its permissions are invalid: {detail}")
+            }
             PlanIssue::EmptyStepId { index } => write!(f, "step #{} has an empty id", index + 1),
             PlanIssue::BadStepId { id } => write!(
                 f,
@@ -450,6 +505,12 @@ struct StepFile {
     /// Command steps: the memory limit per process, in MiB.
     #[serde(default)]
     memory_mb: Option<u64>,
+    /// Command steps: directories beyond the workspace the command may read.
+    #[serde(default)]
+    read: Vec<String>,
+    /// Command steps: permission rules of the step's own.
+    #[serde(default)]
+    permissions: Vec<rein_protocol::PermissionRule>,
     #[serde(default)]
     risk_level: RiskLevel,
     #[serde(default)]
@@ -507,7 +568,7 @@ fn with_confirmation(description: &str, mut steps: Vec<TaskStep>) -> Result<Vec<
 }
 
 /// One `[[steps]]` table as a [`TaskStep`]; errors name the step and the key.
-fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
+fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
     let id = s.id;
     let only_for = |key: &str, kind: &str| {
         format!("step `{id}`: `{key}` is only for steps of kind = \"{kind}\"")
@@ -555,9 +616,9 @@ fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
                 "step `{id}`: an approve step asks a person and has no `run`"
             ));
         }
-        if s.network || s.memory_mb.is_some() {
+        if s.network || s.memory_mb.is_some() || !s.read.is_empty() || !s.permissions.is_empty() {
             return Err(format!(
-                "step `{id}`: `network` and `memory_mb` confine a command; an approve step runs none"
+                "step `{id}`: `network`, `memory_mb`, `read` and `permissions` confine a command; an approve step runs none"
             ));
         }
         let title = s
@@ -603,6 +664,11 @@ fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
                 env: s.env,
                 network: s.network,
                 memory_mb: s.memory_mb,
+                read: s
+                    .read
+                    .iter()
+                    .map(|r| base.join(r).display().to_string())
+                    .collect(),
             },
             timeout_ms,
             description,
@@ -611,6 +677,7 @@ fn step_from_file(s: StepFile) -> Result<TaskStep, String> {
     let recovery = recovery_policy(&format!("step `{id}`: "), s.recovery)?;
     Ok(TaskStep {
         recovery,
+        permissions: s.permissions,
         id,
         description,
         step_type,
@@ -632,7 +699,7 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
     let mut steps = file
         .steps
         .into_iter()
-        .map(step_from_file)
+        .map(|s| step_from_file(s, base))
         .collect::<Result<Vec<_>, String>>()
         .map_err(|m| (m, None))?;
     if file.confirm {

@@ -14,6 +14,8 @@
 //! - [`recovery`]: [`ErrorType`], [`RecoveryAction`], [`RecoveryStrategy`]: error recovery.
 //! - [`metrics`]: [`HarnessMetrics`], the counters of spec §6.
 //! - [`ledger`]: [`LedgerEntry`], the hash-chained record of human decisions.
+//! - [`permission`]: [`PermissionRule`] and [`PermissionDecision`]: allow / ask /
+//!   deny rules on commands, paths and network use.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
 pub mod approval;
@@ -21,6 +23,7 @@ pub mod event;
 pub mod ids;
 pub mod ledger;
 pub mod metrics;
+pub mod permission;
 pub mod plan;
 pub mod recovery;
 pub mod schema;
@@ -35,6 +38,7 @@ pub use event::{EventType, HarnessEvent, TaskChange};
 pub use ids::{ApprovalId, CheckpointId, EventId, LedgerId, SnapshotId, TaskId};
 pub use ledger::{LedgerEntry, LedgerKind};
 pub use metrics::HarnessMetrics;
+pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
 pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep};
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use snapshot::Snapshot;

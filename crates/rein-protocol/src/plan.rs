@@ -50,6 +50,9 @@ pub enum StepAction {
         /// Most address space, in MiB, each of the command's processes may map.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         memory_mb: Option<u64>,
+        /// Directories beyond the workspace the command may read.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        read: Vec<String>,
     },
     /// Do nothing and pass: a marker step, and the engine's own cost in benchmarks.
     Noop,
@@ -104,6 +107,9 @@ pub struct TaskStep {
     /// This step's recovery strategies, over the plan's and the defaults.
     #[serde(default, skip_serializing_if = "RecoveryPolicy::is_empty")]
     pub recovery: RecoveryPolicy,
+    /// Permission rules for this step, over the configured ones (deny still wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub permissions: Vec<crate::PermissionRule>,
 }
 
 impl TaskStep {
@@ -124,6 +130,7 @@ impl TaskStep {
             timeout_ms: None,
             idempotent: false,
             recovery: RecoveryPolicy::new(),
+            permissions: Vec::new(),
         }
     }
 
@@ -136,6 +143,7 @@ impl TaskStep {
                 env: BTreeMap::new(),
                 network: false,
                 memory_mb: None,
+                read: Vec::new(),
             },
         )
     }

@@ -6,12 +6,18 @@
 //! the rest of the file system absent, no network unless allowed, a fresh PID
 //! namespace and a memory limit, after a real probe that says whether it can;
 //! [`landlock`] is the fallback where bubblewrap cannot run: Landlock rules a
-//! trampoline process applies to itself before it becomes the command.
+//! trampoline process applies to itself before it becomes the command; [`policy`]
+//! holds the permission rules (allow / ask / deny for commands, paths and network)
+//! and says which rule decided.
 //! This crate decides nothing about people: asking for approval is the engine's.
 
 pub mod bwrap;
 pub mod landlock;
+pub mod policy;
 pub mod workspace;
 
 pub use bwrap::{Confinement, Sandbox, SandboxKind, Trampoline, Unavailable};
+pub use policy::{
+    Access, AskTrigger, Decision, PermissionRule, Policy, PolicyError, Verdict, simple_commands,
+};
 pub use workspace::{PathError, resolve};

@@ -69,8 +69,15 @@ pub async fn check(engine: &Engine) -> Health {
         rein_core::ExecutorHealth::Degraded(detail) => bad(Status::Degraded, detail),
         rein_core::ExecutorHealth::Unhealthy(detail) => bad(Status::Unhealthy, detail),
     };
-    let permission_manager =
-        ok("approvals and the recovery policy answer; no permission rules are configured");
+    // The rules answer a trial question, and say how many there are.
+    let policy = &engine.config().policy;
+    let trial = policy.check_script("true");
+    let permission_manager = ok(format!(
+        "{} permission rule(s); a trial command `true` gets `{}` ({})",
+        policy.len(),
+        trial.verdict.as_str(),
+        trial.rule
+    ));
     let audit_logger = match engine.verify_ledger().await {
         Ok((n, breaks)) if breaks.is_empty() => ok(format!("ledger intact ({n} entries)")),
         Ok((_, breaks)) => bad(

@@ -50,14 +50,34 @@ impl Context {
         max_parallel: usize,
         executor: CommandExecutor,
     ) -> anyhow::Result<Context> {
+        Context::running(data_dir_flag, max_parallel, executor, None)
+    }
+
+    /// The engine for commands that run steps, under `policy`'s rules.
+    pub fn running(
+        data_dir_flag: Option<PathBuf>,
+        max_parallel: usize,
+        executor: CommandExecutor,
+        policy: Option<&std::path::Path>,
+    ) -> anyhow::Result<Context> {
         let dir = data_dir(data_dir_flag)?;
         let store = SqliteStore::open(&dir.join("rein.db"))?;
         let mut config = EngineConfig::new(dir.join("workspaces"));
         config.max_parallel = max_parallel;
+        config.policy = Arc::new(load_policy(policy)?);
         let engine = Engine::new(Arc::new(store), Arc::new(executor), config);
         Ok(Context {
             engine: Arc::new(engine),
         })
+    }
+}
+
+/// The permission rules of `--policy FILE`, or none.
+pub fn load_policy(path: Option<&std::path::Path>) -> anyhow::Result<rein_sandbox::Policy> {
+    match path {
+        Some(path) => rein_sandbox::Policy::load(path)
+            .map_err(|e| UsageError(format!("{e}; see the README for the rule format")).into()),
+        None => Ok(rein_sandbox::Policy::default()),
     }
 }
 
@@ -108,8 +128,10 @@ pub struct Target {
     pub data_dir: Option<PathBuf>,
     pub url: Option<String>,
     pub token: Option<String>,
-    /// `--sandbox`: auto, bubblewrap or none.
+    /// `--sandbox`: auto, bubblewrap, landlock or none.
     pub sandbox: String,
+    /// `--policy`: the permission rules' file.
+    pub policy: Option<PathBuf>,
 }
 
 impl Target {
@@ -151,10 +173,12 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         url: cli.url.filter(|u| !u.trim().is_empty()),
         token: cli.token,
         sandbox: cli.sandbox,
+        policy: cli.policy,
     };
     match cli.command {
         Command::Run(args) => run::run(&target, args).await,
-        Command::Plan(cmd) => plan::dispatch(cmd),
+        Command::Plan(cmd) => plan::dispatch(&target, cmd),
+        Command::Policy(cmd) => plan::policy(&target, cmd),
         Command::Tasks(cmd) => tasks::dispatch(&target, cmd).await,
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,

@@ -34,10 +34,11 @@ pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
         return run_remote(client, spec, args).await;
     }
     let executor = crate::commands::executor(&target.sandbox, true).await?;
-    let ctx = Context::with_executor(
+    let ctx = Context::running(
         target.data_dir.clone(),
         args.max_parallel as usize,
         executor,
+        target.policy.as_deref(),
     )?;
     let state = ctx
         .engine
@@ -223,7 +224,12 @@ pub async fn resume(target: &Target, args: ResumeArgs) -> anyhow::Result<u8> {
         return resume_remote(client, args).await;
     }
     let executor = crate::commands::executor(&target.sandbox, true).await?;
-    let ctx = Context::with_executor(target.data_dir.clone(), 4, executor)?;
+    let ctx = Context::running(
+        target.data_dir.clone(),
+        4,
+        executor,
+        target.policy.as_deref(),
+    )?;
     let out = Out::new(args.output, false);
     let signals = Signals::install(out, args.no_wait);
     if let Some(id) = &args.id {

@@ -506,6 +506,7 @@ impl<'e> TaskRun<'e> {
             attempt: self.attempts[i],
             workspace: self.workspace.clone(),
             output_tail_bytes: self.engine.config.output_tail_bytes,
+            policy: Arc::clone(&self.engine.config.policy),
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();

@@ -1,0 +1,131 @@
+//! Permission rules applied to a plan's command steps, when the task is created
+//! (CP2) and again when each step runs.
+//!
+//! At creation a step the rules deny makes the plan invalid, naming the step, the
+//! command and the rule; a step they ask about gets an approve step of its own,
+//! `STEP.permit`, which it depends on, so the question is a durable approval like
+//! any other (its trigger is the rule's: suspicious command, destructive action or
+//! external network call), asked when the step is about to become ready. When the
+//! step runs, the decision is made again and recorded with the run.
+
+use std::path::Path;
+
+use rein_protocol::{
+    Access, AskTrigger, CheckpointType, Decision, PermissionDecision, StepAction, StepType,
+    TaskDecomposition, TaskStep, Trigger, Verdict,
+};
+use rein_sandbox::Policy;
+
+use crate::plan::{PlanErrors, PlanIssue};
+
+/// The id of the approve step that asks whether `step` may run.
+pub fn permit_id(step: &str) -> String {
+    format!("{step}.permit")
+}
+
+/// The policy's strictest decision on a command step: its script, its network use
+/// and the paths it reads beyond its workspace, by the configured rules and the
+/// step's own. `None` for steps that run no command.
+pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecision>, String> {
+    let StepAction::Command {
+        run, network, read, ..
+    } = &step.action
+    else {
+        return Ok(None);
+    };
+    let mut policy = policy.clone();
+    policy
+        .add_rules(&step.permissions, &format!("step `{}`", step.id))
+        .map_err(|e| e.to_string())?;
+    let mut decisions = vec![policy.check_script(run)];
+    if *network {
+        decisions.push(policy.check_network(None));
+    }
+    for path in read {
+        decisions.push(policy.check_path(Path::new(path), Access::Read));
+    }
+    // The first of the strictest.
+    let mut worst: Option<PermissionDecision> = None;
+    for d in decisions {
+        if worst.as_ref().is_none_or(|w| d.verdict > w.verdict) {
+            worst = Some(d);
+        }
+    }
+    Ok(worst)
+}
+
+/// Checks every command step; denied steps are plan issues, asked-about ones get
+/// their `.permit` approve step. Call [`crate::plan::validate`] again afterwards.
+pub fn apply(
+    mut plan: TaskDecomposition,
+    policy: &Policy,
+) -> Result<TaskDecomposition, PlanErrors> {
+    let mut issues = Vec::new();
+    let mut permits = Vec::new();
+    for step in &mut plan.steps {
+        let decision = match decide(step, policy) {
+            Ok(Some(d)) => d,
+            Ok(None) => continue,
+            Err(detail) => {
+                issues.push(PlanIssue::BadPermissions {
+                    step: step.id.clone(),
+                    detail,
+                });
+                continue;
+            }
+        };
+        match decision.verdict {
+            Verdict::Allow => {}
+            Verdict::Deny => issues.push(PlanIssue::Denied {
+                step: step.id.clone(),
+                subject: decision.subject,
+                rule: decision.rule,
+                reason: decision.reason,
+            }),
+            Verdict::Ask => {
+                let permit = permit_step(step, &decision);
+                step.depends_on = vec![permit.id.clone()];
+                permits.push(permit);
+            }
+        }
+    }
+    if !issues.is_empty() {
+        return Err(PlanErrors(issues));
+    }
+    plan.steps.extend(permits);
+    Ok(plan)
+}
+
+/// The approve step that asks whether `step` may run, waiting for what `step`
+/// waited for.
+fn permit_step(step: &TaskStep, decision: &PermissionDecision) -> TaskStep {
+    let trigger = match decision.trigger {
+        Some(AskTrigger::DestructiveAction) => Trigger::DestructiveAction,
+        Some(AskTrigger::ExternalNetworkCall) => Trigger::ExternalNetworkCall,
+        Some(AskTrigger::SuspiciousCommand) | None => Trigger::SuspiciousCommand,
+    };
+    let reason = decision
+        .reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    let mut permit = TaskStep::new(
+        permit_id(&step.id),
+        StepAction::Approval {
+            title: format!("Allow step `{}` to run `{}`?", step.id, decision.subject),
+            description: format!("{}{reason}", decision.rule),
+            options: Vec::new(),
+            recommended: None,
+            timeout_ms: None,
+            on_expiry: Decision::Deny,
+            trigger,
+            priority: None,
+        },
+    );
+    permit.description = format!("permission for `{}`: {}", step.id, decision.rule);
+    permit.step_type = StepType::Approve;
+    permit.checkpoint = CheckpointType::UserApproval;
+    permit.depends_on = step.depends_on.clone();
+    permit.risk_level = step.risk_level;
+    permit
+}
