@@ -189,6 +189,15 @@ fn an_asked_step_waits_for_a_person_and_runs_only_once_approved() {
         .find(|c| c["step_id"] == "ship")
         .unwrap();
     assert_eq!(ran["output"]["permission"]["verdict"], "ask");
+    assert_eq!(ran["output"]["sandbox"], "bubblewrap");
+    assert!(
+        ran["output"]["policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("4 rule(s): 4 from"),
+        "{ran}"
+    );
+    assert_eq!(ran["output"]["exit_code"], 0);
     assert!(
         ran["output"]["permission"]["rule"]
             .as_str()

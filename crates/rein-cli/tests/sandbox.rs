@@ -189,3 +189,62 @@ fn without_bubblewrap_auto_falls_back_to_landlock() {
         "{escape}"
     );
 }
+
+#[test]
+fn a_finished_tasks_fresh_workspace_is_kept_or_cleaned_by_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let run = |name: &str, cleanup: &str, command: &str, extra: &[&str]| {
+        let plan = write_plan(
+            dir.path(),
+            name,
+            &format!(
+                "description = '{name}'\ncleanup = '{cleanup}'\n[[steps]]\nid = 'a'\nrun = '{command}'\n"
+            ),
+        );
+        let out = rein(&data)
+            .arg("run")
+            .args(extra)
+            .arg(&plan)
+            .output()
+            .unwrap();
+        let id = task_ids(&data)[0].clone();
+        (out.status.code(), data.join("workspaces").join(id))
+    };
+    let (code, ws) = run("ok.toml", "on_success", "touch made", &[]);
+    assert_eq!(code, Some(0));
+    assert!(!ws.exists(), "completed: removed");
+    let (code, ws) = run("bad.toml", "on_success", "touch made; false", &[]);
+    assert_eq!(code, Some(1));
+    assert!(ws.join("made").exists(), "failed: kept for a look");
+    let (code, ws) = run("always.toml", "always", "false", &[]);
+    assert_eq!(code, Some(1));
+    assert!(!ws.exists(), "always: removed however it ended");
+    let (code, ws) = run("keep.toml", "keep", "touch made", &[]);
+    assert_eq!(code, Some(0));
+    assert!(ws.join("made").exists(), "keep: the default");
+    // A workspace the task was given is never removed.
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let (code, _) = run(
+        "given.toml",
+        "always",
+        "touch made",
+        &["--workspace", project.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(0));
+    assert!(project.join("made").exists());
+    // An unknown policy is refused, naming the key.
+    let bad = write_plan(
+        dir.path(),
+        "odd.toml",
+        "description = 'odd'\ncleanup = 'sometimes'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
+    );
+    let out = rein(&data)
+        .args(["plan", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sometimes"));
+}

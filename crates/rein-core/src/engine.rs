@@ -384,8 +384,33 @@ impl Engine {
             span_id = %state.head.span_id,
         );
         link_to_task_trace(&span, &state.head.trace_id, &state.head.span_id);
+        let cleanup = plan.cleanup;
         let run = TaskRun::new(self, Recorder::resume(state), plan)?;
-        run.drive(options, controls).instrument(span).await
+        let state = run.drive(options, controls).instrument(span).await?;
+        self.clean_workspace(&state, cleanup);
+        Ok(state)
+    }
+
+    /// Removes a finished task's fresh workspace if its plan says so. Workspaces a
+    /// task was given (not under the workspace root, named after the task) stay.
+    fn clean_workspace(&self, state: &TaskState, cleanup: rein_protocol::WorkspaceCleanup) {
+        use rein_protocol::WorkspaceCleanup;
+        let remove = match (cleanup, state.status()) {
+            (_, s) if !s.is_terminal() => false,
+            (WorkspaceCleanup::Keep, _) => false,
+            (WorkspaceCleanup::OnSuccess, s) => s == TaskStatus::Completed,
+            (WorkspaceCleanup::Always, _) => true,
+        };
+        let Some(path) = state.head.resources.workspace_path.as_deref() else {
+            return;
+        };
+        let fresh = self.config.workspace_root.join(state.id().as_str());
+        let fresh = std::fs::canonicalize(&fresh).unwrap_or(fresh);
+        if remove && std::path::Path::new(path) == fresh {
+            if let Err(e) = std::fs::remove_dir_all(&fresh) {
+                tracing::warn!(task = %state.id(), error = %e, "cannot remove the task's workspace");
+            }
+        }
     }
 
     /// Tasks `resume --all` would take up: pending, paused, and in progress with no

@@ -54,6 +54,9 @@ pub struct CommandOutput {
     /// What the permission rules said, and which rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission: Option<PermissionDecision>,
+    /// The policy in force: its rules by source and its default.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub policy: String,
 }
 
 /// How an attempt ended.
@@ -223,7 +226,10 @@ impl StepExecutor for CommandExecutor {
                 let mut outcome = self
                     .run_command(&request, run, env, &confinement, cancel)
                     .await;
-                record_permission(&mut outcome, permission);
+                let policy = crate::permissions::for_step(&request.step, &request.policy)
+                    .map(|p| p.describe())
+                    .unwrap_or_default();
+                record_permission(&mut outcome, permission, policy);
                 outcome
             }
             // The runner waits for a person on these; they never reach an executor.
@@ -455,15 +461,20 @@ fn refusal(step: &TaskStep, permission: Option<&PermissionDecision>) -> Option<S
 }
 
 /// Puts the permission decision into a run's recorded output.
-fn record_permission(outcome: &mut StepOutcome, permission: Option<PermissionDecision>) {
+fn record_permission(
+    outcome: &mut StepOutcome,
+    permission: Option<PermissionDecision>,
+    policy: String,
+) {
     let output = match outcome {
         StepOutcome::Passed { output } | StepOutcome::Failed { output, .. } => output,
         StepOutcome::Cancelled => return,
     };
-    if let (Some(serde_json::Value::Object(map)), Some(p)) = (output.as_mut(), permission)
-        && let Ok(value) = serde_json::to_value(p)
-    {
-        map.insert("permission".into(), value);
+    if let Some(serde_json::Value::Object(map)) = output.as_mut() {
+        map.insert("policy".into(), serde_json::Value::String(policy));
+        if let Some(value) = permission.and_then(|p| serde_json::to_value(p).ok()) {
+            map.insert("permission".into(), value);
+        }
     }
 }
 

@@ -33,10 +33,7 @@ pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecis
     else {
         return Ok(None);
     };
-    let mut policy = policy.clone();
-    policy
-        .add_rules(&step.permissions, &format!("step `{}`", step.id))
-        .map_err(|e| e.to_string())?;
+    let policy = for_step(step, policy)?;
     let mut decisions = vec![policy.check_script(run)];
     if *network {
         decisions.push(policy.check_network(None));
@@ -52,6 +49,15 @@ pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecis
         }
     }
     Ok(worst)
+}
+
+/// The policy in force for `step`: the configured rules, then the step's own.
+pub fn for_step(step: &TaskStep, policy: &Policy) -> Result<Policy, String> {
+    let mut policy = policy.clone();
+    policy
+        .add_rules(&step.permissions, &format!("step `{}`", step.id))
+        .map_err(|e| e.to_string())?;
+    Ok(policy)
 }
 
 /// Checks every command step; denied steps are plan issues, asked-about ones get

@@ -373,6 +373,9 @@ struct PlanFile {
     max_parallel: Option<u32>,
     #[serde(default)]
     fail_fast: bool,
+    /// keep | on_success | always: what becomes of a fresh workspace at the end.
+    #[serde(default)]
+    cleanup: rein_protocol::WorkspaceCleanup,
     /// CP1 by a person: nothing runs until someone confirms the task.
     #[serde(default)]
     confirm: bool,
@@ -722,6 +725,7 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
         risk_level: file.risk_level,
         max_parallel: file.max_parallel,
         fail_fast: file.fail_fast,
+        cleanup: file.cleanup,
     };
     let plan = validate(plan).map_err(|e| (e.to_string(), Some(e)))?;
     Ok(PlanSpec {

@@ -39,7 +39,7 @@ pub use ids::{ApprovalId, CheckpointId, EventId, LedgerId, SnapshotId, TaskId};
 pub use ledger::{LedgerEntry, LedgerKind};
 pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
-pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep};
+pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep, WorkspaceCleanup};
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use snapshot::Snapshot;
 pub use task::{

@@ -167,6 +167,30 @@ pub struct TaskDecomposition {
     /// The plan's recovery strategies, over the defaults.
     #[serde(default, skip_serializing_if = "RecoveryPolicy::is_empty")]
     pub recovery: RecoveryPolicy,
+    /// What becomes of a fresh workspace once the task has finished.
+    #[serde(default, skip_serializing_if = "WorkspaceCleanup::is_keep")]
+    pub cleanup: WorkspaceCleanup,
+}
+
+/// What becomes of a task's fresh workspace once the task has finished
+/// (completed, failed or cancelled). A workspace the task was given (a project
+/// directory) is never removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceCleanup {
+    /// Kept (the default): the files stay for inspection.
+    #[default]
+    Keep,
+    /// Removed if the task completed; kept for a look if it failed or was cancelled.
+    OnSuccess,
+    /// Removed however the task ended.
+    Always,
+}
+
+impl WorkspaceCleanup {
+    pub fn is_keep(&self) -> bool {
+        *self == WorkspaceCleanup::Keep
+    }
 }
 
 impl TaskDecomposition {
@@ -180,6 +204,7 @@ impl TaskDecomposition {
             max_parallel: None,
             fail_fast: false,
             recovery: RecoveryPolicy::new(),
+            cleanup: WorkspaceCleanup::Keep,
         }
     }
 

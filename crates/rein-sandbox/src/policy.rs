@@ -75,6 +75,8 @@ pub struct Policy {
     default: Verdict,
     /// Where the default comes from, for decisions no rule made.
     default_origin: String,
+    /// Where the rules come from, with how many each gave.
+    sources: Vec<(String, usize)>,
 }
 
 impl Default for Policy {
@@ -83,6 +85,7 @@ impl Default for Policy {
             rules: Vec::new(),
             default: Verdict::Allow,
             default_origin: "no rules are configured".into(),
+            sources: Vec::new(),
         }
     }
 }
@@ -126,9 +129,28 @@ impl Policy {
                 None => format!("no rule of {source_name} matches (default allow)"),
             },
             rules: Vec::new(),
+            sources: Vec::new(),
         };
         policy.add_rules(&file.rules, source_name)?;
         Ok(policy)
+    }
+
+    /// The policy in force, in a line: its rules by source, and its default.
+    pub fn describe(&self) -> String {
+        if self.sources.is_empty() {
+            return format!("no rules (default {})", self.default.as_str());
+        }
+        let sources: Vec<String> = self
+            .sources
+            .iter()
+            .map(|(source, n)| format!("{n} from {source}"))
+            .collect();
+        format!(
+            "{} rule(s): {}; default {}",
+            self.rules.len(),
+            sources.join(", "),
+            self.default.as_str()
+        )
     }
 
     /// Adds rules after the ones there (a step's own, over the configured ones).
@@ -137,6 +159,9 @@ impl Policy {
         specs: &[PermissionRule],
         source_name: &str,
     ) -> Result<(), PolicyError> {
+        if !specs.is_empty() {
+            self.sources.push((source_name.to_owned(), specs.len()));
+        }
         for (i, spec) in specs.iter().enumerate() {
             let origin = format!("rule {} of {source_name}", i + 1);
             let rule =

@@ -1,0 +1,113 @@
+//! The permission rules in the engine: decided again when a step runs, so a
+//! task made under looser rules cannot run what the rules now deny or ask about.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{plan, step};
+use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_protocol::TaskStatus;
+
+fn engine_with(dir: &std::path::Path, rules: &str) -> Engine {
+    let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db")).unwrap());
+    let mut config = EngineConfig::new(dir.join("workspaces"));
+    config.control_poll = Duration::from_millis(20);
+    config.policy = Arc::new(rein_sandbox::Policy::parse(rules, "rules.toml").unwrap());
+    Engine::new(store, Arc::new(CommandExecutor::unsandboxed()), config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_tightened_after_creation_stop_the_step_and_say_which_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let loose = engine_with(dir.path(), "");
+    let task = loose
+        .create(CreateTask {
+            plan: plan(vec![
+                step("first", "touch first", &[]),
+                step("ship", "touch shipped", &["first"]),
+            ]),
+            session_id: None,
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let id = task.id().clone();
+    drop(loose);
+    let strict = engine_with(
+        dir.path(),
+        "[[rules]]\nverdict = 'deny'\ncommand = 'touch shipped'\nreason = 'frozen'\n",
+    );
+    // A permission error is escalated to a person (spec defaults); not waiting
+    // for one, the run pauses.
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let done = strict.run(&id, no_wait).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Paused);
+    let ship = done
+        .checkpoints
+        .iter()
+        .find(|c| c.step_id.as_deref() == Some("ship"))
+        .unwrap();
+    let error = ship.error.as_deref().unwrap();
+    assert!(
+        error.contains("`touch shipped` is denied by rule 1 of rules.toml")
+            && error.contains("frozen"),
+        "{error}"
+    );
+    let output = ship.output.as_ref().unwrap();
+    assert_eq!(output["permission"]["verdict"], "deny");
+    let workspace = dir.path().join("workspaces").join(id.as_str());
+    assert!(workspace.join("first").exists(), "the allowed step ran");
+    assert!(
+        !workspace.join("shipped").exists(),
+        "the denied one did not"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ask_with_no_permit_step_refuses_instead_of_running_unasked() {
+    let dir = tempfile::tempdir().unwrap();
+    let loose = engine_with(dir.path(), "");
+    let task = loose
+        .create(CreateTask {
+            plan: plan(vec![step("push", "touch pushed", &[])]),
+            session_id: None,
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let id = task.id().clone();
+    drop(loose);
+    let asking = engine_with(
+        dir.path(),
+        "[[rules]]\nverdict = 'ask'\ncommand = 'touch **'\n",
+    );
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let done = asking.run(&id, no_wait).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Paused);
+    let all: Vec<String> = done
+        .checkpoints
+        .iter()
+        .filter_map(|c| c.error.clone())
+        .collect();
+    assert!(
+        all.iter()
+            .any(|e| e.contains("needs a person's approval") && e.contains("push.permit")),
+        "{all:?}"
+    );
+    assert!(
+        !dir.path()
+            .join("workspaces")
+            .join(id.as_str())
+            .join("pushed")
+            .exists()
+    );
+}
