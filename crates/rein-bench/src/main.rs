@@ -11,8 +11,8 @@
 //! p99) and reports memory with M tasks paused on approvals.
 //!
 //! `rein-bench sandbox --runs N` times starting and finishing `true` plainly
-//! (`sh -c true`) and under the bubblewrap sandbox (p50, p99): what the sandbox
-//! costs a step.
+//! (`sh -c true`), under the bubblewrap sandbox and under Landlock (p50, p99):
+//! what the sandbox costs a step.
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
@@ -473,13 +473,27 @@ fn chain(n: usize) -> TaskDecomposition {
     TaskDecomposition::new("bench", steps)
 }
 
-/// Times `runs` runs of `true`, plainly and sandboxed, alternating.
+/// Times `runs` runs of `true`, plainly, under bubblewrap, and under Landlock
+/// (through the `rein-confine` trampoline beside this binary, when it is built:
+/// `cargo build --release -p rein-sandbox`), one of each in turn.
 async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
-    let sandbox = rein_sandbox::Sandbox::probe().await?;
+    let bwrap = rein_sandbox::Sandbox::probe().await?;
+    let trampoline = std::env::current_exe()?.with_file_name("rein-confine");
+    let landlock = if trampoline.exists() {
+        let t = rein_sandbox::Trampoline {
+            program: trampoline,
+            args: Vec::new(),
+        };
+        Some(rein_sandbox::Sandbox::probe_landlock(t).await?)
+    } else {
+        None
+    };
     let dir = tempfile::tempdir()?;
     let workspace = dir.path().canonicalize()?;
     let confinement = rein_sandbox::Confinement::default();
-    let (mut plain, mut boxed) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+    let mut plain = Vec::with_capacity(runs);
+    let mut boxed = Vec::with_capacity(runs);
+    let mut locked = Vec::with_capacity(runs);
     for _ in 0..runs {
         let started = Instant::now();
         let status = tokio::process::Command::new("sh")
@@ -489,26 +503,34 @@ async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
             .await?;
         anyhow::ensure!(status.success(), "plain `true` failed");
         plain.push(started.elapsed());
-        let started = Instant::now();
-        let status = sandbox
-            .command(&workspace, "true", &[], &confinement)
-            .status()
-            .await?;
-        anyhow::ensure!(status.success(), "sandboxed `true` failed");
-        boxed.push(started.elapsed());
+        for (sandbox, times) in [(Some(&bwrap), &mut boxed), (landlock.as_ref(), &mut locked)] {
+            let Some(sandbox) = sandbox else { continue };
+            let started = Instant::now();
+            let status = sandbox
+                .command(&workspace, "true", &[], &confinement)
+                .status()
+                .await?;
+            anyhow::ensure!(status.success(), "sandboxed `true` failed");
+            times.push(started.elapsed());
+        }
     }
     plain.sort();
     boxed.sort();
+    locked.sort();
     let ms = |d: f64| (d * 1000.0).round() / 1000.0;
+    let landlock_p50 = (!locked.is_empty()).then(|| ms(percentile(&locked, 0.50)));
+    let landlock_p99 = (!locked.is_empty()).then(|| ms(percentile(&locked, 0.99)));
     Ok(serde_json::json!({
         "bench": "sandbox",
         "runs": runs,
-        "sandbox": sandbox.detail,
+        "sandbox": bwrap.detail,
         "plain_p50_ms": ms(percentile(&plain, 0.50)),
         "plain_p99_ms": ms(percentile(&plain, 0.99)),
         "sandboxed_p50_ms": ms(percentile(&boxed, 0.50)),
         "sandboxed_p99_ms": ms(percentile(&boxed, 0.99)),
         "overhead_p50_ms": ms(percentile(&boxed, 0.50) - percentile(&plain, 0.50)),
+        "landlock_p50_ms": landlock_p50,
+        "landlock_p99_ms": landlock_p99,
     }))
 }
 
