@@ -19,15 +19,16 @@ fn step_output(state: &serde_json::Value, step: &str) -> serde_json::Value {
         .unwrap()
 }
 
-#[test]
-fn steps_run_sandboxed_and_each_run_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    // A directory of the host's, beside the data directory: absent in the sandbox.
-    std::fs::create_dir_all(dir.path().join("outside")).unwrap();
-    let outside = dir.path().join("outside").join("escaped.txt");
+/// Runs a plan whose second step writes into a directory of the host's beside
+/// the data directory (absent or refused in the sandbox); `no_path` runs rein
+/// without PATH, so bubblewrap is not found. Returns the state and the file the
+/// step tried to write.
+fn escape_attempt(dir: &std::path::Path, no_path: bool) -> (serde_json::Value, std::path::PathBuf) {
+    let data = dir.join("data");
+    std::fs::create_dir_all(dir.join("outside")).unwrap();
+    let outside = dir.join("outside").join("escaped.txt");
     let plan = write_plan(
-        dir.path(),
+        dir,
         "p.toml",
         &format!(
             "description = 'confined'\n\
@@ -36,27 +37,41 @@ fn steps_run_sandboxed_and_each_run_says_so() {
             outside.display()
         ),
     );
-    let out = rein(&data).arg("run").arg(&plan).output().unwrap();
+    let mut cmd = rein(&data);
+    if no_path {
+        // The steps still find `sh`: the sandbox sets its own PATH.
+        cmd.env("PATH", "");
+    }
+    let out = cmd.arg("run").arg(&plan).output().unwrap();
     assert_eq!(
         out.status.code(),
         Some(1),
-        "the escaping step fails the task"
+        "the escaping step fails the task: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
     assert!(
         !outside.exists(),
         "nothing was written outside the workspace"
     );
-    let state = show(&data, &task_ids(&data)[0]);
-    assert_eq!(step_output(&state, "inside")["sandbox"], "bubblewrap");
-    let escape = step_output(&state, "escape");
-    assert_eq!(escape["sandbox"], "bubblewrap");
+    (show(&data, &task_ids(&data)[0]), outside)
+}
+
+/// Both steps ran under `kind`, and the escape was refused with `message`.
+fn assert_confined(state: &serde_json::Value, kind: &str, message: &str) {
+    assert_eq!(step_output(state, "inside")["sandbox"], kind);
+    let escape = step_output(state, "escape");
+    assert_eq!(escape["sandbox"], kind);
     assert!(
-        escape["stderr_tail"]
-            .as_str()
-            .unwrap()
-            .contains("Directory nonexistent"),
+        escape["stderr_tail"].as_str().unwrap().contains(message),
         "{escape}"
     );
+}
+
+#[test]
+fn steps_run_sandboxed_and_each_run_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, _) = escape_attempt(dir.path(), false);
+    assert_confined(&state, "bubblewrap", "Directory nonexistent");
 }
 
 #[test]
@@ -149,45 +164,8 @@ fn sandbox_none_runs_unsandboxed_loudly_and_marks_every_run() {
 #[test]
 fn without_bubblewrap_auto_falls_back_to_landlock() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir_all(dir.path().join("outside")).unwrap();
-    let outside = dir.path().join("outside").join("escaped.txt");
-    let plan = write_plan(
-        dir.path(),
-        "p.toml",
-        &format!(
-            "description = 'fallback'\n\
-             [[steps]]\nid = 'inside'\nrun = 'echo ok > inside.txt'\n\
-             [[steps]]\nid = 'escape'\nrun = 'echo x > {}'\ndepends_on = ['inside']\n",
-            outside.display()
-        ),
-    );
-    // No PATH for rein itself: bwrap is not found; the steps still find `sh`
-    // (the sandbox sets its own PATH).
-    let out = rein(&data)
-        .env("PATH", "")
-        .arg("run")
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!outside.exists());
-    let state = show(&data, &task_ids(&data)[0]);
-    assert_eq!(step_output(&state, "inside")["sandbox"], "landlock");
-    let escape = step_output(&state, "escape");
-    assert_eq!(escape["sandbox"], "landlock");
-    assert!(
-        escape["stderr_tail"]
-            .as_str()
-            .unwrap()
-            .contains("Permission denied"),
-        "{escape}"
-    );
+    let (state, _) = escape_attempt(dir.path(), true);
+    assert_confined(&state, "landlock", "Permission denied");
 }
 
 #[test]

@@ -19,34 +19,47 @@ fn engine_with(dir: &std::path::Path, rules: &str) -> Engine {
     Engine::new(store, Arc::new(CommandExecutor::unsandboxed()), config)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rules_tightened_after_creation_stop_the_step_and_say_which_rule() {
-    let dir = tempfile::tempdir().unwrap();
-    let loose = engine_with(dir.path(), "");
+/// Creates a task of `steps` under no rules, then runs it (not waiting for
+/// people) under `rules`.
+async fn made_loose_run_under(
+    dir: &std::path::Path,
+    steps: Vec<rein_protocol::TaskStep>,
+    rules: &str,
+) -> rein_protocol::TaskState {
+    let loose = engine_with(dir, "");
     let task = loose
         .create(CreateTask {
-            plan: plan(vec![
-                step("first", "touch first", &[]),
-                step("ship", "touch shipped", &["first"]),
-            ]),
+            plan: plan(steps),
             session_id: None,
             workspace: None,
         })
         .await
         .unwrap();
-    let id = task.id().clone();
     drop(loose);
-    let strict = engine_with(
-        dir.path(),
-        "[[rules]]\nverdict = 'deny'\ncommand = 'touch shipped'\nreason = 'frozen'\n",
-    );
     // A permission error is escalated to a person (spec defaults); not waiting
     // for one, the run pauses.
     let no_wait = RunOptions {
         no_wait: true,
         ..RunOptions::default()
     };
-    let done = strict.run(&id, no_wait).await.unwrap();
+    engine_with(dir, rules)
+        .run(task.id(), no_wait)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rules_tightened_after_creation_stop_the_step_and_say_which_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let done = made_loose_run_under(
+        dir.path(),
+        vec![
+            step("first", "touch first", &[]),
+            step("ship", "touch shipped", &["first"]),
+        ],
+        "[[rules]]\nverdict = 'deny'\ncommand = 'touch shipped'\nreason = 'frozen'\n",
+    )
+    .await;
     assert_eq!(done.status(), TaskStatus::Paused);
     let ship = done
         .checkpoints
@@ -61,7 +74,7 @@ async fn rules_tightened_after_creation_stop_the_step_and_say_which_rule() {
     );
     let output = ship.output.as_ref().unwrap();
     assert_eq!(output["permission"]["verdict"], "deny");
-    let workspace = dir.path().join("workspaces").join(id.as_str());
+    let workspace = dir.path().join("workspaces").join(done.id().as_str());
     assert!(workspace.join("first").exists(), "the allowed step ran");
     assert!(
         !workspace.join("shipped").exists(),
@@ -72,42 +85,24 @@ async fn rules_tightened_after_creation_stop_the_step_and_say_which_rule() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ask_with_no_permit_step_refuses_instead_of_running_unasked() {
     let dir = tempfile::tempdir().unwrap();
-    let loose = engine_with(dir.path(), "");
-    let task = loose
-        .create(CreateTask {
-            plan: plan(vec![step("push", "touch pushed", &[])]),
-            session_id: None,
-            workspace: None,
-        })
-        .await
-        .unwrap();
-    let id = task.id().clone();
-    drop(loose);
-    let asking = engine_with(
+    let done = made_loose_run_under(
         dir.path(),
+        vec![step("push", "touch pushed", &[])],
         "[[rules]]\nverdict = 'ask'\ncommand = 'touch **'\n",
-    );
-    let no_wait = RunOptions {
-        no_wait: true,
-        ..RunOptions::default()
-    };
-    let done = asking.run(&id, no_wait).await.unwrap();
+    )
+    .await;
     assert_eq!(done.status(), TaskStatus::Paused);
-    let all: Vec<String> = done
+    let errors: Vec<String> = done
         .checkpoints
         .iter()
         .filter_map(|c| c.error.clone())
         .collect();
     assert!(
-        all.iter()
+        errors
+            .iter()
             .any(|e| e.contains("needs a person's approval") && e.contains("push.permit")),
-        "{all:?}"
+        "{errors:?}"
     );
-    assert!(
-        !dir.path()
-            .join("workspaces")
-            .join(id.as_str())
-            .join("pushed")
-            .exists()
-    );
+    let workspace = dir.path().join("workspaces").join(done.id().as_str());
+    assert!(!workspace.join("pushed").exists());
 }
