@@ -16,6 +16,8 @@
 //! - [`ledger`]: [`LedgerEntry`], the hash-chained record of human decisions.
 //! - [`permission`]: [`PermissionRule`] and [`PermissionDecision`]: allow / ask /
 //!   deny rules on commands, paths and network use.
+//! - [`shared_state`]: [`SharedHarnessState`] with its participants, actions,
+//!   resources, assumptions, versions, verifier obligations and [`Conflict`]s.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
 pub mod approval;
@@ -27,6 +29,7 @@ pub mod permission;
 pub mod plan;
 pub mod recovery;
 pub mod schema;
+pub mod shared_state;
 pub mod snapshot;
 pub mod task;
 
@@ -41,6 +44,11 @@ pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
 pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep, WorkspaceCleanup};
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
+pub use shared_state::{
+    Action, Assumption, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Participant,
+    ParticipantRole, Resource, Risk, SharedHarnessState, VerifierObligation, VersionDependency,
+    WorkStatus,
+};
 pub use snapshot::Snapshot;
 pub use task::{
     ApprovedBy, Approver, Checkpoint, CheckpointStatus, CheckpointType, Phase, RunnerInfo,

@@ -21,5 +21,8 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::ApprovalResponse>("ApprovalResponse"),
         one::<crate::LedgerEntry>("LedgerEntry"),
         one::<crate::HarnessMetrics>("HarnessMetrics"),
+        one::<crate::SharedHarnessState>("SharedHarnessState"),
+        one::<crate::Conflict>("Conflict"),
+        one::<crate::PermissionRule>("PermissionRule"),
     ]
 }
