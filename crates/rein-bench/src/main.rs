@@ -10,6 +10,9 @@
 //! `rein-bench approvals --decisions N --paused M` times decision → next step (p50,
 //! p99) and reports memory with M tasks paused on approvals.
 //!
+//! `rein-bench conflicts --actions N` times conflict detection over a shared
+//! state of N actions (median of `--runs`).
+//!
 //! `rein-bench sandbox --runs N` times starting and finishing `true` plainly
 //! (`sh -c true`), under the bubblewrap sandbox and under Landlock (p50, p99):
 //! what the sandbox costs a step.
@@ -64,6 +67,14 @@ enum Bench {
         seconds: u64,
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+    },
+    /// Conflict detection over a shared state of many actions.
+    Conflicts {
+        #[arg(long, default_value_t = 100_000)]
+        actions: usize,
+        /// Repetitions to time (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
     },
     /// The cost of a sandboxed command: `true` plainly and under bubblewrap.
     Sandbox {
@@ -473,6 +484,59 @@ fn chain(n: usize) -> TaskDecomposition {
     TaskDecomposition::new("bench", steps)
 }
 
+/// A shared state of `n` actions shaped like real work: each writes a file of
+/// its own in one of 5,000 modules, one in 100 also one of 500 `mod.rs` files
+/// (two writers each), one in 1,000 a whole module directory; each reads one file pinned by a version
+/// dependency, and one in 10 states an assumption.
+fn busy_state(n: usize) -> anyhow::Result<rein_protocol::SharedHarnessState> {
+    let mut actions = Vec::with_capacity(n);
+    for i in 0..n {
+        let module = i % 5000;
+        let mut write =
+            vec![serde_json::json!({ "kind": "file", "path": format!("src/m{module}/f{i}.rs") })];
+        if i % 100 == 0 {
+            write.push(
+                serde_json::json!({ "kind": "file", "path": format!("src/m{}/mod.rs", (i / 100) % 500) }),
+            );
+        }
+        if i % 1000 == 0 {
+            write.push(serde_json::json!({ "kind": "directory", "path": format!("src/m{}", (module + 1) % 5000) }));
+        }
+        let read = serde_json::json!({ "kind": "file", "path": format!("src/m{}/f{}.rs", (module + 7) % 5000, i / 3) });
+        let mut action = serde_json::json!({
+            "id": format!("a{i}"), "participantId": format!("p{}", i % 20),
+            "title": format!("change {i}"), "writeSet": write, "readSet": [read.clone()],
+            "versionDependencies": [{ "id": format!("v{i}"), "resource": read }],
+        });
+        if i % 10 == 0 {
+            action["assumptions"] = serde_json::json!([{ "id": format!("s{i}"), "key": format!("flag{}", i % 100), "value": format!("{}", i % 3) }]);
+        }
+        actions.push(action);
+    }
+    Ok(serde_json::from_value(serde_json::json!({
+        "id": "shs_bench", "goal": "bench", "actions": actions
+    }))?)
+}
+
+fn conflicts(n: usize, runs: usize) -> anyhow::Result<serde_json::Value> {
+    let state = busy_state(n)?;
+    let mut times = Vec::with_capacity(runs);
+    let mut found = 0;
+    for _ in 0..runs.max(1) {
+        let started = Instant::now();
+        found = rein_core::conflicts::detect(&state)?.len();
+        times.push(started.elapsed());
+    }
+    times.sort();
+    Ok(serde_json::json!({
+        "bench": "conflicts",
+        "actions": n,
+        "conflicts": found,
+        "median_ms": (percentile(&times, 0.5) * 1000.0).round() / 1000.0,
+        "max_ms": (percentile(&times, 1.0) * 1000.0).round() / 1000.0,
+    }))
+}
+
 /// Times `runs` runs of `true`, plainly, under bubblewrap, and under Landlock
 /// (through the `rein-confine` trampoline beside this binary, when it is built:
 /// `cargo build --release -p rein-sandbox`), one of each in turn.
@@ -671,6 +735,9 @@ fn main() -> anyhow::Result<()> {
             std::fs::create_dir_all(&dir)?;
             let line = runtime.block_on(http(connections, seconds, &dir))?;
             println!("{line}");
+        }
+        Bench::Conflicts { actions, runs } => {
+            println!("{}", conflicts(actions, runs)?);
         }
         Bench::Sandbox { runs } => {
             let line = runtime.block_on(sandbox(runs))?;

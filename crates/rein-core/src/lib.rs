@@ -19,6 +19,7 @@
 
 pub mod approvals;
 pub mod clock;
+pub mod conflicts;
 mod controls;
 pub mod engine;
 pub mod error;

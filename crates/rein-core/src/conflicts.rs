@@ -1,0 +1,471 @@
+//! Conflict detection over a shared harness state (spec shared-state §2):
+//! write/write, read/write against version dependencies, assumptions that
+//! disagree, and risky writes with no verifier. Resources are indexed (by id,
+//! key, uri and normalised path, directories covering what lies beneath them), so
+//! the cost follows the number of resources and real overlaps, not the number of
+//! action pairs. The output is deterministic: the same state gives the same
+//! conflicts, in the same order, with the same ids.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use rein_protocol::{
+    Action, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Resource, Risk,
+    SharedHarnessState,
+};
+use sha2::{Digest, Sha256};
+
+/// A resource whose path climbs above its root: invalid input.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{owner}: resource path `{path}` climbs above its root (`..`)")]
+pub struct InvalidResource {
+    pub owner: String,
+    pub path: String,
+}
+
+/// A path with `\` as `/`, `.` and `..` resolved and no trailing `/`.
+pub fn normalise_path(path: &str) -> Option<String> {
+    normalised(path).map(Cow::into_owned)
+}
+
+/// [`normalise_path`], borrowing when the path is already normal (most are).
+fn normalised(path: &str) -> Option<Cow<'_, str>> {
+    let plain = !path.contains('\\')
+        && !path.contains("//")
+        && !path.ends_with('/')
+        && path.split('/').all(|part| part != "." && part != "..");
+    if plain {
+        return Some(Cow::Borrowed(path));
+    }
+    let path = path.replace('\\', "/");
+    let absolute = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    let joined = parts.join("/");
+    Some(Cow::Owned(if absolute {
+        format!("/{joined}")
+    } else {
+        joined
+    }))
+}
+
+fn is_directory(r: &Resource) -> bool {
+    r.kind.eq_ignore_ascii_case("directory") || r.kind.eq_ignore_ascii_case("dir")
+}
+
+/// A resource ready to compare: its identities and normalised path.
+#[derive(Debug, Clone)]
+struct Entry<'a> {
+    action: usize,
+    resource: &'a Resource,
+    path: Option<Cow<'a, str>>,
+}
+
+impl<'a> Entry<'a> {
+    /// `owner` names what holds the resource, for the error (made only then).
+    fn new(
+        action: usize,
+        resource: &'a Resource,
+        owner: impl Fn() -> String,
+    ) -> Result<Entry<'a>, InvalidResource> {
+        let path = match &resource.path {
+            Some(p) => Some(normalised(p).ok_or_else(|| InvalidResource {
+                owner: owner(),
+                path: p.clone(),
+            })?),
+            None => None,
+        };
+        Ok(Entry {
+            action,
+            resource,
+            path,
+        })
+    }
+
+    /// Whether two resources are the same (spec rule 5), or one is a directory
+    /// holding the other.
+    fn overlaps(&self, other: &Entry<'_>) -> bool {
+        let (a, b) = (self.resource, other.resource);
+        let same_field = |x: &Option<String>, y: &Option<String>| x.is_some() && x == y;
+        if same_field(&a.id, &b.id) || same_field(&a.key, &b.key) || same_field(&a.uri, &b.uri) {
+            return true;
+        }
+        match (&self.path, &other.path) {
+            (Some(p), Some(q)) if p == q => a.kind.eq_ignore_ascii_case(&b.kind),
+            (Some(p), Some(q)) => {
+                (is_directory(a) && beneath(q, p)) || (is_directory(b) && beneath(p, q))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Whether `path` lies beneath directory `dir`, at a `/` boundary.
+fn beneath(path: &str, dir: &str) -> bool {
+    if dir.is_empty() {
+        return !path.starts_with('/');
+    }
+    path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
+}
+
+/// Where the writes are, to find what a resource overlaps without scanning.
+#[derive(Default)]
+struct Index<'a> {
+    entries: Vec<Entry<'a>>,
+    by_id: HashMap<&'a str, Vec<usize>>,
+    by_key: HashMap<&'a str, Vec<usize>>,
+    by_uri: HashMap<&'a str, Vec<usize>>,
+    /// Every entry with a path, by path (ordered, so a directory's contents are a range).
+    by_path: BTreeMap<Cow<'a, str>, Vec<usize>>,
+    /// Directory entries, by path.
+    dirs: HashMap<Cow<'a, str>, Vec<usize>>,
+}
+
+impl<'a> Index<'a> {
+    fn add(&mut self, entry: Entry<'a>) {
+        let n = self.entries.len();
+        let r = entry.resource;
+        if let Some(id) = &r.id {
+            self.by_id.entry(id).or_default().push(n);
+        }
+        if let Some(key) = &r.key {
+            self.by_key.entry(key).or_default().push(n);
+        }
+        if let Some(uri) = &r.uri {
+            self.by_uri.entry(uri).or_default().push(n);
+        }
+        if let Some(path) = &entry.path {
+            self.by_path.entry(path.clone()).or_default().push(n);
+            if is_directory(r) {
+                self.dirs.entry(path.clone()).or_default().push(n);
+            }
+        }
+        self.entries.push(entry);
+    }
+
+    /// The entries that overlap `probe`, each once, in order.
+    fn overlapping(&self, probe: &Entry<'_>) -> Vec<usize> {
+        let mut candidates: Vec<usize> = Vec::new();
+        let r = probe.resource;
+        for (map, value) in [
+            (&self.by_id, &r.id),
+            (&self.by_key, &r.key),
+            (&self.by_uri, &r.uri),
+        ] {
+            if let Some(v) = value
+                && let Some(found) = map.get(v.as_str())
+            {
+                candidates.extend(found);
+            }
+        }
+        if let Some(path) = &probe.path {
+            if let Some(found) = self.by_path.get(path.as_ref()) {
+                candidates.extend(found);
+            }
+            // Directories above it.
+            let mut dir: &str = path.as_ref();
+            while let Some(cut) = dir.rfind('/') {
+                dir = &dir[..cut];
+                if let Some(found) = self.dirs.get(dir) {
+                    candidates.extend(found);
+                }
+            }
+            if !path.starts_with('/')
+                && let Some(found) = self.dirs.get("")
+            {
+                candidates.extend(found);
+            }
+            // What lies beneath it, if it is a directory.
+            if is_directory(r) {
+                let from: Cow<'_, str> = Cow::Owned(format!("{path}/"));
+                let to: Cow<'_, str> = Cow::Owned(format!("{path}0")); // '0' follows '/'
+                let range = if path.is_empty() {
+                    self.by_path.range::<Cow<'_, str>, _>(..)
+                } else {
+                    self.by_path.range(from..to)
+                };
+                for (_, found) in range {
+                    candidates.extend(found);
+                }
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates.retain(|&i| self.entries[i].overlaps(probe));
+        candidates
+    }
+}
+
+fn risk_of(action: &Action) -> Risk {
+    action.risk_level.unwrap_or(Risk::Low)
+}
+
+fn policy_for(severity: Risk) -> ConflictPolicy {
+    match severity {
+        Risk::Low | Risk::Medium => ConflictPolicy::Warn,
+        Risk::High | Risk::Critical => ConflictPolicy::Escalate,
+    }
+}
+
+/// How a resource is named in summaries.
+fn label(r: &Resource) -> String {
+    r.path
+        .clone()
+        .or_else(|| r.key.clone())
+        .or_else(|| r.id.clone())
+        .or_else(|| r.uri.clone())
+        .unwrap_or_else(|| r.kind.clone())
+}
+
+/// A stable id from what the conflict is about.
+fn conflict_id(kind: ConflictType, parts: &[&str]) -> String {
+    let mut hash = Sha256::new();
+    hash.update(kind.as_str());
+    for p in parts {
+        hash.update([0u8]);
+        hash.update(p.as_bytes());
+    }
+    let digest = hash.finalize();
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("cfl_{hex}")
+}
+
+struct Builder<'s> {
+    state: &'s SharedHarnessState,
+    out: Vec<Conflict>,
+}
+
+impl Builder<'_> {
+    fn participants(&self, actions: &[usize]) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for &a in actions {
+            if let Some(p) = &self.state.actions[a].participant_id
+                && seen.insert(p.clone())
+            {
+                out.push(p.clone());
+            }
+        }
+        out
+    }
+
+    fn pair(&mut self, kind: ConflictType, a: usize, b: usize, resources: Vec<Resource>) {
+        let (x, y) = (&self.state.actions[a], &self.state.actions[b]);
+        let severity = risk_of(x).max(risk_of(y));
+        let names: Vec<String> = resources.iter().map(label).collect();
+        let (summary, recommendation) = match kind {
+            ConflictType::WriteWrite => (
+                format!(
+                    "`{}` and `{}` both write {}",
+                    x.title,
+                    y.title,
+                    names.join(", ")
+                ),
+                "serialize these actions or merge their changes, and have the result reviewed"
+                    .to_owned(),
+            ),
+            _ => (
+                format!(
+                    "`{}` depends on the version it read of {}, which `{}` writes",
+                    x.title,
+                    names.join(", "),
+                    y.title
+                ),
+                format!(
+                    "re-read {} after `{}` completes, or hold `{}` until `{}` is done",
+                    names.join(", "),
+                    y.title,
+                    y.title,
+                    x.title
+                ),
+            ),
+        };
+        let mut id_parts: Vec<&str> = vec![x.id.as_str(), y.id.as_str()];
+        id_parts.extend(names.iter().map(String::as_str));
+        self.out.push(Conflict {
+            id: conflict_id(kind, &id_parts),
+            conflict_type: kind,
+            summary,
+            participants: self.participants(&[a, b]),
+            actions: vec![x.id.clone(), y.id.clone()],
+            resources,
+            policy: policy_for(severity),
+            severity,
+            status: ConflictStatus::Open,
+            recommendation,
+        });
+    }
+}
+
+/// Adds `r` to `list` unless an equal resource is there.
+fn push_unique(list: &mut Vec<Resource>, r: &Resource) {
+    if !list.contains(r) {
+        list.push(r.clone());
+    }
+}
+
+/// The conflicts in `state`, in a stable order: write/write, read/write,
+/// assumption, then verifier obligation; within each, by the actions' order.
+pub fn detect(state: &SharedHarnessState) -> Result<Vec<Conflict>, InvalidResource> {
+    let mut builder = Builder {
+        state,
+        out: Vec::new(),
+    };
+    // Every write, indexed.
+    let mut writes = Index::default();
+    for (i, action) in state.actions.iter().enumerate() {
+        for r in &action.write_set {
+            writes.add(Entry::new(i, r, || format!("action `{}`", action.id))?);
+        }
+    }
+
+    // 1. write/write: one conflict per pair of actions, every shared resource.
+    let mut pairs: BTreeMap<(usize, usize), Vec<Resource>> = BTreeMap::new();
+    for e in &writes.entries {
+        for j in writes.overlapping(e) {
+            let other = &writes.entries[j];
+            if other.action <= e.action {
+                continue;
+            }
+            let shared = pairs.entry((e.action, other.action)).or_default();
+            push_unique(shared, e.resource);
+            push_unique(shared, other.resource);
+        }
+    }
+    for ((a, b), resources) in pairs {
+        builder.pair(ConflictType::WriteWrite, a, b, resources);
+    }
+
+    // 2. read/write: a read pinned by a version dependency, written by another.
+    let state_deps: Vec<Entry<'_>> = state
+        .version_dependencies
+        .iter()
+        .filter_map(|d| d.resource.as_ref())
+        .map(|r| Entry::new(usize::MAX, r, || "the state's version dependency".into()))
+        .collect::<Result<_, _>>()?;
+    let mut read_pairs: BTreeMap<(usize, usize), Vec<Resource>> = BTreeMap::new();
+    for (i, action) in state.actions.iter().enumerate() {
+        if action.read_set.is_empty() {
+            continue;
+        }
+        let owner = || format!("action `{}`", action.id);
+        let deps: Vec<Entry<'_>> = action
+            .version_dependencies
+            .iter()
+            .filter_map(|d| d.resource.as_ref())
+            .map(|r| Entry::new(i, r, owner))
+            .collect::<Result<_, _>>()?;
+        if deps.is_empty() && state_deps.is_empty() {
+            continue;
+        }
+        for r in &action.read_set {
+            let read = Entry::new(i, r, owner)?;
+            let pinned = deps.iter().chain(&state_deps).any(|d| d.overlaps(&read));
+            if !pinned {
+                continue;
+            }
+            for j in writes.overlapping(&read) {
+                let writer = writes.entries[j].action;
+                if writer != i {
+                    push_unique(read_pairs.entry((i, writer)).or_default(), r);
+                }
+            }
+        }
+    }
+    for ((reader, writer), resources) in read_pairs {
+        builder.pair(ConflictType::ReadWrite, reader, writer, resources);
+    }
+
+    // 3. assumptions: one key (any case), different values.
+    let mut by_key: BTreeMap<String, BTreeMap<String, Vec<Option<usize>>>> = BTreeMap::new();
+    let holders = std::iter::once((None, &state.assumptions)).chain(
+        state
+            .actions
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (Some(i), &a.assumptions)),
+    );
+    for (holder, assumptions) in holders {
+        for a in assumptions {
+            if let (Some(key), Some(value)) = (&a.key, &a.value) {
+                by_key
+                    .entry(key.to_lowercase())
+                    .or_default()
+                    .entry(value.clone())
+                    .or_default()
+                    .push(holder);
+            }
+        }
+    }
+    for (key, values) in &by_key {
+        let values: Vec<(&String, &Vec<Option<usize>>)> = values.iter().collect();
+        for (x, (v1, h1)) in values.iter().enumerate() {
+            for (v2, h2) in &values[x + 1..] {
+                let actions: Vec<usize> = h1.iter().chain(h2.iter()).flatten().copied().collect();
+                let ids: Vec<String> = actions
+                    .iter()
+                    .map(|&a| state.actions[a].id.clone())
+                    .collect();
+                let mut parts: Vec<&str> = vec![key.as_str(), v1.as_str(), v2.as_str()];
+                parts.extend(ids.iter().map(String::as_str));
+                builder.out.push(Conflict {
+                    id: conflict_id(ConflictType::Assumption, &parts),
+                    conflict_type: ConflictType::Assumption,
+                    summary: format!("assumption `{key}` is `{v1}` in one place and `{v2}` in another"),
+                    participants: builder.participants(&actions),
+                    actions: ids,
+                    resources: Vec::new(),
+                    policy: ConflictPolicy::Warn,
+                    severity: Risk::Medium,
+                    status: ConflictStatus::Open,
+                    recommendation: format!(
+                        "agree on one value of `{key}` and verify it before the work that relies on it completes"
+                    ),
+                });
+            }
+        }
+    }
+
+    // 4. risky writes with no required verifier, on the action or the state.
+    let state_verified = state.verifier_obligations.iter().any(|o| o.required);
+    for (i, action) in state.actions.iter().enumerate() {
+        let risk = risk_of(action);
+        if risk < Risk::High || action.write_set.is_empty() {
+            continue;
+        }
+        if state_verified || action.verifier_obligations.iter().any(|o| o.required) {
+            continue;
+        }
+        builder.out.push(Conflict {
+            id: conflict_id(ConflictType::VerifierObligation, &[action.id.as_str()]),
+            conflict_type: ConflictType::VerifierObligation,
+            summary: format!(
+                "`{}` is {} risk and writes {} resource(s) with no required verifier",
+                action.title,
+                serde_json::to_value(risk)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                action.write_set.len()
+            ),
+            participants: builder.participants(&[i]),
+            actions: vec![action.id.clone()],
+            resources: action.write_set.clone(),
+            policy: ConflictPolicy::Escalate,
+            severity: risk,
+            status: ConflictStatus::Open,
+            recommendation:
+                "add a required verifier obligation (a reviewer or a tester) before it completes"
+                    .to_owned(),
+        });
+    }
+    Ok(builder.out)
+}
