@@ -16,6 +16,8 @@ pub fn rein(data_dir: &Path) -> Command {
     cmd.env_remove("REIN_DATA_DIR")
         .env_remove("REIN_URL")
         .env_remove("REIN_TOKEN")
+        .env_remove("REIN_SANDBOX")
+        .env_remove("REIN_POLICY")
         .arg("--data-dir")
         .arg(data_dir);
     cmd
