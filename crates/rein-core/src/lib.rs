@@ -32,6 +32,7 @@ pub mod process;
 pub mod recorder;
 pub mod recovery;
 mod runner;
+pub mod shared_state;
 pub mod store;
 
 pub use engine::{ControlOutcome, CreateTask, Engine, EngineConfig, RunClaim, RunOptions};

@@ -110,6 +110,12 @@ prefixed_id!(
     LedgerId,
     "gov"
 );
+prefixed_id!(
+    /// A generated id of a shared harness state (`shs_…`; ids given by callers
+    /// are kept as they are).
+    SharedStateId,
+    "shs"
+);
 
 /// A fresh W3C trace id: 32 lowercase hex digits, not all zero.
 pub fn new_trace_id() -> String {

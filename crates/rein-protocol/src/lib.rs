@@ -38,7 +38,7 @@ pub use approval::{
     Priority, Trigger,
 };
 pub use event::{EventType, HarnessEvent, TaskChange};
-pub use ids::{ApprovalId, CheckpointId, EventId, LedgerId, SnapshotId, TaskId};
+pub use ids::{ApprovalId, CheckpointId, EventId, LedgerId, SharedStateId, SnapshotId, TaskId};
 pub use ledger::{LedgerEntry, LedgerKind};
 pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
