@@ -183,6 +183,31 @@ impl Store for TimedStore {
     async fn probe(&self) -> StoreResult<()> {
         self.inner.probe().await
     }
+    async fn insert_shared_state(
+        &self,
+        state: &rein_protocol::SharedHarnessState,
+    ) -> StoreResult<()> {
+        self.inner.insert_shared_state(state).await
+    }
+    async fn load_shared_state(
+        &self,
+        id: &str,
+    ) -> StoreResult<Option<(rein_protocol::SharedHarnessState, u64)>> {
+        self.inner.load_shared_state(id).await
+    }
+    async fn update_shared_state(
+        &self,
+        state: &rein_protocol::SharedHarnessState,
+        expected: u64,
+    ) -> StoreResult<()> {
+        self.inner.update_shared_state(state, expected).await
+    }
+    async fn list_shared_states(
+        &self,
+        filter: &rein_core::store::SharedStateFilter,
+    ) -> StoreResult<rein_core::store::SharedStatePage> {
+        self.inner.list_shared_states(filter).await
+    }
 }
 
 /// `ask` (a person decides) then `next` (a no-op).

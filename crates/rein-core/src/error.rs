@@ -103,10 +103,13 @@ impl EngineError {
             EngineError::Store(e) => match e {
                 StoreError::TaskNotFound(_)
                 | StoreError::SnapshotNotFound(_)
-                | StoreError::ApprovalNotFound(_) => ErrorKind::NotFound,
+                | StoreError::ApprovalNotFound(_)
+                | StoreError::SharedStateNotFound(_) => ErrorKind::NotFound,
                 StoreError::AlreadyExists(_)
                 | StoreError::Conflict { .. }
-                | StoreError::NotPending { .. } => ErrorKind::Conflict,
+                | StoreError::NotPending { .. }
+                | StoreError::SharedStateExists(_)
+                | StoreError::SharedStateMoved { .. } => ErrorKind::Conflict,
                 StoreError::BadCursor(_) => ErrorKind::Invalid,
                 StoreError::Backend(_) | StoreError::Corrupt(_) => ErrorKind::Internal,
             },

@@ -150,3 +150,136 @@ pub fn upsert_action(
     *state = next;
     Ok(())
 }
+
+use crate::store::{SharedStateFilter, SharedStatePage, StoreError};
+use crate::{Engine, EngineError};
+
+/// How many times a read-change-write of a shared state is tried before the
+/// contention is reported.
+const UPDATE_TRIES: usize = 64;
+
+impl From<SharedStateError> for EngineError {
+    fn from(e: SharedStateError) -> EngineError {
+        EngineError::BadRequest(e.to_string())
+    }
+}
+
+impl Engine {
+    /// Stores a new shared state (ids and timestamps filled in, paths checked);
+    /// an id that exists is refused, never overwritten.
+    pub async fn create_shared_state(
+        &self,
+        state: SharedHarnessState,
+    ) -> Result<SharedHarnessState, EngineError> {
+        let state = prepare_new(state, self.config.clock.now())?;
+        self.store.insert_shared_state(&state).await?;
+        Ok(state)
+    }
+
+    pub async fn shared_state(&self, id: &str) -> Result<SharedHarnessState, EngineError> {
+        match self.store.load_shared_state(id).await? {
+            Some((state, _)) => Ok(state),
+            None => Err(StoreError::SharedStateNotFound(id.to_owned()).into()),
+        }
+    }
+
+    pub async fn shared_states(
+        &self,
+        filter: &SharedStateFilter,
+    ) -> Result<SharedStatePage, EngineError> {
+        Ok(self.store.list_shared_states(filter).await?)
+    }
+
+    /// The newest shared state of a session.
+    pub async fn session_shared_state(
+        &self,
+        session_id: &str,
+    ) -> Result<SharedHarnessState, EngineError> {
+        let filter = SharedStateFilter {
+            session_id: Some(session_id.to_owned()),
+            limit: Some(1),
+            ..SharedStateFilter::default()
+        };
+        self.store
+            .list_shared_states(&filter)
+            .await?
+            .items
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                EngineError::from(StoreError::SharedStateNotFound(format!(
+                    "of session {session_id}"
+                )))
+            })
+    }
+
+    /// Reads, changes and writes back a shared state, again if someone else wrote
+    /// in between: concurrent changes are never lost.
+    async fn change_shared_state<T>(
+        &self,
+        id: &str,
+        mut change: impl FnMut(&mut SharedHarnessState) -> Result<T, EngineError>,
+    ) -> Result<(SharedHarnessState, T), EngineError> {
+        for _ in 0..UPDATE_TRIES {
+            let Some((mut state, version)) = self.store.load_shared_state(id).await? else {
+                return Err(StoreError::SharedStateNotFound(id.to_owned()).into());
+            };
+            let out = change(&mut state)?;
+            match self.store.update_shared_state(&state, version).await {
+                Ok(()) => return Ok((state, out)),
+                Err(StoreError::SharedStateMoved { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(StoreError::SharedStateMoved {
+            id: id.to_owned(),
+            expected: 0,
+        }
+        .into())
+    }
+
+    /// Adds a participant, replacing the one with its id.
+    pub async fn add_participant(
+        &self,
+        id: &str,
+        participant: Participant,
+    ) -> Result<SharedHarnessState, EngineError> {
+        let now = self.config.clock.now();
+        let (state, ()) = self
+            .change_shared_state(id, |s| {
+                upsert_participant(s, participant.clone(), now);
+                Ok(())
+            })
+            .await?;
+        Ok(state)
+    }
+
+    /// Adds an action, replacing the one with its id.
+    pub async fn add_action(
+        &self,
+        id: &str,
+        action: Action,
+    ) -> Result<SharedHarnessState, EngineError> {
+        let now = self.config.clock.now();
+        let (state, ()) = self
+            .change_shared_state(id, |s| Ok(upsert_action(s, action.clone(), now)?))
+            .await?;
+        Ok(state)
+    }
+
+    /// Runs conflict detection; the state's conflict list is replaced by what it
+    /// finds.
+    pub async fn detect_conflicts(
+        &self,
+        id: &str,
+    ) -> Result<(SharedHarnessState, Vec<rein_protocol::Conflict>), EngineError> {
+        let now = self.config.clock.now();
+        self.change_shared_state(id, |s| {
+            let found = crate::conflicts::detect(s).map_err(SharedStateError::from)?;
+            s.conflicts = found.clone();
+            s.updated_at = Some(now);
+            Ok(found)
+        })
+        .await
+    }
+}

@@ -38,6 +38,13 @@ pub enum StoreError {
     NotPending { current: Box<ApprovalRequest> },
     #[error("invalid list cursor `{0}`")]
     BadCursor(String),
+    #[error("shared state {0} already exists")]
+    SharedStateExists(String),
+    #[error("shared state {0} not found")]
+    SharedStateNotFound(String),
+    /// Someone else updated the shared state since it was read.
+    #[error("shared state {id} changed underneath this writer (expected version {expected})")]
+    SharedStateMoved { id: String, expected: u64 },
     #[error("store error: {0}")]
     Backend(String),
     #[error("stored data is corrupt: {0}")]
@@ -80,6 +87,29 @@ pub struct TaskFilter {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskPage {
     pub items: Vec<TaskSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// Filter for [`Store::list_shared_states`]. Results come newest first.
+#[derive(Debug, Clone, Default)]
+pub struct SharedStateFilter {
+    pub session_id: Option<String>,
+    pub parent_session_id: Option<String>,
+    pub harness_contract_id: Option<String>,
+    pub status: Option<rein_protocol::WorkStatus>,
+    pub tag: Option<String>,
+    pub created_from: Option<Timestamp>,
+    pub created_to: Option<Timestamp>,
+    /// At most this many items (the store caps it at 500).
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SharedStatePage {
+    pub items: Vec<rein_protocol::SharedHarnessState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
@@ -170,4 +200,23 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn metrics(&self) -> StoreResult<HarnessMetrics>;
     /// A write and a read that prove the store works (for health checks).
     async fn probe(&self) -> StoreResult<()>;
+
+    /// Stores a new shared state (version 1); `SharedStateExists` if its id is taken.
+    async fn insert_shared_state(
+        &self,
+        state: &rein_protocol::SharedHarnessState,
+    ) -> StoreResult<()>;
+    /// A shared state and its version.
+    async fn load_shared_state(
+        &self,
+        id: &str,
+    ) -> StoreResult<Option<(rein_protocol::SharedHarnessState, u64)>>;
+    /// Writes a shared state back if its version is still `expected` (then it is
+    /// `expected + 1`); `SharedStateMoved` if someone wrote in between.
+    async fn update_shared_state(
+        &self,
+        state: &rein_protocol::SharedHarnessState,
+        expected: u64,
+    ) -> StoreResult<()>;
+    async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage>;
 }

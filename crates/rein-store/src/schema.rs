@@ -65,6 +65,22 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL
     ) STRICT;
     ",
+    // 3: shared harness states; `version` is the optimistic-concurrency point of
+    //    an update (read, change, write back if nobody wrote in between).
+    "
+    CREATE TABLE shared_states (
+        id                  TEXT PRIMARY KEY,
+        session_id          TEXT,
+        parent_session_id   TEXT,
+        harness_contract_id TEXT,
+        status              TEXT NOT NULL,
+        created_at          TEXT NOT NULL,
+        version             INTEGER NOT NULL,
+        body                TEXT NOT NULL
+    ) STRICT;
+    CREATE INDEX shared_states_by_time ON shared_states(created_at, id);
+    CREATE INDEX shared_states_by_session ON shared_states(session_id, created_at, id);
+    ",
 ];
 
 /// The schema version this build writes.

@@ -14,12 +14,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::SecondsFormat;
 use rein_core::store::{
-    ApprovalFilter, ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
+    ApprovalFilter, ControlRequest, NewTask, SharedStateFilter, SharedStatePage, SnapshotInfo,
+    TaskFilter, TaskPage, TaskWrite,
 };
 use rein_core::{Store, StoreError, StoreResult};
 use rein_protocol::{
-    ApprovalId, ApprovalRequest, HarnessEvent, HarnessMetrics, LedgerEntry, Snapshot, SnapshotId,
-    TaskDecomposition, TaskId, TaskSummary, Timestamp,
+    ApprovalId, ApprovalRequest, HarnessEvent, HarnessMetrics, LedgerEntry, SharedHarnessState,
+    Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskSummary, Timestamp,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
@@ -733,6 +734,188 @@ impl Store for SqliteStore {
         })
         .await
     }
+
+    async fn insert_shared_state(&self, state: &SharedHarnessState) -> StoreResult<()> {
+        let row = SharedRow::of(state)?;
+        self.writer
+            .write(move |conn| {
+                let inserted = conn
+                    .execute(
+                        "INSERT INTO shared_states (id, session_id, parent_session_id, harness_contract_id, status, created_at, version, body)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7) ON CONFLICT(id) DO NOTHING",
+                        params![row.id, row.session_id, row.parent_session_id, row.harness_contract_id, row.status, row.created_at, row.body],
+                    )
+                    .map_err(backend)?;
+                if inserted == 0 {
+                    return Err(StoreError::SharedStateExists(row.id.clone()));
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn load_shared_state(&self, id: &str) -> StoreResult<Option<(SharedHarnessState, u64)>> {
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let row: Option<(String, i64)> = conn
+                .query_row(
+                    "SELECT body, version FROM shared_states WHERE id = ?1",
+                    [&id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .map_err(backend)?;
+            row.map(|(body, version)| {
+                let state = serde_json::from_str(&body).map_err(|e| corrupt("shared state", e))?;
+                Ok((state, u64::try_from(version).unwrap_or(0)))
+            })
+            .transpose()
+        })
+        .await
+    }
+
+    async fn update_shared_state(
+        &self,
+        state: &SharedHarnessState,
+        expected: u64,
+    ) -> StoreResult<()> {
+        let row = SharedRow::of(state)?;
+        let expected_i = i64::try_from(expected).map_err(backend)?;
+        self.writer
+            .write(move |conn| {
+                let updated = conn
+                    .execute(
+                        "UPDATE shared_states SET session_id = ?2, parent_session_id = ?3, harness_contract_id = ?4,
+                         status = ?5, version = version + 1, body = ?6 WHERE id = ?1 AND version = ?7",
+                        params![row.id, row.session_id, row.parent_session_id, row.harness_contract_id, row.status, row.body, expected_i],
+                    )
+                    .map_err(backend)?;
+                if updated == 0 {
+                    let exists: bool = conn
+                        .query_row("SELECT 1 FROM shared_states WHERE id = ?1", [&row.id], |_| Ok(()))
+                        .optional()
+                        .map_err(backend)?
+                        .is_some();
+                    return Err(if exists {
+                        StoreError::SharedStateMoved { id: row.id.clone(), expected }
+                    } else {
+                        StoreError::SharedStateNotFound(row.id.clone())
+                    });
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage> {
+        let cursor = match &filter.cursor {
+            Some(c) => Some(
+                c.split_once('|')
+                    .map(|(t, id)| (t.to_owned(), id.to_owned()))
+                    .ok_or_else(|| StoreError::BadCursor(c.clone()))?,
+            ),
+            None => None,
+        };
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+            let mut sql = String::from("SELECT body FROM shared_states WHERE 1 = 1");
+            let mut args: Vec<String> = Vec::new();
+            let mut clause = |cond: &str, value: String| {
+                args.push(value);
+                sql.push_str(&format!(" AND {cond} ?{}", args.len()));
+            };
+            if let Some(s) = &filter.session_id {
+                clause("session_id =", s.clone());
+            }
+            if let Some(s) = &filter.parent_session_id {
+                clause("parent_session_id =", s.clone());
+            }
+            if let Some(s) = &filter.harness_contract_id {
+                clause("harness_contract_id =", s.clone());
+            }
+            if let Some(s) = filter.status {
+                clause("status =", work_status(s));
+            }
+            if let Some(t) = &filter.created_from {
+                clause("created_at >=", ts(t));
+            }
+            if let Some(t) = &filter.created_to {
+                clause("created_at <", ts(t));
+            }
+            if let Some(t) = &filter.tag {
+                args.push(t.clone());
+                sql.push_str(&format!(
+                    " AND EXISTS (SELECT 1 FROM json_each(body, '$.tags') WHERE value = ?{})",
+                    args.len()
+                ));
+            }
+            if let Some((t, id)) = cursor {
+                args.push(t);
+                args.push(id);
+                let (a, b) = (args.len() - 1, args.len());
+                sql.push_str(&format!(
+                    " AND (created_at < ?{a} OR (created_at = ?{a} AND id < ?{b}))"
+                ));
+            }
+            sql.push_str(&format!(
+                " ORDER BY created_at DESC, id DESC LIMIT {}",
+                limit + 1
+            ));
+            let mut items: Vec<SharedHarnessState> = query_json(
+                conn,
+                &sql,
+                rusqlite::params_from_iter(args.iter()),
+                "shared state",
+            )?;
+            let next_cursor = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|s| {
+                    format!(
+                        "{}|{}",
+                        s.created_at.as_ref().map(ts).unwrap_or_default(),
+                        s.id
+                    )
+                })
+            } else {
+                None
+            };
+            Ok(SharedStatePage { items, next_cursor })
+        })
+        .await
+    }
+}
+
+/// The columns of a shared state's row.
+struct SharedRow {
+    id: String,
+    session_id: Option<String>,
+    parent_session_id: Option<String>,
+    harness_contract_id: Option<String>,
+    status: String,
+    created_at: String,
+    body: String,
+}
+
+impl SharedRow {
+    fn of(state: &SharedHarnessState) -> StoreResult<SharedRow> {
+        Ok(SharedRow {
+            id: state.id.clone(),
+            session_id: state.session_id.clone(),
+            parent_session_id: state.parent_session_id.clone(),
+            harness_contract_id: state.harness_contract_id.clone(),
+            status: work_status(state.status),
+            created_at: state.created_at.as_ref().map(ts).unwrap_or_default(),
+            body: serde_json::to_string(state).map_err(backend)?,
+        })
+    }
+}
+
+fn work_status(s: rein_protocol::WorkStatus) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// Runs a query whose single column is a JSON body, decoding each row as a `T`

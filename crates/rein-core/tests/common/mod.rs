@@ -126,6 +126,31 @@ impl Store for HeldClockStore {
         self.hold(move |s| Box::pin(async move { s.probe().await }))
             .await
     }
+    async fn insert_shared_state(
+        &self,
+        state: &rein_protocol::SharedHarnessState,
+    ) -> StoreResult<()> {
+        self.0.insert_shared_state(state).await
+    }
+    async fn load_shared_state(
+        &self,
+        id: &str,
+    ) -> StoreResult<Option<(rein_protocol::SharedHarnessState, u64)>> {
+        self.0.load_shared_state(id).await
+    }
+    async fn update_shared_state(
+        &self,
+        state: &rein_protocol::SharedHarnessState,
+        expected: u64,
+    ) -> StoreResult<()> {
+        self.0.update_shared_state(state, expected).await
+    }
+    async fn list_shared_states(
+        &self,
+        filter: &rein_core::store::SharedStateFilter,
+    ) -> StoreResult<rein_core::store::SharedStatePage> {
+        self.0.list_shared_states(filter).await
+    }
 }
 
 pub struct Harness {
