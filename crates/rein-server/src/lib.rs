@@ -14,6 +14,7 @@ pub mod health;
 pub mod openapi;
 pub mod prometheus;
 pub mod routes;
+pub mod shared_state;
 
 use std::sync::Arc;
 

@@ -313,6 +313,112 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
+            path: "/admin/harness/shared-state",
+            handler: get(crate::shared_state::list).post(crate::shared_state::create),
+            operations: vec![
+                Operation {
+                    query: &[
+                        ("sessionId", "only this session's states"),
+                        ("parentSessionId", "only states under this parent session"),
+                        ("harnessContractId", "only states of this contract"),
+                        (
+                            "status",
+                            "active, completed, failed, cancelled, blocked or unknown",
+                        ),
+                        ("tag", "only states with this tag"),
+                        ("createdFrom", "created at or after (RFC 3339)"),
+                        ("createdTo", "created before (RFC 3339)"),
+                        ("limit", "1–500 (default 50)"),
+                        ("cursor", "next_cursor of the previous page"),
+                    ],
+                    ..op(
+                        "get",
+                        "List shared harness states, newest first",
+                        V,
+                        200,
+                        "SharedStatePage",
+                    )
+                },
+                Operation {
+                    request: Some("SharedHarnessState"),
+                    errors: &[400, 401, 403, 409, 413],
+                    ..op(
+                        "post",
+                        "Create a shared harness state (an existing id is 409, never overwritten)",
+                        O,
+                        201,
+                        "SharedStateEnvelope",
+                    )
+                },
+            ],
+        },
+        Route {
+            path: "/admin/harness/shared-state/{id}",
+            handler: get(crate::shared_state::show),
+            operations: vec![op(
+                "get",
+                "A shared harness state",
+                V,
+                200,
+                "SharedStateEnvelope",
+            )],
+        },
+        Route {
+            path: "/admin/sessions/{id}/harness-state",
+            handler: get(crate::shared_state::of_session),
+            operations: vec![op(
+                "get",
+                "The newest shared harness state of a session",
+                V,
+                200,
+                "SharedStateEnvelope",
+            )],
+        },
+        Route {
+            path: "/admin/harness/shared-state/{id}/participants",
+            handler: post(crate::shared_state::add_participant),
+            operations: vec![Operation {
+                request: Some("Participant"),
+                errors: &[400, 401, 403, 404, 413],
+                ..op(
+                    "post",
+                    "Add a participant (one with the same id is replaced)",
+                    O,
+                    200,
+                    "SharedStateEnvelope",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/harness/shared-state/{id}/actions",
+            handler: post(crate::shared_state::add_action),
+            operations: vec![Operation {
+                request: Some("Action"),
+                errors: &[400, 401, 403, 404, 413],
+                ..op(
+                    "post",
+                    "Add an action (one with the same id is replaced)",
+                    O,
+                    200,
+                    "SharedStateEnvelope",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/harness/shared-state/{id}/detect-conflicts",
+            handler: post(crate::shared_state::detect),
+            operations: vec![Operation {
+                errors: &[400, 401, 403, 404],
+                ..op(
+                    "post",
+                    "Detect conflicts; the state's conflict list is replaced by what is found",
+                    O,
+                    200,
+                    "ConflictReport",
+                )
+            }],
+        },
+        Route {
             path: "/admin/ledger",
             handler: get(ledger),
             operations: vec![op(
@@ -418,6 +524,27 @@ fn envelopes() -> Vec<(&'static str, Value)> {
         (
             "PlanEnvelope",
             object(json!({ "plan": reference("TaskDecomposition") }), &["plan"]),
+        ),
+        (
+            "SharedStateEnvelope",
+            object(
+                json!({ "state": reference("SharedHarnessState") }),
+                &["state"],
+            ),
+        ),
+        (
+            "SharedStatePage",
+            object(
+                json!({ "items": { "type": "array", "items": reference("SharedHarnessState") }, "next_cursor": { "type": ["string", "null"] } }),
+                &["items"],
+            ),
+        ),
+        (
+            "ConflictReport",
+            object(
+                json!({ "state": reference("SharedHarnessState"), "conflicts": { "type": "array", "items": reference("Conflict") } }),
+                &["state", "conflicts"],
+            ),
         ),
         (
             "ControlResult",

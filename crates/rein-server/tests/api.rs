@@ -993,6 +993,10 @@ async fn malformed_bodies_at_every_post_route_never_give_a_5xx() {
         format!("/admin/snapshots/{snap}/restore"),
         format!("/admin/approvals/{apr}/decision"),
         "/auth/session".to_owned(),
+        "/admin/harness/shared-state".to_owned(),
+        "/admin/harness/shared-state/shs_fuzz/participants".to_owned(),
+        "/admin/harness/shared-state/shs_fuzz/actions".to_owned(),
+        "/admin/harness/shared-state/shs_fuzz/detect-conflicts".to_owned(),
     ];
     let mut bodies: Vec<Vec<u8>> = [
         "",
@@ -1115,5 +1119,160 @@ async fn every_request_gets_a_span_with_method_path_and_status() {
             " method=GET path=/healthz status=200".to_owned(),
             " method=GET path=/admin/tasks status=401".to_owned(),
         ]
+    );
+}
+
+#[tokio::test]
+async fn the_shared_state_routes_with_their_errors_and_auth() {
+    let api = api();
+    let seed = json!({
+        "id": "shs_release_docs", "sessionId": "session-release", "goal": "notes",
+        "tags": ["release"],
+        "participants": [{ "id": "docs", "role": "docs_writer" }],
+        "actions": [{ "id": "draft", "participantId": "docs", "title": "Draft",
+                     "writeSet": [{ "kind": "file", "path": "docs/RELEASES.md" }] }]
+    });
+    // Anonymous 401; a viewer reads but does not change.
+    let base = "/admin/harness/shared-state";
+    assert_eq!(
+        api.call(Method::GET, base, None, None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        api.call(Method::POST, base, Some(VIEWER), Some(seed.clone()))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    let created = api
+        .call(Method::POST, base, Some(OPERATOR), Some(seed.clone()))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    assert_eq!(created.body["state"]["id"], "shs_release_docs");
+    // An existing id: 409, never overwritten.
+    let again = api
+        .call(Method::POST, base, Some(OPERATOR), Some(seed.clone()))
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT);
+    // Duplicate ids and unknown values: 400 naming them.
+    let dup = json!({ "goal": "g", "actions": [{ "id": "x", "title": "a" }, { "id": "x", "title": "b" }] });
+    let r = api
+        .call(Method::POST, base, Some(OPERATOR), Some(dup))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("`x`"), "{}", r.text);
+    let odd = json!({ "goal": "g", "participants": [{ "role": "chef" }] });
+    let r = api
+        .call(Method::POST, base, Some(OPERATOR), Some(odd))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.text.contains("chef") && r.text.contains("docs_writer"),
+        "{}",
+        r.text
+    );
+
+    // Reads.
+    let one = api
+        .call(
+            Method::GET,
+            &format!("{base}/shs_release_docs"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(one.body["state"]["goal"], "notes");
+    assert_eq!(
+        api.call(Method::GET, &format!("{base}/shs_nope"), Some(VIEWER), None)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let listed = api
+        .call(
+            Method::GET,
+            &format!("{base}?tag=release&limit=5"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(listed.body["items"][0]["id"], "shs_release_docs");
+    assert_eq!(
+        api.call(
+            Method::GET,
+            &format!("{base}?status=sleepy"),
+            Some(VIEWER),
+            None
+        )
+        .await
+        .status,
+        StatusCode::BAD_REQUEST
+    );
+    let session = api
+        .call(
+            Method::GET,
+            "/admin/sessions/session-release/harness-state",
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(session.body["state"]["id"], "shs_release_docs");
+
+    // Changes: a participant, an action that collides, detection.
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{base}/shs_release_docs/participants"),
+            Some(OPERATOR),
+            Some(json!({ "id": "rev", "role": "reviewer" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["state"]["participants"].as_array().unwrap().len(), 2);
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{base}/shs_release_docs/actions"),
+            Some(OPERATOR),
+            Some(
+                json!({ "id": "edit", "participantId": "rev", "title": "Edit",
+                         "writeSet": [{ "kind": "directory", "path": "docs" }] }),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{base}/shs_release_docs/detect-conflicts"),
+            Some(OPERATOR),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.body["conflicts"][0]["type"], "write_write");
+    assert_eq!(r.body["conflicts"][0]["actions"], json!(["draft", "edit"]));
+    assert_eq!(r.body["state"]["conflicts"], r.body["conflicts"]);
+    assert_eq!(
+        api.call(
+            Method::POST,
+            &format!("{base}/shs_nope/detect-conflicts"),
+            Some(OPERATOR),
+            None
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        api.call(
+            Method::POST,
+            &format!("{base}/shs_release_docs/actions"),
+            Some(VIEWER),
+            Some(json!({ "title": "t" }))
+        )
+        .await
+        .status,
+        StatusCode::FORBIDDEN
     );
 }

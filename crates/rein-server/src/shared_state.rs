@@ -1,0 +1,154 @@
+//! The shared-state routes (spec shared-state §4): list, show, a session's
+//! newest, create, add a participant, add an action, detect conflicts. Reads need
+//! viewer, changes operator (and CSRF from a browser session).
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use rein_core::store::SharedStateFilter;
+use rein_protocol::{Action, Participant, SharedHarnessState, WorkStatus};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::AppState;
+use crate::auth::{Role, require};
+use crate::error::{ApiError, ApiResult};
+use crate::routes::{Body, Caller};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct StateQuery {
+    session_id: Option<String>,
+    parent_session_id: Option<String>,
+    harness_contract_id: Option<String>,
+    status: Option<String>,
+    tag: Option<String>,
+    created_from: Option<String>,
+    created_to: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+fn time(name: &str, value: Option<&str>) -> ApiResult<Option<rein_protocol::Timestamp>> {
+    value
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.to_utc())
+                .map_err(|e| {
+                    ApiError::bad_request(format!("{name}: `{v}` is not an RFC 3339 time ({e})"))
+                })
+        })
+        .transpose()
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    query: Result<Query<StateQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if q.limit.is_some_and(|l| l == 0 || l > 500) {
+        return Err(ApiError::bad_request("limit must be between 1 and 500"));
+    }
+    let status = q
+        .status
+        .as_deref()
+        .map(|s| {
+            serde_json::from_value::<WorkStatus>(json!(s)).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "status `{s}` is not one of active, completed, failed, cancelled, blocked, unknown"
+                ))
+            })
+        })
+        .transpose()?;
+    let filter = SharedStateFilter {
+        session_id: q.session_id,
+        parent_session_id: q.parent_session_id,
+        harness_contract_id: q.harness_contract_id,
+        status,
+        tag: q.tag,
+        created_from: time("createdFrom", q.created_from.as_deref())?,
+        created_to: time("createdTo", q.created_to.as_deref())?,
+        limit: q.limit,
+        cursor: q.cursor,
+    };
+    let page = state.engine.shared_states(&filter).await?;
+    Ok(Json(
+        json!({ "items": page.items, "next_cursor": page.next_cursor }),
+    ))
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    Ok(Json(
+        json!({ "state": state.engine.shared_state(&id).await? }),
+    ))
+}
+
+pub async fn of_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(session): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    Ok(Json(
+        json!({ "state": state.engine.session_shared_state(&session).await? }),
+    ))
+}
+
+/// Who changed what, in the log (the request span carries method and path).
+fn audit(caller: &crate::auth::Principal, what: &str, id: &str) {
+    tracing::info!(target: "rein::audit", who = %caller.name, what, shared_state = id, "shared state changed");
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Body(body): Body<SharedHarnessState>,
+) -> ApiResult<Response> {
+    require(&caller, Role::Operator)?;
+    let created = state.engine.create_shared_state(body).await?;
+    audit(&caller, "create", &created.id);
+    Ok((StatusCode::CREATED, Json(json!({ "state": created }))).into_response())
+}
+
+pub async fn add_participant(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Body(body): Body<Participant>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Operator)?;
+    let changed = state.engine.add_participant(&id, body).await?;
+    audit(&caller, "add participant", &id);
+    Ok(Json(json!({ "state": changed })))
+}
+
+pub async fn add_action(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Body(body): Body<Action>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Operator)?;
+    let changed = state.engine.add_action(&id, body).await?;
+    audit(&caller, "add action", &id);
+    Ok(Json(json!({ "state": changed })))
+}
+
+pub async fn detect(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Operator)?;
+    let (changed, conflicts) = state.engine.detect_conflicts(&id).await?;
+    audit(&caller, "detect conflicts", &id);
+    Ok(Json(json!({ "state": changed, "conflicts": conflicts })))
+}
