@@ -4,11 +4,14 @@
 
 use std::sync::Arc;
 
-use rein_core::store::{ApprovalFilter, SnapshotInfo, TaskFilter, TaskPage};
+use rein_core::store::{
+    ApprovalFilter, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage,
+};
 use rein_core::{ControlOutcome, Engine};
 use rein_protocol::{
-    ApprovalId, ApprovalRequest, ApprovalResponse, HarnessEvent, HarnessMetrics, LedgerEntry,
-    SnapshotId, TaskDecomposition, TaskId, TaskState, TaskStatus, Timestamp,
+    Action, ApprovalId, ApprovalRequest, ApprovalResponse, Conflict, HarnessEvent, HarnessMetrics,
+    LedgerEntry, Participant, SharedHarnessState, SnapshotId, TaskDecomposition, TaskId, TaskState,
+    TaskStatus, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -50,6 +53,23 @@ struct Items<T> {
 #[derive(Deserialize)]
 struct TaskEnvelope {
     task: TaskState,
+}
+
+#[derive(Deserialize)]
+struct StateEnvelope {
+    state: SharedHarnessState,
+}
+
+/// A caller-given id as one URL path segment.
+fn segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -374,6 +394,135 @@ impl Backend {
                 }
             }
             Backend::Remote(c) => c.get("admin/ledger/verify", &[]).await?,
+        })
+    }
+
+    pub async fn shared_states(
+        &self,
+        filter: &SharedStateFilter,
+    ) -> anyhow::Result<SharedStatePage> {
+        Ok(match self {
+            Backend::Local(e) => e.shared_states(filter).await?,
+            Backend::Remote(c) => {
+                let mut query = Vec::new();
+                if let Some(s) = &filter.session_id {
+                    query.push(("sessionId", s.clone()));
+                }
+                if let Some(s) = filter.status {
+                    query.push((
+                        "status",
+                        serde_json::to_value(s)?
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    ));
+                }
+                if let Some(t) = &filter.tag {
+                    query.push(("tag", t.clone()));
+                }
+                if let Some(l) = filter.limit {
+                    query.push(("limit", l.to_string()));
+                }
+                if let Some(c) = &filter.cursor {
+                    query.push(("cursor", c.clone()));
+                }
+                c.get("admin/harness/shared-state", &query).await?
+            }
+        })
+    }
+
+    pub async fn shared_state(&self, id: &str) -> anyhow::Result<SharedHarnessState> {
+        Ok(match self {
+            Backend::Local(e) => e.shared_state(id).await?,
+            Backend::Remote(c) => {
+                c.get::<StateEnvelope>(&format!("admin/harness/shared-state/{}", segment(id)), &[])
+                    .await?
+                    .state
+            }
+        })
+    }
+
+    pub async fn session_shared_state(&self, session: &str) -> anyhow::Result<SharedHarnessState> {
+        Ok(match self {
+            Backend::Local(e) => e.session_shared_state(session).await?,
+            Backend::Remote(c) => {
+                c.get::<StateEnvelope>(
+                    &format!("admin/sessions/{}/harness-state", segment(session)),
+                    &[],
+                )
+                .await?
+                .state
+            }
+        })
+    }
+
+    pub async fn create_shared_state(
+        &self,
+        state: SharedHarnessState,
+    ) -> anyhow::Result<SharedHarnessState> {
+        Ok(match self {
+            Backend::Local(e) => e.create_shared_state(state).await?,
+            Backend::Remote(c) => {
+                c.post::<StateEnvelope>("admin/harness/shared-state", serde_json::to_value(state)?)
+                    .await?
+                    .state
+            }
+        })
+    }
+
+    pub async fn add_participant(
+        &self,
+        id: &str,
+        participant: Participant,
+    ) -> anyhow::Result<SharedHarnessState> {
+        Ok(match self {
+            Backend::Local(e) => e.add_participant(id, participant).await?,
+            Backend::Remote(c) => {
+                c.post::<StateEnvelope>(
+                    &format!("admin/harness/shared-state/{}/participants", segment(id)),
+                    serde_json::to_value(participant)?,
+                )
+                .await?
+                .state
+            }
+        })
+    }
+
+    pub async fn add_action(&self, id: &str, action: Action) -> anyhow::Result<SharedHarnessState> {
+        Ok(match self {
+            Backend::Local(e) => e.add_action(id, action).await?,
+            Backend::Remote(c) => {
+                c.post::<StateEnvelope>(
+                    &format!("admin/harness/shared-state/{}/actions", segment(id)),
+                    serde_json::to_value(action)?,
+                )
+                .await?
+                .state
+            }
+        })
+    }
+
+    /// Runs detection; the state's conflict list is replaced.
+    pub async fn detect_conflicts(&self, id: &str) -> anyhow::Result<Vec<Conflict>> {
+        #[derive(Deserialize)]
+        struct Report {
+            conflicts: Vec<Conflict>,
+        }
+        Ok(match self {
+            Backend::Local(e) => e.detect_conflicts(id).await?.1,
+            Backend::Remote(c) => {
+                c.call::<Report>(
+                    reqwest::Method::POST,
+                    &format!(
+                        "admin/harness/shared-state/{}/detect-conflicts",
+                        segment(id)
+                    ),
+                    &[],
+                    None,
+                )
+                .await?
+                .conflicts
+            }
         })
     }
 

@@ -57,6 +57,9 @@ pub enum Command {
     /// Try the permission rules without running anything.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Shared harness state: who read and wrote what, and where work conflicts.
+    #[command(subcommand)]
+    State(StateCommand),
     /// Inspect and steer tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
@@ -182,6 +185,68 @@ pub struct RunOutput {
     /// Print nothing but the outcome.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// List shared states, newest first.
+    List {
+        #[arg(long)]
+        session: Option<String>,
+        /// active, completed, failed, cancelled, blocked or unknown.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        tag: Option<String>,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: u32,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one shared state.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The newest shared state of a session.
+    Session {
+        session: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run conflict detection and print the conflicts (exit 0 even when there are
+    /// some, unless --fail-on says otherwise).
+    Conflicts {
+        id: String,
+        /// Exit 1 when a conflict's policy is at least this: escalate or warn.
+        #[arg(long, value_parser = ["escalate", "warn"])]
+        fail_on: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a shared state from a JSON file (the spec's wire format).
+    Create {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a participant from a JSON file (one with the same id is replaced).
+    AddParticipant {
+        id: String,
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add an action from a JSON file (one with the same id is replaced).
+    AddAction {
+        id: String,
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

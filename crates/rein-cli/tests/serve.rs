@@ -508,3 +508,39 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
     // The sandbox died with its runner (bwrap --die-with-parent): nothing waits on.
     stop(server);
 }
+
+#[test]
+fn the_state_commands_work_the_same_against_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, _, remote) = served(dir.path());
+    let seed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../rein-protocol/tests/data/seed-000-shared-state.json");
+    let created = json(&remote.ok(&["state", "create", seed.to_str().unwrap(), "--json"]));
+    assert_eq!(created["id"], "shs_release_docs");
+    let edit = write_plan(
+        dir.path(),
+        "edit.json",
+        r#"{ "id": "edit", "title": "Edit", "writeSet": [{ "kind": "file", "path": "docs/RELEASES.md" }] }"#,
+    );
+    remote.ok(&[
+        "state",
+        "add-action",
+        "shs_release_docs",
+        edit.to_str().unwrap(),
+    ]);
+    let over_http = text(&remote.ok(&["state", "conflicts", "shs_release_docs"]));
+    assert!(over_http.contains("write_write"), "{over_http}");
+    for args in [
+        vec!["state", "list"],
+        vec!["state", "show", "shs_release_docs"],
+        vec!["state", "session", "session-release"],
+        vec!["state", "show", "shs_release_docs", "--json"],
+        vec!["state", "conflicts", "shs_release_docs"],
+    ] {
+        let over_http = text(&remote.ok(&args));
+        let embedded = text(&run_ok(rein(&data).args(&args)));
+        assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
+    }
+    stop(server);
+}

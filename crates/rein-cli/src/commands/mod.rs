@@ -4,6 +4,7 @@ mod approvals;
 mod plan;
 mod run;
 mod serve;
+mod state;
 mod tasks;
 
 use crate::output::{say, shout};
@@ -179,6 +180,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Run(args) => run::run(&target, args).await,
         Command::Plan(cmd) => plan::dispatch(&target, cmd),
         Command::Policy(cmd) => plan::policy(&target, cmd),
+        Command::State(cmd) => state::dispatch(&target, cmd).await,
         Command::Tasks(cmd) => tasks::dispatch(&target, cmd).await,
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,

@@ -1,0 +1,258 @@
+//! `rein state …`: shared harness state — list, show, a session's newest,
+//! conflicts, and creating and changing states from JSON files for scripts.
+
+use std::path::Path;
+
+use rein_core::store::SharedStateFilter;
+use rein_protocol::{Conflict, ConflictPolicy, SharedHarnessState, WorkStatus};
+use serde::de::DeserializeOwned;
+
+use crate::cli::StateCommand;
+use crate::commands::{Target, print_json};
+use crate::exit::{self, UsageError};
+use crate::output::{say, shout};
+
+/// Reads a JSON file of the spec's wire format, naming the file and the problem.
+fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| UsageError(format!("{}: not a valid {what}: {e}", path.display())).into())
+}
+
+fn status_name(s: WorkStatus) -> String {
+    serde_json::to_value(s)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn policy_name(p: ConflictPolicy) -> &'static str {
+    match p {
+        ConflictPolicy::Allow => "allow",
+        ConflictPolicy::Warn => "warn",
+        ConflictPolicy::Serialize => "serialize",
+        ConflictPolicy::Escalate => "escalate",
+        ConflictPolicy::Reject => "reject",
+    }
+}
+
+pub async fn dispatch(target: &Target, cmd: StateCommand) -> anyhow::Result<u8> {
+    let backend = target.open(4)?;
+    match cmd {
+        StateCommand::List {
+            session,
+            status,
+            tag,
+            limit,
+            cursor,
+            json,
+        } => {
+            let status = status
+                .map(|s| {
+                    serde_json::from_value::<WorkStatus>(serde_json::json!(s)).map_err(|_| {
+                        UsageError(format!(
+                            "unknown status `{s}`; use one of active, completed, failed, cancelled, blocked, unknown"
+                        ))
+                    })
+                })
+                .transpose()?;
+            let filter = SharedStateFilter {
+                session_id: session,
+                status,
+                tag,
+                limit: Some(limit as usize),
+                cursor,
+                ..SharedStateFilter::default()
+            };
+            let page = backend.shared_states(&filter).await?;
+            if json {
+                print_json(&page.items)?;
+                if let Some(c) = &page.next_cursor {
+                    shout!("more states: --cursor {c}");
+                }
+            } else if page.items.is_empty() {
+                say!("no shared states");
+            } else {
+                say!(
+                    "{:<28} {:<10} {:<20} {:>7} {:>9}  GOAL",
+                    "ID",
+                    "STATUS",
+                    "SESSION",
+                    "ACTIONS",
+                    "CONFLICTS"
+                );
+                for s in &page.items {
+                    say!(
+                        "{:<28} {:<10} {:<20} {:>7} {:>9}  {}",
+                        s.id,
+                        status_name(s.status),
+                        s.session_id.as_deref().unwrap_or("-"),
+                        s.actions.len(),
+                        s.conflicts.len(),
+                        s.goal
+                    );
+                }
+                if let Some(c) = &page.next_cursor {
+                    say!("more: rein state list --cursor '{c}'");
+                }
+            }
+            Ok(exit::SUCCESS)
+        }
+        StateCommand::Show { id, json } => {
+            let state = backend.shared_state(&id).await?;
+            show(&state, json)
+        }
+        StateCommand::Session { session, json } => {
+            let state = backend.session_shared_state(&session).await?;
+            show(&state, json)
+        }
+        StateCommand::Conflicts { id, fail_on, json } => {
+            let found = backend.detect_conflicts(&id).await?;
+            if json {
+                print_json(&found)?;
+            } else if found.is_empty() {
+                say!("no conflicts in {id}");
+            } else {
+                for c in &found {
+                    say!("{}", conflict_line(c));
+                    say!("    {}", c.recommendation);
+                }
+            }
+            let threshold = match fail_on.as_deref() {
+                Some("warn") => Some(ConflictPolicy::Warn),
+                Some(_) => Some(ConflictPolicy::Escalate),
+                None => None,
+            };
+            let strictness = |p: ConflictPolicy| match p {
+                ConflictPolicy::Allow => 0,
+                ConflictPolicy::Warn => 1,
+                ConflictPolicy::Serialize => 2,
+                ConflictPolicy::Escalate => 3,
+                ConflictPolicy::Reject => 4,
+            };
+            let fails = threshold
+                .is_some_and(|t| found.iter().any(|c| strictness(c.policy) >= strictness(t)));
+            Ok(if fails { exit::FAILURE } else { exit::SUCCESS })
+        }
+        StateCommand::Create { file, json } => {
+            let state: SharedHarnessState = read_json(&file, "shared state")?;
+            let created = backend.create_shared_state(state).await?;
+            changed(&created, json, "created")
+        }
+        StateCommand::AddParticipant { id, file, json } => {
+            let participant = read_json(&file, "participant")?;
+            let state = backend.add_participant(&id, participant).await?;
+            changed(&state, json, "participant added to")
+        }
+        StateCommand::AddAction { id, file, json } => {
+            let action = read_json(&file, "action")?;
+            let state = backend.add_action(&id, action).await?;
+            changed(&state, json, "action added to")
+        }
+    }
+}
+
+fn changed(state: &SharedHarnessState, json: bool, what: &str) -> anyhow::Result<u8> {
+    if json {
+        print_json(state)?;
+    } else {
+        say!(
+            "{what} {}: {} participant(s), {} action(s)",
+            state.id,
+            state.participants.len(),
+            state.actions.len()
+        );
+    }
+    Ok(exit::SUCCESS)
+}
+
+fn conflict_line(c: &Conflict) -> String {
+    format!(
+        "[{}] {} {} ({}): {}",
+        policy_name(c.policy),
+        c.conflict_type.as_str(),
+        c.id,
+        c.actions.join(", "),
+        c.summary
+    )
+}
+
+fn show(state: &SharedHarnessState, json: bool) -> anyhow::Result<u8> {
+    if json {
+        print_json(state)?;
+        return Ok(exit::SUCCESS);
+    }
+    say!(
+        "{}  {}  {}",
+        state.id,
+        status_name(state.status),
+        state.goal
+    );
+    if let Some(s) = &state.session_id {
+        say!("  session {s}");
+    }
+    if !state.tags.is_empty() {
+        say!("  tags: {}", state.tags.join(", "));
+    }
+    say!("  participants:");
+    for p in &state.participants {
+        let role = serde_json::to_value(p.role)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        say!(
+            "    {} ({role}, {}){}",
+            p.id,
+            status_name(p.status),
+            p.display_name
+                .as_deref()
+                .map(|n| format!(" {n}"))
+                .unwrap_or_default()
+        );
+    }
+    say!("  actions:");
+    let names = |rs: &[rein_protocol::Resource]| -> String {
+        rs.iter()
+            .map(|r| {
+                r.path
+                    .clone()
+                    .or_else(|| r.key.clone())
+                    .or_else(|| r.id.clone())
+                    .or_else(|| r.uri.clone())
+                    .unwrap_or_else(|| r.kind.clone())
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for a in &state.actions {
+        say!(
+            "    {} ({}) {}{}",
+            a.id,
+            status_name(a.status),
+            a.title,
+            a.participant_id
+                .as_deref()
+                .map(|p| format!(" — by {p}"))
+                .unwrap_or_default()
+        );
+        if !a.read_set.is_empty() {
+            say!("      reads  {}", names(&a.read_set));
+        }
+        if !a.write_set.is_empty() {
+            say!("      writes {}", names(&a.write_set));
+        }
+    }
+    if state.conflicts.is_empty() {
+        say!(
+            "  conflicts: none recorded (rein state conflicts {} detects)",
+            state.id
+        );
+    } else {
+        say!("  conflicts:");
+        for c in &state.conflicts {
+            say!("    {}", conflict_line(c));
+        }
+    }
+    Ok(exit::SUCCESS)
+}
