@@ -100,3 +100,61 @@ fn create_add_and_detect_conflicts_from_the_command_line() {
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(said.contains("bad.json") && said.contains("chef"), "{said}");
 }
+
+#[test]
+fn plans_that_name_a_shared_state_record_their_steps_and_collide_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let state = write_plan(
+        dir.path(),
+        "state.json",
+        r#"{ "id": "shs_docs", "goal": "docs" }"#,
+    );
+    run_ok(rein(&data).args(["state", "create"]).arg(&state));
+    let plan = |name: &str| {
+        write_plan(
+            dir.path(),
+            &format!("{name}.toml"),
+            &format!(
+                "description = '{name}'\nshared_state = 'shs_docs'\n\
+                 [[steps]]\nid = 'edit'\nrun = 'true'\nreads = ['CHANGELOG.md']\nwrites = ['docs/']\n"
+            ),
+        )
+    };
+    run_ok(rein(&data).arg("run").arg(plan("first")));
+    run_ok(rein(&data).arg("run").arg(plan("second")));
+    let state = json(&run_ok(
+        rein(&data).args(["state", "show", "shs_docs", "--json"]),
+    ));
+    let participants = state["participants"].as_array().unwrap();
+    assert_eq!(participants.len(), 2, "each task takes part");
+    let actions = state["actions"].as_array().unwrap();
+    assert_eq!(actions.len(), 2);
+    for a in actions {
+        assert_eq!(a["status"], "completed");
+        assert_eq!(a["writeSet"][0]["kind"], "directory");
+        assert!(a["completedAt"].is_string());
+    }
+    let conflicts = json(&run_ok(rein(&data).args([
+        "state",
+        "conflicts",
+        "shs_docs",
+        "--json",
+    ])));
+    let c = &conflicts.as_array().unwrap()[0];
+    assert_eq!(c["type"], "write_write");
+    assert!(c["actions"][0].as_str().unwrap().ends_with(".edit"));
+    // A plan naming a state that does not exist is refused before anything runs.
+    let lost = write_plan(
+        dir.path(),
+        "lost.toml",
+        "description = 'lost'\nshared_state = 'shs_nowhere'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
+    );
+    let out = rein(&data).arg("run").arg(&lost).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("shs_nowhere"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

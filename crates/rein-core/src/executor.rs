@@ -193,7 +193,7 @@ impl StepExecutor for CommandExecutor {
                 env,
                 network,
                 memory_mb,
-                read,
+                allow_read,
             } => {
                 // The rules are asked again: the run records what they said.
                 let permission = match crate::permissions::decide(&request.step, &request.policy) {
@@ -221,7 +221,7 @@ impl StepExecutor for CommandExecutor {
                 let confinement = Confinement {
                     network: *network,
                     memory_bytes: memory_mb.map(|mb| mb.saturating_mul(1024 * 1024)),
-                    read_only: read.iter().map(PathBuf::from).collect(),
+                    read_only: allow_read.iter().map(PathBuf::from).collect(),
                 };
                 let mut outcome = self
                     .run_command(&request, run, env, &confinement, cancel)

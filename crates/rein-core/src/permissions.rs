@@ -28,7 +28,10 @@ pub fn permit_id(step: &str) -> String {
 /// step's own. `None` for steps that run no command.
 pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecision>, String> {
     let StepAction::Command {
-        run, network, read, ..
+        run,
+        network,
+        allow_read,
+        ..
     } = &step.action
     else {
         return Ok(None);
@@ -38,7 +41,7 @@ pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecis
     if *network {
         decisions.push(policy.check_network(None));
     }
-    for path in read {
+    for path in allow_read {
         decisions.push(policy.check_path(Path::new(path), Access::Read));
     }
     // The first of the strictest.

@@ -376,6 +376,9 @@ struct PlanFile {
     /// keep | on_success | always: what becomes of a fresh workspace at the end.
     #[serde(default)]
     cleanup: rein_protocol::WorkspaceCleanup,
+    /// A shared harness state to record the task's steps into.
+    #[serde(default)]
+    shared_state: Option<String>,
     /// CP1 by a person: nothing runs until someone confirms the task.
     #[serde(default)]
     confirm: bool,
@@ -510,10 +513,15 @@ struct StepFile {
     memory_mb: Option<u64>,
     /// Command steps: directories beyond the workspace the command may read.
     #[serde(default)]
-    read: Vec<String>,
+    allow_read: Vec<String>,
     /// Command steps: permission rules of the step's own.
     #[serde(default)]
     permissions: Vec<rein_protocol::PermissionRule>,
+    /// What the step reads and writes, recorded in the plan's shared state.
+    #[serde(default)]
+    reads: Vec<String>,
+    #[serde(default)]
+    writes: Vec<String>,
     #[serde(default)]
     risk_level: RiskLevel,
     #[serde(default)]
@@ -619,9 +627,13 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
                 "step `{id}`: an approve step asks a person and has no `run`"
             ));
         }
-        if s.network || s.memory_mb.is_some() || !s.read.is_empty() || !s.permissions.is_empty() {
+        if s.network
+            || s.memory_mb.is_some()
+            || !s.allow_read.is_empty()
+            || !s.permissions.is_empty()
+        {
             return Err(format!(
-                "step `{id}`: `network`, `memory_mb`, `read` and `permissions` confine a command; an approve step runs none"
+                "step `{id}`: `network`, `memory_mb`, `allow_read` and `permissions` confine a command; an approve step runs none"
             ));
         }
         let title = s
@@ -667,8 +679,8 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
                 env: s.env,
                 network: s.network,
                 memory_mb: s.memory_mb,
-                read: s
-                    .read
+                allow_read: s
+                    .allow_read
                     .iter()
                     .map(|r| base.join(r).display().to_string())
                     .collect(),
@@ -681,6 +693,8 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
     Ok(TaskStep {
         recovery,
         permissions: s.permissions,
+        reads: s.reads,
+        writes: s.writes,
         id,
         description,
         step_type,
@@ -726,6 +740,7 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
         max_parallel: file.max_parallel,
         fail_fast: file.fail_fast,
         cleanup: file.cleanup,
+        shared_state: file.shared_state,
     };
     let plan = validate(plan).map_err(|e| (e.to_string(), Some(e)))?;
     Ok(PlanSpec {

@@ -213,29 +213,12 @@ impl Engine {
             })
     }
 
-    /// Reads, changes and writes back a shared state, again if someone else wrote
-    /// in between: concurrent changes are never lost.
     async fn change_shared_state<T>(
         &self,
         id: &str,
-        mut change: impl FnMut(&mut SharedHarnessState) -> Result<T, EngineError>,
+        change: impl FnMut(&mut SharedHarnessState) -> Result<T, EngineError>,
     ) -> Result<(SharedHarnessState, T), EngineError> {
-        for _ in 0..UPDATE_TRIES {
-            let Some((mut state, version)) = self.store.load_shared_state(id).await? else {
-                return Err(StoreError::SharedStateNotFound(id.to_owned()).into());
-            };
-            let out = change(&mut state)?;
-            match self.store.update_shared_state(&state, version).await {
-                Ok(()) => return Ok((state, out)),
-                Err(StoreError::SharedStateMoved { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(StoreError::SharedStateMoved {
-            id: id.to_owned(),
-            expected: 0,
-        }
-        .into())
+        change_state(self.store.as_ref(), id, change).await
     }
 
     /// Adds a participant, replacing the one with its id.
@@ -281,5 +264,102 @@ impl Engine {
             Ok(found)
         })
         .await
+    }
+}
+
+/// Reads, changes and writes back a shared state, again if someone else wrote in
+/// between: concurrent changes are never lost.
+pub(crate) async fn change_state<T>(
+    store: &dyn crate::Store,
+    id: &str,
+    mut change: impl FnMut(&mut SharedHarnessState) -> Result<T, EngineError>,
+) -> Result<(SharedHarnessState, T), EngineError> {
+    for _ in 0..UPDATE_TRIES {
+        let Some((mut state, version)) = store.load_shared_state(id).await? else {
+            return Err(StoreError::SharedStateNotFound(id.to_owned()).into());
+        };
+        let out = change(&mut state)?;
+        match store.update_shared_state(&state, version).await {
+            Ok(()) => return Ok((state, out)),
+            Err(StoreError::SharedStateMoved { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(StoreError::SharedStateMoved {
+        id: id.to_owned(),
+        expected: 0,
+    }
+    .into())
+}
+
+/// The resource a step's declared path stands for: a directory if it ends in `/`.
+pub fn declared(path: &str) -> rein_protocol::Resource {
+    let directory = path.len() > 1 && path.ends_with('/');
+    rein_protocol::Resource {
+        kind: if directory { "directory" } else { "file" }.into(),
+        path: Some(if directory {
+            path.trim_end_matches('/').to_owned()
+        } else {
+            path.to_owned()
+        }),
+        ..rein_protocol::Resource::default()
+    }
+}
+
+/// The action a task's step records in the plan's shared state.
+pub(crate) fn step_action(
+    task: &rein_protocol::TaskId,
+    step: &rein_protocol::TaskStep,
+    status: rein_protocol::WorkStatus,
+) -> Action {
+    Action {
+        id: format!("{task}.{}", step.id),
+        participant_id: Some(task.to_string()),
+        title: if step.description.is_empty() {
+            step.id.clone()
+        } else {
+            step.description.clone()
+        },
+        summary: None,
+        status,
+        tool_name: Some("rein step".into()),
+        read_set: step.reads.iter().map(|p| declared(p)).collect(),
+        write_set: step.writes.iter().map(|p| declared(p)).collect(),
+        assumptions: Vec::new(),
+        version_dependencies: Vec::new(),
+        verifier_obligations: Vec::new(),
+        evidence_bundle_id: None,
+        harness_contract_id: None,
+        risk_level: Some(match step.risk_level {
+            rein_protocol::RiskLevel::Low => rein_protocol::Risk::Low,
+            rein_protocol::RiskLevel::Medium => rein_protocol::Risk::Medium,
+            rein_protocol::RiskLevel::High => rein_protocol::Risk::High,
+        }),
+        started_at: None,
+        completed_at: None,
+    }
+}
+
+/// Records a step's action (as it starts, or as it ended). Recording is passive:
+/// a failure is logged and the step goes on.
+pub(crate) async fn record_step(
+    store: &dyn crate::Store,
+    state_id: &str,
+    mut action: Action,
+    now: Timestamp,
+    ended: bool,
+) {
+    let result = change_state(store, state_id, |s| {
+        if let Some(existing) = s.actions.iter().find(|a| a.id == action.id) {
+            action.started_at = existing.started_at;
+        }
+        if ended {
+            action.completed_at = Some(now);
+        }
+        Ok(upsert_action(s, action.clone(), now)?)
+    })
+    .await;
+    if let Err(e) = result {
+        tracing::warn!(shared_state = state_id, action = %action.id, error = %e, "cannot record the step in the shared state");
     }
 }

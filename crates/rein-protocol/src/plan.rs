@@ -52,7 +52,7 @@ pub enum StepAction {
         memory_mb: Option<u64>,
         /// Directories beyond the workspace the command may read.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        read: Vec<String>,
+        allow_read: Vec<String>,
     },
     /// Do nothing and pass: a marker step, and the engine's own cost in benchmarks.
     Noop,
@@ -110,6 +110,13 @@ pub struct TaskStep {
     /// Permission rules for this step, over the configured ones (deny still wins).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub permissions: Vec<crate::PermissionRule>,
+    /// What the step declares it reads, recorded in the plan's shared state
+    /// (paths; a trailing `/` marks a directory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reads: Vec<String>,
+    /// What the step declares it writes, recorded likewise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<String>,
 }
 
 impl TaskStep {
@@ -131,6 +138,8 @@ impl TaskStep {
             idempotent: false,
             recovery: RecoveryPolicy::new(),
             permissions: Vec::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
         }
     }
 
@@ -143,7 +152,7 @@ impl TaskStep {
                 env: BTreeMap::new(),
                 network: false,
                 memory_mb: None,
-                read: Vec::new(),
+                allow_read: Vec::new(),
             },
         )
     }
@@ -170,6 +179,10 @@ pub struct TaskDecomposition {
     /// What becomes of a fresh workspace once the task has finished.
     #[serde(default, skip_serializing_if = "WorkspaceCleanup::is_keep")]
     pub cleanup: WorkspaceCleanup,
+    /// A shared harness state the task records itself into: a participant for
+    /// the task, an action for each step with its declared reads and writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_state: Option<String>,
 }
 
 /// What becomes of a task's fresh workspace once the task has finished
@@ -205,6 +218,7 @@ impl TaskDecomposition {
             fail_fast: false,
             recovery: RecoveryPolicy::new(),
             cleanup: WorkspaceCleanup::Keep,
+            shared_state: None,
         }
     }
 

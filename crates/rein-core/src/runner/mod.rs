@@ -104,6 +104,8 @@ pub(crate) struct TaskRun<'e> {
     /// How many times recovery has retried or waited on each step.
     recoveries: Vec<u32>,
     plan_recovery: rein_protocol::RecoveryPolicy,
+    /// The shared harness state the steps record themselves into, if any.
+    shared_state: Option<String>,
 }
 
 impl<'e> TaskRun<'e> {
@@ -112,6 +114,7 @@ impl<'e> TaskRun<'e> {
             .max_parallel
             .map_or(engine.config.max_parallel, |p| p as usize)
             .max(1);
+        let shared_state = plan.shared_state.clone();
         let steps: Vec<Arc<TaskStep>> = plan.steps.into_iter().map(Arc::new).collect();
         let index: HashMap<&str, usize> = steps
             .iter()
@@ -223,6 +226,7 @@ impl<'e> TaskRun<'e> {
             abort_by: None,
             recoveries,
             plan_recovery: plan.recovery,
+            shared_state,
         })
     }
 
@@ -510,11 +514,52 @@ impl<'e> TaskRun<'e> {
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();
+        // With a shared state named by the plan, the step records itself there: an
+        // action as it starts, and how it ended.
+        let recording = self.shared_state.clone().map(|state| {
+            (
+                Arc::clone(&self.engine.store),
+                Arc::clone(&self.engine.config.clock),
+                state,
+                crate::shared_state::step_action(
+                    &self.rec.state.head.id,
+                    &self.steps[i],
+                    rein_protocol::WorkStatus::Active,
+                ),
+            )
+        });
         let handle = self.running.spawn(
             async move {
+                if let Some((store, clock, state, action)) = &recording {
+                    crate::shared_state::record_step(
+                        store.as_ref(),
+                        state,
+                        action.clone(),
+                        clock.now(),
+                        false,
+                    )
+                    .await;
+                }
                 let started = Instant::now();
                 let outcome = executor.execute(request, token).await;
-                (i, outcome, started.elapsed())
+                let elapsed = started.elapsed();
+                if let Some((store, clock, state, action)) = recording {
+                    let status = match &outcome {
+                        StepOutcome::Passed { .. } => rein_protocol::WorkStatus::Completed,
+                        StepOutcome::Failed { .. } => rein_protocol::WorkStatus::Failed,
+                        StepOutcome::Cancelled => rein_protocol::WorkStatus::Cancelled,
+                    };
+                    let ended = rein_protocol::Action { status, ..action };
+                    crate::shared_state::record_step(
+                        store.as_ref(),
+                        &state,
+                        ended,
+                        clock.now(),
+                        true,
+                    )
+                    .await;
+                }
+                (i, outcome, elapsed)
             }
             .instrument(span),
         );
