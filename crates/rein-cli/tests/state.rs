@@ -158,3 +158,132 @@ fn plans_that_name_a_shared_state_record_their_steps_and_collide_there() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Starts `rein run` on a plan recording into `state` whose one step writes
+/// `writes` and then runs `run`; returns the process and the task id once the
+/// step's action is active in the state.
+fn run_recording(
+    data: &Path,
+    dir: &Path,
+    name: &str,
+    state: &str,
+    writes: &str,
+    run: &str,
+) -> (std::process::Child, String) {
+    let plan = write_plan(
+        dir,
+        &format!("{name}.toml"),
+        &format!(
+            "description = '{name}'\nshared_state = '{state}'\n\
+             [[steps]]\nid = 'edit'\nrun = '{run}'\nwrites = ['{writes}']\n"
+        ),
+    );
+    let child = rein(data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let task = common::eventually(&format!("{name} is created"), || {
+        let tasks = json(&run_ok(rein(data).args(["tasks", "list", "--json"])));
+        tasks
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["description"] == name)
+            .map(|t| t["id"].as_str().unwrap().to_owned())
+    });
+    (child, task)
+}
+
+fn action_status(data: &Path, state: &str, task: &str) -> Option<String> {
+    let s = json(&run_ok(rein(data).args(["state", "show", state, "--json"])));
+    s["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["id"] == format!("{task}.edit"))
+        .map(|a| a["status"].as_str().unwrap().to_owned())
+}
+
+#[test]
+fn a_serializing_state_makes_a_colliding_step_wait_and_a_rejecting_one_fails_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (id, mode) in [("shs_serial", "serialize"), ("shs_strict", "reject")] {
+        let file = write_plan(
+            dir.path(),
+            &format!("{id}.json"),
+            &format!(r#"{{ "id": "{id}", "goal": "docs", "enforcement": "{mode}" }}"#),
+        );
+        run_ok(rein(&data).args(["state", "create"]).arg(&file));
+    }
+    let hold = common::until_exists(Path::new("gate"));
+
+    // serialize: `second` waits while `first` holds docs/.
+    let (first, a) = run_recording(&data, dir.path(), "first", "shs_serial", "docs/", &hold);
+    common::eventually("first's action is active", || {
+        (action_status(&data, "shs_serial", &a).as_deref() == Some("active")).then_some(())
+    });
+    let (second, b) = run_recording(
+        &data,
+        dir.path(),
+        "second",
+        "shs_serial",
+        "docs/a.md",
+        "touch ran",
+    );
+    // Its step has started in the task, but not in the state, and has not run.
+    common::eventually("second's step is in progress", || {
+        let state = common::show(&data, &b);
+        (common::step_status(&state, "edit").as_deref() == Some("in_progress")).then_some(())
+    });
+    assert_eq!(action_status(&data, "shs_serial", &b), None, "it waits");
+    assert!(!common::in_workspace(&data, &b, "ran").exists());
+    std::fs::write(common::in_workspace(&data, &a, "gate"), "").unwrap();
+    assert!(first.wait_with_output().unwrap().status.success());
+    let out = second.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(common::in_workspace(&data, &b, "ran").exists());
+    assert_eq!(
+        action_status(&data, "shs_serial", &b).as_deref(),
+        Some("completed")
+    );
+
+    // reject: `fourth` fails, naming the conflict, while `third` holds docs/.
+    let (third, c) = run_recording(&data, dir.path(), "third", "shs_strict", "docs/", &hold);
+    common::eventually("third's action is active", || {
+        (action_status(&data, "shs_strict", &c).as_deref() == Some("active")).then_some(())
+    });
+    let (fourth, d) = run_recording(
+        &data,
+        dir.path(),
+        "fourth",
+        "shs_strict",
+        "docs/a.md",
+        "touch ran",
+    );
+    let out = fourth.wait_with_output().unwrap();
+    // The step fails; the task then goes as recovery says (a validation error
+    // pauses it for a person): either way, nothing ran.
+    assert_ne!(out.status.code(), Some(0));
+    let state = common::show(&data, &d);
+    let error = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|cp| cp["error"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    assert!(
+        error.contains("shs_strict rejects the step") && error.contains("write"),
+        "{error}"
+    );
+    assert!(!common::in_workspace(&data, &d, "ran").exists());
+    std::fs::write(common::in_workspace(&data, &c, "gate"), "").unwrap();
+    assert!(third.wait_with_output().unwrap().status.success());
+}

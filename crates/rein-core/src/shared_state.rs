@@ -340,6 +340,81 @@ pub(crate) fn step_action(
     }
 }
 
+/// The conflict that keeps `action` from starting under the state's enforcement:
+/// one of its write/write or read/write conflicts with another action still
+/// active. `None` if it may start (or the state enforces nothing).
+pub(crate) fn blocking_conflict(
+    state: &SharedHarnessState,
+    action: &Action,
+) -> Option<rein_protocol::Conflict> {
+    state.enforcement?;
+    let mut probe = state.clone();
+    probe
+        .actions
+        .retain(|a| a.id == action.id || a.status == rein_protocol::WorkStatus::Active);
+    match probe.actions.iter_mut().find(|a| a.id == action.id) {
+        Some(existing) => *existing = action.clone(),
+        None => probe.actions.push(action.clone()),
+    }
+    let found = crate::conflicts::detect(&probe).ok()?;
+    found.into_iter().find(|c| {
+        matches!(
+            c.conflict_type,
+            rein_protocol::ConflictType::WriteWrite | rein_protocol::ConflictType::ReadWrite
+        ) && c.actions.iter().any(|a| a == &action.id)
+    })
+}
+
+/// What became of a step that asked to start under a state's enforcement.
+#[derive(Debug)]
+pub(crate) enum Start {
+    /// Recorded as active: it may run.
+    Go,
+    /// The state rejects it: this conflict is why.
+    Rejected(Box<rein_protocol::Conflict>),
+}
+
+/// Records `action` as started, first waiting (serialize) or refusing (reject)
+/// while it conflicts with a running action. The check and the record are one
+/// optimistic write, so two steps cannot both pass the check unseen.
+pub(crate) async fn start_step(
+    store: &dyn crate::Store,
+    state_id: &str,
+    action: Action,
+    clock: &dyn crate::clock::Clock,
+    poll: std::time::Duration,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Start {
+    loop {
+        let now = clock.now();
+        let result = change_state(store, state_id, |s| {
+            if let Some(conflict) = blocking_conflict(s, &action) {
+                return Ok(Err((conflict, s.enforcement)));
+            }
+            upsert_action(s, action.clone(), now)?;
+            Ok(Ok(()))
+        })
+        .await;
+        match result {
+            Ok((_, Ok(()))) => return Start::Go,
+            Ok((_, Err((conflict, Some(rein_protocol::Enforcement::Reject))))) => {
+                return Start::Rejected(Box::new(conflict));
+            }
+            Ok((_, Err(_))) => {
+                // Serialize: wait for the other action to end.
+                tokio::select! {
+                    () = tokio::time::sleep(poll) => {}
+                    () = cancel.cancelled() => return Start::Go,
+                }
+            }
+            Err(e) => {
+                tracing::warn!(shared_state = state_id, action = %action.id, error = %e, "cannot record the step in the shared state");
+                return Start::Go;
+            }
+        }
+    }
+}
+
 /// Records a step's action (as it starts, or as it ended). Recording is passive:
 /// a failure is logged and the step goes on.
 pub(crate) async fn record_step(

@@ -45,9 +45,9 @@ pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Ver
 pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep, WorkspaceCleanup};
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use shared_state::{
-    Action, Assumption, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Participant,
-    ParticipantRole, Resource, Risk, SharedHarnessState, VerifierObligation, VersionDependency,
-    WorkStatus,
+    Action, Assumption, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Enforcement,
+    Participant, ParticipantRole, Resource, Risk, SharedHarnessState, VerifierObligation,
+    VersionDependency, WorkStatus,
 };
 pub use snapshot::Snapshot;
 pub use task::{

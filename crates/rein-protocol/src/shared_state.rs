@@ -11,6 +11,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
 
+/// What a step does about a conflict with a running action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    Serialize,
+    Reject,
+}
+
 /// The status of a state, a participant or an action.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -92,6 +100,11 @@ pub struct SharedHarnessState {
     pub tags: Vec<String>,
     #[serde(default)]
     pub metadata: BTreeMap<String, serde_json::Value>,
+    /// Beyond the seed (which is passive): what a recording task's step does
+    /// when its writes conflict with an action still running — wait for it
+    /// (`serialize`) or fail naming the conflict (`reject`). None: record only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

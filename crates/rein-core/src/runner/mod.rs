@@ -528,17 +528,33 @@ impl<'e> TaskRun<'e> {
                 ),
             )
         });
+        let poll = self.engine.config.control_poll;
         let handle = self.running.spawn(
             async move {
                 if let Some((store, clock, state, action)) = &recording {
-                    crate::shared_state::record_step(
+                    // Under the state's enforcement this waits (serialize) or
+                    // refuses (reject) while the step collides with a running one.
+                    let start = crate::shared_state::start_step(
                         store.as_ref(),
                         state,
                         action.clone(),
-                        clock.now(),
-                        false,
+                        clock.as_ref(),
+                        poll,
+                        &token,
                     )
                     .await;
+                    if let crate::shared_state::Start::Rejected(conflict) = start {
+                        let error = format!(
+                            "shared state {state} rejects the step: {} ({})",
+                            conflict.summary, conflict.id
+                        );
+                        let outcome = StepOutcome::Failed {
+                            error,
+                            output: serde_json::to_value(&*conflict).ok(),
+                            failure: crate::recovery::Failure::Validation,
+                        };
+                        return (i, outcome, Duration::ZERO);
+                    }
                 }
                 let started = Instant::now();
                 let outcome = executor.execute(request, token).await;
