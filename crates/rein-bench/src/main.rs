@@ -186,8 +186,16 @@ impl Store for TimedStore {
     async fn insert_shared_state(
         &self,
         state: &rein_protocol::SharedHarnessState,
+        audit: &rein_core::store::AuditRecord,
     ) -> StoreResult<()> {
-        self.inner.insert_shared_state(state).await
+        self.inner.insert_shared_state(state, audit).await
+    }
+    async fn audit_records(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<rein_core::store::AuditRecord>> {
+        self.inner.audit_records(after, limit).await
     }
     async fn load_shared_state(
         &self,
@@ -199,8 +207,9 @@ impl Store for TimedStore {
         &self,
         state: &rein_protocol::SharedHarnessState,
         expected: u64,
+        audit: &rein_core::store::AuditRecord,
     ) -> StoreResult<()> {
-        self.inner.update_shared_state(state, expected).await
+        self.inner.update_shared_state(state, expected, audit).await
     }
     async fn list_shared_states(
         &self,

@@ -461,7 +461,10 @@ impl Backend {
         state: SharedHarnessState,
     ) -> anyhow::Result<SharedHarnessState> {
         Ok(match self {
-            Backend::Local(e) => e.create_shared_state(state).await?,
+            Backend::Local(e) => {
+                e.create_shared_state(state, &crate::commands::actor(None))
+                    .await?
+            }
             Backend::Remote(c) => {
                 c.post::<StateEnvelope>("admin/harness/shared-state", serde_json::to_value(state)?)
                     .await?
@@ -476,7 +479,10 @@ impl Backend {
         participant: Participant,
     ) -> anyhow::Result<SharedHarnessState> {
         Ok(match self {
-            Backend::Local(e) => e.add_participant(id, participant).await?,
+            Backend::Local(e) => {
+                e.add_participant(id, participant, &crate::commands::actor(None))
+                    .await?
+            }
             Backend::Remote(c) => {
                 c.post::<StateEnvelope>(
                     &format!("admin/harness/shared-state/{}/participants", segment(id)),
@@ -490,7 +496,10 @@ impl Backend {
 
     pub async fn add_action(&self, id: &str, action: Action) -> anyhow::Result<SharedHarnessState> {
         Ok(match self {
-            Backend::Local(e) => e.add_action(id, action).await?,
+            Backend::Local(e) => {
+                e.add_action(id, action, &crate::commands::actor(None))
+                    .await?
+            }
             Backend::Remote(c) => {
                 c.post::<StateEnvelope>(
                     &format!("admin/harness/shared-state/{}/actions", segment(id)),
@@ -509,7 +518,11 @@ impl Backend {
             conflicts: Vec<Conflict>,
         }
         Ok(match self {
-            Backend::Local(e) => e.detect_conflicts(id).await?.1,
+            Backend::Local(e) => {
+                e.detect_conflicts(id, &crate::commands::actor(None))
+                    .await?
+                    .1
+            }
             Backend::Remote(c) => {
                 c.call::<Report>(
                     reqwest::Method::POST,

@@ -254,6 +254,16 @@ fn a_serializing_state_makes_a_colliding_step_wait_and_a_rejecting_one_fails_it(
         action_status(&data, "shs_serial", &b).as_deref(),
         Some("completed")
     );
+    // Waiting wrote nothing: joining, starting and ending are all the records.
+    let db = rusqlite::Connection::open(data.join("rein.db")).unwrap();
+    let records: i64 = db
+        .query_row(
+            "SELECT count(*) FROM audit WHERE json_extract(body, '$.who') = ?1",
+            [&b],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(records, 3);
 
     // reject: `fourth` fails, naming the conflict, while `third` holds docs/.
     let (third, c) = run_recording(&data, dir.path(), "third", "shs_strict", "docs/", &hold);

@@ -250,7 +250,7 @@ impl Engine {
                 started_at: None,
                 completed_at: None,
             };
-            self.add_participant(state, participant)
+            self.add_participant(state, participant, task_id.as_str())
                 .await
                 .map_err(|e| match e.kind() {
                     crate::ErrorKind::NotFound => EngineError::BadRequest(format!(

@@ -170,10 +170,22 @@ impl Engine {
     pub async fn create_shared_state(
         &self,
         state: SharedHarnessState,
+        by: &str,
     ) -> Result<SharedHarnessState, EngineError> {
-        let state = prepare_new(state, self.config.clock.now())?;
-        self.store.insert_shared_state(&state).await?;
+        let now = self.config.clock.now();
+        let state = prepare_new(state, now)?;
+        let audit = audit(now, by, "shared_state.create", &state.id);
+        self.store.insert_shared_state(&state, &audit).await?;
         Ok(state)
+    }
+
+    /// Audit records after position `after`, oldest first.
+    pub async fn audit(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<crate::store::AuditRecord>, EngineError> {
+        Ok(self.store.audit_records(after, limit).await?)
     }
 
     pub async fn shared_state(&self, id: &str) -> Result<SharedHarnessState, EngineError> {
@@ -216,9 +228,10 @@ impl Engine {
     async fn change_shared_state<T>(
         &self,
         id: &str,
+        record: crate::store::AuditRecord,
         change: impl FnMut(&mut SharedHarnessState) -> Result<T, EngineError>,
     ) -> Result<(SharedHarnessState, T), EngineError> {
-        change_state(self.store.as_ref(), id, change).await
+        change_state(self.store.as_ref(), id, &record, change).await
     }
 
     /// Adds a participant, replacing the one with its id.
@@ -226,10 +239,12 @@ impl Engine {
         &self,
         id: &str,
         participant: Participant,
+        by: &str,
     ) -> Result<SharedHarnessState, EngineError> {
         let now = self.config.clock.now();
+        let record = audit(now, by, "shared_state.add_participant", id);
         let (state, ()) = self
-            .change_shared_state(id, |s| {
+            .change_shared_state(id, record, |s| {
                 upsert_participant(s, participant.clone(), now);
                 Ok(())
             })
@@ -242,10 +257,12 @@ impl Engine {
         &self,
         id: &str,
         action: Action,
+        by: &str,
     ) -> Result<SharedHarnessState, EngineError> {
         let now = self.config.clock.now();
+        let record = audit(now, by, "shared_state.add_action", id);
         let (state, ()) = self
-            .change_shared_state(id, |s| Ok(upsert_action(s, action.clone(), now)?))
+            .change_shared_state(id, record, |s| Ok(upsert_action(s, action.clone(), now)?))
             .await?;
         Ok(state)
     }
@@ -255,9 +272,11 @@ impl Engine {
     pub async fn detect_conflicts(
         &self,
         id: &str,
+        by: &str,
     ) -> Result<(SharedHarnessState, Vec<rein_protocol::Conflict>), EngineError> {
         let now = self.config.clock.now();
-        self.change_shared_state(id, |s| {
+        let record = audit(now, by, "shared_state.detect_conflicts", id);
+        self.change_shared_state(id, record, |s| {
             let found = crate::conflicts::detect(s).map_err(SharedStateError::from)?;
             s.conflicts = found.clone();
             s.updated_at = Some(now);
@@ -267,20 +286,35 @@ impl Engine {
     }
 }
 
-/// Reads, changes and writes back a shared state, again if someone else wrote in
-/// between: concurrent changes are never lost.
+/// Reads, changes and writes back a shared state (with `record`), again if
+/// someone else wrote in between: concurrent changes are never lost.
 pub(crate) async fn change_state<T>(
     store: &dyn crate::Store,
     id: &str,
+    record: &crate::store::AuditRecord,
     mut change: impl FnMut(&mut SharedHarnessState) -> Result<T, EngineError>,
 ) -> Result<(SharedHarnessState, T), EngineError> {
+    let changed = maybe_change_state(store, id, record, |s| change(s).map(Some)).await?;
+    changed.ok_or_else(|| EngineError::BadRequest("the change was withdrawn".into()))
+}
+
+/// [`change_state`], where the change may decline (`None`): then nothing is
+/// written and `None` is returned.
+pub(crate) async fn maybe_change_state<T>(
+    store: &dyn crate::Store,
+    id: &str,
+    record: &crate::store::AuditRecord,
+    mut change: impl FnMut(&mut SharedHarnessState) -> Result<Option<T>, EngineError>,
+) -> Result<Option<(SharedHarnessState, T)>, EngineError> {
     for _ in 0..UPDATE_TRIES {
         let Some((mut state, version)) = store.load_shared_state(id).await? else {
             return Err(StoreError::SharedStateNotFound(id.to_owned()).into());
         };
-        let out = change(&mut state)?;
-        match store.update_shared_state(&state, version).await {
-            Ok(()) => return Ok((state, out)),
+        let Some(out) = change(&mut state)? else {
+            return Ok(None);
+        };
+        match store.update_shared_state(&state, version, record).await {
+            Ok(()) => return Ok(Some((state, out))),
             Err(StoreError::SharedStateMoved { .. }) => continue,
             Err(e) => return Err(e.into()),
         }
@@ -387,27 +421,31 @@ pub(crate) async fn start_step(
 ) -> Start {
     loop {
         let now = clock.now();
-        let result = change_state(store, state_id, |s| {
+        let record = audit(now, &who(&action), "shared_state.step_started", state_id);
+        let mut blocked = None;
+        let result = maybe_change_state(store, state_id, &record, |s| {
             if let Some(conflict) = blocking_conflict(s, &action) {
-                return Ok(Err((conflict, s.enforcement)));
+                blocked = Some((conflict, s.enforcement));
+                return Ok(None);
             }
+            blocked = None;
             upsert_action(s, action.clone(), now)?;
-            Ok(Ok(()))
+            Ok(Some(()))
         })
         .await;
-        match result {
-            Ok((_, Ok(()))) => return Start::Go,
-            Ok((_, Err((conflict, Some(rein_protocol::Enforcement::Reject))))) => {
+        match (result, blocked) {
+            (Ok(Some(_)), _) => return Start::Go,
+            (Ok(None), Some((conflict, Some(rein_protocol::Enforcement::Reject)))) => {
                 return Start::Rejected(Box::new(conflict));
             }
-            Ok((_, Err(_))) => {
+            (Ok(None), _) => {
                 // Serialize: wait for the other action to end.
                 tokio::select! {
                     () = tokio::time::sleep(poll) => {}
                     () = cancel.cancelled() => return Start::Go,
                 }
             }
-            Err(e) => {
+            (Err(e), _) => {
                 tracing::warn!(shared_state = state_id, action = %action.id, error = %e, "cannot record the step in the shared state");
                 return Start::Go;
             }
@@ -424,7 +462,17 @@ pub(crate) async fn record_step(
     now: Timestamp,
     ended: bool,
 ) {
-    let result = change_state(store, state_id, |s| {
+    let record = audit(
+        now,
+        &who(&action),
+        if ended {
+            "shared_state.step_ended"
+        } else {
+            "shared_state.step_started"
+        },
+        state_id,
+    );
+    let result = change_state(store, state_id, &record, |s| {
         if let Some(existing) = s.actions.iter().find(|a| a.id == action.id) {
             action.started_at = existing.started_at;
         }
@@ -437,4 +485,24 @@ pub(crate) async fn record_step(
     if let Err(e) = result {
         tracing::warn!(shared_state = state_id, action = %action.id, error = %e, "cannot record the step in the shared state");
     }
+}
+
+/// An audit record of `action` on shared state `subject`, by `who`.
+fn audit(at: Timestamp, who: &str, action: &str, subject: &str) -> crate::store::AuditRecord {
+    crate::store::AuditRecord {
+        seq: 0,
+        at,
+        who: who.to_owned(),
+        action: action.to_owned(),
+        subject: subject.to_owned(),
+        detail: serde_json::Value::Null,
+    }
+}
+
+/// Who a task's step records as: its task.
+fn who(action: &Action) -> String {
+    action
+        .participant_id
+        .clone()
+        .unwrap_or_else(|| "rein".to_owned())
 }

@@ -114,6 +114,22 @@ pub struct SharedStatePage {
     pub next_cursor: Option<String>,
 }
 
+/// A record of a change made outside a task's log (shared state so far): who did
+/// what to which subject, and when. Written in the same transaction as the change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// Its position (0 before it is stored).
+    pub seq: u64,
+    pub at: Timestamp,
+    pub who: String,
+    /// What was done: `shared_state.create`, `shared_state.add_action`, …
+    pub action: String,
+    /// What it was done to: a shared state's id.
+    pub subject: String,
+    #[serde(default)]
+    pub detail: serde_json::Value,
+}
+
 /// A snapshot without its payload, for listings.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotInfo {
@@ -201,10 +217,12 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// A write and a read that prove the store works (for health checks).
     async fn probe(&self) -> StoreResult<()>;
 
-    /// Stores a new shared state (version 1); `SharedStateExists` if its id is taken.
+    /// Stores a new shared state (version 1) and `audit`, in one transaction;
+    /// `SharedStateExists` if its id is taken.
     async fn insert_shared_state(
         &self,
         state: &rein_protocol::SharedHarnessState,
+        audit: &AuditRecord,
     ) -> StoreResult<()>;
     /// A shared state and its version.
     async fn load_shared_state(
@@ -217,6 +235,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         &self,
         state: &rein_protocol::SharedHarnessState,
         expected: u64,
+        audit: &AuditRecord,
     ) -> StoreResult<()>;
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage>;
+    /// Audit records after position `after`, oldest first, at most `limit`.
+    async fn audit_records(&self, after: u64, limit: usize) -> StoreResult<Vec<AuditRecord>>;
 }

@@ -21,12 +21,15 @@ async fn an_existing_id_is_refused_never_overwritten() {
     let h = common::harness();
     let first = h
         .engine
-        .create_shared_state(parse(json!({ "id": "shs_one", "goal": "first" })))
+        .create_shared_state(parse(json!({ "id": "shs_one", "goal": "first" })), "tester")
         .await
         .unwrap();
     let err = h
         .engine
-        .create_shared_state(parse(json!({ "id": "shs_one", "goal": "second" })))
+        .create_shared_state(
+            parse(json!({ "id": "shs_one", "goal": "second" })),
+            "tester",
+        )
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Conflict);
@@ -41,13 +44,16 @@ async fn listings_filter_and_page_newest_first() {
     let h = common::harness();
     for i in 0..7 {
         h.engine
-            .create_shared_state(parse(json!({
+            .create_shared_state(
+                parse(json!({
                 "id": format!("shs_{i}"),
                 "goal": "g",
                 "sessionId": if i % 2 == 0 { "even" } else { "odd" },
                 "status": if i == 3 { "completed" } else { "active" },
                 "tags": if i < 2 { json!(["release"]) } else { json!([]) },
-            })))
+                })),
+                "tester",
+            )
             .await
             .unwrap();
     }
@@ -121,7 +127,7 @@ async fn concurrent_changes_to_one_state_are_all_kept() {
     let h = common::harness();
     let engine = Arc::clone(&h.engine);
     engine
-        .create_shared_state(parse(json!({ "id": "shs_busy", "goal": "g" })))
+        .create_shared_state(parse(json!({ "id": "shs_busy", "goal": "g" })), "tester")
         .await
         .unwrap();
     let mut writers = tokio::task::JoinSet::new();
@@ -132,7 +138,7 @@ async fn concurrent_changes_to_one_state_are_all_kept() {
                 "id": format!("a{i}"), "title": format!("action {i}")
             }))
             .unwrap();
-            engine.add_action("shs_busy", action).await
+            engine.add_action("shs_busy", action, "tester").await
         });
     }
     while let Some(done) = writers.join_next().await {
@@ -140,6 +146,19 @@ async fn concurrent_changes_to_one_state_are_all_kept() {
     }
     let state = engine.shared_state("shs_busy").await.unwrap();
     assert_eq!(state.actions.len(), 24, "no write was lost");
+    // Every change has its audit record, written with it: one create, 24 adds.
+    let records = engine.audit(0, 100).await.unwrap();
+    assert_eq!(records.len(), 25);
+    assert_eq!(records[0].action, "shared_state.create");
+    assert!(
+        records[1..]
+            .iter()
+            .all(|r| r.action == "shared_state.add_action"
+                && r.who == "tester"
+                && r.subject == "shs_busy")
+    );
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (1..=25).collect::<Vec<_>>());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,18 +171,18 @@ async fn detection_replaces_the_stored_conflicts() {
         .unwrap()
     };
     h.engine
-        .create_shared_state(parse(json!({ "id": "shs_c", "goal": "g" })))
+        .create_shared_state(parse(json!({ "id": "shs_c", "goal": "g" })), "tester")
         .await
         .unwrap();
     h.engine
-        .add_action("shs_c", write("a", "x.md"))
+        .add_action("shs_c", write("a", "x.md"), "tester")
         .await
         .unwrap();
     h.engine
-        .add_action("shs_c", write("b", "x.md"))
+        .add_action("shs_c", write("b", "x.md"), "tester")
         .await
         .unwrap();
-    let (state, found) = h.engine.detect_conflicts("shs_c").await.unwrap();
+    let (state, found) = h.engine.detect_conflicts("shs_c", "tester").await.unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(found[0].conflict_type, ConflictType::WriteWrite);
     assert_eq!(state.conflicts, found);
@@ -173,10 +192,10 @@ async fn detection_replaces_the_stored_conflicts() {
     );
     // `b` moves elsewhere: the next detection clears the list.
     h.engine
-        .add_action("shs_c", write("b", "y.md"))
+        .add_action("shs_c", write("b", "y.md"), "tester")
         .await
         .unwrap();
-    let (_, found) = h.engine.detect_conflicts("shs_c").await.unwrap();
+    let (_, found) = h.engine.detect_conflicts("shs_c", "tester").await.unwrap();
     assert!(found.is_empty());
     assert!(
         h.engine
@@ -189,7 +208,7 @@ async fn detection_replaces_the_stored_conflicts() {
     // Bad input is refused as such.
     let err: EngineError = h
         .engine
-        .add_action("shs_c", write("c", "../../out"))
+        .add_action("shs_c", write("c", "../../out"), "tester")
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Invalid);

@@ -419,6 +419,23 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
+            path: "/admin/audit",
+            handler: get(crate::shared_state::audit),
+            operations: vec![Operation {
+                query: &[
+                    ("after", "only records after this position"),
+                    ("limit", "at most this many (default 1000)"),
+                ],
+                ..op(
+                    "get",
+                    "Audit records of changes made outside task logs (shared states), oldest first",
+                    V,
+                    200,
+                    "AuditPage",
+                )
+            }],
+        },
+        Route {
             path: "/admin/ledger",
             handler: get(ledger),
             operations: vec![op(
@@ -544,6 +561,13 @@ fn envelopes() -> Vec<(&'static str, Value)> {
             object(
                 json!({ "state": reference("SharedHarnessState"), "conflicts": { "type": "array", "items": reference("Conflict") } }),
                 &["state", "conflicts"],
+            ),
+        ),
+        (
+            "AuditPage",
+            object(
+                json!({ "items": { "type": "array", "items": object(json!({ "seq": { "type": "integer" }, "at": { "type": "string", "format": "date-time" }, "who": { "type": "string" }, "action": { "type": "string" }, "subject": { "type": "string" }, "detail": {} }), &["seq", "at", "who", "action", "subject"]) } }),
+                &["items"],
             ),
         ),
         (

@@ -102,19 +102,13 @@ pub async fn of_session(
     ))
 }
 
-/// Who changed what, in the log (the request span carries method and path).
-fn audit(caller: &crate::auth::Principal, what: &str, id: &str) {
-    tracing::info!(target: "rein::audit", who = %caller.name, what, shared_state = id, "shared state changed");
-}
-
 pub async fn create(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Body(body): Body<SharedHarnessState>,
 ) -> ApiResult<Response> {
     require(&caller, Role::Operator)?;
-    let created = state.engine.create_shared_state(body).await?;
-    audit(&caller, "create", &created.id);
+    let created = state.engine.create_shared_state(body, &caller.name).await?;
     Ok((StatusCode::CREATED, Json(json!({ "state": created }))).into_response())
 }
 
@@ -125,8 +119,10 @@ pub async fn add_participant(
     Body(body): Body<Participant>,
 ) -> ApiResult<Json<serde_json::Value>> {
     require(&caller, Role::Operator)?;
-    let changed = state.engine.add_participant(&id, body).await?;
-    audit(&caller, "add participant", &id);
+    let changed = state
+        .engine
+        .add_participant(&id, body, &caller.name)
+        .await?;
     Ok(Json(json!({ "state": changed })))
 }
 
@@ -137,8 +133,7 @@ pub async fn add_action(
     Body(body): Body<Action>,
 ) -> ApiResult<Json<serde_json::Value>> {
     require(&caller, Role::Operator)?;
-    let changed = state.engine.add_action(&id, body).await?;
-    audit(&caller, "add action", &id);
+    let changed = state.engine.add_action(&id, body, &caller.name).await?;
     Ok(Json(json!({ "state": changed })))
 }
 
@@ -148,7 +143,31 @@ pub async fn detect(
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
     require(&caller, Role::Operator)?;
-    let (changed, conflicts) = state.engine.detect_conflicts(&id).await?;
-    audit(&caller, "detect conflicts", &id);
+    let (changed, conflicts) = state.engine.detect_conflicts(&id, &caller.name).await?;
     Ok(Json(json!({ "state": changed, "conflicts": conflicts })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    after: Option<u64>,
+    limit: Option<usize>,
+}
+
+/// Audit records of changes made outside task logs, oldest first.
+pub async fn audit(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let items = state
+        .engine
+        .audit(
+            q.after.unwrap_or(0),
+            q.limit.unwrap_or(1000).clamp(1, 10_000),
+        )
+        .await?;
+    Ok(Json(json!({ "items": items })))
 }

@@ -1275,4 +1275,35 @@ async fn the_shared_state_routes_with_their_errors_and_auth() {
         .status,
         StatusCode::FORBIDDEN
     );
+    // Every change left an audit record naming who made it; refusals left none.
+    let audit = api
+        .call(Method::GET, "/admin/audit", Some(VIEWER), None)
+        .await;
+    assert_eq!(audit.status, StatusCode::OK, "{}", audit.text);
+    let actions: Vec<&str> = audit.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        vec![
+            "shared_state.create",
+            "shared_state.add_participant",
+            "shared_state.add_action",
+            "shared_state.detect_conflicts"
+        ]
+    );
+    assert!(
+        audit.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["who"] == "otto" && r["subject"] == "shs_release_docs")
+    );
+    let later = api
+        .call(Method::GET, "/admin/audit?after=2", Some(VIEWER), None)
+        .await;
+    assert_eq!(later.body["items"][0]["seq"], 3);
 }

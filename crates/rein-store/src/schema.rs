@@ -81,6 +81,13 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX shared_states_by_time ON shared_states(created_at, id);
     CREATE INDEX shared_states_by_session ON shared_states(session_id, created_at, id);
     ",
+    // 4: audit records of changes made outside a task's log.
+    "
+    CREATE TABLE audit (
+        seq  INTEGER PRIMARY KEY,
+        body TEXT NOT NULL
+    ) STRICT;
+    ",
 ];
 
 /// The schema version this build writes.

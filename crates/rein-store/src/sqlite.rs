@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::SecondsFormat;
 use rein_core::store::{
-    ApprovalFilter, ControlRequest, NewTask, SharedStateFilter, SharedStatePage, SnapshotInfo,
-    TaskFilter, TaskPage, TaskWrite,
+    ApprovalFilter, AuditRecord, ControlRequest, NewTask, SharedStateFilter, SharedStatePage,
+    SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
 };
 use rein_core::{Store, StoreError, StoreResult};
 use rein_protocol::{
@@ -735,8 +735,13 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn insert_shared_state(&self, state: &SharedHarnessState) -> StoreResult<()> {
+    async fn insert_shared_state(
+        &self,
+        state: &SharedHarnessState,
+        audit: &AuditRecord,
+    ) -> StoreResult<()> {
         let row = SharedRow::of(state)?;
+        let audit = serde_json::to_string(audit).map_err(backend)?;
         self.writer
             .write(move |conn| {
                 let inserted = conn
@@ -749,7 +754,7 @@ impl Store for SqliteStore {
                 if inserted == 0 {
                     return Err(StoreError::SharedStateExists(row.id.clone()));
                 }
-                Ok(())
+                append_audit(conn, &audit)
             })
             .await
     }
@@ -778,8 +783,10 @@ impl Store for SqliteStore {
         &self,
         state: &SharedHarnessState,
         expected: u64,
+        audit: &AuditRecord,
     ) -> StoreResult<()> {
         let row = SharedRow::of(state)?;
+        let audit = serde_json::to_string(audit).map_err(backend)?;
         let expected_i = i64::try_from(expected).map_err(backend)?;
         self.writer
             .write(move |conn| {
@@ -802,9 +809,34 @@ impl Store for SqliteStore {
                         StoreError::SharedStateNotFound(row.id.clone())
                     });
                 }
-                Ok(())
+                append_audit(conn, &audit)
             })
             .await
+    }
+
+    async fn audit_records(&self, after: u64, limit: usize) -> StoreResult<Vec<AuditRecord>> {
+        let after = i64::try_from(after).map_err(backend)?;
+        let limit = i64::try_from(limit.clamp(1, 10_000)).map_err(backend)?;
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT seq, body FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2")
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![after, limit], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
+                .map_err(backend)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (seq, body) = row.map_err(backend)?;
+                let mut record: AuditRecord =
+                    serde_json::from_str(&body).map_err(|e| corrupt("audit record", e))?;
+                record.seq = u64::try_from(seq).unwrap_or(0);
+                out.push(record);
+            }
+            Ok(out)
+        })
+        .await
     }
 
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage> {
@@ -884,6 +916,13 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
+
+/// Appends an audit record (its body without its position, which the row gives).
+fn append_audit(conn: &Connection, body: &str) -> StoreResult<()> {
+    conn.execute("INSERT INTO audit (body) VALUES (?1)", [body])
+        .map_err(backend)?;
+    Ok(())
 }
 
 /// The columns of a shared state's row.

@@ -129,8 +129,16 @@ impl Store for HeldClockStore {
     async fn insert_shared_state(
         &self,
         state: &rein_protocol::SharedHarnessState,
+        audit: &rein_core::store::AuditRecord,
     ) -> StoreResult<()> {
-        self.0.insert_shared_state(state).await
+        self.0.insert_shared_state(state, audit).await
+    }
+    async fn audit_records(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<rein_core::store::AuditRecord>> {
+        self.0.audit_records(after, limit).await
     }
     async fn load_shared_state(
         &self,
@@ -142,8 +150,9 @@ impl Store for HeldClockStore {
         &self,
         state: &rein_protocol::SharedHarnessState,
         expected: u64,
+        audit: &rein_core::store::AuditRecord,
     ) -> StoreResult<()> {
-        self.0.update_shared_state(state, expected).await
+        self.0.update_shared_state(state, expected, audit).await
     }
     async fn list_shared_states(
         &self,
