@@ -71,7 +71,10 @@ fn task_id(id: &str) -> ApiResult<TaskId> {
     TaskId::parse(id).map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
-fn parse_time(name: &str, value: &Option<String>) -> ApiResult<Option<rein_protocol::Timestamp>> {
+pub(crate) fn parse_time(
+    name: &str,
+    value: &Option<String>,
+) -> ApiResult<Option<rein_protocol::Timestamp>> {
     value
         .as_deref()
         .map(|v| {

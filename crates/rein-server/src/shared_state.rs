@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::AppState;
 use crate::auth::{Role, require};
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller};
+use crate::routes::{Body, Caller, parse_time};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -28,18 +28,6 @@ pub struct StateQuery {
     created_to: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,
-}
-
-fn time(name: &str, value: Option<&str>) -> ApiResult<Option<rein_protocol::Timestamp>> {
-    value
-        .map(|v| {
-            chrono::DateTime::parse_from_rfc3339(v)
-                .map(|t| t.to_utc())
-                .map_err(|e| {
-                    ApiError::bad_request(format!("{name}: `{v}` is not an RFC 3339 time ({e})"))
-                })
-        })
-        .transpose()
 }
 
 pub async fn list(
@@ -69,8 +57,8 @@ pub async fn list(
         harness_contract_id: q.harness_contract_id,
         status,
         tag: q.tag,
-        created_from: time("createdFrom", q.created_from.as_deref())?,
-        created_to: time("createdTo", q.created_to.as_deref())?,
+        created_from: parse_time("createdFrom", &q.created_from)?,
+        created_to: parse_time("createdTo", &q.created_to)?,
         limit: q.limit,
         cursor: q.cursor,
     };

@@ -393,32 +393,25 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut sql = String::from("SELECT summary FROM tasks WHERE 1 = 1");
-            let mut args: Vec<String> = Vec::new();
-            let mut clause = |cond: &str, value: String| {
-                args.push(value);
-                sql.push_str(&format!(" AND {cond} ?{}", args.len()));
-            };
+            let mut q = Where::new("SELECT summary FROM tasks");
             if let Some(s) = &filter.session_id {
-                clause("session_id =", s.clone());
+                q.and("session_id =", s.clone());
             }
             if let Some(s) = filter.status {
-                clause("status =", s.as_str().to_owned());
+                q.and("status =", s.as_str().to_owned());
             }
             if let Some(t) = &filter.created_from {
-                clause("created_at >=", ts(t));
+                q.and("created_at >=", ts(t));
             }
             if let Some(t) = &filter.created_to {
-                clause("created_at <", ts(t));
+                q.and("created_at <", ts(t));
             }
             if let Some(c) = &filter.cursor {
-                clause("id <", c.clone());
+                q.and("id <", c.clone());
             }
-            sql.push_str(&format!(" ORDER BY id DESC LIMIT {}", limit + 1));
-            let mut items: Vec<TaskSummary> = query_json(
+            let mut items: Vec<TaskSummary> = q.run(
                 conn,
-                &sql,
-                rusqlite::params_from_iter(args.iter()),
+                &format!(" ORDER BY id DESC LIMIT {}", limit + 1),
                 "task summary",
             )?;
             let next_cursor = if items.len() > limit {
@@ -851,53 +844,39 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut sql = String::from("SELECT body FROM shared_states WHERE 1 = 1");
-            let mut args: Vec<String> = Vec::new();
-            let mut clause = |cond: &str, value: String| {
-                args.push(value);
-                sql.push_str(&format!(" AND {cond} ?{}", args.len()));
-            };
+            let mut q = Where::new("SELECT body FROM shared_states");
             if let Some(s) = &filter.session_id {
-                clause("session_id =", s.clone());
+                q.and("session_id =", s.clone());
             }
             if let Some(s) = &filter.parent_session_id {
-                clause("parent_session_id =", s.clone());
+                q.and("parent_session_id =", s.clone());
             }
             if let Some(s) = &filter.harness_contract_id {
-                clause("harness_contract_id =", s.clone());
+                q.and("harness_contract_id =", s.clone());
             }
             if let Some(s) = filter.status {
-                clause("status =", work_status(s));
+                q.and("status =", work_status(s));
             }
             if let Some(t) = &filter.created_from {
-                clause("created_at >=", ts(t));
+                q.and("created_at >=", ts(t));
             }
             if let Some(t) = &filter.created_to {
-                clause("created_at <", ts(t));
+                q.and("created_at <", ts(t));
             }
             if let Some(t) = &filter.tag {
-                args.push(t.clone());
-                sql.push_str(&format!(
-                    " AND EXISTS (SELECT 1 FROM json_each(body, '$.tags') WHERE value = ?{})",
-                    args.len()
-                ));
+                q.and(
+                    "EXISTS (SELECT 1 FROM json_each(body, '$.tags') WHERE value = ?)",
+                    t.clone(),
+                );
             }
             if let Some((t, id)) = cursor {
-                args.push(t);
-                args.push(id);
-                let (a, b) = (args.len() - 1, args.len());
-                sql.push_str(&format!(
-                    " AND (created_at < ?{a} OR (created_at = ?{a} AND id < ?{b}))"
-                ));
+                q.and("(created_at < ? OR (created_at = ? AND id < ?))", t.clone());
+                q.also(t);
+                q.also(id);
             }
-            sql.push_str(&format!(
-                " ORDER BY created_at DESC, id DESC LIMIT {}",
-                limit + 1
-            ));
-            let mut items: Vec<SharedHarnessState> = query_json(
+            let mut items: Vec<SharedHarnessState> = q.run(
                 conn,
-                &sql,
-                rusqlite::params_from_iter(args.iter()),
+                &format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1),
                 "shared state",
             )?;
             let next_cursor = if items.len() > limit {
@@ -915,6 +894,63 @@ impl Store for SqliteStore {
             Ok(SharedStatePage { items, next_cursor })
         })
         .await
+    }
+}
+
+/// A `SELECT` with `AND`-ed conditions and numbered parameters. A condition's
+/// `?`s are numbered in order; one without a `?` gets its parameter at the end.
+struct Where {
+    sql: String,
+    args: Vec<String>,
+}
+
+impl Where {
+    fn new(select: &str) -> Where {
+        Where {
+            sql: format!("{select} WHERE 1 = 1"),
+            args: Vec::new(),
+        }
+    }
+
+    /// `AND cond`, with `value` as its first parameter.
+    fn and(&mut self, cond: &str, value: String) {
+        self.sql.push_str(" AND ");
+        if cond.contains('?') {
+            let mut first = true;
+            let mut n = self.args.len();
+            for part in cond.split('?') {
+                if !first {
+                    n += 1;
+                    self.sql.push_str(&format!("?{n}"));
+                }
+                first = false;
+                self.sql.push_str(part);
+            }
+        } else {
+            self.sql
+                .push_str(&format!("{cond} ?{}", self.args.len() + 1));
+        }
+        self.args.push(value);
+    }
+
+    /// A further parameter of the last condition.
+    fn also(&mut self, value: String) {
+        self.args.push(value);
+    }
+
+    /// Runs it with `tail` (ordering, limit) appended; each row one JSON body.
+    fn run<T: serde::de::DeserializeOwned>(
+        &self,
+        conn: &Connection,
+        tail: &str,
+        what: &str,
+    ) -> StoreResult<Vec<T>> {
+        query_json(
+            conn,
+            &format!("{}{tail}", self.sql),
+            rusqlite::params_from_iter(self.args.iter()),
+            what,
+        )
     }
 }
 
