@@ -234,31 +234,6 @@ impl Engine {
         let plan = plan::validate(request.plan)?;
         let plan = plan::validate(crate::permissions::apply(plan, &self.config.policy)?)?;
         let task_id = TaskId::new();
-        if let Some(state) = &plan.shared_state {
-            // The task takes part in the state it records into (which must exist).
-            let participant = rein_protocol::Participant {
-                id: task_id.to_string(),
-                role: rein_protocol::ParticipantRole::Custom,
-                session_id: request.session_id.clone(),
-                agent_id: None,
-                display_name: Some(plan.original_task.clone()),
-                model_profile_id: None,
-                tool_preset: None,
-                status: rein_protocol::WorkStatus::Active,
-                parent_participant_id: None,
-                notes: Some("a rein task".into()),
-                started_at: None,
-                completed_at: None,
-            };
-            self.add_participant(state, participant, task_id.as_str())
-                .await
-                .map_err(|e| match e.kind() {
-                    crate::ErrorKind::NotFound => EngineError::BadRequest(format!(
-                        "the plan records into shared state `{state}`, which does not exist: create it first (rein state create FILE.json)"
-                    )),
-                    _ => e,
-                })?;
-        }
         let workspace = match request.workspace {
             Some(dir) => dir,
             None => self.config.workspace_root.join(task_id.as_str()),
@@ -268,6 +243,7 @@ impl Engine {
             error,
         })?;
         let workspace = std::fs::canonicalize(&workspace).unwrap_or(workspace);
+        let requested_session = request.session_id.clone();
         let session_id = request
             .session_id
             .unwrap_or_else(|| self.config.default_session.clone());
@@ -320,6 +296,32 @@ impl Engine {
                 who: "plan_validator".into(),
             },
         )?;
+        if let Some(state) = &plan.shared_state {
+            // The task takes part in the state it records into (which must exist);
+            // joined last, so a task that fails to be made leaves no participant.
+            let participant = rein_protocol::Participant {
+                id: task_id.to_string(),
+                role: rein_protocol::ParticipantRole::Custom,
+                session_id: requested_session,
+                agent_id: None,
+                display_name: Some(plan.original_task.clone()),
+                model_profile_id: None,
+                tool_preset: None,
+                status: rein_protocol::WorkStatus::Active,
+                parent_participant_id: None,
+                notes: Some("a rein task".into()),
+                started_at: None,
+                completed_at: None,
+            };
+            self.add_participant(state, participant, task_id.as_str())
+                .await
+                .map_err(|e| match e.kind() {
+                    crate::ErrorKind::NotFound => EngineError::BadRequest(format!(
+                        "the plan records into shared state `{state}`, which does not exist: create it first (rein state create FILE.json)"
+                    )),
+                    _ => e,
+                })?;
+        }
         rec.flush_new(plan, &self.store, &self.events).await?;
         Ok(rec.state)
     }
