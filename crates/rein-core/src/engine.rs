@@ -116,6 +116,9 @@ pub struct Engine {
     pub(crate) controls: Arc<ControlHub>,
     /// Folded states of recently read tasks.
     states: std::sync::Mutex<std::collections::HashMap<TaskId, TaskState>>,
+    /// Woken when this engine writes an audit record (streams also poll, for
+    /// records other processes write).
+    pub(crate) audited: tokio::sync::Notify,
 }
 
 /// How many folded task states the engine keeps for reads.
@@ -137,7 +140,14 @@ impl Engine {
             runner: current_runner(),
             controls,
             states: std::sync::Mutex::new(std::collections::HashMap::new()),
+            audited: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Resolves when this engine has written an audit record since the call
+    /// (the wait starts when this is called, not when it is first polled).
+    pub fn audited(&self) -> tokio::sync::futures::Notified<'_> {
+        self.audited.notified()
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {

@@ -176,6 +176,7 @@ impl Engine {
         let state = prepare_new(state, now)?;
         let audit = audit(now, by, "shared_state.create", &state.id);
         self.store.insert_shared_state(&state, &audit).await?;
+        self.audited.notify_waiters();
         Ok(state)
     }
 
@@ -231,7 +232,9 @@ impl Engine {
         record: crate::store::AuditRecord,
         change: impl FnMut(&mut SharedHarnessState) -> Result<T, EngineError>,
     ) -> Result<(SharedHarnessState, T), EngineError> {
-        change_state(self.store.as_ref(), id, &record, change).await
+        let changed = change_state(self.store.as_ref(), id, &record, change).await?;
+        self.audited.notify_waiters();
+        Ok(changed)
     }
 
     /// Adds a participant, replacing the one with its id.

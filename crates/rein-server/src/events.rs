@@ -25,7 +25,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::routes::Caller;
 
 /// How often a stream looks for events written by other processes.
-const POLL: Duration = Duration::from_millis(250);
+pub(crate) const POLL: Duration = Duration::from_millis(250);
 const BATCH: usize = 500;
 
 /// The SSE event type sent (once, without an id) when a task is left in progress
@@ -35,11 +35,11 @@ pub const STALLED: &str = "stalled";
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct After {
-    after: Option<u64>,
+    pub(crate) after: Option<u64>,
 }
 
 /// Where the client is: `Last-Event-ID`, else `?after=`, else the start.
-fn position(headers: &HeaderMap, query: &After) -> ApiResult<u64> {
+pub(crate) fn position(headers: &HeaderMap, query: &After) -> ApiResult<u64> {
     match headers.get("last-event-id") {
         Some(v) => v
             .to_str()

@@ -436,6 +436,23 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
+            path: "/admin/audit/stream",
+            handler: get(crate::shared_state::audit_stream),
+            operations: vec![Operation {
+                query: &[(
+                    "after",
+                    "resume after this position (or send Last-Event-ID)",
+                )],
+                ..op(
+                    "get",
+                    "Audit records as Server-Sent Events (id = position, event = action), live",
+                    V,
+                    200,
+                    "text/event-stream",
+                )
+            }],
+        },
+        Route {
             path: "/admin/ledger",
             handler: get(ledger),
             operations: vec![op(

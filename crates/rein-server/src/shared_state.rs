@@ -159,3 +159,55 @@ pub async fn audit(
         .await?;
     Ok(Json(json!({ "items": items })))
 }
+
+/// Audit records as Server-Sent Events (id = the record's position, event = its
+/// action), from `Last-Event-ID` or `?after=`: every shared-state change, live.
+pub async fn audit_stream(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    headers: axum::http::HeaderMap,
+    query: Result<Query<crate::events::After>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Response> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    require(&caller, Role::Viewer)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let mut after = crate::events::position(&headers, &query)?;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, std::convert::Infallible>>(64);
+    tokio::spawn(async move {
+        loop {
+            // Asked for before reading, so a record written meanwhile wakes it.
+            let woken = state.engine.audited();
+            let records = match state.engine.audit(after, 500).await {
+                Ok(records) => records,
+                Err(e) => {
+                    let _ = tx
+                        .send(Ok(Event::default().event("error").data(e.to_string())))
+                        .await;
+                    return;
+                }
+            };
+            for record in &records {
+                let frame = Event::default()
+                    .id(record.seq.to_string())
+                    .event(record.action.as_str())
+                    .json_data(record)
+                    .unwrap_or_else(|_| Event::default().comment("unencodable record"));
+                if tx.send(Ok(frame)).await.is_err() {
+                    return;
+                }
+                after = record.seq;
+            }
+            if records.len() == 500 {
+                continue;
+            }
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(crate::events::POLL) => {}
+                () = tx.closed() => return,
+            }
+        }
+    });
+    Ok(Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}

@@ -1307,3 +1307,52 @@ async fn the_shared_state_routes_with_their_errors_and_auth() {
         .await;
     assert_eq!(later.body["items"][0]["seq"], 3);
 }
+
+#[tokio::test]
+async fn audit_records_stream_live_and_resume_from_last_event_id() {
+    let api = api();
+    let create = |id: &str| json!({ "id": id, "goal": "g" });
+    let base = "/admin/harness/shared-state";
+    api.call(Method::POST, base, Some(OPERATOR), Some(create("shs_a")))
+        .await;
+    let stream = |last: Option<&str>| {
+        let mut req = Request::get("/admin/audit/stream")
+            .header(header::AUTHORIZATION, format!("Bearer {VIEWER}"));
+        if let Some(l) = last {
+            req = req.header("last-event-id", l);
+        }
+        req.body(Body::empty()).unwrap()
+    };
+    let res = router(api.state.clone())
+        .oneshot(stream(None))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    // A change made while the stream is open arrives on it.
+    let state = api.state.clone();
+    let later = tokio::spawn(async move {
+        state
+            .engine
+            .create_shared_state(
+                serde_json::from_value(json!({ "id": "shs_b", "goal": "g" })).unwrap(),
+                "otto",
+            )
+            .await
+            .unwrap();
+    });
+    let live = frames(res, |seen| seen.len() >= 2).await;
+    later.await.unwrap();
+    assert_eq!(
+        live,
+        vec![
+            (1, "shared_state.create".to_owned()),
+            (2, "shared_state.create".to_owned())
+        ]
+    );
+    let res = router(api.state.clone())
+        .oneshot(stream(Some("1")))
+        .await
+        .unwrap();
+    let rest = frames(res, |seen| !seen.is_empty()).await;
+    assert_eq!(rest, vec![(2, "shared_state.create".to_owned())]);
+}
