@@ -462,6 +462,11 @@ fn split_segments(
                 i = end + 1;
                 continue;
             }
+            // `>&2`, `2>&1`, `<&3` and `&>file` redirect; they separate nothing.
+            '&' if !double
+                && (current.ends_with('>')
+                    || current.ends_with('<')
+                    || chars.get(i + 1) == Some(&'>')) => {}
             ';' | '&' | '|' | '\n' if !double => {
                 segments.push(std::mem::take(&mut current));
                 i += 1;
@@ -618,6 +623,21 @@ mod tests {
             p.check_script("FOO=1 exec rm -rf /srv").verdict,
             Verdict::Deny
         );
+        // Redirections with `&` are not separators.
+        let strict = policy("default = 'ask'\n[[rules]]\nverdict = 'allow'\ncommand = 'echo **'\n");
+        for script in [
+            "echo hi >&2",
+            "echo hi 2>&1",
+            "echo hi &>log",
+            "echo hi <&0",
+        ] {
+            assert_eq!(
+                strict.check_script(script).verdict,
+                Verdict::Allow,
+                "{script}"
+            );
+        }
+        assert_eq!(strict.check_script("echo a & make").verdict, Verdict::Ask);
         // A script that cannot be split is asked about, naming why.
         let d = p.check_script("echo 'unclosed");
         assert_eq!(d.verdict, Verdict::Ask);
