@@ -168,6 +168,7 @@ impl StepExecutor for CommandExecutor {
                 "true",
                 &env,
                 &Confinement::default(),
+                CommandOutput::default(),
                 CancellationToken::new(),
             )
             .await;
@@ -195,9 +196,10 @@ impl StepExecutor for CommandExecutor {
                 memory_mb,
                 allow_read,
             } => {
-                // The rules are asked again: the run records what they said.
-                let permission = match crate::permissions::decide(&request.step, &request.policy) {
-                    Ok(d) => d,
+                // The rules are asked again: the run records what they said, and
+                // under which policy.
+                let policy = match crate::permissions::for_step(&request.step, &request.policy) {
+                    Ok(policy) => policy,
                     Err(detail) => {
                         return StepOutcome::Failed {
                             error: format!("the step's permissions are invalid: {detail}"),
@@ -206,6 +208,7 @@ impl StepExecutor for CommandExecutor {
                         };
                     }
                 };
+                let permission = crate::permissions::decide_under(&request.step, &policy);
                 if let Some(refusal) = refusal(&request.step, permission.as_ref()) {
                     let output = CommandOutput {
                         sandbox: self.sandbox_kind().as_str().to_owned(),
@@ -223,14 +226,13 @@ impl StepExecutor for CommandExecutor {
                     memory_bytes: memory_mb.map(|mb| mb.saturating_mul(1024 * 1024)),
                     read_only: allow_read.iter().map(PathBuf::from).collect(),
                 };
-                let mut outcome = self
-                    .run_command(&request, run, env, &confinement, cancel)
-                    .await;
-                let policy = crate::permissions::for_step(&request.step, &request.policy)
-                    .map(|p| p.describe())
-                    .unwrap_or_default();
-                record_permission(&mut outcome, permission, policy);
-                outcome
+                let record = CommandOutput {
+                    permission,
+                    policy: policy.describe(),
+                    ..CommandOutput::default()
+                };
+                self.run_command(&request, run, env, &confinement, record, cancel)
+                    .await
             }
             // The runner waits for a person on these; they never reach an executor.
             StepAction::Approval { .. } => StepOutcome::Failed {
@@ -280,6 +282,7 @@ impl CommandExecutor {
         run: &str,
         env: &std::collections::BTreeMap<String, String>,
         confinement: &Confinement,
+        record: CommandOutput,
         cancel: CancellationToken,
     ) -> StepOutcome {
         let command = match self.launcher(request, run, env, confinement) {
@@ -292,14 +295,20 @@ impl CommandExecutor {
                 };
             }
         };
-        run_child(request, command, self.sandbox_kind(), cancel).await
+        let record = CommandOutput {
+            sandbox: self.sandbox_kind().as_str().to_owned(),
+            ..record
+        };
+        run_child(request, command, record, cancel).await
     }
 }
 
+/// Runs `command` as one attempt of `request`'s step; `record` holds what the
+/// output records besides the run itself (sandbox, permission, policy).
 async fn run_child(
     request: &StepRequest,
     mut command: tokio::process::Command,
-    sandbox: SandboxKind,
+    record: CommandOutput,
     cancel: CancellationToken,
 ) -> StepOutcome {
     command
@@ -381,8 +390,7 @@ async fn run_child(
         stdout_tail,
         stderr_tail,
         truncated_bytes: out_dropped + err_dropped,
-        sandbox: sandbox.as_str().to_owned(),
-        ..CommandOutput::default()
+        ..record
     };
     if cancelled {
         return StepOutcome::Cancelled;
@@ -457,24 +465,6 @@ fn refusal(step: &TaskStep, permission: Option<&PermissionDecision>) -> Option<S
             d.rule,
             crate::permissions::permit_id(&step.id)
         )),
-    }
-}
-
-/// Puts the permission decision into a run's recorded output.
-fn record_permission(
-    outcome: &mut StepOutcome,
-    permission: Option<PermissionDecision>,
-    policy: String,
-) {
-    let output = match outcome {
-        StepOutcome::Passed { output } | StepOutcome::Failed { output, .. } => output,
-        StepOutcome::Cancelled => return,
-    };
-    if let Some(serde_json::Value::Object(map)) = output.as_mut() {
-        map.insert("policy".into(), serde_json::Value::String(policy));
-        if let Some(value) = permission.and_then(|p| serde_json::to_value(p).ok()) {
-            map.insert("permission".into(), value);
-        }
     }
 }
 

@@ -27,6 +27,12 @@ pub fn permit_id(step: &str) -> String {
 /// and the paths it reads beyond its workspace, by the configured rules and the
 /// step's own. `None` for steps that run no command.
 pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecision>, String> {
+    Ok(decide_under(step, &for_step(step, policy)?))
+}
+
+/// [`decide`] under `policy` as it is: the step's own rules already in it
+/// ([`for_step`]).
+pub fn decide_under(step: &TaskStep, policy: &Policy) -> Option<PermissionDecision> {
     let StepAction::Command {
         run,
         network,
@@ -34,9 +40,8 @@ pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecis
         ..
     } = &step.action
     else {
-        return Ok(None);
+        return None;
     };
-    let policy = for_step(step, policy)?;
     let mut decisions = vec![policy.check_script(run)];
     if *network {
         decisions.push(policy.check_network(None));
@@ -51,7 +56,7 @@ pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecis
             worst = Some(d);
         }
     }
-    Ok(worst)
+    worst
 }
 
 /// The policy in force for `step`: the configured rules, then the step's own.
