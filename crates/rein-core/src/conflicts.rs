@@ -57,6 +57,70 @@ fn normalised(path: &str) -> Option<Cow<'_, str>> {
     }))
 }
 
+/// Checks that no resource path in `state` climbs above its root.
+pub fn check_state(state: &SharedHarnessState) -> Result<(), InvalidResource> {
+    check_resources(
+        state
+            .shared_read_set
+            .iter()
+            .chain(&state.shared_write_set)
+            .chain(
+                state
+                    .version_dependencies
+                    .iter()
+                    .filter_map(|d| d.resource.as_ref()),
+            )
+            .chain(
+                state
+                    .verifier_obligations
+                    .iter()
+                    .filter_map(|o| o.resource.as_ref()),
+            ),
+        || "the state".to_owned(),
+    )?;
+    state.actions.iter().try_for_each(check_action)
+}
+
+/// Checks that no resource path of `action` climbs above its root.
+pub fn check_action(action: &Action) -> Result<(), InvalidResource> {
+    check_resources(
+        action
+            .read_set
+            .iter()
+            .chain(&action.write_set)
+            .chain(
+                action
+                    .version_dependencies
+                    .iter()
+                    .filter_map(|d| d.resource.as_ref()),
+            )
+            .chain(
+                action
+                    .verifier_obligations
+                    .iter()
+                    .filter_map(|o| o.resource.as_ref()),
+            ),
+        || format!("action `{}`", action.id),
+    )
+}
+
+fn check_resources<'a>(
+    resources: impl IntoIterator<Item = &'a Resource>,
+    owner: impl Fn() -> String,
+) -> Result<(), InvalidResource> {
+    for r in resources {
+        if let Some(p) = &r.path
+            && normalised(p).is_none()
+        {
+            return Err(InvalidResource {
+                owner: owner(),
+                path: p.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn is_directory(r: &Resource) -> bool {
     r.kind.eq_ignore_ascii_case("directory") || r.kind.eq_ignore_ascii_case("dir")
 }

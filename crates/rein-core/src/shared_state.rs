@@ -97,7 +97,7 @@ pub fn prepare_new(
     state.created_at.get_or_insert(now);
     state.updated_at = Some(now);
     // Paths that climb out of their root are invalid input, refused now.
-    crate::conflicts::detect(&state)?;
+    crate::conflicts::check_state(&state)?;
     Ok(state)
 }
 
@@ -140,14 +140,13 @@ pub fn upsert_action(
         action.id = next_id("action", &taken, &mut 0);
     }
     action.started_at.get_or_insert(now);
-    let mut next = state.clone();
-    match next.actions.iter_mut().find(|a| a.id == action.id) {
+    // Only the new action's paths need checking: the rest were checked on the way in.
+    crate::conflicts::check_action(&action)?;
+    match state.actions.iter_mut().find(|a| a.id == action.id) {
         Some(existing) => *existing = action,
-        None => next.actions.push(action),
+        None => state.actions.push(action),
     }
-    crate::conflicts::detect(&next)?;
-    next.updated_at = Some(now);
-    *state = next;
+    state.updated_at = Some(now);
     Ok(())
 }
 
