@@ -409,13 +409,7 @@ impl Backend {
                     query.push(("sessionId", s.clone()));
                 }
                 if let Some(s) = filter.status {
-                    query.push((
-                        "status",
-                        serde_json::to_value(s)?
-                            .as_str()
-                            .unwrap_or_default()
-                            .to_owned(),
-                    ));
+                    query.push(("status", s.as_str().to_owned()));
                 }
                 if let Some(t) = &filter.tag {
                     query.push(("tag", t.clone()));

@@ -514,10 +514,7 @@ pub fn detect(state: &SharedHarnessState) -> Result<Vec<Conflict>, InvalidResour
             summary: format!(
                 "`{}` is {} risk and writes {} resource(s) with no required verifier",
                 action.title,
-                serde_json::to_value(risk)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                risk.as_str(),
                 action.write_set.len()
             ),
             participants: builder.participants(&[i]),

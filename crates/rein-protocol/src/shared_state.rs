@@ -32,6 +32,32 @@ pub enum WorkStatus {
     Unknown,
 }
 
+impl WorkStatus {
+    pub const ALL: [WorkStatus; 6] = [
+        WorkStatus::Active,
+        WorkStatus::Completed,
+        WorkStatus::Failed,
+        WorkStatus::Cancelled,
+        WorkStatus::Blocked,
+        WorkStatus::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkStatus::Active => "active",
+            WorkStatus::Completed => "completed",
+            WorkStatus::Failed => "failed",
+            WorkStatus::Cancelled => "cancelled",
+            WorkStatus::Blocked => "blocked",
+            WorkStatus::Unknown => "unknown",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WorkStatus> {
+        WorkStatus::ALL.into_iter().find(|w| w.as_str() == s)
+    }
+}
+
 /// What a participant does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -49,6 +75,24 @@ pub enum ParticipantRole {
     Custom,
 }
 
+impl ParticipantRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParticipantRole::Manager => "manager",
+            ParticipantRole::Planner => "planner",
+            ParticipantRole::Coder => "coder",
+            ParticipantRole::Reviewer => "reviewer",
+            ParticipantRole::Tester => "tester",
+            ParticipantRole::SecurityReviewer => "security_reviewer",
+            ParticipantRole::OpsVerifier => "ops_verifier",
+            ParticipantRole::DocsWriter => "docs_writer",
+            ParticipantRole::Researcher => "researcher",
+            ParticipantRole::Operator => "operator",
+            ParticipantRole::Custom => "custom",
+        }
+    }
+}
+
 /// How risky an action is.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
@@ -59,6 +103,17 @@ pub enum Risk {
     Medium,
     High,
     Critical,
+}
+
+impl Risk {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Low => "low",
+            Risk::Medium => "medium",
+            Risk::High => "high",
+            Risk::Critical => "critical",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -285,6 +340,18 @@ pub enum ConflictPolicy {
     Serialize,
     Escalate,
     Reject,
+}
+
+impl ConflictPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConflictPolicy::Allow => "allow",
+            ConflictPolicy::Warn => "warn",
+            ConflictPolicy::Serialize => "serialize",
+            ConflictPolicy::Escalate => "escalate",
+            ConflictPolicy::Reject => "reject",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -67,3 +67,42 @@ fn unknown_values_are_refused_naming_them() {
         .to_string();
     assert!(err.contains("sleepy"), "{err}");
 }
+
+#[test]
+fn the_names_of_statuses_roles_risks_and_policies_are_their_wire_names() {
+    use rein_protocol::{ConflictPolicy, Risk};
+    let wire = |v: serde_json::Value| v.as_str().unwrap().to_owned();
+    for s in WorkStatus::ALL {
+        assert_eq!(s.as_str(), wire(serde_json::to_value(s).unwrap()));
+        assert_eq!(WorkStatus::parse(s.as_str()), Some(s));
+    }
+    assert_eq!(WorkStatus::parse("sleepy"), None);
+    for r in [Risk::Low, Risk::Medium, Risk::High, Risk::Critical] {
+        assert_eq!(r.as_str(), wire(serde_json::to_value(r).unwrap()));
+    }
+    for p in [
+        ConflictPolicy::Allow,
+        ConflictPolicy::Warn,
+        ConflictPolicy::Serialize,
+        ConflictPolicy::Escalate,
+        ConflictPolicy::Reject,
+    ] {
+        assert_eq!(p.as_str(), wire(serde_json::to_value(p).unwrap()));
+    }
+    for role in [
+        "manager",
+        "planner",
+        "coder",
+        "reviewer",
+        "tester",
+        "security_reviewer",
+        "ops_verifier",
+        "docs_writer",
+        "researcher",
+        "operator",
+        "custom",
+    ] {
+        let parsed: ParticipantRole = serde_json::from_value(serde_json::json!(role)).unwrap();
+        assert_eq!(parsed.as_str(), role);
+    }
+}

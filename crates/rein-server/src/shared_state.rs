@@ -44,10 +44,9 @@ pub async fn list(
         .status
         .as_deref()
         .map(|s| {
-            serde_json::from_value::<WorkStatus>(json!(s)).map_err(|_| {
-                ApiError::bad_request(format!(
-                    "status `{s}` is not one of active, completed, failed, cancelled, blocked, unknown"
-                ))
+            WorkStatus::parse(s).ok_or_else(|| {
+                let allowed: Vec<&str> = WorkStatus::ALL.iter().map(|w| w.as_str()).collect();
+                ApiError::bad_request(format!("status `{s}` is not one of {}", allowed.join(", ")))
             })
         })
         .transpose()?;

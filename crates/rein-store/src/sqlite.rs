@@ -855,7 +855,7 @@ impl Store for SqliteStore {
                 q.and("harness_contract_id =", s.clone());
             }
             if let Some(s) = filter.status {
-                q.and("status =", work_status(s));
+                q.and("status =", s.as_str().to_owned());
             }
             if let Some(t) = &filter.created_from {
                 q.and("created_at >=", ts(t));
@@ -979,18 +979,11 @@ impl SharedRow {
             session_id: state.session_id.clone(),
             parent_session_id: state.parent_session_id.clone(),
             harness_contract_id: state.harness_contract_id.clone(),
-            status: work_status(state.status),
+            status: state.status.as_str().to_owned(),
             created_at: state.created_at.as_ref().map(ts).unwrap_or_default(),
             body: serde_json::to_string(state).map_err(backend)?,
         })
     }
-}
-
-fn work_status(s: rein_protocol::WorkStatus) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// Runs a query whose single column is a JSON body, decoding each row as a `T`

@@ -20,23 +20,6 @@ fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> 
         .map_err(|e| UsageError(format!("{}: not a valid {what}: {e}", path.display())).into())
 }
 
-fn status_name(s: WorkStatus) -> String {
-    serde_json::to_value(s)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-fn policy_name(p: ConflictPolicy) -> &'static str {
-    match p {
-        ConflictPolicy::Allow => "allow",
-        ConflictPolicy::Warn => "warn",
-        ConflictPolicy::Serialize => "serialize",
-        ConflictPolicy::Escalate => "escalate",
-        ConflictPolicy::Reject => "reject",
-    }
-}
-
 pub async fn dispatch(target: &Target, cmd: StateCommand) -> anyhow::Result<u8> {
     let backend = target.open(4)?;
     match cmd {
@@ -50,9 +33,12 @@ pub async fn dispatch(target: &Target, cmd: StateCommand) -> anyhow::Result<u8> 
         } => {
             let status = status
                 .map(|s| {
-                    serde_json::from_value::<WorkStatus>(serde_json::json!(s)).map_err(|_| {
+                    WorkStatus::parse(&s).ok_or_else(|| {
+                        let allowed: Vec<&str> =
+                            WorkStatus::ALL.iter().map(|w| w.as_str()).collect();
                         UsageError(format!(
-                            "unknown status `{s}`; use one of active, completed, failed, cancelled, blocked, unknown"
+                            "unknown status `{s}`; use one of {}",
+                            allowed.join(", ")
                         ))
                     })
                 })
@@ -86,7 +72,7 @@ pub async fn dispatch(target: &Target, cmd: StateCommand) -> anyhow::Result<u8> 
                     say!(
                         "{:<28} {:<10} {:<20} {:>7} {:>9}  {}",
                         s.id,
-                        status_name(s.status),
+                        s.status.as_str(),
                         s.session_id.as_deref().unwrap_or("-"),
                         s.actions.len(),
                         s.conflicts.len(),
@@ -170,7 +156,7 @@ fn changed(state: &SharedHarnessState, json: bool, what: &str) -> anyhow::Result
 fn conflict_line(c: &Conflict) -> String {
     format!(
         "[{}] {} {} ({}): {}",
-        policy_name(c.policy),
+        c.policy.as_str(),
         c.conflict_type.as_str(),
         c.id,
         c.actions.join(", "),
@@ -183,12 +169,7 @@ fn show(state: &SharedHarnessState, json: bool) -> anyhow::Result<u8> {
         print_json(state)?;
         return Ok(exit::SUCCESS);
     }
-    say!(
-        "{}  {}  {}",
-        state.id,
-        status_name(state.status),
-        state.goal
-    );
+    say!("{}  {}  {}", state.id, state.status.as_str(), state.goal);
     if let Some(s) = &state.session_id {
         say!("  session {s}");
     }
@@ -197,14 +178,11 @@ fn show(state: &SharedHarnessState, json: bool) -> anyhow::Result<u8> {
     }
     say!("  participants:");
     for p in &state.participants {
-        let role = serde_json::to_value(p.role)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let role = p.role.as_str();
         say!(
             "    {} ({role}, {}){}",
             p.id,
-            status_name(p.status),
+            p.status.as_str(),
             p.display_name
                 .as_deref()
                 .map(|n| format!(" {n}"))
@@ -229,7 +207,7 @@ fn show(state: &SharedHarnessState, json: bool) -> anyhow::Result<u8> {
         say!(
             "    {} ({}) {}{}",
             a.id,
-            status_name(a.status),
+            a.status.as_str(),
             a.title,
             a.participant_id
                 .as_deref()
