@@ -16,7 +16,7 @@ use rein_protocol::{
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::remote::{Client, RemoteError};
+use crate::remote::{Client, RemoteError, TaskEnvelope};
 
 #[derive(Debug, Clone)]
 pub enum Backend {
@@ -48,11 +48,6 @@ pub struct Snapshot {
 #[derive(Deserialize)]
 struct Items<T> {
     items: Vec<T>,
-}
-
-#[derive(Deserialize)]
-struct TaskEnvelope {
-    task: TaskState,
 }
 
 #[derive(Deserialize)]
@@ -111,11 +106,7 @@ impl Backend {
     pub async fn get(&self, id: &TaskId) -> anyhow::Result<TaskState> {
         Ok(match self {
             Backend::Local(e) => e.get(id).await?,
-            Backend::Remote(c) => {
-                c.get::<TaskEnvelope>(&format!("admin/tasks/{id}"), &[])
-                    .await?
-                    .task
-            }
+            Backend::Remote(c) => c.task(id).await?,
         })
     }
 

@@ -40,6 +40,12 @@ impl RemoteError {
     }
 }
 
+/// The API's `{task}` body.
+#[derive(Debug, serde::Deserialize)]
+pub struct TaskEnvelope {
+    pub task: rein_protocol::TaskState,
+}
+
 /// A frame of a task's event stream.
 #[derive(Debug)]
 pub enum Frame {
@@ -182,6 +188,13 @@ impl Client {
         self.call(Method::GET, path, query, None).await
     }
 
+    /// A task's state.
+    pub async fn task(&self, id: &TaskId) -> Result<rein_protocol::TaskState, RemoteError> {
+        self.get::<TaskEnvelope>(&format!("admin/tasks/{id}"), &[])
+            .await
+            .map(|t| t.task)
+    }
+
     pub async fn post<T: DeserializeOwned>(
         &self,
         path: &str,
@@ -269,15 +282,7 @@ impl Client {
         stop: &tokio_util::sync::CancellationToken,
         mut on_event: impl FnMut(&HarnessEvent) -> anyhow::Result<bool>,
     ) -> anyhow::Result<(Ended, rein_protocol::TaskState)> {
-        #[derive(serde::Deserialize)]
-        struct TaskEnvelope {
-            task: rein_protocol::TaskState,
-        }
-        let state = || async {
-            self.get::<TaskEnvelope>(&format!("admin/tasks/{id}"), &[])
-                .await
-                .map(|t| t.task)
-        };
+        let state = || self.task(id);
         let mut seen = after;
         let mut frames = std::pin::pin!(self.task_events(id, after).await?);
         loop {

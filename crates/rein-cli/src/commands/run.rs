@@ -25,7 +25,7 @@ use crate::commands::{Context, Target, parse_task_id, print_json};
 use crate::exit::{self, UsageError};
 use crate::progress::ProgressView;
 use crate::prompt::{self, Prompter};
-use crate::remote::Client;
+use crate::remote::{Client, TaskEnvelope};
 
 pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
     let spec = load_plan_file(&args.plan)?;
@@ -102,11 +102,7 @@ async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Re
     }
     let mut plan = spec.plan;
     plan.max_parallel = plan.max_parallel.or(Some(args.max_parallel));
-    #[derive(serde::Deserialize)]
-    struct Created {
-        task: TaskState,
-    }
-    let created: Created = client
+    let created: TaskEnvelope = client
         .post(
             "admin/tasks",
             json!({ "plan": plan, "session_id": args.session.or(spec.session) }),
