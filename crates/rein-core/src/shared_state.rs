@@ -308,6 +308,7 @@ pub(crate) async fn maybe_change_state<T>(
     record: &crate::store::AuditRecord,
     mut change: impl FnMut(&mut SharedHarnessState) -> Result<Option<T>, EngineError>,
 ) -> Result<Option<(SharedHarnessState, T)>, EngineError> {
+    let mut last = 0;
     for _ in 0..UPDATE_TRIES {
         let Some((mut state, version)) = store.load_shared_state(id).await? else {
             return Err(StoreError::SharedStateNotFound(id.to_owned()).into());
@@ -315,6 +316,7 @@ pub(crate) async fn maybe_change_state<T>(
         let Some(out) = change(&mut state)? else {
             return Ok(None);
         };
+        last = version;
         match store.update_shared_state(&state, version, record).await {
             Ok(()) => return Ok(Some((state, out))),
             Err(StoreError::SharedStateMoved { .. }) => continue,
@@ -323,7 +325,7 @@ pub(crate) async fn maybe_change_state<T>(
     }
     Err(StoreError::SharedStateMoved {
         id: id.to_owned(),
-        expected: 0,
+        expected: last,
     }
     .into())
 }

@@ -263,7 +263,7 @@ fn print_followed(index: &mut CheckpointIndex, e: &HarnessEvent, json: bool) -> 
 /// `follow` against a server: its event stream, until the task finishes (the
 /// stream ends), pauses, or its runner is gone (the server says `stalled`).
 async fn follow_remote(client: &Client, id: &TaskId, after: u64, json: bool) -> anyhow::Result<u8> {
-    let mut index = CheckpointIndex::from_state(&Backend::Remote(client.clone()).get(id).await?);
+    let mut index = CheckpointIndex::from_state(&client.task(id).await?);
     let never = tokio_util::sync::CancellationToken::new();
     let (ended, state) = client
         .watch(id, after, &never, |e| {
