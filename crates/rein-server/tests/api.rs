@@ -1059,69 +1059,6 @@ async fn malformed_bodies_at_every_post_route_never_give_a_5xx() {
     assert!(checked > 1000, "{checked}");
 }
 
-/// Spans named `request` as they were opened and recorded.
-#[derive(Clone, Default)]
-struct RequestSpans(Arc<std::sync::Mutex<Vec<(tracing::span::Id, String)>>>);
-
-struct Line<'a>(&'a mut String);
-
-impl tracing::field::Visit for Line<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!(" {}={value:?}", field.name()));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RequestSpans {
-    fn on_new_span(
-        &self,
-        attrs: &tracing::span::Attributes<'_>,
-        id: &tracing::span::Id,
-        _ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        if attrs.metadata().name() == "request" {
-            let mut line = String::new();
-            attrs.record(&mut Line(&mut line));
-            self.0.lock().unwrap().push((id.clone(), line));
-        }
-    }
-
-    fn on_record(
-        &self,
-        id: &tracing::span::Id,
-        values: &tracing::span::Record<'_>,
-        _ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        if let Some((_, line)) = self.0.lock().unwrap().iter_mut().find(|(i, _)| i == id) {
-            values.record(&mut Line(line));
-        }
-    }
-}
-
-#[tokio::test]
-async fn every_request_gets_a_span_with_method_path_and_status() {
-    use tracing_subscriber::layer::SubscriberExt;
-    let spans = RequestSpans::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
-    let api = api();
-    api.call(Method::GET, "/healthz", None, None).await;
-    api.call(Method::GET, "/admin/tasks", None, None).await;
-    let lines: Vec<String> = spans
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|(_, l)| l.clone())
-        .collect();
-    assert_eq!(
-        lines,
-        vec![
-            " method=GET path=/healthz status=200".to_owned(),
-            " method=GET path=/admin/tasks status=401".to_owned(),
-        ]
-    );
-}
-
 #[tokio::test]
 async fn the_shared_state_routes_with_their_errors_and_auth() {
     let api = api();

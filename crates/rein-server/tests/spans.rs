@@ -1,0 +1,106 @@
+//! The request span the router opens for every request, seen by a real `tracing`
+//! subscriber. It lives in its own test binary with a global subscriber: a
+//! thread-local one (`set_default`) races with other tests of the same binary
+//! over `tracing`'s per-callsite interest cache, which can leave the span disabled.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use rein_core::{CommandExecutor, Engine, EngineConfig};
+use rein_server::auth::hash_token;
+use rein_server::{AppState, Auth, Role, TokenEntry, router};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use tracing_subscriber::layer::SubscriberExt;
+
+/// Spans named `request` as they were opened and recorded.
+#[derive(Clone, Default)]
+struct RequestSpans(Arc<Mutex<Vec<(tracing::span::Id, String)>>>);
+
+struct Line<'a>(&'a mut String);
+
+impl tracing::field::Visit for Line<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={value:?}", field.name()));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RequestSpans {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() == "request" {
+            let mut line = String::new();
+            attrs.record(&mut Line(&mut line));
+            self.0.lock().unwrap().push((id.clone(), line));
+        }
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if let Some((_, line)) = self.0.lock().unwrap().iter_mut().find(|(i, _)| i == id) {
+            values.record(&mut Line(line));
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_request_gets_a_span_with_method_path_and_status() {
+    let spans = RequestSpans::default();
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(spans.clone()))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
+    let mut config = EngineConfig::new(dir.path().join("ws"));
+    config.control_poll = Duration::from_millis(20);
+    let engine = Arc::new(Engine::new(
+        store,
+        Arc::new(CommandExecutor::unsandboxed()),
+        config,
+    ));
+    let state = AppState::new(
+        engine,
+        Auth::new(vec![TokenEntry {
+            name: "otto".into(),
+            role: Role::Operator,
+            sha256: hash_token("operator-token"),
+        }]),
+        CancellationToken::new(),
+    );
+    for (path, status) in [
+        ("/healthz", StatusCode::OK),
+        ("/admin/tasks", StatusCode::UNAUTHORIZED),
+    ] {
+        let req = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        let res = router(state.clone()).oneshot(req).await.unwrap();
+        assert_eq!(res.status(), status, "{path}");
+    }
+    let lines: Vec<String> = spans
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, l)| l.clone())
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            " method=GET path=/healthz status=200".to_owned(),
+            " method=GET path=/admin/tasks status=401".to_owned(),
+        ]
+    );
+}
