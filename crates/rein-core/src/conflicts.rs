@@ -7,7 +7,9 @@
 //! conflicts, in the same order, with the same ids.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
 
 use rein_protocol::{
     Action, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Resource, Risk,
@@ -28,13 +30,36 @@ pub fn normalise_path(path: &str) -> Option<String> {
     normalised(path).map(Cow::into_owned)
 }
 
+/// Whether `path` is normal already: no `\\`, no empty, `.` or `..` part, no
+/// trailing `/` (one pass over its bytes).
+fn is_plain(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    // The length of the part so far, and whether it is all dots.
+    let (mut len, mut dots) = (0usize, true);
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'\\' => return false,
+            b'/' => {
+                let empty_inside = len == 0 && i > 0;
+                if empty_inside || (len > 0 && dots && len <= 2) {
+                    return false;
+                }
+                (len, dots) = (0, true);
+            }
+            _ => {
+                len += 1;
+                dots &= b == b'.';
+            }
+        }
+    }
+    let trailing_slash = bytes.len() > 1 && bytes.last() == Some(&b'/');
+    let dot_part_last = len > 0 && dots && len <= 2;
+    !trailing_slash && !dot_part_last
+}
+
 /// [`normalise_path`], borrowing when the path is already normal (most are).
 fn normalised(path: &str) -> Option<Cow<'_, str>> {
-    let plain = !path.contains('\\')
-        && !path.contains("//")
-        && !path.ends_with('/')
-        && path.split('/').all(|part| part != "." && part != "..");
-    if plain {
+    if is_plain(path) {
         return Some(Cow::Borrowed(path));
     }
     let path = path.replace('\\', "/");
@@ -180,91 +205,145 @@ fn beneath(path: &str, dir: &str) -> bool {
     path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
 }
 
+/// Entries grouped by one string (an id, a key, a uri, a path): the newest entry
+/// of each group, and for every entry the one added before it in its group. One
+/// map and one vector, however many groups: no allocation per group.
+struct Groups<'a> {
+    newest: FxHashMap<Cow<'a, str>, u32>,
+    previous: Vec<u32>,
+}
+
+const NONE: u32 = u32::MAX;
+
+impl<'a> Groups<'a> {
+    /// Room for `entries` entries in about `groups` groups.
+    fn with_capacity(entries: usize, groups: usize) -> Groups<'a> {
+        let mut newest = FxHashMap::default();
+        newest.reserve(groups);
+        Groups {
+            newest,
+            previous: Vec::with_capacity(entries),
+        }
+    }
+
+    /// Adds entry `n` (the entries are numbered in order) to group `key`, if any.
+    fn add(&mut self, n: usize, key: Option<Cow<'a, str>>) {
+        let before = match key {
+            Some(k) => self.newest.insert(k, n as u32).unwrap_or(NONE),
+            None => NONE,
+        };
+        self.previous.push(before);
+    }
+
+    /// Every entry of group `key`, onto `out`.
+    fn get(&self, key: &str, out: &mut Vec<usize>) {
+        let mut at = self.newest.get(key).copied().unwrap_or(NONE);
+        while at != NONE {
+            out.push(at as usize);
+            at = self.previous[at as usize];
+        }
+    }
+}
+
 /// Where the writes are, to find what a resource overlaps without scanning.
-#[derive(Default)]
 struct Index<'a> {
     entries: Vec<Entry<'a>>,
-    by_id: HashMap<&'a str, Vec<usize>>,
-    by_key: HashMap<&'a str, Vec<usize>>,
-    by_uri: HashMap<&'a str, Vec<usize>>,
-    /// Every entry with a path, by path (ordered, so a directory's contents are a range).
-    by_path: BTreeMap<Cow<'a, str>, Vec<usize>>,
+    by_id: Groups<'a>,
+    by_key: Groups<'a>,
+    by_uri: Groups<'a>,
+    by_path: Groups<'a>,
     /// Directory entries, by path.
-    dirs: HashMap<Cow<'a, str>, Vec<usize>>,
+    dirs: Groups<'a>,
+    /// The entries with a path, ordered by it (so a directory's contents are a
+    /// range): made the first time a directory is looked up.
+    sorted: std::cell::OnceCell<Vec<u32>>,
 }
 
 impl<'a> Index<'a> {
+    /// An index for `n` entries.
+    fn with_capacity(n: usize) -> Index<'a> {
+        Index {
+            entries: Vec::with_capacity(n),
+            by_id: Groups::with_capacity(n, 0),
+            by_key: Groups::with_capacity(n, 0),
+            by_uri: Groups::with_capacity(n, 0),
+            by_path: Groups::with_capacity(n, n),
+            dirs: Groups::with_capacity(n, 0),
+            sorted: std::cell::OnceCell::new(),
+        }
+    }
+
     fn add(&mut self, entry: Entry<'a>) {
         let n = self.entries.len();
         let r = entry.resource;
-        if let Some(id) = &r.id {
-            self.by_id.entry(id).or_default().push(n);
-        }
-        if let Some(key) = &r.key {
-            self.by_key.entry(key).or_default().push(n);
-        }
-        if let Some(uri) = &r.uri {
-            self.by_uri.entry(uri).or_default().push(n);
-        }
-        if let Some(path) = &entry.path {
-            self.by_path.entry(path.clone()).or_default().push(n);
-            if is_directory(r) {
-                self.dirs.entry(path.clone()).or_default().push(n);
-            }
-        }
+        let borrowed = |v: &'a Option<String>| v.as_deref().map(Cow::Borrowed);
+        self.by_id.add(n, borrowed(&r.id));
+        self.by_key.add(n, borrowed(&r.key));
+        self.by_uri.add(n, borrowed(&r.uri));
+        self.by_path.add(n, entry.path.clone());
+        self.dirs
+            .add(n, entry.path.clone().filter(|_| is_directory(r)));
         self.entries.push(entry);
     }
 
-    /// The entries that overlap `probe`, each once, in order.
-    fn overlapping(&self, probe: &Entry<'_>) -> Vec<usize> {
-        let mut candidates: Vec<usize> = Vec::new();
+    /// The entries with a path, ordered by it.
+    fn sorted(&self) -> &[u32] {
+        self.sorted.get_or_init(|| {
+            let mut with_path: Vec<u32> = (0..self.entries.len() as u32)
+                .filter(|&i| self.entries[i as usize].path.is_some())
+                .collect();
+            with_path.sort_by(|&x, &y| self.path_of(x).cmp(self.path_of(y)));
+            with_path
+        })
+    }
+
+    fn path_of(&self, i: u32) -> &str {
+        self.entries[i as usize].path.as_deref().unwrap_or("")
+    }
+
+    /// The entries that overlap `probe`, each once, in order, into `out` (cleared first).
+    fn overlapping(&self, probe: &Entry<'_>, out: &mut Vec<usize>) {
+        out.clear();
         let r = probe.resource;
-        for (map, value) in [
+        for (groups, value) in [
             (&self.by_id, &r.id),
             (&self.by_key, &r.key),
             (&self.by_uri, &r.uri),
         ] {
-            if let Some(v) = value
-                && let Some(found) = map.get(v.as_str())
-            {
-                candidates.extend(found);
+            if let Some(v) = value {
+                groups.get(v, out);
             }
         }
         if let Some(path) = &probe.path {
-            if let Some(found) = self.by_path.get(path.as_ref()) {
-                candidates.extend(found);
-            }
+            self.by_path.get(path, out);
             // Directories above it.
             let mut dir: &str = path.as_ref();
             while let Some(cut) = dir.rfind('/') {
                 dir = &dir[..cut];
-                if let Some(found) = self.dirs.get(dir) {
-                    candidates.extend(found);
-                }
+                self.dirs.get(dir, out);
             }
-            if !path.starts_with('/')
-                && let Some(found) = self.dirs.get("")
-            {
-                candidates.extend(found);
+            if !path.starts_with('/') {
+                self.dirs.get("", out);
             }
             // What lies beneath it, if it is a directory.
             if is_directory(r) {
-                let from: Cow<'_, str> = Cow::Owned(format!("{path}/"));
-                let to: Cow<'_, str> = Cow::Owned(format!("{path}0")); // '0' follows '/'
-                let range = if path.is_empty() {
-                    self.by_path.range::<Cow<'_, str>, _>(..)
+                let sorted = self.sorted();
+                let (from, to) = if path.is_empty() {
+                    (0, sorted.len())
                 } else {
-                    self.by_path.range(from..to)
+                    let below = format!("{path}/");
+                    let after = format!("{path}0"); // '0' follows '/'
+                    (
+                        sorted.partition_point(|&i| self.path_of(i) < below.as_str()),
+                        sorted.partition_point(|&i| self.path_of(i) < after.as_str()),
+                    )
                 };
-                for (_, found) in range {
-                    candidates.extend(found);
-                }
+                out.extend(sorted[from..to].iter().map(|&i| i as usize));
             }
         }
-        candidates.sort_unstable();
-        candidates.dedup();
-        candidates.retain(|&i| self.entries[i].overlaps(probe));
-        candidates
+        out.sort_unstable();
+        out.dedup();
+        out.retain(|&i| self.entries[i].overlaps(probe));
     }
 }
 
@@ -384,7 +463,7 @@ pub fn detect(state: &SharedHarnessState) -> Result<Vec<Conflict>, InvalidResour
         out: Vec::new(),
     };
     // Every write, indexed.
-    let mut writes = Index::default();
+    let mut writes = Index::with_capacity(state.actions.iter().map(|a| a.write_set.len()).sum());
     for (i, action) in state.actions.iter().enumerate() {
         for r in &action.write_set {
             writes.add(Entry::new(i, r, || format!("action `{}`", action.id))?);
@@ -393,8 +472,10 @@ pub fn detect(state: &SharedHarnessState) -> Result<Vec<Conflict>, InvalidResour
 
     // 1. write/write: one conflict per pair of actions, every shared resource.
     let mut pairs: BTreeMap<(usize, usize), Vec<Resource>> = BTreeMap::new();
+    let mut found = Vec::new();
     for e in &writes.entries {
-        for j in writes.overlapping(e) {
+        writes.overlapping(e, &mut found);
+        for &j in &found {
             let other = &writes.entries[j];
             if other.action <= e.action {
                 continue;
@@ -416,17 +497,20 @@ pub fn detect(state: &SharedHarnessState) -> Result<Vec<Conflict>, InvalidResour
         .map(|r| Entry::new(usize::MAX, r, || "the state's version dependency".into()))
         .collect::<Result<_, _>>()?;
     let mut read_pairs: BTreeMap<(usize, usize), Vec<Resource>> = BTreeMap::new();
+    let mut deps: Vec<Entry<'_>> = Vec::new();
     for (i, action) in state.actions.iter().enumerate() {
         if action.read_set.is_empty() {
             continue;
         }
         let owner = || format!("action `{}`", action.id);
-        let deps: Vec<Entry<'_>> = action
+        deps.clear();
+        for r in action
             .version_dependencies
             .iter()
             .filter_map(|d| d.resource.as_ref())
-            .map(|r| Entry::new(i, r, owner))
-            .collect::<Result<_, _>>()?;
+        {
+            deps.push(Entry::new(i, r, owner)?);
+        }
         if deps.is_empty() && state_deps.is_empty() {
             continue;
         }
@@ -436,7 +520,8 @@ pub fn detect(state: &SharedHarnessState) -> Result<Vec<Conflict>, InvalidResour
             if !pinned {
                 continue;
             }
-            for j in writes.overlapping(&read) {
+            writes.overlapping(&read, &mut found);
+            for &j in &found {
                 let writer = writes.entries[j].action;
                 if writer != i {
                     push_unique(read_pairs.entry((i, writer)).or_default(), r);

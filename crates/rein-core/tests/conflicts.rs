@@ -281,6 +281,23 @@ fn paths_are_normalised_and_one_climbing_out_is_invalid_input() {
     assert_eq!(normalise_path("/srv//x/./y").as_deref(), Some("/srv/x/y"));
     assert_eq!(normalise_path("../x"), None);
     assert_eq!(normalise_path("a/../../x"), None);
+    // Names made of dots are names unless they are `.` or `..`; the fast check
+    // for paths already normal must agree with the slow path at every edge.
+    for (path, normal) in [
+        ("a/.", Some("a")),
+        ("a/..", Some("")),
+        (".", Some("")),
+        ("./a", Some("a")),
+        ("a//", Some("a")),
+        ("/", Some("/")),
+        ("", Some("")),
+        ("a/...", Some("a/...")),
+        ("..b/.c/d..", Some("..b/.c/d..")),
+        ("/srv/x", Some("/srv/x")),
+        ("..", None),
+    ] {
+        assert_eq!(normalise_path(path).as_deref(), normal, "`{path}`");
+    }
     let s = state(vec![
         writes("a", "p1", vec![file("docs/./a.md")]),
         writes("b", "p2", vec![file("docs\\tmp\\..\\a.md")]),
