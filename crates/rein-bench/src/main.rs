@@ -197,6 +197,34 @@ impl Store for TimedStore {
     ) -> StoreResult<Vec<rein_core::store::AuditRecord>> {
         self.inner.audit_records(after, limit).await
     }
+    async fn insert_record(
+        &self,
+        record: &rein_core::store::Record,
+        audit: &rein_core::store::AuditRecord,
+    ) -> StoreResult<()> {
+        self.inner.insert_record(record, audit).await
+    }
+    async fn load_record(
+        &self,
+        kind: rein_core::store::RecordKind,
+        id: &str,
+    ) -> StoreResult<Option<(rein_core::store::Record, u64)>> {
+        self.inner.load_record(kind, id).await
+    }
+    async fn update_record(
+        &self,
+        record: &rein_core::store::Record,
+        expected: u64,
+        audit: &rein_core::store::AuditRecord,
+    ) -> StoreResult<()> {
+        self.inner.update_record(record, expected, audit).await
+    }
+    async fn list_records(
+        &self,
+        filter: &rein_core::store::RecordFilter,
+    ) -> StoreResult<rein_core::store::RecordPage> {
+        self.inner.list_records(filter).await
+    }
     async fn load_shared_state(
         &self,
         id: &str,

@@ -129,6 +129,14 @@ pub fn check_action(action: &Action) -> Result<(), InvalidResource> {
     )
 }
 
+/// Checks that none of `resources` (held by `owner`) climbs above its root.
+pub(crate) fn check_resources_of<'a>(
+    resources: impl IntoIterator<Item = &'a Resource>,
+    owner: &str,
+) -> Result<(), InvalidResource> {
+    check_resources(resources, || owner.to_owned())
+}
+
 fn check_resources<'a>(
     resources: impl IntoIterator<Item = &'a Resource>,
     owner: impl Fn() -> String,

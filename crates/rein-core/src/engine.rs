@@ -118,7 +118,7 @@ pub struct Engine {
     states: std::sync::Mutex<std::collections::HashMap<TaskId, TaskState>>,
     /// Woken when this engine writes an audit record (streams also poll, for
     /// records other processes write).
-    pub(crate) audited: tokio::sync::Notify,
+    pub(crate) audited: Arc<tokio::sync::Notify>,
 }
 
 /// How many folded task states the engine keeps for reads.
@@ -140,7 +140,7 @@ impl Engine {
             runner: current_runner(),
             controls,
             states: std::sync::Mutex::new(std::collections::HashMap::new()),
-            audited: tokio::sync::Notify::new(),
+            audited: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -243,6 +243,7 @@ impl Engine {
     pub async fn create(&self, request: CreateTask) -> Result<TaskState> {
         let plan = plan::validate(request.plan)?;
         let plan = plan::validate(crate::permissions::apply(plan, &self.config.policy)?)?;
+        let mut plan = plan::validate(crate::pev::expand(plan)?)?;
         let task_id = TaskId::new();
         let workspace = match request.workspace {
             Some(dir) => dir,
@@ -259,6 +260,11 @@ impl Engine {
             .unwrap_or_else(|| self.config.default_session.clone());
         let trace_id = new_trace_id();
         let span_id = new_span_id();
+        // Plan–execute–verify steps propose their contracts before the task is
+        // stored, so the plan stored names them; withdrawn if it is not stored.
+        let records = self.records();
+        let proposed =
+            crate::pev::propose(&records, &mut plan, task_id.as_str(), &session_id).await?;
         let first = HarnessEvent {
             id: EventId::new(),
             seq: 1,
@@ -306,34 +312,54 @@ impl Engine {
                 who: "plan_validator".into(),
             },
         )?;
-        if let Some(state) = &plan.shared_state {
-            // The task takes part in the state it records into (which must exist);
-            // joined last, so a task that fails to be made leaves no participant.
-            let participant = rein_protocol::Participant {
-                id: task_id.to_string(),
-                role: rein_protocol::ParticipantRole::Custom,
-                session_id: requested_session,
-                agent_id: None,
-                display_name: Some(plan.original_task.clone()),
-                model_profile_id: None,
-                tool_preset: None,
-                status: rein_protocol::WorkStatus::Active,
-                parent_participant_id: None,
-                notes: Some("a rein task".into()),
-                started_at: None,
-                completed_at: None,
-            };
-            self.add_participant(state, participant, task_id.as_str())
-                .await
-                .map_err(|e| match e.kind() {
-                    crate::ErrorKind::NotFound => EngineError::BadRequest(format!(
-                        "the plan records into shared state `{state}`, which does not exist: create it first (rein state create FILE.json)"
-                    )),
-                    _ => e,
-                })?;
+        // The task joins the state it records into just before it is stored, so
+        // a task that fails to be made leaves no participant.
+        let stored = async {
+            if let Some(state) = &plan.shared_state {
+                self.join_shared_state(state, &task_id, requested_session, &plan.original_task)
+                    .await?;
+            }
+            rec.flush_new(plan, &self.store, &self.events).await
+        };
+        if let Err(e) = stored.await {
+            crate::pev::withdraw(&records, &proposed, "the task could not be created").await;
+            return Err(e);
         }
-        rec.flush_new(plan, &self.store, &self.events).await?;
         Ok(rec.state)
+    }
+
+    /// Adds a new task as a participant of the shared state its plan records into
+    /// (which must exist).
+    async fn join_shared_state(
+        &self,
+        state: &str,
+        task_id: &TaskId,
+        session_id: Option<String>,
+        description: &str,
+    ) -> Result<()> {
+        let participant = rein_protocol::Participant {
+            id: task_id.to_string(),
+            role: rein_protocol::ParticipantRole::Custom,
+            session_id,
+            agent_id: None,
+            display_name: Some(description.to_owned()),
+            model_profile_id: None,
+            tool_preset: None,
+            status: rein_protocol::WorkStatus::Active,
+            parent_participant_id: None,
+            notes: Some("a rein task".into()),
+            started_at: None,
+            completed_at: None,
+        };
+        self.add_participant(state, participant, task_id.as_str())
+            .await
+            .map_err(|e| match e.kind() {
+                crate::ErrorKind::NotFound => EngineError::BadRequest(format!(
+                    "the plan records into shared state `{state}`, which does not exist: create it first (rein state create FILE.json)"
+                )),
+                _ => e,
+            })?;
+        Ok(())
     }
 
     /// Runs a task until it completes, fails, pauses or is cancelled; resumes it
@@ -560,6 +586,14 @@ impl Engine {
             by: by.to_owned(),
         })?;
         rec.flush(&self.store, &self.events).await?;
+        // Contracts of work that will not happen now are cancelled.
+        let plan = self.plan(id).await?;
+        crate::pev::cancel_open(
+            &self.records(),
+            &plan,
+            &format!("the task was aborted by {by}"),
+        )
+        .await;
         Ok(ControlOutcome::Applied(Box::new(rec.state)))
     }
 

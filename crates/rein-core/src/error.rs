@@ -41,6 +41,14 @@ pub enum EngineError {
     ApprovalNotFound(ApprovalId),
     #[error("{0}")]
     BadRequest(String),
+    /// A contract cannot move from its status to the one asked for.
+    #[error("harness contract {id} is {from}; it can move to {allowed}, not to {to}")]
+    IllegalTransition {
+        id: String,
+        from: &'static str,
+        to: &'static str,
+        allowed: String,
+    },
     #[error("cannot prepare workspace {path}: {error}")]
     Workspace { path: String, error: std::io::Error },
     #[error(transparent)]
@@ -97,6 +105,7 @@ impl EngineError {
             EngineError::AlreadyDecided { .. } => ErrorKind::Conflict,
             EngineError::InvalidPlan(_) | EngineError::BadRequest(_) => ErrorKind::Invalid,
             EngineError::WrongStatus { .. }
+            | EngineError::IllegalTransition { .. }
             | EngineError::Busy { .. }
             | EngineError::Raced { .. } => ErrorKind::Conflict,
             EngineError::Workspace { .. } | EngineError::Corrupt { .. } => ErrorKind::Internal,
@@ -104,12 +113,15 @@ impl EngineError {
                 StoreError::TaskNotFound(_)
                 | StoreError::SnapshotNotFound(_)
                 | StoreError::ApprovalNotFound(_)
-                | StoreError::SharedStateNotFound(_) => ErrorKind::NotFound,
+                | StoreError::SharedStateNotFound(_)
+                | StoreError::RecordNotFound { .. } => ErrorKind::NotFound,
                 StoreError::AlreadyExists(_)
                 | StoreError::Conflict { .. }
                 | StoreError::NotPending { .. }
                 | StoreError::SharedStateExists(_)
-                | StoreError::SharedStateMoved { .. } => ErrorKind::Conflict,
+                | StoreError::SharedStateMoved { .. }
+                | StoreError::RecordExists { .. }
+                | StoreError::RecordMoved { .. } => ErrorKind::Conflict,
                 StoreError::BadCursor(_) => ErrorKind::Invalid,
                 StoreError::Backend(_) | StoreError::Corrupt(_) => ErrorKind::Internal,
             },

@@ -240,6 +240,12 @@ impl StepExecutor for CommandExecutor {
                 output: None,
                 failure: Failure::Unsupported,
             },
+            // The engine verifies, with this executor running the verifiers.
+            StepAction::Verify { .. } => StepOutcome::Failed {
+                error: "a verify step is run by the engine, not an executor".into(),
+                output: None,
+                failure: Failure::Unsupported,
+            },
         }
     }
 }

@@ -14,12 +14,14 @@
 //! - [`lifecycle`]: the status transition tables of tasks and checkpoints.
 //! - [`fold`]: state as the fold of the event log.
 //! - [`store`]: the [`Store`] trait the storage backends implement.
+//! - [`contracts`]: harness contracts and evidence bundles, and plan–execute–verify.
 //! - [`process`]: which process runs a task, and whether it is alive.
 //! - [`error`]: [`EngineError`] and its [`ErrorKind`].
 
 pub mod approvals;
 pub mod clock;
 pub mod conflicts;
+pub mod contracts;
 mod controls;
 pub mod engine;
 pub mod error;
@@ -27,6 +29,7 @@ pub mod executor;
 pub mod fold;
 pub mod lifecycle;
 pub mod permissions;
+pub mod pev;
 pub mod plan;
 pub mod process;
 pub mod recorder;

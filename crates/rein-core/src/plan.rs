@@ -68,6 +68,11 @@ pub enum PlanIssue {
         step: String,
         detail: String,
     },
+    /// A plan–execute–verify step (or a verify step) that cannot run as one.
+    BadPev {
+        step: String,
+        detail: String,
+    },
 }
 
 impl fmt::Display for PlanIssue {
@@ -88,6 +93,9 @@ impl fmt::Display for PlanIssue {
             }
             PlanIssue::BadPermissions { step, detail } => {
                 write!(f, "step `{step}`: its permissions are invalid: {detail}")
+            }
+            PlanIssue::BadPev { step, detail } => {
+                write!(f, "step `{step}`: plan–execute–verify: {detail}")
             }
             PlanIssue::EmptyStepId { index } => write!(f, "step #{} has an empty id", index + 1),
             PlanIssue::BadStepId { id } => write!(
@@ -530,6 +538,15 @@ struct StepFile {
     required_permissions: Vec<String>,
     #[serde(default)]
     recovery: BTreeMap<ErrorType, toml::Value>,
+    /// Run as plan–execute–verify: contract, approval, execute, evidence, verification.
+    #[serde(default)]
+    pev: bool,
+    /// Plan–execute–verify steps: the commands that check the result.
+    #[serde(default)]
+    verify: Vec<String>,
+    /// Plan–execute–verify steps: the command that undoes the step if verification fails.
+    #[serde(default)]
+    rollback: Option<String>,
 }
 
 fn parse_duration(what: &str, value: &str) -> Result<std::time::Duration, String> {
@@ -690,7 +707,36 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         )
     };
     let recovery = recovery_policy(&format!("step `{id}`: "), s.recovery)?;
+    let pev = if s.pev {
+        if s.kind == StepKind::Approve {
+            return Err(format!(
+                "step `{id}`: `pev` runs a command under a contract; an approve step runs none"
+            ));
+        }
+        if s.verify.iter().all(|v| v.trim().is_empty()) {
+            return Err(format!(
+                "step `{id}`: a step with `pev = true` needs `verify`: at least one command that checks its result"
+            ));
+        }
+        Some(rein_protocol::Pev {
+            verify: s.verify,
+            rollback: s.rollback,
+            contract_id: None,
+        })
+    } else if !s.verify.is_empty() || s.rollback.is_some() {
+        let key = if s.verify.is_empty() {
+            "rollback"
+        } else {
+            "verify"
+        };
+        return Err(format!(
+            "step `{id}`: `{key}` is only for plan–execute–verify steps; add `pev = true`"
+        ));
+    } else {
+        None
+    };
     Ok(TaskStep {
+        pev,
         recovery,
         permissions: s.permissions,
         reads: s.reads,

@@ -45,6 +45,17 @@ pub enum StoreError {
     /// Someone else updated the shared state since it was read.
     #[error("shared state {id} changed underneath this writer (expected version {expected})")]
     SharedStateMoved { id: String, expected: u64 },
+    #[error("{} {id} already exists", .kind.noun())]
+    RecordExists { kind: RecordKind, id: String },
+    #[error("{} {id} not found", .kind.noun())]
+    RecordNotFound { kind: RecordKind, id: String },
+    /// Someone else updated the record since it was read.
+    #[error("{} {id} changed underneath this writer (expected version {expected})", .kind.noun())]
+    RecordMoved {
+        kind: RecordKind,
+        id: String,
+        expected: u64,
+    },
     #[error("store error: {0}")]
     Backend(String),
     #[error("stored data is corrupt: {0}")]
@@ -111,6 +122,80 @@ pub struct SharedStateFilter {
 pub struct SharedStatePage {
     pub items: Vec<rein_protocol::SharedHarnessState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// The records kept beside tasks and shared states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A harness contract (`hctr_…`).
+    Contract,
+    /// An evidence bundle (`evb_…`).
+    Evidence,
+}
+
+impl RecordKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Contract => "contract",
+            RecordKind::Evidence => "evidence",
+        }
+    }
+
+    /// How messages name one.
+    pub fn noun(self) -> &'static str {
+        match self {
+            RecordKind::Contract => "harness contract",
+            RecordKind::Evidence => "evidence bundle",
+        }
+    }
+}
+
+/// A stored contract or evidence bundle: its JSON body and the columns it is
+/// found by.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub kind: RecordKind,
+    pub id: String,
+    pub status: Option<String>,
+    pub task_id: Option<String>,
+    pub shared_state_id: Option<String>,
+    pub contract_id: Option<String>,
+    pub created_at: Timestamp,
+    pub body: serde_json::Value,
+}
+
+/// Filter for [`Store::list_records`]. Results come newest first.
+#[derive(Debug, Clone)]
+pub struct RecordFilter {
+    pub kind: RecordKind,
+    pub status: Option<String>,
+    pub task_id: Option<String>,
+    pub shared_state_id: Option<String>,
+    pub contract_id: Option<String>,
+    /// At most this many items (the store caps it at 500).
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl RecordFilter {
+    pub fn new(kind: RecordKind) -> RecordFilter {
+        RecordFilter {
+            kind,
+            status: None,
+            task_id: None,
+            shared_state_id: None,
+            contract_id: None,
+            limit: None,
+            cursor: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordPage {
+    pub items: Vec<Record>,
     pub next_cursor: Option<String>,
 }
 
@@ -240,4 +325,19 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage>;
     /// Audit records after position `after`, oldest first, at most `limit`.
     async fn audit_records(&self, after: u64, limit: usize) -> StoreResult<Vec<AuditRecord>>;
+
+    /// Stores a new contract or evidence bundle (version 1) and `audit`, in one
+    /// transaction; `RecordExists` if its id is taken.
+    async fn insert_record(&self, record: &Record, audit: &AuditRecord) -> StoreResult<()>;
+    /// A record and its version.
+    async fn load_record(&self, kind: RecordKind, id: &str) -> StoreResult<Option<(Record, u64)>>;
+    /// Writes a record back if its version is still `expected`; `RecordMoved` if
+    /// someone wrote in between.
+    async fn update_record(
+        &self,
+        record: &Record,
+        expected: u64,
+        audit: &AuditRecord,
+    ) -> StoreResult<()>;
+    async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage>;
 }

@@ -117,6 +117,17 @@ prefixed_id!(
     "shs"
 );
 
+prefixed_id!(
+    /// A generated id of a harness contract (`hctr_…`).
+    ContractId,
+    "hctr"
+);
+prefixed_id!(
+    /// A generated id of an evidence bundle (`evb_…`).
+    EvidenceId,
+    "evb"
+);
+
 /// A fresh W3C trace id: 32 lowercase hex digits, not all zero.
 pub fn new_trace_id() -> String {
     format!("{:032x}", rand::random::<u128>() | 1)

@@ -18,9 +18,12 @@
 //!   deny rules on commands, paths and network use.
 //! - [`shared_state`]: [`SharedHarnessState`] with its participants, actions,
 //!   resources, assumptions, versions, verifier obligations and [`Conflict`]s.
+//! - [`contract`]: [`HarnessContract`] (planned work, `hctr_…`) and
+//!   [`EvidenceBundle`] (what happened, `evb_…`).
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
 pub mod approval;
+pub mod contract;
 pub mod event;
 pub mod ids;
 pub mod ledger;
@@ -37,12 +40,21 @@ pub use approval::{
     ApprovalContext, ApprovalRequest, ApprovalResponse, ApprovalStatus, ApprovalType, Decision,
     Priority, Trigger,
 };
+pub use contract::{
+    Capture, CheckStatus, ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceItem,
+    EvidenceKind, HarnessContract, PlannedAction, Review, ReviewVerdict, StatusChange,
+};
 pub use event::{EventType, HarnessEvent, TaskChange};
-pub use ids::{ApprovalId, CheckpointId, EventId, LedgerId, SharedStateId, SnapshotId, TaskId};
+pub use ids::{
+    ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SharedStateId, SnapshotId,
+    TaskId,
+};
 pub use ledger::{LedgerEntry, LedgerKind};
 pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
-pub use plan::{RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep, WorkspaceCleanup};
+pub use plan::{
+    Pev, RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep, WorkspaceCleanup,
+};
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use shared_state::{
     Action, Assumption, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Enforcement,

@@ -74,6 +74,25 @@ pub enum StepAction {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         priority: Option<Priority>,
     },
+    /// Verify what plan–execute–verify step `step` did: run its verifiers,
+    /// record the evidence, and settle its contract (added by the engine after
+    /// every step with `pev`).
+    Verify { step: String },
+}
+
+/// Plan–execute–verify for one step: it runs as contract → approval → execute
+/// → evidence → verification.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Pev {
+    /// Commands that check the result, each run in the workspace after the
+    /// step; all must exit 0 for the contract to be verified.
+    pub verify: Vec<String>,
+    /// A command that undoes the step, run when verification fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<String>,
+    /// The step's contract (`hctr_…`), set when the task is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_id: Option<String>,
 }
 
 /// One step of a plan.
@@ -117,6 +136,9 @@ pub struct TaskStep {
     /// What the step declares it writes, recorded likewise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writes: Vec<String>,
+    /// Run as plan–execute–verify.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pev: Option<Pev>,
 }
 
 impl TaskStep {
@@ -140,6 +162,7 @@ impl TaskStep {
             permissions: Vec::new(),
             reads: Vec::new(),
             writes: Vec::new(),
+            pev: None,
         }
     }
 

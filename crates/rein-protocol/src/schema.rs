@@ -24,5 +24,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::SharedHarnessState>("SharedHarnessState"),
         one::<crate::Conflict>("Conflict"),
         one::<crate::PermissionRule>("PermissionRule"),
+        one::<crate::HarnessContract>("HarnessContract"),
+        one::<crate::EvidenceBundle>("EvidenceBundle"),
     ]
 }

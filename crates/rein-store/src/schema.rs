@@ -88,6 +88,25 @@ const MIGRATIONS: &[&str] = &[
         body TEXT NOT NULL
     ) STRICT;
     ",
+    // 5: harness contracts and evidence bundles, one table: a JSON body, the
+    //    columns they are found by, and an optimistic-concurrency version.
+    "
+    CREATE TABLE records (
+        kind            TEXT NOT NULL,
+        id              TEXT NOT NULL,
+        status          TEXT,
+        task_id         TEXT,
+        shared_state_id TEXT,
+        contract_id     TEXT,
+        created_at      TEXT NOT NULL,
+        version         INTEGER NOT NULL,
+        body            TEXT NOT NULL,
+        PRIMARY KEY (kind, id)
+    ) STRICT;
+    CREATE INDEX records_by_time ON records(kind, created_at, id);
+    CREATE INDEX records_by_task ON records(task_id, kind);
+    CREATE INDEX records_by_contract ON records(contract_id, kind);
+    ",
 ];
 
 /// The schema version this build writes.

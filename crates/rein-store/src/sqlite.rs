@@ -14,8 +14,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::SecondsFormat;
 use rein_core::store::{
-    ApprovalFilter, AuditRecord, ControlRequest, NewTask, SharedStateFilter, SharedStatePage,
-    SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
+    ApprovalFilter, AuditRecord, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
+    RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
 };
 use rein_core::{Store, StoreError, StoreResult};
 use rein_protocol::{
@@ -832,6 +832,140 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn insert_record(&self, record: &Record, audit: &AuditRecord) -> StoreResult<()> {
+        let row = RecordRow::of(record)?;
+        let audit = serde_json::to_string(audit).map_err(backend)?;
+        let (kind, id) = (record.kind, record.id.clone());
+        self.writer
+            .write(move |conn| {
+                let inserted = conn
+                    .execute(
+                        "INSERT INTO records (kind, id, status, task_id, shared_state_id, contract_id, created_at, version, body)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8) ON CONFLICT(kind, id) DO NOTHING",
+                        params![row.kind, row.id, row.status, row.task_id, row.shared_state_id, row.contract_id, row.created_at, row.body],
+                    )
+                    .map_err(backend)?;
+                if inserted == 0 {
+                    return Err(StoreError::RecordExists { kind, id: id.clone() });
+                }
+                append_audit(conn, &audit)
+            })
+            .await
+    }
+
+    async fn load_record(&self, kind: RecordKind, id: &str) -> StoreResult<Option<(Record, u64)>> {
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let row = conn
+                .query_row(
+                    "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body, version
+                     FROM records WHERE kind = ?1 AND id = ?2",
+                    params![kind.as_str(), id],
+                    |r| Ok((record_of(kind, r), r.get::<_, i64>(7)?)),
+                )
+                .optional()
+                .map_err(backend)?;
+            row.map(|(record, version)| Ok((record?, u64::try_from(version).unwrap_or(0))))
+                .transpose()
+        })
+        .await
+    }
+
+    async fn update_record(
+        &self,
+        record: &Record,
+        expected: u64,
+        audit: &AuditRecord,
+    ) -> StoreResult<()> {
+        let row = RecordRow::of(record)?;
+        let audit = serde_json::to_string(audit).map_err(backend)?;
+        let expected_i = i64::try_from(expected).map_err(backend)?;
+        let kind = record.kind;
+        self.writer
+            .write(move |conn| {
+                let updated = conn
+                    .execute(
+                        "UPDATE records SET status = ?3, task_id = ?4, shared_state_id = ?5, contract_id = ?6,
+                         version = version + 1, body = ?7 WHERE kind = ?1 AND id = ?2 AND version = ?8",
+                        params![row.kind, row.id, row.status, row.task_id, row.shared_state_id, row.contract_id, row.body, expected_i],
+                    )
+                    .map_err(backend)?;
+                if updated == 0 {
+                    let exists = conn
+                        .query_row("SELECT 1 FROM records WHERE kind = ?1 AND id = ?2", params![row.kind, row.id], |_| Ok(()))
+                        .optional()
+                        .map_err(backend)?
+                        .is_some();
+                    let id = row.id.clone();
+                    return Err(if exists {
+                        StoreError::RecordMoved { kind, id, expected }
+                    } else {
+                        StoreError::RecordNotFound { kind, id }
+                    });
+                }
+                append_audit(conn, &audit)
+            })
+            .await
+    }
+
+    async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage> {
+        let cursor = match &filter.cursor {
+            Some(c) => Some(
+                c.split_once('|')
+                    .map(|(t, id)| (t.to_owned(), id.to_owned()))
+                    .ok_or_else(|| StoreError::BadCursor(c.clone()))?,
+            ),
+            None => None,
+        };
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+            let mut sql = String::from(
+                "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body FROM records WHERE kind = ?1",
+            );
+            let mut values: Vec<String> = vec![filter.kind.as_str().to_owned()];
+            let mut and = |column: &str, value: String| {
+                values.push(value);
+                sql.push_str(&format!(" AND {column} ?{}", values.len()));
+            };
+            for (column, value) in [
+                ("status =", &filter.status),
+                ("task_id =", &filter.task_id),
+                ("shared_state_id =", &filter.shared_state_id),
+                ("contract_id =", &filter.contract_id),
+            ] {
+                if let Some(v) = value {
+                    and(column, v.clone());
+                }
+            }
+            if let Some((t, id)) = cursor {
+                values.push(t);
+                values.push(id);
+                let (a, b) = (values.len() - 1, values.len());
+                sql.push_str(&format!(" AND (created_at < ?{a} OR (created_at = ?{a} AND id < ?{b}))"));
+            }
+            sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
+            let mut stmt = conn.prepare(&sql).map_err(backend)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(values.iter()), |r| {
+                    Ok(record_of(filter.kind, r))
+                })
+                .map_err(backend)?;
+            let mut items = Vec::new();
+            for row in rows {
+                items.push(row.map_err(backend)??);
+            }
+            let next_cursor = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|r: &Record| format!("{}|{}", ts(&r.created_at), r.id))
+            } else {
+                None
+            };
+            Ok(RecordPage { items, next_cursor })
+        })
+        .await
+    }
+
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage> {
         let cursor = match &filter.cursor {
             Some(c) => Some(
@@ -970,6 +1104,54 @@ struct SharedRow {
     status: String,
     created_at: String,
     body: String,
+}
+
+/// A contract's or evidence bundle's row, ready to bind.
+struct RecordRow {
+    kind: &'static str,
+    id: String,
+    status: Option<String>,
+    task_id: Option<String>,
+    shared_state_id: Option<String>,
+    contract_id: Option<String>,
+    created_at: String,
+    body: String,
+}
+
+impl RecordRow {
+    fn of(r: &Record) -> StoreResult<RecordRow> {
+        Ok(RecordRow {
+            kind: r.kind.as_str(),
+            id: r.id.clone(),
+            status: r.status.clone(),
+            task_id: r.task_id.clone(),
+            shared_state_id: r.shared_state_id.clone(),
+            contract_id: r.contract_id.clone(),
+            created_at: ts(&r.created_at),
+            body: serde_json::to_string(&r.body).map_err(backend)?,
+        })
+    }
+}
+
+/// A record from a row of `id, status, task_id, shared_state_id, contract_id,
+/// created_at, body`.
+fn record_of(kind: RecordKind, r: &rusqlite::Row<'_>) -> StoreResult<Record> {
+    let text = |i: usize| r.get::<_, Option<String>>(i).map_err(backend);
+    let created = text(5)?.unwrap_or_default();
+    let created_at = chrono::DateTime::parse_from_rfc3339(&created)
+        .map_err(|e| corrupt("record timestamp", e))?
+        .to_utc();
+    let body = text(6)?.unwrap_or_default();
+    Ok(Record {
+        kind,
+        id: text(0)?.unwrap_or_default(),
+        status: text(1)?,
+        task_id: text(2)?,
+        shared_state_id: text(3)?,
+        contract_id: text(4)?,
+        created_at,
+        body: serde_json::from_str(&body).map_err(|e| corrupt(kind.noun(), e))?,
+    })
 }
 
 impl SharedRow {

@@ -13,9 +13,13 @@ pub fn dispatch(target: &Target, cmd: PlanCommand) -> anyhow::Result<u8> {
     match cmd {
         PlanCommand::Check { plan, json } => {
             let spec = load_plan_file(&plan)?;
-            // As the engine will take it: with the permission rules applied.
+            // As the engine will take it: with the permission rules applied and
+            // plan–execute–verify steps expanded (their contracts are proposed
+            // only when a task is created).
             let policy = load_policy(target.policy.as_deref())?;
             let checked = rein_core::permissions::apply(spec.plan, &policy)
+                .and_then(rein_core::plan::validate)
+                .and_then(rein_core::pev::expand)
                 .and_then(rein_core::plan::validate)
                 .map_err(rein_core::EngineError::from)?;
             if json {

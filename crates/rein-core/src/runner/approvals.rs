@@ -100,7 +100,7 @@ impl TaskRun<'_> {
         let span = SpanRef::child_of(&self.rec.state.head.span_id);
         let command = match &step.action {
             StepAction::Command { run, .. } => Some(run.clone()),
-            StepAction::Noop | StepAction::Approval { .. } => None,
+            StepAction::Noop | StepAction::Approval { .. } | StepAction::Verify { .. } => None,
         };
         let request = ApprovalRequest {
             description: format!(

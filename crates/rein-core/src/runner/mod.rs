@@ -106,6 +106,9 @@ pub(crate) struct TaskRun<'e> {
     plan_recovery: rein_protocol::RecoveryPolicy,
     /// The shared harness state the steps record themselves into, if any.
     shared_state: Option<String>,
+    /// The contract status each plan–execute–verify step last brought its
+    /// contract to.
+    contracts_seen: Vec<Option<rein_protocol::ContractStatus>>,
 }
 
 impl<'e> TaskRun<'e> {
@@ -207,6 +210,7 @@ impl<'e> TaskRun<'e> {
                     .join(rec.state.head.id.as_str())
             });
         let first_failure = None;
+        let n = steps.len();
         Ok(TaskRun {
             engine,
             rec,
@@ -227,6 +231,7 @@ impl<'e> TaskRun<'e> {
             recoveries,
             plan_recovery: plan.recovery,
             shared_state,
+            contracts_seen: vec![None; n],
         })
     }
 
@@ -289,6 +294,7 @@ impl<'e> TaskRun<'e> {
                 self.flush().await.map_err(raced)?;
                 taken_up = true;
             }
+            self.sync_contracts(false).await;
             for i in started {
                 self.spawn(i);
             }
@@ -464,6 +470,7 @@ impl<'e> TaskRun<'e> {
                     "timeout_ms": step.timeout_ms,
                     "idempotent": step.idempotent,
                 })),
+                StepAction::Verify { step } => Some(serde_json::json!({ "verify": step })),
                 StepAction::Noop | StepAction::Approval { .. } => None,
             };
             let checkpoint = Checkpoint {
@@ -514,20 +521,51 @@ impl<'e> TaskRun<'e> {
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();
+        // A verify step is the engine's: it checks what its step did.
+        let verification = match &self.steps[i].action {
+            StepAction::Verify { step } => {
+                self.steps
+                    .iter()
+                    .find(|s| &s.id == step)
+                    .map(|target| crate::pev::Verification {
+                        records: self.engine.records(),
+                        executor: Arc::clone(&executor),
+                        step: Arc::clone(target),
+                        request: request.clone(),
+                        output: self
+                            .rec
+                            .state
+                            .checkpoints
+                            .iter()
+                            .rev()
+                            .find(|cp| {
+                                cp.step_id.as_deref() == Some(step.as_str())
+                                    && cp.status == CheckpointStatus::Completed
+                            })
+                            .and_then(|cp| cp.output.clone()),
+                        shared_state: self.shared_state.clone(),
+                    })
+            }
+            _ => None,
+        };
         // With a shared state named by the plan, the step records itself there: an
         // action as it starts, and how it ended.
-        let recording = self.shared_state.clone().map(|state| {
-            (
-                Arc::clone(&self.engine.store),
-                Arc::clone(&self.engine.config.clock),
-                state,
-                crate::shared_state::step_action(
-                    &self.rec.state.head.id,
-                    &self.steps[i],
-                    rein_protocol::WorkStatus::Active,
-                ),
-            )
-        });
+        let recording = self
+            .shared_state
+            .clone()
+            .filter(|_| verification.is_none())
+            .map(|state| {
+                (
+                    Arc::clone(&self.engine.store),
+                    Arc::clone(&self.engine.config.clock),
+                    state,
+                    crate::shared_state::step_action(
+                        &self.rec.state.head.id,
+                        &self.steps[i],
+                        rein_protocol::WorkStatus::Active,
+                    ),
+                )
+            });
         let poll = self.engine.config.control_poll;
         let handle = self.running.spawn(
             async move {
@@ -557,7 +595,10 @@ impl<'e> TaskRun<'e> {
                     }
                 }
                 let started = Instant::now();
-                let outcome = executor.execute(request, token).await;
+                let outcome = match verification {
+                    Some(v) => v.run(token).await,
+                    None => executor.execute(request, token).await,
+                };
                 let elapsed = started.elapsed();
                 if let Some((store, clock, state, action)) = recording {
                     let status = match &outcome {
@@ -818,7 +859,63 @@ impl<'e> TaskRun<'e> {
             self.review_and_complete()?;
         }
         self.flush().await?;
+        self.sync_contracts(false).await;
         Ok(self.rec.state)
+    }
+
+    /// Brings the contracts of plan–execute–verify steps up to date with their
+    /// steps (see [`crate::pev`]): after a commit, so a contract never runs ahead
+    /// of the log, and on every resume. Contracts are records beside the task;
+    /// one that cannot be updated now is logged and tried again next time.
+    async fn sync_contracts(&mut self, aborted: bool) {
+        if !self.steps.iter().any(|s| s.pev.is_some()) {
+            return;
+        }
+        let records = self.engine.records();
+        for i in 0..self.steps.len() {
+            let step = Arc::clone(&self.steps[i]);
+            let Some(contract) = step.pev.as_ref().and_then(|p| p.contract_id.clone()) else {
+                continue;
+            };
+            let approve = crate::pev::approve_id(&step.id);
+            let denied = self
+                .steps
+                .iter()
+                .position(|s| s.id == approve)
+                .is_some_and(|j| matches!(self.progress[j], Progress::Failed));
+            use rein_protocol::ContractStatus as C;
+            let target = match &self.progress[i] {
+                _ if aborted => Some((C::Cancelled, "the task was aborted".to_owned())),
+                Progress::Running { .. } | Progress::Completed => {
+                    Some((C::Executing, format!("step `{}` started", step.id)))
+                }
+                Progress::Failed => Some((C::Failed, format!("step `{}` failed", step.id))),
+                Progress::Skipped => {
+                    Some((C::Cancelled, format!("step `{}` was skipped", step.id)))
+                }
+                Progress::DependencyFailed if denied => Some((
+                    C::Rejected,
+                    format!("the approval `{approve}` was denied or expired"),
+                )),
+                Progress::DependencyFailed => Some((
+                    C::Cancelled,
+                    format!("a step that `{}` depends on failed", step.id),
+                )),
+                _ => None,
+            };
+            let Some((target, reason)) = target else {
+                continue;
+            };
+            if self.contracts_seen[i] == Some(target) {
+                continue;
+            }
+            match crate::pev::advance(&records, &contract, target, "rein", &reason).await {
+                Ok(()) => self.contracts_seen[i] = Some(target),
+                Err(e) => {
+                    tracing::warn!(contract = %contract, error = %e, "cannot bring the contract up to date")
+                }
+            }
+        }
     }
 
     /// CP5: a system review unless the plan has review steps, then completion.
@@ -898,6 +995,7 @@ impl<'e> TaskRun<'e> {
         self.rec
             .task_event(TaskChange::TaskCancelled { reason, by })?;
         self.flush().await?;
+        self.sync_contracts(true).await;
         Ok(self.rec.state)
     }
 
