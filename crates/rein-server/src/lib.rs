@@ -13,6 +13,7 @@ pub mod events;
 pub mod health;
 pub mod openapi;
 pub mod prometheus;
+pub mod records;
 pub mod routes;
 pub mod shared_state;
 

@@ -419,6 +419,154 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
+            path: "/admin/harness/contracts",
+            handler: get(crate::records::list_contracts).post(crate::records::create_contract),
+            operations: vec![
+                Operation {
+                    query: &[
+                        (
+                            "status",
+                            "draft, proposed, approved, executing, verified, failed, rejected, rolled_back or cancelled",
+                        ),
+                        ("taskId", "only the contracts of this task's steps"),
+                        (
+                            "sharedStateId",
+                            "only contracts recording into this shared state",
+                        ),
+                        ("limit", "1–500 (default 50)"),
+                        ("cursor", "next_cursor of the previous page"),
+                    ],
+                    ..op(
+                        "get",
+                        "List harness contracts, newest first",
+                        V,
+                        200,
+                        "ContractPage",
+                    )
+                },
+                Operation {
+                    request: Some("HarnessContract"),
+                    errors: &[400, 401, 403, 409, 413],
+                    ..op(
+                        "post",
+                        "Create a harness contract, as draft or proposed; its risk is derived when not given (an existing id is 409)",
+                        O,
+                        201,
+                        "ContractEnvelope",
+                    )
+                },
+            ],
+        },
+        Route {
+            path: "/admin/harness/contracts/{id}",
+            handler: get(crate::records::show_contract),
+            operations: vec![op(
+                "get",
+                "A harness contract with its status history",
+                V,
+                200,
+                "ContractEnvelope",
+            )],
+        },
+        Route {
+            path: "/admin/harness/contracts/{id}/status",
+            handler: post(crate::records::change_status),
+            operations: vec![Operation {
+                request: Some("StatusRequest"),
+                errors: &[400, 401, 403, 404, 409, 413],
+                ..op(
+                    "post",
+                    "Move a contract along its flow (a move the flow does not allow is 409, naming the allowed ones)",
+                    O,
+                    200,
+                    "ContractEnvelope",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/harness/evidence",
+            handler: get(crate::records::list_evidence).post(crate::records::create_evidence),
+            operations: vec![
+                Operation {
+                    query: &[
+                        ("contractId", "only the bundles of this contract"),
+                        ("taskId", "only the bundles of this task"),
+                        ("sharedStateId", "only bundles linked to this shared state"),
+                        ("limit", "1–500 (default 50)"),
+                        ("cursor", "next_cursor of the previous page"),
+                    ],
+                    ..op(
+                        "get",
+                        "List evidence bundles, newest first",
+                        V,
+                        200,
+                        "EvidencePage",
+                    )
+                },
+                Operation {
+                    request: Some("EvidenceBundle"),
+                    errors: &[400, 401, 403, 409, 413],
+                    ..op(
+                        "post",
+                        "Create an evidence bundle, linked from its contract and shared state (which must exist)",
+                        O,
+                        201,
+                        "EvidenceEnvelope",
+                    )
+                },
+            ],
+        },
+        Route {
+            path: "/admin/harness/evidence/{id}",
+            handler: get(crate::records::show_evidence),
+            operations: vec![op("get", "An evidence bundle", V, 200, "EvidenceEnvelope")],
+        },
+        Route {
+            path: "/admin/harness/evidence/{id}/items",
+            handler: post(crate::records::add_item),
+            operations: vec![Operation {
+                request: Some("EvidenceItem"),
+                errors: &[400, 401, 403, 404, 413],
+                ..op(
+                    "post",
+                    "Add an item (one with the same id is replaced); a side effect inside an external runtime is recorded as unsupported unless it came through a rein-owned callback",
+                    O,
+                    200,
+                    "EvidenceEnvelope",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/harness/evidence/{id}/checks",
+            handler: post(crate::records::add_check),
+            operations: vec![Operation {
+                request: Some("EvidenceCheck"),
+                errors: &[400, 401, 403, 404, 413],
+                ..op(
+                    "post",
+                    "Add a check (one with the same id is replaced)",
+                    O,
+                    200,
+                    "EvidenceEnvelope",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/harness/evidence/{id}/reviews",
+            handler: post(crate::records::add_review),
+            operations: vec![Operation {
+                request: Some("ReviewRequest"),
+                errors: &[400, 401, 403, 404, 413],
+                ..op(
+                    "post",
+                    "Add the caller's review of the evidence",
+                    O,
+                    200,
+                    "EvidenceEnvelope",
+                )
+            }],
+        },
+        Route {
             path: "/admin/audit",
             handler: get(crate::shared_state::audit),
             operations: vec![Operation {
@@ -428,7 +576,7 @@ pub fn table() -> Vec<Route> {
                 ],
                 ..op(
                     "get",
-                    "Audit records of changes made outside task logs (shared states), oldest first",
+                    "Audit records of changes made outside task logs (shared states, contracts, evidence), oldest first",
                     V,
                     200,
                     "AuditPage",
@@ -571,6 +719,48 @@ fn envelopes() -> Vec<(&'static str, Value)> {
             object(
                 json!({ "items": { "type": "array", "items": reference("SharedHarnessState") }, "next_cursor": { "type": ["string", "null"] } }),
                 &["items"],
+            ),
+        ),
+        (
+            "ContractEnvelope",
+            object(
+                json!({ "contract": reference("HarnessContract") }),
+                &["contract"],
+            ),
+        ),
+        (
+            "ContractPage",
+            object(
+                json!({ "items": { "type": "array", "items": reference("HarnessContract") }, "next_cursor": { "type": ["string", "null"] } }),
+                &["items"],
+            ),
+        ),
+        (
+            "StatusRequest",
+            object(
+                json!({ "status": reference("ContractStatus"), "reason": { "type": "string" } }),
+                &["status"],
+            ),
+        ),
+        (
+            "EvidenceEnvelope",
+            object(
+                json!({ "evidence": reference("EvidenceBundle") }),
+                &["evidence"],
+            ),
+        ),
+        (
+            "EvidencePage",
+            object(
+                json!({ "items": { "type": "array", "items": reference("EvidenceBundle") }, "next_cursor": { "type": ["string", "null"] } }),
+                &["items"],
+            ),
+        ),
+        (
+            "ReviewRequest",
+            object(
+                json!({ "verdict": reference("ReviewVerdict"), "comment": { "type": "string" }, "id": { "type": "string" } }),
+                &["verdict"],
             ),
         ),
         (

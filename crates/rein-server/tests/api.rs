@@ -997,6 +997,12 @@ async fn malformed_bodies_at_every_post_route_never_give_a_5xx() {
         "/admin/harness/shared-state/shs_fuzz/participants".to_owned(),
         "/admin/harness/shared-state/shs_fuzz/actions".to_owned(),
         "/admin/harness/shared-state/shs_fuzz/detect-conflicts".to_owned(),
+        "/admin/harness/contracts".to_owned(),
+        "/admin/harness/contracts/hctr_fuzz/status".to_owned(),
+        "/admin/harness/evidence".to_owned(),
+        "/admin/harness/evidence/evb_fuzz/items".to_owned(),
+        "/admin/harness/evidence/evb_fuzz/checks".to_owned(),
+        "/admin/harness/evidence/evb_fuzz/reviews".to_owned(),
     ];
     let mut bodies: Vec<Vec<u8>> = [
         "",
@@ -1292,4 +1298,269 @@ async fn audit_records_stream_live_and_resume_from_last_event_id() {
         .unwrap();
     let rest = frames(res, |seen| !seen.is_empty()).await;
     assert_eq!(rest, vec![(2, "shared_state.create".to_owned())]);
+}
+
+#[tokio::test]
+async fn the_contract_and_evidence_routes_with_their_errors_and_auth() {
+    let api = api();
+    let base = "/admin/harness/contracts";
+    let contract = json!({
+        "id": "hctr_docs", "goal": "update the release notes", "status": "proposed",
+        "writeSet": [{ "kind": "file", "path": "docs/RELEASES.md" }],
+        "requiredTools": ["editor"], "verificationPlan": ["a reviewer reads it"]
+    });
+    assert_eq!(
+        api.call(Method::GET, base, None, None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        api.call(Method::POST, base, Some(VIEWER), Some(contract.clone()))
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    let created = api
+        .call(Method::POST, base, Some(OPERATOR), Some(contract.clone()))
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
+    // One file with a plain tool: medium, derived; the history names the caller.
+    assert_eq!(created.body["contract"]["risk"], "medium");
+    assert_eq!(created.body["contract"]["riskDerived"], true);
+    assert_eq!(created.body["contract"]["history"][0]["by"], "otto");
+    let again = api
+        .call(Method::POST, base, Some(OPERATOR), Some(contract))
+        .await;
+    assert_eq!(again.status, StatusCode::CONFLICT, "{}", again.text);
+    // Starting further along the flow, or an unknown status: 400 naming it.
+    let r = api
+        .call(
+            Method::POST,
+            base,
+            Some(OPERATOR),
+            Some(json!({ "goal": "g", "status": "verified" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("`verified`"), "{}", r.text);
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{base}/hctr_docs/status"),
+            Some(OPERATOR),
+            Some(json!({ "status": "done" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.text.contains("done") && r.text.contains("rolled_back"),
+        "{}",
+        r.text
+    );
+    // A move the flow does not allow: 409 naming the moves it does.
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{base}/hctr_docs/status"),
+            Some(OPERATOR),
+            Some(json!({ "status": "verified" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{}", r.text);
+    assert!(
+        r.text.contains("approved, rejected, cancelled"),
+        "{}",
+        r.text
+    );
+    for to in ["approved", "executing"] {
+        let r = api
+            .call(
+                Method::POST,
+                &format!("{base}/hctr_docs/status"),
+                Some(OPERATOR),
+                Some(json!({ "status": to, "reason": "looks right" })),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        assert_eq!(r.body["contract"]["status"], to);
+    }
+    assert_eq!(
+        api.call(
+            Method::GET,
+            &format!("{base}/hctr_nope"),
+            Some(VIEWER),
+            None
+        )
+        .await
+        .status,
+        StatusCode::NOT_FOUND
+    );
+    let list = api
+        .call(
+            Method::GET,
+            &format!("{base}?status=executing"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(list.body["items"][0]["id"], "hctr_docs", "{}", list.text);
+    let none = api
+        .call(
+            Method::GET,
+            &format!("{base}?status=failed"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(none.body["items"], json!([]));
+
+    // Evidence: linked from its contract; what rein did not see is not `rein`.
+    let ev = "/admin/harness/evidence";
+    let r = api
+        .call(
+            Method::POST,
+            ev,
+            Some(OPERATOR),
+            Some(json!({ "harnessContractId": "hctr_nope" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("hctr_nope"), "{}", r.text);
+    let r = api
+        .call(
+            Method::POST,
+            ev,
+            Some(OPERATOR),
+            Some(json!({ "items": [{ "kind": "diff", "title": "d", "capture": "rein" }] })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("only rein records"), "{}", r.text);
+    let bundle = api
+        .call(
+            Method::POST,
+            ev,
+            Some(OPERATOR),
+            Some(json!({
+                "harnessContractId": "hctr_docs", "summary": "notes updated",
+                "items": [
+                    { "kind": "diff", "title": "docs/RELEASES.md" },
+                    { "kind": "external_side_effect", "title": "agent pushed a branch", "capture": "reported" }
+                ],
+                "confidence": 0.8
+            })),
+        )
+        .await;
+    assert_eq!(bundle.status, StatusCode::CREATED, "{}", bundle.text);
+    let id = bundle.body["evidence"]["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("evb_"), "{id}");
+    let captures: Vec<&str> = bundle.body["evidence"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["capture"].as_str().unwrap())
+        .collect();
+    assert_eq!(captures, ["reported", "unsupported"]);
+    let contract = api
+        .call(
+            Method::GET,
+            &format!("{base}/hctr_docs"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(contract.body["contract"]["evidenceBundleIds"], json!([id]));
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{ev}/{id}/checks"),
+            Some(OPERATOR),
+            Some(json!({ "name": "links resolve", "status": "passed" })),
+        )
+        .await;
+    assert_eq!(
+        r.body["evidence"]["checks"][0]["id"], "check_1",
+        "{}",
+        r.text
+    );
+    // A review is the caller's: the reviewer cannot be named by the body.
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{ev}/{id}/reviews"),
+            Some(OPERATOR),
+            Some(json!({ "verdict": "approved", "reviewer": "someone else" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{ev}/{id}/reviews"),
+            Some(OPERATOR),
+            Some(json!({ "verdict": "approved", "comment": "reads well" })),
+        )
+        .await;
+    assert_eq!(
+        r.body["evidence"]["reviews"][0]["reviewer"], "otto",
+        "{}",
+        r.text
+    );
+    let r = api
+        .call(
+            Method::POST,
+            &format!("{ev}/{id}/items"),
+            Some(VIEWER),
+            Some(json!({ "kind": "note", "title": "n" })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    let r = api
+        .call(
+            Method::POST,
+            ev,
+            Some(OPERATOR),
+            Some(json!({ "confidence": 2 })),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.text.contains("between 0 and 1"), "{}", r.text);
+    let list = api
+        .call(
+            Method::GET,
+            &format!("{ev}?contractId=hctr_docs"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(list.body["items"][0]["id"], id.as_str());
+    let r = api
+        .call(
+            Method::GET,
+            &format!("{ev}?status=open"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    // Every change left an audit record.
+    let audit = api
+        .call(Method::GET, "/admin/audit", Some(VIEWER), None)
+        .await;
+    let actions: Vec<&str> = audit.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect();
+    for expected in [
+        "contract.create",
+        "contract.approved",
+        "contract.executing",
+        "evidence.create",
+        "contract.link_evidence",
+        "evidence.add_check",
+        "evidence.add_review",
+    ] {
+        assert!(actions.contains(&expected), "{expected} in {actions:?}");
+    }
 }
