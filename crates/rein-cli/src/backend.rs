@@ -4,14 +4,17 @@
 
 use std::sync::Arc;
 
+use rein_core::contracts::{ContractPage, EvidencePage};
 use rein_core::store::{
-    ApprovalFilter, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage,
+    ApprovalFilter, RecordFilter, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter,
+    TaskPage,
 };
 use rein_core::{ControlOutcome, Engine};
 use rein_protocol::{
-    Action, ApprovalId, ApprovalRequest, ApprovalResponse, Conflict, HarnessEvent, HarnessMetrics,
-    LedgerEntry, Participant, SharedHarnessState, SnapshotId, TaskDecomposition, TaskId, TaskState,
-    TaskStatus, Timestamp,
+    Action, ApprovalId, ApprovalRequest, ApprovalResponse, Conflict, ContractStatus,
+    EvidenceBundle, EvidenceCheck, EvidenceItem, HarnessContract, HarnessEvent, HarnessMetrics,
+    LedgerEntry, Participant, Review, ReviewVerdict, SharedHarnessState, SnapshotId,
+    TaskDecomposition, TaskId, TaskState, TaskStatus, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -48,6 +51,47 @@ pub struct Snapshot {
 #[derive(Deserialize)]
 struct Items<T> {
     items: Vec<T>,
+}
+
+#[derive(Deserialize)]
+struct ContractEnvelope {
+    contract: HarnessContract,
+}
+
+#[derive(Deserialize)]
+struct EvidenceEnvelope {
+    evidence: EvidenceBundle,
+}
+
+/// What `rein evidence add-item | add-check | review` adds.
+#[derive(Debug)]
+pub enum EvidencePart {
+    Item(EvidenceItem),
+    Check(EvidenceCheck),
+    Review {
+        verdict: ReviewVerdict,
+        comment: Option<String>,
+    },
+}
+
+/// A record filter as the API's query parameters.
+fn record_query(filter: &RecordFilter) -> Vec<(&'static str, String)> {
+    let mut query = Vec::new();
+    for (name, value) in [
+        ("status", &filter.status),
+        ("taskId", &filter.task_id),
+        ("sharedStateId", &filter.shared_state_id),
+        ("contractId", &filter.contract_id),
+        ("cursor", &filter.cursor),
+    ] {
+        if let Some(v) = value {
+            query.push((name, v.clone()));
+        }
+    }
+    if let Some(l) = filter.limit {
+        query.push(("limit", l.to_string()));
+    }
+    query
 }
 
 #[derive(Deserialize)]
@@ -520,6 +564,154 @@ impl Backend {
                 )
                 .await?
                 .conflicts
+            }
+        })
+    }
+
+    pub async fn contracts(&self, filter: &RecordFilter) -> anyhow::Result<ContractPage> {
+        Ok(match self {
+            Backend::Local(e) => e.records().contracts(filter).await?,
+            Backend::Remote(c) => {
+                c.get("admin/harness/contracts", &record_query(filter))
+                    .await?
+            }
+        })
+    }
+
+    pub async fn contract(&self, id: &str) -> anyhow::Result<HarnessContract> {
+        Ok(match self {
+            Backend::Local(e) => e.records().contract(id).await?,
+            Backend::Remote(c) => {
+                c.get::<ContractEnvelope>(&format!("admin/harness/contracts/{}", segment(id)), &[])
+                    .await?
+                    .contract
+            }
+        })
+    }
+
+    pub async fn create_contract(
+        &self,
+        contract: HarnessContract,
+    ) -> anyhow::Result<HarnessContract> {
+        Ok(match self {
+            Backend::Local(e) => {
+                e.records()
+                    .create_contract(contract, &crate::commands::actor(None))
+                    .await?
+            }
+            Backend::Remote(c) => {
+                c.post::<ContractEnvelope>(
+                    "admin/harness/contracts",
+                    serde_json::to_value(contract)?,
+                )
+                .await?
+                .contract
+            }
+        })
+    }
+
+    /// Moves a contract along its status flow.
+    pub async fn move_contract(
+        &self,
+        id: &str,
+        to: ContractStatus,
+        reason: Option<String>,
+    ) -> anyhow::Result<HarnessContract> {
+        Ok(match self {
+            Backend::Local(e) => {
+                e.records()
+                    .transition_contract(id, to, &crate::commands::actor(None), reason)
+                    .await?
+            }
+            Backend::Remote(c) => {
+                c.post::<ContractEnvelope>(
+                    &format!("admin/harness/contracts/{}/status", segment(id)),
+                    serde_json::json!({ "status": to.as_str(), "reason": reason }),
+                )
+                .await?
+                .contract
+            }
+        })
+    }
+
+    pub async fn evidence_bundles(&self, filter: &RecordFilter) -> anyhow::Result<EvidencePage> {
+        Ok(match self {
+            Backend::Local(e) => e.records().evidence_bundles(filter).await?,
+            Backend::Remote(c) => {
+                c.get("admin/harness/evidence", &record_query(filter))
+                    .await?
+            }
+        })
+    }
+
+    pub async fn evidence(&self, id: &str) -> anyhow::Result<EvidenceBundle> {
+        Ok(match self {
+            Backend::Local(e) => e.records().evidence(id).await?,
+            Backend::Remote(c) => {
+                c.get::<EvidenceEnvelope>(&format!("admin/harness/evidence/{}", segment(id)), &[])
+                    .await?
+                    .evidence
+            }
+        })
+    }
+
+    pub async fn create_evidence(&self, bundle: EvidenceBundle) -> anyhow::Result<EvidenceBundle> {
+        Ok(match self {
+            Backend::Local(e) => {
+                e.records()
+                    .create_evidence(bundle, &crate::commands::actor(None))
+                    .await?
+            }
+            Backend::Remote(c) => {
+                c.post::<EvidenceEnvelope>("admin/harness/evidence", serde_json::to_value(bundle)?)
+                    .await?
+                    .evidence
+            }
+        })
+    }
+
+    /// Adds an item, a check or the caller's review to an evidence bundle.
+    pub async fn add_evidence(
+        &self,
+        id: &str,
+        part: EvidencePart,
+    ) -> anyhow::Result<EvidenceBundle> {
+        Ok(match self {
+            Backend::Local(e) => {
+                let records = e.records();
+                let by = crate::commands::actor(None);
+                match part {
+                    EvidencePart::Item(item) => records.add_evidence_item(id, item, &by).await?,
+                    EvidencePart::Check(check) => {
+                        records.add_evidence_check(id, check, &by).await?
+                    }
+                    EvidencePart::Review { verdict, comment } => {
+                        let review = Review {
+                            id: String::new(),
+                            reviewer: by.clone(),
+                            verdict,
+                            comment,
+                            at: None,
+                        };
+                        records.add_evidence_review(id, review, &by).await?
+                    }
+                }
+            }
+            Backend::Remote(c) => {
+                let (path, body) = match part {
+                    EvidencePart::Item(item) => ("items", serde_json::to_value(item)?),
+                    EvidencePart::Check(check) => ("checks", serde_json::to_value(check)?),
+                    EvidencePart::Review { verdict, comment } => (
+                        "reviews",
+                        serde_json::json!({ "verdict": verdict, "comment": comment }),
+                    ),
+                };
+                c.post::<EvidenceEnvelope>(
+                    &format!("admin/harness/evidence/{}/{path}", segment(id)),
+                    body,
+                )
+                .await?
+                .evidence
             }
         })
     }

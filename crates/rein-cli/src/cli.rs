@@ -60,6 +60,12 @@ pub enum Command {
     /// Shared harness state: who read and wrote what, and where work conflicts.
     #[command(subcommand)]
     State(StateCommand),
+    /// Harness contracts (`hctr_…`): planned work and its status flow.
+    #[command(subcommand)]
+    Contracts(ContractsCommand),
+    /// Evidence bundles (`evb_…`): what happened, checked and reviewed.
+    #[command(subcommand)]
+    Evidence(EvidenceCommand),
     /// Inspect and steer tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
@@ -244,6 +250,108 @@ pub enum StateCommand {
     AddAction {
         id: String,
         file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ContractsCommand {
+    /// List contracts, newest first.
+    List {
+        /// draft, proposed, approved, executing, verified, failed, rejected,
+        /// rolled_back or cancelled.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only the contracts of this task's plan–execute–verify steps.
+        #[arg(long, value_name = "TASK_ID")]
+        task: Option<String>,
+        /// Only contracts recording into this shared state.
+        #[arg(long, value_name = "STATE_ID")]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: u32,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one contract with its status history.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a contract from a JSON file (draft or proposed; risk derived when
+    /// not given).
+    Create {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move a contract along its flow: draft → proposed → approved → executing →
+    /// verified | failed | rejected | rolled_back | cancelled.
+    Status {
+        id: String,
+        status: String,
+        #[arg(long)]
+        reason: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EvidenceCommand {
+    /// List evidence bundles, newest first.
+    List {
+        /// Only the bundles of this contract.
+        #[arg(long, value_name = "CONTRACT_ID")]
+        contract: Option<String>,
+        #[arg(long, value_name = "TASK_ID")]
+        task: Option<String>,
+        #[arg(long, value_name = "STATE_ID")]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: u32,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one bundle: items, checks, risks, reviews.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create a bundle from a JSON file (linked from its contract and shared state).
+    Create {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add an item from a JSON file (one with the same id is replaced).
+    AddItem {
+        id: String,
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a check from a JSON file (one with the same id is replaced).
+    AddCheck {
+        id: String,
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Review the evidence, as yourself.
+    Review {
+        id: String,
+        #[arg(long, value_parser = ["approved", "changes_requested", "rejected", "commented"])]
+        verdict: String,
+        #[arg(long)]
+        comment: Option<String>,
         #[arg(long)]
         json: bool,
     },

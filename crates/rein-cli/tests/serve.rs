@@ -542,5 +542,43 @@ fn the_state_commands_work_the_same_against_a_server() {
         let embedded = text(&run_ok(rein(&data).args(&args)));
         assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
     }
+
+    // Contracts and evidence, created and changed over the server.
+    let contract = write_plan(
+        dir.path(),
+        "contract.json",
+        r#"{ "id": "hctr_notes", "goal": "Ship the notes", "writeSet": [{ "kind": "file", "path": "docs/RELEASES.md" }] }"#,
+    );
+    remote.ok(&["contracts", "create", contract.to_str().unwrap()]);
+    remote.ok(&[
+        "contracts",
+        "status",
+        "hctr_notes",
+        "proposed",
+        "--reason",
+        "ready",
+    ]);
+    let bundle = write_plan(
+        dir.path(),
+        "evidence.json",
+        r#"{ "id": "evb_notes", "harnessContractId": "hctr_notes", "summary": "the diff", "items": [{ "kind": "diff", "title": "docs/RELEASES.md" }] }"#,
+    );
+    remote.ok(&["evidence", "create", bundle.to_str().unwrap()]);
+    remote.ok(&["evidence", "review", "evb_notes", "--verdict", "approved"]);
+    for args in [
+        vec!["contracts", "list"],
+        vec!["contracts", "show", "hctr_notes"],
+        vec!["contracts", "show", "hctr_notes", "--json"],
+        vec!["evidence", "list"],
+        vec!["evidence", "list", "--contract", "hctr_notes", "--json"],
+        vec!["evidence", "show", "evb_notes"],
+    ] {
+        let over_http = text(&remote.ok(&args));
+        let embedded = text(&run_ok(rein(&data).args(&args)));
+        assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
+    }
+    let shown = text(&remote.ok(&["contracts", "show", "hctr_notes"]));
+    assert!(shown.contains("proposed by "), "{shown}");
+    assert!(shown.contains("evidence evb_notes"), "{shown}");
     stop(server);
 }

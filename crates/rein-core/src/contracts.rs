@@ -354,18 +354,18 @@ fn audit(at: Timestamp, who: &str, action: &str, subject: &str) -> AuditRecord {
 }
 
 /// A page of contracts, newest first.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ContractPage {
     pub items: Vec<HarnessContract>,
-    #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub next_cursor: Option<String>,
 }
 
 /// A page of evidence bundles, newest first.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct EvidencePage {
     pub items: Vec<EvidenceBundle>,
-    #[serde(rename = "nextCursor", skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub next_cursor: Option<String>,
 }
 

@@ -2,6 +2,7 @@
 
 mod approvals;
 mod plan;
+mod records;
 mod run;
 mod serve;
 mod state;
@@ -181,6 +182,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Plan(cmd) => plan::dispatch(&target, cmd),
         Command::Policy(cmd) => plan::policy(&target, cmd),
         Command::State(cmd) => state::dispatch(&target, cmd).await,
+        Command::Contracts(cmd) => records::contracts(&target, cmd).await,
+        Command::Evidence(cmd) => records::evidence(&target, cmd).await,
         Command::Tasks(cmd) => tasks::dispatch(&target, cmd).await,
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,

@@ -13,7 +13,7 @@ use crate::exit::{self, UsageError};
 use crate::output::{say, shout};
 
 /// Reads a JSON file of the spec's wire format, naming the file and the problem.
-fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
+pub(crate) fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
     serde_json::from_str(&text)
