@@ -205,10 +205,14 @@ impl<'a> Entry<'a> {
     }
 }
 
-/// Whether `path` lies beneath directory `dir`, at a `/` boundary.
+/// Whether `path` lies beneath directory `dir`, at a `/` boundary (the relative
+/// root `""` holds every relative path, `/` every absolute one).
 fn beneath(path: &str, dir: &str) -> bool {
     if dir.is_empty() {
-        return !path.starts_with('/');
+        return !path.starts_with('/') && !path.is_empty();
+    }
+    if dir == "/" {
+        return path.len() > 1 && path.starts_with('/');
     }
     path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
 }
@@ -253,6 +257,30 @@ impl<'a> Groups<'a> {
     }
 }
 
+/// The directories above `path`, nearest first: for `a/b/c`, `a/b`, `a` and the
+/// relative root `""`; for `/srv/x`, `/srv` and `/`.
+fn ancestors(path: &str) -> impl Iterator<Item = &str> {
+    let relative = !path.starts_with('/') && !path.is_empty();
+    let mut rest = Some(path);
+    std::iter::from_fn(move || {
+        let dir = rest?;
+        match dir.rfind('/') {
+            Some(0) => {
+                rest = None;
+                (dir.len() > 1).then_some("/")
+            }
+            Some(cut) => {
+                rest = Some(&dir[..cut]);
+                rest
+            }
+            None => {
+                rest = None;
+                relative.then_some("")
+            }
+        }
+    })
+}
+
 /// Where the writes are, to find what a resource overlaps without scanning.
 struct Index<'a> {
     entries: Vec<Entry<'a>>,
@@ -262,14 +290,14 @@ struct Index<'a> {
     by_path: Groups<'a>,
     /// Directory entries, by path.
     dirs: Groups<'a>,
-    /// The entries with a path, ordered by it (so a directory's contents are a
-    /// range): made the first time a directory is looked up.
-    sorted: std::cell::OnceCell<Vec<u32>>,
+    /// For each directory that will be looked up, the entries beneath it.
+    beneath: FxHashMap<Cow<'a, str>, Vec<u32>>,
 }
 
 impl<'a> Index<'a> {
-    /// An index for `n` entries.
-    fn with_capacity(n: usize) -> Index<'a> {
+    /// An index for `n` entries; `probed` are the directories whose contents
+    /// will be asked for.
+    fn new(n: usize, probed: &[Cow<'a, str>]) -> Index<'a> {
         Index {
             entries: Vec::with_capacity(n),
             by_id: Groups::with_capacity(n, 0),
@@ -277,7 +305,7 @@ impl<'a> Index<'a> {
             by_uri: Groups::with_capacity(n, 0),
             by_path: Groups::with_capacity(n, n),
             dirs: Groups::with_capacity(n, 0),
-            sorted: std::cell::OnceCell::new(),
+            beneath: probed.iter().map(|d| (d.clone(), Vec::new())).collect(),
         }
     }
 
@@ -291,22 +319,16 @@ impl<'a> Index<'a> {
         self.by_path.add(n, entry.path.clone());
         self.dirs
             .add(n, entry.path.clone().filter(|_| is_directory(r)));
+        if !self.beneath.is_empty()
+            && let Some(path) = &entry.path
+        {
+            for dir in ancestors(path) {
+                if let Some(found) = self.beneath.get_mut(dir) {
+                    found.push(n as u32);
+                }
+            }
+        }
         self.entries.push(entry);
-    }
-
-    /// The entries with a path, ordered by it.
-    fn sorted(&self) -> &[u32] {
-        self.sorted.get_or_init(|| {
-            let mut with_path: Vec<u32> = (0..self.entries.len() as u32)
-                .filter(|&i| self.entries[i as usize].path.is_some())
-                .collect();
-            with_path.sort_by(|&x, &y| self.path_of(x).cmp(self.path_of(y)));
-            with_path
-        })
-    }
-
-    fn path_of(&self, i: u32) -> &str {
-        self.entries[i as usize].path.as_deref().unwrap_or("")
     }
 
     /// The entries that overlap `probe`, each once, in order, into `out` (cleared first).
@@ -324,29 +346,15 @@ impl<'a> Index<'a> {
         }
         if let Some(path) = &probe.path {
             self.by_path.get(path, out);
-            // Directories above it.
-            let mut dir: &str = path.as_ref();
-            while let Some(cut) = dir.rfind('/') {
-                dir = &dir[..cut];
+            for dir in ancestors(path) {
                 self.dirs.get(dir, out);
             }
-            if !path.starts_with('/') {
-                self.dirs.get("", out);
-            }
-            // What lies beneath it, if it is a directory.
-            if is_directory(r) {
-                let sorted = self.sorted();
-                let (from, to) = if path.is_empty() {
-                    (0, sorted.len())
-                } else {
-                    let below = format!("{path}/");
-                    let after = format!("{path}0"); // '0' follows '/'
-                    (
-                        sorted.partition_point(|&i| self.path_of(i) < below.as_str()),
-                        sorted.partition_point(|&i| self.path_of(i) < after.as_str()),
-                    )
-                };
-                out.extend(sorted[from..to].iter().map(|&i| i as usize));
+            // What lies beneath it, if it is a directory (every directory probed
+            // was named when the index was made).
+            if is_directory(r)
+                && let Some(found) = self.beneath.get(path.as_ref())
+            {
+                out.extend(found.iter().map(|&i| i as usize));
             }
         }
         out.sort_unstable();
@@ -471,7 +479,23 @@ pub fn detect(state: &SharedHarnessState) -> Result<Vec<Conflict>, InvalidResour
         out: Vec::new(),
     };
     // Every write, indexed.
-    let mut writes = Index::with_capacity(state.actions.iter().map(|a| a.write_set.len()).sum());
+    // The directories that will be looked up: every directory written or read.
+    let mut probed: Vec<Cow<'_, str>> = Vec::new();
+    for (i, action) in state.actions.iter().enumerate() {
+        for r in action.write_set.iter().chain(&action.read_set) {
+            if is_directory(r)
+                && let Some(path) = Entry::new(i, r, || format!("action `{}`", action.id))?.path
+            {
+                probed.push(path);
+            }
+        }
+    }
+    probed.sort_unstable();
+    probed.dedup();
+    let mut writes = Index::new(
+        state.actions.iter().map(|a| a.write_set.len()).sum(),
+        &probed,
+    );
     for (i, action) in state.actions.iter().enumerate() {
         for r in &action.write_set {
             writes.add(Entry::new(i, r, || format!("action `{}`", action.id))?);

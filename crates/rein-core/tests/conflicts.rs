@@ -103,6 +103,21 @@ fn read_write_needs_a_version_dependency_on_the_read() {
     let mut s = state(vec![plain, writer]);
     s.version_dependencies = reader.version_dependencies.clone();
     assert_eq!(kinds(&s), vec![ConflictType::ReadWrite]);
+    // A pinned read of a directory meets a write beneath it.
+    let dir_reader = Action {
+        read_set: vec![dir("docs")],
+        version_dependencies: vec![VersionDependency {
+            id: "v".into(),
+            resource: Some(dir("docs")),
+            ..VersionDependency::default()
+        }],
+        ..action("read", "docs")
+    };
+    let beneath = writes("write", "coder", vec![file("docs/guide/a.md")]);
+    assert_eq!(
+        kinds(&state(vec![dir_reader, beneath])),
+        vec![ConflictType::ReadWrite]
+    );
 }
 
 #[test]
@@ -242,31 +257,38 @@ fn resources_are_the_same_by_id_key_or_uri_or_by_path_and_kind() {
 
 #[test]
 fn a_directory_covers_what_is_beneath_it_at_a_slash_boundary() {
-    for (path, overlaps) in [
-        ("docs/a.md", true),
-        ("docs/deep/er/b.md", true),
-        ("doc/a.md", false),
-        ("docsx/a.md", false),
-        ("docs", false), // a file named like the directory is another kind
+    for (directory, path, overlaps) in [
+        ("docs", "docs/a.md", true),
+        ("docs", "docs/deep/er/b.md", true),
+        ("docs", "doc/a.md", false),
+        ("docs", "docsx/a.md", false),
+        ("docs", "docs", false), // a file named like the directory is another kind
+        ("/srv", "/srv/www/index.html", true),
+        ("/srv", "srv/a", false), // absolute and relative are different places
+        ("/", "/etc/hosts", true),
+        ("/", "etc/hosts", false),
+        ("", "a.md", true), // the relative root: the whole workspace
+        ("", "/etc/hosts", false),
+        ("docs/", "docs/a.md", true), // normalised
     ] {
         let s = state(vec![
-            writes("dir", "p1", vec![dir("docs")]),
+            writes("dir", "p1", vec![dir(directory)]),
             writes("file", "p2", vec![file(path)]),
         ]);
         assert_eq!(
             !detect(&s).unwrap().is_empty(),
             overlaps,
-            "`docs` and `{path}`"
+            "`{directory}` and `{path}`"
         );
         // The same either way round.
         let s = state(vec![
             writes("file", "p2", vec![file(path)]),
-            writes("dir", "p1", vec![dir("docs")]),
+            writes("dir", "p1", vec![dir(directory)]),
         ]);
         assert_eq!(
             !detect(&s).unwrap().is_empty(),
             overlaps,
-            "`{path}` and `docs`"
+            "`{path}` and `{directory}`"
         );
     }
 }
