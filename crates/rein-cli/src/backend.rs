@@ -716,6 +716,14 @@ impl Backend {
         })
     }
 
+    /// The health report of `/healthz`: each component probed for real.
+    pub async fn health(&self) -> anyhow::Result<serde_json::Value> {
+        Ok(match self {
+            Backend::Local(e) => serde_json::to_value(rein_server::health::check(e).await)?,
+            Backend::Remote(c) => c.health().await?,
+        })
+    }
+
     pub async fn metrics(&self) -> anyhow::Result<HarnessMetrics> {
         Ok(match self {
             Backend::Local(e) => e.metrics().await?,

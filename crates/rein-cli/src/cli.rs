@@ -77,6 +77,12 @@ pub enum Command {
     Ledger(LedgerCommand),
     /// Serve the admin HTTP API (see the README for routes and auth).
     Serve(ServeArgs),
+    /// Probe the store, the sandbox, the permission rules and the ledger, as
+    /// `/healthz` does (exit 0 healthy or degraded, 1 unhealthy).
+    Health {
+        #[arg(long)]
+        json: bool,
+    },
     /// Counters over the tasks in the store: tasks, checkpoints, recovery, the human loop.
     Metrics {
         #[arg(long)]

@@ -180,6 +180,28 @@ impl Client {
         })
     }
 
+    /// `/healthz`, whose body is the report whether the server is healthy (200)
+    /// or not (503).
+    pub async fn health(&self) -> Result<Value, RemoteError> {
+        let url = self.url("healthz")?;
+        let response = self
+            .request(Method::GET, url.clone())
+            .timeout(REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| self.unreachable(&e))?;
+        let response = if response.status() == StatusCode::SERVICE_UNAVAILABLE {
+            response
+        } else {
+            self.check(response).await?
+        };
+        let bytes = response.bytes().await.map_err(|e| self.unreachable(&e))?;
+        serde_json::from_slice(&bytes).map_err(|e| RemoteError::Protocol {
+            url: url.to_string(),
+            detail: format!("unexpected JSON ({e})"),
+        })
+    }
+
     pub async fn get<T: DeserializeOwned>(
         &self,
         path: &str,

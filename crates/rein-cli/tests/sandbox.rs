@@ -226,3 +226,110 @@ fn a_finished_tasks_fresh_workspace_is_kept_or_cleaned_by_the_plan() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("sometimes"));
 }
+
+#[test]
+fn a_steps_process_limit_binds_and_each_run_says_whether_it_did() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description = 'fork'\n\
+         [[steps]]\nid = 'many'\nprocesses = 8\n\
+         run = 'i=0; while [ $i -lt 20 ]; do sleep 0.3 & i=$((i+1)); done; wait; echo all'\n",
+    );
+    let root = nix::unistd::geteuid().is_root();
+
+    // A fresh workspace is rein's own: as root, the limit cannot bind, and the
+    // run says so; as anyone else it binds.
+    let out = rein(&data).arg("run").arg(&plan).output().unwrap();
+    let state = show(&data, &task_ids(&data)[0]);
+    let many = step_output(&state, "many");
+    assert_eq!(many["process_limit"]["limit"], 8);
+    assert_eq!(many["process_limit"]["enforced"], !root, "{many}");
+    if root {
+        assert_eq!(out.status.code(), Some(0), "{many}");
+        assert!(
+            many["process_limit"]["note"]
+                .as_str()
+                .unwrap()
+                .contains("rein runs as root"),
+            "{many}"
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{many}");
+        assert!(
+            many["stderr_tail"].as_str().unwrap().contains("fork"),
+            "{many}"
+        );
+    }
+
+    // A workspace that belongs to someone else: a root rein runs the step as
+    // its owner, and the limit binds.
+    if root {
+        let ws = dir.path().join("theirs");
+        std::fs::create_dir(&ws).unwrap();
+        std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+        let out = rein(&data)
+            .arg("run")
+            .arg("--workspace")
+            .arg(&ws)
+            .arg(&plan)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let state = show(&data, &task_ids(&data)[0]);
+        let many = step_output(&state, "many");
+        assert_eq!(many["run_as_uid"], 65534, "{many}");
+        assert_eq!(many["process_limit"]["enforced"], true, "{many}");
+        assert!(
+            many["stderr_tail"].as_str().unwrap().contains("fork"),
+            "{many}"
+        );
+        // What the step writes stays its owner's.
+        let touch = write_plan(
+            dir.path(),
+            "touch.toml",
+            "description = 'touch'\n[[steps]]\nid = 'touch'\nrun = 'echo hi > made.txt'\n",
+        );
+        run_ok(
+            rein(&data)
+                .arg("run")
+                .arg("--workspace")
+                .arg(&ws)
+                .arg(&touch),
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(ws.join("made.txt")).unwrap().uid(), 65534);
+    }
+}
+
+#[test]
+fn rein_health_probes_the_sandbox_for_real() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let report = json(&run_ok(rein(&data).args(["health", "--json"])));
+    assert_eq!(report["status"], "healthy", "{report}");
+    let sandbox = report["components"]["sandbox_manager"]["detail"]
+        .as_str()
+        .unwrap();
+    assert!(
+        sandbox.contains("ran a command under bubblewrap"),
+        "{report}"
+    );
+    assert_eq!(report["components"]["task_store"]["status"], "healthy");
+    // With no sandbox to be found, the report says so and scripts get exit 1.
+    let out = rein(&data)
+        .env("PATH", "")
+        .args(["--sandbox", "bubblewrap", "health"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with("unhealthy") && said.contains("sandbox_manager     unhealthy"),
+        "{said}"
+    );
+}

@@ -324,6 +324,7 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
         vec!["ledger", "list"],
         vec!["ledger", "verify"],
         vec!["metrics"],
+        vec!["health"],
     ] {
         let over_http = text(&remote.ok(&args));
         let embedded = text(&run_ok(rein(&data).args(&args)));

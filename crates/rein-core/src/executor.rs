@@ -57,6 +57,35 @@ pub struct CommandOutput {
     /// The policy in force: its rules by source and its default.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy: String,
+    /// The step's process limit, and whether it binds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_limit: Option<ProcessLimit>,
+    /// The user the command ran as, when rein runs as root and ran it as the
+    /// owner of its workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_as_uid: Option<u32>,
+}
+
+/// A step's limit on processes, and whether it was in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessLimit {
+    pub limit: u64,
+    pub enforced: bool,
+    /// Why it was not, when it was not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Who a sandboxed command runs as: a root rein runs it as the owner of its
+/// workspace when that is someone else (so its files stay theirs and its limits
+/// bind); anyone else runs it as themselves.
+fn run_as(workspace: &std::path::Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let meta = std::fs::metadata(workspace).ok()?;
+    (meta.uid() != 0).then(|| (meta.uid(), meta.gid()))
 }
 
 /// How an attempt ended.
@@ -194,6 +223,7 @@ impl StepExecutor for CommandExecutor {
                 env,
                 network,
                 memory_mb,
+                processes,
                 allow_read,
             } => {
                 // The rules are asked again: the run records what they said, and
@@ -221,14 +251,41 @@ impl StepExecutor for CommandExecutor {
                         failure: Failure::PermissionDenied,
                     };
                 }
+                let sandboxed = self.sandbox_kind() != SandboxKind::None;
+                let run_as = if sandboxed {
+                    run_as(&request.workspace)
+                } else {
+                    None
+                };
+                let process_limit = processes.map(|n| {
+                    let note = if !sandboxed {
+                        Some("not applied unsandboxed: the limit would count every process of rein's user".to_owned())
+                    } else if run_as.is_none() && nix::unistd::geteuid().is_root() {
+                        Some("not binding: rein runs as root and the workspace is root's, and the kernel does not limit root's processes; give the workspace to another user, or run rein as one".to_owned())
+                    } else {
+                        None
+                    };
+                    ProcessLimit {
+                        limit: u64::from(n),
+                        enforced: note.is_none(),
+                        note,
+                    }
+                });
                 let confinement = Confinement {
                     network: *network,
                     memory_bytes: memory_mb.map(|mb| mb.saturating_mul(1024 * 1024)),
                     read_only: allow_read.iter().map(PathBuf::from).collect(),
+                    processes: process_limit
+                        .as_ref()
+                        .filter(|l| l.enforced)
+                        .map(|l| l.limit),
+                    run_as,
                 };
                 let record = CommandOutput {
                     permission,
                     policy: policy.describe(),
+                    process_limit,
+                    run_as_uid: run_as.map(|(uid, _)| uid),
                     ..CommandOutput::default()
                 };
                 self.run_command(&request, run, env, &confinement, record, cancel)

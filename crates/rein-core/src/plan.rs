@@ -519,6 +519,9 @@ struct StepFile {
     /// Command steps: the memory limit per process, in MiB.
     #[serde(default)]
     memory_mb: Option<u64>,
+    /// Command steps: the most processes it may have at once.
+    #[serde(default)]
+    processes: Option<u32>,
     /// Command steps: directories beyond the workspace the command may read.
     #[serde(default)]
     allow_read: Vec<String>,
@@ -646,11 +649,12 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         }
         if s.network
             || s.memory_mb.is_some()
+            || s.processes.is_some()
             || !s.allow_read.is_empty()
             || !s.permissions.is_empty()
         {
             return Err(format!(
-                "step `{id}`: `network`, `memory_mb`, `allow_read` and `permissions` confine a command; an approve step runs none"
+                "step `{id}`: `network`, `memory_mb`, `processes`, `allow_read` and `permissions` confine a command; an approve step runs none"
             ));
         }
         let title = s
@@ -690,12 +694,18 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         if s.memory_mb == Some(0) {
             return Err(format!("step `{id}`: `memory_mb` must be at least 1"));
         }
+        if s.processes == Some(0) {
+            return Err(format!(
+                "step `{id}`: `processes` must be at least 1 (the command itself is one)"
+            ));
+        }
         (
             StepAction::Command {
                 run,
                 env: s.env,
                 network: s.network,
                 memory_mb: s.memory_mb,
+                processes: s.processes,
                 allow_read: s
                     .allow_read
                     .iter()

@@ -50,6 +50,10 @@ pub enum StepAction {
         /// Most address space, in MiB, each of the command's processes may map.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         memory_mb: Option<u64>,
+        /// Most processes the command may have running at once (its own
+        /// included), counted inside its sandbox.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        processes: Option<u32>,
         /// Directories beyond the workspace the command may read.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         allow_read: Vec<String>,
@@ -175,6 +179,7 @@ impl TaskStep {
                 env: BTreeMap::new(),
                 network: false,
                 memory_mb: None,
+                processes: None,
                 allow_read: Vec::new(),
             },
         )

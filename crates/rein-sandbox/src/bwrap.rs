@@ -17,6 +17,15 @@ pub(crate) const READ_ONLY: &[&str] = &[
 /// Files under the read-only directories that stay hidden (masked with /dev/null).
 const MASKED: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/sudoers"];
 
+/// What a health report adds when rein runs as root.
+fn as_root() -> &'static str {
+    if nix::unistd::geteuid().is_root() {
+        "; rein runs as root: steps run as the owner of their workspace, and process limits bind only where that is not root"
+    } else {
+        ""
+    }
+}
+
 /// How long the capability probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -29,6 +38,13 @@ pub struct Confinement {
     pub memory_bytes: Option<u64>,
     /// More directories it may read (read-only), e.g. a toolchain outside /usr.
     pub read_only: Vec<PathBuf>,
+    /// Most processes it may have at once. Counted per sandbox (each runs in a
+    /// user namespace of its own); it does not bind a command run as root,
+    /// which the caller avoids with `run_as`.
+    pub processes: Option<u64>,
+    /// The user and group to run as (uid, gid) instead of the caller's: a root
+    /// caller runs a command as the owner of its workspace.
+    pub run_as: Option<(u32, u32)>,
 }
 
 /// Which sandbox confines commands.
@@ -143,13 +159,14 @@ impl Sandbox {
         }
         let prlimit = find_program("prlimit");
         let detail = format!(
-            "bubblewrap at {}: user, PID, IPC, UTS and network namespaces; memory limits {}",
+            "bubblewrap at {}: user, PID, IPC, UTS and network namespaces; memory and process limits {}{}",
             bwrap.display(),
             if prlimit.is_some() {
                 "by prlimit"
             } else {
                 "unavailable (no prlimit)"
-            }
+            },
+            as_root()
         );
         Ok(Sandbox {
             how: How::Bubblewrap { bwrap, prlimit },
@@ -175,8 +192,9 @@ impl Sandbox {
         let sandbox = Sandbox {
             how: How::Landlock(trampoline.clone()),
             detail: format!(
-                "Landlock through {}: the workspace read-write, system directories read-only, nothing else; no TCP unless allowed; memory limits by setrlimit; no PID namespace",
-                trampoline.program.display()
+                "Landlock through {}: the workspace read-write, system directories read-only, nothing else; no TCP unless allowed; memory and process limits by setrlimit; no PID namespace{}",
+                trampoline.program.display(),
+                as_root()
             ),
         };
         let mut check = sandbox.command(&scratch, "true", &[], &Confinement::default());
@@ -252,6 +270,9 @@ impl Sandbox {
                     ))
                     .env_clear()
                     .current_dir(workspace);
+                if let Some((uid, gid)) = confinement.run_as {
+                    cmd.uid(uid).gid(gid);
+                }
                 return cmd;
             }
         };
@@ -288,12 +309,24 @@ impl Sandbox {
             cmd.arg("--setenv").arg(key).arg(value);
         }
         cmd.arg("--");
-        if let (Some(prlimit), Some(bytes)) = (prlimit, confinement.memory_bytes) {
-            cmd.arg(prlimit).arg(format!("--as={bytes}")).arg("--");
+        if let Some(prlimit) = prlimit
+            && (confinement.memory_bytes.is_some() || confinement.processes.is_some())
+        {
+            cmd.arg(prlimit);
+            if let Some(bytes) = confinement.memory_bytes {
+                cmd.arg(format!("--as={bytes}"));
+            }
+            if let Some(n) = confinement.processes {
+                cmd.arg(format!("--nproc={n}"));
+            }
+            cmd.arg("--");
         }
         cmd.args(["sh", "-c", script]);
         cmd.env_clear();
         cmd.current_dir(workspace);
+        if let Some((uid, gid)) = confinement.run_as {
+            cmd.uid(uid).gid(gid);
+        }
         cmd
     }
 }

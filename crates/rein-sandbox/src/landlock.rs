@@ -49,6 +49,10 @@ pub fn trampoline_args(
         args.push("--memory".into());
         args.push(bytes.to_string().into());
     }
+    if let Some(n) = confinement.processes {
+        args.push("--processes".into());
+        args.push(n.to_string().into());
+    }
     for dir in &confinement.read_only {
         args.push("--read".into());
         args.push(dir.into());
@@ -93,6 +97,14 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                     .and_then(|v| v.parse().ok())
                     .ok_or("--memory needs a number of bytes")?;
                 confinement.memory_bytes = Some(bytes);
+            }
+            Some("--processes") => {
+                let v = value(&mut it, "--processes")?;
+                let n = v
+                    .to_str()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--processes needs a number")?;
+                confinement.processes = Some(n);
             }
             Some("--read") => confinement
                 .read_only
@@ -164,6 +176,27 @@ pub fn confine_self(workspace: &Path, confinement: &Confinement) -> Result<Rules
     Ok(status.ruleset)
 }
 
+/// Limits this process and its descendants to `n` processes at once. The count
+/// is the user's processes in a user namespace of their own, made here (the same
+/// user inside as outside), so it counts this command's processes only.
+fn limit_processes(n: u64) -> Result<(), String> {
+    use nix::sys::resource::{Resource, setrlimit};
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    if uid.is_root() {
+        return Err("it does not bind root; run the step as another user".into());
+    }
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| format!("no user namespace to count in ({e})"))?;
+    let write = |file: &str, text: String| {
+        std::fs::write(format!("/proc/self/{file}"), text)
+            .map_err(|e| format!("cannot write /proc/self/{file}: {e}"))
+    };
+    write("setgroups", "deny".into())?;
+    write("uid_map", format!("{uid} {uid} 1"))?;
+    write("gid_map", format!("{gid} {gid} 1"))?;
+    setrlimit(Resource::RLIMIT_NPROC, n, n).map_err(|e| format!("setrlimit: {e}"))
+}
+
 /// The trampoline's body: confine this process, then become `sh -c SCRIPT` in
 /// the workspace. Returns only on failure, with the exit status to use.
 pub fn trampoline(args: &[OsString]) -> i32 {
@@ -179,6 +212,14 @@ pub fn trampoline(args: &[OsString]) -> i32 {
         report(&format!(
             "rein sandbox: cannot create {}: {e}",
             tmp.display()
+        ));
+        return NOT_CONFINED;
+    }
+    if let Some(n) = parsed.confinement.processes
+        && let Err(e) = limit_processes(n)
+    {
+        report(&format!(
+            "rein sandbox: cannot enforce the process limit of {n}: {e}"
         ));
         return NOT_CONFINED;
     }

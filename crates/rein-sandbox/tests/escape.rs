@@ -303,3 +303,57 @@ async fn nothing_is_left_running_in_the_background_after_the_command_ends() {
     let left = processes_with(&format!("sleep {needle}"));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// Who a limited command runs as in these tests: as root, the kernel does not
+/// limit processes, so (as rein does) the command runs as the workspace's owner,
+/// here `nobody`; anyone else runs it as themselves.
+fn unprivileged(p: &Place) -> Option<(u32, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let parent = p.workspace.parent().unwrap();
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&p.workspace, Some(65534), Some(65534)).unwrap();
+    Some((65534, 65534))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_processes_than_the_limit_cannot_be_started() {
+    // Twenty background processes, then wait for them all.
+    let script = "i=0; while [ $i -lt 20 ]; do sleep 0.3 & i=$((i+1)); done; wait; echo all";
+    for sandbox in sandboxes().await {
+        let kind = sandbox.kind();
+        let p = place();
+        let run_as = unprivileged(&p);
+        let limited = Confinement {
+            processes: Some(8),
+            run_as,
+            ..Confinement::default()
+        };
+        let out = run_in(&sandbox, &p.workspace, script, &limited).await;
+        assert!(!out.stdout.contains("all"), "{kind:?}: {}", out.stdout);
+        assert!(
+            out.stderr.to_lowercase().contains("fork"),
+            "{kind:?}: {}",
+            out.stderr
+        );
+        // The limit counts this sandbox's processes only: two at once, each
+        // within it, both finish.
+        let small = "i=0; while [ $i -lt 4 ]; do sleep 0.3 & i=$((i+1)); done; wait; echo all";
+        let (a, b) = tokio::join!(
+            run_in(&sandbox, &p.workspace, small, &limited),
+            run_in(&sandbox, &p.workspace, small, &limited)
+        );
+        for out in [a, b] {
+            assert_eq!(out.stdout.trim(), "all", "{kind:?}: {}", out.stderr);
+        }
+        // Without the limit, all twenty run.
+        let free = Confinement {
+            run_as,
+            ..Confinement::default()
+        };
+        let out = run_in(&sandbox, &p.workspace, script, &free).await;
+        assert_eq!(out.stdout.trim(), "all", "{kind:?}: {}", out.stderr);
+    }
+}

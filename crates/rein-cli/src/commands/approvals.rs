@@ -142,6 +142,47 @@ pub async fn ledger(target: &Target, cmd: LedgerCommand) -> anyhow::Result<u8> {
     }
 }
 
+/// `rein health`: the report of `/healthz`, from this store and sandbox or from
+/// a server.
+pub async fn health(target: &Target, json: bool) -> anyhow::Result<u8> {
+    // Embedded, the sandbox is probed as `rein run` would (not strictly: a
+    // sandbox that cannot run is what the report is for).
+    let backend = match &target.url {
+        Some(_) => target.open(4)?,
+        None => {
+            let executor = crate::commands::executor(&target.sandbox, false).await?;
+            let ctx = crate::commands::Context::running(
+                target.data_dir.clone(),
+                4,
+                executor,
+                target.policy.as_deref(),
+            )?;
+            crate::backend::Backend::Local(ctx.engine)
+        }
+    };
+    let report = backend.health().await?;
+    let status = report["status"].as_str().unwrap_or("unknown").to_owned();
+    if json {
+        print_json(&report)?;
+    } else {
+        say!("{status}");
+        if let Some(components) = report["components"].as_object() {
+            for (name, c) in components {
+                say!(
+                    "  {name:<19} {:<9} {}",
+                    c["status"].as_str().unwrap_or("?"),
+                    c["detail"].as_str().unwrap_or("")
+                );
+            }
+        }
+    }
+    Ok(if status == "unhealthy" {
+        exit::FAILURE
+    } else {
+        exit::SUCCESS
+    })
+}
+
 pub async fn metrics(target: &Target, json: bool) -> anyhow::Result<u8> {
     let m = target.open(4)?.metrics().await?;
     if json {

@@ -188,6 +188,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,
         Command::Metrics { json } => approvals::metrics(&target, json).await,
+        Command::Health { json } => approvals::health(&target, json).await,
         Command::Serve(args) => {
             if target.url.is_some() {
                 return Err(UsageError(
