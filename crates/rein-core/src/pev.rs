@@ -424,6 +424,12 @@ impl Verification {
             now,
             true,
         );
+        bundle.risks.retain(|r| !r.starts_with(UNSANDBOXED));
+        if unsandboxed(self.output.as_ref()) {
+            bundle.risks.push(format!(
+                "{UNSANDBOXED}: `{run}` ran with rein's own permissions"
+            ));
+        }
         let mut failures = Vec::new();
         for (n, command) in pev.verify.iter().enumerate() {
             let (outcome, output) = self.command(command, &cancel).await;
@@ -431,6 +437,11 @@ impl Verification {
                 return StepOutcome::Cancelled;
             }
             let passed = matches!(outcome, StepOutcome::Passed { .. });
+            if unsandboxed(output.as_ref()) {
+                bundle.risks.push(format!(
+                    "{UNSANDBOXED}: the verifier `{command}` ran with rein's own permissions"
+                ));
+            }
             let _ = crate::contracts::add_item(
                 &mut bundle,
                 item(EvidenceKind::TestResult, command, output.as_ref()),
@@ -613,6 +624,17 @@ impl Verification {
         };
         (outcome, output)
     }
+}
+
+/// How the evidence marks a run outside any sandbox.
+const UNSANDBOXED: &str = "unsandboxed";
+
+/// Whether a command's recorded output says it ran unsandboxed.
+fn unsandboxed(output: Option<&serde_json::Value>) -> bool {
+    output
+        .and_then(|o| o.get("sandbox"))
+        .and_then(|s| s.as_str())
+        == Some("none")
 }
 
 fn failed(error: String) -> StepOutcome {

@@ -190,6 +190,15 @@ async fn a_pev_step_runs_as_contract_approval_execution_evidence_and_verificatio
     );
     assert_eq!(bundle.checks.len(), 2);
     assert_eq!(bundle.confidence, Some(1.0));
+    // The harness runs steps unsandboxed, and the evidence says so.
+    assert_eq!(
+        bundle.risks,
+        [
+            "unsandboxed: `echo new > out.txt` ran with rein's own permissions",
+            "unsandboxed: the verifier `test -s out.txt` ran with rein's own permissions",
+            "unsandboxed: the verifier `grep -q new out.txt` ran with rein's own permissions",
+        ]
+    );
     let verify = latest(&done, "change.verify");
     assert_eq!(
         verify.output.as_ref().unwrap()["evidence"],
