@@ -230,6 +230,43 @@ fn next_id<'a>(prefix: &str, taken: impl Iterator<Item = &'a str>) -> String {
         .unwrap_or_default()
 }
 
+/// An item, check or review of a bundle: it has an id and a time.
+trait Part {
+    fn id(&self) -> &str;
+    fn set_id(&mut self, id: String);
+    fn at(&mut self) -> &mut Option<Timestamp>;
+}
+
+macro_rules! part {
+    ($($t:ty),*) => {$(
+        impl Part for $t {
+            fn id(&self) -> &str {
+                &self.id
+            }
+            fn set_id(&mut self, id: String) {
+                self.id = id;
+            }
+            fn at(&mut self) -> &mut Option<Timestamp> {
+                &mut self.at
+            }
+        }
+    )*};
+}
+part!(EvidenceItem, EvidenceCheck, Review);
+
+/// Adds `part` to `list`, replacing the one with its id; a missing id is the
+/// first `prefix_N` free, a missing time `now`.
+fn upsert<P: Part>(list: &mut Vec<P>, prefix: &str, mut part: P, now: Timestamp) {
+    if part.id().trim().is_empty() {
+        part.set_id(next_id(prefix, list.iter().map(|p| p.id())));
+    }
+    part.at().get_or_insert(now);
+    match list.iter_mut().find(|p| p.id() == part.id()) {
+        Some(existing) => *existing = part,
+        None => list.push(part),
+    }
+}
+
 /// Adds an item (replacing one with its id). `by_rein` is whether rein itself
 /// saw what the item records; only then may it say `rein`.
 pub(crate) fn add_item(
@@ -254,21 +291,14 @@ pub(crate) fn add_item(
     if item.kind == EvidenceKind::ExternalSideEffect && item.capture != Capture::Callback {
         item.capture = Capture::Unsupported;
     }
-    if item.id.trim().is_empty() {
-        item.id = next_id("item", bundle.items.iter().map(|i| i.id.as_str()));
-    }
-    item.at.get_or_insert(now);
-    match bundle.items.iter_mut().find(|i| i.id == item.id) {
-        Some(existing) => *existing = item,
-        None => bundle.items.push(item),
-    }
+    upsert(&mut bundle.items, "item", item, now);
     bundle.updated_at = Some(now);
     Ok(())
 }
 
 pub(crate) fn add_check(
     bundle: &mut EvidenceBundle,
-    mut check: EvidenceCheck,
+    check: EvidenceCheck,
     now: Timestamp,
 ) -> Result<(), EngineError> {
     if check.name.trim().is_empty() {
@@ -276,21 +306,14 @@ pub(crate) fn add_check(
             "an evidence check needs a `name`".into(),
         ));
     }
-    if check.id.trim().is_empty() {
-        check.id = next_id("check", bundle.checks.iter().map(|c| c.id.as_str()));
-    }
-    check.at.get_or_insert(now);
-    match bundle.checks.iter_mut().find(|c| c.id == check.id) {
-        Some(existing) => *existing = check,
-        None => bundle.checks.push(check),
-    }
+    upsert(&mut bundle.checks, "check", check, now);
     bundle.updated_at = Some(now);
     Ok(())
 }
 
 pub(crate) fn add_review(
     bundle: &mut EvidenceBundle,
-    mut review: Review,
+    review: Review,
     now: Timestamp,
 ) -> Result<(), EngineError> {
     if review.reviewer.trim().is_empty() {
@@ -298,14 +321,7 @@ pub(crate) fn add_review(
             "a review needs a `reviewer`".into(),
         ));
     }
-    if review.id.trim().is_empty() {
-        review.id = next_id("review", bundle.reviews.iter().map(|r| r.id.as_str()));
-    }
-    review.at.get_or_insert(now);
-    match bundle.reviews.iter_mut().find(|r| r.id == review.id) {
-        Some(existing) => *existing = review,
-        None => bundle.reviews.push(review),
-    }
+    upsert(&mut bundle.reviews, "review", review, now);
     bundle.updated_at = Some(now);
     Ok(())
 }

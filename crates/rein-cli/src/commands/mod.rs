@@ -163,6 +163,37 @@ pub fn actor(flag: Option<&str>) -> String {
         .unwrap_or_else(|| "cli".to_owned())
 }
 
+/// Prints one page of a listing: with `json`, the items (and the next page's
+/// cursor on stderr); else a table under `header`, one `row` per item, or
+/// "no WHAT", and the command for the next page (`more`).
+pub fn print_page<T: serde::Serialize>(
+    items: &[T],
+    next_cursor: Option<&str>,
+    json: bool,
+    what: &str,
+    more: &str,
+    header: &str,
+    row: impl Fn(&T) -> String,
+) -> anyhow::Result<()> {
+    if json {
+        print_json(&items)?;
+        if let Some(c) = next_cursor {
+            crate::output::shout!("more {what}: --cursor {c}");
+        }
+    } else if items.is_empty() {
+        say!("no {what}");
+    } else {
+        say!("{header}");
+        for item in items {
+            say!("{}", row(item));
+        }
+        if let Some(c) = next_cursor {
+            say!("more: {more} --cursor '{c}'");
+        }
+    }
+    Ok(())
+}
+
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     say!("{}", serde_json::to_string_pretty(value)?);

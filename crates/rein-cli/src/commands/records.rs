@@ -8,9 +8,9 @@ use rein_protocol::{ContractStatus, EvidenceBundle, HarnessContract, ReviewVerdi
 use crate::backend::EvidencePart;
 use crate::cli::{ContractsCommand, EvidenceCommand};
 use crate::commands::state::read_json;
-use crate::commands::{Target, print_json};
+use crate::commands::{Target, print_json, print_page};
 use crate::exit::{self, UsageError};
-use crate::output::{say, shout};
+use crate::output::say;
 
 fn status(s: &str) -> Result<ContractStatus, UsageError> {
     ContractStatus::parse(s).ok_or_else(|| {
@@ -45,35 +45,27 @@ pub async fn contracts(target: &Target, cmd: ContractsCommand) -> anyhow::Result
                 ..RecordFilter::new(RecordKind::Contract)
             };
             let page = backend.contracts(&filter).await?;
-            if json {
-                print_json(&page.items)?;
-                if let Some(c) = &page.next_cursor {
-                    shout!("more contracts: --cursor {c}");
-                }
-            } else if page.items.is_empty() {
-                say!("no contracts");
-            } else {
-                say!(
+            print_page(
+                &page.items,
+                page.next_cursor.as_deref(),
+                json,
+                "contracts",
+                "rein contracts list",
+                &format!(
                     "{:<32} {:<11} {:<8} {:<32}  GOAL",
-                    "ID",
-                    "STATUS",
-                    "RISK",
-                    "TASK"
-                );
-                for c in &page.items {
-                    say!(
+                    "ID", "STATUS", "RISK", "TASK"
+                ),
+                |c| {
+                    format!(
                         "{:<32} {:<11} {:<8} {:<32}  {}",
                         c.id,
                         c.status.as_str(),
                         c.risk.map_or("-", |r| r.as_str()),
                         c.task_id.as_deref().unwrap_or("-"),
                         c.goal
-                    );
-                }
-                if let Some(c) = &page.next_cursor {
-                    say!("more: rein contracts list --cursor '{c}'");
-                }
-            }
+                    )
+                },
+            )?;
             Ok(exit::SUCCESS)
         }
         ContractsCommand::Show { id, json } => {
@@ -185,24 +177,18 @@ pub async fn evidence(target: &Target, cmd: EvidenceCommand) -> anyhow::Result<u
                 ..RecordFilter::new(RecordKind::Evidence)
             };
             let page = backend.evidence_bundles(&filter).await?;
-            if json {
-                print_json(&page.items)?;
-                if let Some(c) = &page.next_cursor {
-                    shout!("more bundles: --cursor {c}");
-                }
-            } else if page.items.is_empty() {
-                say!("no evidence bundles");
-            } else {
-                say!(
+            print_page(
+                &page.items,
+                page.next_cursor.as_deref(),
+                json,
+                "evidence bundles",
+                "rein evidence list",
+                &format!(
                     "{:<32} {:<32} {:>5} {:>6} {:>10}  SUMMARY",
-                    "ID",
-                    "CONTRACT",
-                    "ITEMS",
-                    "CHECKS",
-                    "CONFIDENCE"
-                );
-                for b in &page.items {
-                    say!(
+                    "ID", "CONTRACT", "ITEMS", "CHECKS", "CONFIDENCE"
+                ),
+                |b| {
+                    format!(
                         "{:<32} {:<32} {:>5} {:>6} {:>10}  {}",
                         b.id,
                         b.harness_contract_id.as_deref().unwrap_or("-"),
@@ -210,12 +196,9 @@ pub async fn evidence(target: &Target, cmd: EvidenceCommand) -> anyhow::Result<u
                         b.checks.len(),
                         b.confidence.map_or("-".to_owned(), |c| format!("{c:.2}")),
                         b.summary
-                    );
-                }
-                if let Some(c) = &page.next_cursor {
-                    say!("more: rein evidence list --cursor '{c}'");
-                }
-            }
+                    )
+                },
+            )?;
             Ok(exit::SUCCESS)
         }
         EvidenceCommand::Show { id, json } => show_bundle(&backend.evidence(&id).await?, json),

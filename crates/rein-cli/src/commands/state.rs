@@ -8,9 +8,9 @@ use rein_protocol::{Conflict, ConflictPolicy, SharedHarnessState, WorkStatus};
 use serde::de::DeserializeOwned;
 
 use crate::cli::StateCommand;
-use crate::commands::{Target, print_json};
+use crate::commands::{Target, print_json, print_page};
 use crate::exit::{self, UsageError};
-use crate::output::{say, shout};
+use crate::output::say;
 
 /// Reads a JSON file of the spec's wire format, naming the file and the problem.
 pub(crate) fn read_json<T: DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
@@ -52,24 +52,18 @@ pub async fn dispatch(target: &Target, cmd: StateCommand) -> anyhow::Result<u8> 
                 ..SharedStateFilter::default()
             };
             let page = backend.shared_states(&filter).await?;
-            if json {
-                print_json(&page.items)?;
-                if let Some(c) = &page.next_cursor {
-                    shout!("more states: --cursor {c}");
-                }
-            } else if page.items.is_empty() {
-                say!("no shared states");
-            } else {
-                say!(
+            print_page(
+                &page.items,
+                page.next_cursor.as_deref(),
+                json,
+                "shared states",
+                "rein state list",
+                &format!(
                     "{:<28} {:<10} {:<20} {:>7} {:>9}  GOAL",
-                    "ID",
-                    "STATUS",
-                    "SESSION",
-                    "ACTIONS",
-                    "CONFLICTS"
-                );
-                for s in &page.items {
-                    say!(
+                    "ID", "STATUS", "SESSION", "ACTIONS", "CONFLICTS"
+                ),
+                |s| {
+                    format!(
                         "{:<28} {:<10} {:<20} {:>7} {:>9}  {}",
                         s.id,
                         s.status.as_str(),
@@ -77,12 +71,9 @@ pub async fn dispatch(target: &Target, cmd: StateCommand) -> anyhow::Result<u8> 
                         s.actions.len(),
                         s.conflicts.len(),
                         s.goal
-                    );
-                }
-                if let Some(c) = &page.next_cursor {
-                    say!("more: rein state list --cursor '{c}'");
-                }
-            }
+                    )
+                },
+            )?;
             Ok(exit::SUCCESS)
         }
         StateCommand::Show { id, json } => {
