@@ -57,6 +57,21 @@ async fn pending_approval(h: &Harness, state: &TaskState) -> rein_protocol::Appr
     pending.into_iter().next().unwrap()
 }
 
+/// Answers the task's one pending approval, as ana.
+async fn decide(h: &Harness, state: &TaskState, decision: Decision) {
+    let request = pending_approval(h, state).await;
+    h.engine
+        .decide(answer(&request, decision, "ana"))
+        .await
+        .unwrap();
+}
+
+/// Runs the task until it waits for its contract's approval, then answers it.
+async fn decide_contract(h: &Harness, state: &TaskState, decision: Decision) {
+    h.engine.run(state.id(), no_wait()).await.unwrap();
+    decide(h, state, decision).await;
+}
+
 fn statuses(c: &HarnessContract) -> Vec<ContractStatus> {
     c.history.iter().map(|h| h.to).collect()
 }
@@ -127,11 +142,7 @@ async fn a_pev_step_runs_as_contract_approval_execution_evidence_and_verificatio
         records.contract(&id).await.unwrap().status,
         ContractStatus::Proposed
     );
-    let request = pending_approval(&h, &state).await;
-    h.engine
-        .decide(answer(&request, Decision::Approve, "ana"))
-        .await
-        .unwrap();
+    decide(&h, &state, Decision::Approve).await;
     let done = h
         .engine
         .run(state.id(), RunOptions::default())
@@ -216,12 +227,7 @@ async fn a_failed_verification_fails_the_contract_rolls_it_back_and_stops_the_de
         ))
         .await;
     let id = contract_id(&h).await;
-    h.engine.run(state.id(), no_wait()).await.unwrap();
-    let request = pending_approval(&h, &state).await;
-    h.engine
-        .decide(answer(&request, Decision::Approve, "ana"))
-        .await
-        .unwrap();
+    decide_contract(&h, &state, Decision::Approve).await;
     // A failed verification is a validation error: the task pauses for a person
     // (the plan's recovery policy may say otherwise).
     let done = h
@@ -278,12 +284,7 @@ async fn a_denied_approval_rejects_the_contract_and_nothing_runs() {
     let h = harness();
     let state = h.create(pev_plan("true", None)).await;
     let id = contract_id(&h).await;
-    h.engine.run(state.id(), no_wait()).await.unwrap();
-    let request = pending_approval(&h, &state).await;
-    h.engine
-        .decide(answer(&request, Decision::Deny, "ana"))
-        .await
-        .unwrap();
+    decide_contract(&h, &state, Decision::Deny).await;
     let done = h
         .engine
         .run(state.id(), RunOptions::default())
