@@ -161,3 +161,76 @@ fn pev_keys_are_checked_and_named() {
         assert!(err.contains(expected), "{expected} in {err}");
     }
 }
+
+#[test]
+fn a_rein_killed_during_verification_resumes_it_without_running_the_step_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The verifier's first run marks that it started and then hangs (the test
+    // kills rein there); a second run passes at once.
+    let plan = write_plan(
+        dir.path(),
+        "notes.toml",
+        r#"
+description = "Rewrite the notes"
+
+[[steps]]
+id = "rewrite"
+run = "echo final > notes.txt; echo ran >> runs.log"
+writes = ["notes.txt"]
+pev = true
+verify = ["grep -q final notes.txt", "if [ -e started ]; then true; else touch started; sleep 60; fi"]
+"#,
+    );
+    let paused = rein(&data)
+        .args(["run", "--no-wait", "--json"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(paused.status.code(), Some(3));
+    let task = json(&paused)["id"].as_str().unwrap().to_owned();
+    let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
+    run_ok(rein(&data).args(["approvals", "approve", pending[0]["id"].as_str().unwrap()]));
+
+    let mut runner = rein(&data)
+        .args(["tasks", "resume", &task])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = common::in_workspace(&data, &task, "started");
+    common::eventually("the verifier started", || started.exists().then_some(()));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    runner.wait().unwrap();
+
+    // The verify step is idempotent: resumed, it runs again and passes.
+    let resumed = json(&run_ok(
+        rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(resumed["status"], "completed", "{resumed}");
+    let runs = std::fs::read_to_string(common::in_workspace(&data, &task, "runs.log")).unwrap();
+    assert_eq!(runs, "ran\n", "the step itself ran once");
+    let contracts = json(&run_ok(rein(&data).args([
+        "contracts",
+        "list",
+        "--task",
+        &task,
+        "--json",
+    ])));
+    assert_eq!(contracts[0]["status"], "verified", "{contracts}");
+    // The evidence was rebuilt, not doubled: one output, two test results, two checks.
+    let bundles = json(&run_ok(rein(&data).args(["evidence", "list", "--json"])));
+    assert_eq!(bundles.as_array().unwrap().len(), 1, "{bundles}");
+    let kinds: Vec<&str> = bundles[0]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["command_output", "test_result", "test_result"]);
+    assert_eq!(bundles[0]["checks"].as_array().unwrap().len(), 2);
+}
