@@ -66,6 +66,10 @@ pub enum Command {
     /// Evidence bundles (`evb_…`): what happened, checked and reviewed.
     #[command(subcommand)]
     Evidence(EvidenceCommand),
+    /// Agent harnesses: which runtimes are registered, and which would serve a
+    /// model route.
+    #[command(subcommand)]
+    Harness(HarnessCommand),
     /// Inspect and steer tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
@@ -358,6 +362,27 @@ pub enum EvidenceCommand {
         verdict: String,
         #[arg(long)]
         comment: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HarnessCommand {
+    /// The registered harnesses, their plugins and what they declare.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The selection decision for a model route, with every candidate's answer.
+    Explain {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        model: Option<String>,
+        /// auto (default), rein, or a harness id.
+        #[arg(long, default_value = "auto")]
+        runtime: String,
         #[arg(long)]
         json: bool,
     },

@@ -15,6 +15,8 @@
 //! - [`fold`]: state as the fold of the event log.
 //! - [`store`]: the [`Store`] trait the storage backends implement.
 //! - [`contracts`]: harness contracts and evidence bundles, and plan–execute–verify.
+//! - [`harness`]: agent harnesses, the plugins that register them, and the
+//!   selection of the runtime that serves a model route.
 //! - [`process`]: which process runs a task, and whether it is alive.
 //! - [`error`]: [`EngineError`] and its [`ErrorKind`].
 
@@ -27,6 +29,7 @@ pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod fold;
+pub mod harness;
 pub mod lifecycle;
 pub mod permissions;
 pub mod pev;

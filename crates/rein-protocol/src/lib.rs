@@ -20,11 +20,14 @@
 //!   resources, assumptions, versions, verifier obligations and [`Conflict`]s.
 //! - [`contract`]: [`HarnessContract`] (planned work, `hctr_…`) and
 //!   [`EvidenceBundle`] (what happened, `evb_…`).
+//! - [`harness`]: what agent harnesses say about a model route, and the
+//!   [`SelectionDecision`] of which runtime serves it.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
 pub mod approval;
 pub mod contract;
 pub mod event;
+pub mod harness;
 pub mod ids;
 pub mod ledger;
 pub mod metrics;
@@ -45,6 +48,11 @@ pub use contract::{
     EvidenceKind, HarnessContract, PlannedAction, Review, ReviewVerdict, StatusChange,
 };
 pub use event::{EventType, HarnessEvent, TaskChange};
+pub use harness::{
+    BUILTIN_RUNTIME, Candidate, ModelProvider, PolicySource, SelectionDecision, SelectionPolicy,
+    SelectionReason, Support, SupportContext, TransportOverrides, WorkspaceEnvironment,
+    WorkspaceKind,
+};
 pub use ids::{
     ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SharedStateId, SnapshotId,
     TaskId,

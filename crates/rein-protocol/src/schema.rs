@@ -26,5 +26,6 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::PermissionRule>("PermissionRule"),
         one::<crate::HarnessContract>("HarnessContract"),
         one::<crate::EvidenceBundle>("EvidenceBundle"),
+        one::<crate::SelectionDecision>("SelectionDecision"),
     ]
 }

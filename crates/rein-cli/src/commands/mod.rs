@@ -1,6 +1,7 @@
 //! One module per command group; [`dispatch`] routes a parsed command line.
 
 mod approvals;
+mod harness;
 mod plan;
 mod records;
 mod run;
@@ -215,6 +216,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::State(cmd) => state::dispatch(&target, cmd).await,
         Command::Contracts(cmd) => records::contracts(&target, cmd).await,
         Command::Evidence(cmd) => records::evidence(&target, cmd).await,
+        Command::Harness(cmd) => harness::dispatch(cmd).await,
         Command::Tasks(cmd) => tasks::dispatch(&target, cmd).await,
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,

@@ -1,0 +1,385 @@
+//! Agent harnesses (spec harness-sdk.md §1–§2): the [`AgentHarness`] contract,
+//! the plugins that register harnesses, the registry, and the selection of the
+//! runtime that serves a model route, with the [`SelectionDecision`] that
+//! explains it.
+//!
+//! The built-in runtime (`rein`) is not a registered harness: it is what
+//! selection falls back to, and its id is reserved so no plugin can pass for it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use rein_protocol::{
+    BUILTIN_RUNTIME, Candidate, PolicySource, SelectionDecision, SelectionPolicy, SelectionReason,
+    Support, SupportContext, WorkspaceEnvironment,
+};
+
+/// A plugin: it registers harnesses (and, later, executor controllers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+}
+
+/// An agent runtime behind one contract. `supports` is asked during selection;
+/// the optional parts default to "not declared".
+#[async_trait]
+pub trait AgentHarness: Send + Sync {
+    fn id(&self) -> &str;
+    fn label(&self) -> &str;
+    /// Whether (and how eagerly) it serves this model route.
+    async fn supports(&self, ctx: &SupportContext) -> Support;
+    /// Providers for which `auto` may choose it: `None` asks `supports` for
+    /// every provider; `Some(empty)` makes it explicit-only.
+    fn auto_selection_provider_ids(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// Whether it prepares its own credentials (`auth_bootstrap = harness`).
+    fn auth_bootstrap_harness(&self) -> bool {
+        false
+    }
+    fn workspace_environment(&self) -> Option<WorkspaceEnvironment> {
+        None
+    }
+    /// Plugins trusted to run its model-locked sessions.
+    fn delegated_execution_plugin_ids(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// Why a registration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistrationError {
+    #[error("plugin `{plugin}` registered a harness with an empty id")]
+    EmptyId { plugin: String },
+    #[error(
+        "plugin `{plugin}` cannot register a harness with id `rein`: it is the built-in runtime's"
+    )]
+    Reserved { plugin: String },
+    #[error(
+        "plugin `{plugin}` cannot register harness `{id}`: plugin `{owner}` registered it first"
+    )]
+    Duplicate {
+        plugin: String,
+        id: String,
+        owner: String,
+    },
+}
+
+/// A registered harness and the plugin that owns it.
+#[derive(Clone)]
+pub struct Registered {
+    pub harness: Arc<dyn AgentHarness>,
+    pub plugin: PluginInfo,
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("id", &self.harness.id())
+            .field("plugin", &self.plugin.id)
+            .finish()
+    }
+}
+
+/// The harnesses plugins registered, by id. Each registry has a generation:
+/// one that replaces another has a later one.
+#[derive(Debug, Default)]
+pub struct HarnessRegistry {
+    generation: u64,
+    harnesses: BTreeMap<String, Registered>,
+    plugins: BTreeMap<String, PluginInfo>,
+}
+
+/// What a plugin's `register` entry is handed.
+#[derive(Debug)]
+pub struct PluginApi<'r> {
+    registry: &'r mut HarnessRegistry,
+    plugin: PluginInfo,
+    refused: Vec<RegistrationError>,
+}
+
+impl PluginApi<'_> {
+    /// Registers a harness (spec §1 rules 1–2): an empty or reserved id, or one
+    /// already taken, is refused and the first registration stays.
+    pub fn register_agent_harness(
+        &mut self,
+        harness: Arc<dyn AgentHarness>,
+    ) -> Result<(), RegistrationError> {
+        let result = self.registry.add(&self.plugin, harness);
+        if let Err(e) = &result {
+            self.refused.push(e.clone());
+        }
+        result
+    }
+}
+
+impl HarnessRegistry {
+    pub fn new(generation: u64) -> HarnessRegistry {
+        HarnessRegistry {
+            generation,
+            ..HarnessRegistry::default()
+        }
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Loads a plugin: runs its `register` entry with this registry's API and
+    /// returns what was refused (the rest stays registered).
+    pub fn load(
+        &mut self,
+        plugin: PluginInfo,
+        register: impl FnOnce(&mut PluginApi<'_>),
+    ) -> Vec<RegistrationError> {
+        self.plugins.insert(plugin.id.clone(), plugin.clone());
+        let mut api = PluginApi {
+            registry: self,
+            plugin,
+            refused: Vec::new(),
+        };
+        register(&mut api);
+        api.refused
+    }
+
+    fn add(
+        &mut self,
+        plugin: &PluginInfo,
+        harness: Arc<dyn AgentHarness>,
+    ) -> Result<(), RegistrationError> {
+        let id = harness.id().to_owned();
+        if id.trim().is_empty() {
+            return Err(RegistrationError::EmptyId {
+                plugin: plugin.id.clone(),
+            });
+        }
+        if id == BUILTIN_RUNTIME {
+            return Err(RegistrationError::Reserved {
+                plugin: plugin.id.clone(),
+            });
+        }
+        if let Some(first) = self.harnesses.get(&id) {
+            return Err(RegistrationError::Duplicate {
+                plugin: plugin.id.clone(),
+                id,
+                owner: first.plugin.id.clone(),
+            });
+        }
+        self.harnesses.insert(
+            id,
+            Registered {
+                harness,
+                plugin: plugin.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Registered> {
+        self.harnesses.get(id)
+    }
+
+    /// Every registered harness, by id.
+    pub fn harnesses(&self) -> impl Iterator<Item = &Registered> {
+        self.harnesses.values()
+    }
+
+    pub fn plugins(&self) -> impl Iterator<Item = &PluginInfo> {
+        self.plugins.values()
+    }
+}
+
+/// The runtime settings selection reads: `auto`, `rein`, or a harness id, by
+/// model (`provider/model`) and by provider, and a default.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimePolicy {
+    #[serde(default = "auto")]
+    pub default: String,
+    #[serde(default)]
+    pub providers: BTreeMap<String, String>,
+    /// Keyed `provider/model`.
+    #[serde(default)]
+    pub models: BTreeMap<String, String>,
+}
+
+fn auto() -> String {
+    "auto".into()
+}
+
+impl Default for RuntimePolicy {
+    fn default() -> RuntimePolicy {
+        RuntimePolicy {
+            default: auto(),
+            providers: BTreeMap::new(),
+            models: BTreeMap::new(),
+        }
+    }
+}
+
+/// One selection: the route, and a harness the session is pinned to, if any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SelectionRequest {
+    pub provider: String,
+    pub model: Option<String>,
+    pub session_runtime: Option<String>,
+    pub model_provider: rein_protocol::ModelProvider,
+}
+
+/// Why no runtime could be selected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectionError {
+    /// An explicit runtime that no plugin registered.
+    #[error("no harness `{id}` is registered (registered: {registered})")]
+    MissingHarness { id: String, registered: String },
+    /// An explicit runtime that does not serve the route and names no fallback.
+    #[error("harness \"{id}\" does not support {route} ({reason})")]
+    Unsupported {
+        id: String,
+        route: String,
+        reason: String,
+    },
+}
+
+impl RuntimePolicy {
+    /// The runtime setting in force (spec §2 rule 3): a pinned session, then a
+    /// model-scoped setting, then a provider-scoped one, then the default.
+    pub fn resolve(&self, request: &SelectionRequest) -> SelectionPolicy {
+        let model_key = request
+            .model
+            .as_ref()
+            .map(|m| format!("{}/{m}", request.provider));
+        let (source, runtime) = if let Some(r) = &request.session_runtime {
+            (PolicySource::Session, r.clone())
+        } else if let Some(r) = model_key.as_ref().and_then(|k| self.models.get(k)) {
+            (PolicySource::Model, r.clone())
+        } else if let Some(r) = self.providers.get(&request.provider) {
+            (PolicySource::Provider, r.clone())
+        } else {
+            (PolicySource::Default, self.default.clone())
+        };
+        SelectionPolicy { source, runtime }
+    }
+}
+
+fn route(request: &SelectionRequest) -> String {
+    match &request.model {
+        Some(m) => format!("{}/{m}", request.provider),
+        None => request.provider.clone(),
+    }
+}
+
+fn candidate(id: &str, support: &Support) -> Candidate {
+    match support {
+        Support::Supported { priority, reason } => Candidate {
+            id: id.to_owned(),
+            supported: true,
+            priority: Some(*priority),
+            reason: reason.clone(),
+        },
+        Support::Unsupported { reason, .. } => Candidate {
+            id: id.to_owned(),
+            supported: false,
+            priority: None,
+            reason: reason.clone(),
+        },
+    }
+}
+
+/// Chooses the runtime for `request` under `policy` (spec §2 rules 3–6).
+pub async fn select(
+    registry: &HarnessRegistry,
+    policy: &RuntimePolicy,
+    request: &SelectionRequest,
+) -> Result<SelectionDecision, SelectionError> {
+    let in_force = policy.resolve(request);
+    let ctx = SupportContext {
+        provider: request.provider.clone(),
+        model_id: request.model.clone(),
+        requested_runtime: in_force.runtime.clone(),
+        model_provider: request.model_provider.clone(),
+    };
+    let decision = |selected: &str, reason, candidates| SelectionDecision {
+        provider: request.provider.clone(),
+        model: request.model.clone(),
+        policy: in_force.clone(),
+        selected: selected.to_owned(),
+        reason,
+        candidates,
+        workspace_environment: registry
+            .get(selected)
+            .and_then(|r| r.harness.workspace_environment()),
+    };
+    match in_force.runtime.as_str() {
+        BUILTIN_RUNTIME => Ok(decision(
+            BUILTIN_RUNTIME,
+            SelectionReason::ForcedBuiltin,
+            Vec::new(),
+        )),
+        "auto" => {
+            let mut candidates = Vec::new();
+            let mut best: Option<(i32, String)> = None;
+            for r in registry.harnesses() {
+                let id = r.harness.id();
+                let support = match r.harness.auto_selection_provider_ids() {
+                    Some(ids) if ids.is_empty() => Support::Unsupported {
+                        reason: Some("harness is explicit-only".into()),
+                        fallback_runtime: None,
+                    },
+                    Some(ids) if !ids.contains(&request.provider) => Support::Unsupported {
+                        reason: Some("provider is not auto-selectable".into()),
+                        fallback_runtime: None,
+                    },
+                    _ => r.harness.supports(&ctx).await,
+                };
+                if let Support::Supported { priority, .. } = support {
+                    // Highest priority wins; on a tie the first id (they come in order).
+                    if best.as_ref().is_none_or(|(p, _)| priority > *p) {
+                        best = Some((priority, id.to_owned()));
+                    }
+                }
+                candidates.push(candidate(id, &support));
+            }
+            Ok(match best {
+                Some((_, id)) => decision(&id, SelectionReason::AutoPlugin, candidates),
+                None => decision(BUILTIN_RUNTIME, SelectionReason::AutoBuiltin, candidates),
+            })
+        }
+        id => {
+            let Some(r) = registry.get(id) else {
+                let registered: Vec<&str> = registry.harnesses().map(|r| r.harness.id()).collect();
+                return Err(SelectionError::MissingHarness {
+                    id: id.to_owned(),
+                    registered: if registered.is_empty() {
+                        "none".into()
+                    } else {
+                        registered.join(", ")
+                    },
+                });
+            };
+            let support = r.harness.supports(&ctx).await;
+            let candidates = vec![candidate(id, &support)];
+            match support {
+                Support::Supported { .. } => {
+                    Ok(decision(id, SelectionReason::ForcedPlugin, candidates))
+                }
+                Support::Unsupported {
+                    fallback_runtime: Some(fallback),
+                    ..
+                } if fallback == BUILTIN_RUNTIME => Ok(decision(
+                    BUILTIN_RUNTIME,
+                    SelectionReason::PluginDeclaredFallback,
+                    candidates,
+                )),
+                Support::Unsupported { reason, .. } => Err(SelectionError::Unsupported {
+                    id: id.to_owned(),
+                    route: route(request),
+                    reason: reason.unwrap_or_else(|| "no reason given".into()),
+                }),
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Agent harnesses (spec harness-sdk.md §1–§2): what a harness says about a
+//! model route, and the decision of which runtime serves it.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The id of the built-in runtime; reserved.
+pub const BUILTIN_RUNTIME: &str = "rein";
+
+/// Whether the model provider's request transport is overridden.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportOverrides {
+    #[default]
+    None,
+    Present,
+}
+
+/// What a harness is asked about: the model route and how it is prepared.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SupportContext {
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_id: Option<String>,
+    /// `auto`, or the runtime asked for.
+    pub requested_runtime: String,
+    #[serde(default)]
+    pub model_provider: ModelProvider,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ModelProvider {
+    #[serde(default)]
+    pub request_transport_overrides: TransportOverrides,
+    /// Runtime ids the provider's policy declares compatible.
+    #[serde(default)]
+    pub compatible_ids: Vec<String>,
+    /// Where the prepared credentials come from (a profile, the environment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_auth_source: Option<String>,
+}
+
+/// A harness's answer about one model route.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Support {
+    Supported {
+        #[serde(default)]
+        priority: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    Unsupported {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// A runtime to fall back to when the harness was asked for explicitly
+        /// (only the built-in runtime is honoured).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback_runtime: Option<String>,
+    },
+}
+
+/// Where a harness's agents work, shown to operators (it grants nothing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceKind {
+    /// The provider hosts the workspace; the agent does not see local files.
+    ProviderHosted,
+    /// A directory on this machine.
+    Local,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkspaceEnvironment {
+    pub kind: WorkspaceKind,
+    pub label: String,
+}
+
+/// Which setting chose the runtime (the most specific one present wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicySource {
+    /// The session is pinned to a harness.
+    Session,
+    /// A setting for this provider and model.
+    Model,
+    /// A setting for this provider.
+    Provider,
+    /// Nothing set: `auto`.
+    Default,
+}
+
+/// Why the selected runtime serves the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SelectionReason {
+    ForcedBuiltin,
+    ForcedPlugin,
+    PluginDeclaredFallback,
+    AutoPlugin,
+    AutoBuiltin,
+}
+
+/// One harness's answer, as the decision records it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Candidate {
+    pub id: String,
+    pub supported: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// The policy in force for a selection: where it came from and what it says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SelectionPolicy {
+    pub source: PolicySource,
+    /// `auto`, `rein`, or a harness id.
+    pub runtime: String,
+}
+
+/// Which runtime serves a run, and why (spec §2 rule 6).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SelectionDecision {
+    pub provider: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub policy: SelectionPolicy,
+    pub selected: String,
+    pub reason: SelectionReason,
+    /// Every harness asked, in the order asked (by id).
+    pub candidates: Vec<Candidate>,
+    /// Where the selected runtime's agents work, when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_environment: Option<WorkspaceEnvironment>,
+}
