@@ -304,3 +304,33 @@ async fn the_decision_shows_where_the_selected_runtime_works() {
     assert_eq!(json["reason"], "auto_plugin");
     assert_eq!(json["policy"]["source"], "default");
 }
+
+#[tokio::test]
+async fn harnesses_of_a_disabled_or_revoked_plugin_are_not_selected() {
+    let mut r = registry(vec![
+        Arc::new(Fake::new("alpha", yes(9))),
+        Arc::new(Fake::new("beta", yes(1))),
+    ]);
+    r.disable("p-alpha");
+    let d = select(&r, &RuntimePolicy::default(), &request("openai", "gpt"))
+        .await
+        .unwrap();
+    assert_eq!(d.selected, "beta");
+    assert!(d.candidates.iter().all(|c| c.id != "alpha"));
+    let forced = RuntimePolicy {
+        default: "alpha".into(),
+        ..RuntimePolicy::default()
+    };
+    let err = select(&r, &forced, &request("openai", "gpt"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "harness `alpha` is unavailable: its plugin is disabled"
+    );
+    r.revoke("p-beta");
+    let d = select(&r, &RuntimePolicy::default(), &request("openai", "gpt"))
+        .await
+        .unwrap();
+    assert_eq!(d.reason, SelectionReason::AutoBuiltin);
+}

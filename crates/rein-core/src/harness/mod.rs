@@ -47,6 +47,96 @@ pub trait AgentHarness: Send + Sync {
     fn delegated_execution_plugin_ids(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Ends the native side of a session before rein resets it. A
+    /// [`ResetError::Cleanup`] means required native cleanup could not finish:
+    /// the reset is refused and the session kept.
+    async fn reset(&self, session: &AgentSession) -> Result<(), ResetError> {
+        let _ = session;
+        Ok(())
+    }
+    /// Serves an isolated completion (spec §4); `None`: not supported.
+    async fn run_isolated_completion_v2(
+        &self,
+        params: &isolated::IsolatedParams,
+    ) -> Option<Result<isolated::CompletionOutput, isolated::CompletionError>> {
+        let _ = params;
+        None
+    }
+    /// Which path serves an isolated completion for this owner: the host's
+    /// (`Rein`) or the harness's own (`OwnRuntime`). Synchronous and free of side
+    /// effects: the same selector the dispatch uses.
+    fn resolve_isolated_completion_runtime(
+        &self,
+        owner: isolated::CompletionOwner,
+    ) -> isolated::CompletionRuntime {
+        match owner {
+            isolated::CompletionOwner::Host => isolated::CompletionRuntime::Rein,
+            isolated::CompletionOwner::Harness => isolated::CompletionRuntime::OwnRuntime,
+        }
+    }
+}
+
+/// An agent session as rein keeps it: which harness runs it and its native
+/// side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentSession {
+    pub key: String,
+    pub harness_id: String,
+    pub native_session_id: Option<String>,
+    pub turns: u64,
+}
+
+/// How a harness's reset went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResetError {
+    /// Required native cleanup could not finish (a `SessionCleanupError`).
+    #[error("session cleanup failed: {0}")]
+    Cleanup(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A reset refused because required native cleanup failed; the session is as
+/// it was.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "session {session} was not reset: harness `{harness}` could not finish its cleanup ({reason})"
+)]
+pub struct SessionCleanupError {
+    pub session: String,
+    pub harness: String,
+    pub reason: String,
+}
+
+/// Resets a session (spec §3 rule 14): the harness's reset and every other
+/// cleanup run; if the harness's required cleanup failed, the host waits for
+/// the others, then refuses and keeps the session; an ordinary failure is
+/// logged and the reset goes on.
+pub async fn reset_session(
+    harness: &dyn AgentHarness,
+    session: &mut AgentSession,
+    others: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>>>,
+) -> Result<(), SessionCleanupError> {
+    let own = harness.reset(session).await;
+    for cleanup in others {
+        cleanup.await;
+    }
+    match own {
+        Err(ResetError::Cleanup(reason)) => {
+            return Err(SessionCleanupError {
+                session: session.key.clone(),
+                harness: harness.id().to_owned(),
+                reason,
+            });
+        }
+        Err(ResetError::Other(e)) => {
+            tracing::warn!(session = %session.key, harness = harness.id(), error = %e, "the harness's reset failed; resetting anyway");
+        }
+        Ok(()) => {}
+    }
+    session.native_session_id = None;
+    session.turns = 0;
+    Ok(())
 }
 
 /// Why a registration was refused.
@@ -66,6 +156,12 @@ pub enum RegistrationError {
         id: String,
         owner: String,
     },
+    #[error(
+        "plugin `{plugin}` registered an executor controller with a relative workspace directory `{path}`; it must be absolute"
+    )]
+    RelativeWorkspace { plugin: String, path: String },
+    #[error("plugin `{plugin}` already registered an executor controller; a plugin has one")]
+    SecondController { plugin: String },
 }
 
 /// A registered harness and the plugin that owns it.
@@ -84,13 +180,42 @@ impl std::fmt::Debug for Registered {
     }
 }
 
-/// The harnesses plugins registered, by id. Each registry has a generation:
-/// one that replaces another has a later one.
+pub mod delegation;
+pub mod executor;
+pub mod isolated;
+
+/// Whether a loaded plugin may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginStatus {
+    Enabled,
+    /// Switched off by the operator: its registrations stay, unused.
+    Disabled,
+    /// Its grants were withdrawn: whatever it holds stops working at once.
+    Revoked,
+}
+
+/// A loaded plugin: what it is, whether it may be used, and the signal its
+/// revocation sends to the operations it owns.
+#[derive(Debug, Clone)]
+pub(crate) struct PluginState {
+    pub(crate) info: PluginInfo,
+    pub(crate) status: PluginStatus,
+    pub(crate) revoked: tokio_util::sync::CancellationToken,
+    /// Its current registrations' serial: a reload gives a new one.
+    pub(crate) serial: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The harnesses (and executor controllers) plugins registered. Each registry
+/// has a generation: one that replaces another has a later one, and retiring a
+/// registry ends every handle resolved from it.
 #[derive(Debug, Default)]
 pub struct HarnessRegistry {
     generation: u64,
     harnesses: BTreeMap<String, Registered>,
-    plugins: BTreeMap<String, PluginInfo>,
+    plugins: BTreeMap<String, PluginState>,
+    controllers: BTreeMap<String, executor::Slot>,
+    retired: tokio_util::sync::CancellationToken,
+    next_serial: u64,
 }
 
 /// What a plugin's `register` entry is handed.
@@ -129,13 +254,37 @@ impl HarnessRegistry {
     }
 
     /// Loads a plugin: runs its `register` entry with this registry's API and
-    /// returns what was refused (the rest stays registered).
+    /// returns what was refused (the rest stays registered). Loading a plugin
+    /// again replaces its registrations: handles to the old ones stop working.
     pub fn load(
         &mut self,
         plugin: PluginInfo,
         register: impl FnOnce(&mut PluginApi<'_>),
     ) -> Vec<RegistrationError> {
-        self.plugins.insert(plugin.id.clone(), plugin.clone());
+        self.next_serial += 1;
+        let serial = self.next_serial;
+        match self.plugins.get_mut(&plugin.id) {
+            Some(state) => {
+                state
+                    .serial
+                    .store(serial, std::sync::atomic::Ordering::SeqCst);
+                state.info = plugin.clone();
+                let id = plugin.id.clone();
+                self.harnesses.retain(|_, r| r.plugin.id != id);
+                self.controllers.remove(&id);
+            }
+            None => {
+                self.plugins.insert(
+                    plugin.id.clone(),
+                    PluginState {
+                        info: plugin.clone(),
+                        status: PluginStatus::Enabled,
+                        revoked: tokio_util::sync::CancellationToken::new(),
+                        serial: Arc::new(std::sync::atomic::AtomicU64::new(serial)),
+                    },
+                );
+            }
+        }
         let mut api = PluginApi {
             registry: self,
             plugin,
@@ -187,8 +336,52 @@ impl HarnessRegistry {
         self.harnesses.values()
     }
 
-    pub fn plugins(&self) -> impl Iterator<Item = &PluginInfo> {
-        self.plugins.values()
+    /// The status of the plugin that registered harness `id`.
+    pub fn owner_status(&self, id: &str) -> Option<PluginStatus> {
+        let owner = &self.harnesses.get(id)?.plugin.id;
+        self.plugins.get(owner).map(|p| p.status)
+    }
+
+    /// The harnesses selection may choose: those of enabled plugins.
+    fn usable(&self) -> impl Iterator<Item = &Registered> {
+        self.harnesses
+            .values()
+            .filter(|r| self.owner_status(r.harness.id()) == Some(PluginStatus::Enabled))
+    }
+
+    pub fn plugins(&self) -> impl Iterator<Item = (&PluginInfo, PluginStatus)> {
+        self.plugins.values().map(|p| (&p.info, p.status))
+    }
+
+    /// Switches a plugin off: its registrations can no longer be resolved.
+    pub fn disable(&mut self, plugin_id: &str) {
+        if let Some(p) = self.plugins.get_mut(plugin_id)
+            && p.status == PluginStatus::Enabled
+        {
+            p.status = PluginStatus::Disabled;
+        }
+    }
+
+    /// Withdraws a plugin's grants: its handles stop working and the operations
+    /// it is running are cancelled.
+    pub fn revoke(&mut self, plugin_id: &str) {
+        if let Some(p) = self.plugins.get_mut(plugin_id) {
+            p.status = PluginStatus::Revoked;
+            p.revoked.cancel();
+        }
+    }
+
+    /// Ends this registry: every handle resolved from it stops working and the
+    /// operations run through them are cancelled.
+    pub fn retire(&self) {
+        self.retired.cancel();
+    }
+
+    /// A registry that replaces this one (the next generation, empty); this one
+    /// is retired.
+    pub fn succeed(&self) -> HarnessRegistry {
+        self.retire();
+        HarnessRegistry::new(self.generation + 1)
     }
 }
 
@@ -235,6 +428,9 @@ pub enum SelectionError {
     /// An explicit runtime that no plugin registered.
     #[error("no harness `{id}` is registered (registered: {registered})")]
     MissingHarness { id: String, registered: String },
+    /// An explicit runtime whose plugin is disabled or revoked.
+    #[error("harness `{id}` is unavailable: its plugin is {status}")]
+    Unavailable { id: String, status: &'static str },
     /// An explicit runtime that does not serve the route and names no fallback.
     #[error("harness \"{id}\" does not support {route} ({reason})")]
     Unsupported {
@@ -322,7 +518,7 @@ pub async fn select(
         "auto" => {
             let mut candidates = Vec::new();
             let mut best: Option<(i32, String)> = None;
-            for r in registry.harnesses() {
+            for r in registry.usable() {
                 let id = r.harness.id();
                 let support = match r.harness.auto_selection_provider_ids() {
                     Some(ids) if ids.is_empty() => Support::Unsupported {
@@ -349,6 +545,18 @@ pub async fn select(
             })
         }
         id => {
+            if let Some(status) = registry.owner_status(id)
+                && status != PluginStatus::Enabled
+            {
+                return Err(SelectionError::Unavailable {
+                    id: id.to_owned(),
+                    status: if status == PluginStatus::Disabled {
+                        "disabled"
+                    } else {
+                        "revoked"
+                    },
+                });
+            }
             let Some(r) = registry.get(id) else {
                 let registered: Vec<&str> = registry.harnesses().map(|r| r.harness.id()).collect();
                 return Err(SelectionError::MissingHarness {
