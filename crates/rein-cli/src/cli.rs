@@ -43,6 +43,17 @@ pub struct Cli {
     #[arg(long, global = true, env = "REIN_POLICY", value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
+    /// A harness plugin's manifest (`plugin.toml`); repeat for more, or list
+    /// them in REIN_PLUGINS separated by `:`.
+    #[arg(
+        long = "plugin",
+        global = true,
+        env = "REIN_PLUGINS",
+        value_name = "MANIFEST",
+        value_delimiter = ':'
+    )]
+    pub plugins: Vec<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }

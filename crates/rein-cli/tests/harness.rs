@@ -55,3 +55,79 @@ fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
             .contains("no harness `codex` is registered (registered: none)")
     );
 }
+
+#[test]
+fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let manifest = dir.path().join("plugin.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let plugin = ["--plugin", manifest.to_str().unwrap()];
+    let listed = json(&run_ok(
+        rein(&data).args(plugin).args(["harness", "list", "--json"]),
+    ));
+    assert_eq!(listed[1]["id"], "echo");
+    assert_eq!(listed[1]["plugin"], "echo");
+    let decision = json(&run_ok(rein(&data).args(plugin).args([
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt",
+        "--json",
+    ])));
+    assert_eq!(decision["selected"], "echo");
+    assert_eq!(decision["reason"], "auto_plugin");
+    assert_eq!(decision["candidates"][0]["reason"], "echo serves openai");
+    // Asked for explicitly where it does not serve: the error carries its reason.
+    let out = rein(&data)
+        .args(plugin)
+        .args([
+            "harness",
+            "explain",
+            "--provider",
+            "anthropic",
+            "--runtime",
+            "echo",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("harness \"echo\" does not support anthropic (only openai)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same plugins through REIN_PLUGINS.
+    let text = String::from_utf8_lossy(
+        &run_ok(
+            rein(&data)
+                .env("REIN_PLUGINS", &manifest)
+                .args(["harness", "list"]),
+        )
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        text.contains("echo             plugin echo    Echo agent"),
+        "{text}"
+    );
+    // A manifest that cannot be read is bad usage.
+    let out = rein(&data)
+        .args(["--plugin", "missing.toml", "harness", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+}

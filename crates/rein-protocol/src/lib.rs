@@ -22,6 +22,8 @@
 //!   [`EvidenceBundle`] (what happened, `evb_…`).
 //! - [`harness`]: what agent harnesses say about a model route, and the
 //!   [`SelectionDecision`] of which runtime serves it.
+//! - [`plugin`]: the manifest of an out-of-process harness plugin and the
+//!   JSON-RPC messages rein exchanges with it.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
 pub mod approval;
@@ -33,6 +35,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod permission;
 pub mod plan;
+pub mod plugin;
 pub mod recovery;
 pub mod schema;
 pub mod shared_state;

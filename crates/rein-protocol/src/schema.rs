@@ -27,5 +27,18 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::HarnessContract>("HarnessContract"),
         one::<crate::EvidenceBundle>("EvidenceBundle"),
         one::<crate::SelectionDecision>("SelectionDecision"),
+        one::<crate::plugin::PluginManifest>("plugin/PluginManifest"),
+        one::<crate::plugin::InitializeParams>("plugin/InitializeParams"),
+        one::<crate::plugin::InitializeResult>("plugin/InitializeResult"),
+        one::<crate::plugin::SupportsParams>("plugin/SupportsParams"),
+        one::<crate::Support>("plugin/SupportsResult"),
+        one::<crate::plugin::RunAttemptParams>("plugin/RunAttemptParams"),
+        one::<crate::plugin::RunAttemptResult>("plugin/RunAttemptResult"),
+        one::<crate::plugin::PartialReplyParams>("plugin/PartialReplyParams"),
+        one::<crate::plugin::AgentEventParams>("plugin/AgentEventParams"),
+        one::<crate::plugin::IsolatedCompletionParams>("plugin/IsolatedCompletionParams"),
+        one::<crate::plugin::IsolatedCompletionResult>("plugin/IsolatedCompletionResult"),
+        one::<crate::plugin::ResetParams>("plugin/ResetParams"),
+        one::<crate::plugin::ExecutorParams>("plugin/ExecutorParams"),
     ]
 }

@@ -13,7 +13,7 @@ fn checked_in_schemas_match_the_code() {
         let path = dir.join(format!("{name}.json"));
         let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
         if update {
-            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(&path, &text).unwrap();
         } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
             stale.push(path.display().to_string());

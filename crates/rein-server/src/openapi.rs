@@ -898,7 +898,11 @@ fn operation(path: &str, o: &Operation) -> Value {
 /// The OpenAPI 3.1 document of the routes in [`table`].
 pub fn document() -> Value {
     let mut schemas = Map::new();
-    for (name, schema) in rein_protocol::schema::all() {
+    // The plugin protocol's messages (`plugin/…`) are not the API's.
+    for (name, schema) in rein_protocol::schema::all()
+        .into_iter()
+        .filter(|(name, _)| !name.contains('/'))
+    {
         let mut schema = serde_json::to_value(schema).unwrap_or(Value::Null);
         if let Some(defs) = schema
             .as_object_mut()

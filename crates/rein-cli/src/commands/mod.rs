@@ -135,6 +135,8 @@ pub struct Target {
     pub sandbox: String,
     /// `--policy`: the permission rules' file.
     pub policy: Option<PathBuf>,
+    /// `--plugin`: harness plugins' manifests.
+    pub plugins: Vec<PathBuf>,
 }
 
 impl Target {
@@ -208,6 +210,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         token: cli.token,
         sandbox: cli.sandbox,
         policy: cli.policy,
+        plugins: cli.plugins,
     };
     match cli.command {
         Command::Run(args) => run::run(&target, args).await,
@@ -216,7 +219,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::State(cmd) => state::dispatch(&target, cmd).await,
         Command::Contracts(cmd) => records::contracts(&target, cmd).await,
         Command::Evidence(cmd) => records::evidence(&target, cmd).await,
-        Command::Harness(cmd) => harness::dispatch(cmd).await,
+        Command::Harness(cmd) => harness::dispatch(&target, cmd).await,
         Command::Tasks(cmd) => tasks::dispatch(&target, cmd).await,
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,

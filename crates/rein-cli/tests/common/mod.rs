@@ -18,6 +18,7 @@ pub fn rein(data_dir: &Path) -> Command {
         .env_remove("REIN_TOKEN")
         .env_remove("REIN_SANDBOX")
         .env_remove("REIN_POLICY")
+        .env_remove("REIN_PLUGINS")
         .arg("--data-dir")
         .arg(data_dir);
     cmd

@@ -47,6 +47,13 @@ pub trait AgentHarness: Send + Sync {
     fn delegated_execution_plugin_ids(&self) -> Vec<String> {
         Vec::new()
     }
+    /// Runs one attempt: the prompt, with these tools, in this session and
+    /// workspace, before the deadline; partial replies and agent events go to
+    /// `params.events` as they come.
+    async fn run_attempt(&self, params: AttemptParams) -> Result<AttemptResult, HarnessError> {
+        let _ = params;
+        Err(HarnessError::Unsupported(self.id().to_owned()))
+    }
     /// Ends the native side of a session before rein resets it. A
     /// [`ResetError::Cleanup`] means required native cleanup could not finish:
     /// the reset is refused and the session kept.
@@ -74,6 +81,46 @@ pub trait AgentHarness: Send + Sync {
             isolated::CompletionOwner::Harness => isolated::CompletionRuntime::OwnRuntime,
         }
     }
+}
+
+/// One attempt as the harness is handed it.
+#[derive(Debug)]
+pub struct AttemptParams {
+    pub attempt_id: String,
+    pub prompt: String,
+    pub tools: Vec<String>,
+    pub session_key: String,
+    pub workspace: std::path::PathBuf,
+    pub deadline: std::time::Duration,
+    pub cancel: tokio_util::sync::CancellationToken,
+    pub events: tokio::sync::mpsc::UnboundedSender<AttemptEvent>,
+}
+
+/// What an attempt reports while it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptEvent {
+    PartialReply(String),
+    Agent(serde_json::Value),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptResult {
+    pub text: String,
+    pub stop_reason: String,
+}
+
+/// Why an attempt failed. Once a harness has claimed a run, its failure is
+/// reported, never replayed on another runtime (spec §2 rule 7).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HarnessError {
+    #[error("harness `{0}` cannot run attempts")]
+    Unsupported(String),
+    #[error("harness `{harness}` did not finish within {ms} ms")]
+    TimedOut { harness: String, ms: u64 },
+    #[error("the attempt was cancelled")]
+    Cancelled,
+    #[error("harness `{harness}` failed: {message}")]
+    Failed { harness: String, message: String },
 }
 
 /// An agent session as rein keeps it: which harness runs it and its native

@@ -1,0 +1,234 @@
+//! Out-of-process harness plugins (spec harness-sdk §1): the manifest that
+//! declares one, and the messages rein and the plugin exchange as
+//! newline-delimited JSON-RPC 2.0 over the plugin's stdin and stdout. The
+//! protocol is described in `docs/plugin-protocol.md`; every message has a JSON
+//! Schema in `schemas/plugin/`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{Support, SupportContext, WorkspaceEnvironment};
+
+/// The version of the plugin protocol this rein speaks.
+pub const PLUGIN_PROTOCOL_VERSION: u32 = 1;
+
+/// Who prepares a harness's credentials.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthBootstrap {
+    #[default]
+    Host,
+    Harness,
+}
+
+/// A harness a plugin serves, as its manifest declares it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HarnessDeclaration {
+    pub id: String,
+    #[serde(default)]
+    pub label: String,
+    /// Providers `auto` may choose it for; absent: ask it for every provider;
+    /// empty: explicit-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_selection_provider_ids: Option<Vec<String>>,
+    #[serde(default)]
+    pub auth_bootstrap: AuthBootstrap,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_environment: Option<WorkspaceEnvironment>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub delegated_execution_plugin_ids: Vec<String>,
+    /// Whether it serves isolated completions (`completion/isolated`).
+    #[serde(default)]
+    pub isolated_completion: bool,
+}
+
+/// When a plugin must be loaded besides the harnesses it registers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Activation {
+    /// Runtime ids for which the plugin is loaded even if it registers no
+    /// harness of that id.
+    #[serde(default)]
+    pub on_agent_harnesses: Vec<String>,
+}
+
+/// A plugin's manifest (`plugin.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PluginManifest {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// The program and its arguments; a relative program path is the
+    /// manifest's directory's.
+    pub command: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub harnesses: Vec<HarnessDeclaration>,
+    #[serde(default)]
+    pub activation: Activation,
+    /// How long a call may take before the plugin is stopped (default 30 s;
+    /// `harness/runAttempt` has the attempt's own deadline).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    /// The plugin's executor controller, if it has one (`executor/ensure`,
+    /// `executor/retire`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<ExecutorDeclaration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorDeclaration {
+    /// Absolute.
+    pub workspace_directory: String,
+}
+
+/// `initialize`: the first request after the plugin starts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeParams {
+    pub protocol_version: u32,
+    pub plugin_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResult {
+    pub protocol_version: u32,
+}
+
+/// `harness/supports` → [`Support`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportsParams {
+    pub harness_id: String,
+    pub context: SupportContext,
+}
+
+/// The answer to `harness/supports`.
+pub type SupportsResult = Support;
+
+/// `harness/runAttempt`: run one attempt; partial replies and agent events come
+/// as notifications naming the attempt before the result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAttemptParams {
+    pub harness_id: String,
+    pub attempt_id: String,
+    pub prompt: String,
+    #[serde(default)]
+    pub tools: Vec<String>,
+    pub session_key: String,
+    pub workspace: String,
+    pub deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAttemptResult {
+    pub text: String,
+    pub stop_reason: String,
+}
+
+/// `harness/partialReply` (notification, plugin → rein).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartialReplyParams {
+    pub attempt_id: String,
+    pub text: String,
+}
+
+/// `harness/agentEvent` (notification, plugin → rein).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentEventParams {
+    pub attempt_id: String,
+    pub event: serde_json::Value,
+}
+
+/// How an isolated completion is authorized, on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "owner", rename_all = "snake_case")]
+pub enum WireAuth {
+    Host {
+        #[serde(rename = "transportModel")]
+        transport_model: String,
+        #[serde(rename = "profileId")]
+        profile_id: String,
+        credential: String,
+    },
+    Harness {
+        #[serde(rename = "authPlan")]
+        auth_plan: String,
+        #[serde(rename = "profileId")]
+        profile_id: String,
+        credential: String,
+    },
+}
+
+/// `completion/isolated`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IsolatedCompletionParams {
+    pub harness_id: String,
+    pub prompt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    pub auth: WireAuth,
+}
+
+/// One part of an isolated completion's output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WireContent {
+    Text { text: String },
+    Thinking { text: String },
+    ToolCall { name: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IsolatedCompletionResult {
+    pub content: Vec<WireContent>,
+    pub stop_reason: String,
+    /// The inference request's own duration, when the plugin measured it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_duration_ms: Option<u64>,
+}
+
+/// `harness/reset`. A plugin that cannot finish required native cleanup
+/// answers with error code [`SESSION_CLEANUP_ERROR`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResetParams {
+    pub harness_id: String,
+    pub session_key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_session_id: Option<String>,
+}
+
+/// The JSON-RPC error code of a failed required session cleanup.
+pub const SESSION_CLEANUP_ERROR: i64 = -32010;
+/// The JSON-RPC error code of refused credentials in `completion/isolated`.
+pub const CREDENTIAL_ERROR: i64 = -32011;
+
+/// `executor/ensure` and `executor/retire`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorParams {
+    pub session_key: String,
+    pub agent_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native_session_id: Option<String>,
+    pub environment_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_url: Option<String>,
+    pub workspace_directory: String,
+}

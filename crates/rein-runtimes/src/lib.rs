@@ -1,0 +1,11 @@
+//! `rein-runtimes`: the agent runtimes behind rein's harness contract.
+//!
+//! - [`plugin`]: out-of-process harness plugins — a manifest and a child
+//!   process speaking newline-delimited JSON-RPC 2.0 over stdio — registered in
+//!   a [`rein_core::harness::HarnessRegistry`] like any harness.
+//!
+//! The built-in agent loop and the ACP runtime come next.
+
+pub mod plugin;
+
+pub use plugin::{PluginError, load_manifest, register_plugin};

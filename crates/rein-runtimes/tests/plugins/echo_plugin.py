@@ -1,0 +1,76 @@
+"""A harness plugin for rein's tests, speaking the plugin protocol
+(newline-delimited JSON-RPC 2.0 over stdio). Its first argument chooses how it
+behaves once initialized: `ok`, `crash-once MARKER` (exits on its first call
+unless MARKER exists, which it creates), `hang`, or `garbage`."""
+
+import json
+import os
+import sys
+import time
+
+mode = sys.argv[1] if len(sys.argv) > 1 else "ok"
+
+
+def send(message):
+    message["jsonrpc"] = "2.0"
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def answer(mid, result):
+    send({"id": mid, "result": result})
+
+
+def fail(mid, code, message):
+    send({"id": mid, "error": {"code": code, "message": message}})
+
+
+for line in sys.stdin:
+    msg = json.loads(line)
+    mid, method, params = msg.get("id"), msg.get("method"), msg.get("params") or {}
+    if method == "initialize":
+        answer(mid, {"protocolVersion": 1})
+        continue
+    if mid is None:
+        continue  # a notification (harness/cancel)
+    if mode == "crash-once":
+        marker = sys.argv[2]
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            sys.exit(3)
+    elif mode == "hang":
+        time.sleep(3600)
+    elif mode == "garbage":
+        sys.stdout.write("this is not JSON-RPC\n")
+        sys.stdout.flush()
+        continue
+    if method == "harness/supports":
+        if params["context"]["provider"] == "openai":
+            answer(mid, {"status": "supported", "priority": 5, "reason": "echo serves openai"})
+        else:
+            answer(mid, {"status": "unsupported", "reason": "only openai"})
+    elif method == "harness/runAttempt":
+        attempt = params["attemptId"]
+        for word in params["prompt"].split():
+            send({"method": "harness/partialReply", "params": {"attemptId": attempt, "text": word}})
+        send({"method": "harness/agentEvent",
+              "params": {"attemptId": attempt, "event": {"kind": "tool", "tools": params["tools"]}}})
+        answer(mid, {"text": params["prompt"].upper(), "stopReason": "stop"})
+    elif method == "completion/isolated":
+        auth = params["auth"]
+        if auth["profileId"] == "expired":
+            fail(mid, -32011, "token expired")
+        else:
+            answer(mid, {"content": [{"type": "text", "text": "Title: " + params["prompt"][:12]}],
+                         "stopReason": "stop", "requestDurationMs": 7})
+    elif method == "harness/reset":
+        if params["sessionKey"] == "stuck":
+            fail(mid, -32010, "the native sandbox is still attached")
+        else:
+            answer(mid, {})
+    elif method in ("executor/ensure", "executor/retire"):
+        with open(os.path.join(params["workspaceDirectory"], "executor.log"), "a") as log:
+            log.write(method + " " + params["environmentId"] + "\n")
+        answer(mid, {})
+    else:
+        fail(mid, -32601, "method not found: " + str(method))
