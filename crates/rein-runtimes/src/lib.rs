@@ -4,8 +4,12 @@
 //!   process speaking newline-delimited JSON-RPC 2.0 over stdio — registered in
 //!   a [`rein_core::harness::HarnessRegistry`] like any harness.
 //!
+//! - [`openai`]: a streaming client of the OpenAI-compatible chat-completions
+//!   API, for the built-in runtime.
+//!
 //! The built-in agent loop and the ACP runtime come next.
 
+pub mod openai;
 pub mod plugin;
 
 pub use plugin::{PluginError, load_manifest, register_plugin};
