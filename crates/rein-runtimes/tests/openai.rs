@@ -15,8 +15,11 @@ use axum::routing::post;
 use rein_runtimes::openai::{ChatClient, ChatConfig, ChatError, Message, ToolSpec};
 use serde_json::{Value, json};
 
+/// A request as the fake server saw it: its Authorization header and body.
+type Request = (Option<String>, Value);
+
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<(Option<String>, Value)>>>);
+struct Seen(Arc<Mutex<Vec<Request>>>);
 
 fn sse(chunks: Vec<Value>) -> Response {
     let mut frames: Vec<Result<String, std::io::Error>> = chunks
