@@ -31,6 +31,9 @@ pub struct StepRequest {
     pub output_tail_bytes: usize,
     /// The permission rules in force.
     pub policy: Arc<rein_sandbox::Policy>,
+    /// Where a step that works in turns (an agent step) keeps what it has
+    /// done, durably, so a resumed attempt does not do it again.
+    pub journal: Option<crate::journal::Journal>,
 }
 
 /// What a step's command did, recorded in its checkpoint's `output`.
@@ -190,6 +193,7 @@ impl StepExecutor for CommandExecutor {
             workspace: dir,
             output_tail_bytes: 1024,
             policy: Arc::default(),
+            journal: None,
         };
         let ran = self
             .run_command(
@@ -294,6 +298,13 @@ impl StepExecutor for CommandExecutor {
             // The runner waits for a person on these; they never reach an executor.
             StepAction::Approval { .. } => StepOutcome::Failed {
                 error: "an approve step is decided by a person, not executed".into(),
+                output: None,
+                failure: Failure::Unsupported,
+            },
+            // Agent runtimes live beside the engine (rein-runtimes), which wraps
+            // this executor to run agent steps.
+            StepAction::Agent { .. } => StepOutcome::Failed {
+                error: "this rein runs no agent steps: start it with an agent runtime (the rein CLI and server do)".into(),
                 output: None,
                 failure: Failure::Unsupported,
             },

@@ -30,6 +30,7 @@ pub mod error;
 pub mod executor;
 pub mod fold;
 pub mod harness;
+pub mod journal;
 pub mod lifecycle;
 pub mod permissions;
 pub mod pev;

@@ -470,6 +470,7 @@ enum StepKind {
     Gate,
     Review,
     Approve,
+    Agent,
 }
 
 #[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
@@ -544,6 +545,17 @@ struct StepFile {
     /// Run as plan–execute–verify: contract, approval, execute, evidence, verification.
     #[serde(default)]
     pev: bool,
+    /// Agent steps: the work asked for, and of whom.
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    runtime: Option<String>,
+    #[serde(default)]
+    tools: Option<Vec<String>>,
     /// Plan–execute–verify steps: the commands that check the result.
     #[serde(default)]
     verify: Vec<String>,
@@ -557,6 +569,9 @@ fn parse_duration(what: &str, value: &str) -> Result<std::time::Duration, String
         format!("{what}: `{value}` is not a duration ({e}); write e.g. 30s, 10m or 1h30m")
     })
 }
+
+/// The tools an agent step may be given.
+pub const AGENT_TOOLS: &[&str] = &["read_file", "write_file", "list_dir", "run_command"];
 
 /// The id of the step `confirm = true` adds.
 pub const CONFIRM_STEP: &str = "confirm";
@@ -640,8 +655,51 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         (StepKind::Exec, _) => (CheckpointType::TaskExec, StepType::Execute),
         (StepKind::Review, _) => (CheckpointType::TaskReview, StepType::Review),
         (StepKind::Approve, _) => (CheckpointType::UserApproval, StepType::Approve),
+        (StepKind::Agent, _) => (CheckpointType::TaskExec, StepType::Execute),
     };
-    let (action, step_timeout, description) = if s.kind == StepKind::Approve {
+    let agent_keys = [
+        ("prompt", s.prompt.is_some()),
+        ("provider", s.provider.is_some()),
+        ("model", s.model.is_some()),
+        ("runtime", s.runtime.is_some()),
+        ("tools", s.tools.is_some()),
+    ];
+    if s.kind != StepKind::Agent
+        && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set)
+    {
+        return Err(only_for(key, "agent"));
+    }
+    let (action, step_timeout, description) = if s.kind == StepKind::Agent {
+        if s.run.is_some() {
+            return Err(format!(
+                "step `{id}`: an agent step has a `prompt`, not a `run`"
+            ));
+        }
+        let prompt = s.prompt.filter(|p| !p.trim().is_empty()).ok_or_else(|| {
+            format!("step `{id}`: an agent step needs a `prompt`: the work to do")
+        })?;
+        let tools = s.tools.unwrap_or_default();
+        for tool in &tools {
+            if !AGENT_TOOLS.contains(&tool.as_str()) {
+                return Err(format!(
+                    "step `{id}`: unknown tool `{tool}`; the tools are {}",
+                    AGENT_TOOLS.join(", ")
+                ));
+            }
+        }
+        let description = s.description.unwrap_or_else(|| prompt.clone());
+        (
+            StepAction::Agent {
+                prompt,
+                provider: s.provider,
+                model: s.model,
+                runtime: s.runtime,
+                tools,
+            },
+            timeout_ms,
+            description,
+        )
+    } else if s.kind == StepKind::Approve {
         if s.run.is_some() {
             return Err(format!(
                 "step `{id}`: an approve step asks a person and has no `run`"

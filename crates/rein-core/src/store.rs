@@ -132,6 +132,8 @@ pub enum RecordKind {
     Contract,
     /// An evidence bundle (`evb_…`).
     Evidence,
+    /// What a step that works in turns has done so far (an agent's transcript).
+    Journal,
 }
 
 impl RecordKind {
@@ -139,6 +141,7 @@ impl RecordKind {
         match self {
             RecordKind::Contract => "contract",
             RecordKind::Evidence => "evidence",
+            RecordKind::Journal => "journal",
         }
     }
 
@@ -147,6 +150,7 @@ impl RecordKind {
         match self {
             RecordKind::Contract => "harness contract",
             RecordKind::Evidence => "evidence bundle",
+            RecordKind::Journal => "step journal",
         }
     }
 }

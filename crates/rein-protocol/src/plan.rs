@@ -78,6 +78,20 @@ pub enum StepAction {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         priority: Option<Priority>,
     },
+    /// Ask an agent to do work: the runtime the selection policy chooses for
+    /// the provider and model runs the prompt with these tools.
+    Agent {
+        prompt: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// `auto`, `rein` or a harness id; unset: the runtime policy decides.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        runtime: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tools: Vec<String>,
+    },
     /// Verify what plan–execute–verify step `step` did: run its verifiers,
     /// record the evidence, and settle its contract (added by the engine after
     /// every step with `pev`).

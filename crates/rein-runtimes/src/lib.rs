@@ -4,12 +4,16 @@
 //!   process speaking newline-delimited JSON-RPC 2.0 over stdio — registered in
 //!   a [`rein_core::harness::HarnessRegistry`] like any harness.
 //!
+//! - [`agent`]: agent steps — the selected plugin harness, or the built-in
+//!   agent loop with its journal and workspace tools.
 //! - [`openai`]: a streaming client of the OpenAI-compatible chat-completions
 //!   API, for the built-in runtime.
 //!
-//! The built-in agent loop and the ACP runtime come next.
+//! The ACP runtime comes next.
 
+pub mod agent;
 pub mod openai;
 pub mod plugin;
 
+pub use agent::AgentExecutor;
 pub use plugin::{PluginError, load_manifest, register_plugin};

@@ -100,6 +100,7 @@ impl TaskRun<'_> {
         let span = SpanRef::child_of(&self.rec.state.head.span_id);
         let command = match &step.action {
             StepAction::Command { run, .. } => Some(run.clone()),
+            StepAction::Agent { prompt, .. } => Some(format!("agent: {prompt}")),
             StepAction::Noop | StepAction::Approval { .. } | StepAction::Verify { .. } => None,
         };
         let request = ApprovalRequest {

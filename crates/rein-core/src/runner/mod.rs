@@ -471,6 +471,16 @@ impl<'e> TaskRun<'e> {
                     "idempotent": step.idempotent,
                 })),
                 StepAction::Verify { step } => Some(serde_json::json!({ "verify": step })),
+                StepAction::Agent {
+                    prompt,
+                    provider,
+                    model,
+                    runtime,
+                    tools,
+                } => Some(serde_json::json!({
+                    "prompt": prompt, "provider": provider, "model": model,
+                    "runtime": runtime, "tools": tools,
+                })),
                 StepAction::Noop | StepAction::Approval { .. } => None,
             };
             let checkpoint = Checkpoint {
@@ -518,6 +528,13 @@ impl<'e> TaskRun<'e> {
             workspace: self.workspace.clone(),
             output_tail_bytes: self.engine.config.output_tail_bytes,
             policy: Arc::clone(&self.engine.config.policy),
+            journal: matches!(self.steps[i].action, StepAction::Agent { .. }).then(|| {
+                crate::journal::Journal::new(
+                    self.engine.records(),
+                    &self.rec.state.head.id,
+                    &self.steps[i].id,
+                )
+            }),
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();

@@ -1,0 +1,545 @@
+//! Agent steps (`kind = "agent"`): the runtime the selection policy picks
+//! does the work — a plugin's harness, or the built-in runtime `rein`, an agent
+//! loop over an OpenAI-compatible chat API with tools confined to the task's
+//! workspace.
+//!
+//! The built-in loop writes its transcript to the step's journal after every
+//! model turn and every tool call, before the next begins. An attempt resumed
+//! after a crash reads it back: turns and tool calls already in it are not
+//! repeated; a tool call that was running when rein stopped runs again.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rein_core::executor::{CommandOutput, StepOutcome, StepRequest};
+use rein_core::harness::{
+    AttemptEvent, AttemptParams, HarnessError, HarnessRegistry, RuntimePolicy, SelectionRequest,
+    select,
+};
+use rein_core::recovery::Failure;
+use rein_core::{ExecutorHealth, StepExecutor};
+use rein_protocol::{BUILTIN_RUNTIME, SelectionDecision, StepAction, TaskStep};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::openai::{ChatClient, ChatConfig, ChatError, Message, ToolCall, ToolSpec};
+
+/// Runs agent steps, and hands every other step to `commands`.
+pub struct AgentExecutor {
+    commands: Arc<dyn StepExecutor>,
+    registry: Arc<HarnessRegistry>,
+    policy: RuntimePolicy,
+    chat: ChatConfig,
+    max_turns: usize,
+}
+
+impl std::fmt::Debug for AgentExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentExecutor")
+            .field("chat", &self.chat)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The most model turns one agent step may take.
+pub const MAX_TURNS: usize = 32;
+/// How long a plugin's attempt may take when the step sets no timeout.
+const ATTEMPT_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// The most bytes of a file `read_file` returns.
+const READ_LIMIT: usize = 64 * 1024;
+
+impl AgentExecutor {
+    pub fn new(
+        commands: Arc<dyn StepExecutor>,
+        registry: Arc<HarnessRegistry>,
+        policy: RuntimePolicy,
+        chat: ChatConfig,
+    ) -> AgentExecutor {
+        AgentExecutor {
+            commands,
+            registry,
+            policy,
+            chat,
+            max_turns: MAX_TURNS,
+        }
+    }
+}
+
+#[async_trait]
+impl StepExecutor for AgentExecutor {
+    async fn execute(&self, request: StepRequest, cancel: CancellationToken) -> StepOutcome {
+        match &request.step.action {
+            StepAction::Agent { .. } => self.run_agent(&request, &cancel).await,
+            _ => self.commands.execute(request, cancel).await,
+        }
+    }
+
+    async fn probe(&self) -> ExecutorHealth {
+        self.commands.probe().await
+    }
+}
+
+fn failed(error: String, failure: Failure, output: Option<Value>) -> StepOutcome {
+    StepOutcome::Failed {
+        error,
+        output,
+        failure,
+    }
+}
+
+/// The tools offered to the model, by name.
+fn tool_specs(names: &[String]) -> Vec<ToolSpec> {
+    let path = json!({ "type": "object", "properties": { "path": { "type": "string", "description": "a path inside the workspace" } }, "required": ["path"] });
+    names
+        .iter()
+        .filter_map(|name| {
+            let (description, parameters) = match name.as_str() {
+                "read_file" => ("Read a file of the workspace", path.clone()),
+                "list_dir" => ("List a directory of the workspace", path.clone()),
+                "write_file" => (
+                    "Write a file of the workspace (replacing it)",
+                    json!({ "type": "object", "properties": {
+                        "path": { "type": "string" }, "content": { "type": "string" } },
+                        "required": ["path", "content"] }),
+                ),
+                "run_command" => (
+                    "Run a shell command in the workspace, sandboxed",
+                    json!({ "type": "object", "properties": { "command": { "type": "string" } }, "required": ["command"] }),
+                ),
+                _ => return None,
+            };
+            Some(ToolSpec {
+                name: name.clone(),
+                description: description.into(),
+                parameters,
+            })
+        })
+        .collect()
+}
+
+impl AgentExecutor {
+    async fn run_agent(&self, request: &StepRequest, cancel: &CancellationToken) -> StepOutcome {
+        let StepAction::Agent {
+            prompt,
+            provider,
+            model,
+            runtime,
+            tools,
+        } = &request.step.action
+        else {
+            return failed("not an agent step".into(), Failure::Internal, None);
+        };
+        let provider = provider.clone().unwrap_or_else(|| "openai".into());
+        let model = model.clone().unwrap_or_else(|| self.chat.model.clone());
+        let policy = match runtime {
+            Some(r) => RuntimePolicy {
+                default: r.clone(),
+                ..RuntimePolicy::default()
+            },
+            None => self.policy.clone(),
+        };
+        let wanted = SelectionRequest {
+            provider: provider.clone(),
+            model: Some(model.clone()),
+            ..SelectionRequest::default()
+        };
+        let decision = match select(&self.registry, &policy, &wanted).await {
+            Ok(d) => d,
+            Err(e) => return failed(e.to_string(), Failure::Validation, None),
+        };
+        if decision.selected != BUILTIN_RUNTIME {
+            return self
+                .run_plugin(request, cancel, decision, prompt, tools)
+                .await;
+        }
+        let chat = ChatClient::new(ChatConfig {
+            model,
+            ..self.chat.clone()
+        });
+        self.run_builtin(request, cancel, &chat, decision, prompt, tools)
+            .await
+    }
+
+    /// A plugin's harness runs the attempt; its failure is reported, never
+    /// replayed on another runtime.
+    async fn run_plugin(
+        &self,
+        request: &StepRequest,
+        cancel: &CancellationToken,
+        decision: SelectionDecision,
+        prompt: &str,
+        tools: &[String],
+    ) -> StepOutcome {
+        let Some(registered) = self.registry.get(&decision.selected) else {
+            return failed(
+                format!("harness `{}` vanished", decision.selected),
+                Failure::Internal,
+                None,
+            );
+        };
+        let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let attempt = registered
+            .harness
+            .run_attempt(AttemptParams {
+                attempt_id: format!(
+                    "{}.{}.{}",
+                    request.task_id, request.step.id, request.attempt
+                ),
+                prompt: prompt.to_owned(),
+                tools: tools.to_vec(),
+                session_key: request.task_id.to_string(),
+                workspace: request.workspace.clone(),
+                deadline: request
+                    .step
+                    .timeout_ms
+                    .map_or(ATTEMPT_DEADLINE, Duration::from_millis),
+                cancel: cancel.clone(),
+                events,
+            })
+            .await;
+        let mut partial = String::new();
+        let mut agent_events = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            match e {
+                AttemptEvent::PartialReply(t) => partial.push_str(&t),
+                AttemptEvent::Agent(v) => agent_events.push(v),
+            }
+        }
+        let output = |text: &str| {
+            json!({
+                "selection": decision,
+                "plugin": registered.plugin.id,
+                "text": text,
+                "agent_events": agent_events,
+                // Side effects inside the plugin's runtime are its own account.
+                "side_effects": "unsupported",
+            })
+        };
+        match attempt {
+            Ok(result) => StepOutcome::Passed {
+                output: Some(output(&result.text)),
+            },
+            Err(HarnessError::Cancelled) => StepOutcome::Cancelled,
+            Err(e @ HarnessError::TimedOut { .. }) => {
+                failed(e.to_string(), Failure::Timeout, Some(output(&partial)))
+            }
+            Err(e) => failed(e.to_string(), Failure::Internal, Some(output(&partial))),
+        }
+    }
+
+    /// The built-in loop: ask the model, run the tools it calls, until it
+    /// answers without calling any.
+    async fn run_builtin(
+        &self,
+        request: &StepRequest,
+        cancel: &CancellationToken,
+        chat: &ChatClient,
+        decision: SelectionDecision,
+        prompt: &str,
+        tools: &[String],
+    ) -> StepOutcome {
+        let Some(journal) = &request.journal else {
+            return failed(
+                "an agent step needs its journal".into(),
+                Failure::Internal,
+                None,
+            );
+        };
+        let mut messages: Vec<Message> = match journal.load().await {
+            Ok(Some(body)) => match serde_json::from_value(body["messages"].clone()) {
+                Ok(m) => m,
+                Err(e) => {
+                    return failed(
+                        format!("the step's journal is unreadable: {e}"),
+                        Failure::Internal,
+                        None,
+                    );
+                }
+            },
+            Ok(None) => vec![
+                Message::System {
+                    content: format!(
+                        "You are rein's built-in agent. You work in a workspace directory; paths are relative to it.{}",
+                        if tools.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" Your tools: {}.", tools.join(", "))
+                        }
+                    ),
+                },
+                Message::User {
+                    content: prompt.to_owned(),
+                },
+            ],
+            Err(e) => {
+                return failed(
+                    format!("cannot read the step's journal: {e}"),
+                    Failure::Internal,
+                    None,
+                );
+            }
+        };
+        let specs = tool_specs(tools);
+        let mut tool_runs = 0usize;
+        for _ in 0..self.max_turns * 64 {
+            if cancel.is_cancelled() {
+                return StepOutcome::Cancelled;
+            }
+            let turns = messages
+                .iter()
+                .filter(|m| matches!(m, Message::Assistant { .. }))
+                .count();
+            // Tool calls of the last turn that have no answer yet.
+            let pending = pending_calls(&messages);
+            if let Some(call) = pending.first() {
+                let result = tokio::select! {
+                    r = self.run_tool(request, cancel, call, tools, tool_runs) => r,
+                    () = cancel.cancelled() => return StepOutcome::Cancelled,
+                };
+                tool_runs += 1;
+                messages.push(Message::Tool {
+                    tool_call_id: call.id.clone(),
+                    content: result,
+                });
+            } else if let Some(Message::Assistant {
+                content,
+                tool_calls,
+            }) = messages.last()
+                && tool_calls.is_empty()
+            {
+                let text = content.clone().unwrap_or_default();
+                return StepOutcome::Passed {
+                    output: Some(json!({
+                        "selection": decision,
+                        "text": text,
+                        "turns": turns,
+                        "tool_calls": count_calls(&messages),
+                    })),
+                };
+            } else {
+                if turns >= self.max_turns {
+                    return failed(
+                        format!(
+                            "the agent did not finish within {} model turns",
+                            self.max_turns
+                        ),
+                        Failure::Validation,
+                        None,
+                    );
+                }
+                let answer = tokio::select! {
+                    a = chat.complete(&messages, &specs, |_| {}) => a,
+                    () = cancel.cancelled() => return StepOutcome::Cancelled,
+                };
+                let response = match answer {
+                    Ok(r) => r,
+                    Err(e) => return chat_failure(e),
+                };
+                messages.push(Message::Assistant {
+                    content: (!response.content.is_empty()).then_some(response.content),
+                    tool_calls: response.tool_calls,
+                });
+            }
+            // Durable before the next turn or tool call begins.
+            let body = json!({ "messages": messages, "selection": decision });
+            if let Err(e) = journal.save(body).await {
+                return failed(
+                    format!("cannot write the step's journal: {e}"),
+                    Failure::Internal,
+                    None,
+                );
+            }
+        }
+        failed(
+            "the agent loop did not settle".into(),
+            Failure::Internal,
+            None,
+        )
+    }
+
+    /// Runs one tool call; its answer (or what went wrong) is text for the model.
+    async fn run_tool(
+        &self,
+        request: &StepRequest,
+        cancel: &CancellationToken,
+        call: &ToolCall,
+        allowed: &[String],
+        n: usize,
+    ) -> String {
+        let name = call.function.name.as_str();
+        if !allowed.iter().any(|t| t == name) {
+            return format!("error: the tool `{name}` is not available to this step");
+        }
+        let args: Value = match serde_json::from_str(&call.function.arguments) {
+            Ok(v) => v,
+            Err(e) => return format!("error: the arguments are not JSON ({e})"),
+        };
+        let text = |key: &str| args[key].as_str().map(str::to_owned);
+        let ws = &request.workspace;
+        match name {
+            "read_file" => match text("path").map(|p| resolve(ws, &p)) {
+                Some(Ok(path)) => match std::fs::read(&path) {
+                    Ok(bytes) => {
+                        let shown = &bytes[..bytes.len().min(READ_LIMIT)];
+                        let mut out = String::from_utf8_lossy(shown).into_owned();
+                        if bytes.len() > READ_LIMIT {
+                            out.push_str(&format!("\n[… {} more bytes]", bytes.len() - READ_LIMIT));
+                        }
+                        out
+                    }
+                    Err(e) => format!("error: cannot read it: {e}"),
+                },
+                Some(Err(e)) => format!("error: {e}"),
+                None => "error: `path` is required".into(),
+            },
+            "write_file" => match (text("path").map(|p| resolve(ws, &p)), text("content")) {
+                (Some(Ok(path)), Some(content)) => {
+                    if let Some(parent) = path.parent() {
+                        let _ = std::fs::create_dir_all(parent);
+                    }
+                    match std::fs::write(&path, content.as_bytes()) {
+                        Ok(()) => format!("wrote {} bytes", content.len()),
+                        Err(e) => format!("error: cannot write it: {e}"),
+                    }
+                }
+                (Some(Err(e)), _) => format!("error: {e}"),
+                _ => "error: `path` and `content` are required".into(),
+            },
+            "list_dir" => match text("path").map(|p| resolve(ws, &p)) {
+                Some(Ok(path)) => match std::fs::read_dir(&path) {
+                    Ok(entries) => {
+                        let mut names: Vec<String> = entries
+                            .filter_map(Result::ok)
+                            .map(|e| {
+                                let dir = e.file_type().is_ok_and(|t| t.is_dir());
+                                format!(
+                                    "{}{}",
+                                    e.file_name().to_string_lossy(),
+                                    if dir { "/" } else { "" }
+                                )
+                            })
+                            .collect();
+                        names.sort();
+                        names.join("\n")
+                    }
+                    Err(e) => format!("error: cannot list it: {e}"),
+                },
+                Some(Err(e)) => format!("error: {e}"),
+                None => "error: `path` is required".into(),
+            },
+            "run_command" => match text("command") {
+                Some(command) => self.run_command(request, cancel, &command, n).await,
+                None => "error: `command` is required".into(),
+            },
+            other => format!("error: unknown tool `{other}`"),
+        }
+    }
+
+    /// `run_command`: the step's permission rules decide; an allowed command
+    /// runs the way command steps run (sandboxed).
+    async fn run_command(
+        &self,
+        request: &StepRequest,
+        cancel: &CancellationToken,
+        command: &str,
+        n: usize,
+    ) -> String {
+        let decision = request.policy.check_script(command);
+        match decision.verdict {
+            rein_protocol::Verdict::Allow => {}
+            rein_protocol::Verdict::Deny => {
+                return format!("refused by the permission rules: {}", decision.rule);
+            }
+            rein_protocol::Verdict::Ask => {
+                return format!(
+                    "refused: the permission rules want a person to approve it ({}), and agent tools cannot ask yet",
+                    decision.rule
+                );
+            }
+        }
+        let mut step = TaskStep::command(format!("{}.tool{}", request.step.id, n + 1), command);
+        step.timeout_ms = request.step.timeout_ms;
+        let tool = StepRequest {
+            step: Arc::new(step),
+            journal: None,
+            ..request.clone()
+        };
+        let (code, output) = match self.commands.execute(tool, cancel.clone()).await {
+            StepOutcome::Passed { output } => (Some(0), output),
+            StepOutcome::Failed { error, output, .. } => {
+                (None, output.or_else(|| Some(json!({ "error": error }))))
+            }
+            StepOutcome::Cancelled => return "error: cancelled".into(),
+        };
+        let out: Option<CommandOutput> = output
+            .as_ref()
+            .and_then(|o| serde_json::from_value(o.clone()).ok());
+        match out {
+            Some(o) => json!({
+                "exit_code": o.exit_code.or(code),
+                "stdout": o.stdout_tail,
+                "stderr": o.stderr_tail,
+            })
+            .to_string(),
+            None => json!({ "exit_code": code, "error": output }).to_string(),
+        }
+    }
+}
+
+/// A path the model gave, inside the workspace (`..`, absolute paths
+/// elsewhere and symlinks out are refused).
+fn resolve(workspace: &Path, path: &str) -> Result<std::path::PathBuf, String> {
+    rein_sandbox::resolve(workspace, path).map_err(|e| e.to_string())
+}
+
+/// The tool calls of the last model turn that have no answer yet.
+fn pending_calls(messages: &[Message]) -> Vec<ToolCall> {
+    let Some(last_turn) = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::Assistant { .. }))
+    else {
+        return Vec::new();
+    };
+    let Message::Assistant { tool_calls, .. } = &messages[last_turn] else {
+        return Vec::new();
+    };
+    let answered: Vec<&str> = messages[last_turn..]
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    tool_calls
+        .iter()
+        .filter(|c| !answered.contains(&c.id.as_str()))
+        .cloned()
+        .collect()
+}
+
+fn count_calls(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .filter(|m| matches!(m, Message::Tool { .. }))
+        .count()
+}
+
+/// A failed model request as a step failure recovery understands.
+fn chat_failure(e: ChatError) -> StepOutcome {
+    let failure = match &e {
+        ChatError::Http {
+            status,
+            retry_after,
+            ..
+        } => Failure::Http {
+            status: *status,
+            retry_after: *retry_after,
+        },
+        ChatError::Unreachable { .. } => Failure::Connection,
+        ChatError::TimedOut(_) => Failure::Timeout,
+        ChatError::Protocol(_) => Failure::Validation,
+    };
+    failed(e.to_string(), failure, None)
+}

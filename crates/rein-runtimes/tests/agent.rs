@@ -1,0 +1,170 @@
+//! Agent steps through the engine, over a real SQLite store, against a local
+//! fake chat-completions server (the hosted API cannot be reached here): the
+//! built-in loop calls tools in the workspace, journals every turn, and stays
+//! inside the workspace.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rein_core::harness::{HarnessRegistry, RuntimePolicy};
+use rein_core::store::RecordKind;
+use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store};
+use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
+use rein_runtimes::AgentExecutor;
+use rein_runtimes::openai::ChatConfig;
+
+fn agent_step(prompt: &str) -> TaskStep {
+    TaskStep::new(
+        "draft",
+        StepAction::Agent {
+            prompt: prompt.into(),
+            provider: None,
+            model: None,
+            runtime: None,
+            tools: ["read_file", "write_file", "list_dir", "run_command"]
+                .map(str::to_owned)
+                .to_vec(),
+        },
+    )
+}
+
+async fn engine(dir: &std::path::Path, base: &str) -> (Engine, Arc<rein_store::SqliteStore>) {
+    let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db")).unwrap());
+    let agent = AgentExecutor::new(
+        Arc::new(CommandExecutor::unsandboxed()),
+        Arc::new(HarnessRegistry::new(1)),
+        RuntimePolicy::default(),
+        ChatConfig {
+            base_url: base.into(),
+            api_key: Some("sk-test".into()),
+            model: "gpt-test".into(),
+            timeout: Duration::from_secs(10),
+        },
+    );
+    let mut config = EngineConfig::new(dir.join("workspaces"));
+    config.control_poll = Duration::from_millis(20);
+    (Engine::new(store.clone(), Arc::new(agent), config), store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn() {
+    let (base, seen) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, store) = engine(dir.path(), &base).await;
+    let state = engine
+        .create(CreateTask {
+            plan: TaskDecomposition::new("notes", vec![agent_step("write notes")]),
+            session_id: None,
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    let output = done
+        .latest_for_step("draft")
+        .unwrap()
+        .output
+        .clone()
+        .unwrap();
+    assert_eq!(output["selection"]["selected"], "rein");
+    assert_eq!(output["selection"]["reason"], "auto_builtin");
+    assert_eq!(output["turns"], 3);
+    assert_eq!(output["tool_calls"], 2);
+    let text = output["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("done: ") && text.contains("draft"),
+        "{text}"
+    );
+    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
+        "draft"
+    );
+
+    // Three model requests; each carries the answers so far, in the API's shape.
+    let requests = seen.0.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    let second = requests[1]["messages"].as_array().unwrap();
+    assert_eq!(second[2]["tool_calls"][0]["function"]["name"], "write_file");
+    assert_eq!(second[3]["role"], "tool");
+    assert_eq!(second[3]["tool_call_id"], "call_1");
+    assert_eq!(second[3]["content"], "wrote 5 bytes");
+    assert_eq!(requests[0]["tools"].as_array().unwrap().len(), 4);
+
+    // The journal holds the whole transcript.
+    let (journal, _) = store
+        .load_record(RecordKind::Journal, &format!("{}.draft", state.id()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(journal.body["messages"].as_array().unwrap().len(), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_tools_cannot_leave_the_workspace() {
+    let (base, _) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    let state = engine
+        .create(CreateTask {
+            plan: TaskDecomposition::new("escape", vec![agent_step("escape")]),
+            session_id: None,
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Completed);
+    let text = done
+        .latest_for_step("draft")
+        .unwrap()
+        .output
+        .clone()
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.starts_with("error: ") && text.contains("outside.txt"),
+        "{text}"
+    );
+    assert!(!dir.path().join("workspaces/outside.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_model_fails_the_step_as_a_connection_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), "http://127.0.0.1:9/v1").await;
+    let mut step = agent_step("write notes");
+    // Not the default three retries five seconds apart: fail at once.
+    step.recovery.insert(
+        rein_protocol::ErrorType::Transient,
+        rein_protocol::RecoveryStrategy::action(rein_protocol::RecoveryAction::Abort),
+    );
+    let state = engine
+        .create(CreateTask {
+            plan: TaskDecomposition::new("x", vec![step]),
+            session_id: None,
+            workspace: None,
+        })
+        .await
+        .unwrap();
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Failed);
+    let error = done
+        .latest_for_step("draft")
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
+    assert!(error.contains("cannot reach the model API"), "{error}");
+}

@@ -1,0 +1,109 @@
+//! A fake OpenAI-compatible chat-completions server for the agent tests: it
+//! speaks the real wire format (SSE chunks) and plays a script keyed by the
+//! prompt and by how many tool answers the conversation already has.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::Response;
+use axum::routing::post;
+use serde_json::{Value, json};
+
+#[derive(Clone, Default)]
+pub struct Seen(pub Arc<Mutex<Vec<Value>>>);
+
+fn sse(chunks: Vec<Value>) -> Response {
+    let mut body = String::new();
+    for c in chunks {
+        body.push_str(&format!("data: {c}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from(body))
+        .unwrap()
+}
+
+fn call(id: &str, name: &str, args: Value) -> Response {
+    let args = args.to_string();
+    let (a, b) = args.split_at(args.len() / 2);
+    sse(vec![
+        json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "tool_calls": [
+            { "index": 0, "id": id, "type": "function", "function": { "name": name, "arguments": a } }] } }] }),
+        json!({ "choices": [{ "index": 0, "delta": { "tool_calls": [
+            { "index": 0, "function": { "arguments": b } }] } }] }),
+        json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] }),
+    ])
+}
+
+fn say(text: &str) -> Response {
+    sse(vec![
+        json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": text } }] }),
+        json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] }),
+    ])
+}
+
+async fn completions(State(seen): State<Seen>, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap();
+    seen.0.lock().unwrap().push(body.clone());
+    let messages = body["messages"].as_array().unwrap();
+    let prompt = messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    let answers: Vec<&str> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect();
+    match (prompt.as_str(), answers.len()) {
+        ("write notes", 0) => call(
+            "call_1",
+            "write_file",
+            json!({ "path": "notes.txt", "content": "draft" }),
+        ),
+        ("write notes", 1) => call(
+            "call_2",
+            "run_command",
+            json!({ "command": "cat notes.txt" }),
+        ),
+        ("write notes", _) => say(&format!("done: {}", answers[1])),
+        ("escape", 0) => call(
+            "call_1",
+            "write_file",
+            json!({ "path": "../outside.txt", "content": "x" }),
+        ),
+        ("escape", _) => say(answers[0]),
+        // Two commands; the second hangs on its first run, so a test can kill rein there.
+        ("twice", 0) => call(
+            "call_1",
+            "run_command",
+            json!({ "command": "echo ran >> runs.log" }),
+        ),
+        ("twice", 1) => call(
+            "call_2",
+            "run_command",
+            json!({ "command": "if [ -e started ]; then echo second; else touch started; sleep 60; fi" }),
+        ),
+        ("twice", _) => say("both ran"),
+        _ => say("I do not know this script"),
+    }
+}
+
+/// Starts the fake server on a free loopback port; returns its base URL.
+pub async fn fake_model() -> (String, Seen) {
+    let seen = Seen::default();
+    let app = Router::new()
+        .route("/v1/chat/completions", post(completions))
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), seen)
+}
