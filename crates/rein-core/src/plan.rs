@@ -507,7 +507,7 @@ struct StepFile {
     #[serde(default)]
     timeout: Option<String>,
     #[serde(default)]
-    idempotent: bool,
+    idempotent: Option<bool>,
     #[serde(default)]
     kind: StepKind,
     #[serde(default)]
@@ -820,7 +820,9 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         risk_description: s.risk_description,
         action,
         timeout_ms: step_timeout,
-        idempotent: s.idempotent,
+        // An agent step resumes from its journal, so running it again repeats
+        // at most the tool call in flight: idempotent unless the plan says not.
+        idempotent: s.idempotent.unwrap_or(s.kind == StepKind::Agent),
     })
 }
 

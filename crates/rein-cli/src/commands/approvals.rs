@@ -151,12 +151,7 @@ pub async fn health(target: &Target, json: bool) -> anyhow::Result<u8> {
         Some(_) => target.open(4)?,
         None => {
             let executor = crate::commands::executor(&target.sandbox, false).await?;
-            let ctx = crate::commands::Context::running(
-                target.data_dir.clone(),
-                4,
-                executor,
-                target.policy.as_deref(),
-            )?;
+            let ctx = crate::commands::Context::for_target(target, 4, executor)?;
             crate::backend::Backend::Local(ctx.engine)
         }
     };

@@ -4,7 +4,7 @@
 //! The registry holds the plugins named with `--plugin MANIFEST` (or
 //! `REIN_PLUGINS`); with none, the built-in runtime serves every route.
 
-use rein_core::harness::{HarnessRegistry, RuntimePolicy, SelectionRequest, select};
+use rein_core::harness::{RuntimePolicy, SelectionRequest, select};
 use rein_protocol::BUILTIN_RUNTIME;
 
 use crate::cli::HarnessCommand;
@@ -12,23 +12,8 @@ use crate::commands::{Target, print_json};
 use crate::exit::{self, UsageError};
 use crate::output::say;
 
-/// The harnesses this rein has: those its plugins registered. A manifest that
-/// cannot be read, or a registration the registry refuses, is an error.
-fn registry(target: &Target) -> anyhow::Result<HarnessRegistry> {
-    let mut registry = HarnessRegistry::new(1);
-    for path in &target.plugins {
-        let (manifest, dir) =
-            rein_runtimes::load_manifest(path).map_err(|e| UsageError(e.to_string()))?;
-        let refused = rein_runtimes::register_plugin(&mut registry, manifest, dir);
-        if let Some(first) = refused.first() {
-            return Err(UsageError(first.to_string()).into());
-        }
-    }
-    Ok(registry)
-}
-
 pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8> {
-    let registry = registry(target)?;
+    let registry = crate::commands::harness_registry(&target.plugins)?;
     match cmd {
         HarnessCommand::List { json } => {
             let mut rows = vec![serde_json::json!({

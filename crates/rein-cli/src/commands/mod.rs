@@ -56,6 +56,29 @@ impl Context {
         Context::running(data_dir_flag, max_parallel, executor, None)
     }
 
+    /// The engine for commands that run steps as `target` says: under its
+    /// permission rules, with its plugins' harnesses and the built-in agent
+    /// runtime (configured from `OPENAI_BASE_URL`, `OPENAI_API_KEY` and
+    /// `REIN_MODEL`) for agent steps.
+    pub fn for_target(
+        target: &Target,
+        max_parallel: usize,
+        executor: CommandExecutor,
+    ) -> anyhow::Result<Context> {
+        let agent = rein_runtimes::AgentExecutor::new(
+            Arc::new(executor),
+            Arc::new(harness_registry(&target.plugins)?),
+            rein_core::harness::RuntimePolicy::default(),
+            rein_runtimes::openai::ChatConfig::from_env(),
+        );
+        Context::running_with(
+            target.data_dir.clone(),
+            max_parallel,
+            Arc::new(agent),
+            target.policy.as_deref(),
+        )
+    }
+
     /// The engine for commands that run steps, under `policy`'s rules.
     pub fn running(
         data_dir_flag: Option<PathBuf>,
@@ -63,16 +86,43 @@ impl Context {
         executor: CommandExecutor,
         policy: Option<&std::path::Path>,
     ) -> anyhow::Result<Context> {
+        Context::running_with(data_dir_flag, max_parallel, Arc::new(executor), policy)
+    }
+
+    fn running_with(
+        data_dir_flag: Option<PathBuf>,
+        max_parallel: usize,
+        executor: Arc<dyn rein_core::StepExecutor>,
+        policy: Option<&std::path::Path>,
+    ) -> anyhow::Result<Context> {
         let dir = data_dir(data_dir_flag)?;
         let store = SqliteStore::open(&dir.join("rein.db"))?;
         let mut config = EngineConfig::new(dir.join("workspaces"));
         config.max_parallel = max_parallel;
         config.policy = Arc::new(load_policy(policy)?);
-        let engine = Engine::new(Arc::new(store), Arc::new(executor), config);
+        let engine = Engine::new(Arc::new(store), executor, config);
         Ok(Context {
             engine: Arc::new(engine),
         })
     }
+}
+
+/// The harnesses of the plugins named by `--plugin` (or `REIN_PLUGINS`). A
+/// manifest that cannot be read, or a registration the registry refuses, is bad
+/// usage.
+pub fn harness_registry(
+    plugins: &[PathBuf],
+) -> anyhow::Result<rein_core::harness::HarnessRegistry> {
+    let mut registry = rein_core::harness::HarnessRegistry::new(1);
+    for path in plugins {
+        let (manifest, dir) =
+            rein_runtimes::load_manifest(path).map_err(|e| UsageError(e.to_string()))?;
+        let refused = rein_runtimes::register_plugin(&mut registry, manifest, dir);
+        if let Some(first) = refused.first() {
+            return Err(UsageError(first.to_string()).into());
+        }
+    }
+    Ok(registry)
 }
 
 /// The permission rules of `--policy FILE`, or none.

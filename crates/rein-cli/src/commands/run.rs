@@ -34,12 +34,7 @@ pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
         return run_remote(client, spec, args).await;
     }
     let executor = crate::commands::executor(&target.sandbox, true).await?;
-    let ctx = Context::running(
-        target.data_dir.clone(),
-        args.max_parallel as usize,
-        executor,
-        target.policy.as_deref(),
-    )?;
+    let ctx = Context::for_target(target, args.max_parallel as usize, executor)?;
     let state = ctx
         .engine
         .create(CreateTask {
@@ -220,12 +215,7 @@ pub async fn resume(target: &Target, args: ResumeArgs) -> anyhow::Result<u8> {
         return resume_remote(client, args).await;
     }
     let executor = crate::commands::executor(&target.sandbox, true).await?;
-    let ctx = Context::running(
-        target.data_dir.clone(),
-        4,
-        executor,
-        target.policy.as_deref(),
-    )?;
+    let ctx = Context::for_target(target, 4, executor)?;
     let out = Out::new(args.output, false);
     let signals = Signals::install(out, args.no_wait);
     if let Some(id) = &args.id {

@@ -67,12 +67,7 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
         .into());
     }
     let executor = crate::commands::executor(&target.sandbox, false).await?;
-    let ctx = Context::running(
-        target.data_dir.clone(),
-        4,
-        executor,
-        target.policy.as_deref(),
-    )?;
+    let ctx = Context::for_target(target, 4, executor)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;

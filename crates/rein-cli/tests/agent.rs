@@ -1,0 +1,92 @@
+//! Agent steps from the command line against a local fake chat-completions
+//! server (the hosted API cannot be reached here): `rein run` with an agent
+//! step, killed with SIGKILL between two tool calls and resumed — the first
+//! tool call and the model turns already answered are not repeated.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "../../rein-runtimes/tests/common/mod.rs"]
+mod fake;
+
+use std::process::Stdio;
+
+use common::{eventually, in_workspace, json, rein, run_ok, task_ids, write_plan};
+
+const PLAN: &str = r#"
+description = "Run two commands through the agent"
+
+[[steps]]
+id = "agent"
+kind = "agent"
+prompt = "twice"
+tools = ["run_command"]
+"#;
+
+#[test]
+fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = runtime.block_on(fake::fake_model());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "agent.toml", PLAN);
+    let with_model = |cmd: &mut std::process::Command| {
+        cmd.env("OPENAI_BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("REIN_MODEL", "gpt-test");
+    };
+
+    let mut run = rein(&data);
+    with_model(&mut run);
+    let mut runner = run
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let task = eventually("the task exists", || task_ids(&data).first().cloned());
+    let started = in_workspace(&data, &task, "started");
+    eventually("the second tool call is running", || {
+        started.exists().then_some(())
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    runner.wait().unwrap();
+    assert_eq!(
+        seen.0.lock().unwrap().len(),
+        2,
+        "two model turns before the kill"
+    );
+
+    let mut resume = rein(&data);
+    with_model(&mut resume);
+    let state = json(&run_ok(resume.args(["tasks", "resume", &task, "--json"])));
+    assert_eq!(state["status"], "completed", "{state}");
+    // The first command ran once; the interrupted one ran again; no model turn
+    // was asked for twice.
+    let runs = std::fs::read_to_string(in_workspace(&data, &task, "runs.log")).unwrap();
+    assert_eq!(runs, "ran\n");
+    let requests = seen.0.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    let last = requests[2]["messages"].as_array().unwrap();
+    let answers: Vec<&str> = last
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2);
+    assert!(answers[1].contains("second"), "{answers:?}");
+    let output = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == "agent")
+        .unwrap()["output"]
+        .clone();
+    assert_eq!(output["text"], "both ran");
+    assert_eq!(output["selection"]["selected"], "rein");
+}
