@@ -90,3 +90,27 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
     assert_eq!(output["text"], "both ran");
     assert_eq!(output["selection"]["selected"], "rein");
 }
+
+#[test]
+fn the_example_agent_plan_runs_against_any_openai_compatible_endpoint() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = runtime.block_on(fake::fake_model());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/agent.toml");
+    let state = json(&run_ok(
+        rein(&data)
+            .env("OPENAI_BASE_URL", &base)
+            .env("REIN_MODEL", "local-model")
+            .args(["run", "--json"])
+            .arg(&example),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let task = state["id"].as_str().unwrap();
+    let notes = std::fs::read_to_string(in_workspace(&data, task, "RELEASE_NOTES.md")).unwrap();
+    assert_eq!(notes, "rein 0.2.0: contracts, evidence and agent steps.\n");
+    let requests = seen.0.lock().unwrap().clone();
+    assert_eq!(requests[0]["model"], "local-model");
+    assert_eq!(requests.len(), 3);
+}

@@ -210,6 +210,7 @@ impl AgentExecutor {
         let output = |text: &str| {
             json!({
                 "selection": decision,
+                "policy": request.policy.describe(),
                 "plugin": registered.plugin.id,
                 "text": text,
                 "agent_events": agent_events,
@@ -313,6 +314,7 @@ impl AgentExecutor {
                 return StepOutcome::Passed {
                     output: Some(json!({
                         "selection": decision,
+                        "policy": request.policy.describe(),
                         "text": text,
                         "turns": turns,
                         "tool_calls": count_calls(&messages),
@@ -486,6 +488,47 @@ impl AgentExecutor {
             None => json!({ "exit_code": code, "error": output }).to_string(),
         }
     }
+}
+
+/// An isolated completion served by the built-in runtime (spec §4): one
+/// prompt-only request with a literally empty tool list, its output checked
+/// like any isolated completion's.
+pub async fn builtin_isolated_completion(
+    chat: &ChatClient,
+    prompt: &str,
+    system: Option<&str>,
+    policy: rein_core::harness::isolated::OutputTextPolicy,
+) -> Result<String, rein_core::harness::isolated::CompletionError> {
+    use rein_core::harness::isolated::{CompletionError, CompletionOutput, ContentPart, validate};
+    let mut messages = Vec::new();
+    if let Some(system) = system {
+        messages.push(Message::System {
+            content: system.to_owned(),
+        });
+    }
+    messages.push(Message::User {
+        content: prompt.to_owned(),
+    });
+    let response = chat
+        .complete(&messages, &[], |_| {})
+        .await
+        .map_err(|e| CompletionError::Failed(e.to_string()))?;
+    let mut content = vec![ContentPart::Text(response.content)];
+    content.extend(
+        response
+            .tool_calls
+            .into_iter()
+            .map(|c| ContentPart::ToolCall {
+                name: c.function.name,
+            }),
+    );
+    validate(
+        &CompletionOutput {
+            content,
+            stop_reason: response.finish_reason,
+        },
+        policy,
+    )
 }
 
 /// A path the model gave, inside the workspace (`..`, absolute paths

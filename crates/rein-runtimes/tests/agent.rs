@@ -78,6 +78,8 @@ async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn(
     assert_eq!(output["selection"]["selected"], "rein");
     assert_eq!(output["selection"]["reason"], "auto_builtin");
     assert_eq!(output["turns"], 3);
+    // The rules the run executed under are part of its record.
+    assert!(output["policy"].as_str().unwrap().contains("allow"), "{output}");
     assert_eq!(output["tool_calls"], 2);
     let text = output["text"].as_str().unwrap();
     assert!(
@@ -167,4 +169,40 @@ async fn an_unreachable_model_fails_the_step_as_a_connection_error() {
         .clone()
         .unwrap();
     assert!(error.contains("cannot reach the model API"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_runtime_serves_isolated_completions_with_no_tools() {
+    let (base, seen) = common::fake_model().await;
+    let chat = rein_runtimes::openai::ChatClient::new(ChatConfig {
+        base_url: base,
+        api_key: None,
+        model: "gpt-test".into(),
+        timeout: Duration::from_secs(10),
+    });
+    let title = rein_runtimes::agent::builtin_isolated_completion(
+        &chat,
+        "Title this conversation",
+        Some("Answer with a title only"),
+        rein_core::harness::isolated::OutputTextPolicy::Default,
+    )
+    .await
+    .unwrap();
+    assert_eq!(title, "I do not know this script");
+    let request = seen.0.lock().unwrap()[0].clone();
+    assert!(
+        request.get("tools").is_none(),
+        "a literally empty tool surface"
+    );
+    assert_eq!(request["messages"].as_array().unwrap().len(), 2);
+    // A tool call is refused, as for any isolated completion.
+    let err = rein_runtimes::agent::builtin_isolated_completion(
+        &chat,
+        "write notes",
+        None,
+        rein_core::harness::isolated::OutputTextPolicy::Default,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.to_string(), "isolated completion returned a tool call");
 }

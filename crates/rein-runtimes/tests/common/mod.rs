@@ -92,6 +92,19 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
             json!({ "command": "if [ -e started ]; then echo second; else touch started; sleep 60; fi" }),
         ),
         ("twice", _) => say("both ran"),
+        // examples/agent.toml
+        (p, 0) if p.starts_with("Read CHANGELOG.md") => {
+            call("call_1", "read_file", json!({ "path": "CHANGELOG.md" }))
+        }
+        (p, 1) if p.starts_with("Read CHANGELOG.md") => {
+            let version = answers[0].lines().next().unwrap_or("").to_owned();
+            call(
+                "call_2",
+                "write_file",
+                json!({ "path": "RELEASE_NOTES.md", "content": format!("rein {version}: contracts, evidence and agent steps.\n") }),
+            )
+        }
+        (p, _) if p.starts_with("Read CHANGELOG.md") => say("Wrote RELEASE_NOTES.md."),
         _ => say("I do not know this script"),
     }
 }
