@@ -16,7 +16,12 @@
 //! `rein-bench sandbox --runs N` times starting and finishing `true` plainly
 //! (`sh -c true`), under the bubblewrap sandbox and under Landlock (p50, p99):
 //! what the sandbox costs a step.
+//!
+//! `rein-bench agent --tool-calls N` times what the built-in agent loop adds
+//! per tool call, against a local fake chat-completions server.
 #![allow(clippy::print_stdout)]
+
+mod agent;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -75,6 +80,13 @@ enum Bench {
         /// Repetitions to time (the median is reported).
         #[arg(long, default_value_t = 5)]
         runs: usize,
+    },
+    /// What the built-in agent loop adds per tool call, against a local fake model.
+    Agent {
+        #[arg(long, default_value_t = 200)]
+        tool_calls: usize,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
     },
     /// The cost of a sandboxed command: `true` plainly and under bubblewrap.
     Sandbox {
@@ -809,6 +821,12 @@ fn main() -> anyhow::Result<()> {
         }
         Bench::Conflicts { actions, runs } => {
             println!("{}", conflicts(actions, runs)?);
+        }
+        Bench::Agent { tool_calls, dir } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            println!("{}", runtime.block_on(agent::agent(tool_calls.max(1), &dir))?);
         }
         Bench::Sandbox { runs } => {
             let line = runtime.block_on(sandbox(runs))?;

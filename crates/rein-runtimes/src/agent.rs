@@ -65,6 +65,12 @@ impl AgentExecutor {
             max_turns: MAX_TURNS,
         }
     }
+
+    /// At most `turns` model turns per agent step (default [`MAX_TURNS`]).
+    pub fn with_max_turns(mut self, turns: usize) -> AgentExecutor {
+        self.max_turns = turns.max(1);
+        self
+    }
 }
 
 #[async_trait]

@@ -1,0 +1,149 @@
+//! `rein-bench agent --tool-calls N`: what the built-in agent loop adds per tool
+//! call. One agent step runs against a local fake chat-completions server (the
+//! real SSE wire format) that asks for `list_dir` N times, then answers. The
+//! time per tool call is split into what it is made of: the model request's
+//! round trip (timed alone against the same server), the two durable journal
+//! writes of each call (the model's turn, then the tool's answer; timed alone
+//! on the same store), and the rest — the harness's own overhead.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::header;
+use axum::response::Response;
+use axum::routing::post;
+use rein_core::harness::{HarnessRegistry, RuntimePolicy};
+use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_protocol::{StepAction, TaskDecomposition, TaskStep};
+use rein_runtimes::AgentExecutor;
+use rein_runtimes::openai::{ChatClient, ChatConfig, Message};
+use serde_json::{Value, json};
+
+fn sse(chunks: &[Value]) -> Response {
+    let mut body = String::new();
+    for c in chunks {
+        body.push_str(&format!("data: {c}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from(body))
+        .unwrap_or_default()
+}
+
+/// Asks for `list_dir` until the conversation has `calls` answers.
+async fn serve(calls: usize, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let answered = body["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
+    if answered < calls {
+        sse(&[
+            json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "tool_calls": [
+                { "index": 0, "id": format!("call_{answered}"), "type": "function",
+                  "function": { "name": "list_dir", "arguments": "{\"path\": \".\"}" } }] } }] }),
+            json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] }),
+        ])
+    } else {
+        sse(&[
+            json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "done" } }] }),
+            json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] }),
+        ])
+    }
+}
+
+fn mean_ms(times: &[Duration]) -> f64 {
+    let total: f64 = times.iter().map(Duration::as_secs_f64).sum();
+    (total / times.len().max(1) as f64 * 1e6).round() / 1000.0
+}
+
+pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value> {
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |body: String| serve(calls, body)),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}/v1", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let chat = ChatConfig {
+        base_url: base,
+        api_key: None,
+        model: "bench".into(),
+        timeout: Duration::from_secs(30),
+    };
+
+    let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db"))?);
+    let agent = AgentExecutor::new(
+        Arc::new(CommandExecutor::unsandboxed()),
+        Arc::new(HarnessRegistry::new(1)),
+        RuntimePolicy::default(),
+        chat.clone(),
+    )
+    .with_max_turns(calls + 1);
+    let engine = Engine::new(store, Arc::new(agent), EngineConfig::new(dir.join("ws")));
+    let step = TaskStep::new(
+        "agent",
+        StepAction::Agent {
+            prompt: "list".into(),
+            provider: None,
+            model: None,
+            runtime: None,
+            tools: vec!["list_dir".into()],
+        },
+    );
+    let state = engine
+        .create(CreateTask {
+            plan: TaskDecomposition::new("bench", vec![step]),
+            session_id: None,
+            workspace: None,
+        })
+        .await?;
+    let started = Instant::now();
+    let done = engine.run(state.id(), RunOptions::default()).await?;
+    let elapsed = started.elapsed();
+    anyhow::ensure!(
+        done.status() == rein_protocol::TaskStatus::Completed,
+        "the agent step did not complete: {:?}",
+        done.latest_for_step("agent").and_then(|c| c.error.clone())
+    );
+
+    // The model request alone: the same server, a conversation of the same size.
+    let journal = engine.records();
+    let transcript = rein_core::journal::Journal::new(journal, state.id(), "agent")
+        .load()
+        .await?
+        .unwrap_or(Value::Null);
+    let messages: Vec<Message> = serde_json::from_value(transcript["messages"].clone())?;
+    // The run's conversations grow from nothing to all of it: half is the average.
+    let half: Vec<Message> = messages[..messages.len() / 2].to_vec();
+    let client = ChatClient::new(chat);
+    let mut model = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let t = Instant::now();
+        client.complete(&half, &[], |_| {}).await?;
+        model.push(t.elapsed());
+    }
+    // A durable journal write alone, of a transcript of the average size.
+    let transcript = json!({ "messages": half, "selection": transcript["selection"] });
+    let bench_task = rein_protocol::TaskId::new();
+    let writer = rein_core::journal::Journal::new(engine.records(), &bench_task, "agent");
+    let mut commits = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let t = Instant::now();
+        writer.save(transcript.clone()).await?;
+        commits.push(t.elapsed());
+    }
+    let per_call = elapsed.as_secs_f64() * 1000.0 / calls as f64;
+    let (model_ms, commit_ms) = (mean_ms(&model), mean_ms(&commits));
+    Ok(json!({
+        "bench": "agent",
+        "tool_calls": calls,
+        "elapsed_s": (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+        "per_tool_call_ms": (per_call * 1000.0).round() / 1000.0,
+        "model_request_ms": model_ms,
+        "journal_commit_ms": commit_ms,
+        "overhead_per_tool_call_ms": ((per_call - model_ms - 2.0 * commit_ms) * 1000.0).round() / 1000.0,
+    }))
+}
