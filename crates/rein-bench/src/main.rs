@@ -826,7 +826,10 @@ fn main() -> anyhow::Result<()> {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
-            println!("{}", runtime.block_on(agent::agent(tool_calls.max(1), &dir))?);
+            println!(
+                "{}",
+                runtime.block_on(agent::agent(tool_calls.max(1), &dir))?
+            );
         }
         Bench::Sandbox { runs } => {
             let line = runtime.block_on(sandbox(runs))?;

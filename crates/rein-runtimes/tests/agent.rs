@@ -79,7 +79,10 @@ async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn(
     assert_eq!(output["selection"]["reason"], "auto_builtin");
     assert_eq!(output["turns"], 3);
     // The rules the run executed under are part of its record.
-    assert!(output["policy"].as_str().unwrap().contains("allow"), "{output}");
+    assert!(
+        output["policy"].as_str().unwrap().contains("allow"),
+        "{output}"
+    );
     assert_eq!(output["tool_calls"], 2);
     let text = output["text"].as_str().unwrap();
     assert!(
