@@ -34,6 +34,9 @@ pub struct StepRequest {
     /// Where a step that works in turns (an agent step) keeps what it has
     /// done, durably, so a resumed attempt does not do it again.
     pub journal: Option<crate::journal::Journal>,
+    /// Who approved running this attempt, when it follows a person's answer to
+    /// the step's escalation.
+    pub approved_by: Option<String>,
 }
 
 /// What a step's command did, recorded in its checkpoint's `output`.
@@ -194,6 +197,7 @@ impl StepExecutor for CommandExecutor {
             output_tail_bytes: 1024,
             policy: Arc::default(),
             journal: None,
+            approved_by: None,
         };
         let ran = self
             .run_command(

@@ -254,9 +254,13 @@ impl AgentExecutor {
                 None,
             );
         };
+        let mut awaiting: Option<String> = None;
         let mut messages: Vec<Message> = match journal.load().await {
             Ok(Some(body)) => match serde_json::from_value(body["messages"].clone()) {
-                Ok(m) => m,
+                Ok(m) => {
+                    awaiting = body["awaiting"].as_str().map(str::to_owned);
+                    m
+                }
                 Err(e) => {
                     return failed(
                         format!("the step's journal is unreadable: {e}"),
@@ -301,10 +305,40 @@ impl AgentExecutor {
             // Tool calls of the last turn that have no answer yet.
             let pending = pending_calls(&messages);
             if let Some(call) = pending.first() {
-                let result = tokio::select! {
-                    r = self.run_tool(request, cancel, call, tools, tool_runs) => r,
+                // A person approved this attempt after the step asked about this call.
+                let approved = request
+                    .approved_by
+                    .as_deref()
+                    .filter(|_| awaiting.as_deref() == Some(call.id.as_str()));
+                let outcome = tokio::select! {
+                    r = self.run_tool(request, cancel, call, tools, tool_runs, approved) => r,
                     () = cancel.cancelled() => return StepOutcome::Cancelled,
                 };
+                let result = match outcome {
+                    ToolOutcome::Answer(text) => text,
+                    ToolOutcome::NeedsApproval { command, rule } => {
+                        let body = json!({ "messages": messages, "selection": decision, "awaiting": call.id });
+                        if let Err(e) = journal.save(body).await {
+                            return failed(
+                                format!("cannot write the step's journal: {e}"),
+                                Failure::Internal,
+                                None,
+                            );
+                        }
+                        // Escalated to a person (permission_denied): run again
+                        // to approve it, skip the step, or abort the task.
+                        return failed(
+                            format!(
+                                "the agent wants to run `{command}`, which the permission rules ask a person about ({rule}); run the step again to allow it"
+                            ),
+                            Failure::PermissionDenied,
+                            Some(
+                                json!({ "selection": decision, "awaiting": { "call": call.id, "command": command, "rule": rule } }),
+                            ),
+                        );
+                    }
+                };
+                awaiting = None;
                 tool_runs += 1;
                 messages.push(Message::Tool {
                     tool_call_id: call.id.clone(),
@@ -367,7 +401,8 @@ impl AgentExecutor {
         )
     }
 
-    /// Runs one tool call; its answer (or what went wrong) is text for the model.
+    /// Runs one tool call; its answer (or what went wrong) is text for the
+    /// model, unless a person must approve it first.
     async fn run_tool(
         &self,
         request: &StepRequest,
@@ -375,6 +410,26 @@ impl AgentExecutor {
         call: &ToolCall,
         allowed: &[String],
         n: usize,
+        approved: Option<&str>,
+    ) -> ToolOutcome {
+        if call.function.name == "run_command"
+            && let Ok(args) = serde_json::from_str::<Value>(&call.function.arguments)
+            && let Some(command) = args["command"].as_str()
+            && allowed.iter().any(|t| t == "run_command")
+        {
+            return self
+                .run_command(request, cancel, command, n, approved)
+                .await;
+        }
+        ToolOutcome::Answer(self.run_file_tool(request, call, allowed).await)
+    }
+
+    /// The file tools, and what is wrong with any other call.
+    async fn run_file_tool(
+        &self,
+        request: &StepRequest,
+        call: &ToolCall,
+        allowed: &[String],
     ) -> String {
         let name = call.function.name.as_str();
         if !allowed.iter().any(|t| t == name) {
@@ -437,10 +492,7 @@ impl AgentExecutor {
                 Some(Err(e)) => format!("error: {e}"),
                 None => "error: `path` is required".into(),
             },
-            "run_command" => match text("command") {
-                Some(command) => self.run_command(request, cancel, &command, n).await,
-                None => "error: `command` is required".into(),
-            },
+            "run_command" => "error: `command` is required".into(),
             other => format!("error: unknown tool `{other}`"),
         }
     }
@@ -453,22 +505,35 @@ impl AgentExecutor {
         cancel: &CancellationToken,
         command: &str,
         n: usize,
-    ) -> String {
+        approved: Option<&str>,
+    ) -> ToolOutcome {
         let decision = request.policy.check_script(command);
-        match decision.verdict {
-            rein_protocol::Verdict::Allow => {}
-            rein_protocol::Verdict::Deny => {
-                return format!("refused by the permission rules: {}", decision.rule);
-            }
-            rein_protocol::Verdict::Ask => {
-                return format!(
-                    "refused: the permission rules want a person to approve it ({}), and agent tools cannot ask yet",
+        let mut note = String::new();
+        match (decision.verdict, approved) {
+            (rein_protocol::Verdict::Allow, _) => {}
+            (rein_protocol::Verdict::Deny, _) => {
+                return ToolOutcome::Answer(format!(
+                    "refused by the permission rules: {}",
                     decision.rule
-                );
+                ));
+            }
+            (rein_protocol::Verdict::Ask, Some(who)) => {
+                note = format!(" (approved by {who})");
+            }
+            (rein_protocol::Verdict::Ask, None) => {
+                return ToolOutcome::NeedsApproval {
+                    command: command.to_owned(),
+                    rule: decision.rule,
+                };
             }
         }
         let mut step = TaskStep::command(format!("{}.tool{}", request.step.id, n + 1), command);
         step.timeout_ms = request.step.timeout_ms;
+        if approved.is_some() {
+            // A person approved it (the step's escalation stands for the
+            // command's permit), so the executor's own check lets it through.
+            step.depends_on = vec![rein_core::permissions::permit_id(&step.id)];
+        }
         let tool = StepRequest {
             step: Arc::new(step),
             journal: None,
@@ -479,12 +544,12 @@ impl AgentExecutor {
             StepOutcome::Failed { error, output, .. } => {
                 (None, output.or_else(|| Some(json!({ "error": error }))))
             }
-            StepOutcome::Cancelled => return "error: cancelled".into(),
+            StepOutcome::Cancelled => return ToolOutcome::Answer("error: cancelled".into()),
         };
         let out: Option<CommandOutput> = output
             .as_ref()
             .and_then(|o| serde_json::from_value(o.clone()).ok());
-        match out {
+        let answer = match out {
             Some(o) => json!({
                 "exit_code": o.exit_code.or(code),
                 "stdout": o.stdout_tail,
@@ -492,8 +557,17 @@ impl AgentExecutor {
             })
             .to_string(),
             None => json!({ "exit_code": code, "error": output }).to_string(),
-        }
+        };
+        ToolOutcome::Answer(format!("{answer}{note}"))
     }
+}
+
+/// What a tool call came to.
+enum ToolOutcome {
+    /// Text for the model.
+    Answer(String),
+    /// The permission rules ask a person first.
+    NeedsApproval { command: String, rule: String },
 }
 
 /// An isolated completion served by the built-in runtime (spec §4): one

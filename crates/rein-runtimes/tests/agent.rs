@@ -32,6 +32,14 @@ fn agent_step(prompt: &str) -> TaskStep {
 }
 
 async fn engine(dir: &std::path::Path, base: &str) -> (Engine, Arc<rein_store::SqliteStore>) {
+    engine_with(dir, base, rein_sandbox::Policy::default()).await
+}
+
+async fn engine_with(
+    dir: &std::path::Path,
+    base: &str,
+    policy: rein_sandbox::Policy,
+) -> (Engine, Arc<rein_store::SqliteStore>) {
     let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db")).unwrap());
     let agent = AgentExecutor::new(
         Arc::new(CommandExecutor::unsandboxed()),
@@ -46,6 +54,7 @@ async fn engine(dir: &std::path::Path, base: &str) -> (Engine, Arc<rein_store::S
     );
     let mut config = EngineConfig::new(dir.join("workspaces"));
     config.control_poll = Duration::from_millis(20);
+    config.policy = Arc::new(policy);
     (Engine::new(store.clone(), Arc::new(agent), config), store)
 }
 
@@ -208,4 +217,83 @@ async fn the_builtin_runtime_serves_isolated_completions_with_no_tools() {
     .await
     .unwrap_err();
     assert_eq!(err.to_string(), "isolated completion returned a tool call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_the_rules_ask_about_waits_for_a_person_and_runs_once_approved() {
+    let (base, seen) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let policy = rein_sandbox::Policy::parse(
+        "[[rules]]\nverdict = \"ask\"\ncommand = \"rm **\"\n",
+        "test policy",
+    )
+    .unwrap();
+    let (engine, _) = engine_with(dir.path(), &base, policy).await;
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("old.txt"), "old").unwrap();
+    let state = engine
+        .create(CreateTask {
+            plan: TaskDecomposition::new("risky", vec![agent_step("risky")]),
+            session_id: None,
+            workspace: Some(ws.clone()),
+        })
+        .await
+        .unwrap();
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let paused = engine.run(state.id(), no_wait).await.unwrap();
+    assert_eq!(paused.status(), TaskStatus::Paused);
+    assert!(
+        ws.join("old.txt").exists(),
+        "nothing ran before a person said so"
+    );
+    let pending = engine
+        .approvals(&rein_core::store::ApprovalFilter {
+            status: Some(rein_protocol::ApprovalStatus::Pending),
+            task_id: Some(state.id().clone()),
+            limit: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1);
+    assert!(
+        pending[0].description.contains("rm -f old.txt"),
+        "{:?}",
+        pending[0]
+    );
+    engine
+        .decide(rein_protocol::ApprovalResponse {
+            request_id: pending[0].id.clone(),
+            decision: rein_protocol::Decision::Approve,
+            selected_option: Some("rerun".into()),
+            reason: None,
+            decided_by: "ana".into(),
+            delegate_to: None,
+            decided_at: chrono::Utc::now(),
+        })
+        .await
+        .unwrap();
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    assert!(!ws.join("old.txt").exists(), "the approved command ran");
+    let text = done
+        .latest_for_step("draft")
+        .unwrap()
+        .output
+        .clone()
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("(approved by ana)"), "{text}");
+    // The model's turn was not asked for again.
+    assert_eq!(seen.0.lock().unwrap().len(), 2);
 }

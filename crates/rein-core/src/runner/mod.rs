@@ -503,6 +503,27 @@ impl<'e> TaskRun<'e> {
         Ok(started)
     }
 
+    /// Who told step `i` to run again, if this attempt follows a person's answer
+    /// to its escalation (its checkpoint before the running one).
+    fn approved_rerun(&self, i: usize) -> Option<String> {
+        let id = &self.steps[i].id;
+        self.rec
+            .state
+            .checkpoints
+            .iter()
+            .rev()
+            .filter(|cp| cp.step_id.as_deref() == Some(id.as_str()))
+            .nth(1)
+            .filter(|cp| {
+                cp.kind == CheckpointType::UserApproval && cp.status == CheckpointStatus::Completed
+            })
+            .map(|cp| {
+                cp.approved_by
+                    .as_ref()
+                    .map_or_else(|| "a person".to_owned(), |a| a.who.clone())
+            })
+    }
+
     fn spawn(&mut self, i: usize) {
         let Progress::Running {
             token,
@@ -535,6 +556,7 @@ impl<'e> TaskRun<'e> {
                     &self.steps[i].id,
                 )
             }),
+            approved_by: self.approved_rerun(i),
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();

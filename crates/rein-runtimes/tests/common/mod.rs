@@ -92,6 +92,12 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
             json!({ "command": "if [ -e started ]; then echo second; else touch started; sleep 60; fi" }),
         ),
         ("twice", _) => say("both ran"),
+        ("risky", 0) => call(
+            "call_1",
+            "run_command",
+            json!({ "command": "rm -f old.txt" }),
+        ),
+        ("risky", _) => say(answers[0]),
         // examples/agent.toml
         (p, 0) if p.starts_with("Read CHANGELOG.md") => {
             call("call_1", "read_file", json!({ "path": "CHANGELOG.md" }))
