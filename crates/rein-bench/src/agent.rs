@@ -3,7 +3,7 @@
 //! real SSE wire format) that asks for `list_dir` N times, then answers. The
 //! time per tool call is split into what it is made of: the model request's
 //! round trip (timed alone against the same server), the two durable journal
-//! writes of each call (the model's turn, then the tool's answer; timed alone
+//! appends of each call (the model's turn, then the tool's answer; timed alone
 //! on the same store), and the rest — the harness's own overhead.
 
 use std::sync::Arc;
@@ -110,12 +110,13 @@ pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value>
     );
 
     // The model request alone: the same server, a conversation of the same size.
-    let journal = engine.records();
-    let transcript = rein_core::journal::Journal::new(journal, state.id(), "agent")
+    let entries = rein_core::journal::Journal::new(Arc::clone(engine.store()), state.id(), "agent")
         .load()
-        .await?
-        .unwrap_or(Value::Null);
-    let messages: Vec<Message> = serde_json::from_value(transcript["messages"].clone())?;
+        .await?;
+    let messages: Vec<Message> = entries
+        .iter()
+        .filter_map(|e| serde_json::from_value(e["message"].clone()).ok())
+        .collect();
     // The run's conversations grow from nothing to all of it: half is the average.
     let half: Vec<Message> = messages[..messages.len() / 2].to_vec();
     let client = ChatClient::new(chat);
@@ -125,14 +126,14 @@ pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value>
         client.complete(&half, &[], |_| {}).await?;
         model.push(t.elapsed());
     }
-    // A durable journal write alone, of a transcript of the average size.
-    let transcript = json!({ "messages": half, "selection": transcript["selection"] });
+    // A durable journal append alone, of one entry like the run's.
+    let entry = entries.last().cloned().unwrap_or(Value::Null);
     let bench_task = rein_protocol::TaskId::new();
-    let writer = rein_core::journal::Journal::new(engine.records(), &bench_task, "agent");
+    let writer = rein_core::journal::Journal::new(Arc::clone(engine.store()), &bench_task, "agent");
     let mut commits = Vec::with_capacity(calls);
     for _ in 0..calls {
         let t = Instant::now();
-        writer.save(transcript.clone()).await?;
+        writer.append(std::slice::from_ref(&entry)).await?;
         commits.push(t.elapsed());
     }
     let per_call = elapsed.as_secs_f64() * 1000.0 / calls as f64;

@@ -121,7 +121,8 @@ impl EngineError {
                 | StoreError::SharedStateExists(_)
                 | StoreError::SharedStateMoved { .. }
                 | StoreError::RecordExists { .. }
-                | StoreError::RecordMoved { .. } => ErrorKind::Conflict,
+                | StoreError::RecordMoved { .. }
+                | StoreError::JournalMoved { .. } => ErrorKind::Conflict,
                 StoreError::BadCursor(_) => ErrorKind::Invalid,
                 StoreError::Backend(_) | StoreError::Corrupt(_) => ErrorKind::Internal,
             },

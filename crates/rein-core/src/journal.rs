@@ -1,83 +1,62 @@
 //! A step's journal: what a step that works in turns (an agent step) has done
-//! so far, written durably after each turn, so that an attempt resumed after a
-//! crash picks up from it instead of doing the work again. One record per task
-//! and step, beside the task's log.
+//! so far, appended durably entry by entry, so that an attempt resumed after a
+//! crash picks up from it instead of doing the work again. Each write adds only
+//! the new entries; the journal goes with its task when the task is deleted.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rein_protocol::TaskId;
 
-use crate::EngineError;
-use crate::contracts::Records;
-use crate::store::{AuditRecord, Record, RecordKind, StoreError};
+use crate::{EngineError, Store};
 
 /// The journal of one step of one task.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Journal {
-    records: Records,
-    id: String,
-    task_id: String,
+    store: Arc<dyn Store>,
+    task_id: TaskId,
+    step_id: String,
+    /// Entries written so far (known after `load`).
+    len: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("task_id", &self.task_id)
+            .field("step_id", &self.step_id)
+            .finish()
+    }
 }
 
 impl Journal {
-    pub fn new(records: Records, task: &TaskId, step: &str) -> Journal {
+    pub fn new(store: Arc<dyn Store>, task: &TaskId, step: &str) -> Journal {
         Journal {
-            records,
-            id: format!("{task}.{step}"),
-            task_id: task.to_string(),
+            store,
+            task_id: task.clone(),
+            step_id: step.to_owned(),
+            len: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    /// What was written last, if anything.
-    pub async fn load(&self) -> Result<Option<serde_json::Value>, EngineError> {
-        Ok(self
-            .records
+    /// Every entry written, in order. Appends go after them.
+    pub async fn load(&self) -> Result<Vec<serde_json::Value>, EngineError> {
+        let entries = self
             .store
-            .load_record(RecordKind::Journal, &self.id)
-            .await?
-            .map(|(r, _)| r.body))
+            .load_journal(&self.task_id, &self.step_id)
+            .await?;
+        self.len.store(entries.len() as u64, Ordering::SeqCst);
+        Ok(entries)
     }
 
-    /// Replaces the journal with `body`, durably (the store's commit).
-    pub async fn save(&self, body: serde_json::Value) -> Result<(), EngineError> {
-        let now = self.records.clock.now();
-        let audit = AuditRecord {
-            seq: 0,
-            at: now,
-            who: self.task_id.clone(),
-            action: "journal.save".into(),
-            subject: self.id.clone(),
-            detail: serde_json::Value::Null,
-        };
-        let store = &self.records.store;
-        for _ in 0..16 {
-            let record = Record {
-                kind: RecordKind::Journal,
-                id: self.id.clone(),
-                status: None,
-                task_id: Some(self.task_id.clone()),
-                shared_state_id: None,
-                contract_id: None,
-                created_at: now,
-                body: body.clone(),
-            };
-            let written = match store.load_record(RecordKind::Journal, &self.id).await? {
-                None => store.insert_record(&record, &audit).await,
-                Some((old, version)) => {
-                    let record = Record {
-                        created_at: old.created_at,
-                        ..record
-                    };
-                    store.update_record(&record, version, &audit).await
-                }
-            };
-            match written {
-                Ok(()) => return Ok(()),
-                Err(StoreError::RecordMoved { .. } | StoreError::RecordExists { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(EngineError::BadRequest(format!(
-            "journal {} kept changing underneath its step",
-            self.id
-        )))
+    /// Appends entries, durably (the store's commit), after those loaded or
+    /// appended before.
+    pub async fn append(&self, entries: &[serde_json::Value]) -> Result<(), EngineError> {
+        let from = self.len.load(Ordering::SeqCst);
+        self.store
+            .append_journal(&self.task_id, &self.step_id, from, entries)
+            .await?;
+        self.len.fetch_add(entries.len() as u64, Ordering::SeqCst);
+        Ok(())
     }
 }

@@ -56,6 +56,13 @@ pub enum StoreError {
         id: String,
         expected: u64,
     },
+    /// Someone else wrote to the step's journal at the same position.
+    #[error("the journal of step {step} of task {task_id} already has entry {seq}")]
+    JournalMoved {
+        task_id: TaskId,
+        step: String,
+        seq: u64,
+    },
     #[error("store error: {0}")]
     Backend(String),
     #[error("stored data is corrupt: {0}")]
@@ -132,8 +139,6 @@ pub enum RecordKind {
     Contract,
     /// An evidence bundle (`evb_…`).
     Evidence,
-    /// What a step that works in turns has done so far (an agent's transcript).
-    Journal,
 }
 
 impl RecordKind {
@@ -141,7 +146,6 @@ impl RecordKind {
         match self {
             RecordKind::Contract => "contract",
             RecordKind::Evidence => "evidence",
-            RecordKind::Journal => "journal",
         }
     }
 
@@ -150,7 +154,6 @@ impl RecordKind {
         match self {
             RecordKind::Contract => "harness contract",
             RecordKind::Evidence => "evidence bundle",
-            RecordKind::Journal => "step journal",
         }
     }
 }
@@ -344,4 +347,20 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         audit: &AuditRecord,
     ) -> StoreResult<()>;
     async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage>;
+
+    /// Appends entries to a step's journal at positions `from`, `from + 1`, …
+    /// (`Conflict`-free: a position already written is `JournalMoved`).
+    async fn append_journal(
+        &self,
+        task_id: &TaskId,
+        step_id: &str,
+        from: u64,
+        entries: &[serde_json::Value],
+    ) -> StoreResult<()>;
+    /// A step's journal, in order.
+    async fn load_journal(
+        &self,
+        task_id: &TaskId,
+        step_id: &str,
+    ) -> StoreResult<Vec<serde_json::Value>>;
 }

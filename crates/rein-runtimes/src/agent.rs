@@ -254,22 +254,39 @@ impl AgentExecutor {
                 None,
             );
         };
+        // The journal: one entry per message, and a marker when the step
+        // stopped to ask a person about a call.
+        let entries = match journal.load().await {
+            Ok(e) => e,
+            Err(e) => {
+                return failed(
+                    format!("cannot read the step's journal: {e}"),
+                    Failure::Internal,
+                    None,
+                );
+            }
+        };
+        let mut messages: Vec<Message> = Vec::with_capacity(entries.len());
         let mut awaiting: Option<String> = None;
-        let mut messages: Vec<Message> = match journal.load().await {
-            Ok(Some(body)) => match serde_json::from_value(body["messages"].clone()) {
-                Ok(m) => {
-                    awaiting = body["awaiting"].as_str().map(str::to_owned);
-                    m
+        for entry in &entries {
+            if let Some(m) = entry.get("message") {
+                match serde_json::from_value(m.clone()) {
+                    Ok(m) => messages.push(m),
+                    Err(e) => {
+                        return failed(
+                            format!("the step's journal is unreadable: {e}"),
+                            Failure::Internal,
+                            None,
+                        );
+                    }
                 }
-                Err(e) => {
-                    return failed(
-                        format!("the step's journal is unreadable: {e}"),
-                        Failure::Internal,
-                        None,
-                    );
-                }
-            },
-            Ok(None) => vec![
+                awaiting = None;
+            } else if let Some(id) = entry.get("awaiting").and_then(Value::as_str) {
+                awaiting = Some(id.to_owned());
+            }
+        }
+        if messages.is_empty() {
+            messages = vec![
                 Message::System {
                     content: format!(
                         "You are rein's built-in agent. You work in a workspace directory; paths are relative to it.{}",
@@ -283,15 +300,16 @@ impl AgentExecutor {
                 Message::User {
                     content: prompt.to_owned(),
                 },
-            ],
-            Err(e) => {
+            ];
+            let first: Vec<Value> = messages.iter().map(|m| json!({ "message": m })).collect();
+            if let Err(e) = journal.append(&first).await {
                 return failed(
-                    format!("cannot read the step's journal: {e}"),
+                    format!("cannot write the step's journal: {e}"),
                     Failure::Internal,
                     None,
                 );
             }
-        };
+        }
         let specs = tool_specs(tools);
         let mut tool_runs = 0usize;
         for _ in 0..self.max_turns * 64 {
@@ -317,8 +335,7 @@ impl AgentExecutor {
                 let result = match outcome {
                     ToolOutcome::Answer(text) => text,
                     ToolOutcome::NeedsApproval { command, rule } => {
-                        let body = json!({ "messages": messages, "selection": decision, "awaiting": call.id });
-                        if let Err(e) = journal.save(body).await {
+                        if let Err(e) = journal.append(&[json!({ "awaiting": call.id })]).await {
                             return failed(
                                 format!("cannot write the step's journal: {e}"),
                                 Failure::Internal,
@@ -385,8 +402,8 @@ impl AgentExecutor {
                 });
             }
             // Durable before the next turn or tool call begins.
-            let body = json!({ "messages": messages, "selection": decision });
-            if let Err(e) = journal.save(body).await {
+            let newest = messages.last().map(|m| json!({ "message": m }));
+            if let Err(e) = journal.append(newest.as_slice()).await {
                 return failed(
                     format!("cannot write the step's journal: {e}"),
                     Failure::Internal,

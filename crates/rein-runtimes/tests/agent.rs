@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::harness::{HarnessRegistry, RuntimePolicy};
-use rein_core::store::RecordKind;
 use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store};
 use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
 use rein_runtimes::AgentExecutor;
@@ -114,13 +113,11 @@ async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn(
     assert_eq!(second[3]["content"], "wrote 5 bytes");
     assert_eq!(requests[0]["tools"].as_array().unwrap().len(), 4);
 
-    // The journal holds the whole transcript.
-    let (journal, _) = store
-        .load_record(RecordKind::Journal, &format!("{}.draft", state.id()))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(journal.body["messages"].as_array().unwrap().len(), 7);
+    // The journal holds the whole transcript, one entry per message.
+    let journal = store.load_journal(state.id(), "draft").await.unwrap();
+    assert_eq!(journal.len(), 7);
+    assert_eq!(journal[0]["message"]["role"], "system");
+    assert_eq!(journal[6]["message"]["content"], text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,6 +107,17 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX records_by_task ON records(task_id, kind);
     CREATE INDEX records_by_contract ON records(contract_id, kind);
     ",
+    // 6: step journals, append-only: what a step that works in turns (an agent
+    //    step) has done, one row per entry, so each turn writes only itself.
+    "
+    CREATE TABLE journal (
+        task_id TEXT NOT NULL,
+        step_id TEXT NOT NULL,
+        seq     INTEGER NOT NULL,
+        body    TEXT NOT NULL,
+        PRIMARY KEY (task_id, step_id, seq)
+    ) STRICT;
+    ",
 ];
 
 /// The schema version this build writes.

@@ -488,7 +488,7 @@ impl Store for SqliteStore {
                 };
                 conn.execute("DELETE FROM events WHERE tkey = ?1", [tkey])
                     .map_err(backend)?;
-                for table in ["snapshots", "controls", "plans", "approvals"] {
+                for table in ["snapshots", "controls", "plans", "approvals", "journal"] {
                     conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [id])
                         .map_err(backend)?;
                 }
@@ -962,6 +962,60 @@ impl Store for SqliteStore {
                 None
             };
             Ok(RecordPage { items, next_cursor })
+        })
+        .await
+    }
+
+    async fn append_journal(
+        &self,
+        task_id: &TaskId,
+        step_id: &str,
+        from: u64,
+        entries: &[serde_json::Value],
+    ) -> StoreResult<()> {
+        let bodies: Vec<String> = entries
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<_, _>>()
+            .map_err(backend)?;
+        let (task, step) = (task_id.clone(), step_id.to_owned());
+        self.writer
+            .write(move |conn| {
+                for (i, body) in bodies.iter().enumerate() {
+                    let at = from + i as u64;
+                    let inserted = conn
+                        .execute(
+                            "INSERT INTO journal (task_id, step_id, seq, body) VALUES (?1, ?2, ?3, ?4)
+                             ON CONFLICT DO NOTHING",
+                            params![task.as_str(), step, seq(at), body],
+                        )
+                        .map_err(backend)?;
+                    if inserted == 0 {
+                        return Err(StoreError::JournalMoved {
+                            task_id: task.clone(),
+                            step: step.clone(),
+                            seq: at,
+                        });
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn load_journal(
+        &self,
+        task_id: &TaskId,
+        step_id: &str,
+    ) -> StoreResult<Vec<serde_json::Value>> {
+        let (task, step) = (task_id.to_string(), step_id.to_owned());
+        self.read(move |conn| {
+            query_json(
+                conn,
+                "SELECT body FROM journal WHERE task_id = ?1 AND step_id = ?2 ORDER BY seq",
+                params![task, step],
+                "journal entry",
+            )
         })
         .await
     }

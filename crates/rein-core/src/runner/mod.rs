@@ -551,7 +551,7 @@ impl<'e> TaskRun<'e> {
             policy: Arc::clone(&self.engine.config.policy),
             journal: matches!(self.steps[i].action, StepAction::Agent { .. }).then(|| {
                 crate::journal::Journal::new(
-                    self.engine.records(),
+                    Arc::clone(&self.engine.store),
                     &self.rec.state.head.id,
                     &self.steps[i].id,
                 )

@@ -168,6 +168,22 @@ impl Store for HeldClockStore {
     ) -> StoreResult<rein_core::store::RecordPage> {
         self.0.list_records(filter).await
     }
+    async fn append_journal(
+        &self,
+        task_id: &rein_protocol::TaskId,
+        step_id: &str,
+        from: u64,
+        entries: &[serde_json::Value],
+    ) -> StoreResult<()> {
+        self.0.append_journal(task_id, step_id, from, entries).await
+    }
+    async fn load_journal(
+        &self,
+        task_id: &rein_protocol::TaskId,
+        step_id: &str,
+    ) -> StoreResult<Vec<serde_json::Value>> {
+        self.0.load_journal(task_id, step_id).await
+    }
     async fn load_shared_state(
         &self,
         id: &str,
