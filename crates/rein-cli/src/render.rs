@@ -148,6 +148,13 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
         } => {
             format!("recover  {step_id}: gave up on the {error_type} error ({reason})")
         }
+        TaskChange::RuntimeSelected { decision, .. } => {
+            let reason = serde_json::to_value(decision.reason)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            format!("runtime  {} ({reason})", decision.selected)
+        }
         TaskChange::HumanApprovalRequested { request } => {
             let step = request.step_id.as_deref().unwrap_or("task");
             format!("waiting  {step} for a person: {}", ask(request))

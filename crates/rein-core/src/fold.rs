@@ -15,6 +15,9 @@ pub const WILL_RETRY: &str = "will_retry";
 
 /// Metadata keys on a failed attempt: its error type, and when it may run again.
 pub const ERROR_TYPE: &str = "error_type";
+/// Checkpoint metadata: the runtime that served an agent step's attempt.
+pub const RUNTIME: &str = "runtime";
+
 pub const RETRY_AT: &str = "retry_at";
 /// Metadata key on a checkpoint opened by recovery (an escalation), naming the action.
 pub const RECOVERY: &str = "recovery";
@@ -248,6 +251,14 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
         TaskChange::RecoveryAttempted { .. }
         | TaskChange::RecoverySucceeded { .. }
         | TaskChange::RecoveryFailed { .. } => {}
+        TaskChange::RuntimeSelected {
+            checkpoint_id,
+            decision,
+        } => {
+            let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
+            cp.metadata
+                .insert(RUNTIME.into(), decision.selected.clone().into());
+        }
         TaskChange::HumanApprovalRequested { request } => {
             let cp = find(&mut state.checkpoints, &request.checkpoint_id, seq)?;
             cp.metadata

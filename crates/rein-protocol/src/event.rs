@@ -35,6 +35,7 @@ pub enum EventType {
     CheckpointCreated,
     CheckpointSkipped,
     RecoveryFailed,
+    RuntimeSelected,
 }
 
 impl EventType {
@@ -58,6 +59,7 @@ impl EventType {
             EventType::CheckpointCreated => "checkpoint_created",
             EventType::CheckpointSkipped => "checkpoint_skipped",
             EventType::RecoveryFailed => "recovery_failed",
+            EventType::RuntimeSelected => "runtime_selected",
         }
     }
 }
@@ -178,6 +180,12 @@ pub enum TaskChange {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         response: Option<ApprovalResponse>,
     },
+    /// The runtime that serves an agent step's attempt, and why (spec
+    /// harness-sdk §2 rule 6).
+    RuntimeSelected {
+        checkpoint_id: CheckpointId,
+        decision: Box<crate::SelectionDecision>,
+    },
     /// `pending` or `in_progress` → `skipped`.
     CheckpointSkipped {
         checkpoint_id: CheckpointId,
@@ -208,6 +216,7 @@ impl TaskChange {
             TaskChange::RecoveryAttempted { .. } => EventType::RecoveryAttempted,
             TaskChange::RecoverySucceeded { .. } => EventType::RecoverySucceeded,
             TaskChange::RecoveryFailed { .. } => EventType::RecoveryFailed,
+            TaskChange::RuntimeSelected { .. } => EventType::RuntimeSelected,
         }
     }
 
@@ -216,7 +225,8 @@ impl TaskChange {
         match self {
             TaskChange::CheckpointCreated { checkpoint } => Some(&checkpoint.id),
             TaskChange::HumanApprovalRequested { request } => Some(&request.checkpoint_id),
-            TaskChange::RecoveryAttempted { checkpoint_id, .. } => Some(checkpoint_id),
+            TaskChange::RecoveryAttempted { checkpoint_id, .. }
+            | TaskChange::RuntimeSelected { checkpoint_id, .. } => Some(checkpoint_id),
             TaskChange::CheckpointEntered { checkpoint_id }
             | TaskChange::CheckpointPassed { checkpoint_id, .. }
             | TaskChange::CheckpointFailed { checkpoint_id, .. }

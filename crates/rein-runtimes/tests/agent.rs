@@ -103,6 +103,20 @@ async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn(
         "draft"
     );
 
+    // The selection is an event of its own, before the step's result.
+    let log = store.events(state.id(), 0, usize::MAX).await.unwrap();
+    let kinds: Vec<&str> = log.iter().map(|e| e.change.event_type().as_str()).collect();
+    let selected = kinds.iter().position(|k| *k == "runtime_selected").unwrap();
+    assert_eq!(kinds[selected + 1], "checkpoint_passed", "{kinds:?}");
+    let rein_protocol::TaskChange::RuntimeSelected { decision, .. } = &log[selected].change else {
+        panic!("a runtime_selected event");
+    };
+    assert_eq!(decision.selected, "rein");
+    assert_eq!(
+        done.latest_for_step("draft").unwrap().metadata["runtime"],
+        "rein"
+    );
+
     // Three model requests; each carries the answers so far, in the API's shape.
     let requests = seen.0.lock().unwrap().clone();
     assert_eq!(requests.len(), 3);

@@ -694,6 +694,29 @@ impl<'e> TaskRun<'e> {
             return Ok(());
         };
         let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        // An agent step's output names the runtime selected: an event of its own.
+        let selection = match &outcome {
+            StepOutcome::Passed { output } | StepOutcome::Failed { output, .. }
+                if matches!(self.steps[i].action, StepAction::Agent { .. }) =>
+            {
+                output
+                    .as_ref()
+                    .and_then(|o| o.get("selection"))
+                    .and_then(|s| {
+                        serde_json::from_value::<rein_protocol::SelectionDecision>(s.clone()).ok()
+                    })
+            }
+            _ => None,
+        };
+        if let Some(decision) = selection {
+            self.rec.record(
+                TaskChange::RuntimeSelected {
+                    checkpoint_id: checkpoint.clone(),
+                    decision: Box::new(decision),
+                },
+                &span,
+            )?;
+        }
         match outcome {
             StepOutcome::Passed { output } => {
                 self.rec.record(
