@@ -17,6 +17,7 @@ use rein_protocol::{
 };
 
 use crate::clock::Clock;
+use crate::shared_state::audit;
 use crate::store::{AuditRecord, Record, RecordFilter, RecordKind, StoreError};
 use crate::{Engine, EngineError, Store};
 
@@ -356,17 +357,6 @@ fn decode<T: serde::de::DeserializeOwned>(record: Record) -> Result<T, EngineErr
     serde_json::from_value(record.body).map_err(|e| {
         StoreError::Corrupt(format!("{} {}: {e}", record.kind.noun(), record.id)).into()
     })
-}
-
-fn audit(at: Timestamp, who: &str, action: &str, subject: &str) -> AuditRecord {
-    AuditRecord {
-        seq: 0,
-        at,
-        who: who.to_owned(),
-        action: action.to_owned(),
-        subject: subject.to_owned(),
-        detail: serde_json::Value::Null,
-    }
 }
 
 /// A page of contracts, newest first.

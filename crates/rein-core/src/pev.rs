@@ -308,14 +308,7 @@ pub(crate) async fn advance(
     reason: &str,
 ) -> Result<(), EngineError> {
     let now = records.clock.now();
-    let audit = crate::store::AuditRecord {
-        seq: 0,
-        at: now,
-        who: by.to_owned(),
-        action: format!("contract.{}", target.as_str()),
-        subject: id.to_owned(),
-        detail: serde_json::Value::Null,
-    };
+    let audit = crate::shared_state::audit(now, by, &format!("contract.{}", target.as_str()), id);
     records
         .change_contract(id, &audit, |c| {
             let Some(path) = path(c.status, target) else {

@@ -492,7 +492,12 @@ pub(crate) async fn record_step(
 }
 
 /// An audit record of `action` on shared state `subject`, by `who`.
-fn audit(at: Timestamp, who: &str, action: &str, subject: &str) -> crate::store::AuditRecord {
+pub(crate) fn audit(
+    at: Timestamp,
+    who: &str,
+    action: &str,
+    subject: &str,
+) -> crate::store::AuditRecord {
     crate::store::AuditRecord {
         seq: 0,
         at,

@@ -909,14 +909,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage> {
-        let cursor = match &filter.cursor {
-            Some(c) => Some(
-                c.split_once('|')
-                    .map(|(t, id)| (t.to_owned(), id.to_owned()))
-                    .ok_or_else(|| StoreError::BadCursor(c.clone()))?,
-            ),
-            None => None,
-        };
+        let cursor = time_id_cursor(filter.cursor.as_deref())?;
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
@@ -1021,14 +1014,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage> {
-        let cursor = match &filter.cursor {
-            Some(c) => Some(
-                c.split_once('|')
-                    .map(|(t, id)| (t.to_owned(), id.to_owned()))
-                    .ok_or_else(|| StoreError::BadCursor(c.clone()))?,
-            ),
-            None => None,
-        };
+        let cursor = time_id_cursor(filter.cursor.as_deref())?;
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
@@ -1158,6 +1144,17 @@ struct SharedRow {
     status: String,
     created_at: String,
     body: String,
+}
+
+/// A `created_at|id` page cursor, split.
+fn time_id_cursor(cursor: Option<&str>) -> StoreResult<Option<(String, String)>> {
+    cursor
+        .map(|c| {
+            c.split_once('|')
+                .map(|(t, id)| (t.to_owned(), id.to_owned()))
+                .ok_or_else(|| StoreError::BadCursor(c.to_owned()))
+        })
+        .transpose()
 }
 
 /// A contract's or evidence bundle's row, ready to bind.
