@@ -54,6 +54,17 @@ pub struct Cli {
     )]
     pub plugins: Vec<PathBuf>,
 
+    /// Which runtime serves which model route: a TOML file with `default`,
+    /// `[providers]` and `[models]` ("provider/model") settings (auto, rein or
+    /// a harness id).
+    #[arg(
+        long = "runtime-policy",
+        global = true,
+        env = "REIN_RUNTIME_POLICY",
+        value_name = "FILE"
+    )]
+    pub runtime_policy: Option<PathBuf>,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -391,9 +402,10 @@ pub enum HarnessCommand {
         provider: String,
         #[arg(long)]
         model: Option<String>,
-        /// auto (default), rein, or a harness id.
-        #[arg(long, default_value = "auto")]
-        runtime: String,
+        /// auto, rein, or a harness id, as a step's `runtime` would; without it,
+        /// the runtime policy (`--runtime-policy`) decides.
+        #[arg(long)]
+        runtime: Option<String>,
         #[arg(long)]
         json: bool,
     },

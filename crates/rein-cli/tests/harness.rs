@@ -131,3 +131,67 @@ fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained(
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
 }
+
+#[test]
+fn a_runtime_policy_file_pins_models_and_providers_to_runtimes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let manifest = dir.path().join("plugin.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let policy = dir.path().join("runtimes.toml");
+    std::fs::write(
+        &policy,
+        "default = \"auto\"\n[providers]\nopenai = \"echo\"\n[models]\n\"openai/gpt-local\" = \"rein\"\n",
+    )
+    .unwrap();
+    let explain = |model: &str| {
+        json(&run_ok(
+            rein(&data)
+                .args(["--plugin", manifest.to_str().unwrap()])
+                .args(["--runtime-policy", policy.to_str().unwrap()])
+                .args([
+                    "harness",
+                    "explain",
+                    "--provider",
+                    "openai",
+                    "--model",
+                    model,
+                    "--json",
+                ]),
+        ))
+    };
+    let d = explain("gpt-local");
+    assert_eq!(d["policy"]["source"], "model");
+    assert_eq!(
+        (d["selected"].as_str(), d["reason"].as_str()),
+        (Some("rein"), Some("forced_builtin"))
+    );
+    let d = explain("gpt-4.1");
+    assert_eq!(d["policy"]["source"], "provider");
+    assert_eq!(
+        (d["selected"].as_str(), d["reason"].as_str()),
+        (Some("echo"), Some("forced_plugin"))
+    );
+    // A policy file that is not one is bad usage, named.
+    std::fs::write(&policy, "colour = \"blue\"\n").unwrap();
+    let out = rein(&data)
+        .args(["--runtime-policy", policy.to_str().unwrap()])
+        .args(["harness", "explain", "--provider", "openai"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("runtimes.toml") && err.contains("colour"),
+        "{err}"
+    );
+}

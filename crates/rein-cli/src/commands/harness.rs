@@ -62,9 +62,12 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
             if provider.trim().is_empty() {
                 return Err(UsageError("--provider must not be empty".into()).into());
             }
-            let policy = RuntimePolicy {
-                default: runtime,
-                ..RuntimePolicy::default()
+            let policy = match runtime {
+                Some(r) => RuntimePolicy {
+                    default: r,
+                    ..RuntimePolicy::default()
+                },
+                None => crate::commands::runtime_policy(target.runtime_policy.as_deref())?,
             };
             let request = SelectionRequest {
                 provider,

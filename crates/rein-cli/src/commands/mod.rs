@@ -68,7 +68,7 @@ impl Context {
         let agent = rein_runtimes::AgentExecutor::new(
             Arc::new(executor),
             Arc::new(harness_registry(&target.plugins)?),
-            rein_core::harness::RuntimePolicy::default(),
+            runtime_policy(target.runtime_policy.as_deref())?,
             rein_runtimes::openai::ChatConfig::from_env(),
         );
         Context::running_with(
@@ -123,6 +123,19 @@ pub fn harness_registry(
         }
     }
     Ok(registry)
+}
+
+/// The runtime policy of `--runtime-policy FILE`, or `auto` everywhere.
+pub fn runtime_policy(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<rein_core::harness::RuntimePolicy> {
+    let Some(path) = path else {
+        return Ok(rein_core::harness::RuntimePolicy::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
+    toml::from_str(&text)
+        .map_err(|e| UsageError(format!("{}: not a runtime policy: {e}", path.display())).into())
 }
 
 /// The permission rules of `--policy FILE`, or none.
@@ -187,6 +200,8 @@ pub struct Target {
     pub policy: Option<PathBuf>,
     /// `--plugin`: harness plugins' manifests.
     pub plugins: Vec<PathBuf>,
+    /// `--runtime-policy`: which runtime serves which model route.
+    pub runtime_policy: Option<PathBuf>,
 }
 
 impl Target {
@@ -261,6 +276,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         sandbox: cli.sandbox,
         policy: cli.policy,
         plugins: cli.plugins,
+        runtime_policy: cli.runtime_policy,
     };
     match cli.command {
         Command::Run(args) => run::run(&target, args).await,

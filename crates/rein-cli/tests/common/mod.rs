@@ -19,6 +19,7 @@ pub fn rein(data_dir: &Path) -> Command {
         .env_remove("REIN_SANDBOX")
         .env_remove("REIN_POLICY")
         .env_remove("REIN_PLUGINS")
+        .env_remove("REIN_RUNTIME_POLICY")
         .arg("--data-dir")
         .arg(data_dir);
     cmd
