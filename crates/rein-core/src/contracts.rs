@@ -8,7 +8,6 @@
 //! inside an external agent runtime is `unsupported` unless the runtime reported
 //! it through a rein-owned callback; only rein itself records `rein` items.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use rein_protocol::{
@@ -17,7 +16,7 @@ use rein_protocol::{
 };
 
 use crate::clock::Clock;
-use crate::shared_state::audit;
+use crate::shared_state::{audit, upsert};
 use crate::store::{AuditRecord, Record, RecordFilter, RecordKind, StoreError};
 use crate::{Engine, EngineError, Store};
 
@@ -219,52 +218,6 @@ fn check_confidence(confidence: Option<f64>) -> Result<(), EngineError> {
             "`confidence` must be between 0 and 1, not {c}"
         ))),
         _ => Ok(()),
-    }
-}
-
-/// The first `prefix_N` not taken.
-fn next_id<'a>(prefix: &str, taken: impl Iterator<Item = &'a str>) -> String {
-    let taken: HashSet<&str> = taken.collect();
-    (1..)
-        .map(|n| format!("{prefix}_{n}"))
-        .find(|id| !taken.contains(id.as_str()))
-        .unwrap_or_default()
-}
-
-/// An item, check or review of a bundle: it has an id and a time.
-trait Part {
-    fn id(&self) -> &str;
-    fn set_id(&mut self, id: String);
-    fn at(&mut self) -> &mut Option<Timestamp>;
-}
-
-macro_rules! part {
-    ($($t:ty),*) => {$(
-        impl Part for $t {
-            fn id(&self) -> &str {
-                &self.id
-            }
-            fn set_id(&mut self, id: String) {
-                self.id = id;
-            }
-            fn at(&mut self) -> &mut Option<Timestamp> {
-                &mut self.at
-            }
-        }
-    )*};
-}
-part!(EvidenceItem, EvidenceCheck, Review);
-
-/// Adds `part` to `list`, replacing the one with its id; a missing id is the
-/// first `prefix_N` free, a missing time `now`.
-fn upsert<P: Part>(list: &mut Vec<P>, prefix: &str, mut part: P, now: Timestamp) {
-    if part.id().trim().is_empty() {
-        part.set_id(next_id(prefix, list.iter().map(|p| p.id())));
-    }
-    part.at().get_or_insert(now);
-    match list.iter_mut().find(|p| p.id() == part.id()) {
-        Some(existing) => *existing = part,
-        None => list.push(part),
     }
 }
 

@@ -33,6 +33,62 @@ fn next_id(prefix: &str, taken: &HashSet<String>, from: &mut usize) -> String {
     }
 }
 
+/// A part of a list kept by id (a participant, an action, an evidence item,
+/// check or review): it has an id and the time it was added.
+pub(crate) trait Part {
+    fn id(&self) -> &str;
+    fn set_id(&mut self, id: String);
+    fn added_at(&mut self) -> &mut Option<Timestamp>;
+}
+
+macro_rules! part {
+    ($($t:ty => $at:ident),*) => {$(
+        impl Part for $t {
+            fn id(&self) -> &str {
+                &self.id
+            }
+            fn set_id(&mut self, id: String) {
+                self.id = id;
+            }
+            fn added_at(&mut self) -> &mut Option<Timestamp> {
+                &mut self.$at
+            }
+        }
+    )*};
+}
+part!(
+    Participant => started_at,
+    Action => started_at,
+    rein_protocol::EvidenceItem => at,
+    rein_protocol::EvidenceCheck => at,
+    rein_protocol::Review => at
+);
+
+/// Gives `part` the first free `prefix_N` id if it has none, and `now` if it
+/// has no time.
+fn fill<P: Part>(list: &[P], prefix: &str, part: &mut P, now: Timestamp) {
+    if part.id().trim().is_empty() {
+        let taken: HashSet<String> = list.iter().map(|p| p.id().to_owned()).collect();
+        part.set_id(next_id(prefix, &taken, &mut 0));
+    }
+    part.added_at().get_or_insert(now);
+}
+
+/// Puts `part` in `list`, replacing the one with its id.
+fn place<P: Part>(list: &mut Vec<P>, part: P) {
+    match list.iter_mut().find(|p| p.id() == part.id()) {
+        Some(existing) => *existing = part,
+        None => list.push(part),
+    }
+}
+
+/// Adds `part` to `list`, replacing the one with its id; a missing id is the
+/// first `prefix_N` free, a missing time `now`.
+pub(crate) fn upsert<P: Part>(list: &mut Vec<P>, prefix: &str, mut part: P, now: Timestamp) {
+    fill(list, prefix, &mut part, now);
+    place(list, part);
+}
+
 /// Ids for the participants and actions that have none; duplicates refused.
 fn fill_ids(state: &mut SharedHarnessState) -> Result<(), SharedStateError> {
     let mut seen = HashSet::new();
@@ -104,22 +160,10 @@ pub fn prepare_new(
 /// Adds `participant`, replacing the one with its id; a missing id is generated.
 pub fn upsert_participant(
     state: &mut SharedHarnessState,
-    mut participant: Participant,
+    participant: Participant,
     now: Timestamp,
 ) {
-    if participant.id.trim().is_empty() {
-        let taken: HashSet<String> = state.participants.iter().map(|p| p.id.clone()).collect();
-        participant.id = next_id("participant", &taken, &mut 0);
-    }
-    participant.started_at.get_or_insert(now);
-    match state
-        .participants
-        .iter_mut()
-        .find(|p| p.id == participant.id)
-    {
-        Some(existing) => *existing = participant,
-        None => state.participants.push(participant),
-    }
+    upsert(&mut state.participants, "participant", participant, now);
     state.updated_at = Some(now);
 }
 
@@ -135,17 +179,10 @@ pub fn upsert_action(
             field: "title",
         });
     }
-    if action.id.trim().is_empty() {
-        let taken: HashSet<String> = state.actions.iter().map(|a| a.id.clone()).collect();
-        action.id = next_id("action", &taken, &mut 0);
-    }
-    action.started_at.get_or_insert(now);
+    fill(&state.actions, "action", &mut action, now);
     // Only the new action's paths need checking: the rest were checked on the way in.
     crate::conflicts::check_action(&action)?;
-    match state.actions.iter_mut().find(|a| a.id == action.id) {
-        Some(existing) => *existing = action,
-        None => state.actions.push(action),
-    }
+    place(&mut state.actions, action);
     state.updated_at = Some(now);
     Ok(())
 }
