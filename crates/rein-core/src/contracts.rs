@@ -16,13 +16,9 @@ use rein_protocol::{
 };
 
 use crate::clock::Clock;
-use crate::shared_state::{audit, upsert};
+use crate::shared_state::{UPDATE_TRIES, audit, upsert};
 use crate::store::{AuditRecord, Record, RecordFilter, RecordKind, StoreError};
 use crate::{Engine, EngineError, Store};
-
-/// How many times a read-change-write of a record is tried before the
-/// contention is reported.
-const UPDATE_TRIES: usize = 64;
 
 /// Tools that act beyond the files of the workspace: a contract needing one is
 /// at least high risk.

@@ -190,9 +190,9 @@ pub fn upsert_action(
 use crate::store::{SharedStateFilter, SharedStatePage, StoreError};
 use crate::{Engine, EngineError};
 
-/// How many times a read-change-write of a shared state is tried before the
-/// contention is reported.
-const UPDATE_TRIES: usize = 64;
+/// How many times an optimistic read-change-write (of a shared state, a
+/// contract or an evidence bundle) is tried before the contention is reported.
+pub(crate) const UPDATE_TRIES: usize = 64;
 
 impl From<SharedStateError> for EngineError {
     fn from(e: SharedStateError) -> EngineError {

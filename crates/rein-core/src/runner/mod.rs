@@ -106,9 +106,19 @@ pub(crate) struct TaskRun<'e> {
     plan_recovery: rein_protocol::RecoveryPolicy,
     /// The shared harness state the steps record themselves into, if any.
     shared_state: Option<String>,
-    /// The contract status each plan–execute–verify step last brought its
-    /// contract to.
-    contracts_seen: Vec<Option<rein_protocol::ContractStatus>>,
+    /// The plan–execute–verify steps with a contract, found once.
+    contracts: Vec<ContractWatch>,
+}
+
+/// A plan–execute–verify step whose contract follows it.
+#[derive(Debug)]
+struct ContractWatch {
+    step: usize,
+    /// Its `STEP.approve` step, if the plan has it.
+    approve: Option<usize>,
+    contract: String,
+    /// The status the contract was last brought to.
+    seen: Option<rein_protocol::ContractStatus>,
 }
 
 impl<'e> TaskRun<'e> {
@@ -210,7 +220,20 @@ impl<'e> TaskRun<'e> {
                     .join(rec.state.head.id.as_str())
             });
         let first_failure = None;
-        let n = steps.len();
+        let contracts = steps
+            .iter()
+            .enumerate()
+            .filter_map(|(i, step)| {
+                let contract = step.pev.as_ref()?.contract_id.clone()?;
+                let approve = crate::pev::approve_id(&step.id);
+                Some(ContractWatch {
+                    step: i,
+                    approve: index.get(approve.as_str()).copied(),
+                    contract,
+                    seen: None,
+                })
+            })
+            .collect();
         Ok(TaskRun {
             engine,
             rec,
@@ -231,7 +254,7 @@ impl<'e> TaskRun<'e> {
             recoveries,
             plan_recovery: plan.recovery,
             shared_state,
-            contracts_seen: vec![None; n],
+            contracts,
         })
     }
 
@@ -930,51 +953,48 @@ impl<'e> TaskRun<'e> {
     /// of the log, and on every resume. Contracts are records beside the task;
     /// one that cannot be updated now is logged and tried again next time.
     async fn sync_contracts(&mut self, aborted: bool) {
-        if !self.steps.iter().any(|s| s.pev.is_some()) {
+        if self.contracts.is_empty() {
             return;
         }
         let records = self.engine.records();
-        for i in 0..self.steps.len() {
-            let step = Arc::clone(&self.steps[i]);
-            let Some(contract) = step.pev.as_ref().and_then(|p| p.contract_id.clone()) else {
-                continue;
-            };
-            let approve = crate::pev::approve_id(&step.id);
-            let denied = self
-                .steps
-                .iter()
-                .position(|s| s.id == approve)
-                .is_some_and(|j| matches!(self.progress[j], Progress::Failed));
+        for w in 0..self.contracts.len() {
+            let ContractWatch {
+                step: i, approve, ..
+            } = self.contracts[w];
+            let step_id = self.steps[i].id.clone();
+            let denied = approve.is_some_and(|j| matches!(self.progress[j], Progress::Failed));
             use rein_protocol::ContractStatus as C;
             let target = match &self.progress[i] {
                 _ if aborted => Some((C::Cancelled, "the task was aborted".to_owned())),
                 Progress::Running { .. } | Progress::Completed => {
-                    Some((C::Executing, format!("step `{}` started", step.id)))
+                    Some((C::Executing, format!("step `{step_id}` started")))
                 }
-                Progress::Failed => Some((C::Failed, format!("step `{}` failed", step.id))),
-                Progress::Skipped => {
-                    Some((C::Cancelled, format!("step `{}` was skipped", step.id)))
-                }
+                Progress::Failed => Some((C::Failed, format!("step `{step_id}` failed"))),
+                Progress::Skipped => Some((C::Cancelled, format!("step `{step_id}` was skipped"))),
                 Progress::DependencyFailed if denied => Some((
                     C::Rejected,
-                    format!("the approval `{approve}` was denied or expired"),
+                    format!(
+                        "the approval `{}` was denied or expired",
+                        crate::pev::approve_id(&step_id)
+                    ),
                 )),
                 Progress::DependencyFailed => Some((
                     C::Cancelled,
-                    format!("a step that `{}` depends on failed", step.id),
+                    format!("a step that `{step_id}` depends on failed"),
                 )),
                 _ => None,
             };
             let Some((target, reason)) = target else {
                 continue;
             };
-            if self.contracts_seen[i] == Some(target) {
+            let watch = &mut self.contracts[w];
+            if watch.seen == Some(target) {
                 continue;
             }
-            match crate::pev::advance(&records, &contract, target, "rein", &reason).await {
-                Ok(()) => self.contracts_seen[i] = Some(target),
+            match crate::pev::advance(&records, &watch.contract, target, "rein", &reason).await {
+                Ok(()) => watch.seen = Some(target),
                 Err(e) => {
-                    tracing::warn!(contract = %contract, error = %e, "cannot bring the contract up to date")
+                    tracing::warn!(contract = %watch.contract, error = %e, "cannot bring the contract up to date")
                 }
             }
         }
