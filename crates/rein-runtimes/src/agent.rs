@@ -3,10 +3,10 @@
 //! loop over an OpenAI-compatible chat API with tools confined to the task's
 //! workspace.
 //!
-//! The built-in loop writes its transcript to the step's journal after every
-//! model turn and every tool call, before the next begins. An attempt resumed
-//! after a crash reads it back: turns and tool calls already in it are not
-//! repeated; a tool call that was running when rein stopped runs again.
+//! The built-in loop appends each model turn and each tool answer to the
+//! step's journal before the next begins. An attempt resumed after a crash
+//! reads it back: turns and tool calls already in it are not repeated; a tool
+//! call that was running when rein stopped runs again.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -85,6 +85,15 @@ impl StepExecutor for AgentExecutor {
     async fn probe(&self) -> ExecutorHealth {
         self.commands.probe().await
     }
+}
+
+/// The step cannot go on without recording what it did.
+fn unwritten(e: &rein_core::EngineError) -> StepOutcome {
+    failed(
+        format!("cannot write the step's journal: {e}"),
+        Failure::Internal,
+        None,
+    )
 }
 
 fn failed(error: String, failure: Failure, output: Option<Value>) -> StepOutcome {
@@ -303,11 +312,7 @@ impl AgentExecutor {
             ];
             let first: Vec<Value> = messages.iter().map(|m| json!({ "message": m })).collect();
             if let Err(e) = journal.append(&first).await {
-                return failed(
-                    format!("cannot write the step's journal: {e}"),
-                    Failure::Internal,
-                    None,
-                );
+                return unwritten(&e);
             }
         }
         let specs = tool_specs(tools);
@@ -336,11 +341,7 @@ impl AgentExecutor {
                     ToolOutcome::Answer(text) => text,
                     ToolOutcome::NeedsApproval { command, rule } => {
                         if let Err(e) = journal.append(&[json!({ "awaiting": call.id })]).await {
-                            return failed(
-                                format!("cannot write the step's journal: {e}"),
-                                Failure::Internal,
-                                None,
-                            );
+                            return unwritten(&e);
                         }
                         // Escalated to a person (permission_denied): run again
                         // to approve it, skip the step, or abort the task.
@@ -404,11 +405,7 @@ impl AgentExecutor {
             // Durable before the next turn or tool call begins.
             let newest = messages.last().map(|m| json!({ "message": m }));
             if let Err(e) = journal.append(newest.as_slice()).await {
-                return failed(
-                    format!("cannot write the step's journal: {e}"),
-                    Failure::Internal,
-                    None,
-                );
+                return unwritten(&e);
             }
         }
         failed(
