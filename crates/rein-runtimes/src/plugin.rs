@@ -282,7 +282,7 @@ impl PluginProcess {
         conn: &mut Option<Connection>,
         method: &str,
         params: &Value,
-    ) -> Result<(oneshot::Receiver<Result<Value, Failure>>, Arc<Shared>), PluginError> {
+    ) -> Result<oneshot::Receiver<Result<Value, Failure>>, PluginError> {
         let c = match conn {
             Some(c) => c,
             None => conn.insert(self.spawn()?),
@@ -302,7 +302,7 @@ impl PluginProcess {
                 .break_with(format!("stopped reading its input ({e})"));
         }
         let _ = c.stdin.flush().await;
-        Ok((rx, Arc::clone(&c.shared)))
+        Ok(rx)
     }
 
     /// A request and its answer within `timeout`. A plugin that died is started
@@ -316,53 +316,46 @@ impl PluginProcess {
         let rx = {
             let mut conn = self.conn.lock().await;
             if conn.as_ref().is_some_and(|c| c.shared.is_broken()) {
-                if let Some(mut old) = conn.take() {
-                    let _ = old.child.start_kill();
-                }
+                stop(&mut conn, None);
             }
-            if conn.is_none() {
-                let init = json!(InitializeParams {
-                    protocol_version: PLUGIN_PROTOCOL_VERSION,
-                    plugin_id: self.id().to_owned(),
-                });
-                let (rx, _) = self.send(&mut conn, "initialize", &init).await?;
-                let answer = self.wait(rx, "initialize", self.timeout).await;
-                let answer = match answer {
-                    Ok(v) => v,
-                    Err(e) => {
-                        if let Some(mut c) = conn.take() {
-                            let _ = c.child.start_kill();
-                        }
-                        return Err(e);
-                    }
-                };
-                let init: InitializeResult = self.decode("initialize", answer)?;
-                if init.protocol_version != PLUGIN_PROTOCOL_VERSION {
-                    if let Some(mut c) = conn.take() {
-                        let _ = c.child.start_kill();
-                    }
-                    return Err(PluginError::Broken {
-                        plugin: self.id().to_owned(),
-                        why: format!(
-                            "speaks plugin protocol {}, rein speaks {PLUGIN_PROTOCOL_VERSION}",
-                            init.protocol_version
-                        ),
-                    });
-                }
+            if conn.is_none()
+                && let Err(e) = self.initialize(&mut conn).await
+            {
+                stop(&mut conn, None);
+                return Err(e);
             }
-            self.send(&mut conn, method, &params).await?.0
+            self.send(&mut conn, method, &params).await?
         };
         let answer = self.wait(rx, method, timeout).await;
         if let Err(PluginError::TimedOut { .. }) = &answer {
             // It is stuck: stop it; the next call starts it afresh.
-            let mut conn = self.conn.lock().await;
-            if let Some(mut c) = conn.take() {
-                c.shared
-                    .break_with("was stopped: it did not answer in time".into());
-                let _ = c.child.start_kill();
-            }
+            stop(
+                &mut *self.conn.lock().await,
+                Some("was stopped: it did not answer in time"),
+            );
         }
         answer
+    }
+
+    /// Starts the plugin and agrees on the protocol version.
+    async fn initialize(&self, conn: &mut Option<Connection>) -> Result<(), PluginError> {
+        let init = json!(InitializeParams {
+            protocol_version: PLUGIN_PROTOCOL_VERSION,
+            plugin_id: self.id().to_owned(),
+        });
+        let rx = self.send(conn, "initialize", &init).await?;
+        let answer = self.wait(rx, "initialize", self.timeout).await?;
+        let init: InitializeResult = self.decode("initialize", answer)?;
+        if init.protocol_version != PLUGIN_PROTOCOL_VERSION {
+            return Err(PluginError::Broken {
+                plugin: self.id().to_owned(),
+                why: format!(
+                    "speaks plugin protocol {}, rein speaks {PLUGIN_PROTOCOL_VERSION}",
+                    init.protocol_version
+                ),
+            });
+        }
+        Ok(())
     }
 
     async fn wait(
@@ -419,6 +412,16 @@ impl PluginProcess {
             let _ = c.stdin.write_all(&line).await;
             let _ = c.stdin.flush().await;
         }
+    }
+}
+
+/// Stops the plugin's process, if it runs, failing what waits on it with `why`.
+fn stop(conn: &mut Option<Connection>, why: Option<&str>) {
+    if let Some(mut c) = conn.take() {
+        if let Some(why) = why {
+            c.shared.break_with(why.to_owned());
+        }
+        let _ = c.child.start_kill();
     }
 }
 
