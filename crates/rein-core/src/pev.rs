@@ -411,14 +411,15 @@ impl Verification {
             StepAction::Command { run, .. } => run.clone(),
             _ => String::new(),
         };
+        let step_output = parsed(self.output.as_ref());
         let _ = crate::contracts::add_item(
             &mut bundle,
-            item(EvidenceKind::CommandOutput, &run, self.output.as_ref()),
+            item(EvidenceKind::CommandOutput, &run, step_output.as_ref()),
             now,
             true,
         );
         bundle.risks.retain(|r| !r.starts_with(UNSANDBOXED));
-        if unsandboxed(self.output.as_ref()) {
+        if unsandboxed(step_output.as_ref()) {
             bundle.risks.push(format!(
                 "{UNSANDBOXED}: `{run}` ran with rein's own permissions"
             ));
@@ -599,7 +600,7 @@ impl Verification {
         &self,
         command: &str,
         cancel: &CancellationToken,
-    ) -> (StepOutcome, Option<serde_json::Value>) {
+    ) -> (StepOutcome, Option<CommandOutput>) {
         let mut step = (*self.step).clone();
         step.id = self.request.step.id.clone();
         if let StepAction::Command { run, .. } = &mut step.action {
@@ -612,7 +613,9 @@ impl Verification {
         };
         let outcome = self.executor.execute(request, cancel.clone()).await;
         let output = match &outcome {
-            StepOutcome::Passed { output } | StepOutcome::Failed { output, .. } => output.clone(),
+            StepOutcome::Passed { output } | StepOutcome::Failed { output, .. } => {
+                parsed(output.as_ref())
+            }
             StepOutcome::Cancelled => None,
         };
         (outcome, output)
@@ -622,12 +625,14 @@ impl Verification {
 /// How the evidence marks a run outside any sandbox.
 const UNSANDBOXED: &str = "unsandboxed";
 
+/// A command's recorded output, read once.
+fn parsed(output: Option<&serde_json::Value>) -> Option<CommandOutput> {
+    output.and_then(|o| serde_json::from_value(o.clone()).ok())
+}
+
 /// Whether a command's recorded output says it ran unsandboxed.
-fn unsandboxed(output: Option<&serde_json::Value>) -> bool {
-    output
-        .and_then(|o| o.get("sandbox"))
-        .and_then(|s| s.as_str())
-        == Some("none")
+fn unsandboxed(output: Option<&CommandOutput>) -> bool {
+    output.is_some_and(|o| o.sandbox == "none")
 }
 
 fn failed(error: String) -> StepOutcome {
@@ -639,9 +644,8 @@ fn failed(error: String) -> StepOutcome {
 }
 
 /// An item rein captured: what `command` printed and how it exited.
-fn item(kind: EvidenceKind, command: &str, output: Option<&serde_json::Value>) -> EvidenceItem {
-    let out: Option<CommandOutput> = output.and_then(|o| serde_json::from_value(o.clone()).ok());
-    let content = out.as_ref().map(|o| {
+fn item(kind: EvidenceKind, command: &str, out: Option<&CommandOutput>) -> EvidenceItem {
+    let content = out.map(|o| {
         let mut text = o.stdout_tail.clone();
         if !o.stderr_tail.is_empty() {
             if !text.is_empty() && !text.ends_with('\n') {
@@ -664,8 +668,7 @@ fn item(kind: EvidenceKind, command: &str, output: Option<&serde_json::Value>) -
 }
 
 /// "exited 1", "timed out", …: how a verifier ended.
-fn summary(output: Option<&serde_json::Value>, outcome: &StepOutcome) -> String {
-    let out: Option<CommandOutput> = output.and_then(|o| serde_json::from_value(o.clone()).ok());
+fn summary(out: Option<&CommandOutput>, outcome: &StepOutcome) -> String {
     match (out, outcome) {
         (_, StepOutcome::Passed { .. }) => "passed".into(),
         (Some(o), _) if o.timed_out => "timed out".into(),
