@@ -110,16 +110,11 @@ pub fn expand(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanErro
 
 /// The approve and verify steps of `step`.
 fn parts(step: &TaskStep) -> (TaskStep, TaskStep) {
-    let run = match &step.action {
-        StepAction::Command { run, .. } => run.as_str(),
-        _ => "",
-    };
-    let pev = step.pev.clone().unwrap_or_default();
     let mut approve = TaskStep::new(
         approve_id(&step.id),
         StepAction::Approval {
             title: format!("Approve the contract of step `{}`?", step.id),
-            description: describe(step, run, &pev),
+            description: describe(step),
             options: Vec::new(),
             recommended: None,
             timeout_ms: None,
@@ -149,8 +144,9 @@ fn parts(step: &TaskStep) -> (TaskStep, TaskStep) {
 }
 
 /// What a person approving the contract reads.
-fn describe(step: &TaskStep, run: &str, pev: &rein_protocol::Pev) -> String {
-    let mut lines = vec![format!("Runs `{run}`.")];
+fn describe(step: &TaskStep) -> String {
+    let pev = step.pev.clone().unwrap_or_default();
+    let mut lines = vec![format!("Runs `{}`.", command_of(step))];
     if !step.writes.is_empty() {
         lines.push(format!("Writes: {}.", step.writes.join(", ")));
     }
@@ -165,6 +161,14 @@ fn describe(step: &TaskStep, run: &str, pev: &rein_protocol::Pev) -> String {
     lines.join(" ")
 }
 
+/// The command a step runs ("" for a step that runs none).
+fn command_of(step: &TaskStep) -> &str {
+    match &step.action {
+        StepAction::Command { run, .. } => run,
+        _ => "",
+    }
+}
+
 /// The contract a `pev` step proposes.
 fn contract_of(
     step: &TaskStep,
@@ -172,10 +176,7 @@ fn contract_of(
     session_id: &str,
     shared_state: Option<&str>,
 ) -> HarnessContract {
-    let run = match &step.action {
-        StepAction::Command { run, .. } => run.clone(),
-        _ => String::new(),
-    };
+    let run = command_of(step).to_owned();
     let pev = step.pev.clone().unwrap_or_default();
     let tool = run.split_whitespace().next().unwrap_or("sh").to_owned();
     let mut success = vec![format!("`{run}` exits 0")];
@@ -252,14 +253,7 @@ pub(crate) async fn propose(
         if let Some(pev) = plan.steps[i].pev.as_mut() {
             pev.contract_id = Some(contract.id.clone());
         }
-        let (pev, run) = (
-            plan.steps[i].pev.clone().unwrap_or_default(),
-            match &plan.steps[i].action {
-                StepAction::Command { run, .. } => run.clone(),
-                _ => String::new(),
-            },
-        );
-        let text = describe(&plan.steps[i], &run, &pev);
+        let text = describe(&plan.steps[i]);
         let approve = approve_id(&id);
         if let Some(a) = plan.steps.iter_mut().find(|s| s.id == approve)
             && let StepAction::Approval {
@@ -407,10 +401,7 @@ impl Verification {
         bundle
             .checks
             .retain(|c| c.verifier.as_deref() != Some("rein"));
-        let run = match &self.step.action {
-            StepAction::Command { run, .. } => run.clone(),
-            _ => String::new(),
-        };
+        let run = command_of(&self.step).to_owned();
         let step_output = parsed(self.output.as_ref());
         let _ = crate::contracts::add_item(
             &mut bundle,
