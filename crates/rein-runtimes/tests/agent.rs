@@ -57,19 +57,28 @@ async fn engine_with(
     (Engine::new(store.clone(), Arc::new(agent), config), store)
 }
 
+/// A task of the one step, in a fresh workspace unless one is given.
+async fn create(
+    engine: &Engine,
+    step: TaskStep,
+    workspace: Option<std::path::PathBuf>,
+) -> rein_protocol::TaskState {
+    engine
+        .create(CreateTask {
+            plan: TaskDecomposition::new("agent", vec![step]),
+            session_id: None,
+            workspace,
+        })
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn() {
     let (base, seen) = common::fake_model().await;
     let dir = tempfile::tempdir().unwrap();
     let (engine, store) = engine(dir.path(), &base).await;
-    let state = engine
-        .create(CreateTask {
-            plan: TaskDecomposition::new("notes", vec![agent_step("write notes")]),
-            session_id: None,
-            workspace: None,
-        })
-        .await
-        .unwrap();
+    let state = create(&engine, agent_step("write notes"), None).await;
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
     assert_eq!(
         done.status(),
@@ -139,14 +148,7 @@ async fn the_agents_tools_cannot_leave_the_workspace() {
     let (base, _) = common::fake_model().await;
     let dir = tempfile::tempdir().unwrap();
     let (engine, _) = engine(dir.path(), &base).await;
-    let state = engine
-        .create(CreateTask {
-            plan: TaskDecomposition::new("escape", vec![agent_step("escape")]),
-            session_id: None,
-            workspace: None,
-        })
-        .await
-        .unwrap();
+    let state = create(&engine, agent_step("escape"), None).await;
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
     assert_eq!(done.status(), TaskStatus::Completed);
     let text = done
@@ -175,14 +177,7 @@ async fn an_unreachable_model_fails_the_step_as_a_connection_error() {
         rein_protocol::ErrorType::Transient,
         rein_protocol::RecoveryStrategy::action(rein_protocol::RecoveryAction::Abort),
     );
-    let state = engine
-        .create(CreateTask {
-            plan: TaskDecomposition::new("x", vec![step]),
-            session_id: None,
-            workspace: None,
-        })
-        .await
-        .unwrap();
+    let state = create(&engine, step, None).await;
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
     assert_eq!(done.status(), TaskStatus::Failed);
     let error = done
@@ -243,14 +238,7 @@ async fn a_command_the_rules_ask_about_waits_for_a_person_and_runs_once_approved
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("old.txt"), "old").unwrap();
-    let state = engine
-        .create(CreateTask {
-            plan: TaskDecomposition::new("risky", vec![agent_step("risky")]),
-            session_id: None,
-            workspace: Some(ws.clone()),
-        })
-        .await
-        .unwrap();
+    let state = create(&engine, agent_step("risky"), Some(ws.clone())).await;
     let no_wait = RunOptions {
         no_wait: true,
         ..RunOptions::default()
