@@ -309,6 +309,7 @@ mod tests {
             created_at: chrono::Utc::now(),
             status: ApprovalStatus::Pending,
             response: None,
+            question: None,
         }
     }
 

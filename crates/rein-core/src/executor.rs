@@ -37,6 +37,81 @@ pub struct StepRequest {
     /// Who approved running this attempt, when it follows a person's answer to
     /// the step's escalation.
     pub approved_by: Option<String>,
+    /// The step's line to a person while it runs (an agent asking permission).
+    pub asker: Option<Asker>,
+}
+
+/// A question a running step puts to a person: it becomes an approval request
+/// of the step's checkpoint, answered like any other (CLI, API, Control UI).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    /// The question's identity, the same each time the step asks it: a step
+    /// run again after rein stopped that asks it again gets the request
+    /// already raised (still pending, or answered meanwhile), not a new one.
+    pub key: String,
+    pub trigger: rein_protocol::Trigger,
+    pub title: String,
+    pub description: String,
+    pub options: Vec<String>,
+    pub recommended: Option<String>,
+    pub context: rein_protocol::ApprovalContext,
+    /// How long a person has; then `on_expiry` applies.
+    pub timeout_ms: Option<u64>,
+    pub on_expiry: rein_protocol::Decision,
+}
+
+/// Why a question got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AskError {
+    /// The run that would raise the request is gone (rein is stopping).
+    #[error("nobody can be asked: {0}")]
+    Unavailable(String),
+}
+
+/// A question on its way to the run, with where its answer goes.
+#[derive(Debug)]
+pub struct Ask {
+    /// The asking step's index in the plan.
+    pub step: usize,
+    pub question: Question,
+    /// The settled request (approved, denied, skipped or expired; never pending).
+    pub reply: tokio::sync::oneshot::Sender<Result<rein_protocol::ApprovalRequest, AskError>>,
+}
+
+/// A running step's handle for asking a person.
+#[derive(Debug, Clone)]
+pub struct Asker {
+    step: usize,
+    tx: tokio::sync::mpsc::UnboundedSender<Ask>,
+}
+
+impl Asker {
+    /// Questions of step `step` go to `tx` (the run's receiver; a test's own).
+    pub fn new(step: usize, tx: tokio::sync::mpsc::UnboundedSender<Ask>) -> Asker {
+        Asker { step, tx }
+    }
+
+    /// Raises the question and waits for its decision (a delegation keeps it
+    /// waiting). Cancel by dropping the future: the request stays until the
+    /// step ends, and is then withdrawn.
+    pub async fn ask(
+        &self,
+        question: Question,
+    ) -> Result<rein_protocol::ApprovalRequest, AskError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.tx
+            .send(Ask {
+                step: self.step,
+                question,
+                reply,
+            })
+            .map_err(|_| AskError::Unavailable("the task's run has ended".into()))?;
+        answer.await.unwrap_or_else(|_| {
+            Err(AskError::Unavailable(
+                "the task's run stopped before the question was answered".into(),
+            ))
+        })
+    }
 }
 
 /// What a step's command did, recorded in its checkpoint's `output`.
@@ -198,6 +273,7 @@ impl StepExecutor for CommandExecutor {
             policy: Arc::default(),
             journal: None,
             approved_by: None,
+            asker: None,
         };
         let ran = self
             .run_command(

@@ -25,6 +25,8 @@ pub const RECOVERY: &str = "recovery";
 /// Metadata keys on the checkpoint of a step waiting for a person.
 pub const APPROVAL_ID: &str = "approval_id";
 pub const APPROVAL_STATUS: &str = "approval_status";
+/// The questions a running step asked (request id → status), on its checkpoint.
+pub const QUESTIONS: &str = "questions";
 
 /// An event that cannot be applied to the state it was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -261,22 +263,41 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
         }
         TaskChange::HumanApprovalRequested { request } => {
             let cp = find(&mut state.checkpoints, &request.checkpoint_id, seq)?;
-            cp.metadata
-                .insert(APPROVAL_ID.into(), request.id.to_string().into());
-            cp.metadata
-                .insert(APPROVAL_STATUS.into(), request.status.as_str().into());
+            if request.question.is_some() {
+                // A running step's own question: the step waits on it, not the run.
+                let questions = cp
+                    .metadata
+                    .entry(QUESTIONS.to_owned())
+                    .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+                if let Some(q) = questions.as_object_mut() {
+                    q.insert(request.id.to_string(), request.status.as_str().into());
+                }
+            } else {
+                cp.metadata
+                    .insert(APPROVAL_ID.into(), request.id.to_string().into());
+                cp.metadata
+                    .insert(APPROVAL_STATUS.into(), request.status.as_str().into());
+            }
         }
         TaskChange::HumanApprovalReceived {
             request_id, status, ..
         } => {
             let id = request_id.to_string();
-            if let Some(cp) =
-                state.checkpoints.iter_mut().rev().find(|c| {
-                    c.metadata.get(APPROVAL_ID).and_then(|v| v.as_str()) == Some(id.as_str())
-                })
-            {
-                cp.metadata
-                    .insert(APPROVAL_STATUS.into(), status.as_str().into());
+            for cp in state.checkpoints.iter_mut().rev() {
+                if cp.metadata.get(APPROVAL_ID).and_then(|v| v.as_str()) == Some(id.as_str()) {
+                    cp.metadata
+                        .insert(APPROVAL_STATUS.into(), status.as_str().into());
+                    break;
+                }
+                if let Some(q) = cp
+                    .metadata
+                    .get_mut(QUESTIONS)
+                    .and_then(serde_json::Value::as_object_mut)
+                    && let Some(s) = q.get_mut(&id)
+                {
+                    *s = status.as_str().into();
+                    break;
+                }
             }
         }
         TaskChange::CheckpointSkipped {

@@ -221,6 +221,11 @@ pub struct ApprovalRequest {
     /// The decision that settled it (or the last delegation while pending).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<ApprovalResponse>,
+    /// Set when a running step asked this itself (an agent asking permission):
+    /// the question's identity, the same each time the step asks it again. The
+    /// step receives the decision; the step is not settled by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question: Option<String>,
 }
 
 impl ApprovalRequest {
@@ -254,6 +259,7 @@ impl ApprovalRequest {
             created_at,
             status: ApprovalStatus::Pending,
             response: None,
+            question: None,
         }
     }
 }

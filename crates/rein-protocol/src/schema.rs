@@ -3,6 +3,27 @@
 
 use schemars::{JsonSchema, Schema, schema_for};
 
+/// `value` with every object's keys in order, whether or not serde_json keeps
+/// insertion order (a dependency of the workspace turns that on): documents
+/// rein publishes read the same however it was built.
+pub fn canonical(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, canonical(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(canonical).collect()),
+        other => other,
+    }
+}
+
 /// Name and schema of every published type.
 pub fn all() -> Vec<(&'static str, Schema)> {
     fn one<T: JsonSchema>(name: &'static str) -> (&'static str, Schema) {

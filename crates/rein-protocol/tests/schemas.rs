@@ -11,7 +11,8 @@ fn checked_in_schemas_match_the_code() {
     let mut stale = Vec::new();
     for (name, schema) in rein_protocol::schema::all() {
         let path = dir.join(format!("{name}.json"));
-        let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+        let value = rein_protocol::schema::canonical(serde_json::to_value(&schema).unwrap());
+        let text = serde_json::to_string_pretty(&value).unwrap() + "\n";
         if update {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(&path, &text).unwrap();

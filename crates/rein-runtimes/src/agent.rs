@@ -212,6 +212,7 @@ impl AgentExecutor {
                     .map_or(ATTEMPT_DEADLINE, Duration::from_millis),
                 cancel: cancel.clone(),
                 events,
+                asker: request.asker.clone(),
             })
             .await;
         let mut partial = String::new();
@@ -222,8 +223,8 @@ impl AgentExecutor {
                 AttemptEvent::Agent(v) => agent_events.push(v),
             }
         }
-        let output = |text: &str| {
-            json!({
+        let output = |text: &str, details: &Value| {
+            let mut output = json!({
                 "selection": decision,
                 "policy": request.policy.describe(),
                 "plugin": registered.plugin.id,
@@ -231,17 +232,33 @@ impl AgentExecutor {
                 "agent_events": agent_events,
                 // Side effects inside the plugin's runtime are its own account.
                 "side_effects": "unsupported",
-            })
+            });
+            // What the runtime reported besides (an ACP agent: its tool calls,
+            // permission answers, and side effects item by item).
+            if let (Some(out), Some(more)) = (output.as_object_mut(), details.as_object()) {
+                for (k, v) in more {
+                    if !matches!(k.as_str(), "selection" | "policy" | "text") {
+                        out.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            output
         };
         match attempt {
             Ok(result) => StepOutcome::Passed {
-                output: Some(output(&result.text)),
+                output: Some(output(&result.text, &result.details)),
             },
             Err(HarnessError::Cancelled) => StepOutcome::Cancelled,
-            Err(e @ HarnessError::TimedOut { .. }) => {
-                failed(e.to_string(), Failure::Timeout, Some(output(&partial)))
-            }
-            Err(e) => failed(e.to_string(), Failure::Internal, Some(output(&partial))),
+            Err(e @ HarnessError::TimedOut { .. }) => failed(
+                e.to_string(),
+                Failure::Timeout,
+                Some(output(&partial, &Value::Null)),
+            ),
+            Err(e) => failed(
+                e.to_string(),
+                Failure::Internal,
+                Some(output(&partial, &Value::Null)),
+            ),
         }
     }
 
@@ -551,6 +568,7 @@ impl AgentExecutor {
         let tool = StepRequest {
             step: Arc::new(step),
             journal: None,
+            asker: None,
             ..request.clone()
         };
         let (code, output) = match self.commands.execute(tool, cancel.clone()).await {

@@ -95,6 +95,7 @@ async fn an_attempt_streams_its_partial_replies_and_events_before_its_result() {
             deadline: Duration::from_secs(5),
             cancel: CancellationToken::new(),
             events,
+            asker: None,
         })
         .await
         .unwrap();

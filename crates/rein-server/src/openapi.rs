@@ -944,5 +944,5 @@ pub fn document() -> Value {
     });
     // schemars points into each schema's own `$defs`; here they all live in components.
     let text = doc.to_string().replace("#/$defs/", "#/components/schemas/");
-    serde_json::from_str(&text).unwrap_or(doc)
+    rein_protocol::schema::canonical(serde_json::from_str(&text).unwrap_or(doc))
 }

@@ -94,6 +94,9 @@ pub struct AttemptParams {
     pub deadline: std::time::Duration,
     pub cancel: tokio_util::sync::CancellationToken,
     pub events: tokio::sync::mpsc::UnboundedSender<AttemptEvent>,
+    /// Where the runtime's permission questions go (a person decides);
+    /// without it, every permission question is refused.
+    pub asker: Option<crate::executor::Asker>,
 }
 
 /// What an attempt reports while it runs.
@@ -107,6 +110,9 @@ pub enum AttemptEvent {
 pub struct AttemptResult {
     pub text: String,
     pub stop_reason: String,
+    /// What else the runtime reported (tool calls, side effects), for the
+    /// step's output; `null` when nothing.
+    pub details: serde_json::Value,
 }
 
 /// Why an attempt failed. Once a harness has claimed a run, its failure is

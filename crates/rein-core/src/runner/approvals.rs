@@ -228,6 +228,7 @@ impl TaskRun<'_> {
         Ok(())
     }
 
+    /// The requests this run waits on: steps' and running steps' questions.
     pub(super) fn awaited(&self) -> Vec<ApprovalRequest> {
         self.progress
             .iter()
@@ -235,6 +236,7 @@ impl TaskRun<'_> {
                 Progress::Awaiting { request, .. } => Some((**request).clone()),
                 _ => None,
             })
+            .chain(self.questions.requests().cloned())
             .collect()
     }
 
@@ -281,6 +283,9 @@ impl TaskRun<'_> {
 
     /// Applies what happened to a request this run waits on.
     pub(super) fn on_settled(&mut self, request: ApprovalRequest) -> Result<()> {
+        if self.answer_question(&request)? {
+            return Ok(());
+        }
         let Some(i) = self
             .progress
             .iter()

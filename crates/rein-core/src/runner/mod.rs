@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod approvals;
+mod questions;
 mod recovery;
 
 use rein_protocol::{
@@ -108,6 +109,10 @@ pub(crate) struct TaskRun<'e> {
     shared_state: Option<String>,
     /// The plan–execute–verify steps with a contract, found once.
     contracts: Vec<ContractWatch>,
+    /// Questions running steps asked, and the line they come in on.
+    questions: questions::Questions,
+    asks: mpsc::UnboundedReceiver<crate::executor::Ask>,
+    asks_tx: mpsc::UnboundedSender<crate::executor::Ask>,
 }
 
 /// A plan–execute–verify step whose contract follows it.
@@ -234,7 +239,8 @@ impl<'e> TaskRun<'e> {
                 })
             })
             .collect();
-        Ok(TaskRun {
+        let (asks_tx, asks) = mpsc::unbounded_channel();
+        let mut run = TaskRun {
             engine,
             rec,
             waiting_on: vec![0; steps.len()],
@@ -255,7 +261,12 @@ impl<'e> TaskRun<'e> {
             plan_recovery: plan.recovery,
             shared_state,
             contracts,
-        })
+            questions: questions::Questions::default(),
+            asks,
+            asks_tx,
+        };
+        run.questions.seen = run.unreceived_any();
+        Ok(run)
     }
 
     pub(crate) async fn drive(
@@ -333,7 +344,9 @@ impl<'e> TaskRun<'e> {
                     while let Some(joined) = self.running.try_join_next_with_id() {
                         self.on_joined(joined)?;
                     }
+                    self.withdraw_questions("the step that asked has ended", false).await?;
                 }
+                Some(ask) = self.asks.recv() => self.on_ask(ask).await?,
                 () = options.pause.cancelled(), if !pause_seen => {
                     pause_seen = true;
                     self.pause_on_interrupt();
@@ -347,7 +360,7 @@ impl<'e> TaskRun<'e> {
                     self.expire_due().await?;
                     self.release_due();
                 }
-                _ = poll.tick(), if self.awaiting_any() => self.poll_approvals().await?,
+                _ = poll.tick(), if self.awaiting_any() || self.questions.any() => self.poll_approvals().await?,
             }
         }
     }
@@ -580,6 +593,7 @@ impl<'e> TaskRun<'e> {
                 )
             }),
             approved_by: self.approved_rerun(i),
+            asker: Some(crate::executor::Asker::new(i, self.asks_tx.clone())),
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();
@@ -1048,6 +1062,8 @@ impl<'e> TaskRun<'e> {
             .abort_by
             .clone()
             .unwrap_or_else(|| ("operator".into(), "aborted".into()));
+        self.withdraw_questions(&format!("the task was aborted by {by}"), true)
+            .await?;
         for i in 0..self.steps.len() {
             let (checkpoint, span, request) = match &self.progress[i] {
                 Progress::Running {

@@ -1,0 +1,259 @@
+//! Questions a running step puts to a person (an agent asking permission): each
+//! is an approval request of the step's checkpoint, answered like any other,
+//! and its decision goes back to the step, which goes on running.
+//!
+//! A question rein stopped in the middle of stays pending in the store. When
+//! the step runs again and asks the same question (same key), it gets that
+//! request — and its answer, if a person gave one meanwhile — instead of a new
+//! one. A question nobody needs any more (its step ended, or the task was
+//! aborted) is withdrawn.
+
+use std::collections::HashSet;
+
+use rein_protocol::{ApprovalId, ApprovalRequest, ApprovalStatus, TaskChange};
+use tokio::sync::oneshot;
+
+use super::{Progress, TaskRun};
+use crate::error::Result;
+use crate::executor::{Ask, AskError};
+use crate::fold::QUESTIONS;
+use crate::recorder::SpanRef;
+
+/// A question waiting for a person, and where its answer goes.
+pub(super) struct Asked {
+    step: usize,
+    span: SpanRef,
+    request: ApprovalRequest,
+    reply: oneshot::Sender<std::result::Result<ApprovalRequest, AskError>>,
+}
+
+/// The questions of one run.
+#[derive(Default)]
+pub(super) struct Questions {
+    waiting: Vec<Asked>,
+    /// Requests of earlier runs of a step already taken up again in this one.
+    reused: HashSet<ApprovalId>,
+    /// Whether this task has had questions at all (else nothing to withdraw).
+    pub(super) seen: bool,
+}
+
+impl Questions {
+    pub(super) fn any(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    pub(super) fn requests(&self) -> impl Iterator<Item = &ApprovalRequest> {
+        self.waiting.iter().map(|a| &a.request)
+    }
+}
+
+impl TaskRun<'_> {
+    /// Raises a running step's question, or takes up the same question an
+    /// earlier run of the step raised and nobody received the answer of.
+    pub(super) async fn on_ask(&mut self, ask: Ask) -> Result<()> {
+        let Ask {
+            step: i,
+            question,
+            reply,
+        } = ask;
+        let Some(Progress::Running {
+            checkpoint, span, ..
+        }) = self.progress.get(i)
+        else {
+            let _ = reply.send(Err(AskError::Unavailable(
+                "the step that asked is not running".into(),
+            )));
+            return Ok(());
+        };
+        let (checkpoint, span) = (checkpoint.clone(), span.clone());
+        self.questions.seen = true;
+        if let Some(request) = self.earlier_question(i, &checkpoint, &question.key).await? {
+            self.questions.reused.insert(request.id.clone());
+            let asked = Asked {
+                step: i,
+                span,
+                request,
+                reply,
+            };
+            if asked.request.status == ApprovalStatus::Pending {
+                self.questions.waiting.push(asked);
+            } else {
+                self.deliver(asked)?;
+            }
+            return Ok(());
+        }
+        let now = self.engine.config.clock.now();
+        let request = ApprovalRequest {
+            description: question.description,
+            options: question.options,
+            recommended_option: question.recommended,
+            context: question.context,
+            timeout_s: question.timeout_ms.map(|ms| ms.div_ceil(1000)),
+            deadline: question.timeout_ms.map(|ms| {
+                now + chrono::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX))
+            }),
+            on_expiry: question.on_expiry,
+            question: Some(question.key),
+            ..ApprovalRequest::pending(
+                self.rec.state.head.id.clone(),
+                checkpoint,
+                Some(self.steps[i].id.clone()),
+                question.trigger,
+                question.title,
+                now,
+            )
+        };
+        // Stored with the next commit, before anyone can answer it.
+        self.rec.request_approval(request.clone(), &span)?;
+        self.questions.waiting.push(Asked {
+            step: i,
+            span,
+            request,
+            reply,
+        });
+        Ok(())
+    }
+
+    /// A request of an earlier checkpoint of step `i` with this key whose
+    /// answer no run received.
+    async fn earlier_question(
+        &self,
+        i: usize,
+        current: &rein_protocol::CheckpointId,
+        key: &str,
+    ) -> Result<Option<ApprovalRequest>> {
+        let step = self.steps[i].id.as_str();
+        let candidates: Vec<ApprovalId> = self
+            .rec
+            .state
+            .checkpoints
+            .iter()
+            .filter(|cp| cp.step_id.as_deref() == Some(step) && &cp.id != current)
+            .flat_map(unreceived)
+            .filter(|id| !self.questions.reused.contains(id))
+            .collect();
+        for id in candidates {
+            let request = self.engine.approval(&id).await?;
+            if request.question.as_deref() == Some(key) {
+                return Ok(Some(request));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Hands a settled question's request to its step; `false` when `request`
+    /// is not a question of this run. A delegation keeps it waiting.
+    pub(super) fn answer_question(&mut self, request: &ApprovalRequest) -> Result<bool> {
+        let Some(at) = self
+            .questions
+            .waiting
+            .iter()
+            .position(|a| a.request.id == request.id)
+        else {
+            return Ok(false);
+        };
+        if request.status == ApprovalStatus::Pending {
+            self.questions.waiting[at].request = request.clone();
+            return Ok(true);
+        }
+        let mut asked = self.questions.waiting.swap_remove(at);
+        asked.request = request.clone();
+        self.deliver(asked)?;
+        Ok(true)
+    }
+
+    /// Records that the step received the decision, and gives it to the step.
+    fn deliver(&mut self, asked: Asked) -> Result<()> {
+        self.rec.record(
+            TaskChange::HumanApprovalReceived {
+                request_id: asked.request.id.clone(),
+                status: asked.request.status,
+                response: asked.request.response.clone(),
+            },
+            &asked.span,
+        )?;
+        // A step that stopped listening has ended; its end is recorded anyway.
+        let _ = asked.reply.send(Ok(asked.request));
+        Ok(())
+    }
+
+    /// Withdraws the questions nobody needs any more: those of steps no longer
+    /// running, and those earlier runs of a step left pending once the step has
+    /// ended. With `everything`, all of them (the task was aborted).
+    pub(super) async fn withdraw_questions(&mut self, why: &str, everything: bool) -> Result<()> {
+        if !self.questions.seen {
+            return Ok(());
+        }
+        let (gone, kept): (Vec<Asked>, Vec<Asked>) = std::mem::take(&mut self.questions.waiting)
+            .into_iter()
+            .partition(|a| {
+                everything || !matches!(self.progress[a.step], Progress::Running { .. })
+            });
+        self.questions.waiting = kept;
+        for asked in gone {
+            let revoked = self.engine.revoke(asked.request.clone(), why).await?;
+            self.record_withdrawn(&revoked, &asked.span)?;
+        }
+        // Left by a run that stopped: pending, for a step that has ended.
+        let stale: Vec<ApprovalId> = self
+            .rec
+            .state
+            .checkpoints
+            .iter()
+            .filter(|cp| {
+                everything
+                    || cp
+                        .step_id
+                        .as_deref()
+                        .and_then(|s| self.steps.iter().position(|st| st.id == s))
+                        .is_some_and(|i| ended(&self.progress[i]))
+            })
+            .flat_map(unreceived)
+            .collect();
+        for id in stale {
+            let request = self.engine.approval(&id).await?;
+            let revoked = self.engine.revoke(request, why).await?;
+            let span = SpanRef::child_of(&self.rec.state.head.span_id);
+            self.record_withdrawn(&revoked, &span)?;
+        }
+        Ok(())
+    }
+
+    fn record_withdrawn(&mut self, request: &ApprovalRequest, span: &SpanRef) -> Result<()> {
+        self.rec.record(
+            TaskChange::HumanApprovalReceived {
+                request_id: request.id.clone(),
+                status: request.status,
+                response: request.response.clone(),
+            },
+            span,
+        )
+    }
+
+    /// Whether any checkpoint holds a question no run received the answer of.
+    pub(super) fn unreceived_any(&self) -> bool {
+        self.rec
+            .state
+            .checkpoints
+            .iter()
+            .any(|cp| unreceived(cp).next().is_some())
+    }
+}
+
+/// The questions of a checkpoint whose answer no run received.
+fn unreceived(cp: &rein_protocol::Checkpoint) -> impl Iterator<Item = ApprovalId> + '_ {
+    cp.metadata
+        .get(QUESTIONS)
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(_, status)| status.as_str() == Some(ApprovalStatus::Pending.as_str()))
+        .filter_map(|(id, _)| ApprovalId::parse(id).ok())
+}
+
+fn ended(progress: &Progress) -> bool {
+    matches!(
+        progress,
+        Progress::Completed | Progress::Skipped | Progress::Failed | Progress::DependencyFailed
+    )
+}
