@@ -55,11 +55,25 @@ pub struct Activation {
     pub on_agent_harnesses: Vec<String>,
 }
 
+/// What a plugin's program speaks on its stdin and stdout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginProtocol {
+    /// rein's plugin protocol (`docs/plugin-protocol.md`).
+    #[default]
+    Rein,
+    /// The Agent Client Protocol: the program is an external agent; each
+    /// harness it declares runs attempts as ACP prompt turns.
+    Acp,
+}
+
 /// A plugin's manifest (`plugin.toml`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginManifest {
     pub id: String,
+    #[serde(default)]
+    pub protocol: PluginProtocol,
     #[serde(default)]
     pub name: String,
     #[serde(default)]

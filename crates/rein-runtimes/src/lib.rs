@@ -9,8 +9,10 @@
 //! - [`openai`]: a streaming client of the OpenAI-compatible chat-completions
 //!   API, for the built-in runtime.
 //!
-//! The ACP runtime comes next.
+//! - [`acp`]: external agents that speak the Agent Client Protocol, declared
+//!   by a plugin manifest with `protocol = "acp"`.
 
+pub mod acp;
 pub mod agent;
 pub mod openai;
 pub mod plugin;

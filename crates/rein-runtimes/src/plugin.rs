@@ -26,8 +26,9 @@ use rein_core::harness::{
 use rein_protocol::plugin::{
     AgentEventParams, AuthBootstrap, CREDENTIAL_ERROR, ExecutorParams, HarnessDeclaration,
     InitializeParams, InitializeResult, IsolatedCompletionParams, IsolatedCompletionResult,
-    PLUGIN_PROTOCOL_VERSION, PartialReplyParams, PluginManifest, ResetParams, RunAttemptParams,
-    RunAttemptResult, SESSION_CLEANUP_ERROR, SupportsParams, WireAuth, WireContent,
+    PLUGIN_PROTOCOL_VERSION, PartialReplyParams, PluginManifest, PluginProtocol, ResetParams,
+    RunAttemptParams, RunAttemptResult, SESSION_CLEANUP_ERROR, SupportsParams, WireAuth,
+    WireContent,
 };
 use rein_protocol::{Support, SupportContext, WorkspaceEnvironment};
 use serde_json::{Value, json};
@@ -98,6 +99,26 @@ pub fn load_manifest(path: &Path) -> Result<(PluginManifest, PathBuf), PluginErr
             exec.workspace_directory
         )));
     }
+    if manifest.protocol == PluginProtocol::Acp {
+        if manifest.executor.is_some() {
+            return Err(bad(
+                "an ACP agent (`protocol = \"acp\"`) has no executor controller: remove `[executor]`"
+                    .into(),
+            ));
+        }
+        if let Some(h) = manifest.harnesses.iter().find(|h| h.isolated_completion) {
+            return Err(bad(format!(
+                "harness `{}`: an ACP agent serves no isolated completions: remove `isolated_completion`",
+                h.id
+            )));
+        }
+        if manifest.harnesses.is_empty() {
+            return Err(bad(
+                "an ACP agent must declare the harness id it serves: add [[harnesses]] with an `id`"
+                    .into(),
+            ));
+        }
+    }
     let dir = path
         .parent()
         .map(Path::to_path_buf)
@@ -121,6 +142,19 @@ pub fn register_plugin(
         },
         description: manifest.description.clone(),
     };
+    if manifest.protocol == PluginProtocol::Acp {
+        return registry.load(info, |api| {
+            for decl in &manifest.harnesses {
+                let _ = api.register_agent_harness(Arc::new(crate::acp::AcpHarness::new(
+                    decl.clone(),
+                    manifest.id.clone(),
+                    manifest.command.clone(),
+                    manifest.env.clone(),
+                    dir.clone(),
+                )));
+            }
+        });
+    }
     let process = Arc::new(PluginProcess::new(manifest, dir));
     registry.load(info, |api| {
         for decl in &process.manifest.harnesses {
@@ -623,6 +657,7 @@ impl AgentHarness for PluginHarness {
         Ok(AttemptResult {
             text: result.text,
             stop_reason: result.stop_reason,
+            details: Value::Null,
         })
     }
 

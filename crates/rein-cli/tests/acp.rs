@@ -1,0 +1,179 @@
+//! An external ACP agent (the test agent on the official ACP TypeScript SDK)
+//! serving an agent step from the command line: its permission request is an
+//! approval a person answers from another `rein` process — also after the
+//! runner was killed with SIGKILL while the agent waited.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../../rein-runtimes/tests/common/acp_agent.rs"]
+mod acp_agent;
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use common::{eventually, in_workspace, json, rein, run_ok, task_ids, write_plan};
+
+const PLAN: &str = r#"
+description = "Draft the notes with an external agent"
+
+[[steps]]
+id = "draft"
+kind = "agent"
+prompt = "write notes.md: drafted by the ACP agent"
+runtime = "acp-test"
+"#;
+
+/// The agent's manifest, in `dir`.
+fn manifest(dir: &Path) -> PathBuf {
+    let script = acp_agent::acp_agent_dir().join("agent.mjs");
+    let text = format!(
+        "id = \"test-agent\"\nprotocol = \"acp\"\ncommand = [\"node\", {:?}]\n\n\
+         [env]\nACP_TEST_STATE = {:?}\n\n\
+         [[harnesses]]\nid = \"acp-test\"\nlabel = \"ACP test agent\"\nauto_selection_provider_ids = []\n",
+        script.display().to_string(),
+        dir.join("agent-state").display().to_string()
+    );
+    let path = dir.join("agent-plugin.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The pending approval requests, as `rein approvals list --json` shows them.
+fn pending(data: &Path) -> Vec<serde_json::Value> {
+    let out = run_ok(rein(data).args(["approvals", "list", "--status", "pending", "--json"]));
+    json(&out).as_array().cloned().unwrap_or_default()
+}
+
+fn events_of(data: &Path, task: &str) -> Vec<String> {
+    let out = run_ok(rein(data).args(["tasks", "events", task, "--json"]));
+    json(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+fn draft_output(state: &serde_json::Value) -> serde_json::Value {
+    state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == "draft")
+        .unwrap()["output"]
+        .clone()
+}
+
+#[test]
+fn a_person_answers_the_agents_permission_request_from_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plugin = manifest(dir.path());
+    let plan = write_plan(dir.path(), "acp.toml", PLAN);
+    let runner = rein(&data)
+        .arg("--plugin")
+        .arg(&plugin)
+        .args(["run", "--json"])
+        .arg(&plan)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let request = eventually("the agent asks", || pending(&data).first().cloned());
+    assert_eq!(request["step_id"], "draft");
+    assert_eq!(request["trigger"], "significant_change");
+    assert!(
+        request["title"]
+            .as_str()
+            .unwrap()
+            .contains("Write notes.md"),
+        "{request}"
+    );
+    let id = request["id"].as_str().unwrap();
+    run_ok(rein(&data).args(["approvals", "approve", id, "--option", "allow_once"]));
+    let out = runner.wait_with_output().unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(state["status"], "completed", "{state}");
+    let task = state["id"].as_str().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(in_workspace(&data, task, "notes.md")).unwrap(),
+        "drafted by the ACP agent"
+    );
+    let output = draft_output(&state);
+    assert_eq!(output["selection"]["selected"], "acp-test");
+    assert_eq!(output["permissions"][0]["option"], "opt-allow");
+    assert_eq!(output["side_effects"][0]["capture"], "callback");
+    let events = events_of(&data, task);
+    for kind in [
+        "runtime_selected",
+        "human_approval_requested",
+        "human_approval_received",
+    ] {
+        assert!(events.iter().any(|e| e == kind), "{kind} in {events:?}");
+    }
+}
+
+#[test]
+fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plugin = manifest(dir.path());
+    let plan = write_plan(dir.path(), "acp.toml", PLAN);
+    let mut runner = rein(&data)
+        .arg("--plugin")
+        .arg(&plugin)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let request = eventually("the agent asks", || pending(&data).first().cloned());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    runner.wait().unwrap();
+    let task = task_ids(&data).first().cloned().unwrap();
+    // The question outlives the runner, and is answered while nobody runs the task.
+    let id = request["id"].as_str().unwrap();
+    let shown = json(&run_ok(rein(&data).args([
+        "approvals",
+        "show",
+        id,
+        "--json",
+    ])));
+    assert_eq!(shown["status"], "pending");
+    run_ok(rein(&data).args(["approvals", "deny", id, "--reason", "not today"]));
+    // Resumed: the agent starts again and asks the same question; the answer
+    // given meanwhile is the one it gets. No second request.
+    let state = json(&run_ok(
+        rein(&data)
+            .arg("--plugin")
+            .arg(&plugin)
+            .args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let output = draft_output(&state);
+    assert_eq!(output["permissions"][0]["decision"], "denied");
+    assert_eq!(output["permissions"][0]["option"], "opt-reject");
+    assert!(
+        output["text"]
+            .as_str()
+            .unwrap()
+            .contains("Not allowed to write notes.md"),
+        "{output}"
+    );
+    assert!(!in_workspace(&data, &task, "notes.md").exists());
+    let all = json(&run_ok(rein(&data).args([
+        "approvals",
+        "list",
+        "--status",
+        "all",
+        "--json",
+    ])));
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+}

@@ -1,0 +1,848 @@
+//! The ACP runtime: an external agent that speaks the Agent Client Protocol
+//! over its stdin and stdout, with rein as the client.
+//!
+//! An attempt starts the agent, `initialize`s it (rein offers the
+//! `fs/read_text_file` and `fs/write_text_file` callbacks, confined to the
+//! task's workspace), opens a session — `session/load` of the one an earlier
+//! attempt of the same rein session opened, when the agent can load sessions —
+//! and sends the prompt as one `session/prompt` turn.
+//!
+//! - `session/update` notifications become the attempt's events: message
+//!   chunks its partial reply, everything else an agent event.
+//! - `session/request_permission` becomes a question to a person (an approval
+//!   request of the running step); the decision goes back as the ACP outcome:
+//!   approve with an option → that option, approve without one → `allow_once`,
+//!   deny or expiry → `reject_once`, skip → `cancelled`.
+//! - Cancelling the attempt sends `session/cancel`, answers open permission
+//!   requests `cancelled`, and gives the agent a moment to end its turn before
+//!   it is killed (its whole process group).
+//!
+//! What the agent does by itself (its own edits and commands) rein cannot see:
+//! those side effects are recorded as `unsupported`. Writes made through rein's
+//! `fs/write_text_file` callback are rein's own record (`callback`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, ClientCapabilities, ContentBlock, FileSystemCapabilities,
+    InitializeRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, ReadTextFileRequest,
+    ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate,
+    StopReason, TextContent, WriteTextFileRequest, WriteTextFileResponse,
+};
+use agent_client_protocol::{Agent, ByteStreams, Client, Responder};
+use async_trait::async_trait;
+use rein_core::executor::{Asker, Question};
+use rein_core::harness::{AgentHarness, AttemptEvent, AttemptParams, AttemptResult, HarnessError};
+use rein_protocol::plugin::{AuthBootstrap, HarnessDeclaration};
+use rein_protocol::{
+    ApprovalContext, ApprovalStatus, Decision, Support, SupportContext, Trigger,
+    WorkspaceEnvironment,
+};
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+/// How long the agent has to answer `initialize` and open a session.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the agent has to end its turn after `session/cancel`.
+const CANCEL_GRACE: Duration = Duration::from_secs(3);
+/// How much of the end of the agent's stderr an error quotes.
+const STDERR_TAIL: usize = 2048;
+/// The most agent events one attempt reports (the rest are counted).
+const MAX_EVENTS: usize = 1000;
+
+/// One harness served by an external ACP agent.
+pub struct AcpHarness {
+    decl: HarnessDeclaration,
+    plugin: String,
+    command: Vec<String>,
+    env: BTreeMap<String, String>,
+    dir: PathBuf,
+    /// The agent's native session ids by rein session key, for `session/load`.
+    sessions: Mutex<HashMap<String, String>>,
+}
+
+impl std::fmt::Debug for AcpHarness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcpHarness")
+            .field("id", &self.decl.id)
+            .field("plugin", &self.plugin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AcpHarness {
+    /// The harness `decl` of the plugin `plugin`, whose agent is `command`
+    /// (a relative program path, and the agent's working directory, are `dir`).
+    pub fn new(
+        decl: HarnessDeclaration,
+        plugin: String,
+        command: Vec<String>,
+        env: BTreeMap<String, String>,
+        dir: PathBuf,
+    ) -> AcpHarness {
+        AcpHarness {
+            decl,
+            plugin,
+            command,
+            env,
+            dir,
+            sessions: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn failed(&self, message: impl Into<String>) -> HarnessError {
+        HarnessError::Failed {
+            harness: self.decl.id.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// Starts the agent in its own process group.
+    fn spawn(&self) -> Result<AgentProcess, HarnessError> {
+        let program = self.command.first().map(String::as_str).unwrap_or_default();
+        let path = if program.contains('/') && !Path::new(program).is_absolute() {
+            self.dir.join(program)
+        } else {
+            PathBuf::from(program)
+        };
+        let mut child = tokio::process::Command::new(&path)
+            .args(self.command.get(1..).unwrap_or_default())
+            .envs(&self.env)
+            .current_dir(&self.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                self.failed(format!(
+                    "the ACP agent of plugin `{}` cannot be started ({}): {e}",
+                    self.plugin,
+                    path.display()
+                ))
+            })?;
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        if let Some(mut pipe) = child.stderr.take() {
+            let tail = Arc::clone(&stderr);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut t) = tail.lock() {
+                        t.extend_from_slice(&buf[..n]);
+                        let excess = t.len().saturating_sub(STDERR_TAIL);
+                        t.drain(..excess);
+                    }
+                }
+            });
+        }
+        Ok(AgentProcess { child, stderr })
+    }
+}
+
+/// The agent's process: its whole group is killed when this is dropped.
+struct AgentProcess {
+    child: tokio::process::Child,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl AgentProcess {
+    /// The end of what the agent wrote to stderr, for an error message.
+    fn stderr_tail(&self) -> String {
+        let tail = self
+            .stderr
+            .lock()
+            .map(|t| String::from_utf8_lossy(&t).trim().to_owned())
+            .unwrap_or_default();
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; its stderr ends: {tail}")
+        }
+    }
+
+    /// How the process ended, if it has.
+    fn exit(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(status.to_string()),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// The longest line an agent may send.
+const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// Passes on the agent's stdout line by line while each line is JSON; at the
+/// first line that is not (or is too long), the stream ends there and the line
+/// is kept for the error message.
+fn guard_lines(
+    stdout: tokio::process::ChildStdout,
+) -> (tokio::io::DuplexStream, Arc<Mutex<Option<String>>>) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let (mut tx, rx) = tokio::io::duplex(64 * 1024);
+    let garbage: Arc<Mutex<Option<String>>> = Arc::default();
+    let seen = Arc::clone(&garbage);
+    tokio::spawn(async move {
+        let mut reader = tokio::io::BufReader::new(stdout);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut reader)
+                .take(MAX_LINE as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .await
+            {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let text = String::from_utf8_lossy(&line);
+            let trimmed = text.trim();
+            if trimmed.is_empty() {
+                continue;
+            }
+            if line.len() > MAX_LINE
+                || serde_json::from_str::<serde::de::IgnoredAny>(trimmed).is_err()
+            {
+                let shown: String = trimmed.chars().take(200).collect();
+                if let Ok(mut g) = seen.lock() {
+                    *g = Some(shown);
+                }
+                break;
+            }
+            if tx.write_all(&line).await.is_err() {
+                break;
+            }
+            if !line.ends_with(b"\n") && tx.write_all(b"\n").await.is_err() {
+                break;
+            }
+        }
+        let _ = tx.shutdown().await;
+    });
+    (rx, garbage)
+}
+
+/// What one prompt turn reported.
+#[derive(Debug, Default)]
+struct Turn {
+    text: String,
+    events: usize,
+    /// Tool calls by id, their fields merged as updates came.
+    tool_calls: BTreeMap<String, Value>,
+    /// Permission questions and what was answered.
+    permissions: Vec<Value>,
+    /// Writes the agent made through rein's callback.
+    callbacks: Vec<Value>,
+}
+
+type Shared = Arc<Mutex<Turn>>;
+
+fn with<T>(turn: &Shared, f: impl FnOnce(&mut Turn) -> T) -> Option<T> {
+    turn.lock().ok().map(|mut t| f(&mut t))
+}
+
+/// A `session/update`, recorded and passed on as the attempt's event.
+fn on_update(turn: &Shared, events: &mpsc::UnboundedSender<AttemptEvent>, update: SessionUpdate) {
+    if let SessionUpdate::AgentMessageChunk(chunk) = &update {
+        if let ContentBlock::Text(t) = &chunk.content {
+            with(turn, |turn| turn.text.push_str(&t.text));
+            let _ = events.send(AttemptEvent::PartialReply(t.text.clone()));
+        }
+        return;
+    }
+    let value = serde_json::to_value(&update).unwrap_or(Value::Null);
+    if matches!(
+        update,
+        SessionUpdate::ToolCall(_) | SessionUpdate::ToolCallUpdate(_)
+    ) && let Some(id) = value.get("toolCallId").and_then(Value::as_str)
+    {
+        with(turn, |turn| {
+            let call = turn
+                .tool_calls
+                .entry(id.to_owned())
+                .or_insert_with(|| json!({ "toolCallId": id }));
+            if let (Some(call), Some(fields)) = (call.as_object_mut(), value.as_object()) {
+                for (k, v) in fields {
+                    if k != "sessionUpdate" && !v.is_null() {
+                        call.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        });
+    }
+    let send = with(turn, |turn| {
+        turn.events += 1;
+        turn.events <= MAX_EVENTS
+    });
+    if send == Some(true) {
+        let _ = events.send(AttemptEvent::Agent(value));
+    }
+}
+
+/// How the turn ended, seen from the connection.
+struct Ended {
+    stop_reason: StopReason,
+    session_id: String,
+}
+
+type PermissionAsk = (
+    RequestPermissionRequest,
+    Responder<RequestPermissionResponse, agent_client_protocol::V1>,
+);
+
+#[async_trait]
+impl AgentHarness for AcpHarness {
+    fn id(&self) -> &str {
+        &self.decl.id
+    }
+
+    fn label(&self) -> &str {
+        &self.decl.label
+    }
+
+    /// An ACP agent serves whatever route it is chosen for: which providers
+    /// `auto` may choose it for is the manifest's
+    /// `auto_selection_provider_ids`.
+    async fn supports(&self, ctx: &SupportContext) -> Support {
+        Support::Supported {
+            priority: 0,
+            reason: Some(format!(
+                "ACP agent of plugin `{}` (provider `{}`)",
+                self.plugin, ctx.provider
+            )),
+        }
+    }
+
+    fn auto_selection_provider_ids(&self) -> Option<Vec<String>> {
+        self.decl.auto_selection_provider_ids.clone()
+    }
+
+    fn auth_bootstrap_harness(&self) -> bool {
+        self.decl.auth_bootstrap == AuthBootstrap::Harness
+    }
+
+    fn workspace_environment(&self) -> Option<WorkspaceEnvironment> {
+        self.decl.workspace_environment.clone()
+    }
+
+    fn delegated_execution_plugin_ids(&self) -> Vec<String> {
+        self.decl.delegated_execution_plugin_ids.clone()
+    }
+
+    async fn run_attempt(&self, params: AttemptParams) -> Result<AttemptResult, HarnessError> {
+        let workspace = std::path::absolute(&params.workspace)
+            .map_err(|e| self.failed(format!("the workspace has no absolute path: {e}")))?;
+        let mut process = self.spawn()?;
+        let (Some(stdin), Some(stdout)) = (process.child.stdin.take(), process.child.stdout.take())
+        else {
+            return Err(self.failed("the ACP agent's stdio could not be opened"));
+        };
+        let (lines, garbage) = guard_lines(stdout);
+        let transport = ByteStreams::new(stdin.compat_write(), lines.compat());
+        let turn: Shared = Arc::default();
+        let (asks_tx, asks) = mpsc::unbounded_channel::<PermissionAsk>();
+        let known = self
+            .sessions
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&params.session_key).cloned());
+        let cancel = params.cancel.clone();
+        let connection =
+            Client
+                .v1()
+                .on_receive_notification(
+                    {
+                        let turn = Arc::clone(&turn);
+                        let events = params.events.clone();
+                        async move |n: SessionNotification, _cx| {
+                            on_update(&turn, &events, n.update);
+                            Ok(())
+                        }
+                    },
+                    agent_client_protocol::on_receive_notification!(),
+                )
+                .on_receive_request(
+                    // Answered by the turn's own loop, which can wait for a person
+                    // without holding up the connection.
+                    async move |request: RequestPermissionRequest, responder, _cx| {
+                        if let Err(tokio::sync::mpsc::error::SendError((_, responder))) =
+                            asks_tx.send((request, responder))
+                        {
+                            return responder.respond(RequestPermissionResponse::new(
+                                RequestPermissionOutcome::Cancelled,
+                            ));
+                        }
+                        Ok(())
+                    },
+                    agent_client_protocol::on_receive_request!(),
+                )
+                .on_receive_request(
+                    {
+                        let turn = Arc::clone(&turn);
+                        let workspace = workspace.clone();
+                        async move |request: WriteTextFileRequest, responder, _cx| {
+                            match write_text_file(&workspace, &request.path, &request.content) {
+                                Ok(()) => {
+                                    let path = request.path.display().to_string();
+                                    with(&turn, |t| {
+                                        t.callbacks.push(json!({
+                                            "what": "write_file",
+                                            "path": path,
+                                            "bytes": request.content.len(),
+                                            "capture": "callback",
+                                            "via": "fs/write_text_file",
+                                        }));
+                                    });
+                                    responder.respond(WriteTextFileResponse::new())
+                                }
+                                Err(e) => responder.respond_with_error(
+                                    agent_client_protocol::Error::invalid_params().data(e),
+                                ),
+                            }
+                        }
+                    },
+                    agent_client_protocol::on_receive_request!(),
+                )
+                .on_receive_request(
+                    {
+                        let workspace = workspace.clone();
+                        async move |request: ReadTextFileRequest, responder, _cx| {
+                            match read_text_file(
+                                &workspace,
+                                &request.path,
+                                request.line,
+                                request.limit,
+                            ) {
+                                Ok(content) => {
+                                    responder.respond(ReadTextFileResponse::new(content))
+                                }
+                                Err(e) => responder.respond_with_error(
+                                    agent_client_protocol::Error::invalid_params().data(e),
+                                ),
+                            }
+                        }
+                    },
+                    agent_client_protocol::on_receive_request!(),
+                )
+                .connect_with(transport, {
+                    let turn = Arc::clone(&turn);
+                    let prompt = params.prompt.clone();
+                    let asker = params.asker.clone();
+                    let cancel = cancel.clone();
+                    let agent = self.decl.id.clone();
+                    async move |conn: ConnectionTo<Agent>| {
+                        prompt_turn(
+                            conn, workspace, known, prompt, asks, asker, cancel, turn, agent,
+                        )
+                        .await
+                    }
+                });
+        let deadline_ms = u64::try_from(params.deadline.as_millis()).unwrap_or(u64::MAX);
+        let ended = tokio::select! {
+            ended = connection => ended,
+            () = tokio::time::sleep(params.deadline) => {
+                return Err(HarnessError::TimedOut { harness: self.decl.id.clone(), ms: deadline_ms });
+            }
+            () = async { cancel.cancelled().await; tokio::time::sleep(CANCEL_GRACE).await } => {
+                return Err(HarnessError::Cancelled);
+            }
+        };
+        let ended = match ended {
+            Ok(ended) => ended,
+            Err(e) => {
+                // Give a dying agent a moment, so that its exit status is known.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let exit = process
+                    .exit()
+                    .map(|s| format!(" (the agent exited: {s})"))
+                    .unwrap_or_default();
+                let why = match garbage.lock().ok().and_then(|g| g.clone()) {
+                    Some(line) => format!(
+                        "it wrote a line that is not JSON-RPC, so rein stopped it: `{line}`"
+                    ),
+                    None => describe(&e),
+                };
+                return Err(self.failed(format!(
+                    "ACP agent of plugin `{}`: {why}{exit}{}",
+                    self.plugin,
+                    process.stderr_tail()
+                )));
+            }
+        };
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.insert(params.session_key.clone(), ended.session_id.clone());
+        }
+        let details = with(&turn, |t| details(t, &self.plugin, &ended)).unwrap_or(Value::Null);
+        let text = with(&turn, |t| t.text.clone()).unwrap_or_default();
+        let stop_reason = stop_name(ended.stop_reason);
+        match ended.stop_reason {
+            StopReason::EndTurn => Ok(AttemptResult {
+                text,
+                stop_reason,
+                details,
+            }),
+            StopReason::Cancelled => Err(HarnessError::Cancelled),
+            _ => Err(self.failed(format!("the agent stopped its turn: {stop_reason}"))),
+        }
+    }
+}
+
+/// Initialize, open (or load) the session, and run the prompt turn, answering
+/// permission requests as they come.
+#[allow(clippy::too_many_arguments)]
+async fn prompt_turn(
+    conn: ConnectionTo<Agent>,
+    workspace: PathBuf,
+    known: Option<String>,
+    prompt: String,
+    mut asks: mpsc::UnboundedReceiver<PermissionAsk>,
+    asker: Option<Asker>,
+    cancel: tokio_util::sync::CancellationToken,
+    turn: Shared,
+    agent: String,
+) -> Result<Ended, agent_client_protocol::Error> {
+    let setup = |what: &str| {
+        agent_client_protocol::Error::new(
+            -32000,
+            format!(
+                "the agent did not answer {what} within {} ms",
+                SETUP_TIMEOUT.as_millis()
+            ),
+        )
+    };
+    let init = conn
+        .send_request(
+            InitializeRequest::new(agent_client_protocol::schema::ProtocolVersion::V1)
+                .client_capabilities(
+                    ClientCapabilities::new().fs(FileSystemCapabilities::new()
+                        .read_text_file(true)
+                        .write_text_file(true)),
+                ),
+        )
+        .block_task();
+    let init = tokio::time::timeout(SETUP_TIMEOUT, init)
+        .await
+        .map_err(|_| setup("initialize"))??;
+    let loaded = match known {
+        Some(id) if init.agent_capabilities.load_session => conn
+            .send_request(LoadSessionRequest::new(id.clone(), workspace.clone()))
+            .block_task()
+            .await
+            .ok()
+            .map(|_| id),
+        _ => None,
+    };
+    let session_id = match loaded {
+        Some(id) => id,
+        None => tokio::time::timeout(
+            SETUP_TIMEOUT,
+            conn.send_request(NewSessionRequest::new(workspace))
+                .block_task(),
+        )
+        .await
+        .map_err(|_| setup("session/new"))??
+        .session_id
+        .to_string(),
+    };
+    let mut answer = Box::pin(
+        conn.send_request(PromptRequest::new(
+            session_id.clone(),
+            vec![ContentBlock::Text(TextContent::new(prompt))],
+        ))
+        .block_task(),
+    );
+    let mut cancelling = false;
+    loop {
+        tokio::select! {
+            response = &mut answer => {
+                return Ok(Ended { stop_reason: response?.stop_reason, session_id });
+            }
+            Some((request, responder)) = asks.recv() => {
+                let outcome = if cancelling {
+                    RequestPermissionOutcome::Cancelled
+                } else {
+                    tokio::select! {
+                        o = decide(asker.as_ref(), &request, &turn, &agent) => o,
+                        () = cancel.cancelled() => {
+                            cancelling = true;
+                            conn.send_notification(CancelNotification::new(session_id.clone()))?;
+                            RequestPermissionOutcome::Cancelled
+                        }
+                    }
+                };
+                responder.respond(RequestPermissionResponse::new(outcome))?;
+            }
+            () = cancel.cancelled(), if !cancelling => {
+                cancelling = true;
+                conn.send_notification(CancelNotification::new(session_id.clone()))?;
+            }
+        }
+    }
+}
+
+/// Puts a permission request to a person and turns the decision into the ACP
+/// outcome. Without anyone to ask, the request is refused.
+async fn decide(
+    asker: Option<&Asker>,
+    request: &RequestPermissionRequest,
+    turn: &Shared,
+    agent: &str,
+) -> RequestPermissionOutcome {
+    let wire = serde_json::to_value(request).unwrap_or(Value::Null);
+    let call = &wire["toolCall"];
+    let options: Vec<(String, String)> = wire["options"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| {
+            Some((
+                o["optionId"].as_str()?.to_owned(),
+                o["kind"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    let question = question_of(call, &options, agent);
+    let (status, selected, who) = match asker {
+        Some(asker) => match asker.ask(question.clone()).await {
+            Ok(settled) => {
+                let response = settled.response.clone();
+                let effective = match settled.status {
+                    ApprovalStatus::Expired => settled.on_expiry.status(),
+                    s => s,
+                };
+                (
+                    effective,
+                    response.as_ref().and_then(|r| r.selected_option.clone()),
+                    response.map_or_else(|| "system:deadline".to_owned(), |r| r.decided_by),
+                )
+            }
+            Err(e) => (ApprovalStatus::Denied, None, format!("nobody ({e})")),
+        },
+        None => (
+            ApprovalStatus::Denied,
+            None,
+            "nobody (no person can be asked here)".to_owned(),
+        ),
+    };
+    let pick = |kinds: &[&str]| {
+        kinds
+            .iter()
+            .find_map(|k| options.iter().find(|(_, kind)| kind == k))
+            .map(|(id, _)| id.clone())
+    };
+    let chosen = match status {
+        ApprovalStatus::Approved => selected
+            .as_deref()
+            .and_then(|kind| pick(&[kind]))
+            .or_else(|| pick(&["allow_once", "allow_always"])),
+        ApprovalStatus::Denied | ApprovalStatus::Expired => pick(&["reject_once", "reject_always"]),
+        ApprovalStatus::Skipped | ApprovalStatus::Pending => None,
+    };
+    with(turn, |t| {
+        t.permissions.push(json!({
+            "tool_call": call.get("toolCallId"),
+            "title": question.title,
+            "decision": status,
+            "decided_by": who,
+            "option": chosen,
+        }));
+    });
+    match chosen {
+        Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
+        None => RequestPermissionOutcome::Cancelled,
+    }
+}
+
+/// The question a permission request puts to a person. Its key names the tool
+/// call by what it does, not by its id, so that the same request from a
+/// restarted agent is the same question.
+fn question_of(call: &Value, options: &[(String, String)], agent: &str) -> Question {
+    let title = call["title"].as_str().unwrap_or("use a tool").to_owned();
+    let kind = call["kind"].as_str().unwrap_or("other");
+    let trigger = match kind {
+        "delete" | "move" => Trigger::DestructiveAction,
+        "edit" => Trigger::SignificantChange,
+        "execute" => Trigger::SuspiciousCommand,
+        "fetch" => Trigger::ExternalNetworkCall,
+        _ => Trigger::PermissionDenied,
+    };
+    let locations: Vec<String> = call["locations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["path"].as_str().map(str::to_owned))
+        .collect();
+    let raw = call.get("rawInput").filter(|v| !v.is_null());
+    let mut kinds: Vec<String> = Vec::new();
+    for (_, k) in options {
+        if !kinds.contains(k) {
+            kinds.push(k.clone());
+        }
+    }
+    let key = json!({ "title": title, "kind": kind, "locations": locations, "rawInput": raw });
+    Question {
+        key: format!("acp:{agent}:{key}"),
+        trigger,
+        title: format!("Agent `{agent}` asks permission to: {title}"),
+        description: format!(
+            "The ACP agent `{agent}` asks before a `{kind}` tool call{}{}. \
+             Approve with an option ({}) to answer it; deny rejects it once; skip cancels the agent's turn.",
+            if locations.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", locations.join(", "))
+            },
+            raw.map(|r| format!(" with input {r}")).unwrap_or_default(),
+            kinds.join(", ")
+        ),
+        recommended: None,
+        options: kinds,
+        context: ApprovalContext {
+            command: raw
+                .and_then(|r| r.get("command"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            file_path: locations.first().cloned(),
+            changes: locations.clone(),
+            risk_assessment: Some(format!("{kind} tool call of an external agent")),
+        },
+        timeout_ms: None,
+        on_expiry: Decision::Deny,
+    }
+}
+
+/// The attempt's account: tool calls, permission answers, and side effects —
+/// `callback` for writes through rein, `unsupported` for what the agent did
+/// by itself.
+fn details(turn: &Turn, plugin: &str, ended: &Ended) -> Value {
+    let mut side_effects: Vec<Value> = turn.callbacks.clone();
+    let written: Vec<&str> = turn
+        .callbacks
+        .iter()
+        .filter_map(|c| c["path"].as_str())
+        .collect();
+    for call in turn.tool_calls.values() {
+        let kind = call["kind"].as_str().unwrap_or("other");
+        if matches!(kind, "read" | "search" | "think") {
+            continue;
+        }
+        let locations: Vec<&str> = call["locations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["path"].as_str())
+            .collect();
+        // An edit whose every file came through rein's callback is on rein's
+        // record; anything else the agent did by itself.
+        let through_rein = kind == "edit"
+            && !locations.is_empty()
+            && locations.iter().all(|p| written.contains(p));
+        side_effects.push(json!({
+            "what": kind,
+            "tool_call": call["toolCallId"],
+            "title": call["title"],
+            "status": call["status"],
+            "locations": locations,
+            "capture": if through_rein { "callback" } else { "unsupported" },
+        }));
+    }
+    json!({
+        "runtime": "acp",
+        "plugin": plugin,
+        "session_id": ended.session_id,
+        "stop_reason": stop_name(ended.stop_reason),
+        "tool_calls": turn.tool_calls.values().collect::<Vec<_>>(),
+        "permissions": turn.permissions,
+        "side_effects": side_effects,
+        "events": turn.events,
+    })
+}
+
+fn stop_name(reason: StopReason) -> String {
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| format!("{reason:?}"))
+}
+
+/// What went wrong on the connection, in words.
+fn describe(e: &agent_client_protocol::Error) -> String {
+    let data = e
+        .data
+        .as_ref()
+        .map(|d| format!(" ({d})"))
+        .unwrap_or_default();
+    format!("{}{data}", e.message)
+}
+
+/// `fs/write_text_file`: inside the workspace only.
+fn write_text_file(workspace: &Path, path: &Path, content: &str) -> Result<(), String> {
+    let target = inside(workspace, path)?;
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    std::fs::write(&target, content).map_err(|e| format!("cannot write {}: {e}", target.display()))
+}
+
+/// `fs/read_text_file`: inside the workspace only; `line` (1-based) and
+/// `limit` select lines.
+fn read_text_file(
+    workspace: &Path,
+    path: &Path,
+    line: Option<u32>,
+    limit: Option<u32>,
+) -> Result<String, String> {
+    let target = inside(workspace, path)?;
+    let text = std::fs::read_to_string(&target)
+        .map_err(|e| format!("cannot read {}: {e}", target.display()))?;
+    if line.is_none() && limit.is_none() {
+        return Ok(text);
+    }
+    let skip = line.map_or(0, |l| l.saturating_sub(1) as usize);
+    let take = limit.map_or(usize::MAX, |l| l as usize);
+    Ok(text
+        .lines()
+        .skip(skip)
+        .take(take)
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// An absolute path the agent gave, if it lies in the workspace.
+fn inside(workspace: &Path, path: &Path) -> Result<PathBuf, String> {
+    let relative = if path.is_absolute() {
+        path.strip_prefix(workspace).map_err(|_| {
+            format!(
+                "{} is outside the task's workspace {}",
+                path.display(),
+                workspace.display()
+            )
+        })?
+    } else {
+        path
+    };
+    rein_sandbox::resolve(workspace, &relative.to_string_lossy()).map_err(|e| e.to_string())
+}

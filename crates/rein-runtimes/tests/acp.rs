@@ -1,0 +1,566 @@
+//! The ACP runtime against real ACP agent processes: a small agent on the
+//! official ACP TypeScript SDK (`tests/acp/agent.mjs`, its package installed
+//! by `.ci/run` with `npm ci`) that streams updates, asks permission and edits
+//! a file — and agents that crash, hang or talk nonsense
+//! (`tests/acp/misbehave.py`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rein_core::executor::{Ask, Asker};
+use rein_core::harness::{
+    AttemptEvent, AttemptParams, AttemptResult, HarnessError, HarnessRegistry,
+};
+use rein_protocol::{ApprovalRequest, ApprovalResponse, CheckpointId, Decision, TaskId};
+use rein_runtimes::{load_manifest, register_plugin};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+#[path = "common/acp_agent.rs"]
+mod acp_agent;
+
+fn agent_dir() -> PathBuf {
+    acp_agent::acp_agent_dir()
+}
+
+/// A manifest for an ACP agent run as `command`, with `env`.
+fn manifest(dir: &Path, command: &[String], env: &[(&str, &str)]) -> PathBuf {
+    let quoted: Vec<String> = command.iter().map(|c| format!("{c:?}")).collect();
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k} = {v:?}")).collect();
+    let text = format!(
+        "id = \"test-agent\"\nprotocol = \"acp\"\ncommand = [{}]\n\n[env]\n{}\n\n\
+         [[harnesses]]\nid = \"acp-test\"\nlabel = \"ACP test agent\"\nauto_selection_provider_ids = []\n",
+        quoted.join(", "),
+        env.join("\n")
+    );
+    let path = dir.join("agent.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn sdk_agent(dir: &Path, env: &[(&str, &str)]) -> HarnessRegistry {
+    let script = agent_dir().join("agent.mjs").display().to_string();
+    let state = dir.join("agent-state").display().to_string();
+    let mut env = env.to_vec();
+    env.push(("ACP_TEST_STATE", &state));
+    registry(&manifest(dir, &["node".into(), script], &env))
+}
+
+fn misbehaving(dir: &Path, mode: &str) -> HarnessRegistry {
+    let script = agent_dir().join("misbehave.py").display().to_string();
+    registry(&manifest(
+        dir,
+        &["python3".into(), script, mode.into()],
+        &[],
+    ))
+}
+
+fn registry(path: &Path) -> HarnessRegistry {
+    let mut registry = HarnessRegistry::new(1);
+    let (m, dir) = load_manifest(path).unwrap();
+    assert!(register_plugin(&mut registry, m, dir).is_empty());
+    registry
+}
+
+/// A person who answers every question with `decision` (and `option`), and
+/// the questions they were asked.
+fn person(
+    decision: Decision,
+    option: Option<&str>,
+) -> (Asker, tokio::task::JoinHandle<Vec<ApprovalRequest>>) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Ask>();
+    let option = option.map(str::to_owned);
+    let answers = tokio::spawn(async move {
+        let mut asked = Vec::new();
+        while let Some(ask) = rx.recv().await {
+            let q = ask.question;
+            let mut request = ApprovalRequest {
+                description: q.description,
+                options: q.options,
+                question: Some(q.key),
+                ..ApprovalRequest::pending(
+                    TaskId::new(),
+                    CheckpointId::new(),
+                    Some("draft".into()),
+                    q.trigger,
+                    q.title,
+                    chrono::Utc::now(),
+                )
+            };
+            asked.push(request.clone());
+            request.status = decision.status();
+            request.response = Some(ApprovalResponse {
+                request_id: request.id.clone(),
+                decision,
+                selected_option: option.clone(),
+                reason: None,
+                decided_by: "alice".into(),
+                delegate_to: None,
+                decided_at: chrono::Utc::now(),
+            });
+            let _ = ask.reply.send(Ok(request));
+        }
+        asked
+    });
+    (Asker::new(0, tx), answers)
+}
+
+struct Attempt {
+    result: Result<AttemptResult, HarnessError>,
+    events: Vec<AttemptEvent>,
+}
+
+async fn attempt(
+    registry: &HarnessRegistry,
+    workspace: &Path,
+    prompt: &str,
+    asker: Option<Asker>,
+    cancel: CancellationToken,
+    deadline: Duration,
+) -> Attempt {
+    let harness = &registry.get("acp-test").unwrap().harness;
+    let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let result = harness
+        .run_attempt(AttemptParams {
+            attempt_id: "task.draft.1".into(),
+            prompt: prompt.into(),
+            tools: Vec::new(),
+            session_key: "task-1".into(),
+            workspace: workspace.to_path_buf(),
+            deadline,
+            cancel,
+            events,
+            asker,
+        })
+        .await;
+    let mut seen = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        seen.push(e);
+    }
+    Attempt {
+        result,
+        events: seen,
+    }
+}
+
+fn workspace(dir: &Path) -> PathBuf {
+    let ws = dir.join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    ws
+}
+
+fn agent_updates(events: &[AttemptEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AttemptEvent::Agent(v) => v["sessionUpdate"].as_str().map(str::to_owned),
+            AttemptEvent::PartialReply(_) => None,
+        })
+        .collect()
+}
+
+fn side_effects(details: &Value) -> Vec<(String, String)> {
+    details["side_effects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["what"].as_str().unwrap().to_owned(),
+                s["capture"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+const LONG: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_streams_asks_permission_and_edits_through_reins_callback() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[]);
+    let (asker, asked) = person(Decision::Approve, Some("allow_once"));
+    let run = attempt(
+        &registry,
+        &ws,
+        "write notes.md: release notes for 1.2",
+        Some(asker),
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    let result = run.result.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.md")).unwrap(),
+        "release notes for 1.2"
+    );
+    assert_eq!(result.stop_reason, "end_turn");
+    assert_eq!(
+        result.text,
+        "Working on it. Wrote notes.md (21 bytes, opt-allow)."
+    );
+    // Streamed: message chunks as partial replies, the rest as agent events.
+    let partial: String = run
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            AttemptEvent::PartialReply(t) => Some(t.as_str()),
+            AttemptEvent::Agent(_) => None,
+        })
+        .collect();
+    assert_eq!(partial, result.text);
+    assert_eq!(
+        agent_updates(&run.events),
+        ["plan", "tool_call", "tool_call_update", "tool_call_update"]
+    );
+    // The question a person got: the tool call, with the ACP option kinds.
+    let asked = asked_questions(asked).await;
+    assert_eq!(asked.len(), 1);
+    assert_eq!(
+        asked[0].options,
+        ["allow_once", "allow_always", "reject_once", "reject_always"]
+    );
+    assert!(
+        asked[0].title.contains("Write notes.md"),
+        "{}",
+        asked[0].title
+    );
+    assert_eq!(asked[0].trigger, rein_protocol::Trigger::SignificantChange);
+    // The decision that went back, and the side effects on record: the write
+    // came through rein's callback, so the edit is rein's record.
+    let details = result.details;
+    assert_eq!(details["permissions"][0]["option"], "opt-allow");
+    assert_eq!(details["permissions"][0]["decided_by"], "alice");
+    assert_eq!(details["tool_calls"][0]["status"], "completed");
+    assert_eq!(
+        side_effects(&details),
+        [
+            ("write_file".to_owned(), "callback".to_owned()),
+            ("edit".to_owned(), "callback".to_owned())
+        ]
+    );
+}
+
+async fn asked_questions(
+    asked: tokio::task::JoinHandle<Vec<ApprovalRequest>>,
+) -> Vec<ApprovalRequest> {
+    // The harness dropped its asker: the person's loop ends.
+    asked.await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_agent_writes_by_itself_is_recorded_as_unsupported() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[("ACP_TEST_WRITE", "native")]);
+    let (asker, _) = person(Decision::Approve, None);
+    let run = attempt(
+        &registry,
+        &ws,
+        "write notes.md: by itself",
+        Some(asker),
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    let result = run.result.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("notes.md")).unwrap(),
+        "by itself"
+    );
+    // Approve without an option is allow_once.
+    assert_eq!(result.details["permissions"][0]["option"], "opt-allow");
+    assert_eq!(
+        side_effects(&result.details),
+        [("edit".to_owned(), "unsupported".to_owned())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_goes_back_as_reject_once_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[]);
+    let (asker, _) = person(Decision::Deny, None);
+    let run = attempt(
+        &registry,
+        &ws,
+        "write notes.md: nope",
+        Some(asker),
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    let result = run.result.unwrap();
+    assert!(!ws.join("notes.md").exists());
+    assert!(
+        result
+            .text
+            .ends_with("Not allowed to write notes.md (opt-reject)."),
+        "{}",
+        result.text
+    );
+    assert_eq!(result.details["permissions"][0]["decision"], "denied");
+    assert_eq!(result.details["tool_calls"][0]["status"], "failed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chosen_option_goes_back_as_that_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[]);
+    let (asker, _) = person(Decision::Approve, Some("reject_always"));
+    let run = attempt(
+        &registry,
+        &ws,
+        "write notes.md: nope",
+        Some(asker),
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    let text = run.result.unwrap().text;
+    assert!(text.ends_with("(opt-never)."), "{text}");
+    assert!(!ws.join("notes.md").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_anyone_to_ask_permission_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[]);
+    let run = attempt(
+        &registry,
+        &ws,
+        "write notes.md: nobody asked",
+        None,
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    let result = run.result.unwrap();
+    assert!(!ws.join("notes.md").exists());
+    assert!(
+        result.details["permissions"][0]["decided_by"]
+            .as_str()
+            .unwrap()
+            .starts_with("nobody"),
+        "{}",
+        result.details
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skipping_the_question_cancels_the_agents_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[]);
+    let (asker, _) = person(Decision::Skip, None);
+    let run = attempt(
+        &registry,
+        &ws,
+        "write notes.md: skipped",
+        Some(asker),
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    assert_eq!(run.result.unwrap_err(), HarnessError::Cancelled);
+    assert!(!ws.join("notes.md").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_the_attempt_sends_session_cancel_and_the_agent_ends_its_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[("ACP_TEST_SLOW", "1")]);
+    let (asker, _) = person(Decision::Approve, None);
+    let cancel = CancellationToken::new();
+    let later = cancel.clone();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    // Cancel once the agent is working (its tool call is under way).
+    tokio::spawn(async move {
+        let _ = rx.await;
+        later.cancel();
+    });
+    let harness = &registry.get("acp-test").unwrap().harness;
+    let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = tokio::spawn(async move {
+        let mut tx = Some(tx);
+        while let Some(e) = seen.recv().await {
+            if matches!(&e, AttemptEvent::Agent(v) if v["sessionUpdate"] == "tool_call") {
+                // The permission is answered right after the tool call.
+                if let Some(tx) = tx.take() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = tx.send(());
+                }
+            }
+        }
+    });
+    let started = Instant::now();
+    let result = harness
+        .run_attempt(AttemptParams {
+            attempt_id: "a".into(),
+            prompt: "write notes.md: slow".into(),
+            tools: Vec::new(),
+            session_key: "k".into(),
+            workspace: ws.clone(),
+            deadline: LONG,
+            cancel,
+            events,
+            asker: Some(asker),
+        })
+        .await;
+    assert_eq!(result.unwrap_err(), HarnessError::Cancelled);
+    // The agent ended its turn itself (`cancelled`), well inside the grace
+    // rein gives it before killing it.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    watcher.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_attempt_of_the_same_session_loads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[]);
+    let first = attempt(
+        &registry,
+        &ws,
+        "hello",
+        None,
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    let first = first.result.unwrap();
+    assert_eq!(first.text, "Working on it. Nothing to write.");
+    let second = attempt(
+        &registry,
+        &ws,
+        "again",
+        None,
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    let events = second.events;
+    let second = second.result.unwrap();
+    assert_eq!(
+        second.details["session_id"], first.details["session_id"],
+        "session/load of the same session"
+    );
+    assert!(
+        second.text.starts_with("Resuming after 1 earlier turn(s)."),
+        "{}",
+        second.text
+    );
+    // Loading replays the earlier turn as updates.
+    assert_eq!(agent_updates(&events)[0], "user_message_chunk");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_outside_the_workspace_is_refused_to_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), &[]);
+    let (asker, _) = person(Decision::Approve, None);
+    let run = attempt(
+        &registry,
+        &ws,
+        "write ../escaped.txt: out",
+        Some(asker),
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    let err = run.result.unwrap_err().to_string();
+    assert!(err.contains("outside the task's workspace"), "{err}");
+    assert!(!dir.path().join("escaped.txt").exists());
+}
+
+async fn misbehaves(mode: &str, deadline: Duration) -> (String, Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = misbehaving(dir.path(), mode);
+    let started = Instant::now();
+    let run = attempt(
+        &registry,
+        &ws,
+        "hi",
+        None,
+        CancellationToken::new(),
+        deadline,
+    )
+    .await;
+    (run.result.unwrap_err().to_string(), started.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_crashes_fails_the_attempt_quoting_its_stderr() {
+    let (err, took) = misbehaves("crash", LONG).await;
+    assert!(err.contains("out of cheese"), "{err}");
+    assert!(err.contains("exit status: 3"), "{err}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_dies_mid_turn_fails_the_attempt() {
+    let (err, _) = misbehaves("crash-in-turn", LONG).await;
+    assert!(err.contains("died mid-turn"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_cannot_start_says_why() {
+    let (err, _) = misbehaves("exit-early", LONG).await;
+    assert!(err.contains("no model configured"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_talks_nonsense_is_stopped_quoting_the_line() {
+    let (err, took) = misbehaves("garbage", LONG).await;
+    assert!(
+        err.contains("not JSON-RPC") && err.contains("`this is not json-rpc`"),
+        "{err}"
+    );
+    assert!(took < Duration::from_secs(10), "{took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_that_hangs_is_stopped_at_the_deadline() {
+    let (err, took) = misbehaves("hang", Duration::from_millis(1500)).await;
+    assert!(err.contains("did not finish within 1500 ms"), "{err}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[tokio::test]
+async fn an_acp_manifest_that_cannot_work_is_refused_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("agent.toml");
+    std::fs::write(
+        &path,
+        "id = \"x\"\nprotocol = \"acp\"\ncommand = [\"agent\"]\n",
+    )
+    .unwrap();
+    let err = load_manifest(&path).unwrap_err().to_string();
+    assert!(err.contains("must declare the harness id"), "{err}");
+    std::fs::write(
+        &path,
+        "id = \"x\"\nprotocol = \"acp\"\ncommand = [\"agent\"]\n[[harnesses]]\nid = \"x\"\nisolated_completion = true\n",
+    )
+    .unwrap();
+    let err = load_manifest(&path).unwrap_err().to_string();
+    assert!(err.contains("no isolated completions"), "{err}");
+    std::fs::write(
+        &path,
+        "id = \"x\"\nprotocol = \"mcp\"\ncommand = [\"agent\"]\n",
+    )
+    .unwrap();
+    let err = load_manifest(&path).unwrap_err().to_string();
+    assert!(err.contains("protocol"), "{err}");
+}

@@ -1,0 +1,139 @@
+// A small ACP agent for rein's tests, on the official ACP TypeScript SDK.
+//
+// Each prompt turn: it streams a message, announces an `edit` tool call on the
+// file the prompt names ("write FILE: TEXT"), asks the client for permission,
+// and — when allowed — writes the file through the client's
+// `fs/write_text_file` (or by itself with ACP_TEST_WRITE=native), then ends the
+// turn. Rejected, it reports the tool call failed and ends the turn.
+// ACP_TEST_SLOW=1: after the permission it waits until cancelled.
+// Sessions are kept in ACP_TEST_STATE (a directory) so that `session/load`
+// works across processes; loading replays the earlier turns.
+import { agent, methods, ndJsonStream, PROTOCOL_VERSION } from "@agentclientprotocol/sdk";
+import { Readable, Writable } from "node:stream";
+import fs from "node:fs";
+import path from "node:path";
+
+const stateDir = process.env.ACP_TEST_STATE;
+const cancelled = new Set();
+
+function load(sessionId) {
+  if (!stateDir) return null;
+  try {
+    return JSON.parse(fs.readFileSync(path.join(stateDir, `${sessionId}.json`), "utf8"));
+  } catch {
+    return null;
+  }
+}
+
+function save(session) {
+  if (!stateDir) return;
+  fs.mkdirSync(stateDir, { recursive: true });
+  fs.writeFileSync(path.join(stateDir, `${session.id}.json`), JSON.stringify(session));
+}
+
+const sessions = new Map();
+
+const app = agent({ name: "rein-test-agent" })
+  .onRequest(methods.agent.initialize, ({ params }) => {
+    sessions.set("fs", params.clientCapabilities?.fs ?? {});
+    return {
+      protocolVersion: PROTOCOL_VERSION,
+      agentCapabilities: { loadSession: true },
+      agentInfo: { name: "rein-test-agent", version: "1.0.0" },
+    };
+  })
+  .onRequest(methods.agent.session.new, ({ params }) => {
+    const session = { id: `sess-${process.pid}-${Date.now()}`, cwd: params.cwd, turns: [] };
+    sessions.set(session.id, session);
+    save(session);
+    return { sessionId: session.id };
+  })
+  .onRequest(methods.agent.session.load, async ({ params, client }) => {
+    const session = load(params.sessionId);
+    if (!session) throw new Error(`unknown session ${params.sessionId}`);
+    session.cwd = params.cwd;
+    sessions.set(session.id, session);
+    for (const turn of session.turns) {
+      await client.notify(methods.client.session.update, {
+        sessionId: session.id,
+        update: { sessionUpdate: "user_message_chunk", content: { type: "text", text: turn } },
+      });
+    }
+    return {};
+  })
+  .onNotification(methods.agent.session.cancel, ({ params }) => {
+    cancelled.add(params.sessionId);
+  })
+  .onRequest(methods.agent.session.prompt, async ({ params, client }) => {
+    const session = sessions.get(params.sessionId);
+    const text = params.prompt.map((b) => (b.type === "text" ? b.text : "")).join("");
+    const say = (t) =>
+      client.notify(methods.client.session.update, {
+        sessionId: session.id,
+        update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text: t } },
+      });
+    const update = (u) => client.notify(methods.client.session.update, { sessionId: session.id, update: u });
+    const earlier = session.turns.length;
+    session.turns.push(text);
+    save(session);
+    await say(earlier ? `Resuming after ${earlier} earlier turn(s). ` : "Working on it. ");
+    await update({
+      sessionUpdate: "plan",
+      entries: [{ content: "Write the file", priority: "high", status: "in_progress" }],
+    });
+    const m = /write ([^:]+): (.*)$/s.exec(text);
+    if (!m) {
+      await say("Nothing to write.");
+      return { stopReason: "end_turn" };
+    }
+    const file = path.join(session.cwd, m[1].trim());
+    const content = m[2];
+    const call = { toolCallId: "call_1", title: `Write ${m[1].trim()}`, kind: "edit" };
+    await update({
+      sessionUpdate: "tool_call",
+      ...call,
+      status: "pending",
+      locations: [{ path: file }],
+      rawInput: { path: file, content },
+    });
+    const answer = await client.request(methods.client.session.requestPermission, {
+      sessionId: session.id,
+      toolCall: { ...call, locations: [{ path: file }], rawInput: { path: file, content } },
+      options: [
+        { optionId: "opt-allow", name: "Allow once", kind: "allow_once" },
+        { optionId: "opt-always", name: "Always allow", kind: "allow_always" },
+        { optionId: "opt-reject", name: "Reject", kind: "reject_once" },
+        { optionId: "opt-never", name: "Never", kind: "reject_always" },
+      ],
+    });
+    if (answer.outcome.outcome === "cancelled" || cancelled.has(session.id)) {
+      return { stopReason: "cancelled" };
+    }
+    const chosen = answer.outcome.optionId;
+    if (chosen === "opt-reject" || chosen === "opt-never") {
+      await update({ sessionUpdate: "tool_call_update", toolCallId: "call_1", status: "failed" });
+      await say(`Not allowed to write ${m[1].trim()} (${chosen}).`);
+      return { stopReason: "end_turn" };
+    }
+    if (process.env.ACP_TEST_SLOW === "1") {
+      while (!cancelled.has(session.id)) {
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      return { stopReason: "cancelled" };
+    }
+    await update({ sessionUpdate: "tool_call_update", toolCallId: "call_1", status: "in_progress" });
+    if (process.env.ACP_TEST_WRITE === "native" || !sessions.get("fs").writeTextFile) {
+      fs.writeFileSync(file, content);
+    } else {
+      await client.request(methods.client.fs.writeTextFile, { sessionId: session.id, path: file, content });
+    }
+    const back = sessions.get("fs").readTextFile
+      ? (await client.request(methods.client.fs.readTextFile, { sessionId: session.id, path: file })).content
+      : fs.readFileSync(file, "utf8");
+    await update({ sessionUpdate: "tool_call_update", toolCallId: "call_1", status: "completed" });
+    await say(`Wrote ${m[1].trim()} (${back.length} bytes, ${chosen}).`);
+    return { stopReason: "end_turn" };
+  });
+
+const connection = app.connect(ndJsonStream(Writable.toWeb(process.stdout), Readable.toWeb(process.stdin)));
+await connection.closed;

@@ -1,0 +1,36 @@
+"""An ACP agent that misbehaves, for rein's tests: `crash` exits after
+initialize, `garbage` answers with a line that is not JSON-RPC, `hang` never
+answers, `exit-early` exits before reading anything."""
+import json
+import sys
+import time
+
+mode = sys.argv[1]
+if mode == "exit-early":
+    sys.stderr.write("cannot start: no model configured\n")
+    sys.exit(2)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if mode == "hang":
+        continue
+    if msg.get("method") == "initialize":
+        if mode == "garbage":
+            sys.stdout.write("this is not json-rpc\n")
+            sys.stdout.flush()
+            continue
+        reply = {"jsonrpc": "2.0", "id": msg["id"], "result": {"protocolVersion": 1, "agentCapabilities": {}}}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    elif msg.get("method") == "session/new":
+        if mode == "crash":
+            sys.stderr.write("agent panicked: out of cheese\n")
+            sys.stderr.flush()
+            sys.exit(3)
+        reply = {"jsonrpc": "2.0", "id": msg["id"], "result": {"sessionId": "s1"}}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+    elif msg.get("method") == "session/prompt":
+        if mode == "crash-in-turn":
+            sys.stderr.write("agent died mid-turn\n")
+            sys.exit(4)
+        time.sleep(3600)
