@@ -155,6 +155,7 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
                 .unwrap_or_default();
             format!("runtime  {} ({reason})", decision.selected)
         }
+        TaskChange::AgentUpdate { update, .. } => agent_update(update),
         TaskChange::HumanApprovalRequested { request } => {
             let step = request.step_id.as_deref().unwrap_or("task");
             format!("waiting  {step} for a person: {}", ask(request))
@@ -210,6 +211,39 @@ pub fn output_tail(output: Option<&serde_json::Value>, lines: usize) -> Vec<Stri
         .iter()
         .map(|l| l.chars().take(200).collect())
         .collect()
+}
+
+/// An agent's report as one line: a tool call and its status, a plan, or the
+/// kind of update.
+fn agent_update(update: &serde_json::Value) -> String {
+    let text = |k: &str| update[k].as_str().unwrap_or_default();
+    let what = match text("sessionUpdate") {
+        "tool_call" | "tool_call_update" => {
+            let title = if text("title").is_empty() {
+                text("toolCallId")
+            } else {
+                text("title")
+            };
+            let status = text("status");
+            if status.is_empty() {
+                format!("tool {title}")
+            } else {
+                format!("tool {title}: {status}")
+            }
+        }
+        "plan" => {
+            let steps: Vec<&str> = update["entries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e["content"].as_str())
+                .collect();
+            format!("plan: {}", steps.join("; "))
+        }
+        "" => update.to_string().chars().take(120).collect(),
+        other => other.replace('_', " "),
+    };
+    format!("agent    {what}")
 }
 
 /// A request as one line: the question, the choices (recommended first), how to

@@ -106,6 +106,20 @@ fn a_person_answers_the_agents_permission_request_from_another_process() {
     assert_eq!(output["permissions"][0]["option"], "opt-allow");
     assert_eq!(output["side_effects"][0]["capture"], "callback");
     let events = events_of(&data, task);
+    // The agent's tool call and plan, as they happened.
+    assert!(
+        events.iter().filter(|e| *e == "agent_update").count() >= 3,
+        "{events:?}"
+    );
+    let shown =
+        String::from_utf8(run_ok(rein(&data).args(["tasks", "events", task])).stdout).unwrap();
+    for line in [
+        "agent    plan: Write the file",
+        "agent    tool Write notes.md\n",
+        "agent    tool call_1: completed",
+    ] {
+        assert!(shown.contains(line), "{line:?} in {shown}");
+    }
     for kind in [
         "runtime_selected",
         "human_approval_requested",

@@ -68,6 +68,17 @@ pub enum AskError {
     Unavailable(String),
 }
 
+/// What a running step sends its run.
+#[derive(Debug)]
+pub enum StepMessage {
+    Ask(Ask),
+    /// Something the step's runtime reported, recorded as an `agent_update`.
+    Report {
+        step: usize,
+        update: serde_json::Value,
+    },
+}
+
 /// A question on its way to the run, with where its answer goes.
 #[derive(Debug)]
 pub struct Ask {
@@ -78,17 +89,26 @@ pub struct Ask {
     pub reply: tokio::sync::oneshot::Sender<Result<rein_protocol::ApprovalRequest, AskError>>,
 }
 
-/// A running step's handle for asking a person.
+/// A running step's line to its run: asking a person, reporting progress.
 #[derive(Debug, Clone)]
 pub struct Asker {
     step: usize,
-    tx: tokio::sync::mpsc::UnboundedSender<Ask>,
+    tx: tokio::sync::mpsc::UnboundedSender<StepMessage>,
 }
 
 impl Asker {
-    /// Questions of step `step` go to `tx` (the run's receiver; a test's own).
-    pub fn new(step: usize, tx: tokio::sync::mpsc::UnboundedSender<Ask>) -> Asker {
+    /// Messages of step `step` go to `tx` (the run's receiver; a test's own).
+    pub fn new(step: usize, tx: tokio::sync::mpsc::UnboundedSender<StepMessage>) -> Asker {
         Asker { step, tx }
+    }
+
+    /// Records what the step's runtime reported in the task's log (once the
+    /// run commits next); lost only if the run has ended.
+    pub fn report(&self, update: serde_json::Value) {
+        let _ = self.tx.send(StepMessage::Report {
+            step: self.step,
+            update,
+        });
     }
 
     /// Raises the question and waits for its decision (a delegation keeps it
@@ -100,11 +120,11 @@ impl Asker {
     ) -> Result<rein_protocol::ApprovalRequest, AskError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.tx
-            .send(Ask {
+            .send(StepMessage::Ask(Ask {
                 step: self.step,
                 question,
                 reply,
-            })
+            }))
             .map_err(|_| AskError::Unavailable("the task's run has ended".into()))?;
         answer.await.unwrap_or_else(|_| {
             Err(AskError::Unavailable(

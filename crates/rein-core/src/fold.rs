@@ -252,7 +252,8 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
         }
         TaskChange::RecoveryAttempted { .. }
         | TaskChange::RecoverySucceeded { .. }
-        | TaskChange::RecoveryFailed { .. } => {}
+        | TaskChange::RecoveryFailed { .. }
+        | TaskChange::AgentUpdate { .. } => {}
         TaskChange::RuntimeSelected {
             checkpoint_id,
             decision,

@@ -56,6 +56,7 @@ impl StepExecutor for Asking {
         self.asked.fetch_add(1, Ordering::SeqCst);
         let timeout = request.step.timeout_ms;
         let asker = request.asker.expect("a running step can ask");
+        asker.report(json!({ "sessionUpdate": "plan", "attempt": request.attempt }));
         let answer = tokio::select! {
             a = asker.ask(question(timeout)) => a,
             () = cancel.cancelled() => return StepOutcome::Cancelled,
@@ -147,6 +148,21 @@ async fn a_running_step_asks_and_gets_the_decision_while_it_runs() {
         .filter(|e| e.event_type() == EventType::HumanApprovalReceived)
         .collect();
     assert_eq!(received.len(), 1, "the step received the decision once");
+    // What the step reported is in the log, before its question.
+    let kinds: Vec<EventType> = log.iter().map(|e| e.event_type()).collect();
+    let reported = kinds.iter().position(|k| *k == EventType::AgentUpdate);
+    let asked = kinds
+        .iter()
+        .position(|k| *k == EventType::HumanApprovalRequested);
+    assert!(reported.is_some() && reported < asked, "{kinds:?}");
+    let update = log
+        .iter()
+        .find_map(|e| match &e.change {
+            TaskChange::AgentUpdate { update, .. } => Some(update.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(update, json!({ "sessionUpdate": "plan", "attempt": 1 }));
     // The decision is in the ledger like any other.
     let ledger = h.engine.ledger().await.unwrap();
     assert!(

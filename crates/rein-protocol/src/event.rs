@@ -36,6 +36,7 @@ pub enum EventType {
     CheckpointSkipped,
     RecoveryFailed,
     RuntimeSelected,
+    AgentUpdate,
 }
 
 impl EventType {
@@ -60,6 +61,7 @@ impl EventType {
             EventType::CheckpointSkipped => "checkpoint_skipped",
             EventType::RecoveryFailed => "recovery_failed",
             EventType::RuntimeSelected => "runtime_selected",
+            EventType::AgentUpdate => "agent_update",
         }
     }
 }
@@ -186,6 +188,12 @@ pub enum TaskChange {
         checkpoint_id: CheckpointId,
         decision: Box<crate::SelectionDecision>,
     },
+    /// What an agent step's runtime reported while it ran: an ACP
+    /// `session/update` other than message text, or a plugin's agent event.
+    AgentUpdate {
+        checkpoint_id: CheckpointId,
+        update: serde_json::Value,
+    },
     /// `pending` or `in_progress` → `skipped`.
     CheckpointSkipped {
         checkpoint_id: CheckpointId,
@@ -217,6 +225,7 @@ impl TaskChange {
             TaskChange::RecoverySucceeded { .. } => EventType::RecoverySucceeded,
             TaskChange::RecoveryFailed { .. } => EventType::RecoveryFailed,
             TaskChange::RuntimeSelected { .. } => EventType::RuntimeSelected,
+            TaskChange::AgentUpdate { .. } => EventType::AgentUpdate,
         }
     }
 
@@ -226,7 +235,8 @@ impl TaskChange {
             TaskChange::CheckpointCreated { checkpoint } => Some(&checkpoint.id),
             TaskChange::HumanApprovalRequested { request } => Some(&request.checkpoint_id),
             TaskChange::RecoveryAttempted { checkpoint_id, .. }
-            | TaskChange::RuntimeSelected { checkpoint_id, .. } => Some(checkpoint_id),
+            | TaskChange::RuntimeSelected { checkpoint_id, .. }
+            | TaskChange::AgentUpdate { checkpoint_id, .. } => Some(checkpoint_id),
             TaskChange::CheckpointEntered { checkpoint_id }
             | TaskChange::CheckpointPassed { checkpoint_id, .. }
             | TaskChange::CheckpointFailed { checkpoint_id, .. }

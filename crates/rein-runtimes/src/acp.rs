@@ -7,8 +7,9 @@
 //! attempt of the same rein session opened, when the agent can load sessions —
 //! and sends the prompt as one `session/prompt` turn.
 //!
-//! - `session/update` notifications become the attempt's events: message
-//!   chunks its partial reply, everything else an agent event.
+//! - `session/update` notifications: message chunks are the partial reply;
+//!   everything else goes into the task's log as `agent_update` events, in
+//!   order with the step's questions.
 //! - `session/request_permission` becomes a question to a person (an approval
 //!   request of the running step); the decision goes back as the ACP outcome:
 //!   approve with an option → that option, approve without one → `allow_once`,
@@ -263,8 +264,15 @@ fn with<T>(turn: &Shared, f: impl FnOnce(&mut Turn) -> T) -> Option<T> {
     turn.lock().ok().map(|mut t| f(&mut t))
 }
 
-/// A `session/update`, recorded and passed on as the attempt's event.
-fn on_update(turn: &Shared, events: &mpsc::UnboundedSender<AttemptEvent>, update: SessionUpdate) {
+/// A `session/update`, recorded and passed on: message text as the partial
+/// reply; anything else to the step's run (in order with the step's
+/// questions), or as an agent event when there is no run.
+fn on_update(
+    turn: &Shared,
+    events: &mpsc::UnboundedSender<AttemptEvent>,
+    asker: Option<&Asker>,
+    update: SessionUpdate,
+) {
     if let SessionUpdate::AgentMessageChunk(chunk) = &update {
         if let ContentBlock::Text(t) = &chunk.content {
             with(turn, |turn| turn.text.push_str(&t.text));
@@ -297,7 +305,12 @@ fn on_update(turn: &Shared, events: &mpsc::UnboundedSender<AttemptEvent>, update
         turn.events <= MAX_EVENTS
     });
     if send == Some(true) {
-        let _ = events.send(AttemptEvent::Agent(value));
+        match asker {
+            Some(asker) => asker.report(value),
+            None => {
+                let _ = events.send(AttemptEvent::Agent(value));
+            }
+        }
     }
 }
 
@@ -376,8 +389,9 @@ impl AgentHarness for AcpHarness {
                     {
                         let turn = Arc::clone(&turn);
                         let events = params.events.clone();
+                        let asker = params.asker.clone();
                         async move |n: SessionNotification, _cx| {
-                            on_update(&turn, &events, n.update);
+                            on_update(&turn, &events, asker.as_ref(), n.update);
                             Ok(())
                         }
                     },

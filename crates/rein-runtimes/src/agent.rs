@@ -195,33 +195,43 @@ impl AgentExecutor {
             );
         };
         let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let attempt = registered
-            .harness
-            .run_attempt(AttemptParams {
-                attempt_id: format!(
-                    "{}.{}.{}",
-                    request.task_id, request.step.id, request.attempt
-                ),
-                prompt: prompt.to_owned(),
-                tools: tools.to_vec(),
-                session_key: request.task_id.to_string(),
-                workspace: request.workspace.clone(),
-                deadline: request
-                    .step
-                    .timeout_ms
-                    .map_or(ATTEMPT_DEADLINE, Duration::from_millis),
-                cancel: cancel.clone(),
-                events,
-                asker: request.asker.clone(),
-            })
-            .await;
+        let attempt = registered.harness.run_attempt(AttemptParams {
+            attempt_id: format!(
+                "{}.{}.{}",
+                request.task_id, request.step.id, request.attempt
+            ),
+            prompt: prompt.to_owned(),
+            tools: tools.to_vec(),
+            session_key: request.task_id.to_string(),
+            workspace: request.workspace.clone(),
+            deadline: request
+                .step
+                .timeout_ms
+                .map_or(ATTEMPT_DEADLINE, Duration::from_millis),
+            cancel: cancel.clone(),
+            events,
+            asker: request.asker.clone(),
+        });
+        // Agent events go into the task's log as they come (with a run to
+        // record them); the partial reply is kept for a failure's output.
         let mut partial = String::new();
         let mut agent_events = Vec::new();
-        while let Ok(e) = rx.try_recv() {
-            match e {
-                AttemptEvent::PartialReply(t) => partial.push_str(&t),
-                AttemptEvent::Agent(v) => agent_events.push(v),
+        let mut take = |e: AttemptEvent| match e {
+            AttemptEvent::PartialReply(t) => partial.push_str(&t),
+            AttemptEvent::Agent(v) => match &request.asker {
+                Some(asker) => asker.report(v),
+                None => agent_events.push(v),
+            },
+        };
+        tokio::pin!(attempt);
+        let attempt = loop {
+            tokio::select! {
+                done = &mut attempt => break done,
+                Some(e) = rx.recv() => take(e),
             }
+        };
+        while let Ok(e) = rx.try_recv() {
+            take(e);
         }
         let output = |text: &str, details: &Value| {
             let mut output = json!({

@@ -94,8 +94,11 @@ pub struct AttemptParams {
     pub deadline: std::time::Duration,
     pub cancel: tokio_util::sync::CancellationToken,
     pub events: tokio::sync::mpsc::UnboundedSender<AttemptEvent>,
-    /// Where the runtime's permission questions go (a person decides);
-    /// without it, every permission question is refused.
+    /// The step's line to its run: permission questions go there (a person
+    /// decides; without it, every permission question is refused), and a
+    /// harness that asks reports its agent events there too
+    /// ([`crate::executor::Asker::report`]), so they stay in order with its
+    /// questions. Events sent to `events` are forwarded to it as well.
     pub asker: Option<crate::executor::Asker>,
 }
 

@@ -111,8 +111,8 @@ pub(crate) struct TaskRun<'e> {
     contracts: Vec<ContractWatch>,
     /// Questions running steps asked, and the line they come in on.
     questions: questions::Questions,
-    asks: mpsc::UnboundedReceiver<crate::executor::Ask>,
-    asks_tx: mpsc::UnboundedSender<crate::executor::Ask>,
+    asks: mpsc::UnboundedReceiver<crate::executor::StepMessage>,
+    asks_tx: mpsc::UnboundedSender<crate::executor::StepMessage>,
 }
 
 /// A plan–execute–verify step whose contract follows it.
@@ -346,7 +346,13 @@ impl<'e> TaskRun<'e> {
                     }
                     self.withdraw_questions("the step that asked has ended", false).await?;
                 }
-                Some(ask) = self.asks.recv() => self.on_ask(ask).await?,
+                Some(message) = self.asks.recv() => {
+                    self.on_step_message(message).await?;
+                    // Reports come in bursts: one commit for all that are here.
+                    while let Ok(message) = self.asks.try_recv() {
+                        self.on_step_message(message).await?;
+                    }
+                }
                 () = options.pause.cancelled(), if !pause_seen => {
                     pause_seen = true;
                     self.pause_on_interrupt();

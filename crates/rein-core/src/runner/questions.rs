@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use super::{Progress, TaskRun};
 use crate::error::Result;
-use crate::executor::{Ask, AskError};
+use crate::executor::{Ask, AskError, StepMessage};
 use crate::fold::QUESTIONS;
 use crate::recorder::SpanRef;
 
@@ -48,6 +48,29 @@ impl Questions {
 }
 
 impl TaskRun<'_> {
+    /// A question or a report from a running step.
+    pub(super) async fn on_step_message(&mut self, message: StepMessage) -> Result<()> {
+        match message {
+            StepMessage::Ask(ask) => self.on_ask(ask).await,
+            StepMessage::Report { step, update } => {
+                if let Some(Progress::Running {
+                    checkpoint, span, ..
+                }) = self.progress.get(step)
+                {
+                    let (checkpoint_id, span) = (checkpoint.clone(), span.clone());
+                    self.rec.record(
+                        TaskChange::AgentUpdate {
+                            checkpoint_id,
+                            update,
+                        },
+                        &span,
+                    )?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Raises a running step's question, or takes up the same question an
     /// earlier run of the step raised and nobody received the answer of.
     pub(super) async fn on_ask(&mut self, ask: Ask) -> Result<()> {
