@@ -191,3 +191,44 @@ fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its
     ])));
     assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
 }
+
+#[test]
+fn with_no_wait_the_agents_question_pauses_the_task_and_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plugin = manifest(dir.path());
+    let plan = write_plan(dir.path(), "acp.toml", PLAN);
+    let out = rein(&data)
+        .arg("--plugin")
+        .arg(&plugin)
+        .args(["run", "--no-wait"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let request = pending(&data)
+        .first()
+        .cloned()
+        .expect("the question is pending");
+    let id = request["id"].as_str().unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains(&format!("rein approvals approve {id}")),
+        "{said}"
+    );
+    run_ok(rein(&data).args(["approvals", "approve", id, "--option", "allow_always"]));
+    let task = task_ids(&data).first().cloned().unwrap();
+    let state = json(&run_ok(
+        rein(&data)
+            .arg("--plugin")
+            .arg(&plugin)
+            .args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(
+        draft_output(&state)["permissions"][0]["option"],
+        "opt-always"
+    );
+    assert!(in_workspace(&data, &task, "notes.md").exists());
+}

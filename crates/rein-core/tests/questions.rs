@@ -352,3 +352,51 @@ async fn an_unanswered_question_expires_at_its_deadline_with_its_default() {
     );
     h.stored(&done).await;
 }
+
+#[tokio::test]
+async fn with_no_wait_a_step_that_asks_is_stopped_and_the_task_pauses_until_the_answer() {
+    let (h, exec) = setup();
+    let state = h.create(plan(vec![agent_like("draft")])).await;
+    let paused = h.engine.run(state.id(), no_wait()).await.unwrap();
+    assert_eq!(paused.status(), TaskStatus::Paused);
+    let reason = paused
+        .head
+        .context
+        .blocked_reason
+        .clone()
+        .unwrap_or_default();
+    let pending = all_requests(&h).await;
+    assert_eq!(pending.len(), 1);
+    let request = &pending[0];
+    assert_eq!(request.status, ApprovalStatus::Pending);
+    assert!(
+        reason.contains(&format!("rein approvals approve {}", request.id)),
+        "{reason}"
+    );
+    assert_eq!(
+        latest(&paused, "draft").status,
+        rein_protocol::CheckpointStatus::Failed,
+        "the stopped attempt is closed; the step runs again on resume"
+    );
+    h.engine
+        .decide(choose(request, "allow_once", "frank"))
+        .await
+        .unwrap();
+    let done = h
+        .engine
+        .run(state.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status(), TaskStatus::Completed);
+    assert_eq!(exec.asked.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        latest(&done, "draft").output.clone().unwrap(),
+        json!({ "status": "approved", "option": "allow_once" })
+    );
+    assert_eq!(
+        all_requests(&h).await.len(),
+        1,
+        "the same request, answered"
+    );
+    h.stored(&done).await;
+}

@@ -274,6 +274,7 @@ impl<'e> TaskRun<'e> {
         options: RunOptions,
         mut controls: mpsc::UnboundedReceiver<RunnerMessage>,
     ) -> Result<TaskState> {
+        self.questions.no_wait = options.no_wait;
         self.reattach_approvals().await?;
         self.decide_operator_choices(&options).await?;
         self.take_up(&options)?;
@@ -737,6 +738,25 @@ impl<'e> TaskRun<'e> {
             return Ok(());
         };
         let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        if let Some(question) = self.take_parked(i) {
+            // Stopped to wait for a person (--no-wait): it runs again on resume.
+            self.rec.record(
+                TaskChange::CheckpointFailed {
+                    checkpoint_id: checkpoint,
+                    duration_ms,
+                    error: format!(
+                        "stopped to wait for a person to answer {question}; it runs again when the task resumes"
+                    ),
+                    output: None,
+                    will_retry: true,
+                    error_type: None,
+                    retry_at: None,
+                },
+                &span,
+            )?;
+            self.progress[i] = Progress::NotStarted;
+            return Ok(());
+        }
         // An agent step's output names the runtime selected: an event of its own.
         let selection = match &outcome {
             StepOutcome::Passed { output } | StepOutcome::Failed { output, .. }

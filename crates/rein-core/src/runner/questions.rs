@@ -35,6 +35,11 @@ pub(super) struct Questions {
     reused: HashSet<ApprovalId>,
     /// Whether this task has had questions at all (else nothing to withdraw).
     pub(super) seen: bool,
+    /// Under `--no-wait`: steps stopped because they asked, each with its
+    /// question's id (kept pending for the run that resumes the task).
+    pub(super) parked: Vec<(usize, ApprovalId)>,
+    /// Park a step that asks instead of letting it wait.
+    pub(super) no_wait: bool,
 }
 
 impl Questions {
@@ -98,10 +103,13 @@ impl TaskRun<'_> {
                 request,
                 reply,
             };
-            if asked.request.status == ApprovalStatus::Pending {
-                self.questions.waiting.push(asked);
+            if asked.request.status != ApprovalStatus::Pending {
+                return self.deliver(asked);
+            }
+            if self.questions.no_wait {
+                self.park(asked);
             } else {
-                self.deliver(asked)?;
+                self.questions.waiting.push(asked);
             }
             return Ok(());
         }
@@ -128,13 +136,45 @@ impl TaskRun<'_> {
         };
         // Stored with the next commit, before anyone can answer it.
         self.rec.request_approval(request.clone(), &span)?;
-        self.questions.waiting.push(Asked {
+        let asked = Asked {
             step: i,
             span,
             request,
             reply,
-        });
+        };
+        if self.questions.no_wait {
+            self.park(asked);
+        } else {
+            self.questions.waiting.push(asked);
+        }
         Ok(())
+    }
+
+    /// `--no-wait`: nobody is waited for, so the step that asked is stopped
+    /// and the task pauses once it has; the question stays pending, and the
+    /// step asking it again when the task resumes gets its answer.
+    fn park(&mut self, asked: Asked) {
+        if let Some(Progress::Running { token, .. }) = self.progress.get(asked.step) {
+            token.cancel();
+        }
+        self.pausing.get_or_insert_with(|| {
+            format!(
+                "waiting for a person to answer {} (\"{}\"); answer with `rein approvals approve {}` (or deny, skip), then `rein tasks resume {}`",
+                asked.request.id,
+                asked.request.title,
+                asked.request.id,
+                self.rec.state.head.id
+            )
+        });
+        self.questions.parked.push((asked.step, asked.request.id));
+        // The step hears nothing more: it has been told to stop.
+        drop(asked.reply);
+    }
+
+    /// Whether step `i` was stopped to wait for an answer (and is no longer).
+    pub(super) fn take_parked(&mut self, i: usize) -> Option<ApprovalId> {
+        let at = self.questions.parked.iter().position(|(s, _)| *s == i)?;
+        Some(self.questions.parked.swap_remove(at).1)
     }
 
     /// A request of an earlier checkpoint of step `i` with this key whose
