@@ -71,6 +71,23 @@ fn a_person_answers_the_agents_permission_request_from_another_process() {
     let data = dir.path().join("data");
     let plugin = manifest(dir.path());
     let plan = write_plan(dir.path(), "acp.toml", PLAN);
+    let listed = json(&run_ok(
+        rein(&data)
+            .arg("--plugin")
+            .arg(&plugin)
+            .args(["harness", "list", "--json"]),
+    ));
+    let row = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "acp-test")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (row["protocol"].as_str(), row["plugin"].as_str()),
+        (Some("acp"), Some("test-agent"))
+    );
     let runner = rein(&data)
         .arg("--plugin")
         .arg(&plugin)

@@ -120,7 +120,7 @@ fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained(
     )
     .into_owned();
     assert!(
-        text.contains("echo             plugin echo    Echo agent"),
+        text.contains("echo             plugin echo    rein  Echo agent"),
         "{text}"
     );
     // A manifest that cannot be read is bad usage.

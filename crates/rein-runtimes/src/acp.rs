@@ -364,6 +364,10 @@ impl AgentHarness for AcpHarness {
         self.decl.delegated_execution_plugin_ids.clone()
     }
 
+    fn protocol(&self) -> &'static str {
+        "acp"
+    }
+
     async fn run_attempt(&self, params: AttemptParams) -> Result<AttemptResult, HarnessError> {
         let workspace = std::path::absolute(&params.workspace)
             .map_err(|e| self.failed(format!("the workspace has no absolute path: {e}")))?;

@@ -21,6 +21,7 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
                 "label": "the built-in runtime",
                 "plugin": null,
                 "builtin": true,
+                "protocol": "rein",
             })];
             for r in registry.harnesses() {
                 let h = &r.harness;
@@ -29,6 +30,7 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
                     "label": h.label(),
                     "plugin": r.plugin.id,
                     "builtin": false,
+                    "protocol": h.protocol(),
                     "auto_selection_provider_ids": h.auto_selection_provider_ids(),
                     "auth_bootstrap": if h.auth_bootstrap_harness() { "harness" } else { "host" },
                     "workspace_environment": h.workspace_environment(),
@@ -44,9 +46,10 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
                         None => "built in".to_owned(),
                     };
                     say!(
-                        "{:<16} {:<14} {}",
+                        "{:<16} {:<14} {:<5} {}",
                         row["id"].as_str().unwrap_or(""),
                         owner,
+                        row["protocol"].as_str().unwrap_or(""),
                         row["label"].as_str().unwrap_or("")
                     );
                 }

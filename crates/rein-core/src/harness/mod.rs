@@ -47,6 +47,11 @@ pub trait AgentHarness: Send + Sync {
     fn delegated_execution_plugin_ids(&self) -> Vec<String> {
         Vec::new()
     }
+    /// What its runtime speaks: `rein` (in process, or a plugin on rein's
+    /// protocol) or `acp` (an external agent).
+    fn protocol(&self) -> &'static str {
+        "rein"
+    }
     /// Runs one attempt: the prompt, with these tools, in this session and
     /// workspace, before the deadline; partial replies and agent events go to
     /// `params.events` as they come.
