@@ -210,11 +210,14 @@ fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its
 }
 
 #[test]
-fn with_no_wait_the_agents_question_pauses_the_task_and_exits_3() {
+fn the_example_with_no_wait_pauses_on_the_agents_question_and_exits_3() {
+    // The example in examples/acp, as the README runs it.
+    acp_agent::acp_agent_dir();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/acp");
+    let plugin = examples.join("agent-plugin.toml");
+    let plan = examples.join("plan.toml");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plugin = manifest(dir.path());
-    let plan = write_plan(dir.path(), "acp.toml", PLAN);
     let out = rein(&data)
         .arg("--plugin")
         .arg(&plugin)
@@ -247,5 +250,6 @@ fn with_no_wait_the_agents_question_pauses_the_task_and_exits_3() {
         draft_output(&state)["permissions"][0]["option"],
         "opt-always"
     );
-    assert!(in_workspace(&data, &task, "notes.md").exists());
+    let notes = std::fs::read_to_string(in_workspace(&data, &task, "NOTES.md")).unwrap();
+    assert!(notes.starts_with("Drafted by an external agent"), "{notes}");
 }
