@@ -123,9 +123,11 @@ fn a_person_answers_the_agents_permission_request_from_another_process() {
     assert_eq!(output["permissions"][0]["option"], "opt-allow");
     assert_eq!(output["side_effects"][0]["capture"], "callback");
     let events = events_of(&data, task);
-    // The agent's tool call and plan, as they happened.
-    assert!(
-        events.iter().filter(|e| *e == "agent_update").count() >= 3,
+    // The agent's plan and tool call, as they happened — all of them, also
+    // those sent just before its turn ended.
+    assert_eq!(
+        events.iter().filter(|e| *e == "agent_update").count(),
+        4,
         "{events:?}"
     );
     let shown =

@@ -341,8 +341,15 @@ impl<'e> TaskRun<'e> {
                 biased;
                 () = options.cancel.cancelled() => return self.stop().await,
                 Some(joined) = self.running.join_next_with_id(), if !self.running.is_empty() => {
+                    // What a step sent before it ended is its own, recorded first.
+                    while let Ok(message) = self.asks.try_recv() {
+                        self.on_step_message(message).await?;
+                    }
                     self.on_joined(joined)?;
                     while let Some(joined) = self.running.try_join_next_with_id() {
+                        while let Ok(message) = self.asks.try_recv() {
+                            self.on_step_message(message).await?;
+                        }
                         self.on_joined(joined)?;
                     }
                     self.withdraw_questions("the step that asked has ended", false).await?;
