@@ -111,15 +111,44 @@ async fn all_requests(h: &Harness) -> Vec<ApprovalRequest> {
         .unwrap()
 }
 
+type Running = tokio::task::JoinHandle<Result<rein_protocol::TaskState, rein_core::EngineError>>;
+
+/// Runs the task in the background until its step has asked; returns the run
+/// and the question's request as stored.
+async fn run_until_asked(
+    h: &Harness,
+    state: &rein_protocol::TaskState,
+    options: RunOptions,
+) -> (Running, ApprovalRequest) {
+    let mut events = h.engine.subscribe();
+    let engine = h.engine.clone();
+    let id = state.id().clone();
+    let run = tokio::spawn(async move { engine.run(&id, options).await });
+    let request = raised(h, &mut events).await;
+    (run, request)
+}
+
+/// rein stops while the step waits for its answer; returns the question's
+/// request and the state the stopped run left.
+async fn stopped_while_asking(
+    h: &Harness,
+    state: &rein_protocol::TaskState,
+) -> (ApprovalRequest, rein_protocol::TaskState) {
+    let cancel = CancellationToken::new();
+    let options = RunOptions {
+        cancel: cancel.clone(),
+        ..RunOptions::default()
+    };
+    let (run, request) = run_until_asked(h, state, options).await;
+    cancel.cancel();
+    (request, run.await.unwrap().unwrap())
+}
+
 #[tokio::test]
 async fn a_running_step_asks_and_gets_the_decision_while_it_runs() {
     let (h, _) = setup();
     let state = h.create(plan(vec![agent_like("draft")])).await;
-    let mut events = h.engine.subscribe();
-    let engine = h.engine.clone();
-    let id = state.id().clone();
-    let run = tokio::spawn(async move { engine.run(&id, RunOptions::default()).await });
-    let request = raised(&h, &mut events).await;
+    let (run, request) = run_until_asked(&h, &state, RunOptions::default()).await;
     assert_eq!(request.status, ApprovalStatus::Pending);
     assert_eq!(request.question.as_deref(), Some("install:left-pad"));
     assert_eq!(request.step_id.as_deref(), Some("draft"));
@@ -178,19 +207,8 @@ async fn a_question_rein_stopped_in_the_middle_of_is_answered_while_it_was_down_
  {
     let (h, exec) = setup();
     let state = h.create(plan(vec![agent_like("draft")])).await;
-    let mut events = h.engine.subscribe();
-    let cancel = CancellationToken::new();
-    let engine = h.engine.clone();
-    let id = state.id().clone();
-    let options = RunOptions {
-        cancel: cancel.clone(),
-        ..RunOptions::default()
-    };
-    let run = tokio::spawn(async move { engine.run(&id, options).await });
-    let request = raised(&h, &mut events).await;
     // rein stops; the question stays pending in the store.
-    cancel.cancel();
-    let stopped = run.await.unwrap().unwrap();
+    let (request, stopped) = stopped_while_asking(&h, &state).await;
     assert_eq!(stopped.status(), TaskStatus::InProgress);
     assert_eq!(
         h.engine.approval(&request.id).await.unwrap().status,
@@ -222,18 +240,7 @@ async fn a_question_rein_stopped_in_the_middle_of_is_answered_while_it_was_down_
 async fn a_pending_question_is_waited_on_again_after_a_restart() {
     let (h, exec) = setup();
     let state = h.create(plan(vec![agent_like("draft")])).await;
-    let mut events = h.engine.subscribe();
-    let cancel = CancellationToken::new();
-    let engine = h.engine.clone();
-    let id = state.id().clone();
-    let options = RunOptions {
-        cancel: cancel.clone(),
-        ..RunOptions::default()
-    };
-    let run = tokio::spawn(async move { engine.run(&id, options).await });
-    let request = raised(&h, &mut events).await;
-    cancel.cancel();
-    run.await.unwrap().unwrap();
+    let (request, _) = stopped_while_asking(&h, &state).await;
     // Resumed with the question still pending: the step waits on the same request.
     let engine = h.engine.clone();
     let id = state.id().clone();
@@ -262,18 +269,7 @@ async fn a_pending_question_is_waited_on_again_after_a_restart() {
 async fn a_question_the_step_does_not_ask_again_is_withdrawn_when_the_step_ends() {
     let (h, exec) = setup();
     let state = h.create(plan(vec![agent_like("draft")])).await;
-    let mut events = h.engine.subscribe();
-    let cancel = CancellationToken::new();
-    let engine = h.engine.clone();
-    let id = state.id().clone();
-    let options = RunOptions {
-        cancel: cancel.clone(),
-        ..RunOptions::default()
-    };
-    let run = tokio::spawn(async move { engine.run(&id, options).await });
-    let request = raised(&h, &mut events).await;
-    cancel.cancel();
-    run.await.unwrap().unwrap();
+    let (request, _) = stopped_while_asking(&h, &state).await;
     exec.quiet.store(true, Ordering::SeqCst);
     let done = h
         .engine
@@ -294,11 +290,7 @@ async fn a_question_the_step_does_not_ask_again_is_withdrawn_when_the_step_ends(
 async fn aborting_the_task_withdraws_the_question_and_cancels_the_step() {
     let (h, _) = setup();
     let state = h.create(plan(vec![agent_like("draft")])).await;
-    let mut events = h.engine.subscribe();
-    let engine = h.engine.clone();
-    let id = state.id().clone();
-    let run = tokio::spawn(async move { engine.run(&id, RunOptions::default()).await });
-    let request = raised(&h, &mut events).await;
+    let (run, request) = run_until_asked(&h, &state, RunOptions::default()).await;
     h.engine
         .abort(state.id(), "dave", "changed my mind")
         .await

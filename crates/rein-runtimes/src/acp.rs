@@ -40,11 +40,8 @@ use agent_client_protocol::{Agent, ByteStreams, Client, Responder};
 use async_trait::async_trait;
 use rein_core::executor::{Asker, Question};
 use rein_core::harness::{AgentHarness, AttemptEvent, AttemptParams, AttemptResult, HarnessError};
-use rein_protocol::plugin::{AuthBootstrap, HarnessDeclaration};
-use rein_protocol::{
-    ApprovalContext, ApprovalStatus, Decision, Support, SupportContext, Trigger,
-    WorkspaceEnvironment,
-};
+use rein_protocol::plugin::HarnessDeclaration;
+use rein_protocol::{ApprovalContext, ApprovalStatus, Decision, Support, SupportContext, Trigger};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
@@ -327,13 +324,7 @@ type PermissionAsk = (
 
 #[async_trait]
 impl AgentHarness for AcpHarness {
-    fn id(&self) -> &str {
-        &self.decl.id
-    }
-
-    fn label(&self) -> &str {
-        &self.decl.label
-    }
+    crate::plugin::declared_harness!();
 
     /// An ACP agent serves whatever route it is chosen for: which providers
     /// `auto` may choose it for is the manifest's
@@ -346,22 +337,6 @@ impl AgentHarness for AcpHarness {
                 self.plugin, ctx.provider
             )),
         }
-    }
-
-    fn auto_selection_provider_ids(&self) -> Option<Vec<String>> {
-        self.decl.auto_selection_provider_ids.clone()
-    }
-
-    fn auth_bootstrap_harness(&self) -> bool {
-        self.decl.auth_bootstrap == AuthBootstrap::Harness
-    }
-
-    fn workspace_environment(&self) -> Option<WorkspaceEnvironment> {
-        self.decl.workspace_environment.clone()
-    }
-
-    fn delegated_execution_plugin_ids(&self) -> Vec<String> {
-        self.decl.delegated_execution_plugin_ids.clone()
     }
 
     fn protocol(&self) -> &'static str {

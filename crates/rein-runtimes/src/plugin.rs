@@ -24,13 +24,12 @@ use rein_core::harness::{
     HarnessRegistry, PluginInfo, RegistrationError, ResetError,
 };
 use rein_protocol::plugin::{
-    AgentEventParams, AuthBootstrap, CREDENTIAL_ERROR, ExecutorParams, HarnessDeclaration,
-    InitializeParams, InitializeResult, IsolatedCompletionParams, IsolatedCompletionResult,
-    PLUGIN_PROTOCOL_VERSION, PartialReplyParams, PluginManifest, PluginProtocol, ResetParams,
-    RunAttemptParams, RunAttemptResult, SESSION_CLEANUP_ERROR, SupportsParams, WireAuth,
-    WireContent,
+    AgentEventParams, CREDENTIAL_ERROR, ExecutorParams, HarnessDeclaration, InitializeParams,
+    InitializeResult, IsolatedCompletionParams, IsolatedCompletionResult, PLUGIN_PROTOCOL_VERSION,
+    PartialReplyParams, PluginManifest, PluginProtocol, ResetParams, RunAttemptParams,
+    RunAttemptResult, SESSION_CLEANUP_ERROR, SupportsParams, WireAuth, WireContent,
 };
-use rein_protocol::{Support, SupportContext, WorkspaceEnvironment};
+use rein_protocol::{Support, SupportContext};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -559,6 +558,37 @@ fn dispatch(text: &str, shared: &Shared) -> Result<(), String> {
     Ok(())
 }
 
+/// The parts of [`AgentHarness`] a manifest's harness declaration (`decl`)
+/// answers, for the harnesses plugins register.
+macro_rules! declared_harness {
+    () => {
+        fn id(&self) -> &str {
+            &self.decl.id
+        }
+
+        fn label(&self) -> &str {
+            &self.decl.label
+        }
+
+        fn auto_selection_provider_ids(&self) -> Option<Vec<String>> {
+            self.decl.auto_selection_provider_ids.clone()
+        }
+
+        fn auth_bootstrap_harness(&self) -> bool {
+            self.decl.auth_bootstrap == rein_protocol::plugin::AuthBootstrap::Harness
+        }
+
+        fn workspace_environment(&self) -> Option<rein_protocol::WorkspaceEnvironment> {
+            self.decl.workspace_environment.clone()
+        }
+
+        fn delegated_execution_plugin_ids(&self) -> Vec<String> {
+            self.decl.delegated_execution_plugin_ids.clone()
+        }
+    };
+}
+pub(crate) use declared_harness;
+
 /// A harness a plugin serves.
 struct PluginHarness {
     decl: HarnessDeclaration,
@@ -567,13 +597,7 @@ struct PluginHarness {
 
 #[async_trait]
 impl AgentHarness for PluginHarness {
-    fn id(&self) -> &str {
-        &self.decl.id
-    }
-
-    fn label(&self) -> &str {
-        &self.decl.label
-    }
+    crate::plugin::declared_harness!();
 
     /// What the plugin says; a plugin that cannot answer does not support it,
     /// and the reason says why.
@@ -591,22 +615,6 @@ impl AgentHarness for PluginHarness {
             reason: Some(e.to_string()),
             fallback_runtime: None,
         })
-    }
-
-    fn auto_selection_provider_ids(&self) -> Option<Vec<String>> {
-        self.decl.auto_selection_provider_ids.clone()
-    }
-
-    fn auth_bootstrap_harness(&self) -> bool {
-        self.decl.auth_bootstrap == AuthBootstrap::Harness
-    }
-
-    fn workspace_environment(&self) -> Option<WorkspaceEnvironment> {
-        self.decl.workspace_environment.clone()
-    }
-
-    fn delegated_execution_plugin_ids(&self) -> Vec<String> {
-        self.decl.delegated_execution_plugin_ids.clone()
     }
 
     async fn run_attempt(&self, params: AttemptParams) -> Result<AttemptResult, HarnessError> {

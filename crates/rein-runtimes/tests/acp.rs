@@ -158,6 +158,36 @@ async fn attempt(
     }
 }
 
+/// One attempt of the SDK agent (run with `env`) on `prompt`, a person
+/// answering its questions with `answer` (`None`: nobody to ask), in a fresh
+/// directory (`dir`) whose `ws` is the workspace.
+struct Answered {
+    dir: tempfile::TempDir,
+    ws: PathBuf,
+    run: Attempt,
+}
+
+async fn answered(
+    env: &[(&str, &str)],
+    answer: Option<(Decision, Option<&str>)>,
+    prompt: &str,
+) -> Answered {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let registry = sdk_agent(dir.path(), env);
+    let asker = answer.map(|(decision, option)| person(decision, option).0);
+    let run = attempt(
+        &registry,
+        &ws,
+        prompt,
+        asker,
+        CancellationToken::new(),
+        LONG,
+    )
+    .await;
+    Answered { dir, ws, run }
+}
+
 fn workspace(dir: &Path) -> PathBuf {
     let ws = dir.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -269,17 +299,10 @@ async fn the_agent_streams_asks_permission_and_edits_through_reins_callback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_agent_writes_by_itself_is_recorded_as_unsupported() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = workspace(dir.path());
-    let registry = sdk_agent(dir.path(), &[("ACP_TEST_WRITE", "native")]);
-    let (asker, _) = person(Decision::Approve, None);
-    let run = attempt(
-        &registry,
-        &ws,
+    let Answered { dir: _dir, ws, run } = answered(
+        &[("ACP_TEST_WRITE", "native")],
+        Some((Decision::Approve, None)),
         "write notes.md: by itself",
-        Some(asker),
-        CancellationToken::new(),
-        LONG,
     )
     .await;
     let result = run.result.unwrap();
@@ -297,19 +320,8 @@ async fn what_the_agent_writes_by_itself_is_recorded_as_unsupported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_goes_back_as_reject_once_and_nothing_is_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = workspace(dir.path());
-    let registry = sdk_agent(dir.path(), &[]);
-    let (asker, _) = person(Decision::Deny, None);
-    let run = attempt(
-        &registry,
-        &ws,
-        "write notes.md: nope",
-        Some(asker),
-        CancellationToken::new(),
-        LONG,
-    )
-    .await;
+    let Answered { dir: _dir, ws, run } =
+        answered(&[], Some((Decision::Deny, None)), "write notes.md: nope").await;
     let result = run.result.unwrap();
     assert!(!ws.join("notes.md").exists());
     assert!(
@@ -325,17 +337,10 @@ async fn a_denial_goes_back_as_reject_once_and_nothing_is_written() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chosen_option_goes_back_as_that_option() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = workspace(dir.path());
-    let registry = sdk_agent(dir.path(), &[]);
-    let (asker, _) = person(Decision::Approve, Some("reject_always"));
-    let run = attempt(
-        &registry,
-        &ws,
+    let Answered { dir: _dir, ws, run } = answered(
+        &[],
+        Some((Decision::Approve, Some("reject_always"))),
         "write notes.md: nope",
-        Some(asker),
-        CancellationToken::new(),
-        LONG,
     )
     .await;
     let text = run.result.unwrap().text;
@@ -345,18 +350,7 @@ async fn a_chosen_option_goes_back_as_that_option() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_anyone_to_ask_permission_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = workspace(dir.path());
-    let registry = sdk_agent(dir.path(), &[]);
-    let run = attempt(
-        &registry,
-        &ws,
-        "write notes.md: nobody asked",
-        None,
-        CancellationToken::new(),
-        LONG,
-    )
-    .await;
+    let Answered { dir: _dir, ws, run } = answered(&[], None, "write notes.md: nobody asked").await;
     let result = run.result.unwrap();
     assert!(!ws.join("notes.md").exists());
     assert!(
@@ -371,19 +365,8 @@ async fn without_anyone_to_ask_permission_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skipping_the_question_cancels_the_agents_turn() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = workspace(dir.path());
-    let registry = sdk_agent(dir.path(), &[]);
-    let (asker, _) = person(Decision::Skip, None);
-    let run = attempt(
-        &registry,
-        &ws,
-        "write notes.md: skipped",
-        Some(asker),
-        CancellationToken::new(),
-        LONG,
-    )
-    .await;
+    let Answered { dir: _dir, ws, run } =
+        answered(&[], Some((Decision::Skip, None)), "write notes.md: skipped").await;
     assert_eq!(run.result.unwrap_err(), HarnessError::Cancelled);
     assert!(!ws.join("notes.md").exists());
 }
@@ -467,17 +450,10 @@ async fn a_later_attempt_of_the_same_session_loads_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_outside_the_workspace_is_refused_to_the_agent() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = workspace(dir.path());
-    let registry = sdk_agent(dir.path(), &[]);
-    let (asker, _) = person(Decision::Approve, None);
-    let run = attempt(
-        &registry,
-        &ws,
+    let Answered { dir, ws: _, run } = answered(
+        &[],
+        Some((Decision::Approve, None)),
         "write ../escaped.txt: out",
-        Some(asker),
-        CancellationToken::new(),
-        LONG,
     )
     .await;
     let err = run.result.unwrap_err().to_string();

@@ -451,17 +451,13 @@ impl TaskRun<'_> {
             }
             "rerun" => {
                 self.rec.record(
-                    TaskChange::CheckpointFailed {
-                        checkpoint_id: checkpoint,
+                    super::to_run_again(
+                        checkpoint,
                         duration_ms,
-                        error: format!(
+                        format!(
                             "interrupted: rein stopped while this step was running; running it again as {who} decided"
                         ),
-                        output: None,
-                        will_retry: true,
-                        error_type: None,
-                        retry_at: None,
-                    },
+                    ),
                     &span,
                 )?;
                 self.run_again(i);

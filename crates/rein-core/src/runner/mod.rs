@@ -74,6 +74,19 @@ impl Progress {
 
 const DEPENDENCY_FAILED: &str = "dependency_failed";
 
+/// Closes an attempt that did not finish, for the step to run again.
+fn to_run_again(checkpoint_id: CheckpointId, duration_ms: u64, error: String) -> TaskChange {
+    TaskChange::CheckpointFailed {
+        checkpoint_id,
+        duration_ms,
+        error,
+        output: None,
+        will_retry: true,
+        error_type: None,
+        retry_at: None,
+    }
+}
+
 type Finished = (usize, StepOutcome, Duration);
 
 /// Whether a message ends the run.
@@ -442,15 +455,11 @@ impl<'e> TaskRun<'e> {
                 } else {
                     "the operator chose --rerun"
                 };
-                self.rec.task_event(TaskChange::CheckpointFailed {
-                    checkpoint_id: checkpoint,
+                self.rec.task_event(to_run_again(
+                    checkpoint,
                     duration_ms,
-                    error: format!("interrupted: rein stopped while this step was running; running it again because {why}"),
-                    output: None,
-                    will_retry: true,
-                    error_type: None,
-                    retry_at: None,
-                })?;
+                    format!("interrupted: rein stopped while this step was running; running it again because {why}"),
+                ))?;
                 self.progress[i] = Progress::NotStarted;
             } else {
                 // It may have partly run: a person decides.
@@ -748,17 +757,13 @@ impl<'e> TaskRun<'e> {
         if let Some(question) = self.take_parked(i) {
             // Stopped to wait for a person (--no-wait): it runs again on resume.
             self.rec.record(
-                TaskChange::CheckpointFailed {
-                    checkpoint_id: checkpoint,
+                to_run_again(
+                    checkpoint,
                     duration_ms,
-                    error: format!(
+                    format!(
                         "stopped to wait for a person to answer {question}; it runs again when the task resumes"
                     ),
-                    output: None,
-                    will_retry: true,
-                    error_type: None,
-                    retry_at: None,
-                },
+                ),
                 &span,
             )?;
             self.progress[i] = Progress::NotStarted;
