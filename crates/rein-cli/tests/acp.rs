@@ -191,6 +191,15 @@ fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its
     ));
     assert_eq!(state["status"], "completed", "{state}");
     let output = draft_output(&state);
+    // The agent's session was in the step's journal: the new agent process
+    // loaded it (the killed turn is its history).
+    assert!(
+        output["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Resuming after 1 earlier turn(s)."),
+        "{output}"
+    );
     assert_eq!(output["permissions"][0]["decision"], "denied");
     assert_eq!(output["permissions"][0]["option"], "opt-reject");
     assert!(

@@ -47,6 +47,8 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
+/// The step journal's entry naming the agent's session.
+const SESSION_ENTRY: &str = "acp_session";
 /// How long the agent has to answer `initialize` and open a session.
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the agent has to end its turn after `session/cancel`.
@@ -355,11 +357,24 @@ impl AgentHarness for AcpHarness {
         let transport = ByteStreams::new(stdin.compat_write(), lines.compat());
         let turn: Shared = Arc::default();
         let (asks_tx, asks) = mpsc::unbounded_channel::<PermissionAsk>();
-        let known = self
-            .sessions
-            .lock()
-            .ok()
-            .and_then(|s| s.get(&params.session_key).cloned());
+        // The session an earlier attempt opened: this process remembers it,
+        // and the step's journal keeps it across a restart of rein.
+        let journaled = match &params.journal {
+            Some(journal) => journal.load().await.ok().and_then(|entries| {
+                entries.iter().rev().find_map(|e| {
+                    e.get(SESSION_ENTRY)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
+            }),
+            None => None,
+        };
+        let known = journaled.clone().or_else(|| {
+            self.sessions
+                .lock()
+                .ok()
+                .and_then(|s| s.get(&params.session_key).cloned())
+        });
         let cancel = params.cancel.clone();
         let connection =
             Client
@@ -441,15 +456,18 @@ impl AgentHarness for AcpHarness {
                 )
                 .connect_with(transport, {
                     let turn = Arc::clone(&turn);
-                    let prompt = params.prompt.clone();
+                    let opening = Opening {
+                        workspace,
+                        known,
+                        journaled,
+                        journal: params.journal.clone(),
+                        prompt: params.prompt.clone(),
+                        agent: self.decl.id.clone(),
+                    };
                     let asker = params.asker.clone();
                     let cancel = cancel.clone();
-                    let agent = self.decl.id.clone();
                     async move |conn: ConnectionTo<Agent>| {
-                        prompt_turn(
-                            conn, workspace, known, prompt, asks, asker, cancel, turn, agent,
-                        )
-                        .await
+                        prompt_turn(conn, opening, asks, asker, cancel, turn).await
                     }
                 });
         let deadline_ms = u64::try_from(params.deadline.as_millis()).unwrap_or(u64::MAX);
@@ -487,6 +505,7 @@ impl AgentHarness for AcpHarness {
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(params.session_key.clone(), ended.session_id.clone());
         }
+
         let details = with(&turn, |t| details(t, &self.plugin, &ended)).unwrap_or(Value::Null);
         let text = with(&turn, |t| t.text.clone()).unwrap_or_default();
         let stop_reason = stop_name(ended.stop_reason);
@@ -502,20 +521,35 @@ impl AgentHarness for AcpHarness {
     }
 }
 
-/// Initialize, open (or load) the session, and run the prompt turn, answering
-/// permission requests as they come.
-#[allow(clippy::too_many_arguments)]
-async fn prompt_turn(
-    conn: ConnectionTo<Agent>,
+/// What opening the turn needs: where, which session to load (and whether the
+/// step's journal has it already), and what to say.
+struct Opening {
     workspace: PathBuf,
     known: Option<String>,
+    journaled: Option<String>,
+    journal: Option<rein_core::journal::Journal>,
     prompt: String,
+    agent: String,
+}
+
+/// Initialize, open (or load) the session, and run the prompt turn, answering
+/// permission requests as they come.
+async fn prompt_turn(
+    conn: ConnectionTo<Agent>,
+    opening: Opening,
     mut asks: mpsc::UnboundedReceiver<PermissionAsk>,
     asker: Option<Asker>,
     cancel: tokio_util::sync::CancellationToken,
     turn: Shared,
-    agent: String,
 ) -> Result<Ended, agent_client_protocol::Error> {
+    let Opening {
+        workspace,
+        known,
+        journaled,
+        journal,
+        prompt,
+        agent,
+    } = opening;
     let setup = |what: &str| {
         agent_client_protocol::Error::new(
             -32000,
@@ -549,16 +583,18 @@ async fn prompt_turn(
     };
     let session_id = match loaded {
         Some(id) => id,
-        None => tokio::time::timeout(
-            SETUP_TIMEOUT,
-            conn.send_request(NewSessionRequest::new(workspace))
-                .block_task(),
-        )
-        .await
-        .map_err(|_| setup("session/new"))??
-        .session_id
-        .to_string(),
+        None => open_session(&conn, workspace, &setup).await?,
     };
+    // Durable before the turn begins: an attempt after a crash loads it.
+    if journaled.as_deref() != Some(session_id.as_str())
+        && let Some(journal) = &journal
+        && let Err(e) = journal
+            .append(&[json!({ SESSION_ENTRY: session_id })])
+            .await
+    {
+        // Only a later session/load is lost: it opens a new session.
+        tracing::warn!(error = %e, "cannot journal the ACP session id");
+    }
     let mut answer = Box::pin(
         conn.send_request(PromptRequest::new(
             session_id.clone(),
@@ -593,6 +629,22 @@ async fn prompt_turn(
             }
         }
     }
+}
+
+/// `session/new` in the workspace, within the setup time.
+async fn open_session(
+    conn: &ConnectionTo<Agent>,
+    workspace: PathBuf,
+    setup: &impl Fn(&str) -> agent_client_protocol::Error,
+) -> Result<String, agent_client_protocol::Error> {
+    let opened = tokio::time::timeout(
+        SETUP_TIMEOUT,
+        conn.send_request(NewSessionRequest::new(workspace))
+            .block_task(),
+    )
+    .await
+    .map_err(|_| setup("session/new"))??;
+    Ok(opened.session_id.to_string())
 }
 
 /// Puts a permission request to a person and turns the decision into the ACP

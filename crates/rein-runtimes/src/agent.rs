@@ -211,6 +211,7 @@ impl AgentExecutor {
             cancel: cancel.clone(),
             events,
             asker: request.asker.clone(),
+            journal: request.journal.clone(),
         });
         // Agent events go into the task's log as they come (with a run to
         // record them); the partial reply is kept for a failure's output.

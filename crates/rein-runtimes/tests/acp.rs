@@ -146,6 +146,7 @@ async fn attempt(
             cancel,
             events,
             asker,
+            journal: None,
         })
         .await;
     let mut seen = Vec::new();
@@ -399,6 +400,7 @@ async fn cancelling_the_attempt_sends_session_cancel_and_the_agent_ends_its_turn
             cancel,
             events,
             asker: Some(asker),
+            journal: None,
         })
         .await;
     assert_eq!(result.unwrap_err(), HarnessError::Cancelled);

@@ -96,6 +96,7 @@ async fn an_attempt_streams_its_partial_replies_and_events_before_its_result() {
             cancel: CancellationToken::new(),
             events,
             asker: None,
+            journal: None,
         })
         .await
         .unwrap();

@@ -105,6 +105,9 @@ pub struct AttemptParams {
     /// ([`crate::executor::Asker::report`]), so they stay in order with its
     /// questions. Events sent to `events` are forwarded to it as well.
     pub asker: Option<crate::executor::Asker>,
+    /// The step's journal, where a harness may keep what a later attempt needs
+    /// (an external agent's session id), durably.
+    pub journal: Option<crate::journal::Journal>,
 }
 
 /// What an attempt reports while it runs.
