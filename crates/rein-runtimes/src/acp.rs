@@ -752,7 +752,7 @@ fn question_of(call: &Value, options: &[(String, String)], agent: &str) -> Quest
         trigger,
         title: format!("Agent `{agent}` asks permission to: {title}"),
         description: format!(
-            "The ACP agent `{agent}` asks before a `{kind}` tool call{}{}. \
+            "The ACP agent `{agent}` asks before its `{kind}` tool call{}{}. \
              Approve with an option ({}) to answer it; deny rejects it once; skip cancels the agent's turn.",
             if locations.is_empty() {
                 String::new()
