@@ -71,7 +71,7 @@ pub enum AskError {
 /// What a running step sends its run.
 #[derive(Debug)]
 pub enum StepMessage {
-    Ask(Ask),
+    Ask(Box<Ask>),
     /// Something the step's runtime reported, recorded as an `agent_update`.
     Report {
         step: usize,
@@ -120,11 +120,11 @@ impl Asker {
     ) -> Result<rein_protocol::ApprovalRequest, AskError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.tx
-            .send(StepMessage::Ask(Ask {
+            .send(StepMessage::Ask(Box::new(Ask {
                 step: self.step,
                 question,
                 reply,
-            }))
+            })))
             .map_err(|_| AskError::Unavailable("the task's run has ended".into()))?;
         answer.await.unwrap_or_else(|_| {
             Err(AskError::Unavailable(

@@ -80,7 +80,7 @@ fn person(decision: Decision, option: Option<&str>) -> (Asker, tokio::task::Join
         let mut seen = Seen::default();
         while let Some(message) = rx.recv().await {
             let ask = match message {
-                StepMessage::Ask(ask) => ask,
+                StepMessage::Ask(ask) => *ask,
                 StepMessage::Report { update, .. } => {
                     seen.log
                         .push(update["sessionUpdate"].as_str().unwrap_or("?").to_owned());

@@ -56,7 +56,7 @@ impl TaskRun<'_> {
     /// A question or a report from a running step.
     pub(super) async fn on_step_message(&mut self, message: StepMessage) -> Result<()> {
         match message {
-            StepMessage::Ask(ask) => self.on_ask(ask).await,
+            StepMessage::Ask(ask) => self.on_ask(*ask).await,
             StepMessage::Report { step, update } => {
                 if let Some(Progress::Running {
                     checkpoint, span, ..
