@@ -1,14 +1,19 @@
-//! The single writer: one thread owns the write connection and commits every
-//! queued write in one transaction (group commit). Callers wait for the commit.
+//! The single write connection, and the thread that commits every queued write
+//! in one transaction (group commit). Callers wait for the commit.
+//!
+//! When nobody else is writing — no write queued, the connection free — a
+//! caller commits its write itself, on its own thread: a lone task's chain of
+//! steps then pays for its commit and nothing else (no hand-off to the writer
+//! thread and back, which costs two thread wake-ups). As soon as writes queue,
+//! they go to the writer thread and share its commits.
 //!
 //! Writes almost never fail, so a batch first runs plainly; if one write fails,
 //! the transaction is rolled back and the batch runs again with a savepoint per
 //! write, so the failing write fails alone and the others still commit. Write
 //! closures are therefore `FnMut`: they may run twice.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 
 use rein_core::{StoreError, StoreResult};
 use rusqlite::Connection;
@@ -61,9 +66,17 @@ pub(crate) struct Counters {
     pub busy_ns: AtomicU64,
 }
 
+/// The write connection and how many writes wait for the writer thread.
+#[derive(Debug)]
+struct Shared {
+    conn: Mutex<Connection>,
+    queued: AtomicUsize,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
     queue: mpsc::Sender<Box<dyn WriteOp>>,
+    shared: Arc<Shared>,
     pub counters: Arc<Counters>,
 }
 
@@ -71,19 +84,42 @@ impl Writer {
     pub fn start(conn: Connection) -> std::io::Result<Writer> {
         let (queue, jobs) = mpsc::channel::<Box<dyn WriteOp>>();
         let counters = Arc::new(Counters::default());
+        let shared = Arc::new(Shared {
+            conn: Mutex::new(conn),
+            queued: AtomicUsize::new(0),
+        });
         let thread_counters = Arc::clone(&counters);
+        let thread_shared = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("rein-store-writer".into())
-            .spawn(move || run(conn, jobs, &thread_counters))?;
-        Ok(Writer { queue, counters })
+            .spawn(move || run(&thread_shared, jobs, &thread_counters))?;
+        Ok(Writer {
+            queue,
+            shared,
+            counters,
+        })
     }
 
-    /// Queues `work` for the next transaction and waits until it is committed.
+    /// Commits `work` — itself when nobody else is writing, else in the writer
+    /// thread's next transaction — and returns once it is committed.
     pub async fn write<T, F>(&self, work: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnMut(&Connection) -> StoreResult<T> + Send + 'static,
     {
+        if self.shared.queued.load(Ordering::SeqCst) == 0
+            && let Ok(conn) = self.shared.conn.try_lock()
+        {
+            let (reply, mut done) = oneshot::channel();
+            let op: Box<dyn WriteOp> = Box::new(Op {
+                work,
+                result: None,
+                reply,
+            });
+            commit_and_finish(&conn, vec![op], &self.counters);
+            drop(conn);
+            return done.try_recv().map_err(|_| stopped())?;
+        }
         let done = self.submit(work)?;
         done.await.map_err(|_| stopped())?
     }
@@ -101,7 +137,11 @@ impl Writer {
             result: None,
             reply,
         });
-        self.queue.send(op).map_err(|_| stopped())?;
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        if self.queue.send(op).is_err() {
+            self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(stopped());
+        }
         Ok(done)
     }
 }
@@ -128,8 +168,13 @@ fn next_write(jobs: &mpsc::Receiver<Box<dyn WriteOp>>) -> Option<Box<dyn WriteOp
     jobs.recv().ok()
 }
 
-fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Counters) {
+fn run(shared: &Shared, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Counters) {
     while let Some(first) = next_write(&jobs) {
+        // A caller committing its own write holds the connection meanwhile.
+        let conn = shared
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
@@ -137,17 +182,23 @@ fn run(conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Coun
                 Err(_) => break,
             }
         }
-        let started = std::time::Instant::now();
-        let commit = commit_batch(&conn, &mut batch);
-        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        counters.busy_ns.fetch_add(busy, Ordering::Relaxed);
-        counters.commits.fetch_add(1, Ordering::Relaxed);
-        counters
-            .writes
-            .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        for op in batch {
-            op.finish(commit.clone());
-        }
+        shared.queued.fetch_sub(batch.len(), Ordering::SeqCst);
+        commit_and_finish(&conn, batch, counters);
+    }
+}
+
+/// Commits `batch` in one transaction and tells each write how it went.
+fn commit_and_finish(conn: &Connection, mut batch: Vec<Box<dyn WriteOp>>, counters: &Counters) {
+    let started = std::time::Instant::now();
+    let commit = commit_batch(conn, &mut batch);
+    let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    counters.busy_ns.fetch_add(busy, Ordering::Relaxed);
+    counters.commits.fetch_add(1, Ordering::Relaxed);
+    counters
+        .writes
+        .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    for op in batch {
+        op.finish(commit.clone());
     }
 }
 
@@ -274,6 +325,46 @@ mod tests {
             3,
             "blocker, the batch, the count"
         );
+    }
+
+    #[tokio::test]
+    async fn a_lone_write_commits_on_the_callers_thread_and_others_queue_behind_a_commit() {
+        let (_dir, writer) = table("CREATE TABLE t (x INTEGER)");
+        let caller = std::thread::current().id();
+        let ran_on = writer
+            .write(|c| {
+                c.execute("INSERT INTO t VALUES (1)", []).map_err(backend)?;
+                Ok(std::thread::current().id())
+            })
+            .await
+            .unwrap();
+        assert_eq!(ran_on, caller, "nobody else was writing: no hand-off");
+        // While the writer thread holds the connection, a write waits for it
+        // and goes into the writer's next transaction.
+        let (release, blocker) = hold(&writer);
+        let w = writer.clone();
+        let queued = tokio::spawn(async move {
+            w.write(|c| {
+                c.execute("INSERT INTO t VALUES (2)", []).map_err(backend)?;
+                Ok(std::thread::current().id())
+            })
+            .await
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!queued.is_finished(), "it waits for the commit in progress");
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        let ran_on = queued.await.unwrap().unwrap();
+        assert_ne!(ran_on, caller, "committed by the writer thread");
+        let count = writer
+            .write(|c| {
+                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
+                    .map_err(backend)
+            })
+            .await;
+        assert_eq!(count.unwrap(), 2);
     }
 
     #[tokio::test]
