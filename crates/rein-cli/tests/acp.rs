@@ -264,3 +264,58 @@ fn the_example_with_no_wait_pauses_on_the_agents_question_and_exits_3() {
     let notes = std::fs::read_to_string(in_workspace(&data, &task, "NOTES.md")).unwrap();
     assert!(notes.starts_with("Drafted by an external agent"), "{notes}");
 }
+
+/// On a terminal, the agent's question is asked inline like any other; here a
+/// real pseudo-terminal (`script`) carries the typed answer back to the agent.
+#[test]
+fn on_a_terminal_the_agents_question_is_asked_inline() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plugin = manifest(dir.path());
+    let plan = write_plan(dir.path(), "acp.toml", PLAN);
+    let command = format!(
+        "{} --data-dir {} --plugin {} run {}",
+        common::rein_bin().display(),
+        data.display(),
+        plugin.display(),
+        plan.display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qefc", &command, "/dev/null"])
+        .env("REIN_USER", "terminal-user")
+        .env_remove("REIN_DATA_DIR")
+        .env_remove("REIN_PLUGINS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("`script` (util-linux) runs rein on a pseudo-terminal");
+    eventually("the agent asks", || pending(&data).first().cloned());
+    {
+        use std::io::Write;
+        let stdin = child.stdin.as_mut().unwrap();
+        // [2] is allow_always, the second kind the agent offers.
+        stdin.write_all(b"2\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    assert!(
+        screen.contains("? Agent `acp-test` asks permission to: Write notes.md"),
+        "{screen}"
+    );
+    let task = task_ids(&data).first().cloned().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(in_workspace(&data, &task, "notes.md")).unwrap(),
+        "drafted by the ACP agent"
+    );
+    let all = json(&run_ok(rein(&data).args([
+        "approvals",
+        "list",
+        "--status",
+        "all",
+        "--json",
+    ])));
+    assert_eq!(all[0]["response"]["selected_option"], "allow_always");
+    assert_eq!(all[0]["response"]["decided_by"], "terminal-user");
+}
