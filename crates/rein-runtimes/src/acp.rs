@@ -147,13 +147,21 @@ impl AcpHarness {
                 }
             });
         }
-        Ok(AgentProcess { child, stderr })
+        let group = child.id().and_then(|p| i32::try_from(p).ok());
+        Ok(AgentProcess {
+            child,
+            group,
+            stderr,
+        })
     }
 }
 
 /// The agent's process: its whole group is killed when this is dropped.
 struct AgentProcess {
     child: tokio::process::Child,
+    /// The group the agent leads (its pid), kept for the group's other
+    /// members after the agent itself has been reaped.
+    group: Option<i32>,
     stderr: Arc<Mutex<Vec<u8>>>,
 }
 
@@ -172,10 +180,10 @@ impl AgentProcess {
         }
     }
 
-    /// How the process ended, if it has.
-    fn exit(&mut self) -> Option<String> {
-        match self.child.try_wait() {
-            Ok(Some(status)) => Some(status.to_string()),
+    /// How the process ended, if it does within `wait`.
+    async fn exit_within(&mut self, wait: Duration) -> Option<String> {
+        match tokio::time::timeout(wait, self.child.wait()).await {
+            Ok(Ok(status)) => Some(status.to_string()),
             _ => None,
         }
     }
@@ -183,7 +191,7 @@ impl AgentProcess {
 
 impl Drop for AgentProcess {
     fn drop(&mut self) {
-        if let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) {
+        if let Some(pid) = self.group {
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
@@ -483,10 +491,10 @@ impl AgentHarness for AcpHarness {
         let ended = match ended {
             Ok(ended) => ended,
             Err(e) => {
-                // Give a dying agent a moment, so that its exit status is known.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                // A dying agent's exit status, if it comes within a moment.
                 let exit = process
-                    .exit()
+                    .exit_within(Duration::from_millis(200))
+                    .await
                     .map(|s| format!(" (the agent exited: {s})"))
                     .unwrap_or_default();
                 let why = match garbage.lock().ok().and_then(|g| g.clone()) {

@@ -48,12 +48,14 @@ fn sdk_agent(dir: &Path, env: &[(&str, &str)]) -> HarnessRegistry {
 }
 
 fn misbehaving(dir: &Path, mode: &str) -> HarnessRegistry {
+    misbehaving_with(dir, &[mode])
+}
+
+fn misbehaving_with(dir: &Path, args: &[&str]) -> HarnessRegistry {
     let script = agent_dir().join("misbehave.py").display().to_string();
-    registry(&manifest(
-        dir,
-        &["python3".into(), script, mode.into()],
-        &[],
-    ))
+    let mut command = vec!["python3".to_owned(), script];
+    command.extend(args.iter().map(|a| (*a).to_owned()));
+    registry(&manifest(dir, &command, &[]))
 }
 
 fn registry(path: &Path) -> HarnessRegistry {
@@ -542,4 +544,44 @@ async fn an_acp_manifest_that_cannot_work_is_refused_naming_the_problem() {
     .unwrap();
     let err = load_manifest(&path).unwrap_err().to_string();
     assert!(err.contains("protocol"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_agent_takes_the_processes_it_started_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = workspace(dir.path());
+    let pidfile = dir.path().join("child.pid");
+    let registry = misbehaving_with(dir.path(), &["orphan", &pidfile.display().to_string()]);
+    let run = attempt(
+        &registry,
+        &ws,
+        "hi",
+        None,
+        CancellationToken::new(),
+        Duration::from_millis(1500),
+    )
+    .await;
+    assert!(matches!(run.result, Err(HarnessError::TimedOut { .. })));
+    let pid = std::fs::read_to_string(&pidfile).unwrap();
+    // Killed with its agent's process group (SIGKILL takes effect as the
+    // kernel gets to it): soon gone, or a zombie awaiting its reaper.
+    let state = || {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+            .ok()
+            .and_then(|s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().next())
+                    .map(str::to_owned)
+            })
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while state().is_some_and(|s| s != "Z") && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let last = state();
+    assert!(
+        last.as_deref().is_none_or(|s| s == "Z"),
+        "the agent's child {pid} is still running ({last:?})"
+    );
 }

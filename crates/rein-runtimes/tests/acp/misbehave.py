@@ -1,11 +1,18 @@
 """An ACP agent that misbehaves, for rein's tests: `crash` exits after
 initialize, `garbage` answers with a line that is not JSON-RPC, `hang` never
-answers, `exit-early` exits before reading anything."""
+answers, `exit-early` exits before reading anything, `orphan PIDFILE` starts a
+child of its own (its pid written to PIDFILE) and never answers."""
 import json
+import subprocess
 import sys
 import time
 
 mode = sys.argv[1]
+if mode == "orphan":
+    child = subprocess.Popen(["sleep", "300"])
+    with open(sys.argv[2], "w") as f:
+        f.write(str(child.pid))
+    mode = "hang"
 if mode == "exit-early":
     sys.stderr.write("cannot start: no model configured\n")
     sys.exit(2)
