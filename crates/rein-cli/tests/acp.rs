@@ -122,6 +122,34 @@ fn a_person_answers_the_agents_permission_request_from_another_process() {
     assert_eq!(output["selection"]["selected"], "acp-test");
     assert_eq!(output["permissions"][0]["option"], "opt-allow");
     assert_eq!(output["side_effects"][0]["capture"], "callback");
+    // The side effects are evidence too: the write came through rein's
+    // callback, and so did the edit the tool call made.
+    let bundle = output["evidence_bundle_id"]
+        .as_str()
+        .expect("an evidence bundle");
+    let evidence = json(&run_ok(
+        rein(&data).args(["evidence", "show", bundle, "--json"]),
+    ));
+    let items: Vec<(String, String)> = evidence["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["kind"].as_str().unwrap().to_owned(),
+                i["capture"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        items,
+        [
+            ("file".to_owned(), "callback".to_owned()),
+            ("external_side_effect".to_owned(), "callback".to_owned())
+        ],
+        "{evidence}"
+    );
+    assert_eq!(evidence["stepId"], "draft", "{evidence}");
     let events = events_of(&data, task);
     // The agent's plan and tool call, as they happened — all of them, also
     // those sent just before its turn ended.

@@ -618,3 +618,115 @@ fn not_found(kind: RecordKind, id: &str) -> EngineError {
     }
     .into()
 }
+
+/// The evidence of an agent step whose runtime rein does not run (a plugin's
+/// harness, an external ACP agent): one item per side effect its output
+/// lists under `side_effects` — a write through rein's callback is `callback`,
+/// anything the agent did by itself `unsupported` (spec harness-sdk rule 25) —
+/// or, when the output only says `"side_effects": "unsupported"`, one item
+/// saying so. `None` when the output names no side effects (the built-in
+/// runtime's steps: its journal is rein's own record).
+pub fn agent_evidence(
+    task_id: &str,
+    step_id: &str,
+    shared_state: Option<String>,
+    output: &serde_json::Value,
+) -> Option<EvidenceBundle> {
+    let runtime = output
+        .get("selection")
+        .and_then(|s| s.get("selected"))
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("its runtime");
+    let text = |v: &serde_json::Value, k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let items: Vec<EvidenceItem> = match output.get("side_effects")? {
+        serde_json::Value::Array(effects) => effects
+            .iter()
+            .map(|e| {
+                let capture = match text(e, "capture").as_str() {
+                    "callback" => Capture::Callback,
+                    _ => Capture::Unsupported,
+                };
+                let what = text(e, "what");
+                let path = text(e, "path");
+                let locations: Vec<String> = e
+                    .get("locations")
+                    .and_then(serde_json::Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|l| l.as_str().map(str::to_owned))
+                    .collect();
+                let (kind, title) = if what == "write_file" {
+                    (
+                        EvidenceKind::File,
+                        format!("{runtime} wrote {path} through rein's fs/write_text_file"),
+                    )
+                } else {
+                    let status = text(e, "status");
+                    (
+                        EvidenceKind::ExternalSideEffect,
+                        format!(
+                            "{runtime}: {what} tool call `{}`{}",
+                            text(e, "title"),
+                            if status.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" ({status})")
+                            }
+                        ),
+                    )
+                };
+                let file = if path.is_empty() {
+                    locations.first().cloned()
+                } else {
+                    Some(path)
+                };
+                EvidenceItem {
+                    id: String::new(),
+                    kind,
+                    title,
+                    content: (!locations.is_empty()).then(|| locations.join("\n")),
+                    exit_code: None,
+                    capture,
+                    resource: file.map(|p| Resource {
+                        kind: "file".into(),
+                        path: Some(p),
+                        ..Resource::default()
+                    }),
+                    at: None,
+                }
+            })
+            .collect(),
+        serde_json::Value::String(_) => vec![EvidenceItem {
+            id: String::new(),
+            kind: EvidenceKind::ExternalSideEffect,
+            title: format!("what {runtime} did inside its own runtime is not visible to rein"),
+            content: None,
+            exit_code: None,
+            capture: Capture::Unsupported,
+            resource: None,
+            at: None,
+        }],
+        _ => return None,
+    };
+    Some(EvidenceBundle {
+        id: String::new(),
+        summary: format!("side effects of agent step `{step_id}` ({runtime})"),
+        harness_contract_id: None,
+        shared_state_id: shared_state,
+        task_id: Some(task_id.to_owned()),
+        step_id: Some(step_id.to_owned()),
+        items,
+        checks: Vec::new(),
+        risks: Vec::new(),
+        untested_areas: Vec::new(),
+        reviews: Vec::new(),
+        confidence: None,
+        created_at: None,
+        updated_at: None,
+    })
+}

@@ -168,3 +168,61 @@ async fn concurrent_additions_to_a_bundle_are_never_lost() {
     let stored = records.evidence(&id).await.unwrap();
     assert_eq!(stored.items.len(), 24);
 }
+
+#[test]
+fn an_agent_steps_side_effects_become_evidence_that_says_how_rein_knows_them() {
+    use rein_protocol::{Capture, EvidenceKind};
+    let output = serde_json::json!({
+        "selection": { "selected": "acp-test" },
+        "side_effects": [
+            { "what": "write_file", "path": "/ws/notes.md", "capture": "callback" },
+            { "what": "edit", "title": "Write notes.md", "status": "completed",
+              "locations": ["/ws/notes.md"], "capture": "callback" },
+            { "what": "execute", "title": "npm install", "status": "completed",
+              "locations": [], "capture": "unsupported" },
+            // Whatever a runtime claims, an external side effect it did not
+            // report through a callback is not vouched for.
+            { "what": "delete", "title": "rm -rf build", "capture": "rein" },
+        ],
+    });
+    let bundle = rein_core::contracts::agent_evidence("task_1", "draft", None, &output).unwrap();
+    let items: Vec<(EvidenceKind, Capture)> =
+        bundle.items.iter().map(|i| (i.kind, i.capture)).collect();
+    assert_eq!(
+        items,
+        [
+            (EvidenceKind::File, Capture::Callback),
+            (EvidenceKind::ExternalSideEffect, Capture::Callback),
+            (EvidenceKind::ExternalSideEffect, Capture::Unsupported),
+            (EvidenceKind::ExternalSideEffect, Capture::Unsupported),
+        ]
+    );
+    assert_eq!(
+        bundle.items[2].title,
+        "acp-test: execute tool call `npm install` (completed)"
+    );
+    assert_eq!(
+        bundle.items[0]
+            .resource
+            .as_ref()
+            .and_then(|r| r.path.as_deref()),
+        Some("/ws/notes.md")
+    );
+    assert_eq!(bundle.step_id.as_deref(), Some("draft"));
+    // A plugin that only says its side effects are its own: one item saying so.
+    let plugin =
+        serde_json::json!({ "selection": { "selected": "echo" }, "side_effects": "unsupported" });
+    let bundle = rein_core::contracts::agent_evidence("t", "s", None, &plugin).unwrap();
+    assert_eq!(bundle.items.len(), 1);
+    assert_eq!(bundle.items[0].capture, Capture::Unsupported);
+    // The built-in runtime names none: its journal is rein's own record.
+    assert!(
+        rein_core::contracts::agent_evidence(
+            "t",
+            "s",
+            None,
+            &serde_json::json!({ "text": "done" })
+        )
+        .is_none()
+    );
+}

@@ -74,6 +74,43 @@ impl Progress {
 
 const DEPENDENCY_FAILED: &str = "dependency_failed";
 
+/// Stores the evidence of an agent step's side effects and names the bundle in
+/// the step's output (`evidence_bundle_id`). Evidence that cannot be stored is
+/// said in the output (`evidence_error`); the step's own outcome stands.
+async fn record_agent_evidence(
+    records: &crate::contracts::Records,
+    task: &str,
+    step: &str,
+    shared_state: Option<String>,
+    outcome: &mut StepOutcome,
+) {
+    let (StepOutcome::Passed {
+        output: Some(output),
+    }
+    | StepOutcome::Failed {
+        output: Some(output),
+        ..
+    }) = outcome
+    else {
+        return;
+    };
+    let Some(bundle) = crate::contracts::agent_evidence(task, step, shared_state, output) else {
+        return;
+    };
+    let stored = async {
+        let now = records.clock.now();
+        let bundle = crate::contracts::prepare_evidence(bundle, now)?;
+        records.insert_evidence(bundle, "rein", now).await
+    };
+    let (key, value) = match stored.await {
+        Ok(bundle) => ("evidence_bundle_id", bundle.id),
+        Err(e) => ("evidence_error", e.to_string()),
+    };
+    if let Some(o) = output.as_object_mut() {
+        o.insert(key.to_owned(), value.into());
+    }
+}
+
 /// Closes an attempt that did not finish, for the step to run again.
 fn to_run_again(checkpoint_id: CheckpointId, duration_ms: u64, error: String) -> TaskChange {
     TaskChange::CheckpointFailed {
@@ -665,6 +702,16 @@ impl<'e> TaskRun<'e> {
                     ),
                 )
             });
+        // An agent step run by a runtime rein does not run leaves evidence of
+        // its side effects.
+        let evidence = matches!(self.steps[i].action, StepAction::Agent { .. }).then(|| {
+            (
+                self.engine.records(),
+                self.rec.state.head.id.to_string(),
+                self.steps[i].id.clone(),
+                self.shared_state.clone(),
+            )
+        });
         let poll = self.engine.config.control_poll;
         let handle = self.running.spawn(
             async move {
@@ -694,11 +741,14 @@ impl<'e> TaskRun<'e> {
                     }
                 }
                 let started = Instant::now();
-                let outcome = match verification {
+                let mut outcome = match verification {
                     Some(v) => v.run(token).await,
                     None => executor.execute(request, token).await,
                 };
                 let elapsed = started.elapsed();
+                if let Some((records, task, step, state)) = evidence {
+                    record_agent_evidence(&records, &task, &step, state, &mut outcome).await;
+                }
                 if let Some((store, clock, state, action)) = recording {
                     let status = match &outcome {
                         StepOutcome::Passed { .. } => rein_protocol::WorkStatus::Completed,
