@@ -24,7 +24,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,29 +106,15 @@ impl AcpHarness {
 
     /// Starts the agent in its own process group.
     fn spawn(&self) -> Result<AgentProcess, HarnessError> {
-        let program = self.command.first().map(String::as_str).unwrap_or_default();
-        let path = if program.contains('/') && !Path::new(program).is_absolute() {
-            self.dir.join(program)
-        } else {
-            PathBuf::from(program)
-        };
-        let mut child = tokio::process::Command::new(&path)
-            .args(self.command.get(1..).unwrap_or_default())
-            .envs(&self.env)
-            .current_dir(&self.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                self.failed(format!(
-                    "the ACP agent of plugin `{}` cannot be started ({}): {e}",
-                    self.plugin,
-                    path.display()
-                ))
-            })?;
+        let (mut command, path) =
+            crate::plugin::manifest_command(&self.dir, &self.command, &self.env);
+        let mut child = command.process_group(0).spawn().map_err(|e| {
+            self.failed(format!(
+                "the ACP agent of plugin `{}` cannot be started ({}): {e}",
+                self.plugin,
+                path.display()
+            ))
+        })?;
         let stderr = Arc::new(Mutex::new(Vec::new()));
         if let Some(mut pipe) = child.stderr.take() {
             let tail = Arc::clone(&stderr);

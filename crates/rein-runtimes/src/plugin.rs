@@ -238,6 +238,32 @@ impl std::fmt::Debug for PluginProcess {
     }
 }
 
+/// A manifest's program, ready to start: a relative program path (and the
+/// working directory) is the manifest's directory; stdin, stdout and stderr
+/// are pipes; the child is killed if rein drops it. Returns the program's path
+/// too, for error messages.
+pub(crate) fn manifest_command(
+    dir: &Path,
+    command: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+) -> (tokio::process::Command, PathBuf) {
+    let program = command.first().map(String::as_str).unwrap_or_default();
+    let path = if program.contains('/') && !Path::new(program).is_absolute() {
+        dir.join(program)
+    } else {
+        PathBuf::from(program)
+    };
+    let mut cmd = tokio::process::Command::new(&path);
+    cmd.args(command.get(1..).unwrap_or_default())
+        .envs(env)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    (cmd, path)
+}
+
 impl PluginProcess {
     fn new(manifest: PluginManifest, dir: PathBuf) -> PluginProcess {
         let timeout = manifest
@@ -259,26 +285,13 @@ impl PluginProcess {
 
     /// Starts the program and its stdout reader.
     fn spawn(&self) -> Result<Connection, PluginError> {
-        let program = &self.manifest.command[0];
-        let path = if program.contains('/') && !Path::new(program).is_absolute() {
-            self.dir.join(program)
-        } else {
-            PathBuf::from(program)
-        };
-        let mut child = tokio::process::Command::new(&path)
-            .args(&self.manifest.command[1..])
-            .envs(&self.manifest.env)
-            .current_dir(&self.dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| PluginError::Start {
-                plugin: self.id().to_owned(),
-                program: path.display().to_string(),
-                message: e.to_string(),
-            })?;
+        let (mut command, path) =
+            manifest_command(&self.dir, &self.manifest.command, &self.manifest.env);
+        let mut child = command.spawn().map_err(|e| PluginError::Start {
+            plugin: self.id().to_owned(),
+            program: path.display().to_string(),
+            message: e.to_string(),
+        })?;
         let shared = Arc::new(Shared {
             attempts: Arc::clone(&self.attempts),
             ..Shared::default()
