@@ -571,6 +571,34 @@ impl Records {
         Ok(out)
     }
 
+    /// Stores the evidence of an agent step's side effects ([`agent_evidence`])
+    /// and names the bundle in its output (`evidence_bundle_id`). Evidence that
+    /// cannot be stored is said in the output (`evidence_error`); the step's
+    /// own outcome stands.
+    pub(crate) async fn record_agent_evidence(
+        &self,
+        task: &str,
+        step: &str,
+        shared_state: Option<String>,
+        output: &mut serde_json::Value,
+    ) {
+        let Some(bundle) = agent_evidence(task, step, shared_state, output) else {
+            return;
+        };
+        let now = self.clock.now();
+        let stored = match prepare_evidence(bundle, now) {
+            Ok(bundle) => self.insert_evidence(bundle, "rein", now).await,
+            Err(e) => Err(e),
+        };
+        let (key, value) = match stored {
+            Ok(bundle) => ("evidence_bundle_id", bundle.id),
+            Err(e) => ("evidence_error", e.to_string()),
+        };
+        if let Some(o) = output.as_object_mut() {
+            o.insert(key.to_owned(), value.into());
+        }
+    }
+
     /// Adds an item to a bundle, replacing the one with its id.
     pub async fn add_evidence_item(
         &self,

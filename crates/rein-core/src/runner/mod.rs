@@ -74,43 +74,6 @@ impl Progress {
 
 const DEPENDENCY_FAILED: &str = "dependency_failed";
 
-/// Stores the evidence of an agent step's side effects and names the bundle in
-/// the step's output (`evidence_bundle_id`). Evidence that cannot be stored is
-/// said in the output (`evidence_error`); the step's own outcome stands.
-async fn record_agent_evidence(
-    records: &crate::contracts::Records,
-    task: &str,
-    step: &str,
-    shared_state: Option<String>,
-    outcome: &mut StepOutcome,
-) {
-    let (StepOutcome::Passed {
-        output: Some(output),
-    }
-    | StepOutcome::Failed {
-        output: Some(output),
-        ..
-    }) = outcome
-    else {
-        return;
-    };
-    let Some(bundle) = crate::contracts::agent_evidence(task, step, shared_state, output) else {
-        return;
-    };
-    let stored = async {
-        let now = records.clock.now();
-        let bundle = crate::contracts::prepare_evidence(bundle, now)?;
-        records.insert_evidence(bundle, "rein", now).await
-    };
-    let (key, value) = match stored.await {
-        Ok(bundle) => ("evidence_bundle_id", bundle.id),
-        Err(e) => ("evidence_error", e.to_string()),
-    };
-    if let Some(o) = output.as_object_mut() {
-        o.insert(key.to_owned(), value.into());
-    }
-}
-
 /// Closes an attempt that did not finish, for the step to run again.
 fn to_run_again(checkpoint_id: CheckpointId, duration_ms: u64, error: String) -> TaskChange {
     TaskChange::CheckpointFailed {
@@ -392,14 +355,10 @@ impl<'e> TaskRun<'e> {
                 () = options.cancel.cancelled() => return self.stop().await,
                 Some(joined) = self.running.join_next_with_id(), if !self.running.is_empty() => {
                     // What a step sent before it ended is its own, recorded first.
-                    while let Ok(message) = self.asks.try_recv() {
-                        self.on_step_message(message).await?;
-                    }
+                    self.take_step_messages().await?;
                     self.on_joined(joined)?;
                     while let Some(joined) = self.running.try_join_next_with_id() {
-                        while let Ok(message) = self.asks.try_recv() {
-                            self.on_step_message(message).await?;
-                        }
+                        self.take_step_messages().await?;
                         self.on_joined(joined)?;
                     }
                     self.withdraw_questions("the step that asked has ended", false).await?;
@@ -407,9 +366,7 @@ impl<'e> TaskRun<'e> {
                 Some(message) = self.asks.recv() => {
                     self.on_step_message(message).await?;
                     // Reports come in bursts: one commit for all that are here.
-                    while let Ok(message) = self.asks.try_recv() {
-                        self.on_step_message(message).await?;
-                    }
+                    self.take_step_messages().await?;
                 }
                 () = options.pause.cancelled(), if !pause_seen => {
                     pause_seen = true;
@@ -746,8 +703,18 @@ impl<'e> TaskRun<'e> {
                     None => executor.execute(request, token).await,
                 };
                 let elapsed = started.elapsed();
-                if let Some((records, task, step, state)) = evidence {
-                    record_agent_evidence(&records, &task, &step, state, &mut outcome).await;
+                if let Some((records, task, step, state)) = evidence
+                    && let StepOutcome::Passed {
+                        output: Some(output),
+                    }
+                    | StepOutcome::Failed {
+                        output: Some(output),
+                        ..
+                    } = &mut outcome
+                {
+                    records
+                        .record_agent_evidence(&task, &step, state, output)
+                        .await;
                 }
                 if let Some((store, clock, state, action)) = recording {
                     let status = match &outcome {

@@ -76,6 +76,14 @@ impl TaskRun<'_> {
         }
     }
 
+    /// Every step message already sent.
+    pub(super) async fn take_step_messages(&mut self) -> Result<()> {
+        while let Ok(message) = self.asks.try_recv() {
+            self.on_step_message(message).await?;
+        }
+        Ok(())
+    }
+
     /// Raises a running step's question, or takes up the same question an
     /// earlier run of the step raised and nobody received the answer of.
     pub(super) async fn on_ask(&mut self, ask: Ask) -> Result<()> {
