@@ -338,26 +338,38 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 // The state row moves only from the sequence number the writer read.
-                let tkey: Option<i64> = conn
-                    .prepare_cached(
-                        "UPDATE tasks SET status = ?2, updated_at = ?3, last_seq = ?4, summary = ?5
-                         WHERE id = ?1 AND last_seq = ?6 RETURNING tkey",
-                    )
-                    .and_then(|mut stmt| {
-                        stmt.query_row(
-                            params![
-                                w.task_id,
-                                w.status,
-                                w.updated_at,
-                                w.last_seq,
-                                w.summary,
-                                w.expected_seq
-                            ],
-                            |r| r.get(0),
-                        )
-                        .optional()
-                    })
-                    .map_err(backend)?;
+                // Most writes keep the status: leaving it out of the SET then
+                // spares the status index a delete and insert of the same entry
+                // (and the commit a page). A write that changes it takes the
+                // second statement.
+                let same_status = "UPDATE tasks SET updated_at = ?3, last_seq = ?4, summary = ?5
+                     WHERE id = ?1 AND last_seq = ?6 AND status = ?2 RETURNING tkey";
+                let new_status =
+                    "UPDATE tasks SET status = ?2, updated_at = ?3, last_seq = ?4, summary = ?5
+                     WHERE id = ?1 AND last_seq = ?6 RETURNING tkey";
+                let mut tkey = None;
+                for sql in [same_status, new_status] {
+                    tkey = conn
+                        .prepare_cached(sql)
+                        .and_then(|mut stmt| {
+                            stmt.query_row(
+                                params![
+                                    w.task_id,
+                                    w.status,
+                                    w.updated_at,
+                                    w.last_seq,
+                                    w.summary,
+                                    w.expected_seq
+                                ],
+                                |r| r.get::<_, i64>(0),
+                            )
+                            .optional()
+                        })
+                        .map_err(backend)?;
+                    if tkey.is_some() {
+                        break;
+                    }
+                }
                 let Some(tkey) = tkey else {
                     return Err(seq_mismatch(conn, &task_id, w.expected_seq));
                 };

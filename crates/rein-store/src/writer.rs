@@ -204,7 +204,13 @@ fn commit_and_finish(conn: &Connection, mut batch: Vec<Box<dyn WriteOp>>, counte
 
 fn commit_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), StoreError> {
     let backend = |e: rusqlite::Error| StoreError::Backend(e.to_string());
-    conn.execute_batch("BEGIN IMMEDIATE").map_err(backend)?;
+    // Every transaction runs these: prepared once, not parsed each time.
+    let run = |sql: &str| {
+        conn.prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map(drop)
+    };
+    run("BEGIN IMMEDIATE").map_err(backend)?;
     let mut all_ok = true;
     for op in batch.iter_mut() {
         all_ok &= op.apply(conn);
@@ -230,7 +236,7 @@ fn commit_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(),
         // The one write failed: commit nothing.
         return conn.execute_batch("ROLLBACK").map_err(backend);
     }
-    conn.execute_batch("COMMIT").map_err(|e| {
+    run("COMMIT").map_err(|e| {
         let _ = conn.execute_batch("ROLLBACK");
         backend(e)
     })
