@@ -253,6 +253,54 @@ async fn ready_steps_run_concurrently_up_to_the_limit() {
 }
 
 /// Starts a run, stops it (as a crash would) once `step` is running, and returns the task.
+/// An in-process executor that panics on the step named `boom` and lets every
+/// other step take a little while.
+#[derive(Debug, Default)]
+struct Panicky;
+
+#[async_trait]
+impl StepExecutor for Panicky {
+    async fn execute(&self, request: StepRequest, _: CancellationToken) -> StepOutcome {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_ne!(request.step.id, "boom", "out of cheese");
+        StepOutcome::Passed { output: None }
+    }
+}
+
+#[tokio::test]
+async fn a_step_whose_executor_panics_fails_alone() {
+    let h = harness_with(Arc::new(Panicky), 4);
+    let state = h
+        .run(plan(vec![
+            step("boom", "true", &[]),
+            step("sibling", "true", &[]),
+            step("after-boom", "true", &["boom"]),
+            step("after-sibling", "true", &["sibling"]),
+        ]))
+        .await;
+    assert_eq!(state.status(), TaskStatus::Failed);
+    let boom = latest(&state, "boom");
+    assert_eq!(boom.status, CheckpointStatus::Failed);
+    let error = boom.error.as_deref().unwrap();
+    assert!(
+        error.contains("the step's executor crashed") && error.contains("out of cheese"),
+        "{error}"
+    );
+    // The step running beside it, and what follows that, are untouched.
+    for ok in ["sibling", "after-sibling"] {
+        assert_eq!(
+            latest(&state, ok).status,
+            CheckpointStatus::Completed,
+            "{ok}"
+        );
+    }
+    assert_eq!(
+        latest(&state, "after-boom").status,
+        CheckpointStatus::Skipped
+    );
+    h.stored(&state).await;
+}
+
 async fn interrupted_at(h: &Harness, p: TaskDecomposition, step: &str) -> TaskState {
     let state = h.create(p).await;
     let cancel = CancellationToken::new();

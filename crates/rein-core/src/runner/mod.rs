@@ -5,6 +5,13 @@
 //! step to end or a control request, records the result, and goes round again.
 //! Results and the next steps' starts share one commit, so a chain of steps costs
 //! one durable commit per step.
+//!
+//! Running steps are futures the runner polls itself, not tasks of their own:
+//! a step waits on a child process, a model or a person, so running them
+//! concurrently needs no thread of theirs, and a step that ends does not have to
+//! wake another worker thread to tell the runner (a chain of short steps paid
+//! that hand-off on every step). A step that panics fails alone, as a crashed
+//! executor.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -15,12 +22,13 @@ mod approvals;
 mod questions;
 mod recovery;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::{FutureExt, future::BoxFuture};
 use rein_protocol::{
     ApprovalRequest, ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus,
     CheckpointType, StepAction, TaskChange, TaskDecomposition, TaskState, TaskStatus, TaskStep,
 };
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -106,8 +114,7 @@ pub(crate) struct TaskRun<'e> {
     progress: Vec<Progress>,
     attempts: Vec<u32>,
     ready: BTreeSet<usize>,
-    running: JoinSet<Finished>,
-    running_ids: HashMap<tokio::task::Id, usize>,
+    running: Running,
     limit: usize,
     fail_fast: bool,
     first_failure: Option<usize>,
@@ -262,8 +269,7 @@ impl<'e> TaskRun<'e> {
             progress,
             attempts,
             ready: BTreeSet::new(),
-            running: JoinSet::new(),
-            running_ids: HashMap::new(),
+            running: Running::default(),
             limit,
             fail_fast: plan.fail_fast,
             first_failure,
@@ -353,13 +359,13 @@ impl<'e> TaskRun<'e> {
             tokio::select! {
                 biased;
                 () = options.cancel.cancelled() => return self.stop().await,
-                Some(joined) = self.running.join_next_with_id(), if !self.running.is_empty() => {
+                Some(finished) = self.running.next(), if !self.running.is_empty() => {
                     // What a step sent before it ended is its own, recorded first.
                     self.take_step_messages().await?;
-                    self.on_joined(joined)?;
-                    while let Some(joined) = self.running.try_join_next_with_id() {
+                    self.on_joined(finished)?;
+                    while let Some(finished) = self.running.next_ended() {
                         self.take_step_messages().await?;
-                        self.on_joined(joined)?;
+                        self.on_joined(finished)?;
                     }
                     self.withdraw_questions("the step that asked has ended", false).await?;
                 }
@@ -670,100 +676,85 @@ impl<'e> TaskRun<'e> {
             )
         });
         let poll = self.engine.config.control_poll;
-        let handle = self.running.spawn(
-            async move {
-                if let Some((store, clock, state, action)) = &recording {
-                    // Under the state's enforcement this waits (serialize) or
-                    // refuses (reject) while the step collides with a running one.
-                    let start = crate::shared_state::start_step(
-                        store.as_ref(),
-                        state,
-                        action.clone(),
-                        clock.as_ref(),
-                        poll,
-                        &token,
-                    )
-                    .await;
-                    if let crate::shared_state::Start::Rejected(conflict) = start {
-                        let error = format!(
-                            "shared state {state} rejects the step: {} ({})",
-                            conflict.summary, conflict.id
-                        );
-                        let outcome = StepOutcome::Failed {
-                            error,
-                            output: serde_json::to_value(&*conflict).ok(),
-                            failure: crate::recovery::Failure::Validation,
-                        };
-                        return (i, outcome, Duration::ZERO);
-                    }
-                }
-                let started = Instant::now();
-                let mut outcome = match verification {
-                    Some(v) => v.run(token).await,
-                    None => executor.execute(request, token).await,
-                };
-                let elapsed = started.elapsed();
-                if let Some((records, task, step, state)) = evidence
-                    && let StepOutcome::Passed {
-                        output: Some(output),
-                    }
-                    | StepOutcome::Failed {
-                        output: Some(output),
-                        ..
-                    } = &mut outcome
-                {
-                    records
-                        .record_agent_evidence(&task, &step, state, output)
-                        .await;
-                }
-                if let Some((store, clock, state, action)) = recording {
-                    let status = match &outcome {
-                        StepOutcome::Passed { .. } => rein_protocol::WorkStatus::Completed,
-                        StepOutcome::Failed { .. } => rein_protocol::WorkStatus::Failed,
-                        StepOutcome::Cancelled => rein_protocol::WorkStatus::Cancelled,
+        let step = async move {
+            if let Some((store, clock, state, action)) = &recording {
+                // Under the state's enforcement this waits (serialize) or
+                // refuses (reject) while the step collides with a running one.
+                let start = crate::shared_state::start_step(
+                    store.as_ref(),
+                    state,
+                    action.clone(),
+                    clock.as_ref(),
+                    poll,
+                    &token,
+                )
+                .await;
+                if let crate::shared_state::Start::Rejected(conflict) = start {
+                    let error = format!(
+                        "shared state {state} rejects the step: {} ({})",
+                        conflict.summary, conflict.id
+                    );
+                    let outcome = StepOutcome::Failed {
+                        error,
+                        output: serde_json::to_value(&*conflict).ok(),
+                        failure: crate::recovery::Failure::Validation,
                     };
-                    let ended = rein_protocol::Action { status, ..action };
-                    crate::shared_state::record_step(
-                        store.as_ref(),
-                        &state,
-                        ended,
-                        clock.now(),
-                        true,
-                    )
-                    .await;
+                    return (i, outcome, Duration::ZERO);
                 }
-                (i, outcome, elapsed)
             }
-            .instrument(span),
-        );
-        self.running_ids.insert(handle.id(), i);
-    }
-
-    fn on_joined(
-        &mut self,
-        joined: std::result::Result<(tokio::task::Id, Finished), tokio::task::JoinError>,
-    ) -> Result<()> {
-        let (i, outcome, elapsed) = match joined {
-            Ok((id, finished)) => {
-                self.running_ids.remove(&id);
-                finished
+            let started = Instant::now();
+            let mut outcome = match verification {
+                Some(v) => v.run(token).await,
+                None => executor.execute(request, token).await,
+            };
+            let elapsed = started.elapsed();
+            if let Some((records, task, step, state)) = evidence
+                && let StepOutcome::Passed {
+                    output: Some(output),
+                }
+                | StepOutcome::Failed {
+                    output: Some(output),
+                    ..
+                } = &mut outcome
+            {
+                records
+                    .record_agent_evidence(&task, &step, state, output)
+                    .await;
             }
-            Err(e) => {
-                let Some(i) = self.running_ids.remove(&e.id()) else {
-                    return Ok(());
+            if let Some((store, clock, state, action)) = recording {
+                let status = match &outcome {
+                    StepOutcome::Passed { .. } => rein_protocol::WorkStatus::Completed,
+                    StepOutcome::Failed { .. } => rein_protocol::WorkStatus::Failed,
+                    StepOutcome::Cancelled => rein_protocol::WorkStatus::Cancelled,
                 };
-                let error = format!("the step's executor crashed: {e}");
-                (
-                    i,
-                    StepOutcome::Failed {
+                let ended = rein_protocol::Action { status, ..action };
+                crate::shared_state::record_step(store.as_ref(), &state, ended, clock.now(), true)
+                    .await;
+            }
+            (i, outcome, elapsed)
+        }
+        .instrument(span);
+        let step = std::panic::AssertUnwindSafe(step)
+            .catch_unwind()
+            .map(move |ended| {
+                ended.unwrap_or_else(|panic| {
+                    let error = format!(
+                        "the step's executor crashed (panic: {})",
+                        panic_message(&*panic)
+                    );
+                    let failure = crate::recovery::Failure::Internal;
+                    let outcome = StepOutcome::Failed {
                         error,
                         output: None,
-                        failure: crate::recovery::Failure::Internal,
-                    },
-                    Duration::ZERO,
-                )
-            }
-        };
+                        failure,
+                    };
+                    (i, outcome, Duration::ZERO)
+                })
+            });
+        self.running.push(Box::pin(step));
+    }
+
+    fn on_joined(&mut self, (i, outcome, elapsed): Finished) -> Result<()> {
         let Progress::Running {
             checkpoint, span, ..
         } = std::mem::replace(&mut self.progress[i], Progress::NotStarted)
@@ -1166,7 +1157,45 @@ impl<'e> TaskRun<'e> {
                 token.cancel();
             }
         }
-        while self.running.join_next().await.is_some() {}
-        self.running_ids.clear();
+        while self.running.next().await.is_some() {}
     }
+}
+
+/// The running steps' futures. The runner is shared with the threads that may
+/// poll its task, so it must be `Sync`; the futures are only ever touched through
+/// `&mut`, which `SyncWrapper` makes a guarantee.
+#[derive(Default)]
+struct Running(sync_wrapper::SyncWrapper<FuturesUnordered<BoxFuture<'static, Finished>>>);
+
+impl Running {
+    fn push(&mut self, step: BoxFuture<'static, Finished>) {
+        self.0.get_mut().push(step);
+    }
+
+    fn len(&mut self) -> usize {
+        self.0.get_mut().len()
+    }
+
+    fn is_empty(&mut self) -> bool {
+        self.0.get_mut().is_empty()
+    }
+
+    /// The next step to end.
+    async fn next(&mut self) -> Option<Finished> {
+        self.0.get_mut().next().await
+    }
+
+    /// A step that has ended already, if any.
+    fn next_ended(&mut self) -> Option<Finished> {
+        self.0.get_mut().next().now_or_never().flatten()
+    }
+}
+
+/// What a panic said, for the step's error.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panicked".to_owned())
 }
