@@ -132,6 +132,23 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
 
 /// Applies one event to a task's state.
 pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldError> {
+    apply_checked(state, event, Checked::Nothing)
+}
+
+/// What the caller of [`apply_checked`] has already checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Checked {
+    Nothing,
+    /// A created checkpoint's id is not one the state has (the recorder keeps
+    /// an index of them; the fold would compare it with every checkpoint).
+    NewCheckpointIsNew,
+}
+
+pub(crate) fn apply_checked(
+    state: &mut TaskState,
+    event: &HarnessEvent,
+    checked: Checked,
+) -> Result<(), FoldError> {
     let seq = event.seq;
     if seq != state.head.last_seq + 1 {
         return Err(FoldError::OutOfOrder {
@@ -194,7 +211,9 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
                     status: checkpoint.status,
                 });
             }
-            if state.checkpoints.iter().any(|c| c.id == checkpoint.id) {
+            if checked != Checked::NewCheckpointIsNew
+                && state.checkpoints.iter().any(|c| c.id == checkpoint.id)
+            {
                 return Err(FoldError::DuplicateCheckpoint {
                     seq,
                     checkpoint_id: checkpoint.id.to_string(),
@@ -443,6 +462,49 @@ mod tests {
         assert_eq!(state.checkpoints[0].status, CheckpointStatus::Completed);
         assert_eq!(state.checkpoints[0].duration_ms, Some(12));
         assert_eq!(state.head.current_checkpoint, Some(cp.id));
+    }
+
+    /// The recorder checks a new checkpoint's id against an index, not the fold's
+    /// scan: the same duplicates must still be refused, whether the first one
+    /// came with the state or was recorded since.
+    #[test]
+    fn the_recorder_refuses_a_duplicate_checkpoint_like_the_fold() {
+        let task = TaskId::new();
+        let old = checkpoint(&task, "a");
+        let log = vec![
+            created(&task),
+            event(&task, 2, TaskChange::TaskStarted { runner: None }),
+            event(
+                &task,
+                3,
+                TaskChange::CheckpointCreated {
+                    checkpoint: Box::new(old.clone()),
+                },
+            ),
+        ];
+        let mut rec = crate::recorder::Recorder::resume(fold(&log).unwrap());
+        let span = rec.task_span();
+        let duplicate = |e: crate::EngineError| {
+            matches!(
+                e,
+                crate::EngineError::Corrupt {
+                    error: FoldError::DuplicateCheckpoint { .. },
+                    ..
+                }
+            )
+        };
+        assert!(duplicate(
+            rec.create_checkpoint(old.clone(), &span).unwrap_err()
+        ));
+        let new = checkpoint(&task, "b");
+        rec.create_checkpoint(new.clone(), &span).unwrap();
+        assert!(duplicate(rec.create_checkpoint(new, &span).unwrap_err()));
+        assert!(duplicate(rec.create_checkpoint(old, &span).unwrap_err()));
+        // Refused changes left the state as the log of what was recorded has it.
+        rec.create_checkpoint(checkpoint(&task, "a"), &span)
+            .unwrap();
+        assert_eq!(rec.state.checkpoints.len(), 3);
+        assert_eq!(rec.state.head.last_seq, 5);
     }
 
     #[test]

@@ -40,6 +40,27 @@ pub struct Recorder {
     stored_seq: u64,
     /// Approval requests raised by the batch, stored with it.
     approvals: Vec<ApprovalRequest>,
+    /// The ids of the state's checkpoints, so a new one is checked for a
+    /// duplicate in O(1) rather than against every checkpoint.
+    checkpoint_ids: CheckpointIds,
+}
+
+/// The ids of the first `known` checkpoints of a state, caught up on use.
+#[derive(Debug, Default)]
+struct CheckpointIds {
+    ids: rustc_hash::FxHashSet<CheckpointId>,
+    known: usize,
+}
+
+impl CheckpointIds {
+    /// Whether `state` already has a checkpoint `id`.
+    fn contains(&mut self, state: &TaskState, id: &CheckpointId) -> bool {
+        for cp in state.checkpoints.get(self.known..).unwrap_or_default() {
+            self.ids.insert(cp.id.clone());
+        }
+        self.known = state.checkpoints.len();
+        self.ids.contains(id)
+    }
 }
 
 impl Recorder {
@@ -51,6 +72,7 @@ impl Recorder {
             batch: Vec::new(),
             stored_seq,
             approvals: Vec::new(),
+            checkpoint_ids: CheckpointIds::default(),
         }
     }
 
@@ -66,6 +88,7 @@ impl Recorder {
             batch: vec![first],
             stored_seq: 0,
             approvals: Vec::new(),
+            checkpoint_ids: CheckpointIds::default(),
         })
     }
 
@@ -96,7 +119,18 @@ impl Recorder {
             span_id: span.span_id.clone(),
             parent_span_id: span.parent_span_id.clone(),
         };
-        fold::apply(&mut self.state, &event).map_err(|error| EngineError::Corrupt {
+        let applied = match &event.change {
+            TaskChange::CheckpointCreated { checkpoint }
+                if self.checkpoint_ids.contains(&self.state, &checkpoint.id) =>
+            {
+                Err(fold::FoldError::DuplicateCheckpoint {
+                    seq: event.seq,
+                    checkpoint_id: checkpoint.id.to_string(),
+                })
+            }
+            _ => fold::apply_checked(&mut self.state, &event, fold::Checked::NewCheckpointIsNew),
+        };
+        applied.map_err(|error| EngineError::Corrupt {
             task_id: self.state.head.id.clone(),
             error,
         })?;

@@ -230,14 +230,17 @@ impl TaskRun<'_> {
 
     /// The requests this run waits on: steps' and running steps' questions.
     pub(super) fn awaited(&self) -> Vec<ApprovalRequest> {
+        self.waited_on().cloned().collect()
+    }
+
+    fn waited_on(&self) -> impl Iterator<Item = &ApprovalRequest> {
         self.progress
             .iter()
             .filter_map(|p| match p {
-                Progress::Awaiting { request, .. } => Some((**request).clone()),
+                Progress::Awaiting { request, .. } => Some(&**request),
                 _ => None,
             })
-            .chain(self.questions.requests().cloned())
-            .collect()
+            .chain(self.questions.requests())
     }
 
     pub(super) fn awaiting_any(&self) -> bool {
@@ -249,8 +252,7 @@ impl TaskRun<'_> {
     /// How long until the nearest deadline of a request this run waits on.
     pub(super) fn next_deadline(&self) -> Option<Duration> {
         let now = self.engine.config.clock.now();
-        self.awaited()
-            .iter()
+        self.waited_on()
             .filter(|r| r.status == ApprovalStatus::Pending)
             .filter_map(|r| r.deadline)
             .min()

@@ -473,17 +473,15 @@ impl<'e> TaskRun<'e> {
     /// failed steps (a resumed run may find failures that were not propagated yet).
     fn settle_dependencies(&mut self) -> Result<()> {
         let mut failed = Vec::new();
-        for i in 0..self.steps.len() {
-            let deps = self.steps[i].depends_on.clone();
-            self.waiting_on[i] = deps
-                .iter()
-                .filter(|d| {
-                    let j = self.index_of(d);
-                    !self.progress[j].satisfies_dependants()
-                })
-                .count();
-            if self.progress[i].is_failure() {
-                failed.push(i);
+        self.waiting_on.fill(0);
+        for j in 0..self.steps.len() {
+            if !self.progress[j].satisfies_dependants() {
+                for &i in &self.dependants[j] {
+                    self.waiting_on[i] += 1;
+                }
+            }
+            if self.progress[j].is_failure() {
+                failed.push(j);
             }
         }
         for i in failed {
@@ -495,13 +493,6 @@ impl<'e> TaskRun<'e> {
             }
         }
         Ok(())
-    }
-
-    fn index_of(&self, id: &str) -> usize {
-        self.steps
-            .iter()
-            .position(|s| s.id == id)
-            .unwrap_or(usize::MAX)
     }
 
     fn scheduling(&self) -> bool {
@@ -565,6 +556,10 @@ impl<'e> TaskRun<'e> {
     /// Who told step `i` to run again, if this attempt follows a person's answer
     /// to its escalation (its checkpoint before the running one).
     fn approved_rerun(&self, i: usize) -> Option<String> {
+        // Every checkpoint of a step counts an attempt: the first has none before it.
+        if self.attempts[i] <= 1 {
+            return None;
+        }
         let id = &self.steps[i].id;
         self.rec
             .state
