@@ -5,7 +5,10 @@
 //! the next starts), and prints one JSON line: durable steps per second, the
 //! latency of each commit request (p50/p99), and — measured in the same run on the
 //! same disk — the ceiling: how many bare `synchronous=FULL` SQLite commits per
-//! second this machine does one after another.
+//! second this machine does one after another. Both are timed on a store whose
+//! write-ahead log has reached its working size (a fresh one pays a one-off while
+//! its log grows; `--cold` times that instead), and the ceiling is measured half
+//! before and half after the run, so a drift in the disk's speed is shared.
 //!
 //! `rein-bench approvals --decisions N --paused M` times decision → next step (p50,
 //! p99) and reports memory with M tasks paused on approvals.
@@ -59,6 +62,10 @@ enum Bench {
         /// Bare commits to time for the ceiling (0 to skip).
         #[arg(long, default_value_t = 2000)]
         ceiling_commits: usize,
+        /// Time the run on a fresh store, without the warm-up task that first
+        /// brings its write-ahead log to its working size.
+        #[arg(long)]
+        cold: bool,
         /// Directory for the store files [default: a temporary directory].
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -715,24 +722,55 @@ fn mean_ms(samples: &[Duration]) -> f64 {
 }
 
 /// Bare sequential commits of one small row each, WAL + synchronous=FULL.
-fn sqlite_ceiling(dir: &Path, commits: usize) -> anyhow::Result<f64> {
-    let conn = rusqlite::Connection::open(dir.join("ceiling.db"))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.execute_batch("CREATE TABLE t (x INTEGER)")?;
-    let started = Instant::now();
-    for i in 0..commits {
-        conn.execute_batch("BEGIN")?;
-        conn.execute("INSERT INTO t VALUES (?1)", [i as i64])?;
-        conn.execute_batch("COMMIT")?;
-    }
-    Ok(commits as f64 / started.elapsed().as_secs_f64())
+struct Ceiling {
+    conn: rusqlite::Connection,
+    next: i64,
 }
+
+impl Ceiling {
+    /// Opens the file and brings it to a steady state first: until SQLite's
+    /// automatic checkpoint (at 1,000 WAL pages) has run once, every commit
+    /// grows the WAL file, and growing a file costs its fsync more than
+    /// overwriting it does. Measuring those commits would lower the ceiling.
+    fn open(dir: &Path) -> anyhow::Result<Ceiling> {
+        let conn = rusqlite::Connection::open(dir.join("ceiling.db"))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch("CREATE TABLE t (x INTEGER)")?;
+        let mut ceiling = Ceiling { conn, next: 0 };
+        ceiling.time(1_100)?;
+        Ok(ceiling)
+    }
+
+    /// How long `commits` of them take.
+    fn time(&mut self, commits: usize) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        for _ in 0..commits {
+            self.conn.execute_batch("BEGIN")?;
+            self.conn
+                .execute("INSERT INTO t VALUES (?1)", [self.next])?;
+            self.conn.execute_batch("COMMIT")?;
+            self.next += 1;
+        }
+        Ok(started.elapsed())
+    }
+}
+
+/// Commits per second over the two halves of a ceiling measured around a run.
+fn per_s(commits: usize, took: Duration) -> f64 {
+    commits as f64 / took.as_secs_f64().max(f64::MIN_POSITIVE)
+}
+
+/// Steps of the untimed task that warms a fresh store up: about 1,300 WAL
+/// pages, past SQLite's automatic checkpoint (1,000 pages), after which the
+/// log is overwritten in place rather than grown.
+const WARM_UP_STEPS: usize = 300;
 
 async fn steps(
     tasks: usize,
     steps: usize,
     ceiling_commits: usize,
+    cold: bool,
     dir: &Path,
 ) -> anyhow::Result<serde_json::Value> {
     let store = Arc::new(TimedStore {
@@ -744,6 +782,22 @@ async fn steps(
         Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.join("ws")),
     ));
+    // Until the write-ahead log has reached its working size, each commit
+    // extends the file, and an fsync that extends a file also commits the
+    // filesystem's metadata: on this kind of disk about twice the cost. That
+    // is a one-off of a fresh store (about 1,000 WAL pages), so the run and the
+    // ceiling are both timed past it, unless --cold asks for the fresh store.
+    let warm_up = if cold { 0 } else { WARM_UP_STEPS };
+    if warm_up > 0 {
+        let warm = engine
+            .create(CreateTask {
+                plan: chain(warm_up),
+                session_id: None,
+                workspace: None,
+            })
+            .await?;
+        engine.run(warm.id(), RunOptions::default()).await?;
+    }
     let mut ids = Vec::with_capacity(tasks);
     for _ in 0..tasks {
         let state = engine
@@ -755,6 +809,14 @@ async fn steps(
             .await?;
         ids.push(state.id().clone());
     }
+    // The ceiling is measured in two halves, just before the run and just
+    // after it: the disk's speed drifts over seconds, and bracketing the run
+    // averages the drift out instead of comparing against one side of it.
+    let (first_half, second_half) = (ceiling_commits / 2, ceiling_commits - ceiling_commits / 2);
+    let mut bare = (ceiling_commits > 0)
+        .then(|| Ceiling::open(dir))
+        .transpose()?;
+    let ceiling_before = bare.as_mut().map(|c| c.time(first_half)).transpose()?;
     let before = store.inner.stats();
     store
         .latencies
@@ -785,15 +847,22 @@ async fn steps(
     latencies.sort();
     let total = tasks * steps;
     let steps_per_s = total as f64 / elapsed;
-    let ceiling = if ceiling_commits > 0 {
-        Some(sqlite_ceiling(dir, ceiling_commits)?)
-    } else {
-        None
+    let ceiling_after = bare.as_mut().map(|c| c.time(second_half)).transpose()?;
+    let (ceiling, halves) = match (ceiling_before, ceiling_after) {
+        (Some(before), Some(after)) => (
+            Some(per_s(ceiling_commits, before + after)),
+            Some([
+                per_s(first_half, before).round(),
+                per_s(second_half, after).round(),
+            ]),
+        ),
+        _ => (None, None),
     };
     Ok(serde_json::json!({
         "bench": "steps",
         "tasks": tasks,
         "steps_per_task": steps,
+        "warm_up_steps": warm_up,
         "total_steps": total,
         "elapsed_s": (elapsed * 1000.0).round() / 1000.0,
         "steps_per_s": steps_per_s.round(),
@@ -804,6 +873,7 @@ async fn steps(
         "sqlite_transactions": after.commits - before.commits,
         "transaction_mean_ms": ((after.busy_ns - before.busy_ns) as f64 / (after.commits - before.commits).max(1) as f64 / 1e3).round() / 1e3,
         "sqlite_ceiling_commits_per_s": ceiling.map(f64::round),
+        "sqlite_ceiling_before_after": halves,
         "steps_per_s_over_ceiling": ceiling.map(|c| (steps_per_s / c * 1000.0).round() / 1000.0),
     }))
 }
@@ -818,12 +888,13 @@ fn main() -> anyhow::Result<()> {
             tasks,
             steps: n,
             ceiling_commits,
+            cold,
             dir,
         } => {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
-            let line = runtime.block_on(steps(tasks, n, ceiling_commits, &dir))?;
+            let line = runtime.block_on(steps(tasks, n, ceiling_commits, cold, &dir))?;
             println!("{line}");
         }
         Bench::Http {
