@@ -788,26 +788,20 @@ async fn steps(
     // is a one-off of a fresh store (about 1,000 WAL pages), so the run and the
     // ceiling are both timed past it, unless --cold asks for the fresh store.
     let warm_up = if cold { 0 } else { WARM_UP_STEPS };
+    let create_chain = |steps| {
+        engine.create(CreateTask {
+            plan: chain(steps),
+            session_id: None,
+            workspace: None,
+        })
+    };
     if warm_up > 0 {
-        let warm = engine
-            .create(CreateTask {
-                plan: chain(warm_up),
-                session_id: None,
-                workspace: None,
-            })
-            .await?;
+        let warm = create_chain(warm_up).await?;
         engine.run(warm.id(), RunOptions::default()).await?;
     }
     let mut ids = Vec::with_capacity(tasks);
     for _ in 0..tasks {
-        let state = engine
-            .create(CreateTask {
-                plan: chain(steps),
-                session_id: None,
-                workspace: None,
-            })
-            .await?;
-        ids.push(state.id().clone());
+        ids.push(create_chain(steps).await?.id().clone());
     }
     // The ceiling is measured in two halves, just before the run and just
     // after it: the disk's speed drifts over seconds, and bracketing the run

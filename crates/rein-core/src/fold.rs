@@ -422,20 +422,27 @@ mod tests {
         Checkpoint::pending(task.clone(), Some(step.into()), CheckpointType::TaskExec, 1)
     }
 
-    #[test]
-    fn a_log_folds_into_the_state_it_describes() {
-        let task = TaskId::new();
-        let cp = checkpoint(&task, "a");
-        let log = vec![
-            created(&task),
-            event(&task, 2, TaskChange::TaskStarted { runner: None }),
+    /// A log that creates the task, starts it and creates checkpoint `cp` (seq 3).
+    fn started_with(task: &TaskId, cp: &Checkpoint) -> Vec<HarnessEvent> {
+        vec![
+            created(task),
+            event(task, 2, TaskChange::TaskStarted { runner: None }),
             event(
-                &task,
+                task,
                 3,
                 TaskChange::CheckpointCreated {
                     checkpoint: Box::new(cp.clone()),
                 },
             ),
+        ]
+    }
+
+    #[test]
+    fn a_log_folds_into_the_state_it_describes() {
+        let task = TaskId::new();
+        let cp = checkpoint(&task, "a");
+        let mut log = started_with(&task, &cp);
+        log.extend([
             event(
                 &task,
                 4,
@@ -453,7 +460,7 @@ mod tests {
                     approved_by: None,
                 },
             ),
-        ];
+        ]);
         let state = fold(&log).unwrap();
         assert_eq!(state.status(), TaskStatus::InProgress);
         assert_eq!(state.head.last_seq, 5);
@@ -471,17 +478,7 @@ mod tests {
     fn the_recorder_refuses_a_duplicate_checkpoint_like_the_fold() {
         let task = TaskId::new();
         let old = checkpoint(&task, "a");
-        let log = vec![
-            created(&task),
-            event(&task, 2, TaskChange::TaskStarted { runner: None }),
-            event(
-                &task,
-                3,
-                TaskChange::CheckpointCreated {
-                    checkpoint: Box::new(old.clone()),
-                },
-            ),
-        ];
+        let log = started_with(&task, &old);
         let mut rec = crate::recorder::Recorder::resume(fold(&log).unwrap());
         let span = rec.task_span();
         let duplicate = |e: crate::EngineError| {
