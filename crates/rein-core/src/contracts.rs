@@ -742,19 +742,11 @@ pub fn agent_evidence(
         _ => return None,
     };
     Some(EvidenceBundle {
-        id: String::new(),
         summary: format!("side effects of agent step `{step_id}` ({runtime})"),
-        harness_contract_id: None,
         shared_state_id: shared_state,
         task_id: Some(task_id.to_owned()),
         step_id: Some(step_id.to_owned()),
         items,
-        checks: Vec::new(),
-        risks: Vec::new(),
-        untested_areas: Vec::new(),
-        reviews: Vec::new(),
-        confidence: None,
-        created_at: None,
-        updated_at: None,
+        ..EvidenceBundle::default()
     })
 }

@@ -566,20 +566,12 @@ impl Verification {
         }
         let now = self.records.clock.now();
         let bundle = EvidenceBundle {
-            id: String::new(),
             summary: format!("verification of step `{}`", self.step.id),
             harness_contract_id: Some(contract_id.to_owned()),
             shared_state_id: self.shared_state.clone(),
             task_id: Some(self.request.task_id.to_string()),
             step_id: Some(self.step.id.clone()),
-            items: Vec::new(),
-            checks: Vec::new(),
-            risks: Vec::new(),
-            untested_areas: Vec::new(),
-            reviews: Vec::new(),
-            confidence: None,
-            created_at: None,
-            updated_at: None,
+            ..EvidenceBundle::default()
         };
         let bundle = crate::contracts::prepare_evidence(bundle, now)?;
         self.records.insert_evidence(bundle, "rein", now).await

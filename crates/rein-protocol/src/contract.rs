@@ -245,7 +245,7 @@ pub struct Review {
 
 /// What happened (`evb_…`): items, checks, risks, untested areas, reviews and
 /// a confidence between 0 and 1.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EvidenceBundle {
     #[serde(default)]
