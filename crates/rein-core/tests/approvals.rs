@@ -281,11 +281,7 @@ async fn no_wait_pauses_and_a_decision_made_meanwhile_applies_on_resume() {
         .decide(answer(&request, Decision::Approve, "ana"))
         .await
         .unwrap();
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     h.stored(&done).await;
 }
@@ -301,11 +297,7 @@ async fn at_the_deadline_the_request_expires_and_the_default_applies() {
     let state = h
         .create(release(&[], Some(30 * 60 * 1000), Decision::Deny))
         .await;
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     let ended = clock.now();
     assert_eq!(done.status(), TaskStatus::Failed);
     let ship = done.latest_for_step("ship").unwrap();
@@ -351,11 +343,7 @@ async fn an_expiry_default_of_approve_lets_the_plan_go_on() {
     let state = h
         .create(release(&[], Some(60_000), Decision::Approve))
         .await;
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     let ship = done.latest_for_step("ship").unwrap();
     assert_eq!(ship.approved_by.as_ref().unwrap().who, "system:deadline");
@@ -380,11 +368,7 @@ async fn a_deadline_that_passed_while_no_runner_was_there_is_honoured_on_resume(
     // Time passes beyond the deadline with nobody running the task.
     tokio::time::advance(Duration::from_secs(11 * 60)).await;
     let resumed_at = tokio::time::Instant::now();
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     // Settled at once, not after a fresh deadline.
     assert!(
         resumed_at.elapsed() < Duration::from_secs(5),
@@ -423,11 +407,7 @@ async fn a_waiting_runner_that_restarts_waits_only_the_rest_of_the_time() {
     cancel.cancel();
     run.await.unwrap().unwrap();
     let restarted = clock.now();
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     let ended = clock.now();
     assert_eq!(done.status(), TaskStatus::Failed, "expired, default deny");
     // The same request, with the same deadline, settled at that deadline: the new

@@ -420,11 +420,7 @@ async fn answering_rerun_or_abort_for_an_interrupted_step() {
             .decide(choose(&request, choice, "ana"))
             .await
             .unwrap();
-        let done = h
-            .engine
-            .run(stopped.id(), RunOptions::default())
-            .await
-            .unwrap();
+        let done = h.resume(stopped.id()).await;
         let attempts: Vec<_> = done
             .checkpoints
             .iter()
@@ -518,11 +514,7 @@ async fn an_interrupted_idempotent_step_is_run_again_without_asking() {
     let mut s = step("fetch", "[ \"$REIN_ATTEMPT\" -gt 1 ] || sleep 30", &[]);
     s.idempotent = true;
     let stopped = interrupted_at(&h, plan(vec![s]), "fetch").await;
-    let done = h
-        .engine
-        .run(stopped.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(stopped.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     let attempts: Vec<_> = done
         .checkpoints
@@ -564,11 +556,7 @@ async fn pause_lets_running_steps_finish_and_starts_no_more() {
         "the running step finished"
     );
     assert!(paused.latest_for_step("b").is_none(), "nothing new started");
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     h.stored(&done).await;
 }

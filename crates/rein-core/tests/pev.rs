@@ -143,11 +143,7 @@ async fn a_pev_step_runs_as_contract_approval_execution_evidence_and_verificatio
         ContractStatus::Proposed
     );
     decide(&h, &state, Decision::Approve).await;
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(
         done.status(),
         TaskStatus::Completed,
@@ -230,11 +226,7 @@ async fn a_failed_verification_fails_the_contract_rolls_it_back_and_stops_the_de
     decide_contract(&h, &state, Decision::Approve).await;
     // A failed verification is a validation error: the task pauses for a person
     // (the plan's recovery policy may say otherwise).
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Paused);
     let error = latest(&done, "change.verify").error.clone().unwrap();
     assert!(
@@ -285,11 +277,7 @@ async fn a_denied_approval_rejects_the_contract_and_nothing_runs() {
     let state = h.create(pev_plan("true", None)).await;
     let id = contract_id(&h).await;
     decide_contract(&h, &state, Decision::Deny).await;
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Failed);
     let workspace = done.head.resources.workspace_path.clone().unwrap();
     assert_eq!(

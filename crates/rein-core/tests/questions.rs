@@ -220,11 +220,7 @@ async fn a_question_rein_stopped_in_the_middle_of_is_answered_while_it_was_down_
         .await
         .unwrap();
     // The step runs again, asks the same question, and gets bob's answer.
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     assert_eq!(exec.asked.load(Ordering::SeqCst), 2);
     assert_eq!(
@@ -271,11 +267,7 @@ async fn a_question_the_step_does_not_ask_again_is_withdrawn_when_the_step_ends(
     let state = h.create(plan(vec![agent_like("draft")])).await;
     let (request, _) = stopped_while_asking(&h, &state).await;
     exec.quiet.store(true, Ordering::SeqCst);
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     let left = h.engine.approval(&request.id).await.unwrap();
     assert_eq!(left.status, ApprovalStatus::Denied);
@@ -328,11 +320,7 @@ async fn an_unanswered_question_expires_at_its_deadline_with_its_default() {
     step.timeout_ms = Some(60_000);
     let state = h.create(plan(vec![step])).await;
     let started = tokio::time::Instant::now();
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(
         latest(&done, "draft").output.clone().unwrap(),
         json!({ "status": "expired", "option": null })
@@ -374,11 +362,7 @@ async fn with_no_wait_a_step_that_asks_is_stopped_and_the_task_pauses_until_the_
         .decide(choose(request, "allow_once", "frank"))
         .await
         .unwrap();
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     assert_eq!(exec.asked.load(Ordering::SeqCst), 2);
     assert_eq!(

@@ -89,11 +89,7 @@ async fn a_transient_error_is_retried_with_exponential_backoff_then_succeeds() {
     let (h, _) = setup(vec![fails(transient.clone()), fails(transient), passes()]);
     let state = h.create(two_steps(noop("work", &[]))).await;
     let started = tokio::time::Instant::now();
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     let tries = attempts(&done, "work");
     assert_eq!(tries.len(), 3);
@@ -119,11 +115,7 @@ async fn a_transient_error_is_retried_with_exponential_backoff_then_succeeds() {
 async fn retries_run_out_and_the_fallback_applies() {
     let (h, _) = setup(vec![fails(Failure::Timeout)]);
     let state = h.create(two_steps(noop("work", &[]))).await;
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Failed);
     assert_eq!(
         attempts(&done, "work").len(),
@@ -160,11 +152,7 @@ async fn a_rate_limit_waits_for_retry_after_or_else_thirty_seconds() {
         ]);
         let state = h.create(two_steps(noop("work", &[]))).await;
         let t0 = clock.now();
-        let done = h
-            .engine
-            .run(state.id(), RunOptions::default())
-            .await
-            .unwrap();
+        let done = h.resume(state.id()).await;
         let ended = clock.now();
         assert_eq!(done.status(), TaskStatus::Completed);
         let events = log(&h, &done).await;
@@ -205,11 +193,7 @@ async fn plan_and_step_overrides_choose_skip_and_pause() {
         RecoveryStrategy::action(RecoveryAction::Skip),
     );
     let state = h.create(p).await;
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     assert_eq!(
         done.latest_for_step("work").unwrap().status,
@@ -223,22 +207,14 @@ async fn plan_and_step_overrides_choose_skip_and_pause() {
     // validation_error → pause (the default): resuming runs the step again.
     let (h, _) = setup(vec![fails(Failure::Exit { code: 65 }), passes()]);
     let state = h.create(two_steps(noop("work", &[]))).await;
-    let paused = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let paused = h.resume(state.id()).await;
     assert_eq!(paused.status(), TaskStatus::Paused);
     let reason = paused.head.context.blocked_reason.clone().unwrap();
     assert!(
         reason.contains("validation_error") && reason.contains("rein tasks resume"),
         "{reason}"
     );
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     assert_eq!(attempts(&done, "work").len(), 2);
 
@@ -255,11 +231,7 @@ async fn plan_and_step_overrides_choose_skip_and_pause() {
         RecoveryStrategy::action(RecoveryAction::Skip),
     );
     let state = h.create(p).await;
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Failed);
 }
 
@@ -291,11 +263,7 @@ async fn a_permission_error_is_escalated_to_a_person() {
             .decide(choose(&request, choice, "ana"))
             .await
             .unwrap();
-        let done = h
-            .engine
-            .run(state.id(), RunOptions::default())
-            .await
-            .unwrap();
+        let done = h.resume(state.id()).await;
         assert_eq!(done.status(), status, "{choice}");
         let last = done.latest_for_step("work").unwrap();
         match choice {
@@ -351,11 +319,7 @@ async fn a_retry_timer_survives_a_stopped_runner() {
         .unwrap();
     let restarted = clock.now();
     assert!(restarted < at, "stopped before the retry time");
-    let done = h
-        .engine
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = h.resume(state.id()).await;
     let ended = clock.now();
     assert_eq!(done.status(), TaskStatus::Completed);
     assert_eq!(

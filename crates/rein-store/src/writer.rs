@@ -250,6 +250,17 @@ mod tests {
         StoreError::Backend(e.to_string())
     }
 
+    /// How many rows table `t` has, read through a write.
+    async fn rows(writer: &Writer) -> i64 {
+        writer
+            .write(|c| {
+                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
+                    .map_err(backend)
+            })
+            .await
+            .unwrap()
+    }
+
     /// Holds the writer thread inside a write until the returned sender is used,
     /// so the writes queued meanwhile all go into the next transaction.
     fn hold(
@@ -319,13 +330,7 @@ mod tests {
             "the duplicate key fails on its own"
         );
         assert_eq!(b.await.unwrap().unwrap(), 1);
-        let count = writer
-            .write(|c| {
-                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
-                    .map_err(backend)
-            })
-            .await;
-        assert_eq!(count.unwrap(), 2);
+        assert_eq!(rows(&writer).await, 2);
         assert_eq!(
             writer.counters.commits.load(Ordering::SeqCst),
             3,
@@ -364,13 +369,7 @@ mod tests {
         blocker.await.unwrap().unwrap();
         let ran_on = queued.await.unwrap().unwrap();
         assert_ne!(ran_on, caller, "committed by the writer thread");
-        let count = writer
-            .write(|c| {
-                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
-                    .map_err(backend)
-            })
-            .await;
-        assert_eq!(count.unwrap(), 2);
+        assert_eq!(rows(&writer).await, 2);
     }
 
     #[tokio::test]
@@ -383,12 +382,6 @@ mod tests {
             })
             .await;
         assert!(result.is_err());
-        let count = writer
-            .write(|c| {
-                c.query_row("SELECT COUNT(*) FROM t", [], |r| r.get::<_, i64>(0))
-                    .map_err(backend)
-            })
-            .await;
-        assert_eq!(count.unwrap(), 0);
+        assert_eq!(rows(&writer).await, 0);
     }
 }

@@ -280,10 +280,12 @@ impl Harness {
 
     pub async fn run(&self, p: TaskDecomposition) -> TaskState {
         let state = self.create(p).await;
-        self.engine
-            .run(state.id(), RunOptions::default())
-            .await
-            .unwrap()
+        self.resume(state.id()).await
+    }
+
+    /// Runs (or resumes) a stored task to where it stops.
+    pub async fn resume(&self, id: &TaskId) -> TaskState {
+        self.engine.run(id, RunOptions::default()).await.unwrap()
     }
 
     pub async fn log(&self, state: &TaskState) -> Vec<HarnessEvent> {
