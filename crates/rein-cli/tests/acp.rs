@@ -23,6 +23,16 @@ prompt = "write notes.md: drafted by the ACP agent"
 runtime = "acp-test"
 "#;
 
+/// `rein tasks resume TASK --json` with the agent's plugin: the task's state.
+fn resume(data: &Path, plugin: &Path, task: &str) -> serde_json::Value {
+    json(&run_ok(
+        rein(data)
+            .arg("--plugin")
+            .arg(plugin)
+            .args(["tasks", "resume", task, "--json"]),
+    ))
+}
+
 /// The agent's manifest, in `dir`.
 fn manifest(dir: &Path) -> PathBuf {
     let script = acp_agent::acp_agent_dir().join("agent.mjs");
@@ -211,12 +221,7 @@ fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its
     run_ok(rein(&data).args(["approvals", "deny", id, "--reason", "not today"]));
     // Resumed: the agent starts again and asks the same question; the answer
     // given meanwhile is the one it gets. No second request.
-    let state = json(&run_ok(
-        rein(&data)
-            .arg("--plugin")
-            .arg(&plugin)
-            .args(["tasks", "resume", &task, "--json"]),
-    ));
+    let state = resume(&data, &plugin, &task);
     assert_eq!(state["status"], "completed", "{state}");
     let output = draft_output(&state);
     // The agent's session was in the step's journal: the new agent process
@@ -278,12 +283,7 @@ fn the_example_with_no_wait_pauses_on_the_agents_question_and_exits_3() {
     );
     run_ok(rein(&data).args(["approvals", "approve", id, "--option", "allow_always"]));
     let task = task_ids(&data).first().cloned().unwrap();
-    let state = json(&run_ok(
-        rein(&data)
-            .arg("--plugin")
-            .arg(&plugin)
-            .args(["tasks", "resume", &task, "--json"]),
-    ));
+    let state = resume(&data, &plugin, &task);
     assert_eq!(state["status"], "completed", "{state}");
     assert_eq!(
         draft_output(&state)["permissions"][0]["option"],
@@ -301,33 +301,14 @@ fn on_a_terminal_the_agents_question_is_asked_inline() {
     let data = dir.path().join("data");
     let plugin = manifest(dir.path());
     let plan = write_plan(dir.path(), "acp.toml", PLAN);
-    let command = format!(
-        "{} --data-dir {} --plugin {} run {}",
-        common::rein_bin().display(),
-        data.display(),
-        plugin.display(),
-        plan.display()
+    let child = common::rein_on_terminal(
+        &data,
+        &[Path::new("--plugin"), &plugin, Path::new("run"), &plan],
     );
-    let mut child = std::process::Command::new("script")
-        .args(["-qefc", &command, "/dev/null"])
-        .env("REIN_USER", "terminal-user")
-        .env_remove("REIN_DATA_DIR")
-        .env_remove("REIN_PLUGINS")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("`script` (util-linux) runs rein on a pseudo-terminal");
     eventually("the agent asks", || pending(&data).first().cloned());
-    {
-        use std::io::Write;
-        let stdin = child.stdin.as_mut().unwrap();
-        // [2] is allow_always, the second kind the agent offers.
-        stdin.write_all(b"2\n").unwrap();
-        stdin.flush().unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    let screen = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{screen}");
+    // [2] is allow_always, the second kind the agent offers.
+    let (code, screen) = common::type_and_wait(child, "2\n");
+    assert_eq!(code, Some(0), "{screen}");
     assert!(
         screen.contains("? Agent `acp-test` asks permission to: Write notes.md"),
         "{screen}"

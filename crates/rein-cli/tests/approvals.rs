@@ -468,31 +468,11 @@ fn on_a_terminal_the_question_is_asked_inline() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
-    let command = format!(
-        "{} --data-dir {} run {}",
-        common::rein_bin().display(),
-        data.display(),
-        plan.display()
-    );
-    let mut child = std::process::Command::new("script")
-        .args(["-qefc", &command, "/dev/null"])
-        .env("REIN_USER", "terminal-user")
-        .env_remove("REIN_DATA_DIR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("`script` (util-linux) runs rein on a pseudo-terminal");
+    let child = common::rein_on_terminal(&data, &[Path::new("run"), &plan]);
     // Type the answer once the question is there.
     wait_for_request(&data);
-    {
-        use std::io::Write;
-        let stdin = child.stdin.as_mut().unwrap();
-        stdin.write_all(b"2\n").unwrap();
-        stdin.flush().unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    let screen = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{screen}");
+    let (code, screen) = common::type_and_wait(child, "2\n");
+    assert_eq!(code, Some(0), "{screen}");
     assert!(screen.contains("? Publish the release notes?"), "{screen}");
     assert!(
         screen.contains("[1] publish  (recommended, Enter)"),

@@ -7,6 +7,23 @@ mod common;
 
 use common::{json, rein, run_ok};
 
+/// Writes the manifest of the test echo plugin (harness `echo`, labelled
+/// "Echo agent") into `dir`.
+fn echo_plugin(dir: &std::path::Path) -> std::path::PathBuf {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let manifest = dir.join("plugin.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
 #[test]
 fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
     let dir = tempfile::tempdir().unwrap();
@@ -60,17 +77,7 @@ fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
 fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
-    let manifest = dir.path().join("plugin.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n",
-            script.display().to_string()
-        ),
-    )
-    .unwrap();
+    let manifest = echo_plugin(dir.path());
     let plugin = ["--plugin", manifest.to_str().unwrap()];
     let listed = json(&run_ok(
         rein(&data).args(plugin).args(["harness", "list", "--json"]),
@@ -136,17 +143,7 @@ fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained(
 fn a_runtime_policy_file_pins_models_and_providers_to_runtimes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
-    let manifest = dir.path().join("plugin.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\n",
-            script.display().to_string()
-        ),
-    )
-    .unwrap();
+    let manifest = echo_plugin(dir.path());
     let policy = dir.path().join("runtimes.toml");
     std::fs::write(
         &policy,

@@ -523,27 +523,20 @@ async fn an_agent_that_hangs_is_stopped_at_the_deadline() {
 async fn an_acp_manifest_that_cannot_work_is_refused_naming_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("agent.toml");
-    std::fs::write(
-        &path,
-        "id = \"x\"\nprotocol = \"acp\"\ncommand = [\"agent\"]\n",
-    )
-    .unwrap();
-    let err = load_manifest(&path).unwrap_err().to_string();
-    assert!(err.contains("must declare the harness id"), "{err}");
-    std::fs::write(
-        &path,
-        "id = \"x\"\nprotocol = \"acp\"\ncommand = [\"agent\"]\n[[harnesses]]\nid = \"x\"\nisolated_completion = true\n",
-    )
-    .unwrap();
-    let err = load_manifest(&path).unwrap_err().to_string();
-    assert!(err.contains("no isolated completions"), "{err}");
-    std::fs::write(
-        &path,
-        "id = \"x\"\nprotocol = \"mcp\"\ncommand = [\"agent\"]\n",
-    )
-    .unwrap();
-    let err = load_manifest(&path).unwrap_err().to_string();
-    assert!(err.contains("protocol"), "{err}");
+    let acp = "id = \"x\"\nprotocol = \"acp\"\ncommand = [\"agent\"]\n";
+    let cases = [
+        (acp.to_owned(), "must declare the harness id"),
+        (
+            format!("{acp}[[harnesses]]\nid = \"x\"\nisolated_completion = true\n"),
+            "no isolated completions",
+        ),
+        (acp.replace("\"acp\"", "\"mcp\""), "protocol"),
+    ];
+    for (manifest, problem) in cases {
+        std::fs::write(&path, &manifest).unwrap();
+        let err = load_manifest(&path).unwrap_err().to_string();
+        assert!(err.contains(problem), "{manifest}: {err}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,26 +3,68 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub fn rein_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_rein"))
 }
 
+/// The settings a test's `rein` must not inherit from the environment.
+const REIN_SETTINGS: [&str; 7] = [
+    "REIN_DATA_DIR",
+    "REIN_URL",
+    "REIN_TOKEN",
+    "REIN_SANDBOX",
+    "REIN_POLICY",
+    "REIN_PLUGINS",
+    "REIN_RUNTIME_POLICY",
+];
+
 /// A `rein` command on a data directory, with no inherited REIN_* settings.
 pub fn rein(data_dir: &Path) -> Command {
     let mut cmd = Command::new(rein_bin());
-    cmd.env_remove("REIN_DATA_DIR")
-        .env_remove("REIN_URL")
-        .env_remove("REIN_TOKEN")
-        .env_remove("REIN_SANDBOX")
-        .env_remove("REIN_POLICY")
-        .env_remove("REIN_PLUGINS")
-        .env_remove("REIN_RUNTIME_POLICY")
-        .arg("--data-dir")
-        .arg(data_dir);
+    for setting in REIN_SETTINGS {
+        cmd.env_remove(setting);
+    }
+    cmd.arg("--data-dir").arg(data_dir);
     cmd
+}
+
+/// `rein --data-dir DATA ARGS…` on a real pseudo-terminal (util-linux
+/// `script`), as user `terminal-user`, with no inherited REIN_* settings: its
+/// stdin is what a person types.
+pub fn rein_on_terminal(data_dir: &Path, args: &[&Path]) -> Child {
+    let mut command = format!("{} --data-dir {}", rein_bin().display(), data_dir.display());
+    for arg in args {
+        command.push(' ');
+        command.push_str(&arg.display().to_string());
+    }
+    let mut script = Command::new("script");
+    for setting in REIN_SETTINGS {
+        script.env_remove(setting);
+    }
+    script
+        .args(["-qefc", &command, "/dev/null"])
+        .env("REIN_USER", "terminal-user")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("`script` (util-linux) runs rein on a pseudo-terminal")
+}
+
+/// Types `line` into a [`rein_on_terminal`] and waits for it to end: its exit
+/// code and what the terminal showed.
+pub fn type_and_wait(mut child: Child, line: &str) -> (Option<i32>, String) {
+    use std::io::Write;
+    let stdin = child.stdin.as_mut().unwrap();
+    stdin.write_all(line.as_bytes()).unwrap();
+    stdin.flush().unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 pub fn run_ok(cmd: &mut Command) -> Output {
