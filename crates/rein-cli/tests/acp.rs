@@ -243,13 +243,7 @@ fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its
         "{output}"
     );
     assert!(!in_workspace(&data, &task, "notes.md").exists());
-    let all = json(&run_ok(rein(&data).args([
-        "approvals",
-        "list",
-        "--status",
-        "all",
-        "--json",
-    ])));
+    let all = common::all_approvals(&data);
     assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
 }
 
@@ -318,13 +312,7 @@ fn on_a_terminal_the_agents_question_is_asked_inline() {
         std::fs::read_to_string(in_workspace(&data, &task, "notes.md")).unwrap(),
         "drafted by the ACP agent"
     );
-    let all = json(&run_ok(rein(&data).args([
-        "approvals",
-        "list",
-        "--status",
-        "all",
-        "--json",
-    ])));
+    let all = common::all_approvals(&data);
     assert_eq!(all[0]["response"]["selected_option"], "allow_always");
     assert_eq!(all[0]["response"]["decided_by"], "terminal-user");
 }

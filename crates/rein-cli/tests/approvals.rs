@@ -384,13 +384,7 @@ depends_on = ["flaky", "ask"]
         ask["approved_by"]["who"], "system:deadline",
         "expired, default approve"
     );
-    let all = json(&run_ok(rein(&data).args([
-        "approvals",
-        "list",
-        "--status",
-        "all",
-        "--json",
-    ])));
+    let all = common::all_approvals(&data);
     assert_eq!(
         all.as_array().unwrap().len(),
         1,
@@ -478,13 +472,7 @@ fn on_a_terminal_the_question_is_asked_inline() {
         screen.contains("[1] publish  (recommended, Enter)"),
         "{screen}"
     );
-    let all = json(&run_ok(rein(&data).args([
-        "approvals",
-        "list",
-        "--status",
-        "all",
-        "--json",
-    ])));
+    let all = common::all_approvals(&data);
     assert_eq!(all[0]["status"], "approved");
     assert_eq!(all[0]["response"]["selected_option"], "hold");
     assert_eq!(all[0]["response"]["decided_by"], "terminal-user");

@@ -67,6 +67,18 @@ pub fn type_and_wait(mut child: Child, line: &str) -> (Option<i32>, String) {
     )
 }
 
+/// Every approval request in the data directory, any status
+/// (`rein approvals list --status all --json`).
+pub fn all_approvals(data_dir: &Path) -> serde_json::Value {
+    json(&run_ok(rein(data_dir).args([
+        "approvals",
+        "list",
+        "--status",
+        "all",
+        "--json",
+    ])))
+}
+
 pub fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("rein runs");
     assert!(
