@@ -574,11 +574,7 @@ impl Engine {
             let revoked = self
                 .revoke(request, &format!("the task was aborted by {by}"))
                 .await?;
-            rec.task_event(TaskChange::HumanApprovalReceived {
-                request_id: revoked.id.clone(),
-                status: revoked.status,
-                response: revoked.response.clone(),
-            })?;
+            rec.task_event(TaskChange::approval_received(&revoked))?;
         }
         cancel_interrupted(&mut rec, by)?;
         rec.task_event(TaskChange::TaskCancelled {

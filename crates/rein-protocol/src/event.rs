@@ -204,6 +204,15 @@ pub enum TaskChange {
 }
 
 impl TaskChange {
+    /// The runner took in where `request` stands now (its status and response).
+    pub fn approval_received(request: &ApprovalRequest) -> TaskChange {
+        TaskChange::HumanApprovalReceived {
+            request_id: request.id.clone(),
+            status: request.status,
+            response: request.response.clone(),
+        }
+    }
+
     pub fn event_type(&self) -> EventType {
         match self {
             TaskChange::TaskCreated { .. } => EventType::TaskCreated,

@@ -302,14 +302,8 @@ impl TaskRun<'_> {
             return Ok(());
         };
         let (checkpoint, span) = (checkpoint.clone(), span.clone());
-        self.rec.record(
-            TaskChange::HumanApprovalReceived {
-                request_id: request.id.clone(),
-                status: request.status,
-                response: request.response.clone(),
-            },
-            &span,
-        )?;
+        self.rec
+            .record(TaskChange::approval_received(&request), &span)?;
         if !matches!(self.steps[i].action, StepAction::Approval { .. }) {
             return self.settle_interrupted(i, checkpoint, span, request);
         }
@@ -500,14 +494,8 @@ impl TaskRun<'_> {
         };
         let (checkpoint, span) = (checkpoint.clone(), span.clone());
         let revoked = self.engine.revoke(request, why).await?;
-        self.rec.record(
-            TaskChange::HumanApprovalReceived {
-                request_id: revoked.id.clone(),
-                status: revoked.status,
-                response: revoked.response.clone(),
-            },
-            &span,
-        )?;
+        self.rec
+            .record(TaskChange::approval_received(&revoked), &span)?;
         self.rec.record(
             TaskChange::CheckpointSkipped {
                 checkpoint_id: checkpoint,

@@ -114,11 +114,7 @@ impl TaskRun<'_> {
             if asked.request.status != ApprovalStatus::Pending {
                 return self.deliver(asked);
             }
-            if self.questions.no_wait {
-                self.park(asked);
-            } else {
-                self.questions.waiting.push(asked);
-            }
+            self.wait_or_park(asked);
             return Ok(());
         }
         let now = self.engine.config.clock.now();
@@ -144,18 +140,22 @@ impl TaskRun<'_> {
         };
         // Stored with the next commit, before anyone can answer it.
         self.rec.request_approval(request.clone(), &span)?;
-        let asked = Asked {
+        self.wait_or_park(Asked {
             step: i,
             span,
             request,
             reply,
-        };
+        });
+        Ok(())
+    }
+
+    /// A pending question waits for its answer, or under `--no-wait` stops its step.
+    fn wait_or_park(&mut self, asked: Asked) {
         if self.questions.no_wait {
             self.park(asked);
         } else {
             self.questions.waiting.push(asked);
         }
-        Ok(())
     }
 
     /// `--no-wait`: nobody is waited for, so the step that asked is stopped
@@ -235,14 +235,8 @@ impl TaskRun<'_> {
 
     /// Records that the step received the decision, and gives it to the step.
     fn deliver(&mut self, asked: Asked) -> Result<()> {
-        self.rec.record(
-            TaskChange::HumanApprovalReceived {
-                request_id: asked.request.id.clone(),
-                status: asked.request.status,
-                response: asked.request.response.clone(),
-            },
-            &asked.span,
-        )?;
+        self.rec
+            .record(TaskChange::approval_received(&asked.request), &asked.span)?;
         // A step that stopped listening has ended; its end is recorded anyway.
         let _ = asked.reply.send(Ok(asked.request));
         Ok(())
@@ -263,7 +257,8 @@ impl TaskRun<'_> {
         self.questions.waiting = kept;
         for asked in gone {
             let revoked = self.engine.revoke(asked.request.clone(), why).await?;
-            self.record_withdrawn(&revoked, &asked.span)?;
+            self.rec
+                .record(TaskChange::approval_received(&revoked), &asked.span)?;
         }
         // Left by a run that stopped: pending, for a step that has ended.
         let stale: Vec<ApprovalId> = self
@@ -271,6 +266,8 @@ impl TaskRun<'_> {
             .state
             .checkpoints
             .iter()
+            // Most checkpoints hold no pending question: that is looked at first.
+            .filter(|cp| unreceived(cp).next().is_some())
             .filter(|cp| {
                 everything
                     || cp
@@ -285,20 +282,10 @@ impl TaskRun<'_> {
             let request = self.engine.approval(&id).await?;
             let revoked = self.engine.revoke(request, why).await?;
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
-            self.record_withdrawn(&revoked, &span)?;
+            self.rec
+                .record(TaskChange::approval_received(&revoked), &span)?;
         }
         Ok(())
-    }
-
-    fn record_withdrawn(&mut self, request: &ApprovalRequest, span: &SpanRef) -> Result<()> {
-        self.rec.record(
-            TaskChange::HumanApprovalReceived {
-                request_id: request.id.clone(),
-                status: request.status,
-                response: request.response.clone(),
-            },
-            span,
-        )
     }
 
     /// Whether any checkpoint holds a question no run received the answer of.
