@@ -726,12 +726,7 @@ fn question_of(call: &Value, options: &[(String, String)], agent: &str) -> Quest
         "fetch" => Trigger::ExternalNetworkCall,
         _ => Trigger::PermissionDenied,
     };
-    let locations: Vec<String> = call["locations"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|l| l["path"].as_str().map(str::to_owned))
-        .collect();
+    let locations = locations(call);
     let raw = call.get("rawInput").filter(|v| !v.is_null());
     let mut kinds: Vec<String> = Vec::new();
     for (_, k) in options {
@@ -762,8 +757,8 @@ fn question_of(call: &Value, options: &[(String, String)], agent: &str) -> Quest
                 .and_then(|r| r.get("command"))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            file_path: locations.first().cloned(),
-            changes: locations.clone(),
+            file_path: locations.first().map(|p| (*p).to_owned()),
+            changes: locations.iter().map(|p| (*p).to_owned()).collect(),
             risk_assessment: Some(format!("{kind} tool call of an external agent")),
         },
         timeout_ms: None,
@@ -786,12 +781,7 @@ fn details(turn: &Turn, plugin: &str, ended: &Ended) -> Value {
         if matches!(kind, "read" | "search" | "think") {
             continue;
         }
-        let locations: Vec<&str> = call["locations"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|l| l["path"].as_str())
-            .collect();
+        let locations = locations(call);
         // An edit whose every file came through rein's callback is on rein's
         // record; anything else the agent did by itself.
         let through_rein = kind == "edit"
@@ -816,6 +806,16 @@ fn details(turn: &Turn, plugin: &str, ended: &Ended) -> Value {
         "side_effects": side_effects,
         "events": turn.events,
     })
+}
+
+/// The paths a tool call (as the agent sent it) names.
+fn locations(call: &Value) -> Vec<&str> {
+    call["locations"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["path"].as_str())
+        .collect()
 }
 
 fn stop_name(reason: StopReason) -> String {

@@ -260,16 +260,13 @@ impl AgentExecutor {
                 output: Some(output(&result.text, &result.details)),
             },
             Err(HarnessError::Cancelled) => StepOutcome::Cancelled,
-            Err(e @ HarnessError::TimedOut { .. }) => failed(
-                e.to_string(),
-                Failure::Timeout,
-                Some(output(&partial, &Value::Null)),
-            ),
-            Err(e) => failed(
-                e.to_string(),
-                Failure::Internal,
-                Some(output(&partial, &Value::Null)),
-            ),
+            Err(e) => {
+                let failure = match e {
+                    HarnessError::TimedOut { .. } => Failure::Timeout,
+                    _ => Failure::Internal,
+                };
+                failed(e.to_string(), failure, Some(output(&partial, &Value::Null)))
+            }
         }
     }
 
