@@ -319,3 +319,94 @@ async fn state_survives_reopening_the_file() {
     );
     store.probe().await.unwrap();
 }
+
+/// A file written by the schema before a task's summary travelled with its
+/// events (version 6: the summary and the log position on the task row) opens
+/// with every task whole, and an unfinished task runs on from where it was.
+#[tokio::test]
+async fn a_store_of_the_previous_schema_opens_with_its_tasks_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine_on = |path: &std::path::Path| {
+        let store = Arc::new(SqliteStore::open(path).unwrap());
+        let engine = Engine::new(
+            store.clone(),
+            Arc::new(CommandExecutor::unsandboxed()),
+            EngineConfig::new(dir.path().join("ws")),
+        );
+        (store, engine)
+    };
+    // Tasks as this rein writes them: one finished, one stopped midway.
+    let current = dir.path().join("current.db");
+    let (store, engine) = engine_on(&current);
+    let done = create(&engine, &["true", "true"], "a").await;
+    engine.run(done.id(), RunOptions::default()).await.unwrap();
+    let open = create(&engine, &["true", "true"], "b").await;
+    let options = RunOptions::default();
+    options.cancel.cancel();
+    engine.run(open.id(), options).await.unwrap();
+    let mut before = Vec::new();
+    for id in [done.id(), open.id()] {
+        before.push(store.load_summary(id).await.unwrap().unwrap());
+    }
+    assert_eq!(before[1].status, TaskStatus::InProgress);
+    drop((store, engine));
+
+    // The same tasks in a file of schema version 6.
+    let old = dir.path().join("old.db");
+    let mut conn = rusqlite::Connection::open(&old).unwrap();
+    assert_eq!(rein_store::schema::migrate_to(&mut conn, 6).unwrap(), 6);
+    conn.execute("ATTACH ?1 AS cur", [current.to_str().unwrap()])
+        .unwrap();
+    conn.execute_batch(
+        "INSERT INTO tasks (tkey, id, session_id, status, created_at, updated_at, last_seq, summary)
+           SELECT t.tkey, t.id, t.session_id, t.status, t.created_at, t.status_at,
+                  (SELECT max(seq) FROM cur.events e WHERE e.tkey = t.tkey),
+                  (SELECT e.summary FROM cur.events e
+                    WHERE e.tkey = t.tkey AND e.summary IS NOT NULL ORDER BY e.seq DESC LIMIT 1)
+           FROM cur.tasks t;
+         INSERT INTO plans SELECT * FROM cur.plans;
+         INSERT INTO events (gseq, tkey, seq, type, body)
+           SELECT gseq, tkey, seq, type, body FROM cur.events;
+         DETACH cur;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let (store, engine) = engine_on(&old);
+    // Each task's last event now carries its summary, so reading one does not
+    // walk the log back to the task row's.
+    let carried: Vec<(i64, String)> = rusqlite::Connection::open(&old)
+        .unwrap()
+        .prepare(
+            "SELECT e.tkey, e.summary FROM events e JOIN tasks t ON t.tkey = e.tkey
+              WHERE e.summary IS NOT NULL
+                AND e.seq = (SELECT max(seq) FROM events WHERE tkey = e.tkey)
+              ORDER BY e.tkey",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(carried.len(), 2, "{carried:?}");
+    for (id, summary) in [done.id(), open.id()].into_iter().zip(&before) {
+        assert_eq!(&store.load_summary(id).await.unwrap().unwrap(), summary);
+        let state = engine.get(id).await.unwrap();
+        let log = store.events(id, 0, usize::MAX).await.unwrap();
+        assert_eq!(rein_core::fold::fold(&log).unwrap(), state);
+    }
+    let listed = store.list(&TaskFilter::default()).await.unwrap().items;
+    assert_eq!(listed, vec![before[1].clone(), before[0].clone()]);
+
+    // The unfinished task's next writes start from its migrated position.
+    let finished = engine.run(open.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(finished.status(), TaskStatus::Completed);
+    let summary = store.load_summary(open.id()).await.unwrap().unwrap();
+    assert_eq!(summary, finished.head.summary());
+    assert!(summary.last_seq > before[1].last_seq);
+    let completed = TaskFilter {
+        status: Some(TaskStatus::Completed),
+        ..TaskFilter::default()
+    };
+    assert_eq!(store.list(&completed).await.unwrap().items.len(), 2);
+}

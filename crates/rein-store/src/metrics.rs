@@ -47,7 +47,7 @@ pub(crate) fn compute(conn: &Connection) -> StoreResult<HarnessMetrics> {
         average_duration_ms: average(
             conn,
             &format!(
-                "SELECT AVG((julianday(updated_at) - julianday(created_at)) * {MS}) FROM tasks
+                "SELECT AVG((julianday(status_at) - julianday(created_at)) * {MS}) FROM tasks
                  WHERE status IN ('completed', 'failed', 'cancelled')"
             ),
         )?,

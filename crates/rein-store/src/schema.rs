@@ -118,6 +118,19 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (task_id, step_id, seq)
     ) STRICT;
     ",
+    // 7: a task's summary travels with its events: the last event of each write
+    //    carries the summary as of that write, so a step's commit appends to the
+    //    log and its index and leaves the task row alone. The task row keeps what
+    //    lists are filtered by, and is written only when the status changes; its
+    //    `summary` is then the one of that change, read only if no event carries
+    //    one. A task's position is the largest `seq` of its events.
+    "
+    ALTER TABLE events ADD COLUMN summary TEXT;
+    UPDATE events SET summary = (SELECT t.summary FROM tasks t WHERE t.tkey = events.tkey)
+     WHERE gseq IN (SELECT e.gseq FROM tasks t JOIN events e ON e.tkey = t.tkey AND e.seq = t.last_seq);
+    ALTER TABLE tasks DROP COLUMN last_seq;
+    ALTER TABLE tasks RENAME COLUMN updated_at TO status_at;
+    ",
 ];
 
 /// The schema version this build writes.
@@ -142,6 +155,12 @@ impl From<rusqlite::Error> for MigrationError {
 /// Brings the schema up to [`CURRENT_VERSION`], in one transaction so two processes
 /// opening a fresh file at once cannot both migrate it.
 pub fn migrate(conn: &mut Connection) -> Result<i64, MigrationError> {
+    migrate_to(conn, CURRENT_VERSION)
+}
+
+/// Brings the schema up to `target` (at most [`CURRENT_VERSION`]): a file as an
+/// older rein wrote it, which is how the migrations are tested.
+pub fn migrate_to(conn: &mut Connection, target: i64) -> Result<i64, MigrationError> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if found > CURRENT_VERSION {
@@ -150,14 +169,16 @@ pub fn migrate(conn: &mut Connection) -> Result<i64, MigrationError> {
             supported: CURRENT_VERSION,
         });
     }
+    let target = target.min(CURRENT_VERSION);
     for (i, sql) in MIGRATIONS
         .iter()
         .enumerate()
+        .take(usize::try_from(target).unwrap_or(0))
         .skip(usize::try_from(found).unwrap_or(0))
     {
         tx.execute_batch(sql)?;
         tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
     }
     tx.commit()?;
-    Ok(CURRENT_VERSION)
+    Ok(found.max(target))
 }

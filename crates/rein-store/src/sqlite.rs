@@ -2,9 +2,11 @@
 //! survives power loss), all writes through the group-committing [`Writer`], reads
 //! from a small pool of read connections.
 //!
-//! A write appends a task's events and rewrites its summary row: a few pages per
-//! commit, whatever the size of the task, so a long task does not write more per
-//! step than a short one.
+//! A write appends a task's events, the last of them carrying the task's summary
+//! as of that write; the task row is rewritten only when the status changes. A
+//! step's commit thus touches the end of the log and of its per-task index: a
+//! few pages, whatever the size of the task, so a long task does not write more
+//! per step than a short one.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -198,7 +200,6 @@ struct Encoded {
     session_id: String,
     created_at: String,
     updated_at: String,
-    last_seq: i64,
     summary: String,
     events: Vec<(i64, &'static str, String)>,
     /// New approval requests: (id, status, created_at, body).
@@ -236,30 +237,44 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
         session_id: write.summary.session_id.clone(),
         created_at: ts(&write.summary.created_at),
         updated_at: ts(&write.summary.updated_at),
-        last_seq: seq(write.summary.last_seq),
         summary: serde_json::to_string(&write.summary).map_err(backend)?,
         events,
     })
 }
 
-/// Rows per multi-row INSERT (four parameters each, far below SQLite's limit).
+/// Rows per multi-row INSERT (five parameters each, far below SQLite's limit).
 const EVENTS_PER_INSERT: usize = 64;
 
-/// Appends a write's events to the log of the task whose key is `tkey`.
+/// Appends a write's events to the log of the task whose key is `tkey`; the last
+/// of them carries the write's summary.
 fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<()> {
-    for chunk in w.events.chunks(EVENTS_PER_INSERT) {
-        let mut sql = String::from("INSERT INTO events (tkey, seq, type, body) VALUES ");
+    let last = w.events.len().saturating_sub(1);
+    let (none, summary): (Option<&str>, Option<&str>) = (None, Some(&w.summary));
+    for (n, chunk) in w.events.chunks(EVENTS_PER_INSERT).enumerate() {
+        let mut sql = String::from("INSERT INTO events (tkey, seq, type, body, summary) VALUES ");
         for i in 0..chunk.len() {
-            let p = i * 4;
+            let p = i * 5;
             if i > 0 {
                 sql.push_str(", ");
             }
-            sql.push_str(&format!("(?{}, ?{}, ?{}, ?{})", p + 1, p + 2, p + 3, p + 4));
+            sql.push_str(&format!(
+                "(?{}, ?{}, ?{}, ?{}, ?{})",
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5
+            ));
         }
         let mut insert = conn.prepare_cached(&sql).map_err(backend)?;
-        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 4);
-        for (seq, kind, body) in chunk {
-            params.extend([&tkey as &dyn rusqlite::ToSql, seq, kind, body]);
+        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 5);
+        for (i, (seq, kind, body)) in chunk.iter().enumerate() {
+            let carried = if n * EVENTS_PER_INSERT + i == last {
+                &summary
+            } else {
+                &none
+            };
+            params.extend([&tkey as &dyn rusqlite::ToSql, seq, kind, body, carried]);
         }
         insert.execute(params.as_slice()).map_err(backend)?;
     }
@@ -273,23 +288,43 @@ fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<()> {
     Ok(())
 }
 
-/// Why a write expecting the task's log at `expected` found it elsewhere.
-fn seq_mismatch(conn: &Connection, task_id: &TaskId, expected: i64) -> StoreError {
-    let actual = conn
-        .prepare_cached("SELECT last_seq FROM tasks WHERE id = ?1")
+/// The key of a task whose log is at `expected` (its largest event `seq`); a
+/// write that read the task at another position is refused.
+fn task_at(conn: &Connection, task_id: &TaskId, expected: i64) -> StoreResult<i64> {
+    let found = conn
+        .prepare_cached(
+            "SELECT tkey, (SELECT max(seq) FROM events WHERE events.tkey = tasks.tkey)
+             FROM tasks WHERE id = ?1",
+        )
         .and_then(|mut stmt| {
-            stmt.query_row([task_id.as_str()], |r| r.get::<_, i64>(0))
-                .optional()
-        });
-    match actual {
-        Ok(None) => StoreError::TaskNotFound(task_id.clone()),
-        Ok(Some(actual)) => StoreError::Conflict {
+            stmt.query_row([task_id.as_str()], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?))
+            })
+            .optional()
+        })
+        .map_err(backend)?;
+    let Some((tkey, actual)) = found else {
+        return Err(StoreError::TaskNotFound(task_id.clone()));
+    };
+    let actual = actual.unwrap_or(0);
+    if actual != expected {
+        return Err(StoreError::Conflict {
             task_id: task_id.clone(),
             expected: u64::try_from(expected).unwrap_or(0),
             actual: u64::try_from(actual).unwrap_or(0),
-        },
-        Err(e) => backend(e),
+        });
     }
+    Ok(tkey)
+}
+
+/// A task's summary as of its last write: the one its last write's last event
+/// carries, or the task row's for a task none of whose events carries one.
+macro_rules! current_summary {
+    () => {
+        "COALESCE((SELECT e.summary FROM events e
+                   WHERE e.tkey = tasks.tkey AND e.summary IS NOT NULL
+                   ORDER BY e.seq DESC LIMIT 1), tasks.summary)"
+    };
 }
 
 fn task_id_of(id: &str) -> StoreResult<TaskId> {
@@ -298,7 +333,11 @@ fn task_id_of(id: &str) -> StoreResult<TaskId> {
 
 fn load_summary(conn: &Connection, id: &str) -> StoreResult<Option<TaskSummary>> {
     let body: Option<String> = conn
-        .prepare_cached("SELECT summary FROM tasks WHERE id = ?1")
+        .prepare_cached(concat!(
+            "SELECT ",
+            current_summary!(),
+            " FROM tasks WHERE id = ?1"
+        ))
         .and_then(|mut stmt| stmt.query_row([id], |r| r.get(0)).optional())
         .map_err(backend)?;
     body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("task summary", e)))
@@ -315,9 +354,9 @@ impl Store for SqliteStore {
             .write(move |conn| {
                 let tkey: Option<i64> = conn
                     .query_row(
-                        "INSERT INTO tasks (id, session_id, status, created_at, updated_at, last_seq, summary)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING RETURNING tkey",
-                        params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.last_seq, w.summary],
+                        "INSERT INTO tasks (id, session_id, status, created_at, status_at, summary)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING RETURNING tkey",
+                        params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.summary],
                         |r| r.get(0),
                     )
                     .optional()
@@ -337,42 +376,16 @@ impl Store for SqliteStore {
         let task_id = write.task_id;
         self.writer
             .write(move |conn| {
-                // The state row moves only from the sequence number the writer read.
-                // Most writes keep the status: leaving it out of the SET then
-                // spares the status index a delete and insert of the same entry
-                // (and the commit a page). A write that changes it takes the
-                // second statement.
-                let same_status = "UPDATE tasks SET updated_at = ?3, last_seq = ?4, summary = ?5
-                     WHERE id = ?1 AND last_seq = ?6 AND status = ?2 RETURNING tkey";
-                let new_status =
-                    "UPDATE tasks SET status = ?2, updated_at = ?3, last_seq = ?4, summary = ?5
-                     WHERE id = ?1 AND last_seq = ?6 RETURNING tkey";
-                let mut tkey = None;
-                for sql in [same_status, new_status] {
-                    tkey = conn
-                        .prepare_cached(sql)
-                        .and_then(|mut stmt| {
-                            stmt.query_row(
-                                params![
-                                    w.task_id,
-                                    w.status,
-                                    w.updated_at,
-                                    w.last_seq,
-                                    w.summary,
-                                    w.expected_seq
-                                ],
-                                |r| r.get::<_, i64>(0),
-                            )
-                            .optional()
-                        })
-                        .map_err(backend)?;
-                    if tkey.is_some() {
-                        break;
-                    }
-                }
-                let Some(tkey) = tkey else {
-                    return Err(seq_mismatch(conn, &task_id, w.expected_seq));
-                };
+                // The log moves on only from the position the writer read.
+                let tkey = task_at(conn, &task_id, w.expected_seq)?;
+                // Most writes keep the status, and then the task row stays as it
+                // is: the summary travels with the events.
+                conn.prepare_cached(
+                    "UPDATE tasks SET status = ?2, status_at = ?3, summary = ?4
+                     WHERE tkey = ?1 AND status <> ?2",
+                )
+                .and_then(|mut stmt| stmt.execute(params![tkey, w.status, w.updated_at, w.summary]))
+                .map_err(backend)?;
                 append(conn, tkey, &w)
             })
             .await
@@ -405,7 +418,7 @@ impl Store for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut q = Where::new("SELECT summary FROM tasks");
+            let mut q = Where::new(concat!("SELECT ", current_summary!(), " FROM tasks"));
             if let Some(s) = &filter.session_id {
                 q.and("session_id =", s.clone());
             }
@@ -487,19 +500,11 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 let id = task_id.as_str();
-                let tkey: Option<i64> = conn
-                    .query_row(
-                        "DELETE FROM tasks WHERE id = ?1 AND last_seq = ?2 RETURNING tkey",
-                        params![id, expected],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(backend)?;
-                let Some(tkey) = tkey else {
-                    return Err(seq_mismatch(conn, &task_id, expected));
-                };
-                conn.execute("DELETE FROM events WHERE tkey = ?1", [tkey])
-                    .map_err(backend)?;
+                let tkey = task_at(conn, &task_id, expected)?;
+                for table in ["tasks", "events"] {
+                    conn.execute(&format!("DELETE FROM {table} WHERE tkey = ?1"), [tkey])
+                        .map_err(backend)?;
+                }
                 for table in ["snapshots", "controls", "plans", "approvals", "journal"] {
                     conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [id])
                         .map_err(backend)?;
