@@ -85,11 +85,14 @@ impl TaskRun<'_> {
         request: ApprovalRequest,
     ) -> Result<()> {
         self.rec.request_approval(request.clone(), &span)?;
-        self.progress[i] = Progress::Awaiting {
-            checkpoint,
-            span,
-            request: Box::new(request),
-        };
+        self.progress.set(
+            i,
+            Progress::Awaiting {
+                checkpoint,
+                span,
+                request: Box::new(request),
+            },
+        );
         Ok(())
     }
 
@@ -186,8 +189,8 @@ impl TaskRun<'_> {
                 Err(EngineError::AlreadyDecided { current }) => *current,
                 Err(e) => return Err(e),
             };
-            if let Progress::Awaiting { request, .. } = &mut self.progress[i] {
-                **request = settled;
+            if let Some(request) = self.progress.awaited_mut(i) {
+                *request = settled;
             }
         }
         Ok(())
@@ -209,11 +212,14 @@ impl TaskRun<'_> {
             let id = ApprovalId::parse(id).map_err(|e| EngineError::BadRequest(e.to_string()))?;
             let request = self.engine.approval(&id).await?;
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
-            self.progress[i] = Progress::Awaiting {
-                checkpoint: checkpoint.clone(),
-                span,
-                request: Box::new(request),
-            };
+            self.progress.set(
+                i,
+                Progress::Awaiting {
+                    checkpoint: checkpoint.clone(),
+                    span,
+                    request: Box::new(request),
+                },
+            );
         }
         Ok(())
     }
@@ -234,7 +240,13 @@ impl TaskRun<'_> {
     }
 
     fn waited_on(&self) -> impl Iterator<Item = &ApprovalRequest> {
-        self.progress
+        // Most turns of a run wait on nobody: then no step needs a look.
+        let steps = if self.awaiting_any() {
+            &self.progress[..]
+        } else {
+            &[]
+        };
+        steps
             .iter()
             .filter_map(|p| match p {
                 Progress::Awaiting { request, .. } => Some(&**request),
@@ -244,9 +256,7 @@ impl TaskRun<'_> {
     }
 
     pub(super) fn awaiting_any(&self) -> bool {
-        self.progress
-            .iter()
-            .any(|p| matches!(p, Progress::Awaiting { .. }))
+        self.progress.awaiting > 0
     }
 
     /// How long until the nearest deadline of a request this run waits on.
@@ -315,11 +325,14 @@ impl TaskRun<'_> {
         let (outcome, who) = match request.status {
             ApprovalStatus::Pending => {
                 // Delegated: it keeps waiting, now for someone else.
-                self.progress[i] = Progress::Awaiting {
-                    checkpoint,
-                    span,
-                    request: Box::new(request),
-                };
+                self.progress.set(
+                    i,
+                    Progress::Awaiting {
+                        checkpoint,
+                        span,
+                        request: Box::new(request),
+                    },
+                );
                 return Ok(());
             }
             ApprovalStatus::Approved => (Decision::Approve, decided_by(&request)),
@@ -407,11 +420,14 @@ impl TaskRun<'_> {
         let choice = match request.status {
             ApprovalStatus::Pending => {
                 // Delegated: it keeps waiting, now for someone else.
-                self.progress[i] = Progress::Awaiting {
-                    checkpoint,
-                    span,
-                    request: Box::new(request),
-                };
+                self.progress.set(
+                    i,
+                    Progress::Awaiting {
+                        checkpoint,
+                        span,
+                        request: Box::new(request),
+                    },
+                );
                 return Ok(());
             }
             ApprovalStatus::Approved => request
@@ -504,7 +520,7 @@ impl TaskRun<'_> {
             },
             &span,
         )?;
-        self.progress[i] = Progress::Skipped;
+        self.progress.set(i, Progress::Skipped);
         Ok(())
     }
 

@@ -80,6 +80,74 @@ impl Progress {
     }
 }
 
+/// Each step's progress, with how many steps wait on a person or on a retry
+/// timer: the run loop asks both on every turn, and counting them as they change
+/// spares it a walk over every step of a long plan. Reads go through the slice;
+/// every change goes through [`Progresses::set`].
+struct Progresses {
+    items: Vec<Progress>,
+    awaiting: usize,
+    delayed: usize,
+}
+
+impl Progresses {
+    fn new(items: Vec<Progress>) -> Progresses {
+        let (awaiting, delayed) = Progresses::count(&items);
+        Progresses {
+            items,
+            awaiting,
+            delayed,
+        }
+    }
+
+    /// (awaiting, delayed) among `items`, counted.
+    fn count(items: &[Progress]) -> (usize, usize) {
+        let count = |f: fn(&Progress) -> bool| items.iter().filter(|p| f(p)).count();
+        (
+            count(|p| matches!(p, Progress::Awaiting { .. })),
+            count(|p| matches!(p, Progress::Delayed { .. })),
+        )
+    }
+
+    /// Sets step `i`'s progress; returns what it was.
+    fn set(&mut self, i: usize, new: Progress) -> Progress {
+        let old = std::mem::replace(&mut self.items[i], new);
+        for (p, add) in [(&old, false), (&self.items[i], true)] {
+            let counter = match p {
+                Progress::Awaiting { .. } => &mut self.awaiting,
+                Progress::Delayed { .. } => &mut self.delayed,
+                _ => continue,
+            };
+            if add {
+                *counter += 1;
+            } else {
+                *counter -= 1;
+            }
+        }
+        // Every engine test that waits on a person or a timer checks the counts.
+        debug_assert_eq!(
+            (self.awaiting, self.delayed),
+            Progresses::count(&self.items)
+        );
+        old
+    }
+
+    /// The request step `i` waits on, to bring up to date.
+    fn awaited_mut(&mut self, i: usize) -> Option<&mut ApprovalRequest> {
+        match &mut self.items[i] {
+            Progress::Awaiting { request, .. } => Some(request),
+            _ => None,
+        }
+    }
+}
+
+impl std::ops::Deref for Progresses {
+    type Target = [Progress];
+    fn deref(&self) -> &[Progress] {
+        &self.items
+    }
+}
+
 const DEPENDENCY_FAILED: &str = "dependency_failed";
 
 /// Closes an attempt that did not finish, for the step to run again.
@@ -111,7 +179,7 @@ pub(crate) struct TaskRun<'e> {
     dependants: Vec<Vec<usize>>,
     /// Dependencies of each step not yet completed or skipped.
     waiting_on: Vec<usize>,
-    progress: Vec<Progress>,
+    progress: Progresses,
     attempts: Vec<u32>,
     ready: BTreeSet<usize>,
     running: Running,
@@ -230,7 +298,8 @@ impl<'e> TaskRun<'e> {
                     CheckpointStatus::Skipped => Progress::Skipped,
                 },
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let progress = Progresses::new(progress);
         let workspace = rec
             .state
             .head
@@ -448,7 +517,7 @@ impl<'e> TaskRun<'e> {
                         .into(),
                     duration_ms: Some(duration_ms),
                 })?;
-                self.progress[i] = Progress::Skipped;
+                self.progress.set(i, Progress::Skipped);
             } else if step.idempotent || options.rerun.contains(&step.id) {
                 let why = if step.idempotent {
                     "it is idempotent"
@@ -460,7 +529,7 @@ impl<'e> TaskRun<'e> {
                     duration_ms,
                     format!("interrupted: rein stopped while this step was running; running it again because {why}"),
                 ))?;
-                self.progress[i] = Progress::NotStarted;
+                self.progress.set(i, Progress::NotStarted);
             } else {
                 // It may have partly run: a person decides.
                 self.ask_interrupted(i, checkpoint)?;
@@ -543,11 +612,14 @@ impl<'e> TaskRun<'e> {
                 )
             };
             let id = self.rec.enter_checkpoint(checkpoint, &span)?;
-            self.progress[i] = Progress::Running {
-                checkpoint: id,
-                span,
-                token: CancellationToken::new(),
-            };
+            self.progress.set(
+                i,
+                Progress::Running {
+                    checkpoint: id,
+                    span,
+                    token: CancellationToken::new(),
+                },
+            );
             started.push(i);
         }
         Ok(started)
@@ -752,7 +824,7 @@ impl<'e> TaskRun<'e> {
     fn on_joined(&mut self, (i, outcome, elapsed): Finished) -> Result<()> {
         let Progress::Running {
             checkpoint, span, ..
-        } = std::mem::replace(&mut self.progress[i], Progress::NotStarted)
+        } = self.progress.set(i, Progress::NotStarted)
         else {
             return Ok(());
         };
@@ -769,7 +841,7 @@ impl<'e> TaskRun<'e> {
                 ),
                 &span,
             )?;
-            self.progress[i] = Progress::NotStarted;
+            self.progress.set(i, Progress::NotStarted);
             return Ok(());
         }
         // An agent step's output names the runtime selected: an event of its own.
@@ -870,14 +942,14 @@ impl<'e> TaskRun<'e> {
 
     /// Marks a step failed for good and records its dependants as not run.
     fn mark_failed(&mut self, i: usize) -> Result<()> {
-        self.progress[i] = Progress::Failed;
+        self.progress.set(i, Progress::Failed);
         self.first_failure.get_or_insert(i);
         self.fail_dependants(i)
     }
 
     /// Lets a step run again: ready now if nothing it depends on is outstanding.
     fn run_again(&mut self, i: usize) {
-        self.progress[i] = Progress::NotStarted;
+        self.progress.set(i, Progress::NotStarted);
         if self.waiting_on[i] == 0 {
             self.ready.insert(i);
         }
@@ -885,7 +957,7 @@ impl<'e> TaskRun<'e> {
 
     /// Marks a step done (completed or skipped) and readies what waited only on it.
     fn complete(&mut self, i: usize, done: Progress) {
-        self.progress[i] = done;
+        self.progress.set(i, done);
         for d in self.dependants[i].clone() {
             self.waiting_on[d] -= 1;
             if self.waiting_on[d] == 0 && matches!(self.progress[d], Progress::NotStarted) {
@@ -904,7 +976,7 @@ impl<'e> TaskRun<'e> {
                 }
                 let reason = format!("not run: dependency `{}` failed", self.steps[f].id);
                 self.skip_unstarted(d, reason, DEPENDENCY_FAILED)?;
-                self.progress[d] = Progress::DependencyFailed;
+                self.progress.set(d, Progress::DependencyFailed);
                 stack.push(d);
             }
         }
@@ -1129,7 +1201,7 @@ impl<'e> TaskRun<'e> {
                 .map_or(0, |c| elapsed_ms(c.started_at));
             self.rec
                 .record(aborted_checkpoint(checkpoint, duration_ms, &by), &span)?;
-            self.progress[i] = Progress::Failed;
+            self.progress.set(i, Progress::Failed);
         }
         self.rec
             .task_event(TaskChange::TaskCancelled { reason, by })?;
@@ -1147,7 +1219,7 @@ impl<'e> TaskRun<'e> {
     }
 
     async fn cancel_running(&mut self) {
-        for p in &self.progress {
+        for p in self.progress.iter() {
             if let Progress::Running { token, .. } = p {
                 token.cancel();
             }
@@ -1193,4 +1265,35 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "panicked".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Progress, Progresses};
+
+    #[test]
+    fn progresses_count_the_steps_on_a_retry_timer_as_they_change() {
+        let at = chrono::Utc::now();
+        let mut p = Progresses::new(vec![
+            Progress::Delayed { until: at },
+            Progress::NotStarted,
+            Progress::Completed,
+        ]);
+        assert_eq!((p.awaiting, p.delayed), (0, 1));
+        assert!(matches!(
+            p.set(1, Progress::Delayed { until: at }),
+            Progress::NotStarted
+        ));
+        assert_eq!(p.delayed, 2);
+        // Delayed to delayed: still counted once.
+        p.set(1, Progress::Delayed { until: at });
+        assert_eq!(p.delayed, 2);
+        assert!(matches!(
+            p.set(0, Progress::Failed),
+            Progress::Delayed { .. }
+        ));
+        p.set(1, Progress::NotStarted);
+        assert_eq!((p.awaiting, p.delayed), (0, 0));
+        assert!(matches!(p[2], Progress::Completed));
+    }
 }

@@ -121,10 +121,13 @@ impl TaskRun<'_> {
         match action {
             RecoveryAction::Retry | RecoveryAction::Wait => {
                 self.recoveries[i] += 1;
-                self.progress[i] = match retry_at {
-                    Some(until) => Progress::Delayed { until },
-                    None => Progress::NotStarted,
-                };
+                self.progress.set(
+                    i,
+                    match retry_at {
+                        Some(until) => Progress::Delayed { until },
+                        None => Progress::NotStarted,
+                    },
+                );
             }
             RecoveryAction::Skip => {
                 self.skip_unstarted(
@@ -142,7 +145,7 @@ impl TaskRun<'_> {
                         step.id
                     )
                 });
-                self.progress[i] = Progress::NotStarted;
+                self.progress.set(i, Progress::NotStarted);
             }
             RecoveryAction::Abort => self.mark_failed(i)?,
             RecoveryAction::Escalate => self.escalate(i, error_type, &error)?,
@@ -197,13 +200,14 @@ impl TaskRun<'_> {
     }
 
     pub(super) fn delayed_any(&self) -> bool {
-        self.progress
-            .iter()
-            .any(|p| matches!(p, Progress::Delayed { .. }))
+        self.progress.delayed > 0
     }
 
     /// How long until the nearest retry timer.
     pub(super) fn next_retry(&self) -> Option<Duration> {
+        if !self.delayed_any() {
+            return None;
+        }
         let now = self.engine.config.clock.now();
         self.progress
             .iter()
@@ -217,6 +221,9 @@ impl TaskRun<'_> {
 
     /// Steps whose retry time has come are ready again.
     pub(super) fn release_due(&mut self) {
+        if !self.delayed_any() {
+            return;
+        }
         let now = self.engine.config.clock.now();
         for i in 0..self.steps.len() {
             if let Progress::Delayed { until } = self.progress[i]
