@@ -77,6 +77,9 @@ pub struct TaskWrite {
     /// The task's `last_seq` before this write; the write fails if it moved.
     pub expected_seq: u64,
     pub events: Vec<HarnessEvent>,
+    /// The task's summary after `events`: it follows from the log, so a store
+    /// keeps it with them, and a write without events changes nothing (its
+    /// position is still checked).
     pub summary: TaskSummary,
     /// Approval requests the events raise, stored in the same transaction.
     pub approvals: Vec<ApprovalRequest>,

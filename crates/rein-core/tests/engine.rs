@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rein_core::store::TaskWrite;
+use rein_core::store::{TaskFilter, TaskWrite};
 use rein_core::{
     CommandExecutor, ControlOutcome, EngineError, RunOptions, StepExecutor, StepOutcome,
     StepRequest, Store, StoreError,
@@ -693,11 +693,28 @@ async fn a_stale_writer_is_refused_and_writes_nothing() {
         summary: head.summary(),
         approvals: Vec::new(),
     };
-    let err = h.store.save(stale).await.unwrap_err();
+    let err = h.store.save(stale.clone()).await.unwrap_err();
     assert!(
         matches!(err, StoreError::Conflict { expected: 3, .. }),
         "{err}"
     );
     assert_eq!(h.log(&state).await.len(), before);
     assert_eq!(h.stored(&state).await.head.description, "test");
+
+    // At the right position, a write without events changes nothing either,
+    // not even the status: the summary follows from the log.
+    head.status = TaskStatus::Failed;
+    let idle = TaskWrite {
+        expected_seq: state.head.last_seq,
+        summary: head.summary(),
+        ..stale
+    };
+    h.store.save(idle).await.unwrap();
+    let summary = h.store.load_summary(state.id()).await.unwrap().unwrap();
+    assert_eq!(summary, state.head.summary());
+    let failed = TaskFilter {
+        status: Some(TaskStatus::Failed),
+        ..TaskFilter::default()
+    };
+    assert!(h.store.list(&failed).await.unwrap().items.is_empty());
 }

@@ -378,6 +378,10 @@ impl Store for SqliteStore {
             .write(move |conn| {
                 // The log moves on only from the position the writer read.
                 let tkey = task_at(conn, &task_id, w.expected_seq)?;
+                if w.events.is_empty() {
+                    // The summary and the status follow from the log: unchanged.
+                    return Ok(());
+                }
                 // Most writes keep the status, and then the task row stays as it
                 // is: the summary travels with the events.
                 conn.prepare_cached(
