@@ -9,6 +9,8 @@
 //! write-ahead log has reached its working size (a fresh one pays a one-off while
 //! its log grows; `--cold` times that instead), and the ceiling is measured half
 //! before and half after the run, so a drift in the disk's speed is shared.
+//! `--runs K` repeats the whole measurement K times, each on a fresh store, and
+//! prints the median of each figure, with every run's figures beside them.
 //!
 //! `rein-bench approvals --decisions N --paused M` times decision → next step (p50,
 //! p99) and reports memory with M tasks paused on approvals.
@@ -22,7 +24,7 @@
 //!
 //! `rein-bench agent --tool-calls N` times what the built-in agent loop adds
 //! per tool call, against a local fake chat-completions server.
-#![allow(clippy::print_stdout)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
 
@@ -66,6 +68,10 @@ enum Bench {
         /// brings its write-ahead log to its working size.
         #[arg(long)]
         cold: bool,
+        /// Repeat the measurement this many times, each on a fresh store, and
+        /// report the median of each figure.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        runs: u32,
         /// Directory for the store files [default: a temporary directory].
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -872,6 +878,35 @@ async fn steps(
     }))
 }
 
+/// The figures of several runs as one: each number the median of the runs'
+/// (the mean of the middle two for an even count), anything else only where
+/// every run agrees, and every run's own figures under `runs`.
+fn medians(each: Vec<serde_json::Value>) -> serde_json::Value {
+    let mut line = serde_json::Map::new();
+    if let Some(serde_json::Value::Object(first)) = each.first() {
+        for (key, value) in first {
+            let mut numbers: Vec<f64> = each.iter().filter_map(|r| r[key].as_f64()).collect();
+            if each.iter().all(|r| r[key] == *value) {
+                line.insert(key.clone(), value.clone());
+            } else if numbers.len() == each.len() {
+                numbers.sort_by(f64::total_cmp);
+                let mid = numbers.len() / 2;
+                let m = if numbers.len() % 2 == 0 {
+                    (numbers[mid - 1] + numbers[mid]) / 2.0
+                } else {
+                    numbers[mid]
+                };
+                line.insert(
+                    key.clone(),
+                    serde_json::json!((m * 1000.0).round() / 1000.0),
+                );
+            }
+        }
+    }
+    line.insert("runs".into(), serde_json::Value::Array(each));
+    serde_json::Value::Object(line)
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -883,12 +918,28 @@ fn main() -> anyhow::Result<()> {
             steps: n,
             ceiling_commits,
             cold,
+            runs,
             dir,
         } => {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
-            let line = runtime.block_on(steps(tasks, n, ceiling_commits, cold, &dir))?;
+            let line = if runs == 1 {
+                runtime.block_on(steps(tasks, n, ceiling_commits, cold, &dir))?
+            } else {
+                let mut each = Vec::new();
+                for k in 1..=runs {
+                    let run_dir = dir.join(format!("run-{k}"));
+                    std::fs::create_dir_all(&run_dir)?;
+                    let run = runtime.block_on(steps(tasks, n, ceiling_commits, cold, &run_dir))?;
+                    eprintln!(
+                        "run {k}/{runs}: {} steps/s, {} of the ceiling",
+                        run["steps_per_s"], run["steps_per_s_over_ceiling"]
+                    );
+                    each.push(run);
+                }
+                medians(each)
+            };
             println!("{line}");
         }
         Bench::Http {

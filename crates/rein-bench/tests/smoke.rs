@@ -43,6 +43,46 @@ fn steps_prints_one_json_line_with_the_promised_fields() {
 }
 
 #[test]
+fn steps_with_runs_reports_the_median_of_each_figure_and_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let bench = |runs: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
+            .args(["steps", "--steps", "10", "--ceiling-commits", "10"])
+            .args(["--runs", runs, "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    let out = bench("3");
+    let progress = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{progress}");
+    assert_eq!(
+        progress.lines().filter(|l| l.starts_with("run ")).count(),
+        3,
+        "{progress}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let line: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let runs = line["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert_eq!(line["total_steps"], 10);
+    for field in ["steps_per_s", "steps_per_s_over_ceiling", "commit_p99_ms"] {
+        let mut each: Vec<f64> = runs.iter().map(|r| r[field].as_f64().unwrap()).collect();
+        each.sort_by(f64::total_cmp);
+        assert_eq!(line[field].as_f64().unwrap(), each[1], "{field}: {line}");
+    }
+
+    let refused = bench("0");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--runs"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+#[test]
 fn approvals_reports_latency_and_memory_with_tasks_paused() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
