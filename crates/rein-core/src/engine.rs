@@ -545,6 +545,16 @@ impl Engine {
         let state = self.get(id).await?;
         match state.status() {
             TaskStatus::Cancelled => {
+                // Contracts are cancelled after the abort's commit; a process
+                // that died in between left them open, and nothing runs a
+                // cancelled task again. Aborting it again finishes the job.
+                let plan = self.plan(id).await?;
+                crate::pev::cancel_open(
+                    &self.records(),
+                    &plan,
+                    &format!("the task was aborted (repeated by {by})"),
+                )
+                .await;
                 return Ok(ControlOutcome::AlreadyThere(TaskStatus::Cancelled));
             }
             s if s.is_terminal() => {

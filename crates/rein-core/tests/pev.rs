@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use common::*;
 use rein_core::store::{ApprovalFilter, RecordFilter, RecordKind};
-use rein_core::{CommandExecutor, Engine, EngineConfig, RunOptions};
+use rein_core::{CommandExecutor, ControlOutcome, Engine, EngineConfig, RunOptions};
 use rein_protocol::{
     ApprovalStatus, Capture, CheckStatus, ContractStatus, Decision, EvidenceKind, HarnessContract,
-    Pev, Risk, StepAction, TaskDecomposition, TaskState, TaskStatus,
+    Pev, Risk, StepAction, TaskChange, TaskDecomposition, TaskState, TaskStatus,
 };
 
 /// `setup` writes the file, `change` (plan–execute–verify) rewrites it and is
@@ -334,6 +334,37 @@ async fn aborting_the_task_cancels_its_contract() {
         .abort(state.id(), "ana", "not today")
         .await
         .unwrap();
+    let contract = h.engine.records().contract(&id).await.unwrap();
+    assert_eq!(contract.status, ContractStatus::Cancelled, "{contract:?}");
+}
+
+/// A process that died between committing an abort and cancelling the
+/// contracts leaves them open on a cancelled task; aborting again closes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborting_again_cancels_a_contract_an_interrupted_abort_left_open() {
+    let h = harness();
+    let state = h.create(pev_plan("true", None)).await;
+    let id = contract_id(&h).await;
+    h.engine.run(state.id(), no_wait()).await.unwrap();
+    // The abort's commit, and nothing after it.
+    let mut rec = rein_core::recorder::Recorder::resume(h.engine.get(state.id()).await.unwrap());
+    rec.task_event(TaskChange::TaskCancelled {
+        reason: "not today".into(),
+        by: "ana".into(),
+    })
+    .unwrap();
+    let store: Arc<dyn rein_core::Store> = h.store.clone();
+    rec.flush(&store, &tokio::sync::broadcast::channel(1).0)
+        .await
+        .unwrap();
+    let open = h.engine.records().contract(&id).await.unwrap();
+    assert_ne!(open.status, ContractStatus::Cancelled, "{open:?}");
+
+    let again = h.engine.abort(state.id(), "bo", "still not").await.unwrap();
+    assert!(
+        matches!(again, ControlOutcome::AlreadyThere(TaskStatus::Cancelled)),
+        "{again:?}"
+    );
     let contract = h.engine.records().contract(&id).await.unwrap();
     assert_eq!(contract.status, ContractStatus::Cancelled, "{contract:?}");
 }
