@@ -548,13 +548,8 @@ impl Engine {
                 // Contracts are cancelled after the abort's commit; a process
                 // that died in between left them open, and nothing runs a
                 // cancelled task again. Aborting it again finishes the job.
-                let plan = self.plan(id).await?;
-                crate::pev::cancel_open(
-                    &self.records(),
-                    &plan,
-                    &format!("the task was aborted (repeated by {by})"),
-                )
-                .await;
+                self.cancel_contracts(id, &format!("the task was aborted (repeated by {by})"))
+                    .await?;
                 return Ok(ControlOutcome::AlreadyThere(TaskStatus::Cancelled));
             }
             s if s.is_terminal() => {
@@ -593,14 +588,16 @@ impl Engine {
         })?;
         rec.flush(&self.store, &self.events).await?;
         // Contracts of work that will not happen now are cancelled.
-        let plan = self.plan(id).await?;
-        crate::pev::cancel_open(
-            &self.records(),
-            &plan,
-            &format!("the task was aborted by {by}"),
-        )
-        .await;
+        self.cancel_contracts(id, &format!("the task was aborted by {by}"))
+            .await?;
         Ok(ControlOutcome::Applied(Box::new(rec.state)))
+    }
+
+    /// Cancels the contracts of a task's plan that are not final.
+    async fn cancel_contracts(&self, id: &TaskId, why: &str) -> Result<()> {
+        let plan = self.plan(id).await?;
+        crate::pev::cancel_open(&self.records(), &plan, why).await;
+        Ok(())
     }
 
     /// Copies a task's current state (and plan) into a snapshot.
