@@ -288,22 +288,32 @@ fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<()> {
     Ok(())
 }
 
-/// The key of a task whose log is at `expected` (its largest event `seq`); a
+/// A task's row as a write finds it: its key and its status.
+struct TaskRow {
+    tkey: i64,
+    status: String,
+}
+
+/// The row of a task whose log is at `expected` (its largest event `seq`); a
 /// write that read the task at another position is refused.
-fn task_at(conn: &Connection, task_id: &TaskId, expected: i64) -> StoreResult<i64> {
+fn task_at(conn: &Connection, task_id: &TaskId, expected: i64) -> StoreResult<TaskRow> {
     let found = conn
         .prepare_cached(
-            "SELECT tkey, (SELECT max(seq) FROM events WHERE events.tkey = tasks.tkey)
+            "SELECT tkey, status, (SELECT max(seq) FROM events WHERE events.tkey = tasks.tkey)
              FROM tasks WHERE id = ?1",
         )
         .and_then(|mut stmt| {
             stmt.query_row([task_id.as_str()], |r| {
-                Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?))
+                let row = TaskRow {
+                    tkey: r.get(0)?,
+                    status: r.get(1)?,
+                };
+                Ok((row, r.get::<_, Option<i64>>(2)?))
             })
             .optional()
         })
         .map_err(backend)?;
-    let Some((tkey, actual)) = found else {
+    let Some((row, actual)) = found else {
         return Err(StoreError::TaskNotFound(task_id.clone()));
     };
     let actual = actual.unwrap_or(0);
@@ -314,7 +324,7 @@ fn task_at(conn: &Connection, task_id: &TaskId, expected: i64) -> StoreResult<i6
             actual: u64::try_from(actual).unwrap_or(0),
         });
     }
-    Ok(tkey)
+    Ok(row)
 }
 
 /// A task's summary as of its last write: the one its last write's last event
@@ -377,20 +387,23 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 // The log moves on only from the position the writer read.
-                let tkey = task_at(conn, &task_id, w.expected_seq)?;
+                let task = task_at(conn, &task_id, w.expected_seq)?;
                 if w.events.is_empty() {
                     // The summary and the status follow from the log: unchanged.
                     return Ok(());
                 }
                 // Most writes keep the status, and then the task row stays as it
                 // is: the summary travels with the events.
-                conn.prepare_cached(
-                    "UPDATE tasks SET status = ?2, status_at = ?3, summary = ?4
-                     WHERE tkey = ?1 AND status <> ?2",
-                )
-                .and_then(|mut stmt| stmt.execute(params![tkey, w.status, w.updated_at, w.summary]))
-                .map_err(backend)?;
-                append(conn, tkey, &w)
+                if task.status != w.status {
+                    conn.prepare_cached(
+                        "UPDATE tasks SET status = ?2, status_at = ?3, summary = ?4 WHERE tkey = ?1",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![task.tkey, w.status, w.updated_at, w.summary])
+                    })
+                    .map_err(backend)?;
+                }
+                append(conn, task.tkey, &w)
             })
             .await
     }
@@ -504,7 +517,7 @@ impl Store for SqliteStore {
         self.writer
             .write(move |conn| {
                 let id = task_id.as_str();
-                let tkey = task_at(conn, &task_id, expected)?;
+                let tkey = task_at(conn, &task_id, expected)?.tkey;
                 for table in ["tasks", "events"] {
                     conn.execute(&format!("DELETE FROM {table} WHERE tkey = ?1"), [tkey])
                         .map_err(backend)?;
