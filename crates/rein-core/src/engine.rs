@@ -650,8 +650,27 @@ impl Engine {
                 ),
             })?;
         }
-        rec.flush_new(snapshot.plan, &self.store, &self.events)
-            .await?;
+        // The restored task is a new task: the plan–execute–verify steps it may
+        // still run get contracts of their own, so it never moves the original's.
+        // Finished steps keep theirs, as the record of the work they covered.
+        let mut plan = snapshot.plan;
+        let records = self.records();
+        let proposed = if rec.state.status().is_terminal() {
+            Vec::new()
+        } else {
+            let done = &rec.state.head.context.completed_steps;
+            for step in plan.steps.iter_mut().filter(|s| !done.contains(&s.id)) {
+                if let Some(pev) = step.pev.as_mut() {
+                    pev.contract_id = None;
+                }
+            }
+            let (task, session) = (rec.state.id().clone(), rec.state.head.session_id.clone());
+            crate::pev::propose(&records, &mut plan, task.as_str(), &session).await?
+        };
+        if let Err(e) = rec.flush_new(plan, &self.store, &self.events).await {
+            crate::pev::withdraw(&records, &proposed, "the task could not be restored").await;
+            return Err(e);
+        }
         Ok(rec.state)
     }
 

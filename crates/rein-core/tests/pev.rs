@@ -369,6 +369,42 @@ async fn aborting_again_cancels_a_contract_an_interrupted_abort_left_open() {
     assert_eq!(contract.status, ContractStatus::Cancelled, "{contract:?}");
 }
 
+/// A task restored from a snapshot is a new task: the contract of a step it
+/// will run is its own, and running it leaves the original's contract alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_task_runs_under_a_contract_of_its_own() {
+    let h = harness();
+    let original = h.create(pev_plan("grep -q new out.txt", None)).await;
+    let first = contract_id(&h).await;
+    let snapshot = h.engine.snapshot(original.id()).await.unwrap();
+    let restored = h.engine.restore(&snapshot.id).await.unwrap();
+
+    let plan = h.engine.plan(restored.id()).await.unwrap();
+    let step = plan.steps.iter().find(|s| s.id == "change").unwrap();
+    let own = step.pev.as_ref().unwrap().contract_id.clone().unwrap();
+    assert_ne!(own, first);
+    let contract = h.engine.records().contract(&own).await.unwrap();
+    assert_eq!(contract.task_id.as_deref(), Some(restored.id().as_str()));
+    assert_eq!(contract.status, ContractStatus::Proposed);
+
+    decide_contract(&h, &restored, Decision::Approve).await;
+    let done = h
+        .engine
+        .run(restored.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    let contract = h.engine.records().contract(&own).await.unwrap();
+    assert_eq!(contract.status, ContractStatus::Verified, "{contract:?}");
+    let untouched = h.engine.records().contract(&first).await.unwrap();
+    assert_eq!(statuses(&untouched), [ContractStatus::Proposed]);
+}
+
 #[tokio::test]
 async fn plans_that_cannot_run_as_pev_are_refused_naming_the_step() {
     let h = harness();
