@@ -98,6 +98,7 @@ pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value>
             plan: TaskDecomposition::new("bench", vec![step]),
             session_id: None,
             workspace: None,
+            confined_to: None,
         })
         .await?;
     let started = Instant::now();

@@ -345,6 +345,7 @@ async fn approvals(
                 plan: ask_then_next(),
                 session_id: None,
                 workspace: None,
+                confined_to: None,
             })
             .await?;
         let mut events = engine.subscribe();
@@ -407,6 +408,7 @@ async fn approvals(
                 plan: ask_then_next(),
                 session_id: None,
                 workspace: None,
+                confined_to: None,
             })
             .await?;
         let engine = engine.clone();
@@ -508,6 +510,7 @@ async fn http(connections: usize, seconds: u64, dir: &Path) -> anyhow::Result<se
             plan: chain(20),
             session_id: None,
             workspace: None,
+            confined_to: None,
         })
         .await?;
     engine.run(state.id(), RunOptions::default()).await?;
@@ -799,6 +802,7 @@ async fn steps(
             plan: chain(steps),
             session_id: None,
             workspace: None,
+            confined_to: None,
         })
     };
     if warm_up > 0 {

@@ -554,4 +554,9 @@ pub struct ServeArgs {
     /// (viewer|operator|admin) and `sha256` (the token's SHA-256, hex).
     #[arg(long, env = "REIN_TOKENS_FILE", value_name = "FILE")]
     pub tokens: Option<std::path::PathBuf>,
+    /// A directory inside which submitted plans may name their `workspace` and
+    /// `allow_read` directories (repeatable); without one, plans that name
+    /// either are refused and every task gets a fresh workspace.
+    #[arg(long = "workspace-root", value_name = "DIR")]
+    pub workspace_roots: Vec<std::path::PathBuf>,
 }

@@ -333,3 +333,157 @@ fn rein_health_probes_the_sandbox_for_real() {
         "{said}"
     );
 }
+
+/// `rein run PLAN` (and `rein plan check PLAN`) with `workspace = WS` in the
+/// plan: both refuse it, exit 2, with stderr naming `rule`; no task is made.
+fn assert_workspace_refused(dir: &std::path::Path, data: &std::path::Path, ws: &str, rule: &str) {
+    let plan = write_plan(
+        dir,
+        "ws.toml",
+        &format!(
+            "description = 'ws'\nworkspace = '{ws}'\n[[steps]]\nid = 'a'\nrun = 'touch made'\n"
+        ),
+    );
+    for args in [&["run"][..], &["plan", "check"]] {
+        let out = rein(data).args(args).arg(&plan).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{ws} ({args:?}): {said}");
+        assert!(
+            said.contains("workspace") && said.contains(rule),
+            "{ws}: {said}"
+        );
+    }
+    assert!(task_ids(data).is_empty(), "{ws}: no task was created");
+}
+
+#[test]
+fn workspaces_that_would_switch_the_sandbox_off_are_refused_naming_the_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::os::unix::fs::symlink("/", dir.path().join("to-root")).unwrap();
+    for (ws, rule) in [
+        ("/", "`/` is the whole file system"),
+        (
+            "../../../../../../../../../..",
+            "`/` is the whole file system",
+        ),
+        ("to-root", "`/` is the whole file system"),
+        ("/etc", "`/etc` is a system directory"),
+        ("/usr/local/lib", "`/usr` is a system directory"),
+        ("/home", "`/home` itself"),
+        // The plan's own directory holds the data directory.
+        (".", "contains rein's data directory"),
+        ("data", "contains rein's data directory"),
+        ("data/workspaces", "inside rein's data directory"),
+    ] {
+        assert_workspace_refused(dir.path(), &data, ws, rule);
+    }
+    // A directory beside the data directory is a workspace.
+    std::fs::create_dir_all(dir.path().join("project")).unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "ok.toml",
+        "description = 'ok'\nworkspace = 'project'\n[[steps]]\nid = 'a'\nrun = 'touch made'\n",
+    );
+    run_ok(rein(&data).arg("run").arg(&plan));
+    assert!(dir.path().join("project/made").exists());
+    // A step may not read the data directory either.
+    let plan = write_plan(
+        dir.path(),
+        "read.toml",
+        "description = 'read'\nworkspace = 'project'\n[[steps]]\nid = 'a'\nrun = 'true'\nallow_read = ['.']\n",
+    );
+    let out = rein(&data).arg("run").arg(&plan).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("allow_read") && said.contains("contains rein's data directory"),
+        "{said}"
+    );
+}
+
+/// The data directory with the defaults of a user whose home is `home`.
+fn default_data_dir(home: &std::path::Path) -> std::path::PathBuf {
+    home.join(".local/share/rein")
+}
+
+/// `rein ARGS` as a user whose home is `home`, on the default data directory.
+fn rein_at_home(home: &std::path::Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(common::rein_bin());
+    for setting in [
+        "REIN_DATA_DIR",
+        "REIN_URL",
+        "REIN_TOKEN",
+        "REIN_SANDBOX",
+        "XDG_DATA_HOME",
+    ] {
+        cmd.env_remove(setting);
+    }
+    cmd.env("HOME", home);
+    cmd
+}
+
+#[test]
+fn a_plan_in_a_home_directory_cannot_touch_the_default_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home/ana");
+    std::fs::create_dir_all(home.join("project")).unwrap();
+    // A first task makes the default data directory and its store.
+    let first = write_plan(
+        &home,
+        "first.toml",
+        "description = 'first'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
+    );
+    run_ok(rein_at_home(&home).arg("run").arg(&first));
+    let data = default_data_dir(&home);
+    let db = data.join("rein.db");
+    assert!(db.exists());
+    // `workspace = "."` in a plan kept at home would hold the store: refused.
+    let plan = write_plan(
+        &home,
+        "home.toml",
+        "description = 'home'\nworkspace = '.'\n[[steps]]\nid = 'a'\nrun = 'rm -f .local/share/rein/rein.db'\n",
+    );
+    let out = rein_at_home(&home).arg("run").arg(&plan).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("contains rein's data directory"), "{said}");
+    // From a project beside it, under either sandbox, the store is out of reach.
+    let reach = format!(
+        "description = 'reach'\nworkspace = 'project'\n\
+         [[steps]]\nid = 'a'\nrun = 'ls {data}; rm -f {db}; echo x >> {db}'\n",
+        data = data.display(),
+        db = db.display()
+    );
+    let reach = write_plan(&home, "reach.toml", &reach);
+    let before = std::fs::read(&db).unwrap();
+    for sandbox in ["bubblewrap", "landlock"] {
+        let out = rein_at_home(&home)
+            .args(["--sandbox", sandbox, "run"])
+            .arg(&reach)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{sandbox}: the step fails");
+        assert!(db.exists(), "{sandbox}: the store is still there");
+    }
+    let after = std::fs::read(&db).unwrap();
+    assert!(
+        after.len() >= before.len() && !after.ends_with(b"x\n"),
+        "nothing was appended to the store"
+    );
+    // And the run says what confined it.
+    let list = json(&run_ok(
+        rein_at_home(&home).args(["tasks", "list", "--json"]),
+    ));
+    let id = list[0]["id"].as_str().unwrap();
+    let state = json(&run_ok(
+        rein_at_home(&home).args(["tasks", "show", id, "--json"]),
+    ));
+    let reach = &step_output(&state, "a")["reach"];
+    assert_eq!(reach["sandbox"], "landlock", "{reach}");
+    assert_eq!(
+        reach["writable"],
+        serde_json::json!([home.join("project").canonicalize().unwrap()])
+    );
+}

@@ -40,6 +40,9 @@ pub struct EngineConfig {
     pub clock: Arc<dyn Clock>,
     /// Permission rules for command steps (none: everything is allowed).
     pub policy: Arc<rein_sandbox::Policy>,
+    /// rein's data directory, which no task may be given as (or around) its
+    /// workspace or read, and which the sandbox hides from every step.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl EngineConfig {
@@ -52,6 +55,18 @@ impl EngineConfig {
             default_session: "default".to_owned(),
             clock: Arc::new(SystemClock),
             policy: Arc::default(),
+            data_dir: None,
+        }
+    }
+
+    /// What the directories given to a task must keep clear of: the data
+    /// directory (but for the task workspaces in it) and, for a submission
+    /// confined to `roots`, everything outside them.
+    pub fn protected(&self, roots: Option<Vec<PathBuf>>) -> rein_sandbox::Protected {
+        rein_sandbox::Protected {
+            data_dir: self.data_dir.clone(),
+            task_workspaces: Some(self.workspace_root.clone()),
+            roots,
         }
     }
 }
@@ -63,6 +78,11 @@ pub struct CreateTask {
     pub session_id: Option<String>,
     /// The task's workspace; a fresh directory under the workspace root if `None`.
     pub workspace: Option<PathBuf>,
+    /// Where the submitter may point the task (its workspace, the directories
+    /// its steps read): `None` for a local user, under the rules of
+    /// [`rein_sandbox::guard`]; `Some(roots)` for a server's caller, who may
+    /// name only directories inside `roots` (none if it is empty).
+    pub confined_to: Option<Vec<PathBuf>>,
 }
 
 /// How to run or resume a task.
@@ -244,16 +264,27 @@ impl Engine {
         let plan = plan::validate(request.plan)?;
         let plan = plan::validate(crate::permissions::apply(plan, &self.config.policy)?)?;
         let mut plan = plan::validate(crate::pev::expand(plan)?)?;
+        let guard = self.config.protected(request.confined_to);
+        let asked = crate::paths::check(&mut plan, request.workspace.as_deref(), &guard)?;
         let task_id = TaskId::new();
-        let workspace = match request.workspace {
-            Some(dir) => dir,
-            None => self.config.workspace_root.join(task_id.as_str()),
+        // A fresh workspace is rein's own: the submitter's roots do not bind it.
+        let (workspace, guard) = match asked {
+            Some(dir) => (dir, guard),
+            None => (
+                self.config.workspace_root.join(task_id.as_str()),
+                self.config.protected(None),
+            ),
         };
         std::fs::create_dir_all(&workspace).map_err(|error| EngineError::Workspace {
             path: workspace.display().to_string(),
             error,
         })?;
         let workspace = std::fs::canonicalize(&workspace).unwrap_or(workspace);
+        // Made now, it is checked again as it is (a symlink put in its place
+        // meanwhile is followed).
+        guard
+            .check_workspace(&workspace)
+            .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
         let requested_session = request.session_id.clone();
         let session_id = request
             .session_id

@@ -49,6 +49,9 @@ pub enum EngineError {
         to: &'static str,
         allowed: String,
     },
+    /// A directory the task may not be given (its workspace, `allow_read`).
+    #[error(transparent)]
+    PathsRefused(#[from] crate::paths::PathsRefused),
     #[error("cannot prepare workspace {path}: {error}")]
     Workspace { path: String, error: std::io::Error },
     #[error(transparent)]
@@ -103,7 +106,9 @@ impl EngineError {
             | EngineError::SnapshotNotFound(_)
             | EngineError::ApprovalNotFound(_) => ErrorKind::NotFound,
             EngineError::AlreadyDecided { .. } => ErrorKind::Conflict,
-            EngineError::InvalidPlan(_) | EngineError::BadRequest(_) => ErrorKind::Invalid,
+            EngineError::InvalidPlan(_)
+            | EngineError::BadRequest(_)
+            | EngineError::PathsRefused(_) => ErrorKind::Invalid,
             EngineError::WrongStatus { .. }
             | EngineError::IllegalTransition { .. }
             | EngineError::Busy { .. }

@@ -39,6 +39,8 @@ pub struct StepRequest {
     pub approved_by: Option<String>,
     /// The step's line to a person while it runs (an agent asking permission).
     pub asker: Option<Asker>,
+    /// rein's data directory, which the sandbox keeps out of the step's reach.
+    pub data_dir: Option<PathBuf>,
 }
 
 /// A question a running step puts to a person: it becomes an approval request
@@ -152,6 +154,10 @@ pub struct CommandOutput {
     /// unsandboxed.
     #[serde(default)]
     pub sandbox: String,
+    /// What the command could reach: where it could write and read, what was
+    /// hidden from it, whether it had the network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reach: Option<rein_sandbox::Reach>,
     /// What the permission rules said, and which rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission: Option<PermissionDecision>,
@@ -294,6 +300,7 @@ impl StepExecutor for CommandExecutor {
             journal: None,
             approved_by: None,
             asker: None,
+            data_dir: None,
         };
         let ran = self
             .run_command(
@@ -384,6 +391,7 @@ impl StepExecutor for CommandExecutor {
                         .filter(|l| l.enforced)
                         .map(|l| l.limit),
                     run_as,
+                    hidden: request.data_dir.iter().cloned().collect(),
                 };
                 let record = CommandOutput {
                     permission,
@@ -469,8 +477,13 @@ impl CommandExecutor {
                 };
             }
         };
+        let reach = match &self.confine {
+            Confine::Sandboxed(sandbox) => sandbox.reach(&request.workspace, confinement),
+            Confine::Refused(_) | Confine::Unsandboxed => rein_sandbox::Reach::unsandboxed(),
+        };
         let record = CommandOutput {
             sandbox: self.sandbox_kind().as_str().to_owned(),
+            reach: Some(reach),
             ..record
         };
         run_child(request, command, record, cancel).await

@@ -2,6 +2,8 @@
 //!
 //! Layout, in the order a task meets them:
 //! - [`plan`]: plan files and validation of a plan as a DAG.
+//! - [`paths`]: the directories a task is given (workspace, `allow_read`),
+//!   checked against the sandbox's guard and stored resolved.
 //! - [`engine`]: [`Engine`], the one way into tasks (create, run, resume, pause,
 //!   abort, snapshot, restore, delete).
 //! - [`runner`]: one task's run: the step scheduler.
@@ -32,6 +34,7 @@ pub mod fold;
 pub mod harness;
 pub mod journal;
 pub mod lifecycle;
+pub mod paths;
 pub mod permissions;
 pub mod pev;
 pub mod plan;

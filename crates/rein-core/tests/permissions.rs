@@ -32,6 +32,7 @@ async fn made_loose_run_under(
             plan: plan(steps),
             session_id: None,
             workspace: None,
+            confined_to: None,
         })
         .await
         .unwrap();

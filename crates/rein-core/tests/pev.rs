@@ -429,6 +429,7 @@ async fn plans_that_cannot_run_as_pev_are_refused_naming_the_step() {
                 plan: p,
                 session_id: None,
                 workspace: None,
+                confined_to: None,
             })
             .await
             .unwrap_err();

@@ -49,6 +49,7 @@ async fn create(engine: &Engine, runs: &[&str], session: &str) -> rein_protocol:
             plan: plan(runs),
             session_id: Some(session.into()),
             workspace: None,
+            confined_to: None,
         })
         .await
         .unwrap()

@@ -68,6 +68,7 @@ async fn create(
             plan: TaskDecomposition::new("agent", vec![step]),
             session_id: None,
             workspace,
+            confined_to: None,
         })
         .await
         .unwrap()

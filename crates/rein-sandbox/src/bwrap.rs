@@ -45,6 +45,60 @@ pub struct Confinement {
     /// The user and group to run as (uid, gid) instead of the caller's: a root
     /// caller runs a command as the owner of its workspace.
     pub run_as: Option<(u32, u32)>,
+    /// Directories that stay out of reach whatever else is mounted (rein's
+    /// data directory): under bubblewrap an empty tmpfs covers each one that a
+    /// mounted directory would show, with the workspace bound again on top if
+    /// it lies inside. Landlock cannot carve a sub-tree out of a rule, so
+    /// there it is the workspace checks ([`crate::guard`]) that keep them out.
+    pub hidden: Vec<PathBuf>,
+}
+
+/// The hidden directories that a directory mounted into a bubblewrap sandbox
+/// would show: the ones an empty tmpfs covers.
+fn covered<'c>(workspace: &Path, confinement: &'c Confinement) -> Vec<&'c PathBuf> {
+    let mounted: Vec<&Path> = READ_ONLY
+        .iter()
+        .map(Path::new)
+        .chain(confinement.read_only.iter().map(PathBuf::as_path))
+        .chain([workspace])
+        .collect();
+    confinement
+        .hidden
+        .iter()
+        .filter(|h| mounted.iter().any(|m| h.starts_with(m)))
+        .collect()
+}
+
+/// What a sandboxed command could reach, as recorded with its run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Reach {
+    /// `bubblewrap`, `landlock` or `none`.
+    pub sandbox: String,
+    /// Where it could write.
+    pub writable: Vec<String>,
+    /// Where it could read (beside what it could write).
+    pub readable: Vec<String>,
+    /// Directories kept out of its reach although a mounted one holds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<String>,
+    pub network: bool,
+    /// What the record cannot promise, when there is something.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Reach {
+    /// What a command run with rein's own permissions can reach: what rein can.
+    pub fn unsandboxed() -> Reach {
+        Reach {
+            sandbox: SandboxKind::None.as_str().to_owned(),
+            writable: vec!["/".into()],
+            readable: vec!["/".into()],
+            hidden: Vec::new(),
+            network: true,
+            note: Some("unsandboxed: the command had rein's own permissions".into()),
+        }
+    }
 }
 
 /// Which sandbox confines commands.
@@ -247,6 +301,44 @@ impl Sandbox {
         }
     }
 
+    /// What a command [`Sandbox::command`] makes for `workspace` and
+    /// `confinement` can reach.
+    pub fn reach(&self, workspace: &Path, confinement: &Confinement) -> Reach {
+        let strings = |paths: &mut dyn Iterator<Item = &Path>| {
+            paths
+                .filter(|p| p.exists())
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+        };
+        let readable = strings(
+            &mut READ_ONLY
+                .iter()
+                .map(Path::new)
+                .chain(confinement.read_only.iter().map(PathBuf::as_path)),
+        );
+        let (hidden, note) = match self.how {
+            How::Bubblewrap { .. } => (
+                covered(workspace, confinement)
+                    .into_iter()
+                    .map(|p| p.display().to_string())
+                    .collect(),
+                None,
+            ),
+            How::Landlock(_) => (
+                Vec::new(),
+                Some("Landlock: the rest of the file system is refused, not absent; no PID namespace".into()),
+            ),
+        };
+        Reach {
+            sandbox: self.kind().as_str().to_owned(),
+            writable: vec![workspace.display().to_string()],
+            readable,
+            hidden,
+            network: confinement.network,
+            note,
+        }
+    }
+
     /// `sh -c script` confined to `workspace` (its working directory), with only
     /// `env` in its environment (plus PATH, HOME = the workspace, and LANG). The
     /// caller adds stdio and process-group settings.
@@ -298,7 +390,18 @@ impl Sandbox {
                 cmd.arg("--ro-bind").arg(dir).arg(dir);
             }
         }
+        // What a mounted directory shows of a hidden one is covered, before
+        // the workspace is bound (so a workspace inside it is still there).
+        let covered = covered(workspace, confinement);
+        for dir in &covered {
+            cmd.arg("--tmpfs").arg(dir);
+        }
         cmd.arg("--bind").arg(workspace).arg(workspace);
+        // A hidden directory inside the workspace (the checks refuse such a
+        // workspace; this is the second line) is covered once more.
+        for dir in covered.iter().filter(|h| h.starts_with(workspace)) {
+            cmd.arg("--tmpfs").arg(dir);
+        }
         cmd.arg("--chdir").arg(workspace);
         cmd.arg("--clearenv");
         let path = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";

@@ -1,6 +1,8 @@
 //! `rein-sandbox`: where a task's commands may act.
 //!
-//! Layout: [`workspace`] confines paths to a task's workspace (`..`, absolute
+//! Layout: [`guard`] decides which directories a task may be given (its
+//! workspace, the directories it may read): never `/`, a system directory or
+//! rein's own data; [`workspace`] confines paths to a task's workspace (`..`, absolute
 //! paths elsewhere and symlinks out are refused, naming the path); [`bwrap`] runs
 //! commands under bubblewrap with the workspace writable, the system read-only,
 //! the rest of the file system absent, no network unless allowed, a fresh PID
@@ -12,11 +14,13 @@
 //! This crate decides nothing about people: asking for approval is the engine's.
 
 pub mod bwrap;
+pub mod guard;
 pub mod landlock;
 pub mod policy;
 pub mod workspace;
 
-pub use bwrap::{Confinement, Sandbox, SandboxKind, Trampoline, Unavailable};
+pub use bwrap::{Confinement, Reach, Sandbox, SandboxKind, Trampoline, Unavailable};
+pub use guard::{Protected, Refused};
 pub use policy::{
     Access, AskTrigger, Decision, PermissionRule, Policy, PolicyError, Verdict, simple_commands,
 };

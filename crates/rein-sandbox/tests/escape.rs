@@ -357,3 +357,66 @@ async fn more_processes_than_the_limit_cannot_be_started() {
         assert_eq!(out.stdout.trim(), "all", "{kind:?}: {}", out.stderr);
     }
 }
+
+#[tokio::test]
+async fn under_bubblewrap_a_hidden_directory_stays_out_of_reach_whatever_is_mounted() {
+    let sandbox = Sandbox::probe().await.expect("bubblewrap runs here");
+    let p = place();
+    // rein's data directory inside a directory the step may read, with a task
+    // workspace of its own inside it.
+    let data = p.outside.join("data");
+    let own = data.join("workspaces/task_1");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(data.join("rein.db"), "store").unwrap();
+    std::fs::write(p.outside.join("notes.txt"), "shared").unwrap();
+    let confinement = Confinement {
+        read_only: vec![p.outside.clone()],
+        hidden: vec![data.clone()],
+        ..Confinement::default()
+    };
+    let read = format!(
+        "cat {}/notes.txt; cat {}/rein.db",
+        p.outside.display(),
+        data.display()
+    );
+    let out = run_in(&sandbox, &p.workspace, &read, &confinement).await;
+    assert_eq!(out.stdout, "shared", "{}", out.stderr);
+    assert!(out.stderr.contains("No such file"), "{}", out.stderr);
+    // Without the cover, the same read would have shown it.
+    let open = Confinement {
+        hidden: Vec::new(),
+        ..confinement.clone()
+    };
+    let out = run_in(&sandbox, &p.workspace, &read, &open).await;
+    assert_eq!(out.stdout, "sharedstore");
+    // A workspace inside the hidden directory is still there, writable.
+    let out = run_in(&sandbox, &own, "echo hi > made; ls ..", &confinement).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(own.join("made")).unwrap(), "hi\n");
+    assert_eq!(out.stdout.trim(), "task_1", "only its own workspace shows");
+    // Hidden inside the workspace itself (the checks refuse such a workspace):
+    // covered all the same.
+    let inner = p.workspace.join("data");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::fs::write(inner.join("rein.db"), "store").unwrap();
+    let covered = Confinement {
+        hidden: vec![inner.clone()],
+        ..Confinement::default()
+    };
+    let out = run_in(
+        &sandbox,
+        &p.workspace,
+        "cat data/rein.db; rm -f data/rein.db",
+        &covered,
+    )
+    .await;
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert_eq!(
+        std::fs::read_to_string(inner.join("rein.db")).unwrap(),
+        "store"
+    );
+    // The record of the run names what was covered.
+    let reach = sandbox.reach(&p.workspace, &confinement);
+    assert_eq!(reach.hidden, vec![data.display().to_string()]);
+    assert_eq!(reach.writable, vec![p.workspace.display().to_string()]);
+}

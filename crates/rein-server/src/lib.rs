@@ -42,6 +42,9 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Serialized `{task}` bodies by task, with the log position they show.
     pub bodies: Arc<BodyCache>,
+    /// The directories a submitted plan's `workspace` and `allow_read` may lie
+    /// in (`--workspace-root`); none: a plan that names either is refused.
+    pub workspace_roots: Arc<Vec<std::path::PathBuf>>,
 }
 
 /// Responses for `GET /admin/tasks/{id}`, kept while the task's log has not moved.
@@ -77,7 +80,14 @@ impl AppState {
             auth: Arc::new(auth),
             shutdown,
             bodies: Arc::new(BodyCache::default()),
+            workspace_roots: Arc::default(),
         }
+    }
+
+    /// The same, accepting plans whose directories lie inside `roots`.
+    pub fn with_workspace_roots(mut self, roots: Vec<std::path::PathBuf>) -> AppState {
+        self.workspace_roots = Arc::new(roots);
+        self
     }
 }
 

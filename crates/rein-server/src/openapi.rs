@@ -130,7 +130,7 @@ pub fn table() -> Vec<Route> {
                     errors: &[400, 401, 403, 413],
                     ..op(
                         "post",
-                        "Run a plan (JSON {plan, session_id?}, or a plan file's TOML)",
+                        "Run a plan (JSON {plan, session_id?, workspace?}, or a plan file's TOML); a `workspace` or `allow_read` outside the server's --workspace-root is a 400",
                         O,
                         201,
                         "TaskEnvelope",
@@ -834,7 +834,7 @@ fn envelopes() -> Vec<(&'static str, Value)> {
         (
             "SubmitTask",
             object(
-                json!({ "plan": reference("TaskDecomposition"), "session_id": { "type": "string" } }),
+                json!({ "plan": reference("TaskDecomposition"), "session_id": { "type": "string" }, "workspace": { "type": "string", "description": "an absolute directory inside one of the server's --workspace-root directories; refused without one" } }),
                 &["plan"],
             ),
         ),

@@ -135,6 +135,9 @@ pub struct SubmitTask {
     plan: TaskDecomposition,
     #[serde(default)]
     session_id: Option<String>,
+    /// An absolute directory inside one of the server's `--workspace-root`s.
+    #[serde(default)]
+    workspace: Option<std::path::PathBuf>,
 }
 
 /// A plan as JSON (`{plan, session_id?}`) or as the TOML of a plan file.
@@ -149,7 +152,7 @@ pub async fn submit_task(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/toml") || v.starts_with("text/plain"));
-    let (plan, session_id) = if toml {
+    let (plan, session_id, workspace) = if toml {
         let bytes = axum::body::to_bytes(req.into_body(), crate::BODY_LIMIT)
             .await
             .map_err(|e| {
@@ -159,18 +162,21 @@ pub async fn submit_task(
             .map_err(|_| ApiError::bad_request("the plan is not UTF-8"))?;
         let spec = rein_core::plan::parse_plan(text, std::path::Path::new("."))
             .map_err(|(message, _)| ApiError::bad_request(message))?;
-        (spec.plan, spec.session)
+        (spec.plan, spec.session, spec.workspace)
     } else {
         let Body(submit) = Body::<SubmitTask>::from_request(req, &()).await?;
-        (submit.plan, submit.session_id)
+        (submit.plan, submit.session_id, submit.workspace)
     };
-    // Over the API a task gets a fresh workspace: a caller cannot point steps at a directory.
+    // A caller reaches the host's file system only inside the server's
+    // --workspace-root directories; without any, a task gets a fresh workspace
+    // and a plan that names a directory is refused (never silently dropped).
     let created = state
         .engine
         .create(CreateTask {
             plan,
             session_id,
-            workspace: None,
+            workspace,
+            confined_to: Some(state.workspace_roots.to_vec()),
         })
         .await?;
     // A task just created is run by nobody yet.

@@ -550,6 +550,82 @@ async fn tasks_run_and_are_read_over_the_api() {
 }
 
 #[tokio::test]
+async fn a_callers_plan_reaches_host_directories_only_inside_the_servers_roots() {
+    let mut api = api();
+    let host = tempfile::tempdir().unwrap();
+    let root = host.path().join("projects");
+    let inside = root.join("site");
+    std::fs::create_dir_all(&inside).unwrap();
+    let reads = |dir: &str| {
+        json!({ "id": "a", "checkpoint": "task_exec", "action": {
+            "kind": "command", "run": "true", "allow_read": [dir] } })
+    };
+    // No --workspace-root: a plan that names a directory is refused, never
+    // run with the directory dropped.
+    for body in [
+        json!({ "plan": plan(json!([command("a", "true")])), "workspace": inside }),
+        json!({ "plan": plan(json!([reads("/root")])) }),
+    ] {
+        let r = api
+            .call(Method::POST, "/admin/tasks", Some(OPERATOR), Some(body))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+        assert!(r.text.contains("--workspace-root"), "{}", r.text);
+    }
+    // The TOML of a plan file names them the same way.
+    let toml = format!(
+        "description = 'x'\nworkspace = '{}'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
+        inside.display()
+    );
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/admin/tasks")
+        .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+        .header(header::CONTENT_TYPE, "application/toml")
+        .body(Body::from(toml))
+        .unwrap();
+    let r = api.send(req).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+    assert!(r.text.contains("--workspace-root"), "{}", r.text);
+    let listed = api.state.engine.list(&Default::default()).await.unwrap();
+    assert!(listed.items.is_empty(), "nothing was created");
+
+    // With a root: inside it is taken, outside it (or through a symlink out
+    // of it) is refused, naming the root.
+    api.state = api.state.clone().with_workspace_roots(vec![root.clone()]);
+    std::os::unix::fs::symlink("/root", root.join("link")).unwrap();
+    for body in [
+        json!({ "plan": plan(json!([reads("/root")])) }),
+        json!({ "plan": plan(json!([reads(root.join("link").to_str().unwrap())])) }),
+        json!({ "plan": plan(json!([command("a", "true")])), "workspace": host.path() }),
+        json!({ "plan": plan(json!([command("a", "true")])), "workspace": "relative/dir" }),
+    ] {
+        let r = api
+            .call(Method::POST, "/admin/tasks", Some(OPERATOR), Some(body))
+            .await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text);
+        assert!(
+            r.text.contains("not inside the server's --workspace-root")
+                || r.text.contains("must be absolute"),
+            "{}",
+            r.text
+        );
+    }
+    let body = json!({ "plan": plan(json!([command("a", "touch made")])), "workspace": inside });
+    let r = api
+        .call(Method::POST, "/admin/tasks", Some(OPERATOR), Some(body))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        r.body["task"]["resources"]["workspace_path"],
+        inside.canonicalize().unwrap().display().to_string()
+    );
+    api.reaches(&id, "completed").await;
+    assert!(inside.join("made").exists());
+}
+
+#[tokio::test]
 async fn pause_and_abort_over_the_api() {
     let api = api();
     let r = api.submit(plan(json!([command("slow", "sleep 30")]))).await;

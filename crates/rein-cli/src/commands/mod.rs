@@ -97,7 +97,7 @@ impl Context {
     ) -> anyhow::Result<Context> {
         let dir = data_dir(data_dir_flag)?;
         let store = SqliteStore::open(&dir.join("rein.db"))?;
-        let mut config = EngineConfig::new(dir.join("workspaces"));
+        let mut config = engine_config(dir);
         config.max_parallel = max_parallel;
         config.policy = Arc::new(load_policy(policy)?);
         let engine = Engine::new(Arc::new(store), executor, config);
@@ -105,6 +105,19 @@ impl Context {
             engine: Arc::new(engine),
         })
     }
+}
+
+/// The engine's settings for the data directory `dir`: the store and the task
+/// workspaces in it, and it kept out of every task's reach.
+fn engine_config(dir: PathBuf) -> EngineConfig {
+    let mut config = EngineConfig::new(dir.join("workspaces"));
+    config.data_dir = Some(dir);
+    config
+}
+
+/// What the directories of a plan run here must keep clear of (`--data-dir`).
+pub fn protected(target: &Target) -> anyhow::Result<rein_sandbox::Protected> {
+    Ok(engine_config(data_dir(target.data_dir.clone())?).protected(None))
 }
 
 /// The harnesses of the plugins named by `--plugin` (or `REIN_PLUGINS`). A

@@ -12,7 +12,14 @@ use crate::exit;
 pub fn dispatch(target: &Target, cmd: PlanCommand) -> anyhow::Result<u8> {
     match cmd {
         PlanCommand::Check { plan, json } => {
-            let spec = load_plan_file(&plan)?;
+            let mut spec = load_plan_file(&plan)?;
+            // The directories it names, as `rein run` will check them.
+            rein_core::paths::check(
+                &mut spec.plan,
+                spec.workspace.as_deref(),
+                &crate::commands::protected(target)?,
+            )
+            .map_err(rein_core::EngineError::from)?;
             // As the engine will take it: with the permission rules applied and
             // plan–execute–verify steps expanded (their contracts are proposed
             // only when a task is created).

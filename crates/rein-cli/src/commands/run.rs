@@ -41,6 +41,7 @@ pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
             plan: spec.plan,
             session_id: args.session.or(spec.session),
             workspace: args.workspace.or(spec.workspace),
+            confined_to: None,
         })
         .await?;
     let out = Out::new(args.output, false);
@@ -88,19 +89,36 @@ fn announce(out: Out, state: &TaskState) {
 
 /// `rein run --url`: the plan runs in the server; this process follows it.
 async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Result<u8> {
-    if args.workspace.is_some() || spec.workspace.is_some() {
-        return Err(UsageError(
-            "a server gives every task a fresh workspace of its own: drop --workspace (and the plan's `workspace`) to run with --url"
-                .into(),
-        )
-        .into());
-    }
+    // The server checks the directories against its --workspace-root: they
+    // are sent absolute, as they are here (it refuses them without a root).
+    let absolute = |path: &std::path::Path| {
+        rein_sandbox::guard::real_path(path)
+            .map_err(|e| UsageError(format!("cannot resolve {}: {e}", path.display())))
+    };
+    let workspace = args
+        .workspace
+        .or(spec.workspace)
+        .map(|w| absolute(&w))
+        .transpose()?;
     let mut plan = spec.plan;
+    for step in &mut plan.steps {
+        if let rein_protocol::StepAction::Command { allow_read, .. } = &mut step.action {
+            for path in allow_read.iter_mut() {
+                *path = absolute(std::path::Path::new(path.as_str()))?
+                    .display()
+                    .to_string();
+            }
+        }
+    }
     plan.max_parallel = plan.max_parallel.or(Some(args.max_parallel));
     let created: TaskEnvelope = client
         .post(
             "admin/tasks",
-            json!({ "plan": plan, "session_id": args.session.or(spec.session) }),
+            json!({
+                "plan": plan,
+                "session_id": args.session.or(spec.session),
+                "workspace": workspace,
+            }),
         )
         .await?;
     let out = Out::new(args.output, true);

@@ -72,7 +72,24 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let shutdown = CancellationToken::new();
-    let state = AppState::new(Arc::clone(&ctx.engine), auth, shutdown.clone());
+    let mut roots = Vec::new();
+    for root in &args.workspace_roots {
+        let real = root.canonicalize().map_err(|e| {
+            UsageError(format!(
+                "--workspace-root {}: {e}; give a directory that exists",
+                root.display()
+            ))
+        })?;
+        // A root is where workspaces go: it obeys the workspace rules itself.
+        ctx.engine
+            .config()
+            .protected(None)
+            .check_workspace(&real)
+            .map_err(|why| UsageError(format!("--workspace-root: {why}")))?;
+        roots.push(real);
+    }
+    let state =
+        AppState::new(Arc::clone(&ctx.engine), auth, shutdown.clone()).with_workspace_roots(roots);
     // Take up what a stopped rein left running.
     for task in ctx.engine.resumable().await? {
         if matches!(task.status, TaskStatus::InProgress | TaskStatus::Pending) {

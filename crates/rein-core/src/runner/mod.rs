@@ -313,6 +313,13 @@ impl<'e> TaskRun<'e> {
                     .workspace_root
                     .join(rec.state.head.id.as_str())
             });
+        // Checked again on every run, as it is now: a symlink put in its place
+        // since the task was made (or a task an older rein made) is refused.
+        let workspace = engine
+            .config
+            .protected(None)
+            .check_workspace(&workspace)
+            .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
         let first_failure = None;
         let contracts = steps
             .iter()
@@ -684,6 +691,7 @@ impl<'e> TaskRun<'e> {
             }),
             approved_by: self.approved_rerun(i),
             asker: Some(crate::executor::Asker::new(i, self.asks_tx.clone())),
+            data_dir: self.engine.config.data_dir.clone(),
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();

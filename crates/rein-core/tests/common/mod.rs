@@ -273,6 +273,7 @@ impl Harness {
                 plan: p,
                 session_id: None,
                 workspace: None,
+                confined_to: None,
             })
             .await
             .unwrap()
