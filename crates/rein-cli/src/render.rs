@@ -83,7 +83,7 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
         TaskChange::TaskCompleted {} => "task completed".to_owned(),
         TaskChange::TaskFailed { error } => format!("task failed: {error}"),
         TaskChange::TaskCancelled { reason, by } => format!("task cancelled by {by}: {reason}"),
-        TaskChange::CheckpointCreated { .. } => return None,
+        TaskChange::CheckpointCreated { .. } | TaskChange::ProcessStarted { .. } => return None,
         TaskChange::CheckpointEntered { checkpoint_id } => {
             let (name, is_step, attempt) = index.name(checkpoint_id);
             if !is_step {

@@ -232,3 +232,160 @@ fn sigkill_at_random_points_loses_nothing_and_reruns_nothing_completed() {
         completed_at.len()
     );
 }
+
+/// Six steps that each write 20 marks, 10 ms apart, naming the step, a fresh id
+/// of the attempt and the time: from the marks, when each attempt ran.
+fn marking_plan() -> String {
+    let mut text = String::from("description = \"overlap test\"\nmax_parallel = 3\n");
+    for i in 0..6 {
+        let deps = if i >= 3 {
+            format!("depends_on = [\"m{}\"]\n", i - 3)
+        } else {
+            String::new()
+        };
+        text.push_str(&format!(
+            "[[steps]]\nid = \"m{i}\"\nidempotent = true\n{deps}\
+             run = '''a=$(cat /proc/sys/kernel/random/uuid); i=0; while [ $i -lt 20 ]; do echo \"$REIN_STEP_ID $a $(date +%s%N)\" >> marks.log; i=$((i+1)); sleep 0.01; done'''\n"
+        ));
+    }
+    text
+}
+
+/// Waits until process `pid` has a child process (it launched a step), polling
+/// every 200 µs; false if none came within `timeout`.
+fn wait_for_launch(pid: u32, timeout: Duration) -> bool {
+    let until = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < until {
+        let launched = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|t| {
+                std::fs::read_to_string(t.path().join("children"))
+                    .is_ok_and(|c| !c.trim().is_empty())
+            });
+        if launched {
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    false
+}
+
+/// Kills rein at random moments — the first milliseconds after it launched
+/// steps included — under `sandbox`, resuming each time, and checks from the
+/// marks the steps wrote that no two attempts of one step ever ran at once.
+fn no_attempt_outlives_a_killed_rein(sandbox: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "plan.toml", &marking_plan());
+    let seed: u64 = std::env::var("REIN_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261201);
+    eprintln!("{sandbox}: seed {seed} (set REIN_CRASH_SEED to replay)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let command = |data: &std::path::Path| {
+        let mut cmd = next_command(data, &plan);
+        cmd.args(["--sandbox", sandbox]);
+        cmd
+    };
+    let mut kills = 0;
+    for round in 0..24 {
+        if let Some(id) = task_ids(&data).first()
+            && show(&data, id)["status"] == "completed"
+        {
+            break;
+        }
+        let mut child = command(&data).spawn().unwrap();
+        if round % 2 == 0 {
+            // Right after it launched a step: the first few milliseconds, where
+            // the step's process is not yet the command (or the sandbox).
+            wait_for_launch(child.id(), Duration::from_secs(5));
+            std::thread::sleep(Duration::from_micros(rng.random_range(0..2_000)));
+        } else {
+            // Anywhere in its first 120 ms: before, at and after the launches.
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..120)));
+        }
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            kills += 1;
+        }
+        child.wait().unwrap();
+    }
+    for _ in 0..10 {
+        if task_ids(&data)
+            .first()
+            .is_some_and(|id| show(&data, id)["status"] == "completed")
+        {
+            break;
+        }
+        command(&data).status().unwrap();
+    }
+    let id = task_ids(&data)[0].clone();
+    let state = show(&data, &id);
+    assert_eq!(state["status"], "completed", "{sandbox}: {state:#}");
+    // Whatever a killed attempt left would write on after this point.
+    std::thread::sleep(Duration::from_millis(300));
+    let marks = std::fs::read_to_string(
+        std::path::Path::new(state["resources"]["workspace_path"].as_str().unwrap())
+            .join("marks.log"),
+    )
+    .unwrap();
+    // (step, attempt) → (first mark, last mark, marks).
+    let mut spans: HashMap<(String, String), (u128, u128, usize)> = HashMap::new();
+    for line in marks.lines() {
+        let mut parts = line.split(' ');
+        let (Some(step), Some(attempt), Some(at)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Ok(at) = at.parse::<u128>() else {
+            continue;
+        };
+        let span = spans
+            .entry((step.to_owned(), attempt.to_owned()))
+            .or_insert((at, at, 0));
+        span.0 = span.0.min(at);
+        span.1 = span.1.max(at);
+        span.2 += 1;
+    }
+    let mut overlaps = Vec::new();
+    for (a, (a0, a1, _)) in &spans {
+        for (b, (b0, b1, _)) in &spans {
+            if a.0 == b.0 && a.1 < b.1 && a0 <= b1 && b0 <= a1 {
+                overlaps.push(format!("{} attempts {} and {}", a.0, a.1, b.1));
+            }
+        }
+    }
+    let cut = spans.values().filter(|(_, _, n)| *n < 20).count();
+    eprintln!(
+        "{sandbox}: {kills} kills, {} attempts, {cut} cut short, {} overlapping",
+        spans.len(),
+        overlaps.len()
+    );
+    assert!(
+        overlaps.is_empty(),
+        "{sandbox}: attempts overlapped: {overlaps:?}"
+    );
+    assert!(kills >= 12, "{sandbox}: only {kills} kills landed");
+    assert!(
+        cut >= 2,
+        "{sandbox}: only {cut} attempts were cut short by a kill: the test proved little"
+    );
+}
+
+#[test]
+fn no_attempt_outlives_a_killed_rein_under_bubblewrap() {
+    no_attempt_outlives_a_killed_rein("bubblewrap");
+}
+
+#[test]
+fn no_attempt_outlives_a_killed_rein_under_landlock() {
+    no_attempt_outlives_a_killed_rein("landlock");
+}
+
+#[test]
+fn no_attempt_outlives_a_killed_rein_unsandboxed() {
+    no_attempt_outlives_a_killed_rein("none");
+}

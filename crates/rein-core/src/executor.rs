@@ -79,6 +79,12 @@ pub enum StepMessage {
         step: usize,
         update: serde_json::Value,
     },
+    /// The step's command started its process group, recorded as a
+    /// `process_started` so that a resumed run can stop what a crash left.
+    Started {
+        step: usize,
+        process: rein_protocol::StepProcess,
+    },
 }
 
 /// A question on its way to the run, with where its answer goes.
@@ -110,6 +116,15 @@ impl Asker {
         let _ = self.tx.send(StepMessage::Report {
             step: self.step,
             update,
+        });
+    }
+
+    /// Records the process group the step's command runs in (once the run
+    /// commits next); lost only if the run has ended.
+    pub fn started(&self, process: rein_protocol::StepProcess) {
+        let _ = self.tx.send(StepMessage::Started {
+            step: self.step,
+            process,
         });
     }
 
@@ -504,6 +519,8 @@ async fn run_child(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    // Killed with rein, whatever kills rein.
+    rein_sandbox::process::die_with_parent(&mut command);
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -522,6 +539,15 @@ async fn run_child(
             };
         }
     };
+    // Recorded, so a run resumed after a crash can stop what is left of it.
+    if let (Some(asker), Some(id)) = (&request.asker, child.id()) {
+        asker.started(rein_protocol::StepProcess {
+            host: rein_sandbox::process::hostname(),
+            boot_id: rein_sandbox::process::boot_id(),
+            pgid: id,
+            process_start: rein_sandbox::process::process_start(id),
+        });
+    }
     let pgid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())

@@ -27,6 +27,9 @@ pub const APPROVAL_ID: &str = "approval_id";
 pub const APPROVAL_STATUS: &str = "approval_status";
 /// The questions a running step asked (request id → status), on its checkpoint.
 pub const QUESTIONS: &str = "questions";
+/// Checkpoint metadata: the process group of a command step's attempt (a
+/// [`rein_protocol::StepProcess`]).
+pub const PROCESS: &str = "process";
 
 /// An event that cannot be applied to the state it was given.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -273,6 +276,15 @@ pub(crate) fn apply_checked(
         | TaskChange::RecoverySucceeded { .. }
         | TaskChange::RecoveryFailed { .. }
         | TaskChange::AgentUpdate { .. } => {}
+        TaskChange::ProcessStarted {
+            checkpoint_id,
+            process,
+        } => {
+            let cp = find(&mut state.checkpoints, checkpoint_id, seq)?;
+            if let Ok(process) = serde_json::to_value(process) {
+                cp.metadata.insert(PROCESS.into(), process);
+            }
+        }
         TaskChange::RuntimeSelected {
             checkpoint_id,
             decision,

@@ -12,21 +12,7 @@ pub fn current_runner() -> RunnerInfo {
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
-
-/// Start time of a process in clock ticks since boot (field 22 of `/proc/PID/stat`).
-fn process_start(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces; fields after it follow the last ')'.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
-}
+use rein_sandbox::process::{hostname, process_start};
 
 /// Whether the process that recorded `runner` is still running.
 ///

@@ -37,6 +37,7 @@ pub enum EventType {
     RecoveryFailed,
     RuntimeSelected,
     AgentUpdate,
+    ProcessStarted,
 }
 
 impl EventType {
@@ -62,6 +63,7 @@ impl EventType {
             EventType::RecoveryFailed => "recovery_failed",
             EventType::RuntimeSelected => "runtime_selected",
             EventType::AgentUpdate => "agent_update",
+            EventType::ProcessStarted => "process_started",
         }
     }
 }
@@ -194,6 +196,11 @@ pub enum TaskChange {
         checkpoint_id: CheckpointId,
         update: serde_json::Value,
     },
+    /// A command step's attempt started its process group.
+    ProcessStarted {
+        checkpoint_id: CheckpointId,
+        process: crate::task::StepProcess,
+    },
     /// `pending` or `in_progress` → `skipped`.
     CheckpointSkipped {
         checkpoint_id: CheckpointId,
@@ -235,6 +242,7 @@ impl TaskChange {
             TaskChange::RecoveryFailed { .. } => EventType::RecoveryFailed,
             TaskChange::RuntimeSelected { .. } => EventType::RuntimeSelected,
             TaskChange::AgentUpdate { .. } => EventType::AgentUpdate,
+            TaskChange::ProcessStarted { .. } => EventType::ProcessStarted,
         }
     }
 
@@ -245,7 +253,8 @@ impl TaskChange {
             TaskChange::HumanApprovalRequested { request } => Some(&request.checkpoint_id),
             TaskChange::RecoveryAttempted { checkpoint_id, .. }
             | TaskChange::RuntimeSelected { checkpoint_id, .. }
-            | TaskChange::AgentUpdate { checkpoint_id, .. } => Some(checkpoint_id),
+            | TaskChange::AgentUpdate { checkpoint_id, .. }
+            | TaskChange::ProcessStarted { checkpoint_id, .. } => Some(checkpoint_id),
             TaskChange::CheckpointEntered { checkpoint_id }
             | TaskChange::CheckpointPassed { checkpoint_id, .. }
             | TaskChange::CheckpointFailed { checkpoint_id, .. }

@@ -75,7 +75,7 @@ pub use shared_state::{
 pub use snapshot::Snapshot;
 pub use task::{
     ApprovedBy, Approver, Checkpoint, CheckpointStatus, CheckpointType, Phase, RunnerInfo,
-    TaskContext, TaskHead, TaskResources, TaskState, TaskStatus, TaskSummary,
+    StepProcess, TaskContext, TaskHead, TaskResources, TaskState, TaskStatus, TaskSummary,
 };
 
 /// Timestamps are UTC, RFC 3339 on the wire.

@@ -322,6 +322,22 @@ pub struct RunnerInfo {
     pub process_start: Option<u64>,
 }
 
+/// The process group of one attempt of a command step, recorded as it starts,
+/// so that a runner resuming after a crash can stop what is left of it before
+/// deciding whether to run the step again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StepProcess {
+    pub host: String,
+    /// The machine's boot the process ran in (`/proc/sys/kernel/random/boot_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// The process group id: the pid of its first process.
+    pub pgid: u32,
+    /// That process's start time as the OS reports it, to tell a reused pid apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_start: Option<u64>,
+}
+
 /// Everything of a task's state except its checkpoints: the task's state row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskHead {

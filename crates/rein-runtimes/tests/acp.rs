@@ -88,6 +88,7 @@ fn person(decision: Decision, option: Option<&str>) -> (Asker, tokio::task::Join
                         .push(update["sessionUpdate"].as_str().unwrap_or("?").to_owned());
                     continue;
                 }
+                StepMessage::Started { .. } => continue,
             };
             seen.log.push("question".into());
             let q = ask.question;

@@ -10,13 +10,16 @@
 //! [`landlock`] is the fallback where bubblewrap cannot run: Landlock rules a
 //! trampoline process applies to itself before it becomes the command; [`policy`]
 //! holds the permission rules (allow / ask / deny for commands, paths and network)
-//! and says which rule decided.
+//! and says which rule decided; [`process`] makes step processes die with rein
+//! (the parent-death signal, set before `exec`) and stops what a killed rein
+//! left behind, found by its recorded process group.
 //! This crate decides nothing about people: asking for approval is the engine's.
 
 pub mod bwrap;
 pub mod guard;
 pub mod landlock;
 pub mod policy;
+pub mod process;
 pub mod workspace;
 
 pub use bwrap::{Confinement, Reach, Sandbox, SandboxKind, Trampoline, Unavailable};

@@ -98,7 +98,12 @@ impl TaskRun<'_> {
 
     /// A step left running by a stopped runner that is not idempotent may have partly
     /// run: ask whether to run it again, skip it, or abort it.
-    pub(super) fn ask_interrupted(&mut self, i: usize, checkpoint: CheckpointId) -> Result<()> {
+    pub(super) fn ask_interrupted(
+        &mut self,
+        i: usize,
+        checkpoint: CheckpointId,
+        leftover: Option<&str>,
+    ) -> Result<()> {
         let step = Arc::clone(&self.steps[i]);
         let span = SpanRef::child_of(&self.rec.state.head.span_id);
         let command = match &step.action {
@@ -109,8 +114,9 @@ impl TaskRun<'_> {
         let request = ApprovalRequest {
             description: format!(
                 "rein stopped while `{}` was running, and the step is not idempotent. \
-                 rerun: run it again; skip: go on without it; abort: fail the step (its dependants do not run).",
-                step.id
+                 rerun: run it again; skip: go on without it; abort: fail the step (its dependants do not run).{}",
+                step.id,
+                leftover.map(|l| format!(" {l}.")).unwrap_or_default()
             ),
             options: INTERRUPTED_CHOICES
                 .iter()

@@ -150,6 +150,10 @@ impl std::ops::Deref for Progresses {
 
 const DEPENDENCY_FAILED: &str = "dependency_failed";
 
+/// How long a resumed run waits for an interrupted attempt's leftover
+/// processes to go after SIGKILL.
+const LEFTOVER_WAIT: Duration = Duration::from_secs(5);
+
 /// Closes an attempt that did not finish, for the step to run again.
 fn to_run_again(checkpoint_id: CheckpointId, duration_ms: u64, error: String) -> TaskChange {
     TaskChange::CheckpointFailed {
@@ -517,6 +521,19 @@ impl<'e> TaskRun<'e> {
             };
             let (checkpoint, duration_ms) = (checkpoint.clone(), elapsed_ms(*started_at));
             let step = Arc::clone(&self.steps[i]);
+            // Nothing of the attempt may still run beside a new one, nor while
+            // a person is asked whether it partly ran.
+            let leftover = match self.stop_leftovers(i, &checkpoint) {
+                Ok(found) => found,
+                Err(reason) => {
+                    self.rec.task_event(TaskChange::TaskPaused { reason })?;
+                    return Ok(());
+                }
+            };
+            let found = leftover
+                .as_deref()
+                .map(|l| format!("; {l}"))
+                .unwrap_or_default();
             if options.skip.contains(&step.id) {
                 self.rec.task_event(TaskChange::CheckpointSkipped {
                     checkpoint_id: checkpoint,
@@ -534,15 +551,51 @@ impl<'e> TaskRun<'e> {
                 self.rec.task_event(to_run_again(
                     checkpoint,
                     duration_ms,
-                    format!("interrupted: rein stopped while this step was running; running it again because {why}"),
+                    format!("interrupted: rein stopped while this step was running{found}; running it again because {why}"),
                 ))?;
                 self.progress.set(i, Progress::NotStarted);
             } else {
                 // It may have partly run: a person decides.
-                self.ask_interrupted(i, checkpoint)?;
+                self.ask_interrupted(i, checkpoint, leftover.as_deref())?;
             }
         }
         Ok(())
+    }
+
+    /// Stops what is left of an interrupted attempt's processes: its process
+    /// group as recorded, and any process started with its `REIN_*` marks
+    /// (which also finds an attempt killed before its group was recorded).
+    /// `Ok(what was found)`, or `Err(why the task must pause)` when some of it
+    /// is still there after the wait.
+    fn stop_leftovers(
+        &self,
+        i: usize,
+        checkpoint: &CheckpointId,
+    ) -> std::result::Result<Option<String>, String> {
+        use rein_sandbox::process::{Leftover, stop_leftover};
+        let Some(cp) = self.rec.state.checkpoint(checkpoint) else {
+            return Ok(None);
+        };
+        let recorded = cp
+            .metadata
+            .get(crate::fold::PROCESS)
+            .and_then(|p| serde_json::from_value::<rein_protocol::StepProcess>(p.clone()).ok());
+        let (task, attempt) = (self.rec.state.head.id.to_string(), cp.attempt.to_string());
+        let marks = [
+            ("REIN_TASK_ID", task.as_str()),
+            ("REIN_STEP_ID", self.steps[i].id.as_str()),
+            ("REIN_ATTEMPT", attempt.as_str()),
+        ];
+        match stop_leftover(recorded.as_ref(), &marks, LEFTOVER_WAIT) {
+            Leftover::Gone => Ok(None),
+            Leftover::Stopped { processes } => Ok(Some(format!(
+                "{processes} process(es) of the interrupted attempt were still running and were stopped first"
+            ))),
+            Leftover::StillThere { processes } => Err(format!(
+                "{processes} process(es) of an interrupted attempt of `{}` are still running after SIGKILL; stop them, then resume the task",
+                self.steps[i].id
+            )),
+        }
     }
 
     /// Counts open dependencies, fills the ready set, and marks the dependants of

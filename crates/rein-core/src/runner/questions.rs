@@ -73,6 +73,22 @@ impl TaskRun<'_> {
                 }
                 Ok(())
             }
+            StepMessage::Started { step, process } => {
+                if let Some(Progress::Running {
+                    checkpoint, span, ..
+                }) = self.progress.get(step)
+                {
+                    let (checkpoint_id, span) = (checkpoint.clone(), span.clone());
+                    self.rec.record(
+                        TaskChange::ProcessStarted {
+                            checkpoint_id,
+                            process,
+                        },
+                        &span,
+                    )?;
+                }
+                Ok(())
+            }
         }
     }
 

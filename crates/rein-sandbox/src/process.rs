@@ -1,0 +1,288 @@
+//! Step processes that cannot outlive rein: the parent-death signal set inside
+//! the child before it becomes the command, and a record of each process group
+//! precise enough to find — and stop — what a killed rein left behind.
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// Makes the process `command` starts receive SIGKILL when rein dies.
+///
+/// The signal is set in the child after `fork` and before `exec` (it survives
+/// `exec` into bubblewrap, the Landlock trampoline or `sh`). If rein died
+/// between the `fork` and that moment, the child has already been handed to
+/// another parent: it checks that its parent is still the process that
+/// started it, and exits instead of running the command if not.
+///
+/// Linux sends the signal when the *thread* that forked the child ends, so
+/// commands must be started from threads that live as long as rein: tokio's
+/// worker threads (where a task's steps are polled) do.
+pub fn die_with_parent(command: &mut tokio::process::Command) {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the child between fork and exec, where only
+    // async-signal-safe calls are allowed. It makes two system calls (prctl,
+    // getppid) and allocates nothing: the errors it returns are raw OS errors.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+                .map_err(|e| std::io::Error::from_raw_os_error(e as i32))?;
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// This boot of the machine: process ids and start times mean something only
+/// within it.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+}
+
+/// This machine's host name, as runners record it.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Start time of a process in clock ticks since boot (field 22 of
+/// `/proc/PID/stat`), to tell a reused pid apart.
+pub fn process_start(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// The fields of `/proc/PID/stat` after the command name (state first).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces; the fields after it follow the last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// Whether process `pid` carries every `(key, value)` of `marks`: in its
+/// environment (`key=value`), or on its command line as a sandbox passes it on
+/// (`--setenv key value` to bubblewrap, `--env key=value` to the trampoline).
+fn carries(pid: u32, marks: &[(&str, &str)]) -> bool {
+    let read = |file: &str| std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+    let (environ, cmdline) = (read("environ"), read("cmdline"));
+    let split = |bytes: &[u8]| -> Vec<String> {
+        bytes
+            .split(|b| *b == 0)
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect()
+    };
+    let (environ, args) = (split(&environ), split(&cmdline));
+    marks.iter().all(|(key, value)| {
+        let pair = format!("{key}={value}");
+        environ.contains(&pair)
+            || args.contains(&pair)
+            || args.windows(2).any(|w| w[0] == *key && w[1] == *value)
+    })
+}
+
+/// The live (not zombie) processes of this machine, but this one, that match `keep`.
+fn processes_where(keep: impl Fn(u32, &[String]) -> bool) -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|&pid| {
+            stat_fields(pid)
+                .is_some_and(|f| f.first().is_some_and(|state| state != "Z") && keep(pid, &f))
+        })
+        .collect()
+}
+
+/// What stopping an interrupted attempt's processes found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leftover {
+    /// Nothing of it is left.
+    Gone,
+    /// Some of it was still running, and has been stopped (SIGKILL) for good.
+    Stopped { processes: usize },
+    /// Some of it was still running and did not go within the wait.
+    StillThere { processes: usize },
+}
+
+/// Stops whatever is left of one attempt of a step, and waits (up to `wait`)
+/// until it is gone. Two ways find it:
+///
+/// - `recorded`, the attempt's process group as its start recorded it. A
+///   process group's id is its leader's pid, and Linux does not hand out a pid
+///   while a group still uses it as its id: so if the leader is alive but
+///   started at another time, the id was reused after the old group ended and
+///   is left alone; if there is no leader, what is still in the group is the
+///   old group's. A group recorded on another host, or before this machine
+///   last booted, is not this machine's to touch.
+/// - `marks`, the variables every process of the attempt is started with
+///   (`REIN_TASK_ID`, `REIN_STEP_ID`, `REIN_ATTEMPT`): this finds the attempt
+///   also when rein died before its process group was recorded, and what left
+///   the group but kept its environment.
+pub fn stop_leftover(
+    recorded: Option<&rein_protocol::StepProcess>,
+    marks: &[(&str, &str)],
+    wait: std::time::Duration,
+) -> Leftover {
+    let group = recorded.and_then(|p| {
+        let here = p.host == hostname()
+            && p.boot_id
+                .as_deref()
+                .is_none_or(|b| Some(b) == boot_id().as_deref());
+        let reused = matches!(
+            (p.process_start, process_start(p.pgid)),
+            (Some(recorded), Some(now)) if recorded != now
+        );
+        (here && !reused && p.pgid > 1).then_some(p.pgid)
+    });
+    let find = || {
+        processes_where(|pid, stat| {
+            group.is_some_and(|g| stat.get(2).and_then(|f| f.parse::<u32>().ok()) == Some(g))
+                || (!marks.is_empty() && carries(pid, marks))
+        })
+    };
+    let first = find();
+    if first.is_empty() {
+        return Leftover::Gone;
+    }
+    let until = std::time::Instant::now() + wait;
+    let mut left = first.clone();
+    loop {
+        if let Some(g) = group.and_then(|g| i32::try_from(g).ok()) {
+            let _ = killpg(Pid::from_raw(g), Signal::SIGKILL);
+        }
+        for pid in &left {
+            if let Ok(pid) = i32::try_from(*pid) {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        left = find();
+        if left.is_empty() {
+            return Leftover::Stopped {
+                processes: first.len(),
+            };
+        }
+        if std::time::Instant::now() >= until {
+            return Leftover::StillThere {
+                processes: left.len(),
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::time::Duration;
+
+    fn spawn_group(script: &str, env: &[(&str, &str)]) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        std::process::Command::new("sh")
+            .args(["-c", script])
+            .envs(env.iter().copied())
+            .process_group(0)
+            .spawn()
+            .unwrap()
+    }
+
+    fn record(child: &std::process::Child) -> rein_protocol::StepProcess {
+        rein_protocol::StepProcess {
+            host: hostname(),
+            boot_id: boot_id(),
+            pgid: child.id(),
+            process_start: process_start(child.id()),
+        }
+    }
+
+    /// The live processes of group `pgid`.
+    fn members(pgid: u32) -> usize {
+        processes_where(|_, stat| stat.get(2).and_then(|f| f.parse().ok()) == Some(pgid)).len()
+    }
+
+    fn until_members(pgid: u32, n: usize) {
+        let begun = std::time::Instant::now();
+        while members(pgid) < n && begun.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_leftover_group_is_stopped_and_a_reused_id_left_alone() {
+        let mut child = spawn_group("sleep 30 & sleep 30 & wait", &[]);
+        let recorded = record(&child);
+        until_members(recorded.pgid, 3);
+        // Recorded with another start time: someone else's group now.
+        let reused = rein_protocol::StepProcess {
+            process_start: recorded.process_start.map(|s| s + 1),
+            ..recorded.clone()
+        };
+        assert_eq!(
+            stop_leftover(Some(&reused), &[], Duration::ZERO),
+            Leftover::Gone
+        );
+        // Another host, or another boot: not touched.
+        for elsewhere in [
+            rein_protocol::StepProcess {
+                host: "elsewhere".into(),
+                ..recorded.clone()
+            },
+            rein_protocol::StepProcess {
+                boot_id: Some("another-boot".into()),
+                ..recorded.clone()
+            },
+        ] {
+            assert_eq!(
+                stop_leftover(Some(&elsewhere), &[], Duration::ZERO),
+                Leftover::Gone
+            );
+        }
+        assert_eq!(members(recorded.pgid), 3);
+        let stopped = stop_leftover(Some(&recorded), &[], Duration::from_secs(5));
+        // The leader is this test's child: a zombie until it is waited for.
+        assert_eq!(stopped, Leftover::Stopped { processes: 3 });
+        child.wait().unwrap();
+        assert_eq!(
+            stop_leftover(Some(&recorded), &[], Duration::ZERO),
+            Leftover::Gone
+        );
+    }
+
+    #[test]
+    fn an_attempt_is_found_by_its_marks_without_a_record_and_after_leaving_its_group() {
+        let marks = [("REIN_TASK_ID", "task_marks_test"), ("REIN_ATTEMPT", "2")];
+        // The second sleep leaves the group (a session of its own).
+        let mut child = spawn_group(
+            "sleep 30 & setsid sleep 31 & wait",
+            &[("REIN_TASK_ID", "task_marks_test"), ("REIN_ATTEMPT", "2")],
+        );
+        let other = spawn_group(
+            "sleep 30",
+            &[("REIN_TASK_ID", "task_marks_test"), ("REIN_ATTEMPT", "1")],
+        );
+        let begun = std::time::Instant::now();
+        while processes_where(|pid, _| carries(pid, &marks)).len() < 3
+            && begun.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let stopped = stop_leftover(None, &marks, Duration::from_secs(5));
+        assert_eq!(stopped, Leftover::Stopped { processes: 3 });
+        child.wait().unwrap();
+        // Another attempt of the same task is not this one.
+        assert!(members(other.id()) >= 1, "still running");
+        let mut other = other;
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+}
