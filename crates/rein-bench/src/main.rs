@@ -205,7 +205,7 @@ impl Store for TimedStore {
     async fn metrics(&self) -> StoreResult<rein_protocol::HarnessMetrics> {
         self.inner.metrics().await
     }
-    async fn probe(&self) -> StoreResult<()> {
+    async fn probe(&self) -> StoreResult<rein_core::store::StoreProbe> {
         self.inner.probe().await
     }
     async fn insert_shared_state(

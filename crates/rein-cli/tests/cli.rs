@@ -650,3 +650,38 @@ fn two_processes_resuming_one_task_at_once_cannot_both_run_it() {
         .count();
     assert_eq!(passed, 1, "b completed exactly once");
 }
+
+#[test]
+fn a_store_that_is_not_whole_is_refused_not_started_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    run_ok(rein(&data).args(["tasks", "list"]));
+    let db = data.join("rein.db");
+    // Truncated to 0 bytes: every command says so; none makes a new store.
+    std::fs::write(&db, b"").unwrap();
+    for args in [&["tasks", "list"][..], &["ledger", "verify"]] {
+        let out = rein(&data).args(args).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {said}");
+        assert!(said.contains("is empty (0 bytes)"), "{args:?}: {said}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("intact"));
+    }
+    assert_eq!(std::fs::metadata(&db).unwrap().len(), 0);
+
+    // A read-only data directory (a read-only mount of its own) is named as such.
+    let fresh = dir.path().join("ro");
+    run_ok(rein(&fresh).args(["tasks", "list"]));
+    let script = format!(
+        "mount --bind {d} {d} && mount -o remount,ro,bind {d} && exec {rein} --data-dir {d} tasks list",
+        d = fresh.display(),
+        rein = common::rein_bin().display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", &script])
+        .env_remove("REIN_DATA_DIR")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("is read-only"), "{said}");
+}

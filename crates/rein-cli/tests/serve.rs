@@ -583,3 +583,141 @@ fn the_state_commands_work_the_same_against_a_server() {
     assert!(shown.contains("evidence evb_notes"), "{shown}");
     stop(server);
 }
+
+/// `rein serve` on a tmpfs of `size` of its own (a mount namespace made with
+/// `unshare`), the data directory in it; returns the server, its address and
+/// the tmpfs as this process reaches it (through the server's /proc root).
+fn start_on_small_disk(dir: &Path, size: &str) -> (Server, String, std::path::PathBuf) {
+    let mount = dir.join("small");
+    std::fs::create_dir_all(&mount).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size={size} tmpfs {m} && exec {rein} --data-dir {m}/data --sandbox none serve --listen 127.0.0.1:0",
+        m = mount.display(),
+        rein = common::rein_bin().display()
+    );
+    let mut child = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", &script])
+        .env_remove("REIN_DATA_DIR")
+        .env_remove("REIN_URL")
+        .env("REIN_TOKEN", "s3cret")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare (util-linux) starts rein in a mount namespace of its own");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("listening on"), "{line}");
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let seen = std::path::PathBuf::from(format!("/proc/{}/root{}", child.id(), mount.display()));
+    (Server(child), addr, seen)
+}
+
+fn health(addr: &str) -> (u16, serde_json::Value) {
+    let (status, body) = http(addr, "GET", "/healthz", None, None);
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+/// Writes zeros into `path` until the file system is full.
+fn fill(path: &Path) {
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    while file.write_all(&chunk).is_ok() {}
+    let _ = file.sync_all();
+}
+
+#[test]
+fn a_full_disk_makes_the_store_unhealthy_and_the_server_takes_its_tasks_up_when_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr, disk) = start_on_small_disk(dir.path(), "24m");
+    // Little room: still working, degraded, saying how much is left.
+    let (status, report) = health(&addr);
+    assert_eq!(status, 200, "{report}");
+    let store = &report["components"]["task_store"];
+    assert_eq!(store["status"], "degraded", "{report}");
+    assert!(
+        store["detail"].as_str().unwrap().contains("MiB are free"),
+        "{store}"
+    );
+
+    // A step holds on until the test lets it go; its result is written then.
+    let hold = disk.join("hold");
+    std::fs::write(&hold, "").unwrap();
+    let inside = format!("{}/hold", dir.path().join("small").display());
+    let plan = format!(
+        "description = 'full disk'\n[[steps]]\nid = 'a'\nidempotent = true\n\
+         run = 'while [ -e {inside} ]; do sleep 0.01; done'\n\
+         [[steps]]\nid = 'b'\nrun = 'echo after'\ndepends_on = ['a']\n"
+    );
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/admin/tasks",
+        Some("s3cret"),
+        Some(("application/toml", &plan)),
+    );
+    assert_eq!(status, 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let task = |addr: &str| {
+        let (_, body) = http(
+            addr,
+            "GET",
+            &format!("/admin/tasks/{id}"),
+            Some("s3cret"),
+            None,
+        );
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["task"].clone()
+    };
+    eventually("step a runs", || {
+        (step_status(&task(&addr), "a").as_deref() == Some("in_progress")).then_some(())
+    });
+
+    // The disk fills; the step ends; its result cannot be written.
+    fill(&disk.join("fill"));
+    std::fs::remove_file(&hold).unwrap();
+    let report = eventually("the store is reported unhealthy", || {
+        let (status, report) = health(&addr);
+        (status == 503).then_some(report)
+    });
+    assert_eq!(
+        report["components"]["task_store"]["status"], "unhealthy",
+        "{report}"
+    );
+    assert!(
+        report["components"]["task_store"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("full"),
+        "{report}"
+    );
+    assert_ne!(task(&addr)["status"], "completed");
+
+    // Space returns: the server takes its task up again by itself.
+    std::fs::remove_file(disk.join("fill")).unwrap();
+    let done = eventually("the task completes", || {
+        let t = task(&addr);
+        (t["status"] == "completed").then_some(t)
+    });
+    assert_eq!(step_status(&done, "b").as_deref(), Some("completed"));
+    let (status, report) = health(&addr);
+    assert_eq!(status, 200, "{report}");
+    assert!(
+        report["components"]["task_store"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("a write failed earlier"),
+        "{report}"
+    );
+    drop(server);
+}

@@ -263,6 +263,17 @@ pub struct ControlRequest {
     pub requested_at: Timestamp,
 }
 
+/// What a store's probe found besides that a write and a read went through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoreProbe {
+    /// Where the store is (a file, a server).
+    pub location: String,
+    /// Bytes free for the store to grow into, where the store can tell.
+    pub free_bytes: Option<u64>,
+    /// The last write that failed since the store was opened, and when.
+    pub last_write_error: Option<String>,
+}
+
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug {
     /// Stores a new task; fails with `AlreadyExists` if its id is taken.
@@ -309,8 +320,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>>;
     /// The counters of spec §6 rule 21 over the tasks in the store.
     async fn metrics(&self) -> StoreResult<HarnessMetrics>;
-    /// A write and a read that prove the store works (for health checks).
-    async fn probe(&self) -> StoreResult<()>;
+    /// A write and a read through the store's own file that prove it works
+    /// (for health checks), with what the store can tell about its room.
+    async fn probe(&self) -> StoreResult<StoreProbe>;
 
     /// Stores a new shared state (version 1) and `audit`, in one transaction;
     /// `SharedStateExists` if its id is taken.

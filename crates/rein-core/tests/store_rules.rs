@@ -355,7 +355,7 @@ async fn a_store_of_the_previous_schema_opens_with_its_tasks_whole() {
     // The same tasks in a file of schema version 6.
     let old = dir.path().join("old.db");
     let mut conn = rusqlite::Connection::open(&old).unwrap();
-    assert_eq!(rein_store::schema::migrate_to(&mut conn, 6).unwrap(), 6);
+    assert_eq!(rein_store::schema::migrate_to(&mut conn, 6).unwrap().to, 6);
     conn.execute("ATTACH ?1 AS cur", [current.to_str().unwrap()])
         .unwrap();
     conn.execute_batch(

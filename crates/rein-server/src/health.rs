@@ -55,14 +55,51 @@ fn bad(status: Status, detail: impl Into<String>) -> Component {
     }
 }
 
-pub async fn check(engine: &Engine) -> Health {
-    let task_store = match engine.store().probe().await {
-        Ok(()) => ok("a write and a read went through"),
-        Err(e) => bad(
-            Status::Unhealthy,
-            format!("the store failed a write and read: {e}"),
-        ),
+/// Below this much free space on the store's file system, the store is
+/// degraded: it still works, and soon will not.
+pub const LOW_DISK_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The task store's component: unhealthy when a write through its file fails,
+/// degraded when its file system has less than [`LOW_DISK_BYTES`] free.
+fn store(probed: rein_core::StoreResult<rein_core::store::StoreProbe>) -> Component {
+    let probe = match probed {
+        Ok(probe) => probe,
+        Err(e) => {
+            return bad(
+                Status::Unhealthy,
+                format!("a write to the store failed: {e}"),
+            );
+        }
     };
+    let mib = |b: u64| b / (1024 * 1024);
+    let room = probe
+        .free_bytes
+        .map(|b| format!("; {} MiB free", mib(b)))
+        .unwrap_or_default();
+    let past = probe
+        .last_write_error
+        .as_deref()
+        .map(|e| format!("; a write failed earlier: {e}"))
+        .unwrap_or_default();
+    match probe.free_bytes {
+        Some(free) if free < LOW_DISK_BYTES => bad(
+            Status::Degraded,
+            format!(
+                "{}: a write and a read went through, but only {} MiB are free (below {} MiB): free some space before writes fail{past}",
+                probe.location,
+                mib(free),
+                mib(LOW_DISK_BYTES)
+            ),
+        ),
+        _ => ok(format!(
+            "{}: a write and a read went through{room}{past}",
+            probe.location
+        )),
+    }
+}
+
+pub async fn check(engine: &Engine) -> Health {
+    let task_store = store(engine.store().probe().await);
     // The manager is healthy if a command runs the way steps run: sandboxed.
     let sandbox_manager = match engine.probe_executor().await {
         rein_core::ExecutorHealth::Healthy(detail) => ok(detail),

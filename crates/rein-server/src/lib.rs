@@ -101,12 +101,51 @@ impl AppState {
         };
         let engine = Arc::clone(&self.engine);
         options.cancel = self.shutdown.child_token();
+        let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
-            if let Err(e) = engine.run_claimed(claim, options).await {
+            let mut claim = claim;
+            loop {
+                let Err(e) = engine.run_claimed(claim, options.clone()).await else {
+                    return;
+                };
                 tracing::warn!(task = %id, error = %e, "task run ended with an error");
+                // A store that failed a write (a full disk, say) leaves the task
+                // in progress with this server as its runner: nobody else may
+                // take it up, so this server does, once the store works again.
+                if !matches!(
+                    e,
+                    rein_core::EngineError::Store(rein_core::StoreError::Backend(_))
+                ) {
+                    return;
+                }
+                if !wait_for_store(&engine, &shutdown).await {
+                    return;
+                }
+                match engine.claim(&id) {
+                    Ok(again) => claim = again,
+                    Err(_) => return,
+                }
+                tracing::info!(task = %id, "the store works again: taking the task up");
             }
         });
         true
+    }
+}
+
+/// How often a server whose store failed tries it again.
+const STORE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits until a write to the store goes through again (true), or the server
+/// shuts down (false).
+async fn wait_for_store(engine: &Engine, shutdown: &CancellationToken) -> bool {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return false,
+            () = tokio::time::sleep(STORE_RETRY) => {}
+        }
+        if engine.store().probe().await.is_ok() {
+            return true;
+        }
     }
 }
 

@@ -143,6 +143,10 @@ pub enum MigrationError {
         found: i64,
         supported: i64,
     },
+    /// An SQLite file of something else: tables, and no rein schema version.
+    Foreign {
+        tables: Vec<String>,
+    },
     Sqlite(rusqlite::Error),
 }
 
@@ -152,17 +156,44 @@ impl From<rusqlite::Error> for MigrationError {
     }
 }
 
+/// What a migration did: the schema version it found and the one it left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migrated {
+    pub from: i64,
+    pub to: i64,
+}
+
+impl Migrated {
+    /// How many migrations ran.
+    pub fn applied(self) -> i64 {
+        self.to - self.from
+    }
+}
+
 /// Brings the schema up to [`CURRENT_VERSION`], in one transaction so two processes
 /// opening a fresh file at once cannot both migrate it.
-pub fn migrate(conn: &mut Connection) -> Result<i64, MigrationError> {
+pub fn migrate(conn: &mut Connection) -> Result<Migrated, MigrationError> {
     migrate_to(conn, CURRENT_VERSION)
 }
 
 /// Brings the schema up to `target` (at most [`CURRENT_VERSION`]): a file as an
 /// older rein wrote it, which is how the migrations are tested.
-pub fn migrate_to(conn: &mut Connection, target: i64) -> Result<i64, MigrationError> {
+pub fn migrate_to(conn: &mut Connection, target: i64) -> Result<Migrated, MigrationError> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let found: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if found == 0 {
+        // A rein store is migrated in one transaction with its version: tables
+        // without a version are someone else's.
+        let mut tables = tx.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+        )?;
+        let tables: Vec<String> = tables
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        if !tables.is_empty() {
+            return Err(MigrationError::Foreign { tables });
+        }
+    }
     if found > CURRENT_VERSION {
         return Err(MigrationError::TooNew {
             found,
@@ -180,5 +211,8 @@ pub fn migrate_to(conn: &mut Connection, target: i64) -> Result<i64, MigrationEr
         tx.execute_batch(&format!("PRAGMA user_version = {}", i + 1))?;
     }
     tx.commit()?;
-    Ok(found.max(target))
+    Ok(Migrated {
+        from: found,
+        to: found.max(target),
+    })
 }

@@ -39,6 +39,8 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Writer,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// What opening it migrated.
+    migrated: schema::Migrated,
 }
 
 /// How many transactions carried how many writes since the store was opened.
@@ -93,36 +95,176 @@ fn try_open_connection(path: &Path, flags: OpenFlags) -> rusqlite::Result<Connec
     Ok(conn)
 }
 
+/// The first bytes of every SQLite database file.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// An I/O error said plainly: "read-only" for a read-only file system or a
+/// directory rein may not write.
+fn io_reason(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(code) if code == nix::libc::EROFS => "the file system is read-only".to_owned(),
+        Some(code) if code == nix::libc::EACCES || code == nix::libc::EPERM => {
+            format!("permission denied ({e})")
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// Whether `dir` can be written (a read-only mount, or a directory rein may
+/// not write).
+fn read_only(dir: &Path) -> bool {
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_err()
+        || nix::sys::statvfs::statvfs(dir)
+            .is_ok_and(|v| v.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+}
+
+/// Why a store could not be opened, read-only data directories named as such.
+fn open_error(path: &Path, e: &rusqlite::Error) -> StoreError {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if read_only(dir) {
+        return backend(format!(
+            "cannot open store {}: its directory {} is read-only (rein writes its store, its write-ahead log and task workspaces there); make it writable or choose another --data-dir",
+            path.display(),
+            dir.display()
+        ));
+    }
+    backend(format!("cannot open store {}: {e}", path.display()))
+}
+
+/// An existing store file that cannot be one: empty, or not SQLite.
+fn check_file(path: &Path) -> StoreResult<()> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(16);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(16).read_to_end(&mut head))
+        .map_err(|e| {
+            backend(format!(
+                "cannot read store {}: {}",
+                path.display(),
+                io_reason(&e)
+            ))
+        })?;
+    if head.is_empty() {
+        return Err(backend(format!(
+            "store {} is empty (0 bytes): it is not a rein store, and rein will not start a new one over it; restore it from a backup, or move it away to start afresh",
+            path.display()
+        )));
+    }
+    if head.as_slice() != SQLITE_HEADER.as_slice() {
+        return Err(backend(format!(
+            "{} is not a rein store: it is not an SQLite database; give rein its own --data-dir",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+fn migrate_store(conn: &mut Connection, path: &Path) -> StoreResult<schema::Migrated> {
+    schema::migrate(conn).map_err(|e| match e {
+        MigrationError::TooNew { found, supported } => backend(format!(
+            "store {} has schema version {found}, newer than this rein supports ({supported}); upgrade rein",
+            path.display()
+        )),
+        MigrationError::Foreign { tables } => backend(format!(
+            "{} is not a rein store: it is an SQLite database of something else (tables {}); give rein its own --data-dir",
+            path.display(),
+            tables.join(", ")
+        )),
+        MigrationError::Sqlite(e) => backend(format!("cannot migrate store {}: {e}", path.display())),
+    })
+}
+
+/// Makes a new store at `path`: whole, under another name, then linked into
+/// place (a link does not replace a store another process made meanwhile).
+/// What it migrated, if it was the one that made it.
+fn create(path: &Path) -> StoreResult<Option<schema::Migrated>> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".new-{}-{nanos}", std::process::id()));
+    let fresh = PathBuf::from(name);
+    let made = (|| {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = open_connection(&fresh, flags).map_err(|e| open_error(path, &e))?;
+        let migrated = migrate_store(&mut conn, path)?;
+        conn.close().map_err(|(_, e)| open_error(path, &e))?;
+        match std::fs::hard_link(&fresh, path) {
+            Ok(()) => Ok(Some(migrated)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+            Err(e) => Err(backend(format!(
+                "cannot create store {}: {}",
+                path.display(),
+                io_reason(&e)
+            ))),
+        }
+    })();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut name = fresh.as_os_str().to_owned();
+        name.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(name));
+    }
+    made
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) the store file at `path`, migrating its schema.
+    /// Opens the store file at `path`, migrating its schema. Only a missing
+    /// file becomes a new store (made whole under another name, then linked
+    /// into place, so a crash while it is made leaves no half store); an empty
+    /// file, a file that is not SQLite, or an SQLite file of something else is
+    /// refused, saying what it is.
     pub fn open(path: &Path) -> StoreResult<SqliteStore> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| {
                 backend(format!(
-                    "cannot create data directory {}: {e}",
-                    dir.display()
+                    "cannot create data directory {}: {}",
+                    dir.display(),
+                    io_reason(&e)
                 ))
             })?;
         }
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn = open_connection(path, flags)
-            .map_err(|e| backend(format!("cannot open store {}: {e}", path.display())))?;
-        schema::migrate(&mut conn).map_err(|e| match e {
-            MigrationError::TooNew { found, supported } => backend(format!(
-                "store {} has schema version {found}, newer than this rein supports ({supported}); upgrade rein",
-                path.display()
-            )),
-            MigrationError::Sqlite(e) => backend(format!("cannot migrate store {}: {e}", path.display())),
-        })?;
+        let created = match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path)?,
+            Err(e) => {
+                return Err(backend(format!(
+                    "cannot read store {}: {}",
+                    path.display(),
+                    io_reason(&e)
+                )));
+            }
+            Ok(_) => {
+                check_file(path)?;
+                None
+            }
+        };
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut conn = open_connection(path, flags).map_err(|e| open_error(path, &e))?;
+        let migrated = migrate_store(&mut conn, path)?;
+        let migrated = match created {
+            Some(made) => schema::Migrated {
+                from: made.from,
+                to: migrated.to,
+            },
+            None => migrated,
+        };
         let writer =
             Writer::start(conn).map_err(|e| backend(format!("cannot start writer thread: {e}")))?;
         Ok(SqliteStore {
             path: path.to_owned(),
             writer,
             readers: Arc::new(Mutex::new(Vec::new())),
+            migrated,
         })
+    }
+
+    /// What opening this store migrated (a new store: every migration).
+    pub fn migrated(&self) -> schema::Migrated {
+        self.migrated
     }
 
     pub fn path(&self) -> &Path {
@@ -747,19 +889,54 @@ impl Store for SqliteStore {
         self.read(crate::metrics::compute).await
     }
 
-    async fn probe(&self) -> StoreResult<()> {
-        self.writer
+    async fn probe(&self) -> StoreResult<rein_core::store::StoreProbe> {
+        // A row written to a real table of the store's own file and taken
+        // out again in the same transaction: the commit writes its pages to
+        // the file (a full disk fails it), and nobody ever sees the row.
+        let probed = self
+            .writer
             .write(|conn| {
-                conn.execute_batch("CREATE TEMP TABLE IF NOT EXISTS probe (x INTEGER); INSERT INTO probe VALUES (1); DELETE FROM probe;")
-                    .map_err(backend)
+                conn.execute(
+                    "INSERT INTO controls (task_id, body) VALUES ('health-probe', '{}')",
+                    [],
+                )
+                .and_then(|_| {
+                    conn.execute("DELETE FROM controls WHERE rowid = last_insert_rowid()", [])
+                })
+                .map(drop)
+                .map_err(backend)
             })
-            .await?;
+            .await;
+        let last_write_error = self
+            .writer
+            .counters
+            .last_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone());
+        probed.map_err(|e| match &last_write_error {
+            Some(last) => backend(format!("{e} (last failed write: {last})")),
+            None => e,
+        })?;
         self.read(|conn| {
             conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0))
                 .map_err(backend)?;
             Ok(())
         })
-        .await
+        .await?;
+        let dir = self
+            .path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let free_bytes = nix::sys::statvfs::statvfs(dir)
+            .ok()
+            .map(|v| v.blocks_available().saturating_mul(v.fragment_size()));
+        Ok(rein_core::store::StoreProbe {
+            location: self.path.display().to_string(),
+            free_bytes,
+            last_write_error,
+        })
     }
 
     async fn insert_shared_state(

@@ -64,6 +64,8 @@ pub(crate) struct Counters {
     pub writes: AtomicU64,
     /// Time spent inside transactions (BEGIN to COMMIT, the fsync included).
     pub busy_ns: AtomicU64,
+    /// The last transaction that failed, and when (for health reports).
+    pub last_error: Mutex<Option<String>>,
 }
 
 /// The write connection and how many writes wait for the writer thread.
@@ -197,6 +199,11 @@ fn commit_and_finish(conn: &Connection, mut batch: Vec<Box<dyn WriteOp>>, counte
     counters
         .writes
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
+    if let Err(e) = &commit
+        && let Ok(mut last) = counters.last_error.lock()
+    {
+        *last = Some(format!("{} at {}", e, chrono::Utc::now().to_rfc3339()));
+    }
     for op in batch {
         op.finish(commit.clone());
     }

@@ -122,7 +122,7 @@ impl Store for HeldClockStore {
     async fn metrics(&self) -> StoreResult<rein_protocol::HarnessMetrics> {
         self.0.metrics().await
     }
-    async fn probe(&self) -> StoreResult<()> {
+    async fn probe(&self) -> StoreResult<rein_core::store::StoreProbe> {
         self.hold(move |s| Box::pin(async move { s.probe().await }))
             .await
     }
