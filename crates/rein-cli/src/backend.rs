@@ -123,13 +123,6 @@ struct ControlBody {
     runner: Option<rein_protocol::RunnerInfo>,
 }
 
-/// The ledger's check: entries checked, and what is broken.
-#[derive(Debug, Deserialize)]
-pub struct LedgerCheck {
-    pub entries: u64,
-    pub problems: Vec<String>,
-}
-
 /// Turns an empty JSON body (204) into `()`.
 #[derive(Deserialize)]
 struct Nothing;
@@ -419,16 +412,17 @@ impl Backend {
         })
     }
 
-    pub async fn verify_ledger(&self) -> anyhow::Result<LedgerCheck> {
+    pub async fn verify_ledger(
+        &self,
+        head: Option<rein_protocol::LedgerHead>,
+    ) -> anyhow::Result<rein_protocol::LedgerCheck> {
         Ok(match self {
-            Backend::Local(e) => {
-                let (entries, breaks) = e.verify_ledger().await?;
-                LedgerCheck {
-                    entries: entries as u64,
-                    problems: breaks.iter().map(ToString::to_string).collect(),
-                }
+            Backend::Local(e) => e.ledger_check(head).await?,
+            Backend::Remote(c) => {
+                let query: Vec<(&str, String)> =
+                    head.iter().map(|h| ("head", h.to_string())).collect();
+                c.get("admin/ledger/verify", &query).await?
             }
-            Backend::Remote(c) => c.get("admin/ledger/verify", &[]).await?,
         })
     }
 

@@ -188,7 +188,12 @@ pub enum LedgerCommand {
         json: bool,
     },
     /// Check the hash chain; exit 1 naming the first entry that was edited or removed.
+    /// Prints the ledger's head (SEQ:HASH): record it, and check against it later.
     Verify {
+        /// A head recorded earlier (SEQ:HASH): also check the ledger still holds
+        /// it, which finds its newest entries removed.
+        #[arg(long, value_name = "SEQ:HASH")]
+        head: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -238,6 +238,75 @@ fn an_edited_ledger_row_is_reported_by_verify() {
 }
 
 #[test]
+fn a_removed_tail_is_caught_against_a_recorded_head_and_damaged_bytes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    for who in ["ana", "bob", "carol"] {
+        rein(&data)
+            .arg("run")
+            .arg(&plan)
+            .arg("--no-wait")
+            .output()
+            .unwrap();
+        let id = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+        run_ok(rein(&data).args(["approvals", "deny", &id, "--as", who]));
+    }
+    let report = json(&run_ok(rein(&data).args(["ledger", "verify", "--json"])));
+    assert_eq!(report["entries"], 3);
+    let head = format!(
+        "{}:{}",
+        report["head"]["seq"],
+        report["head"]["hash"].as_str().unwrap()
+    );
+    let out = run_ok(rein(&data).args(["ledger", "verify"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("head {head}")));
+    let out = run_ok(rein(&data).args(["ledger", "verify", "--head", &head]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("still holds the recorded head 3"));
+
+    // The newest entry deleted straight in the file: the chain alone cannot tell.
+    let conn = rusqlite::Connection::open(data.join("rein.db")).unwrap();
+    conn.execute("DELETE FROM ledger WHERE seq = 3", [])
+        .unwrap();
+    drop(conn);
+    let out = run_ok(rein(&data).args(["ledger", "verify"]));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ledger intact: 2 entries"));
+    // Against the head recorded before, it is caught.
+    let out = rein(&data)
+        .args(["ledger", "verify", "--head", &head])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("recorded head") && said.contains("is gone"),
+        "{said}"
+    );
+    let bad = rein(&data)
+        .args(["ledger", "verify", "--head", "3:xyz"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "a malformed head is bad usage");
+
+    // Damaged bytes in an entry: named, not a raw conversion error.
+    let conn = rusqlite::Connection::open(data.join("rein.db")).unwrap();
+    conn.execute(
+        "UPDATE ledger SET body = CAST(X'7B22FFFE' AS TEXT) WHERE seq = 2",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+    let out = rein(&data).args(["ledger", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("ledger entry 2 is damaged") && said.contains("not valid UTF-8"),
+        "{said}"
+    );
+    assert!(!said.contains("Conversion error"), "{said}");
+}
+
+#[test]
 fn the_approval_example_works_as_its_comments_say() {
     let data = tempfile::tempdir().unwrap();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/approval.toml");

@@ -6,7 +6,7 @@
 //! decision made in this process reaches the waiting runner at once; one made in
 //! another process is picked up by the runner's poll of the store.
 
-use rein_protocol::ledger::{ChainBreak, verify_chain};
+use rein_protocol::ledger::{ChainBreak, LedgerCheck, LedgerHead, verify_against};
 use rein_protocol::{
     ApprovalId, ApprovalRequest, ApprovalResponse, ApprovalStatus, Decision, LedgerEntry, LedgerId,
     LedgerKind,
@@ -116,8 +116,38 @@ impl Engine {
     /// Every break in the ledger's hash chain (none when it is intact), and how many
     /// entries were checked.
     pub async fn verify_ledger(&self) -> Result<(usize, Vec<ChainBreak>)> {
-        let entries = self.ledger().await?;
-        Ok((entries.len(), verify_chain(&entries)))
+        let check = self.check_ledger(None).await?;
+        Ok((check.0, check.1))
+    }
+
+    /// The ledger checked, against `head` (recorded earlier) if given: what was
+    /// found, with the head now. An entry whose stored bytes cannot be read is
+    /// a problem named like any other, not an error.
+    pub async fn check_ledger(
+        &self,
+        head: Option<&LedgerHead>,
+    ) -> Result<(usize, Vec<ChainBreak>, Option<LedgerHead>)> {
+        let entries = match self.ledger().await {
+            Ok(entries) => entries,
+            Err(EngineError::Store(StoreError::Corrupt(detail))) => {
+                return Ok((0, vec![ChainBreak::Damaged { detail }], None));
+            }
+            Err(e) => return Err(e),
+        };
+        let problems = verify_against(&entries, head);
+        Ok((entries.len(), problems, LedgerHead::of(&entries)))
+    }
+
+    /// [`Engine::check_ledger`] as the wire shape.
+    pub async fn ledger_check(&self, head: Option<LedgerHead>) -> Result<LedgerCheck> {
+        let (entries, problems, now) = self.check_ledger(head.as_ref()).await?;
+        Ok(LedgerCheck {
+            entries: entries as u64,
+            intact: problems.is_empty(),
+            problems: problems.iter().map(ToString::to_string).collect(),
+            head: now,
+            against: head,
+        })
     }
 
     /// Withdraws a pending request nobody needs to answer any more (its task was

@@ -72,6 +72,68 @@ impl LedgerEntry {
     }
 }
 
+/// A ledger's head: its newest entry's position and hash, as printed by
+/// `rein ledger verify` for an operator to record (`SEQ:HASH`). A chain can
+/// prove each entry follows the one before it, but not that nothing came after
+/// its last one: checked against a head recorded earlier, removing the newest
+/// entries (or rewriting the chain from some entry on) is found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LedgerHead {
+    pub seq: u64,
+    pub hash: String,
+}
+
+impl LedgerHead {
+    /// The head of `entries` (oldest first), if any.
+    pub fn of(entries: &[LedgerEntry]) -> Option<LedgerHead> {
+        entries.last().map(|e| LedgerHead {
+            seq: e.seq,
+            hash: e.hash.clone(),
+        })
+    }
+
+    /// `SEQ:HASH`, as printed.
+    pub fn parse(text: &str) -> Result<LedgerHead, String> {
+        let bad = || {
+            format!(
+                "`{text}` is not a ledger head: write SEQ:HASH as `rein ledger verify` prints it (e.g. 12:3f9a…, 64 hex digits)"
+            )
+        };
+        let (seq, hash) = text.trim().split_once(':').ok_or_else(bad)?;
+        let seq: u64 = seq.parse().map_err(|_| bad())?;
+        if seq == 0 || hash.len() != 64 || !hash.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        Ok(LedgerHead {
+            seq,
+            hash: hash.to_ascii_lowercase(),
+        })
+    }
+}
+
+impl std::fmt::Display for LedgerHead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.seq, self.hash)
+    }
+}
+
+/// What checking the ledger found (`rein ledger verify`, `/admin/ledger/verify`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct LedgerCheck {
+    /// How many entries were read.
+    pub entries: u64,
+    pub intact: bool,
+    /// Each problem, naming its entry.
+    pub problems: Vec<String>,
+    /// The newest entry's position and hash: record it, and check against it
+    /// later (`--head`, `?head=`), to catch a removal of the newest entries.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head: Option<LedgerHead>,
+    /// The head recorded earlier that the ledger was checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<LedgerHead>,
+}
+
 /// What is wrong with a chain of entries, naming the first bad entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChainBreak {
@@ -85,6 +147,14 @@ pub enum ChainBreak {
     },
     /// Sequence numbers skip: an entry is missing.
     Gap { expected: u64, found: u64 },
+    /// The recorded head is not in the ledger any more: the newest entries
+    /// were removed.
+    HeadMissing { head: LedgerHead, last: u64 },
+    /// The entry at the recorded head's position is another one: the chain
+    /// was rewritten from there (or before).
+    HeadChanged { head: LedgerHead, found: String },
+    /// An entry's stored bytes cannot be read as an entry.
+    Damaged { detail: String },
 }
 
 impl std::fmt::Display for ChainBreak {
@@ -103,8 +173,37 @@ impl std::fmt::Display for ChainBreak {
             ChainBreak::Gap { expected, found } => {
                 write!(f, "entry {expected} is missing (the next entry is {found})")
             }
+            ChainBreak::HeadMissing { head, last } => write!(
+                f,
+                "the recorded head {head} is gone: the ledger ends at entry {last}, so its newest entries were removed"
+            ),
+            ChainBreak::HeadChanged { head, found } => write!(
+                f,
+                "entry {} is not the recorded head {head} (its hash is {found}): the ledger was rewritten from there or before",
+                head.seq
+            ),
+            ChainBreak::Damaged { detail } => write!(f, "{detail}"),
         }
     }
+}
+
+/// [`verify_chain`], and that the chain still holds `head`, recorded earlier.
+pub fn verify_against(entries: &[LedgerEntry], head: Option<&LedgerHead>) -> Vec<ChainBreak> {
+    let mut problems = verify_chain(entries);
+    if let Some(head) = head {
+        match entries.iter().find(|e| e.seq == head.seq) {
+            None => problems.push(ChainBreak::HeadMissing {
+                head: head.clone(),
+                last: entries.last().map_or(0, |e| e.seq),
+            }),
+            Some(e) if e.hash != head.hash => problems.push(ChainBreak::HeadChanged {
+                head: head.clone(),
+                found: e.hash.clone(),
+            }),
+            Some(_) => {}
+        }
+    }
+    problems
 }
 
 /// Checks a whole ledger, oldest first; every problem found, in order.
@@ -199,6 +298,38 @@ mod tests {
             matches!(found[0], ChainBreak::Broken { seq: 3, .. }),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn a_removed_tail_needs_the_recorded_head() {
+        let c = chain(5);
+        let head = LedgerHead::of(&c).unwrap();
+        assert_eq!(LedgerHead::parse(&head.to_string()).unwrap(), head);
+        assert!(verify_against(&c, Some(&head)).is_empty());
+        // The newest two removed: the chain alone still verifies.
+        let cut = &c[..3];
+        assert!(verify_chain(cut).is_empty());
+        assert_eq!(
+            verify_against(cut, Some(&head)),
+            vec![ChainBreak::HeadMissing {
+                head: head.clone(),
+                last: 3
+            }]
+        );
+        // Rewritten from entry 3 on, every hash recomputed: only the head tells.
+        let mut forged = c[..2].to_vec();
+        for i in 2..5 {
+            let e = entry(&format!("forged{i}")).sealed_after(forged.last());
+            forged.push(e);
+        }
+        assert!(verify_chain(&forged).is_empty());
+        assert!(matches!(
+            verify_against(&forged, Some(&head))[..],
+            [ChainBreak::HeadChanged { .. }]
+        ));
+        for bad in ["", "5", "x:abc", "0:00", &format!("5:{}", "g".repeat(64))] {
+            assert!(LedgerHead::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

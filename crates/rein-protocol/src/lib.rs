@@ -60,7 +60,7 @@ pub use ids::{
     ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SharedStateId, SnapshotId,
     TaskId,
 };
-pub use ledger::{LedgerEntry, LedgerKind};
+pub use ledger::{LedgerCheck, LedgerEntry, LedgerHead, LedgerKind};
 pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
 pub use plan::{

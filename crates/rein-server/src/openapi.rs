@@ -614,13 +614,19 @@ pub fn table() -> Vec<Route> {
         Route {
             path: "/admin/ledger/verify",
             handler: get(verify_ledger),
-            operations: vec![op(
-                "get",
-                "Check the ledger's hash chain",
-                V,
-                200,
-                "LedgerCheck",
-            )],
+            operations: vec![Operation {
+                query: &[(
+                    "head",
+                    "SEQ:HASH, a head recorded earlier: also check that the ledger still holds it",
+                )],
+                ..op(
+                    "get",
+                    "Check the ledger's hash chain (and, with ?head=, that it still holds a recorded head)",
+                    V,
+                    200,
+                    "LedgerCheck",
+                )
+            }],
         },
     ]
 }
@@ -685,8 +691,15 @@ fn envelopes() -> Vec<(&'static str, Value)> {
         (
             "LedgerCheck",
             object(
-                json!({ "entries": { "type": "integer" }, "intact": { "type": "boolean" }, "problems": { "type": "array", "items": { "type": "string" } } }),
+                json!({ "entries": { "type": "integer" }, "intact": { "type": "boolean" }, "problems": { "type": "array", "items": { "type": "string" } }, "head": reference("LedgerHead"), "against": reference("LedgerHead") }),
                 &["entries", "intact", "problems"],
+            ),
+        ),
+        (
+            "LedgerHead",
+            object(
+                json!({ "seq": { "type": "integer", "minimum": 1 }, "hash": { "type": "string", "pattern": "^[0-9a-f]{64}$" } }),
+                &["seq", "hash"],
             ),
         ),
         (

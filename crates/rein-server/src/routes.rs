@@ -508,16 +508,26 @@ pub async fn ledger(
     Ok(Json(json!({ "items": state.engine.ledger().await? })))
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyQuery {
+    head: Option<String>,
+}
+
 pub async fn verify_ledger(
     State(state): State<AppState>,
     Caller(caller): Caller,
-) -> ApiResult<Json<serde_json::Value>> {
+    query: Result<Query<VerifyQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<rein_protocol::LedgerCheck>> {
     require(&caller, Role::Viewer)?;
-    let (entries, breaks) = state.engine.verify_ledger().await?;
-    let problems: Vec<String> = breaks.iter().map(ToString::to_string).collect();
-    Ok(Json(
-        json!({ "entries": entries, "intact": problems.is_empty(), "problems": problems }),
-    ))
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let head = q
+        .head
+        .as_deref()
+        .map(rein_protocol::LedgerHead::parse)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(format!("head: {e}")))?;
+    Ok(Json(state.engine.ledger_check(head).await?))
 }
 
 pub async fn metrics_json(

@@ -875,12 +875,38 @@ impl Store for SqliteStore {
     async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
-            query_json(
-                conn,
-                "SELECT body FROM ledger WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-                params![seq(after_seq), limit],
-                "ledger entry",
-            )
+            let mut stmt = conn
+                .prepare_cached("SELECT seq, body FROM ledger WHERE seq > ?1 ORDER BY seq LIMIT ?2")
+                .map_err(backend)?;
+            let mut rows = stmt
+                .query(params![seq(after_seq), limit])
+                .map_err(backend)?;
+            let mut entries = Vec::new();
+            // Read as bytes: damaged bytes name their entry instead of failing
+            // the whole read with a conversion error.
+            while let Some(row) = rows.next().map_err(backend)? {
+                let at: i64 = row.get(0).map_err(backend)?;
+                let damaged = |why: String| {
+                    StoreError::Corrupt(format!(
+                        "ledger entry {at} is damaged: {why}; the entries after it were not checked"
+                    ))
+                };
+                let bytes = match row.get_ref(1).map_err(backend)? {
+                    rusqlite::types::ValueRef::Text(b) | rusqlite::types::ValueRef::Blob(b) => b,
+                    other => {
+                        return Err(damaged(format!(
+                            "its body is {:?}, not text",
+                            other.data_type()
+                        )));
+                    }
+                };
+                let text = std::str::from_utf8(bytes)
+                    .map_err(|e| damaged(format!("its stored bytes are not valid UTF-8 ({e})")))?;
+                let entry: LedgerEntry = serde_json::from_str(text)
+                    .map_err(|e| damaged(format!("it is not a ledger entry ({e})")))?;
+                entries.push(entry);
+            }
+            Ok(entries)
         })
         .await
     }

@@ -113,27 +113,43 @@ pub async fn ledger(target: &Target, cmd: LedgerCommand) -> anyhow::Result<u8> {
             }
             Ok(exit::SUCCESS)
         }
-        LedgerCommand::Verify { json } => {
-            let check = backend.verify_ledger().await?;
-            let (checked, breaks) = (check.entries, check.problems);
+        LedgerCommand::Verify { head, json } => {
+            let head = head
+                .as_deref()
+                .map(rein_protocol::LedgerHead::parse)
+                .transpose()
+                .map_err(|e| UsageError(format!("--head: {e}")))?;
+            let check = backend.verify_ledger(head).await?;
             if json {
-                print_json(&serde_json::json!({
-                    "entries": checked,
-                    "intact": breaks.is_empty(),
-                    "problems": breaks,
-                }))?;
-            } else if breaks.is_empty() {
-                say!("ledger intact: {checked} entries, every hash and link checks out");
+                print_json(&check)?;
             } else {
-                say!(
-                    "ledger BROKEN: {} problem(s) in {checked} entries",
-                    breaks.len()
-                );
-                for b in &breaks {
-                    say!("  - {b}");
+                let checked = check.entries;
+                let against = check
+                    .against
+                    .as_ref()
+                    .map(|h| format!(", and it still holds the recorded head {}", h.seq))
+                    .unwrap_or_default();
+                if check.intact {
+                    say!(
+                        "ledger intact: {checked} entries, every hash and link checks out{against}"
+                    );
+                } else {
+                    say!(
+                        "ledger BROKEN: {} problem(s) in {checked} entries",
+                        check.problems.len()
+                    );
+                    for b in &check.problems {
+                        say!("  - {b}");
+                    }
+                }
+                if let Some(now) = &check.head {
+                    say!("head {now}");
+                    say!(
+                        "  (record it, and check against it later with --head: the chain alone cannot tell that its newest entries were removed)"
+                    );
                 }
             }
-            Ok(if breaks.is_empty() {
+            Ok(if check.intact {
                 exit::SUCCESS
             } else {
                 exit::FAILURE
