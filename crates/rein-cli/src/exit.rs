@@ -17,7 +17,10 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
     if let Some(e) = error.downcast_ref::<EngineError>() {
         return match e.kind() {
             ErrorKind::Invalid => USAGE,
-            ErrorKind::NotFound | ErrorKind::Conflict | ErrorKind::Internal => FAILURE,
+            ErrorKind::NotFound
+            | ErrorKind::Conflict
+            | ErrorKind::Forbidden
+            | ErrorKind::Internal => FAILURE,
         };
     }
     if let Some(e) = error.downcast_ref::<PlanFileError>() {

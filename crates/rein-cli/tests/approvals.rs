@@ -188,6 +188,13 @@ fn an_edited_ledger_row_is_reported_by_verify() {
         "--as",
         "ana",
     ]));
+    // Delegated to carol, it is hers to decide.
+    let out = rein(&data)
+        .args(["approvals", "approve", &first, "--as", "ana"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only carol"));
     run_ok(rein(&data).args(["approvals", "approve", &first, "--as", "carol"]));
     rein(&data)
         .arg("run")

@@ -40,12 +40,38 @@ impl Engine {
 
     /// Records a person's decision. The first valid decision wins; a later one gets
     /// [`EngineError::AlreadyDecided`] naming the first. `delegate` hands the request
-    /// to another approver and keeps it pending.
-    pub async fn decide(&self, mut response: ApprovalResponse) -> Result<ApprovalRequest> {
+    /// to another approver and keeps it pending; from then on only that
+    /// approver may decide it (or delegate it on), [`EngineError::NotAssigned`]
+    /// for anyone else.
+    pub async fn decide(&self, response: ApprovalResponse) -> Result<ApprovalRequest> {
+        self.decide_as(response, false).await
+    }
+
+    /// [`Engine::decide`] by an admin, who may decide a request delegated to
+    /// someone else.
+    pub async fn decide_overriding(&self, response: ApprovalResponse) -> Result<ApprovalRequest> {
+        self.decide_as(response, true).await
+    }
+
+    async fn decide_as(
+        &self,
+        mut response: ApprovalResponse,
+        admin: bool,
+    ) -> Result<ApprovalRequest> {
         let request = self.approval(&response.request_id).await?;
         if request.status != ApprovalStatus::Pending {
             return Err(EngineError::AlreadyDecided {
                 current: Box::new(request),
+            });
+        }
+        if let Some(assigned_to) = &request.assigned_to
+            && !admin
+            && assigned_to.trim() != response.decided_by.trim()
+        {
+            return Err(EngineError::NotAssigned {
+                id: request.id.clone(),
+                assigned_to: assigned_to.clone(),
+                by: response.decided_by.clone(),
             });
         }
         check_response(&request, &mut response)?;
@@ -270,7 +296,7 @@ fn check_response(request: &ApprovalRequest, response: &mut ApprovalResponse) ->
     }
 }
 
-fn ledger_entry(
+pub(crate) fn ledger_entry(
     request: &ApprovalRequest,
     kind: LedgerKind,
     who: &str,

@@ -39,6 +39,15 @@ pub enum EngineError {
     AlreadyDecided { current: Box<ApprovalRequest> },
     #[error("approval request {0} not found")]
     ApprovalNotFound(ApprovalId),
+    /// A delegated request decided by someone other than its delegate.
+    #[error(
+        "approval request {id} was delegated to {assigned_to}: only {assigned_to} (or an admin, over the API) may decide it, not {by}"
+    )]
+    NotAssigned {
+        id: ApprovalId,
+        assigned_to: String,
+        by: String,
+    },
     #[error("{0}")]
     BadRequest(String),
     /// A contract cannot move from its status to the one asked for.
@@ -95,6 +104,8 @@ pub enum ErrorKind {
     Invalid,
     /// The request is fine but the task's state does not allow it now.
     Conflict,
+    /// The caller may not do this (a delegated request, someone else's).
+    Forbidden,
     /// Something broke inside rein or its store.
     Internal,
 }
@@ -106,6 +117,7 @@ impl EngineError {
             | EngineError::SnapshotNotFound(_)
             | EngineError::ApprovalNotFound(_) => ErrorKind::NotFound,
             EngineError::AlreadyDecided { .. } => ErrorKind::Conflict,
+            EngineError::NotAssigned { .. } => ErrorKind::Forbidden,
             EngineError::InvalidPlan(_)
             | EngineError::BadRequest(_)
             | EngineError::PathsRefused(_) => ErrorKind::Invalid,

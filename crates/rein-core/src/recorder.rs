@@ -40,6 +40,8 @@ pub struct Recorder {
     stored_seq: u64,
     /// Approval requests raised by the batch, stored with it.
     approvals: Vec<ApprovalRequest>,
+    /// Ledger entries to store with the batch.
+    ledger: Vec<rein_protocol::LedgerEntry>,
     /// The ids of the state's checkpoints, so a new one is checked for a
     /// duplicate in O(1) rather than against every checkpoint.
     checkpoint_ids: CheckpointIds,
@@ -72,6 +74,7 @@ impl Recorder {
             batch: Vec::new(),
             stored_seq,
             approvals: Vec::new(),
+            ledger: Vec::new(),
             checkpoint_ids: CheckpointIds::default(),
         }
     }
@@ -88,6 +91,7 @@ impl Recorder {
             batch: vec![first],
             stored_seq: 0,
             approvals: Vec::new(),
+            ledger: Vec::new(),
             checkpoint_ids: CheckpointIds::default(),
         })
     }
@@ -182,6 +186,11 @@ impl Recorder {
         Ok(())
     }
 
+    /// Adds a ledger entry to the batch: stored, sealed, with its events.
+    pub fn record_ledger(&mut self, entry: rein_protocol::LedgerEntry) {
+        self.ledger.push(entry);
+    }
+
     pub fn has_unsaved(&self) -> bool {
         !self.batch.is_empty()
     }
@@ -193,6 +202,7 @@ impl Recorder {
             events: std::mem::take(&mut self.batch),
             summary: self.state.head.summary(),
             approvals: std::mem::take(&mut self.approvals),
+            ledger: std::mem::take(&mut self.ledger),
         };
         self.stored_seq = self.state.head.last_seq;
         write

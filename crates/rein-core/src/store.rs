@@ -83,6 +83,9 @@ pub struct TaskWrite {
     pub summary: TaskSummary,
     /// Approval requests the events raise, stored in the same transaction.
     pub approvals: Vec<ApprovalRequest>,
+    /// Ledger entries the events call for (an escalation to a person), sealed
+    /// after the ledger's last entry in the same transaction.
+    pub ledger: Vec<rein_protocol::LedgerEntry>,
 }
 
 /// A new task: its plan and its first write (with `expected_seq` 0).

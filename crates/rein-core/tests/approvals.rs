@@ -196,6 +196,23 @@ async fn skip_lets_the_plan_go_on_and_delegate_keeps_it_pending() {
     let delegated = h.engine.decide(hand_over).await.unwrap();
     assert_eq!(delegated.status, ApprovalStatus::Pending);
     assert_eq!(delegated.assigned_to.as_deref(), Some("carol"));
+    // Delegated, it is carol's: nobody else decides it, nor hands it on.
+    for (decision, who) in [(Decision::Approve, "ana"), (Decision::Deny, "bob")] {
+        let err = h
+            .engine
+            .decide(answer(&request, decision, who))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, EngineError::NotAssigned { assigned_to, .. } if assigned_to == "carol"),
+            "{err}"
+        );
+        assert_eq!(err.kind(), rein_core::ErrorKind::Forbidden);
+        assert!(err.to_string().contains("only carol"), "{err}");
+    }
+    let mut again = answer(&request, Decision::Delegate, "ana");
+    again.delegate_to = Some("mallory".into());
+    assert!(h.engine.decide(again).await.is_err());
     h.engine
         .decide(answer(&request, Decision::Skip, "carol"))
         .await
@@ -492,4 +509,22 @@ async fn aborting_a_paused_task_that_waits_on_a_person_revokes_the_question() {
         "{err}"
     );
     h.stored(&cancelled).await;
+}
+
+#[tokio::test]
+async fn an_admin_may_decide_a_request_delegated_to_someone_else() {
+    let h = harness();
+    let state = h.create(release(&[], None, Decision::Deny)).await;
+    let (run, request) = until_asked(&h, &state, RunOptions::default()).await;
+    let mut hand_over = answer(&request, Decision::Delegate, "ana");
+    hand_over.delegate_to = Some("carol".into());
+    h.engine.decide(hand_over).await.unwrap();
+    let decided = h
+        .engine
+        .decide_overriding(answer(&request, Decision::Approve, "root"))
+        .await
+        .unwrap();
+    assert_eq!(decided.status, ApprovalStatus::Approved);
+    assert_eq!(decided.response.unwrap().decided_by, "root");
+    assert_eq!(run.await.unwrap().unwrap().status(), TaskStatus::Completed);
 }

@@ -692,6 +692,7 @@ async fn a_stale_writer_is_refused_and_writes_nothing() {
         events: Vec::new(),
         summary: head.summary(),
         approvals: Vec::new(),
+        ledger: Vec::new(),
     };
     let err = h.store.save(stale.clone()).await.unwrap_err();
     assert!(

@@ -259,6 +259,28 @@ async fn a_permission_error_is_escalated_to_a_person() {
             "{}",
             request.title
         );
+        // The request says what failed, and the escalation is in the ledger.
+        let risk = request.context.risk_assessment.clone().unwrap_or_default();
+        assert!(
+            risk.contains("attempt 1 failed with a permission_denied error"),
+            "{risk}"
+        );
+        let ledger = h.engine.ledger().await.unwrap();
+        let escalated = ledger
+            .iter()
+            .find(|e| e.kind == rein_protocol::LedgerKind::Escalated)
+            .expect("an escalation entry");
+        assert_eq!(escalated.request_id.as_ref(), Some(&request.id));
+        assert_eq!(escalated.who, "system:recovery");
+        assert!(
+            escalated
+                .reason
+                .as_deref()
+                .unwrap_or_default()
+                .starts_with("permission_denied error:"),
+            "{escalated:?}"
+        );
+        assert!(h.engine.verify_ledger().await.unwrap().1.is_empty());
         h.engine
             .decide(choose(&request, choice, "ana"))
             .await

@@ -62,6 +62,7 @@ impl From<EngineError> for ApiError {
             ErrorKind::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             ErrorKind::Invalid => (StatusCode::BAD_REQUEST, "invalid"),
             ErrorKind::Conflict => (StatusCode::CONFLICT, "conflict"),
+            ErrorKind::Forbidden => (StatusCode::FORBIDDEN, "forbidden"),
             ErrorKind::Internal => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {

@@ -727,16 +727,44 @@ async fn approvals_are_decided_over_the_api_first_answer_wins() {
         )
         .await;
     assert_eq!(viewer.status, StatusCode::FORBIDDEN);
-    let ok = api
+    // Handed to "carol", the request is hers: the operator token "otto" is
+    // refused, naming her; an admin token may still decide.
+    let decision = |body: Value, token: &'static str| {
+        let api = &api;
+        let uri = format!("/admin/approvals/{apr}/decision");
+        async move { api.call(Method::POST, &uri, Some(token), Some(body)).await }
+    };
+    let handed = decision(
+        json!({ "decision": "delegate", "delegate_to": "carol" }),
+        OPERATOR,
+    )
+    .await;
+    assert_eq!(handed.status, StatusCode::OK, "{}", handed.text);
+    let refused = decision(json!({ "decision": "deny" }), OPERATOR).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.text);
+    assert_eq!(refused.body["error"]["code"], "forbidden");
+    assert!(refused.text.contains("only carol"), "{}", refused.text);
+    let admin = Api {
+        _dir: tempfile::tempdir().unwrap(),
+        state: AppState {
+            auth: Arc::new(Auth::new(vec![TokenEntry {
+                name: "root".into(),
+                role: Role::Admin,
+                sha256: hash_token("admin-token"),
+            }])),
+            ..api.state.clone()
+        },
+    };
+    let ok = admin
         .call(
             Method::POST,
             &format!("/admin/approvals/{apr}/decision"),
-            Some(OPERATOR),
+            Some("admin-token"),
             Some(json!({ "decision": "approve", "selected_option": "hold", "reason": "QA first" })),
         )
         .await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
-    assert_eq!(ok.body["approval"]["response"]["decided_by"], "otto");
+    assert_eq!(ok.body["approval"]["response"]["decided_by"], "root");
     let late = api
         .call(
             Method::POST,
@@ -750,7 +778,7 @@ async fn approvals_are_decided_over_the_api_first_answer_wins() {
         late.body["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("already approved by otto"),
+            .contains("already approved by root"),
         "{}",
         late.text
     );
@@ -759,6 +787,8 @@ async fn approvals_are_decided_over_the_api_first_answer_wins() {
         .call(Method::GET, "/admin/ledger", Some(VIEWER), None)
         .await;
     assert_eq!(ledger.body["items"][0]["who"], "otto");
+    assert_eq!(ledger.body["items"][0]["kind"], "delegated");
+    assert_eq!(ledger.body["items"][1]["who"], "root");
     let verify = api
         .call(Method::GET, "/admin/ledger/verify", Some(VIEWER), None)
         .await;

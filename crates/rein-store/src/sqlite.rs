@@ -346,6 +346,8 @@ struct Encoded {
     events: Vec<(i64, &'static str, String)>,
     /// New approval requests: (id, status, created_at, body).
     approvals: Vec<(String, &'static str, String, String)>,
+    /// Ledger entries to seal after the ledger's last.
+    ledger: Vec<LedgerEntry>,
 }
 
 fn seq(v: u64) -> i64 {
@@ -373,6 +375,7 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
         .collect::<StoreResult<Vec<_>>>()?;
     Ok(Encoded {
         approvals,
+        ledger: write.ledger.clone(),
         task_id: write.task_id.to_string(),
         expected_seq: seq(write.expected_seq),
         status: write.summary.status.as_str(),
@@ -427,7 +430,29 @@ fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<()> {
         .and_then(|mut stmt| stmt.execute(params![id, w.task_id, status, created_at, body]))
         .map_err(backend)?;
     }
+    for entry in &w.ledger {
+        append_ledger(conn, entry.clone())?;
+    }
     Ok(())
+}
+
+/// Seals `entry` after the ledger's last entry and appends it, inside the
+/// caller's transaction (so the chain has no gaps, whoever writes).
+fn append_ledger(conn: &Connection, entry: LedgerEntry) -> StoreResult<LedgerEntry> {
+    let mut last: Vec<LedgerEntry> = query_json(
+        conn,
+        "SELECT body FROM ledger ORDER BY seq DESC LIMIT 1",
+        [],
+        "ledger entry",
+    )?;
+    let sealed = entry.sealed_after(last.pop().as_ref());
+    let sealed_body = serde_json::to_string(&sealed).map_err(backend)?;
+    conn.execute(
+        "INSERT INTO ledger (seq, id, body) VALUES (?1, ?2, ?3)",
+        params![seq(sealed.seq), sealed.id.as_str(), sealed_body],
+    )
+    .map_err(backend)?;
+    Ok(sealed)
 }
 
 /// A task's row as a write finds it: its key and its status.
@@ -854,20 +879,7 @@ impl Store for SqliteStore {
                         None => StoreError::ApprovalNotFound(id.clone()),
                     });
                 }
-                let mut last: Vec<LedgerEntry> = query_json(
-                    conn,
-                    "SELECT body FROM ledger ORDER BY seq DESC LIMIT 1",
-                    [],
-                    "ledger entry",
-                )?;
-                let sealed = entry.clone().sealed_after(last.pop().as_ref());
-                let sealed_body = serde_json::to_string(&sealed).map_err(backend)?;
-                conn.execute(
-                    "INSERT INTO ledger (seq, id, body) VALUES (?1, ?2, ?3)",
-                    params![seq(sealed.seq), sealed.id.as_str(), sealed_body],
-                )
-                .map_err(backend)?;
-                Ok(sealed)
+                append_ledger(conn, entry.clone())
             })
             .await
     }

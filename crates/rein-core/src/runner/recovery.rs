@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_protocol::{
-    ApprovalRequest, Checkpoint, CheckpointId, CheckpointType, ErrorType, RecoveryAction,
-    TaskChange, Trigger,
+    ApprovalContext, ApprovalRequest, Checkpoint, CheckpointId, CheckpointType, ErrorType,
+    LedgerKind, RecoveryAction, StepAction, TaskChange, Trigger,
 };
 
 use super::approvals::INTERRUPTED_CHOICES;
@@ -178,12 +178,25 @@ impl TaskRun<'_> {
             | ErrorType::Fatal
             | ErrorType::Unsupported => Trigger::TaskBlocked,
         };
+        let command = match &step.action {
+            StepAction::Command { run, .. } => Some(run.clone()),
+            StepAction::Agent { prompt, .. } => Some(format!("agent: {prompt}")),
+            StepAction::Noop | StepAction::Approval { .. } | StepAction::Verify { .. } => None,
+        };
         let request = ApprovalRequest {
             description: error.to_owned(),
             options: INTERRUPTED_CHOICES
                 .iter()
                 .map(|c| (*c).to_owned())
                 .collect(),
+            context: ApprovalContext {
+                command,
+                risk_assessment: Some(format!(
+                    "attempt {} failed with a {error_type} error: {error}",
+                    self.attempts[i] - 1
+                )),
+                ..ApprovalContext::default()
+            },
             ..ApprovalRequest::pending(
                 self.rec.state.head.id.clone(),
                 checkpoint_id.clone(),
@@ -196,6 +209,13 @@ impl TaskRun<'_> {
                 self.engine.config.clock.now(),
             )
         };
+        // The escalation itself is on the record, with the failure behind it.
+        self.rec.record_ledger(crate::approvals::ledger_entry(
+            &request,
+            LedgerKind::Escalated,
+            "system:recovery",
+            Some(format!("{error_type} error: {error}")),
+        ));
         self.await_request(i, checkpoint_id, span, request)
     }
 
