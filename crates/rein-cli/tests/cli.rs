@@ -685,3 +685,30 @@ fn a_store_that_is_not_whole_is_refused_not_started_afresh() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("is read-only"), "{said}");
 }
+
+#[test]
+fn resume_all_says_which_process_runs_what_it_leaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "busy.toml",
+        &format!(
+            "description='busy'\n[[steps]]\nid='a'\nrun='{}'\n",
+            until_exists(Path::new("go"))
+        ),
+    );
+    let (mut running, id) = run_until_running(&data, &plan, "a");
+    let out = run_ok(rein(&data).args(["tasks", "resume", "--all"]));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("nothing to resume"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "task {id} is being run by process {}",
+            running.id()
+        )),
+        "{said}"
+    );
+    std::fs::write(in_workspace(&data, &id, "go"), "").unwrap();
+    assert!(running.wait().unwrap().success());
+}

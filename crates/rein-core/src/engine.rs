@@ -509,6 +509,34 @@ impl Engine {
 
     /// Tasks `resume --all` would take up: pending, paused, and in progress with no
     /// live runner (a run under way in this engine counts as live).
+    /// Tasks in progress that another live process runs, with that process:
+    /// what `resumable` leaves out, and why.
+    pub async fn run_elsewhere(&self) -> Result<Vec<(TaskSummary, RunnerInfo)>> {
+        let mut filter = TaskFilter {
+            status: Some(TaskStatus::InProgress),
+            limit: Some(500),
+            ..TaskFilter::default()
+        };
+        let mut out = Vec::new();
+        loop {
+            let page = self.store.list(&filter).await?;
+            for head in page.items {
+                if let Some(runner) = head.runner.clone()
+                    && runner_alive(&runner)
+                    && !is_current(&runner)
+                {
+                    out.push((head, runner));
+                }
+            }
+            match page.next_cursor {
+                Some(c) => filter.cursor = Some(c),
+                None => break,
+            }
+        }
+        out.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        Ok(out)
+    }
+
     pub async fn resumable(&self) -> Result<Vec<TaskSummary>> {
         let mut out = Vec::new();
         for status in [

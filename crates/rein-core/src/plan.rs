@@ -15,6 +15,15 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PlanIssue {
     NoSteps,
+    /// The task says nothing about what it is.
+    EmptyDescription,
+    /// A string that becomes one argument of `exec` (the command, an
+    /// environment variable) is longer than the kernel takes.
+    TooLongForExec {
+        step: String,
+        what: String,
+        bytes: usize,
+    },
     EmptyStepId {
         index: usize,
     },
@@ -79,6 +88,14 @@ impl fmt::Display for PlanIssue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PlanIssue::NoSteps => write!(f, "the plan has no steps"),
+            PlanIssue::EmptyDescription => {
+                write!(f, "the plan's `description` is empty: say what the task is")
+            }
+            PlanIssue::TooLongForExec { step, what, bytes } => write!(
+                f,
+                "step `{step}`: {what} is {bytes} bytes, longer than the {} bytes a program can be given in one argument or variable; put it in a file in the workspace and run that",
+                MAX_EXEC_STRING
+            ),
             PlanIssue::Denied {
                 step,
                 subject,
@@ -201,12 +218,40 @@ fn valid_step_id(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
+/// The longest string `exec` takes as one argument or one `KEY=value`
+/// variable (Linux's MAX_ARG_STRLEN, 32 pages, less its terminating NUL).
+pub const MAX_EXEC_STRING: usize = 32 * 4096 - 1;
+
+/// The strings of a command step that reach `exec` one by one, too long for it.
+fn exec_issues(step: &TaskStep, issues: &mut Vec<PlanIssue>) {
+    let StepAction::Command { run, env, .. } = &step.action else {
+        return;
+    };
+    let too_long = |what: String, bytes: usize| PlanIssue::TooLongForExec {
+        step: step.id.clone(),
+        what,
+        bytes,
+    };
+    if run.len() > MAX_EXEC_STRING {
+        issues.push(too_long("`run`".into(), run.len()));
+    }
+    for (key, value) in env {
+        let bytes = key.len() + 1 + value.len();
+        if bytes > MAX_EXEC_STRING {
+            issues.push(too_long(format!("`env.{key}`"), bytes));
+        }
+    }
+}
+
 /// Checks a plan and derives `blocking_steps` from `depends_on`.
 ///
 /// Reports every issue found, not just the first; a cycle is reported once, as a
 /// path that starts and ends at the same step.
 pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanErrors> {
     let mut issues = Vec::new();
+    if plan.original_task.trim().is_empty() {
+        issues.push(PlanIssue::EmptyDescription);
+    }
     if plan.steps.is_empty() {
         issues.push(PlanIssue::NoSteps);
     }
@@ -239,6 +284,7 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
                 step: step.id.clone(),
             });
         }
+        exec_issues(step, &mut issues);
         if let StepAction::Approval {
             title,
             options,
@@ -275,11 +321,12 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
             }
         }
     }
-    if issues.is_empty()
-        && let Some(path) = find_cycle(&plan.steps, &index)
-    {
-        issues.push(PlanIssue::Cycle { path });
-    }
+    // Every cycle, whatever else is wrong: over the dependencies that exist.
+    issues.extend(
+        find_cycles(&plan.steps, &index)
+            .into_iter()
+            .map(|path| PlanIssue::Cycle { path }),
+    );
     if !issues.is_empty() {
         return Err(PlanErrors(issues));
     }
@@ -297,53 +344,97 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
     Ok(plan)
 }
 
-/// Kahn's algorithm; what it cannot order lies on or behind a cycle, and a walk
-/// along dependencies inside that remainder must come back to a step it has seen.
-fn find_cycle(steps: &[TaskStep], index: &HashMap<&str, usize>) -> Option<Vec<String>> {
+/// One cycle of each group of steps that depend on each other in a ring (a
+/// strongly connected component with more than one step, or a step that
+/// depends on itself), in plan order; dependencies on unknown steps are left
+/// out (they are reported on their own), and a duplicated id counts as the
+/// step that uses it last.
+fn find_cycles(steps: &[TaskStep], index: &HashMap<&str, usize>) -> Vec<Vec<String>> {
     let n = steps.len();
-    let mut indegree: Vec<usize> = steps.iter().map(|s| s.depends_on.len()).collect();
-    let mut dependants: Vec<Vec<usize>> = vec![Vec::new(); n];
-    for (i, step) in steps.iter().enumerate() {
-        for dep in &step.depends_on {
-            dependants[index[dep.as_str()]].push(i);
+    let deps: Vec<Vec<usize>> = steps
+        .iter()
+        .map(|s| {
+            s.depends_on
+                .iter()
+                .filter_map(|d| index.get(d.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    // Tarjan's algorithm, without recursion: a plan may be long.
+    let (mut next, mut order, mut low) = (0usize, vec![usize::MAX; n], vec![0usize; n]);
+    let (mut stack, mut on_stack) = (Vec::new(), vec![false; n]);
+    let mut component = vec![usize::MAX; n];
+    let mut components = 0;
+    for root in 0..n {
+        if order[root] != usize::MAX {
+            continue;
         }
-    }
-    let mut queue: Vec<usize> = (0..n).filter(|&i| indegree[i] == 0).collect();
-    let mut ordered = 0;
-    while let Some(i) = queue.pop() {
-        ordered += 1;
-        for &d in &dependants[i] {
-            indegree[d] -= 1;
-            if indegree[d] == 0 {
-                queue.push(d);
+        let mut work = vec![(root, 0usize)];
+        while let Some(&mut (v, ref mut edge)) = work.last_mut() {
+            if *edge == 0 && order[v] == usize::MAX {
+                order[v] = next;
+                low[v] = next;
+                next += 1;
+                stack.push(v);
+                on_stack[v] = true;
+            }
+            if let Some(&w) = deps[v].get(*edge) {
+                *edge += 1;
+                if order[w] == usize::MAX {
+                    work.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(order[w]);
+                }
+                continue;
+            }
+            work.pop();
+            if let Some(&(parent, _)) = work.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == order[v] {
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    component[w] = components;
+                    if w == v {
+                        break;
+                    }
+                }
+                components += 1;
             }
         }
     }
-    if ordered == n {
-        return None;
-    }
-    // Every step left has a dependency that is also left; follow those.
-    let start = (0..n).find(|&i| indegree[i] > 0)?;
-    let mut position: HashMap<usize, usize> = HashMap::new();
-    let mut walk = vec![start];
-    let mut current = start;
-    loop {
-        position.insert(current, walk.len() - 1);
-        let next = steps[current]
-            .depends_on
-            .iter()
-            .map(|d| index[d.as_str()])
-            .find(|&d| indegree[d] > 0)?;
-        if let Some(&at) = position.get(&next) {
-            // `walk[at..]` follows depends_on edges; print it in running order.
-            let mut cycle: Vec<String> = walk[at..].iter().map(|&i| steps[i].id.clone()).collect();
-            cycle.reverse();
-            cycle.push(cycle[0].clone());
-            return Some(cycle);
+    let mut seen = vec![false; components];
+    let mut cycles = Vec::new();
+    for start in 0..n {
+        let c = component[start];
+        let ring = deps[start].contains(&start) || deps[start].iter().any(|&d| component[d] == c);
+        if seen[c] || !ring {
+            continue;
         }
-        walk.push(next);
-        current = next;
+        seen[c] = true;
+        // Walk dependencies inside the component until a step comes round again.
+        let mut position: HashMap<usize, usize> = HashMap::new();
+        let mut walk = vec![start];
+        let mut current = start;
+        loop {
+            position.insert(current, walk.len() - 1);
+            let Some(&step) = deps[current].iter().find(|&&d| component[d] == c) else {
+                break;
+            };
+            if let Some(&at) = position.get(&step) {
+                // `walk[at..]` follows depends_on edges; print it in running order.
+                let mut cycle: Vec<String> =
+                    walk[at..].iter().map(|&i| steps[i].id.clone()).collect();
+                cycle.reverse();
+                cycle.push(cycle[0].clone());
+                cycles.push(cycle);
+                break;
+            }
+            walk.push(step);
+            current = step;
+        }
     }
+    cycles
 }
 
 /// Problems reading a plan file.

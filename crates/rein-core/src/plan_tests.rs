@@ -141,6 +141,93 @@ fn a_step_depending_on_itself_is_a_cycle() {
 }
 
 #[test]
+fn every_cycle_is_reported_also_beside_an_unknown_dependency() {
+    let found = issues(
+        r#"
+description = "rings"
+[[steps]]
+id = "a"
+run = "true"
+depends_on = ["b", "nope"]
+[[steps]]
+id = "b"
+run = "true"
+depends_on = ["a"]
+[[steps]]
+id = "c"
+run = "true"
+depends_on = ["d"]
+[[steps]]
+id = "d"
+run = "true"
+depends_on = ["c"]
+[[steps]]
+id = "e"
+run = "true"
+depends_on = ["e", "a"]
+"#,
+    );
+    let cycles: Vec<&Vec<String>> = found
+        .iter()
+        .filter_map(|i| match i {
+            PlanIssue::Cycle { path } => Some(path),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cycles.len(), 3, "{found:?}");
+    assert_eq!(cycles[0], &vec!["b", "a", "b"], "in running order");
+    assert_eq!(cycles[1], &vec!["d", "c", "d"]);
+    assert_eq!(cycles[2], &vec!["e", "e"]);
+    assert!(found.contains(&PlanIssue::UnknownDependency {
+        step: "a".into(),
+        dependency: "nope".into()
+    }));
+}
+
+#[test]
+fn an_empty_description_and_strings_too_long_for_exec_are_refused_at_check_time() {
+    let found = issues(
+        "description = '  '
+[[steps]]
+id='a'
+run='true'
+",
+    );
+    assert_eq!(found, vec![PlanIssue::EmptyDescription]);
+    let long = "x".repeat(MAX_EXEC_STRING + 1);
+    let found = issues(&format!(
+        "description='d'
+[[steps]]
+id='a'
+run='echo {long}'
+[[steps]]
+id='b'
+run='true'
+env = {{ BIG = '{long}' }}
+"
+    ));
+    assert_eq!(found.len(), 2, "{found:?}");
+    let text = found[0].to_string();
+    assert!(
+        text.contains("step `a`: `run` is 131077 bytes") && text.contains("131071"),
+        "{text}"
+    );
+    assert!(found[1].to_string().contains("`env.BIG`"), "{}", found[1]);
+    // At the limit it is fine.
+    let fits = "x".repeat(MAX_EXEC_STRING - 5);
+    assert!(
+        parse(&format!(
+            "description='d'
+[[steps]]
+id='a'
+run='echo {fits}'
+"
+        ))
+        .is_ok()
+    );
+}
+
+#[test]
 fn an_unknown_dependency_is_rejected_naming_both_steps() {
     let found = issues("description='d'\n[[steps]]\nid='a'\nrun='true'\ndepends_on=['nope']\n");
     assert_eq!(

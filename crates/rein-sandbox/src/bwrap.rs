@@ -246,7 +246,7 @@ impl Sandbox {
         let sandbox = Sandbox {
             how: How::Landlock(trampoline.clone()),
             detail: format!(
-                "Landlock through {}: the workspace read-write, system directories read-only, nothing else; no TCP unless allowed; memory and process limits by setrlimit; no PID namespace{}",
+                "Landlock through {}: the workspace read-write, system directories read-only, nothing else; no IPv4 or IPv6 sockets unless allowed (TCP by Landlock, the rest by seccomp); memory and process limits by setrlimit; no PID namespace{}",
                 trampoline.program.display(),
                 as_root()
             ),

@@ -5,7 +5,8 @@
 //! `rein-confine` binary of this crate, or `rein __confine`. It restricts itself
 //! (Landlock rules: the system directories readable and executable, the workspace
 //! read-write, nothing else; TCP bind and connect denied unless the network is
-//! allowed; `no_new_privs`), sets the memory limit, clears the environment, and
+//! allowed, and a seccomp filter refusing every other IPv4/IPv6 socket and
+//! io_uring; `no_new_privs`), sets the memory limit, clears the environment, and
 //! executes the script. Landlock has no PID namespace: the step's process group is
 //! stopped when it ends, but a process that leaves the group can outlive it.
 
@@ -168,12 +169,58 @@ pub fn confine_self(workspace: &Path, confinement: &Confinement) -> Result<Rules
     if status.ruleset == RulesetStatus::NotEnforced {
         return Err("Landlock is not enabled in this kernel".into());
     }
+    if !confinement.network {
+        no_inet_sockets()?;
+    }
     if let Some(bytes) = confinement.memory_bytes {
         use nix::sys::resource::{Resource, setrlimit};
         setrlimit(Resource::RLIMIT_AS, bytes, bytes)
             .map_err(|e| format!("cannot set the memory limit: {e}"))?;
     }
     Ok(status.ruleset)
+}
+
+/// Landlock rules TCP only: UDP, ICMP and raw sockets are beyond it. A
+/// seccomp filter closes the rest: no IPv4 or IPv6 socket of any kind can be
+/// made (EACCES), and io_uring, whose operations would slip past the filter,
+/// cannot be set up (ENOSYS). Unix sockets stay. Inherited by everything the
+/// command starts; Landlock has already set no_new_privs, which it needs.
+fn no_inet_sockets() -> Result<(), String> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+    fn fail(e: impl std::fmt::Display) -> String {
+        format!("seccomp: {e}")
+    }
+    let family = |f: i32| {
+        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, f as u64)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(fail)
+    };
+    let sockets = vec![family(nix::libc::AF_INET)?, family(nix::libc::AF_INET6)?];
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH.try_into().map_err(fail)?;
+    let inet: seccompiler::BpfProgram = SeccompFilter::new(
+        [(nix::libc::SYS_socket, sockets)].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(nix::libc::EACCES as u32),
+        arch,
+    )
+    .and_then(TryInto::try_into)
+    .map_err(fail)?;
+    let uring: seccompiler::BpfProgram = SeccompFilter::new(
+        [(nix::libc::SYS_io_uring_setup, Vec::new())]
+            .into_iter()
+            .collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(nix::libc::ENOSYS as u32),
+        arch,
+    )
+    .and_then(TryInto::try_into)
+    .map_err(fail)?;
+    for program in [inet, uring] {
+        seccompiler::apply_filter(&program).map_err(fail)?;
+    }
+    Ok(())
 }
 
 /// Limits this process and its descendants to `n` processes at once. The count

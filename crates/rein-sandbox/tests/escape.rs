@@ -420,3 +420,57 @@ async fn under_bubblewrap_a_hidden_directory_stays_out_of_reach_whatever_is_moun
     assert_eq!(reach.hidden, vec![data.display().to_string()]);
     assert_eq!(reach.writable, vec![p.workspace.display().to_string()]);
 }
+
+/// Sends one UDP datagram to `port` on loopback from inside the sandbox.
+fn udp_script(port: u16) -> String {
+    format!(
+        "python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'out', ('127.0.0.1', {port})); print('sent')\""
+    )
+}
+
+#[tokio::test]
+async fn no_udp_either_unless_allowed() {
+    for sandbox in sandboxes().await {
+        let kind = sandbox.kind();
+        let p = place();
+        let listener = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut buf = [0u8; 16];
+
+        let denied = run_in(
+            &sandbox,
+            &p.workspace,
+            &udp_script(port),
+            &Confinement::default(),
+        )
+        .await;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            listener.recv(&mut buf).is_err(),
+            "{kind:?}: no datagram arrived from the sandbox ({})",
+            denied.stdout
+        );
+        if kind == SandboxKind::Landlock {
+            // Refused outright, not sent into a void.
+            assert_ne!(denied.code, Some(0), "{kind:?}");
+            assert!(
+                denied.stderr.contains("Permission denied"),
+                "{}",
+                denied.stderr
+            );
+        }
+
+        let allowed = Confinement {
+            network: true,
+            ..Confinement::default()
+        };
+        let out = run_in(&sandbox, &p.workspace, &udp_script(port), &allowed).await;
+        assert_eq!(out.code, Some(0), "{kind:?}: {}", out.stderr);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let got = listener
+            .recv(&mut buf)
+            .expect("allowed, the datagram arrives");
+        assert_eq!(&buf[..got], b"out");
+    }
+}

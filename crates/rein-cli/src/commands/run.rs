@@ -253,6 +253,13 @@ pub async fn resume(target: &Target, args: ResumeArgs) -> anyhow::Result<u8> {
     refuse_steps_with_all(&args)?;
     let heads = ctx.engine.resumable().await?;
     if heads.is_empty() {
+        // Say who runs what is still in progress, so "nothing" is not a puzzle.
+        for (task, runner) in ctx.engine.run_elsewhere().await? {
+            out.line(&format!(
+                "task {} is being run by process {} on {}: not resumed here (pause or abort it there, or wait for it)",
+                task.id, runner.pid, runner.host
+            ));
+        }
         return Ok(nothing_to_resume(out));
     }
     out.line(&format!("resuming {} task(s)", heads.len()));
