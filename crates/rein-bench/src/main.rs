@@ -24,9 +24,14 @@
 //!
 //! `rein-bench agent --tool-calls N` times what the built-in agent loop adds
 //! per tool call, against a local fake chat-completions server.
+//!
+//! `rein-bench sse --clients N` measures what N idle event-stream clients cost a
+//! real `rein serve` process: CPU while they idle, memory, files and threads
+//! before, with and after them.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+mod sse;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -106,6 +111,22 @@ enum Bench {
         #[arg(long, default_value_t = 200)]
         runs: usize,
     },
+    /// CPU, memory and files of a real `rein serve` with many idle SSE clients.
+    Sse {
+        #[arg(long, default_value_t = 1000)]
+        clients: usize,
+        /// How long the clients sit idle while the server's CPU is timed.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// How many times the clients come and go.
+        #[arg(long, default_value_t = 1)]
+        bursts: usize,
+        /// The rein binary [default: the one beside rein-bench].
+        #[arg(long)]
+        rein: Option<std::path::PathBuf>,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Decision-to-next-step latency, and memory with many tasks paused on approvals.
     Approvals {
         /// Decisions to time, one after another.
@@ -161,6 +182,9 @@ impl Store for TimedStore {
         limit: usize,
     ) -> StoreResult<Vec<HarnessEvent>> {
         self.inner.events(id, after, limit).await
+    }
+    async fn positions(&self) -> StoreResult<(u64, u64)> {
+        self.inner.positions().await
     }
     async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
         self.inner.all_events(after, limit).await
@@ -972,6 +996,21 @@ fn main() -> anyhow::Result<()> {
         Bench::Sandbox { runs } => {
             let line = runtime.block_on(sandbox(runs))?;
             println!("{line}");
+        }
+        Bench::Sse {
+            clients,
+            seconds,
+            bursts,
+            rein,
+            dir,
+        } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            println!(
+                "{}",
+                runtime.block_on(sse::sse(clients, seconds, bursts, rein, &dir))?
+            );
         }
         Bench::Approvals {
             decisions,

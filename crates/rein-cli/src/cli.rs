@@ -564,4 +564,25 @@ pub struct ServeArgs {
     /// either are refused and every task gets a fresh workspace.
     #[arg(long = "workspace-root", value_name = "DIR")]
     pub workspace_roots: Vec<std::path::PathBuf>,
+    /// How long a connection has to send its request head, and how long a
+    /// kept-alive connection may sit idle, before it is closed.
+    #[arg(long, default_value = "10s", value_parser = positive_duration, value_name = "DURATION")]
+    pub header_timeout: std::time::Duration,
+    /// Most connections served at once (lowered to fit the file limit); past
+    /// it only `/healthz` is answered, everything else gets 503.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub max_connections: u32,
+    /// On SIGTERM or Ctrl-C: how long requests in flight get to finish before
+    /// the server exits (event streams end at once).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub shutdown_grace: std::time::Duration,
+}
+
+/// A duration above zero, as `10s`, `500ms` or `2m`.
+fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err("must be more than zero".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }

@@ -721,3 +721,143 @@ fn a_full_disk_makes_the_store_unhealthy_and_the_server_takes_its_tasks_up_when_
     );
     drop(server);
 }
+
+/// `rein serve` with `args` after `serve`, under a file limit of `files`
+/// (util-linux `prlimit`); the server and its address.
+fn start_with(data: &Path, files: u32, args: &[&str]) -> (Server, String) {
+    let mut child = Command::new("prlimit")
+        .arg(format!("--nofile={files}:{files}"))
+        .arg(common::rein_bin())
+        .arg("--data-dir")
+        .arg(data)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("REIN_DATA_DIR")
+        .env_remove("REIN_URL")
+        .env("REIN_TOKEN", "s3cret")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("prlimit (util-linux) starts rein serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    (Server(child), addr)
+}
+
+/// Lets this test process hold `n` more connections.
+fn allow_files(n: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    if soft < n + 256 {
+        setrlimit(Resource::RLIMIT_NOFILE, hard.min(n + 4096).max(soft), hard).unwrap();
+    }
+}
+
+/// Whether the server has closed `stream` (or answered it: a refusal), waiting
+/// up to `wait`.
+fn closed_by_server(stream: &mut TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 512];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue, // a refusal being written; read on to its end
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[test]
+fn slow_connections_are_cut_and_healthz_answers_while_a_thousand_are_open() {
+    allow_files(1100);
+    let dir = tempfile::tempdir().unwrap();
+    // The file limit of the report: 1,024, more slow connections than that.
+    let (server, addr) = start_with(&dir.path().join("data"), 1024, &["--header-timeout", "2s"]);
+    let mut slow: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut s = TcpStream::connect(&addr).unwrap();
+            s.write_all(b"GET /admin/tasks HTTP/1.1\r\nHost: x\r\n")
+                .unwrap();
+            s
+        })
+        .collect();
+    // With all of them open, a health probe gets through.
+    let started = Instant::now();
+    let (status, body) = http(&addr, "GET", "/healthz", None, None);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // None of them is served forever: each is cut by its deadline (or was
+    // refused at once, with a 503 that says why).
+    let mut cut = 0;
+    for s in &mut slow {
+        if closed_by_server(s, Duration::from_secs(5)) {
+            cut += 1;
+        }
+    }
+    assert_eq!(cut, 1000, "every slow connection was closed by the server");
+    drop(slow);
+    // And the server serves as before.
+    let (status, _) = http(&addr, "GET", "/admin/tasks", Some("s3cret"), None);
+    assert_eq!(status, 200);
+    stop(server);
+}
+
+#[test]
+fn sigterm_stops_the_server_within_its_grace_with_a_stream_and_a_half_sent_request_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr) = start_with(&dir.path().join("data"), 4096, &["--shutdown-grace", "3s"]);
+    let mut stream = TcpStream::connect(&addr).unwrap();
+    stream
+        .write_all(
+            format!("GET /admin/events/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer s3cret\r\n\r\n")
+                .as_bytes(),
+        )
+        .unwrap();
+    let mut head = [0u8; 64];
+    let n = stream.read(&mut head).unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
+    let mut half = TcpStream::connect(&addr).unwrap();
+    half.write_all(b"POST /admin/tasks HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pl")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let asked = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(server.0.id()).unwrap()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    // The event stream is ended by the server, not left hanging.
+    assert!(closed_by_server(&mut stream, Duration::from_secs(5)));
+    let mut server = server;
+    let status = loop {
+        if let Some(status) = server.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(6),
+            "rein serve did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        asked.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        asked.elapsed()
+    );
+}

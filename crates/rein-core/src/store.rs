@@ -297,6 +297,9 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     /// Events of every task with a global position `> after`, in the order they
     /// were committed, at most `limit`: (position, event).
     async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>>;
+    /// The newest global event position and the newest audit record's (0 for
+    /// none): a cheap look at whether anything was written since.
+    async fn positions(&self) -> StoreResult<(u64, u64)>;
     /// Removes a task's log, state row, plan, snapshots and control requests together,
     /// if its log is still at `expected_seq`.
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()>;

@@ -1,10 +1,11 @@
 //! Live events over Server-Sent Events: one task's (`id` = its log sequence) or
 //! every task's (`id` = the store's global position). A client resumes with
 //! `Last-Event-ID` (or `?after=`) and gets every event after it, none twice, none
-//! missed: the store's log is the source, read again whenever the engine publishes
-//! an event, and on a short poll for events written by other processes. A task's
-//! stream ends once the task has finished; while it is left in progress by a
-//! runner that is gone it sends one `stalled` event (no id) and stays open.
+//! missed: the store's log is the source, read again whenever the [`crate::hub`]
+//! says the log grew (a commit of this process at once, another process's within
+//! its poll). A task's stream ends once the task has finished; while it is left
+//! in progress by a runner that is gone it sends one `stalled` event (no id) and
+//! stays open. Every stream ends when the server shuts down.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -24,9 +25,10 @@ use crate::auth::{Role, require};
 use crate::error::{ApiError, ApiResult};
 use crate::routes::Caller;
 
-/// How often a stream looks for events written by other processes.
-pub(crate) const POLL: Duration = Duration::from_millis(250);
 const BATCH: usize = 500;
+/// How often a stream of a task run by another process checks that its
+/// runner is alive (a process check, no store read).
+const STALL_CHECK: Duration = Duration::from_secs(2);
 
 /// The SSE event type sent (once, without an id) when a task is left in progress
 /// by a runner that is gone.
@@ -78,7 +80,8 @@ pub async fn task_stream(
     let mut after = position(&headers, &query)?;
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
-        let mut published = state.engine.subscribe();
+        // Subscribed before the first read: a commit in between wakes it.
+        let mut changed = state.hub.task(&id);
         let mut stalled = false;
         loop {
             let events = match state.engine.events(&id, after, BATCH).await {
@@ -103,31 +106,40 @@ pub async fn task_stream(
                 stalled = false;
             }
             // Finished and fully sent: the stream ends.
-            match state.engine.summary(&id).await {
+            let summary = match state.engine.summary(&id).await {
                 Ok(summary) if summary.status.is_terminal() && summary.last_seq <= after => return,
-                Ok(summary) => {
-                    // Left in progress by a runner that is gone: say so once, so a
-                    // follower need not wait for events that will not come.
-                    let gone = summary.status == TaskStatus::InProgress
-                        && summary.last_seq <= after
-                        && !state.engine.runs_here(&id)
-                        && summary.runner.as_ref().is_some_and(|r| !runner_alive(r));
-                    if gone && !stalled {
-                        stalled = true;
-                        let note = Event::default()
-                            .event(STALLED)
-                            .data(format!("the runner of task {id} is gone; resume it"));
-                        if tx.send(Ok(note)).await.is_err() {
-                            return;
-                        }
+                Ok(summary) => summary,
+                Err(_) => return, // deleted
+            };
+            // Run by another process: whether it is still alive is checked now
+            // and then, since a runner that died writes nothing to say so.
+            let elsewhere = summary.status == TaskStatus::InProgress
+                && summary.last_seq <= after
+                && !state.engine.runs_here(&id);
+            loop {
+                // Left in progress by a runner that is gone: say so once, so a
+                // follower need not wait for events that will not come.
+                let gone = elsewhere && summary.runner.as_ref().is_some_and(|r| !runner_alive(r));
+                if gone && !stalled {
+                    stalled = true;
+                    let note = Event::default()
+                        .event(STALLED)
+                        .data(format!("the runner of task {id} is gone; resume it"));
+                    if tx.send(Ok(note)).await.is_err() {
+                        return;
                     }
                 }
-                Err(_) => return, // deleted
-            }
-            tokio::select! {
-                _ = published.recv() => {}
-                () = tokio::time::sleep(POLL) => {}
-                () = tx.closed() => return,
+                tokio::select! {
+                    woke = changed.changed() => {
+                        if woke.is_err() {
+                            return;
+                        }
+                        break;
+                    }
+                    () = tokio::time::sleep(STALL_CHECK), if elsewhere && !stalled => {}
+                    () = tx.closed() => return,
+                    () = state.shutdown.cancelled() => return,
+                }
             }
         }
     });
@@ -148,7 +160,7 @@ pub async fn all_stream(
     let mut after = position(&headers, &query)?;
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
     tokio::spawn(async move {
-        let mut published = state.engine.subscribe();
+        let mut changed = state.hub.all();
         loop {
             let events = match state.engine.store().all_events(after, BATCH).await {
                 Ok(events) => events,
@@ -169,9 +181,13 @@ pub async fn all_stream(
                 continue;
             }
             tokio::select! {
-                _ = published.recv() => {}
-                () = tokio::time::sleep(POLL) => {}
+                woke = changed.changed() => {
+                    if woke.is_err() {
+                        return;
+                    }
+                }
                 () = tx.closed() => return,
+                () = state.shutdown.cancelled() => return,
             }
         }
     });

@@ -4,13 +4,16 @@
 //! [`auth`] checks operator tokens, sessions and CSRF; [`error`] is the one mapping
 //! from engine errors to HTTP statuses; [`health`] probes the components;
 //! [`prometheus`] renders the metrics as Prometheus text; [`events`] streams events
-//! over SSE; [`openapi`] is the route table the router and the OpenAPI document are
-//! both built from; [`serve`] runs it.
+//! over SSE, woken by [`hub`], the one watcher of the store for every stream; [`openapi`] is the route table the router and the OpenAPI document are
+//! both built from; [`listen`] is the accept loop (head and idle deadlines, a cap
+//! on connections, a bounded shutdown); [`serve`] runs it.
 
 pub mod auth;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod hub;
+pub mod listen;
 pub mod openapi;
 pub mod prometheus;
 pub mod records;
@@ -45,6 +48,8 @@ pub struct AppState {
     /// The directories a submitted plan's `workspace` and `allow_read` may lie
     /// in (`--workspace-root`); none: a plan that names either is refused.
     pub workspace_roots: Arc<Vec<std::path::PathBuf>>,
+    /// What wakes the live streams: one watcher of the store for all of them.
+    pub hub: Arc<hub::Hub>,
 }
 
 /// Responses for `GET /admin/tasks/{id}`, kept while the task's log has not moved.
@@ -76,6 +81,7 @@ impl BodyCache {
 impl AppState {
     pub fn new(engine: Arc<Engine>, auth: Auth, shutdown: CancellationToken) -> AppState {
         AppState {
+            hub: Arc::new(hub::Hub::new(Arc::clone(&engine), shutdown.clone())),
             engine,
             auth: Arc::new(auth),
             shutdown,
@@ -156,6 +162,7 @@ pub fn router(state: AppState) -> Router {
             router.route(route.path, route.handler)
         })
         .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
@@ -179,10 +186,35 @@ async fn request_span(
     response
 }
 
-/// Serves until `shutdown` fires, then lets running tasks stop resumable.
+/// What a connection past the server's cap gets: `/healthz` answered for
+/// real, anything else a 503 saying why.
+fn overflow_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", axum::routing::get(routes::healthz))
+        .fallback(|| async {
+            error::ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_connections",
+                "the server is serving all the connections it can; try again shortly",
+            )
+        })
+        .with_state(state)
+}
+
+/// Serves until `shutdown` fires, then lets running tasks stop resumable, with
+/// the default [`listen::Limits`].
 pub async fn serve(listener: tokio::net::TcpListener, state: AppState) -> std::io::Result<()> {
+    serve_with(listener, state, listen::Limits::default()).await
+}
+
+/// Serves until `shutdown` fires: event streams end, requests in flight get
+/// `limits.shutdown_grace` to finish, running tasks stop resumable.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    limits: listen::Limits,
+) -> std::io::Result<()> {
     let shutdown = state.shutdown.clone();
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    let overflow = overflow_router(state.clone());
+    listen::serve(listener, router(state), overflow, shutdown, limits).await
 }

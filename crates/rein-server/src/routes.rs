@@ -590,3 +590,16 @@ pub async fn open_session(
 pub async fn not_found() -> ApiError {
     ApiError::not_found("no such route; the API lives under /admin/ (see the README)")
 }
+
+/// A route that exists, asked with a method it does not take: 405 with the
+/// same JSON error as every other (axum adds the `Allow` header).
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
+            "{} does not take {method}; the README's table lists what each route takes",
+            uri.path()
+        ),
+    )
+}

@@ -173,9 +173,9 @@ pub async fn audit_stream(
     let mut after = crate::events::position(&headers, &query)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, std::convert::Infallible>>(64);
     tokio::spawn(async move {
+        // Subscribed before the first read, so a record written meanwhile wakes it.
+        let mut changed = state.hub.audit();
         loop {
-            // Asked for before reading, so a record written meanwhile wakes it.
-            let woken = state.engine.audited();
             let records = match state.engine.audit(after, 500).await {
                 Ok(records) => records,
                 Err(e) => {
@@ -200,9 +200,13 @@ pub async fn audit_stream(
                 continue;
             }
             tokio::select! {
-                () = woken => {}
-                () = tokio::time::sleep(crate::events::POLL) => {}
+                woke = changed.changed() => {
+                    if woke.is_err() {
+                        return;
+                    }
+                }
                 () = tx.closed() => return,
+                () = state.shutdown.cancelled() => return,
             }
         }
     });

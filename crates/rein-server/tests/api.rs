@@ -1670,3 +1670,65 @@ async fn the_contract_and_evidence_routes_with_their_errors_and_auth() {
         assert!(actions.contains(&expected), "{expected} in {actions:?}");
     }
 }
+
+#[tokio::test]
+async fn every_route_answers_a_wrong_method_or_media_type_with_the_json_error() {
+    let api = api();
+    for route in rein_server::openapi::table() {
+        let path = route
+            .path
+            .replace("{id}", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV")
+            .replace("{session}", "default");
+        let taken: Vec<&str> = route.operations.iter().map(|o| o.method).collect();
+        // A method the route does not take: 405, JSON, and what it takes.
+        let wrong = ["put", "patch", "delete", "get", "post"]
+            .into_iter()
+            .find(|m| !taken.contains(m))
+            .unwrap();
+        let req = Request::builder()
+            .method(wrong.to_uppercase().as_str())
+            .uri(&path)
+            .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+            .body(Body::empty())
+            .unwrap();
+        let r = api.send(req).await;
+        assert_eq!(
+            r.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{wrong} {path}: {}",
+            r.text
+        );
+        assert_eq!(
+            r.body["error"]["code"], "method_not_allowed",
+            "{wrong} {path}: {}",
+            r.text
+        );
+        assert!(r.headers.contains_key(header::ALLOW), "{wrong} {path}");
+        // A body of a media type nobody takes, where a body is read: 415, JSON.
+        let reads_body = route
+            .operations
+            .iter()
+            .any(|o| o.method == "post" && o.request.is_some());
+        if reads_body {
+            let req = Request::builder()
+                .method(Method::POST)
+                .uri(&path)
+                .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+                .header(header::CONTENT_TYPE, "application/xml")
+                .body(Body::from("<plan/>"))
+                .unwrap();
+            let r = api.send(req).await;
+            assert_eq!(
+                r.status,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "POST {path}: {}",
+                r.text
+            );
+            assert_eq!(
+                r.body["error"]["code"], "unsupported_media_type",
+                "POST {path}: {}",
+                r.text
+            );
+        }
+    }
+}

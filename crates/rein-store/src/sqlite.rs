@@ -39,9 +39,16 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Writer,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// Reads on the blocking pool at once: many callers at a time (a thousand
+    /// event streams woken together) queue here instead of each taking a
+    /// thread and a connection of its own.
+    read_slots: Arc<tokio::sync::Semaphore>,
     /// What opening it migrated.
     migrated: schema::Migrated,
 }
+
+/// Most reads running at once, and most read connections kept open.
+const READERS: usize = 8;
 
 /// How many transactions carried how many writes since the store was opened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,18 +127,26 @@ fn read_only(dir: &Path) -> bool {
 
 /// Why a store could not be opened, read-only data directories named as such.
 fn open_error(path: &Path, e: &rusqlite::Error) -> StoreError {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = store_dir(path);
     if read_only(dir) {
-        return backend(format!(
-            "cannot open store {}: its directory {} is read-only (rein writes its store, its write-ahead log and task workspaces there); make it writable or choose another --data-dir",
-            path.display(),
-            dir.display()
-        ));
+        return read_only_error(path, dir);
     }
     backend(format!("cannot open store {}: {e}", path.display()))
+}
+
+/// The directory a store file is in.
+fn store_dir(path: &Path) -> &Path {
+    path.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+fn read_only_error(path: &Path, dir: &Path) -> StoreError {
+    backend(format!(
+        "cannot open store {}: its directory {} is read-only (rein writes its store, its write-ahead log and task workspaces there); make it writable or choose another --data-dir",
+        path.display(),
+        dir.display()
+    ))
 }
 
 /// An existing store file that cannot be one: empty, or not SQLite.
@@ -228,6 +243,12 @@ impl SqliteStore {
                 ))
             })?;
         }
+        // The store is written from its first moment (migrations, the
+        // write-ahead log): a read-only directory is said to be one up front,
+        // whatever SQLite would make of it.
+        if read_only(store_dir(path)) {
+            return Err(read_only_error(path, store_dir(path)));
+        }
         let created = match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path)?,
             Err(e) => {
@@ -258,6 +279,7 @@ impl SqliteStore {
             path: path.to_owned(),
             writer,
             readers: Arc::new(Mutex::new(Vec::new())),
+            read_slots: Arc::new(tokio::sync::Semaphore::new(READERS)),
             migrated,
         })
     }
@@ -287,23 +309,13 @@ impl SqliteStore {
     {
         let readers = Arc::clone(&self.readers);
         let path = self.path.clone();
+        let slot = Arc::clone(&self.read_slots)
+            .acquire_owned()
+            .await
+            .map_err(backend)?;
         tokio::task::spawn_blocking(move || {
-            let pooled = readers.lock().map_err(backend)?.pop();
-            let conn = match pooled {
-                Some(c) => c,
-                None => open_connection(
-                    &path,
-                    OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                )
-                .map_err(backend)?,
-            };
-            let result = work(&conn);
-            if let Ok(mut pool) = readers.lock()
-                && pool.len() < 8
-            {
-                pool.push(conn);
-            }
-            result
+            let _slot = slot;
+            with_reader(&readers, &path, work)
         })
         .await
         .map_err(backend)?
@@ -315,23 +327,33 @@ impl SqliteStore {
     /// to the blocking pool: for single indexed rows, which WAL readers get without
     /// waiting on writers.
     fn read_inline<T>(&self, work: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
-        let pooled = self.readers.lock().map_err(backend)?.pop();
-        let conn = match pooled {
-            Some(c) => c,
-            None => open_connection(
-                &self.path,
-                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(backend)?,
-        };
-        let result = work(&conn);
-        if let Ok(mut pool) = self.readers.lock()
-            && pool.len() < 8
-        {
-            pool.push(conn);
-        }
-        result
+        with_reader(&self.readers, &self.path, work)
     }
+}
+
+/// Runs `work` on a pooled read connection (or a new one), and keeps the
+/// connection for the next read if the pool has room.
+fn with_reader<T>(
+    readers: &Mutex<Vec<Connection>>,
+    path: &Path,
+    work: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let pooled = readers.lock().map_err(backend)?.pop();
+    let conn = match pooled {
+        Some(c) => c,
+        None => open_connection(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(backend)?,
+    };
+    let result = work(&conn);
+    if let Ok(mut pool) = readers.lock()
+        && pool.len() < READERS
+    {
+        pool.push(conn);
+    }
+    result
 }
 
 /// A write encoded on the caller's thread, so the writer thread only runs SQL.
@@ -655,6 +677,17 @@ impl Store for SqliteStore {
         .await
     }
 
+    async fn positions(&self) -> StoreResult<(u64, u64)> {
+        self.read_inline(|conn| {
+            conn.prepare_cached(
+                "SELECT (SELECT coalesce(max(gseq), 0) FROM events), (SELECT coalesce(max(seq), 0) FROM audit)",
+            )
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))))
+            .map(|(e, a)| (u64::try_from(e).unwrap_or(0), u64::try_from(a).unwrap_or(0)))
+            .map_err(backend)
+        })
+    }
+
     async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
@@ -962,12 +995,7 @@ impl Store for SqliteStore {
             Ok(())
         })
         .await?;
-        let dir = self
-            .path
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let free_bytes = nix::sys::statvfs::statvfs(dir)
+        let free_bytes = nix::sys::statvfs::statvfs(store_dir(&self.path))
             .ok()
             .map(|v| v.blocks_available().saturating_mul(v.fragment_size()));
         Ok(rein_core::store::StoreProbe {

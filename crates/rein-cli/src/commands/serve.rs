@@ -120,7 +120,12 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
         }
         signals.cancel();
     });
-    rein_server::serve(listener, state).await?;
+    let limits = rein_server::listen::Limits {
+        header_timeout: args.header_timeout,
+        max_connections: args.max_connections as usize,
+        shutdown_grace: args.shutdown_grace,
+    };
+    rein_server::serve_with(listener, state, limits).await?;
     say!("rein serve: stopped; running tasks were left resumable");
     Ok(exit::SUCCESS)
 }

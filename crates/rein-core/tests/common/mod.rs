@@ -69,6 +69,9 @@ impl Store for HeldClockStore {
     ) -> StoreResult<Vec<HarnessEvent>> {
         self.0.events(id, after, limit).await
     }
+    async fn positions(&self) -> StoreResult<(u64, u64)> {
+        self.0.positions().await
+    }
     async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
         self.0.all_events(after, limit).await
     }

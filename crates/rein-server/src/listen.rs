@@ -1,0 +1,209 @@
+//! The accept loop: every connection served by hyper with a deadline for its
+//! request head (which is also how long a kept-alive connection may sit idle),
+//! a cap on how many are served at once, and a shutdown that ends in bounded
+//! time.
+//!
+//! Past the cap a connection is not dropped unanswered: a second, smaller pool
+//! serves it with a short head deadline and no keep-alive, answering
+//! `/healthz` for real (so a probe still gets through while the server is
+//! flooded) and everything else with 503 and a JSON error saying why. Past
+//! that pool too, a connection whose request line arrives at once as
+//! `GET /healthz` is still answered; any other gets that 503 and is closed.
+//! Both pools together stay inside the process's file limit, which is raised
+//! to its hard maximum first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// How the server treats connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How long a connection has to send a request head, and how long a kept-
+    /// alive connection may stay idle between requests.
+    pub header_timeout: Duration,
+    /// Most connections served at once (the file limit may lower it).
+    pub max_connections: usize,
+    /// How long a shutdown waits for requests in flight before it returns.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            header_timeout: Duration::from_secs(10),
+            max_connections: 4096,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The head deadline of a connection past the cap.
+const OVERFLOW_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+/// Connections past both pools looked at at once for a health probe.
+const PEEKERS: usize = 64;
+/// How long such a connection has to show it is one.
+const PEEK: Duration = Duration::from_millis(100);
+/// Files kept free for the store, the sandbox and the rest of the process.
+const RESERVED_FILES: usize = 64;
+
+/// The refusal written to a connection past both pools.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\nretry-after: 1\r\ncontent-length: 121\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"the server is serving all the connections it can; try again shortly\"}}";
+
+/// (main pool, overflow pool) for `limits` under this process's file limit,
+/// raising the soft limit to the hard one first.
+fn pools(limits: &Limits) -> (usize, usize) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let files = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) => {
+            if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+                hard
+            } else {
+                soft
+            }
+        }
+        Err(_) => 1024,
+    };
+    let budget = usize::try_from(files)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(RESERVED_FILES)
+        .max(32);
+    let main = limits.max_connections.min(budget * 3 / 4).max(1);
+    let overflow = (budget - main).clamp(16, 1024);
+    (main, overflow)
+}
+
+/// Serves `app` on `listener` until `shutdown` fires; then stops accepting,
+/// lets requests in flight finish (event streams end on the same signal) and
+/// returns within `limits.shutdown_grace`.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    overflow_app: Router,
+    shutdown: CancellationToken,
+    limits: Limits,
+) -> std::io::Result<()> {
+    let (main_size, overflow_size) = pools(&limits);
+    let main = Arc::new(Semaphore::new(main_size));
+    let overflow = Arc::new(Semaphore::new(overflow_size));
+    let peekers = Arc::new(Semaphore::new(PEEKERS));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let stream = tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of files or a connection reset before it was taken:
+                    // breathe, and go on.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let (permit, service, head, keep_alive) =
+            if let Ok(p) = Arc::clone(&main).try_acquire_owned() {
+                (p, app.clone(), limits.header_timeout, true)
+            } else if let Ok(p) = Arc::clone(&overflow).try_acquire_owned() {
+                (p, overflow_app.clone(), OVERFLOW_HEADER_TIMEOUT, false)
+            } else if let Ok(p) = Arc::clone(&peekers).try_acquire_owned() {
+                // Both pools full: a health probe still gets its answer.
+                tokio::spawn(probe_or_refuse(stream, overflow_app.clone(), p));
+                continue;
+            } else {
+                tokio::spawn(refuse(stream));
+                continue;
+            };
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(head)
+            .keep_alive(keep_alive);
+        let service = hyper_util::service::TowerToHyperService::new(service);
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(limits.shutdown_grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            grace = ?limits.shutdown_grace,
+            "connections still open at the end of the shutdown grace: closing them"
+        );
+    }
+    Ok(())
+}
+
+/// A connection past both pools: served if it is a health probe (its request
+/// line, seen within [`PEEK`], is `GET /healthz`), refused otherwise.
+async fn probe_or_refuse(
+    stream: tokio::net::TcpStream,
+    overflow_app: Router,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    const PROBE: &[u8] = b"GET /healthz ";
+    let mut head = [0u8; PROBE.len()];
+    let seen = tokio::time::timeout(PEEK, async {
+        loop {
+            match stream.peek(&mut head).await {
+                Ok(n) if n >= PROBE.len() || n == 0 => return n,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                Err(_) => return 0,
+            }
+        }
+    })
+    .await
+    .unwrap_or(0);
+    if seen < PROBE.len() || head != PROBE {
+        drop(permit);
+        return refuse(stream).await;
+    }
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(OVERFLOW_HEADER_TIMEOUT)
+        .keep_alive(false);
+    let service = hyper_util::service::TowerToHyperService::new(overflow_app);
+    let _ = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .await;
+    drop(permit);
+}
+
+/// Writes the refusal and closes.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(REFUSAL)).await;
+    let _ = stream.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_refusal_says_its_length_right() {
+        let text = std::str::from_utf8(super::REFUSAL).unwrap_or_default();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or_default();
+        assert!(
+            head.contains(&format!("content-length: {}", body.len())),
+            "{head}"
+        );
+        assert!(
+            serde_json::from_str::<serde_json::Value>(body).is_ok(),
+            "{body}"
+        );
+    }
+}
