@@ -67,20 +67,25 @@ fn start(data: &std::path::Path, token: &str) -> (Server, String) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    let addr = listening(&mut child);
+    (Server(child), addr)
+}
+
+/// The address a starting `rein serve` prints on its first line.
+fn listening(child: &mut Child) -> String {
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let addr = line
-        .trim()
+    assert!(line.contains("listening on"), "{line}");
+    line.trim()
         .rsplit("http://")
         .next()
         .unwrap()
         .split_whitespace()
         .next()
         .unwrap()
-        .to_owned();
-    (Server(child), addr)
+        .to_owned()
 }
 
 #[test]
@@ -603,20 +608,7 @@ fn start_on_small_disk(dir: &Path, size: &str) -> (Server, String, std::path::Pa
         .stdout(Stdio::piped())
         .spawn()
         .expect("unshare (util-linux) starts rein in a mount namespace of its own");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("listening on"), "{line}");
-    let addr = line
-        .trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
+    let addr = listening(&mut child);
     let seen = std::path::PathBuf::from(format!("/proc/{}/root{}", child.id(), mount.display()));
     (Server(child), addr, seen)
 }
@@ -738,19 +730,7 @@ fn start_with(data: &Path, files: u32, args: &[&str]) -> (Server, String) {
         .stdout(Stdio::piped())
         .spawn()
         .expect("prlimit (util-linux) starts rein serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
+    let addr = listening(&mut child);
     (Server(child), addr)
 }
 

@@ -58,38 +58,35 @@ impl TaskRun<'_> {
         match message {
             StepMessage::Ask(ask) => self.on_ask(*ask).await,
             StepMessage::Report { step, update } => {
-                if let Some(Progress::Running {
-                    checkpoint, span, ..
-                }) = self.progress.get(step)
-                {
-                    let (checkpoint_id, span) = (checkpoint.clone(), span.clone());
-                    self.rec.record(
-                        TaskChange::AgentUpdate {
-                            checkpoint_id,
-                            update,
-                        },
-                        &span,
-                    )?;
-                }
-                Ok(())
+                self.record_running(step, |checkpoint_id| TaskChange::AgentUpdate {
+                    checkpoint_id,
+                    update,
+                })
             }
             StepMessage::Started { step, process } => {
-                if let Some(Progress::Running {
-                    checkpoint, span, ..
-                }) = self.progress.get(step)
-                {
-                    let (checkpoint_id, span) = (checkpoint.clone(), span.clone());
-                    self.rec.record(
-                        TaskChange::ProcessStarted {
-                            checkpoint_id,
-                            process,
-                        },
-                        &span,
-                    )?;
-                }
-                Ok(())
+                self.record_running(step, |checkpoint_id| TaskChange::ProcessStarted {
+                    checkpoint_id,
+                    process,
+                })
             }
         }
+    }
+
+    /// Records what `change` makes of step `step`'s running checkpoint; nothing
+    /// if the step is no longer running (its message came too late).
+    fn record_running(
+        &mut self,
+        step: usize,
+        change: impl FnOnce(rein_protocol::CheckpointId) -> TaskChange,
+    ) -> Result<()> {
+        if let Some(Progress::Running {
+            checkpoint, span, ..
+        }) = self.progress.get(step)
+        {
+            let (checkpoint_id, span) = (checkpoint.clone(), span.clone());
+            self.rec.record(change(checkpoint_id), &span)?;
+        }
+        Ok(())
     }
 
     /// Every step message already sent.
