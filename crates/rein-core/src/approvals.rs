@@ -142,8 +142,8 @@ impl Engine {
     /// Every break in the ledger's hash chain (none when it is intact), and how many
     /// entries were checked.
     pub async fn verify_ledger(&self) -> Result<(usize, Vec<ChainBreak>)> {
-        let check = self.check_ledger(None).await?;
-        Ok((check.0, check.1))
+        let (entries, problems, _) = self.check_ledger(None).await?;
+        Ok((entries, problems))
     }
 
     /// The ledger checked, against `head` (recorded earlier) if given: what was

@@ -279,10 +279,9 @@ impl Engine {
             path: workspace.display().to_string(),
             error,
         })?;
-        let workspace = std::fs::canonicalize(&workspace).unwrap_or(workspace);
-        // Made now, it is checked again as it is (a symlink put in its place
-        // meanwhile is followed).
-        guard
+        // Made now, it is resolved and checked again as it is (a symlink put
+        // in its place meanwhile is followed).
+        let workspace = guard
             .check_workspace(&workspace)
             .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
         let requested_session = request.session_id.clone();
@@ -507,36 +506,42 @@ impl Engine {
         }
     }
 
-    /// Tasks `resume --all` would take up: pending, paused, and in progress with no
-    /// live runner (a run under way in this engine counts as live).
-    /// Tasks in progress that another live process runs, with that process:
-    /// what `resumable` leaves out, and why.
-    pub async fn run_elsewhere(&self) -> Result<Vec<(TaskSummary, RunnerInfo)>> {
+    /// Every task in `status`, page by page.
+    async fn all_in(&self, status: TaskStatus) -> Result<Vec<TaskSummary>> {
         let mut filter = TaskFilter {
-            status: Some(TaskStatus::InProgress),
+            status: Some(status),
             limit: Some(500),
             ..TaskFilter::default()
         };
         let mut out = Vec::new();
         loop {
             let page = self.store.list(&filter).await?;
-            for head in page.items {
-                if let Some(runner) = head.runner.clone()
-                    && runner_alive(&runner)
-                    && !is_current(&runner)
-                {
-                    out.push((head, runner));
-                }
-            }
+            out.extend(page.items);
             match page.next_cursor {
                 Some(c) => filter.cursor = Some(c),
-                None => break,
+                None => return Ok(out),
             }
         }
+    }
+
+    /// Tasks in progress that another live process runs, with that process:
+    /// what `resumable` leaves out, and why.
+    pub async fn run_elsewhere(&self) -> Result<Vec<(TaskSummary, RunnerInfo)>> {
+        let mut out: Vec<(TaskSummary, RunnerInfo)> = self
+            .all_in(TaskStatus::InProgress)
+            .await?
+            .into_iter()
+            .filter_map(|head| {
+                let runner = head.runner.clone()?;
+                (runner_alive(&runner) && !is_current(&runner)).then_some((head, runner))
+            })
+            .collect();
         out.sort_by(|a, b| a.0.id.cmp(&b.0.id));
         Ok(out)
     }
 
+    /// Tasks `resume --all` would take up: pending, paused, and in progress with no
+    /// live runner (a run under way in this engine counts as live).
     pub async fn resumable(&self) -> Result<Vec<TaskSummary>> {
         let mut out = Vec::new();
         for status in [
@@ -544,26 +549,14 @@ impl Engine {
             TaskStatus::Paused,
             TaskStatus::Pending,
         ] {
-            let mut filter = TaskFilter {
-                status: Some(status),
-                limit: Some(500),
-                ..TaskFilter::default()
-            };
-            loop {
-                let page = self.store.list(&filter).await?;
-                for head in page.items {
-                    let live = self.controls.is_running(&head.id)
-                        || head
-                            .runner
-                            .as_ref()
-                            .is_some_and(|r| runner_alive(r) && !is_current(r));
-                    if !(status == TaskStatus::InProgress && live) {
-                        out.push(head);
-                    }
-                }
-                match page.next_cursor {
-                    Some(c) => filter.cursor = Some(c),
-                    None => break,
+            for head in self.all_in(status).await? {
+                let live = self.controls.is_running(&head.id)
+                    || head
+                        .runner
+                        .as_ref()
+                        .is_some_and(|r| runner_alive(r) && !is_current(r));
+                if !(status == TaskStatus::InProgress && live) {
+                    out.push(head);
                 }
             }
         }

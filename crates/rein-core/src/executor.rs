@@ -198,6 +198,16 @@ pub struct ProcessLimit {
     pub note: Option<String>,
 }
 
+/// The variables every process of an attempt is started with: the step's to
+/// read, and what a resumed run finds what is left of the attempt by.
+pub fn attempt_marks(task: &TaskId, step: &str, attempt: u32) -> [(&'static str, String); 3] {
+    [
+        ("REIN_TASK_ID", task.to_string()),
+        ("REIN_STEP_ID", step.to_owned()),
+        ("REIN_ATTEMPT", attempt.to_string()),
+    ]
+}
+
 /// Who a sandboxed command runs as: a root rein runs it as the owner of its
 /// workspace when that is someone else (so its files stay theirs and its limits
 /// bind); anyone else runs it as themselves.
@@ -453,9 +463,10 @@ impl CommandExecutor {
     ) -> Result<tokio::process::Command, String> {
         let mut vars: Vec<(String, String)> =
             env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        vars.push(("REIN_TASK_ID".into(), request.task_id.to_string()));
-        vars.push(("REIN_STEP_ID".into(), request.step.id.clone()));
-        vars.push(("REIN_ATTEMPT".into(), request.attempt.to_string()));
+        vars.extend(
+            attempt_marks(&request.task_id, &request.step.id, request.attempt)
+                .map(|(key, value)| (key.to_owned(), value)),
+        );
         match &self.confine {
             Confine::Sandboxed(sandbox) => {
                 Ok(sandbox.command(&request.workspace, run, &vars, confinement))

@@ -56,17 +56,20 @@ pub struct Confinement {
 /// The hidden directories that a directory mounted into a bubblewrap sandbox
 /// would show: the ones an empty tmpfs covers.
 fn covered<'c>(workspace: &Path, confinement: &'c Confinement) -> Vec<&'c PathBuf> {
-    let mounted: Vec<&Path> = READ_ONLY
-        .iter()
-        .map(Path::new)
-        .chain(confinement.read_only.iter().map(PathBuf::as_path))
-        .chain([workspace])
-        .collect();
+    let mounted: Vec<&Path> = read_only_mounts(confinement).chain([workspace]).collect();
     confinement
         .hidden
         .iter()
         .filter(|h| mounted.iter().any(|m| h.starts_with(m)))
         .collect()
+}
+
+/// The directories a command may read: the system's and the step's own.
+fn read_only_mounts(confinement: &Confinement) -> impl Iterator<Item = &Path> {
+    READ_ONLY
+        .iter()
+        .map(Path::new)
+        .chain(confinement.read_only.iter().map(PathBuf::as_path))
 }
 
 /// What a sandboxed command could reach, as recorded with its run.
@@ -304,18 +307,10 @@ impl Sandbox {
     /// What a command [`Sandbox::command`] makes for `workspace` and
     /// `confinement` can reach.
     pub fn reach(&self, workspace: &Path, confinement: &Confinement) -> Reach {
-        let strings = |paths: &mut dyn Iterator<Item = &Path>| {
-            paths
-                .filter(|p| p.exists())
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-        };
-        let readable = strings(
-            &mut READ_ONLY
-                .iter()
-                .map(Path::new)
-                .chain(confinement.read_only.iter().map(PathBuf::as_path)),
-        );
+        let readable = read_only_mounts(confinement)
+            .filter(|p| p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
         let (hidden, note) = match self.how {
             How::Bubblewrap { .. } => (
                 covered(workspace, confinement)

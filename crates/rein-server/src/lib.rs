@@ -4,9 +4,10 @@
 //! [`auth`] checks operator tokens, sessions and CSRF; [`error`] is the one mapping
 //! from engine errors to HTTP statuses; [`health`] probes the components;
 //! [`prometheus`] renders the metrics as Prometheus text; [`events`] streams events
-//! over SSE, woken by [`hub`], the one watcher of the store for every stream; [`openapi`] is the route table the router and the OpenAPI document are
-//! both built from; [`listen`] is the accept loop (head and idle deadlines, a cap
-//! on connections, a bounded shutdown); [`serve`] runs it.
+//! over SSE, woken by [`hub`], the one watcher of the store for every stream;
+//! [`openapi`] is the route table the router and the OpenAPI document are both
+//! built from; [`listen`] is the accept loop (head and idle deadlines, a cap on
+//! connections, a bounded shutdown); [`serve`] runs it.
 
 pub mod auth;
 pub mod error;

@@ -234,20 +234,19 @@ impl SqliteStore {
     /// file, a file that is not SQLite, or an SQLite file of something else is
     /// refused, saying what it is.
     pub fn open(path: &Path) -> StoreResult<SqliteStore> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                backend(format!(
-                    "cannot create data directory {}: {}",
-                    dir.display(),
-                    io_reason(&e)
-                ))
-            })?;
-        }
+        let dir = store_dir(path);
+        std::fs::create_dir_all(dir).map_err(|e| {
+            backend(format!(
+                "cannot create data directory {}: {}",
+                dir.display(),
+                io_reason(&e)
+            ))
+        })?;
         // The store is written from its first moment (migrations, the
         // write-ahead log): a read-only directory is said to be one up front,
         // whatever SQLite would make of it.
-        if read_only(store_dir(path)) {
-            return Err(read_only_error(path, store_dir(path)));
+        if read_only(dir) {
+            return Err(read_only_error(path, dir));
         }
         let created = match std::fs::symlink_metadata(path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => create(path)?,

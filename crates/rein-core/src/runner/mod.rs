@@ -580,12 +580,9 @@ impl<'e> TaskRun<'e> {
             .metadata
             .get(crate::fold::PROCESS)
             .and_then(|p| serde_json::from_value::<rein_protocol::StepProcess>(p.clone()).ok());
-        let (task, attempt) = (self.rec.state.head.id.to_string(), cp.attempt.to_string());
-        let marks = [
-            ("REIN_TASK_ID", task.as_str()),
-            ("REIN_STEP_ID", self.steps[i].id.as_str()),
-            ("REIN_ATTEMPT", attempt.as_str()),
-        ];
+        let marks =
+            crate::executor::attempt_marks(&self.rec.state.head.id, &self.steps[i].id, cp.attempt);
+        let marks: Vec<(&str, &str)> = marks.iter().map(|(k, v)| (*k, v.as_str())).collect();
         match stop_leftover(recorded.as_ref(), &marks, LEFTOVER_WAIT) {
             Leftover::Gone => Ok(None),
             Leftover::Stopped { processes } => Ok(Some(format!(
