@@ -71,8 +71,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a plan file in the foreground (exit 0 completed, 1 failed, 3 paused).
+    /// Run a plan file, or a goal a model decomposes, in the foreground (exit 0
+    /// completed, 1 failed, 3 paused).
     Run(RunArgs),
+    /// One isolated completion: a prompt, no tools, on the runtime the
+    /// selection policy picks; with --schema, the answer must be JSON it accepts.
+    Complete(CompleteArgs),
     /// Check plan files without running them.
     #[command(subcommand)]
     Plan(PlanCommand),
@@ -199,10 +203,66 @@ pub enum LedgerCommand {
     },
 }
 
+/// The model route a goal or a completion uses.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RouteArgs {
+    /// The provider [default: openai].
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The model [default: $REIN_MODEL].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The runtime: auto, rein or a harness id [default: the runtime policy].
+    #[arg(long)]
+    pub runtime: Option<String>,
+}
+
+/// How a goal becomes a plan.
+#[derive(Debug, Args, Clone)]
+pub struct GoalArgs {
+    #[command(flatten)]
+    pub route: RouteArgs,
+    /// How many answers the model may give before the goal fails (a refused one
+    /// is sent back with what was wrong).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub attempts: u32,
+    /// Run the decomposed plan without asking a person to confirm it first.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompleteArgs {
+    /// The prompt; `-` reads it from stdin.
+    pub prompt: String,
+    /// A system text sent before the prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// A JSON Schema file: the answer must be JSON that it accepts (exit 1, naming
+    /// each violation, if not).
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+    /// The longest the completion may take, every attempt included.
+    #[arg(long, default_value = "2m")]
+    pub timeout: String,
+    #[command(flatten)]
+    pub route: RouteArgs,
+    /// Print the completion with how it was served, as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The plan file (TOML).
-    pub plan: PathBuf,
+    #[arg(required_unless_present = "goal", conflicts_with = "goal")]
+    pub plan: Option<PathBuf>,
+    /// A goal instead of a plan: a model decomposes it into steps (CP2), a person
+    /// confirms them (unless --yes), and they run.
+    #[arg(long)]
+    pub goal: Option<String>,
+    #[command(flatten)]
+    pub decompose: GoalArgs,
     /// Session the task belongs to [default: the plan's `session`, else "default"].
     #[arg(long)]
     pub session: Option<String>,
@@ -437,6 +497,25 @@ pub enum PlanCommand {
     /// Validate a plan file and show its steps in running order.
     Check {
         plan: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a model to decompose a goal into a plan file, for a person to read,
+    /// edit and `rein run`; nothing runs.
+    Draft {
+        /// What the task is to achieve.
+        #[arg(long)]
+        goal: String,
+        /// The directory the plan will work in (its file listing goes into the
+        /// prompt) [default: none].
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// Write the plan here instead of printing it.
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        decompose: GoalArgs,
+        /// Print the decomposition and the plan as JSON.
         #[arg(long)]
         json: bool,
     },

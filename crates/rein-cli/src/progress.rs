@@ -175,6 +175,8 @@ fn track(event: &HarnessEvent, view: &mut TaskView, bar: &ProgressBar) {
                 }
             }
         }
+        // A goal became a plan: its steps count from now on.
+        TaskChange::PlanDecomposed { steps, .. } => bar.inc_length(steps.len() as u64),
         _ => {}
     }
     let running: Vec<&str> = view.running.iter().map(String::as_str).collect();

@@ -87,7 +87,10 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
         TaskChange::CheckpointEntered { checkpoint_id } => {
             let (name, is_step, attempt) = index.name(checkpoint_id);
             if !is_step {
-                return None;
+                // A goal's CP2 is a request to a model, worth a line.
+                return name.ends_with("task_plan").then(|| {
+                    format!("planning the goal: asking the model for steps (attempt {attempt})")
+                });
             }
             if attempt > 1 {
                 format!("started  {name} (attempt {attempt})")
@@ -156,6 +159,9 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
             format!("runtime  {} ({reason})", decision.selected)
         }
         TaskChange::AgentUpdate { update, .. } => agent_update(update),
+        TaskChange::PlanDecomposed { steps, .. } => {
+            format!("planned  {} steps: {}", steps.len(), steps.join(", "))
+        }
         TaskChange::HumanApprovalRequested { request } => {
             let step = request.step_id.as_deref().unwrap_or("task");
             format!("waiting  {step} for a person: {}", ask(request))

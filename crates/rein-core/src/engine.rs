@@ -139,6 +139,8 @@ pub struct Engine {
     /// Woken when this engine writes an audit record (streams also poll, for
     /// records other processes write).
     pub(crate) audited: Arc<tokio::sync::Notify>,
+    /// What serves isolated completions: a goal's decomposition, `rein complete`.
+    pub(crate) completer: Option<Arc<dyn crate::harness::completion::Completer>>,
 }
 
 /// How many folded task states the engine keeps for reads.
@@ -161,7 +163,69 @@ impl Engine {
             controls,
             states: std::sync::Mutex::new(std::collections::HashMap::new()),
             audited: Arc::new(tokio::sync::Notify::new()),
+            completer: None,
         }
+    }
+
+    /// This engine with `completer` serving its isolated completions (a
+    /// goal's decomposition among them).
+    pub fn with_completer(
+        mut self,
+        completer: Arc<dyn crate::harness::completion::Completer>,
+    ) -> Engine {
+        self.completer = Some(completer);
+        self
+    }
+
+    /// One isolated completion (spec harness-sdk §4), its answer checked
+    /// against `schema` when one is given.
+    pub async fn complete(
+        &self,
+        request: &crate::harness::completion::CompletionRequest,
+        schema: Option<&serde_json::Value>,
+    ) -> std::result::Result<
+        crate::harness::completion::Completion,
+        crate::harness::completion::CompletionFailure,
+    > {
+        use crate::harness::completion::{AnswerSchema, CompletionFailure};
+        let schema = schema.map(AnswerSchema::new).transpose()?;
+        let completer = self.completer.as_ref().ok_or_else(|| {
+            CompletionFailure::NotConfigured(
+                "this rein has no model runtime for completions".into(),
+            )
+        })?;
+        let mut completion = completer.complete(request).await?;
+        if let Some(schema) = schema {
+            completion.json = Some(
+                schema
+                    .check(&completion.text)
+                    .map_err(CompletionFailure::Invalid)?,
+            );
+        }
+        Ok(completion)
+    }
+
+    /// Decomposes a goal into a plan without making a task (`rein plan
+    /// draft`): the same request, checks and retries as a goal task's CP2,
+    /// over the workspace `workspace` lists; `refused` hears of each refusal.
+    pub async fn draft(
+        &self,
+        goal_text: &str,
+        goal: &rein_protocol::Goal,
+        workspace: Option<&std::path::Path>,
+        refused: impl FnMut(&crate::goal::Refused),
+    ) -> std::result::Result<crate::goal::Decomposed, crate::goal::DecomposeError> {
+        use crate::harness::completion::CompletionFailure;
+        let completer = self.completer.as_ref().ok_or_else(|| {
+            crate::goal::DecomposeError::Completion(CompletionFailure::NotConfigured(
+                "this rein has no model runtime to decompose a goal with".into(),
+            ))
+        })?;
+        let listing = workspace
+            .map(crate::goal::list_workspace)
+            .unwrap_or_default();
+        let check = crate::goal_run::plan_check(&self.config.policy);
+        crate::goal::decompose(&**completer, goal_text, goal, &listing, &check, refused).await
     }
 
     /// Resolves when this engine has written an audit record since the call
@@ -261,9 +325,25 @@ impl Engine {
     /// Validates a plan and records a new task for it, through CP1 (confirmed by
     /// policy) and CP2 (the plan). The task is `pending` until it is run.
     pub async fn create(&self, request: CreateTask) -> Result<TaskState> {
-        let plan = plan::validate(request.plan)?;
-        let plan = plan::validate(crate::permissions::apply(plan, &self.config.policy)?)?;
-        let mut plan = plan::validate(crate::pev::expand(plan)?)?;
+        let goal = request.plan.goal.is_some();
+        let mut plan = if goal {
+            // A goal: its steps come at CP2, when it runs.
+            if !request.plan.steps.is_empty() {
+                return Err(EngineError::BadRequest(
+                    "a goal task starts without steps: give a goal or a plan, not both".into(),
+                ));
+            }
+            if request.plan.original_task.trim().is_empty() {
+                return Err(EngineError::BadRequest(
+                    "the goal is empty: say what the task is to achieve".into(),
+                ));
+            }
+            request.plan
+        } else {
+            let plan = plan::validate(request.plan)?;
+            let plan = plan::validate(crate::permissions::apply(plan, &self.config.policy)?)?;
+            plan::validate(crate::pev::expand(plan)?)?
+        };
         let guard = self.config.protected(request.confined_to);
         let asked = crate::paths::check(&mut plan, request.workspace.as_deref(), &guard)?;
         let task_id = TaskId::new();
@@ -327,21 +407,23 @@ impl Engine {
             policy.clone(),
         )?;
         let edges: usize = plan.steps.iter().map(|s| s.depends_on.len()).sum();
-        system_checkpoint(
-            &mut rec,
-            CheckpointType::TaskPlan,
-            None,
-            Some(serde_json::json!({
-                "steps": plan.steps.len(),
-                "dependencies": edges,
-                "max_parallel": plan.max_parallel.map_or(self.config.max_parallel, |p| p as usize),
-                "fail_fast": plan.fail_fast,
-            })),
-            ApprovedBy {
-                kind: Approver::System,
-                who: "plan_validator".into(),
-            },
-        )?;
+        if !goal {
+            system_checkpoint(
+                &mut rec,
+                CheckpointType::TaskPlan,
+                None,
+                Some(serde_json::json!({
+                    "steps": plan.steps.len(),
+                    "dependencies": edges,
+                    "max_parallel": plan.max_parallel.map_or(self.config.max_parallel, |p| p as usize),
+                    "fail_fast": plan.fail_fast,
+                })),
+                ApprovedBy {
+                    kind: Approver::System,
+                    who: "plan_validator".into(),
+                },
+            )?;
+        }
         // The task joins the state it records into just before it is stored, so
         // a task that fails to be made leaves no participant.
         let stored = async {
@@ -478,7 +560,21 @@ impl Engine {
         );
         link_to_task_trace(&span, &state.head.trace_id, &state.head.span_id);
         let cleanup = plan.cleanup;
-        let run = TaskRun::new(self, Recorder::resume(state), plan)?;
+        let mut controls = controls;
+        let run = if crate::goal_run::undecomposed(&plan) {
+            let planned = self
+                .decompose_task(state, &plan, &options, &mut controls)
+                .instrument(span.clone())
+                .await?;
+            match planned {
+                crate::goal_run::Planned::Plan(rec, plan) => {
+                    TaskRun::new(self, rec, plan)?.taken_up()
+                }
+                crate::goal_run::Planned::Ended(state) => return Ok(*state),
+            }
+        } else {
+            TaskRun::new(self, Recorder::resume(state), plan)?
+        };
         let state = run.drive(options, controls).instrument(span).await?;
         self.clean_workspace(&state, cleanup);
         Ok(state)

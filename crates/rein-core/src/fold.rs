@@ -276,6 +276,14 @@ pub(crate) fn apply_checked(
         | TaskChange::RecoverySucceeded { .. }
         | TaskChange::RecoveryFailed { .. }
         | TaskChange::AgentUpdate { .. } => {}
+        TaskChange::PlanDecomposed {
+            checkpoint_id,
+            steps,
+        } => {
+            // The CP2 checkpoint that decomposed the goal must exist.
+            find(&mut state.checkpoints, checkpoint_id, seq)?;
+            head.context.pending_steps = steps.clone();
+        }
         TaskChange::ProcessStarted {
             checkpoint_id,
             process,

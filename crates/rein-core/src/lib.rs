@@ -31,6 +31,8 @@ pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod fold;
+pub mod goal;
+pub mod goal_run;
 pub mod harness;
 pub mod journal;
 pub mod lifecycle;

@@ -68,8 +68,30 @@ pub fn for_step(step: &TaskStep, policy: &Policy) -> Result<Policy, String> {
     Ok(policy)
 }
 
-/// Checks every command step; denied steps are plan issues, asked-about ones get
-/// their `.permit` approve step. Call [`crate::plan::validate`] again afterwards.
+/// The decision on a step, high risk included: the strictest of what its
+/// command is allowed and what the policy says of high-risk steps.
+fn decide_with_risk(
+    step: &TaskStep,
+    policy: &Policy,
+) -> Result<Option<PermissionDecision>, String> {
+    let command = decide(step, policy)?;
+    let asks_nothing = matches!(
+        step.action,
+        StepAction::Approval { .. } | StepAction::Verify { .. } | StepAction::Noop
+    );
+    if step.risk_level != rein_protocol::RiskLevel::High || asks_nothing {
+        return Ok(command);
+    }
+    let risk = policy.check_high_risk(&step.id);
+    Ok(match command {
+        Some(c) if c.verdict >= risk.verdict => Some(c),
+        _ => Some(risk),
+    })
+}
+
+/// Checks every step: denied steps are plan issues, asked-about ones (a
+/// command the rules ask about, a high-risk step) get their `.permit` approve
+/// step. Call [`crate::plan::validate`] again afterwards.
 pub fn apply(
     mut plan: TaskDecomposition,
     policy: &Policy,
@@ -77,7 +99,7 @@ pub fn apply(
     let mut issues = Vec::new();
     let mut permits = Vec::new();
     for step in &mut plan.steps {
-        let decision = match decide(step, policy) {
+        let decision = match decide_with_risk(step, policy) {
             Ok(Some(d)) => d,
             Ok(None) => continue,
             Err(detail) => {
@@ -123,11 +145,27 @@ fn permit_step(step: &TaskStep, decision: &PermissionDecision) -> TaskStep {
         .as_deref()
         .map(|r| format!(" ({r})"))
         .unwrap_or_default();
+    let (title, description) = match (&step.action, &step.risk_description) {
+        (StepAction::Command { .. }, _) if !decision.subject.starts_with("high-risk step") => (
+            format!("Allow step `{}` to run `{}`?", step.id, decision.subject),
+            format!("{}{reason}", decision.rule),
+        ),
+        (_, risk) => (
+            format!(
+                "Allow high-risk step `{}` to run? {}",
+                step.id, step.description
+            ),
+            match risk {
+                Some(risk) => format!("{risk} ({})", decision.rule),
+                None => decision.rule.clone(),
+            },
+        ),
+    };
     let mut permit = TaskStep::new(
         permit_id(&step.id),
         StepAction::Approval {
-            title: format!("Allow step `{}` to run `{}`?", step.id, decision.subject),
-            description: format!("{}{reason}", decision.rule),
+            title,
+            description,
             options: Vec::new(),
             recommended: None,
             timeout_ms: None,

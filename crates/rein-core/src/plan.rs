@@ -601,6 +601,9 @@ struct StepFile {
     idempotent: Option<bool>,
     #[serde(default)]
     kind: StepKind,
+    /// Agent steps: read, write or execute (what the work is; execute unless set).
+    #[serde(default, rename = "type")]
+    step_type: Option<StepType>,
     #[serde(default)]
     checkpoint: Option<GateCheckpoint>,
     #[serde(default)]
@@ -748,6 +751,19 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         (StepKind::Approve, _) => (CheckpointType::UserApproval, StepType::Approve),
         (StepKind::Agent, _) => (CheckpointType::TaskExec, StepType::Execute),
     };
+    // A review step is done by an agent when it has a prompt (and by a
+    // command when it has `run`).
+    let by_agent = s.kind == StepKind::Agent || (s.kind == StepKind::Review && s.prompt.is_some());
+    let step_type = match (s.kind, s.step_type) {
+        (_, None) => step_type,
+        (StepKind::Agent, Some(t @ (StepType::Read | StepType::Write | StepType::Execute))) => t,
+        (StepKind::Agent, Some(_)) => {
+            return Err(format!(
+                "step `{id}`: `type` of an agent step is read, write or execute; a review is kind = \"review\", a person's decision kind = \"approve\""
+            ));
+        }
+        (_, Some(_)) => return Err(only_for("type", "agent")),
+    };
     let agent_keys = [
         ("prompt", s.prompt.is_some()),
         ("provider", s.provider.is_some()),
@@ -755,12 +771,10 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         ("runtime", s.runtime.is_some()),
         ("tools", s.tools.is_some()),
     ];
-    if s.kind != StepKind::Agent
-        && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set)
-    {
+    if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
         return Err(only_for(key, "agent"));
     }
-    let (action, step_timeout, description) = if s.kind == StepKind::Agent {
+    let (action, step_timeout, description) = if by_agent {
         if s.run.is_some() {
             return Err(format!(
                 "step `{id}`: an agent step has a `prompt`, not a `run`"
@@ -913,7 +927,7 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         timeout_ms: step_timeout,
         // An agent step resumes from its journal, so running it again repeats
         // at most the tool call in flight: idempotent unless the plan says not.
-        idempotent: s.idempotent.unwrap_or(s.kind == StepKind::Agent),
+        idempotent: s.idempotent.unwrap_or(by_agent),
     })
 }
 
@@ -948,6 +962,7 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
         fail_fast: file.fail_fast,
         cleanup: file.cleanup,
         shared_state: file.shared_state,
+        goal: None,
     };
     let plan = validate(plan).map_err(|e| (e.to_string(), Some(e)))?;
     Ok(PlanSpec {

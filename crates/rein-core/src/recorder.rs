@@ -42,6 +42,8 @@ pub struct Recorder {
     approvals: Vec<ApprovalRequest>,
     /// Ledger entries to store with the batch.
     ledger: Vec<rein_protocol::LedgerEntry>,
+    /// A plan to store with the batch, replacing the task's.
+    plan: Option<TaskDecomposition>,
     /// The ids of the state's checkpoints, so a new one is checked for a
     /// duplicate in O(1) rather than against every checkpoint.
     checkpoint_ids: CheckpointIds,
@@ -75,6 +77,7 @@ impl Recorder {
             stored_seq,
             approvals: Vec::new(),
             ledger: Vec::new(),
+            plan: None,
             checkpoint_ids: CheckpointIds::default(),
         }
     }
@@ -92,6 +95,7 @@ impl Recorder {
             stored_seq: 0,
             approvals: Vec::new(),
             ledger: Vec::new(),
+            plan: None,
             checkpoint_ids: CheckpointIds::default(),
         })
     }
@@ -191,6 +195,11 @@ impl Recorder {
         self.ledger.push(entry);
     }
 
+    /// Stores `plan` as the task's with the batch (which must record why).
+    pub fn replace_plan(&mut self, plan: TaskDecomposition) {
+        self.plan = Some(plan);
+    }
+
     pub fn has_unsaved(&self) -> bool {
         !self.batch.is_empty()
     }
@@ -203,6 +212,7 @@ impl Recorder {
             summary: self.state.head.summary(),
             approvals: std::mem::take(&mut self.approvals),
             ledger: std::mem::take(&mut self.ledger),
+            plan: self.plan.take(),
         };
         self.stored_seq = self.state.head.last_seq;
         write

@@ -86,6 +86,9 @@ pub struct TaskWrite {
     /// Ledger entries the events call for (an escalation to a person), sealed
     /// after the ledger's last entry in the same transaction.
     pub ledger: Vec<rein_protocol::LedgerEntry>,
+    /// The plan that replaces the task's from these events on (a goal that CP2
+    /// decomposed), stored in the same transaction.
+    pub plan: Option<TaskDecomposition>,
 }
 
 /// A new task: its plan and its first write (with `expected_seq` 0).

@@ -693,6 +693,7 @@ async fn a_stale_writer_is_refused_and_writes_nothing() {
         summary: head.summary(),
         approvals: Vec::new(),
         ledger: Vec::new(),
+        plan: None,
     };
     let err = h.store.save(stale.clone()).await.unwrap_err();
     assert!(

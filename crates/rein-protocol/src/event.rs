@@ -38,6 +38,7 @@ pub enum EventType {
     RuntimeSelected,
     AgentUpdate,
     ProcessStarted,
+    PlanDecomposed,
 }
 
 impl EventType {
@@ -64,6 +65,7 @@ impl EventType {
             EventType::RuntimeSelected => "runtime_selected",
             EventType::AgentUpdate => "agent_update",
             EventType::ProcessStarted => "process_started",
+            EventType::PlanDecomposed => "plan_decomposed",
         }
     }
 }
@@ -201,6 +203,12 @@ pub enum TaskChange {
         checkpoint_id: CheckpointId,
         process: crate::task::StepProcess,
     },
+    /// CP2 made the task's goal into a plan of these steps (stored with this
+    /// event): they are the task's pending steps from now on.
+    PlanDecomposed {
+        checkpoint_id: CheckpointId,
+        steps: Vec<String>,
+    },
     /// `pending` or `in_progress` → `skipped`.
     CheckpointSkipped {
         checkpoint_id: CheckpointId,
@@ -243,6 +251,7 @@ impl TaskChange {
             TaskChange::RuntimeSelected { .. } => EventType::RuntimeSelected,
             TaskChange::AgentUpdate { .. } => EventType::AgentUpdate,
             TaskChange::ProcessStarted { .. } => EventType::ProcessStarted,
+            TaskChange::PlanDecomposed { .. } => EventType::PlanDecomposed,
         }
     }
 
@@ -254,7 +263,8 @@ impl TaskChange {
             TaskChange::RecoveryAttempted { checkpoint_id, .. }
             | TaskChange::RuntimeSelected { checkpoint_id, .. }
             | TaskChange::AgentUpdate { checkpoint_id, .. }
-            | TaskChange::ProcessStarted { checkpoint_id, .. } => Some(checkpoint_id),
+            | TaskChange::ProcessStarted { checkpoint_id, .. }
+            | TaskChange::PlanDecomposed { checkpoint_id, .. } => Some(checkpoint_id),
             TaskChange::CheckpointEntered { checkpoint_id }
             | TaskChange::CheckpointPassed { checkpoint_id, .. }
             | TaskChange::CheckpointFailed { checkpoint_id, .. }

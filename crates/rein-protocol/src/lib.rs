@@ -64,7 +64,8 @@ pub use ledger::{LedgerCheck, LedgerEntry, LedgerHead, LedgerKind};
 pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
 pub use plan::{
-    Pev, RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep, WorkspaceCleanup,
+    DecomposedStep, DecompositionAnswer, Goal, Pev, RiskLevel, StepAction, StepType,
+    TaskDecomposition, TaskStep, WorkspaceCleanup,
 };
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use shared_state::{

@@ -225,6 +225,72 @@ pub struct TaskDecomposition {
     /// the task, an action for each step with its declared reads and writes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_state: Option<String>,
+    /// A task given as a goal (`original_task`): until CP2 has decomposed it,
+    /// the plan has no steps; afterwards it keeps how it was decomposed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<Goal>,
+}
+
+/// How a goal is turned into steps (CP2): by an isolated completion on this
+/// model route, whose answer must be a [`DecompositionAnswer`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Goal {
+    /// The route that decomposes the goal and runs its agent steps; unset:
+    /// the configured default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// `auto`, `rein` or a harness id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Whether a person confirms the decomposed plan before its steps run.
+    #[serde(default)]
+    pub confirm: bool,
+    /// How many answers the model may give before the task fails (an invalid
+    /// one is sent back with what was wrong with it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<u32>,
+}
+
+/// What a model must answer when it decomposes a goal: the source plan's
+/// `TaskDecomposition`, without what rein adds to run it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DecompositionAnswer {
+    /// The goal, as the model understood it.
+    pub original_task: String,
+    /// The steps, at least one; ids are unique, dependencies form a DAG.
+    #[schemars(length(min = 1))]
+    pub steps: Vec<DecomposedStep>,
+    /// Seconds the whole task should take.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_duration_s: Option<u64>,
+    pub risk_level: RiskLevel,
+}
+
+/// One step of a [`DecompositionAnswer`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DecomposedStep {
+    /// Letters, digits, `-`, `_` and `.`.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))]
+    pub id: String,
+    /// The work, said so that an agent can do it.
+    #[schemars(length(min = 1))]
+    pub description: String,
+    /// read, write or execute: an agent does it (with tools to match);
+    /// review: an agent checks the work; approve: a person decides.
+    #[serde(rename = "type")]
+    pub step_type: StepType,
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    /// The checkpoint the step records; unset: the one its type records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointType>,
+    #[serde(default)]
+    pub required_permissions: Vec<String>,
+    pub risk_level: RiskLevel,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk_description: Option<String>,
 }
 
 /// What becomes of a task's fresh workspace once the task has finished
@@ -261,6 +327,7 @@ impl TaskDecomposition {
             recovery: RecoveryPolicy::new(),
             cleanup: WorkspaceCleanup::Keep,
             shared_state: None,
+            goal: None,
         }
     }
 

@@ -35,6 +35,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::Checkpoint>("Checkpoint"),
         one::<crate::TaskDecomposition>("TaskDecomposition"),
         one::<crate::TaskStep>("TaskStep"),
+        one::<crate::DecompositionAnswer>("DecompositionAnswer"),
         one::<crate::HarnessEvent>("HarnessEvent"),
         one::<crate::EventType>("EventType"),
         one::<crate::Snapshot>("Snapshot"),

@@ -6,6 +6,8 @@
 //!
 //! - [`agent`]: agent steps — the selected plugin harness, or the built-in
 //!   agent loop with its journal and workspace tools.
+//! - [`completion`]: isolated completions, dispatched to the runtime the
+//!   selection policy picks (a plugin, or rein's chat client with no tools).
 //! - [`openai`]: a streaming client of the OpenAI-compatible chat-completions
 //!   API, for the built-in runtime.
 //!
@@ -14,8 +16,10 @@
 
 pub mod acp;
 pub mod agent;
+pub mod completion;
 pub mod openai;
 pub mod plugin;
 
 pub use agent::AgentExecutor;
+pub use completion::Completions;
 pub use plugin::{PluginError, load_manifest, register_plugin};

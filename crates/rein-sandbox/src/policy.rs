@@ -31,6 +31,10 @@ pub struct PolicyFile {
     /// The verdict where no rule matches (allow unless set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<Verdict>,
+    /// What a step the plan marks `risk_level = "high"` gets, whatever it
+    /// runs: `ask` (a person decides before it runs) unless set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high_risk: Option<Verdict>,
     #[serde(default)]
     pub rules: Vec<PermissionRule>,
 }
@@ -77,7 +81,13 @@ pub struct Policy {
     default_origin: String,
     /// Where the rules come from, with how many each gave.
     sources: Vec<(String, usize)>,
+    /// The verdict on a high-risk step, and where it comes from.
+    high_risk: (Verdict, String),
 }
+
+/// Where the verdict on high-risk steps comes from when no policy sets it.
+const DEFAULT_HIGH_RISK: &str =
+    "high-risk steps ask a person by default (set high_risk in the policy file)";
 
 impl Default for Policy {
     fn default() -> Policy {
@@ -86,6 +96,7 @@ impl Default for Policy {
             default: Verdict::Allow,
             default_origin: "no rules are configured".into(),
             sources: Vec::new(),
+            high_risk: (Verdict::Ask, DEFAULT_HIGH_RISK.into()),
         }
     }
 }
@@ -130,6 +141,13 @@ impl Policy {
             },
             rules: Vec::new(),
             sources: Vec::new(),
+            high_risk: match file.high_risk {
+                Some(v) => (
+                    v,
+                    format!("high_risk = \"{}\" of {source_name}", v.as_str()),
+                ),
+                None => (Verdict::Ask, DEFAULT_HIGH_RISK.into()),
+            },
         };
         policy.add_rules(&file.rules, source_name)?;
         Ok(policy)
@@ -172,6 +190,18 @@ impl Policy {
             self.rules.push(rule);
         }
         Ok(())
+    }
+
+    /// The verdict on a step its plan marks high-risk, whatever it runs.
+    pub fn check_high_risk(&self, step: &str) -> Decision {
+        let (verdict, rule) = &self.high_risk;
+        Decision {
+            verdict: *verdict,
+            subject: format!("high-risk step `{step}`"),
+            rule: rule.clone(),
+            reason: None,
+            trigger: (*verdict == Verdict::Ask).then_some(AskTrigger::DestructiveAction),
+        }
     }
 
     /// How many rules the policy has.

@@ -130,13 +130,28 @@ pub fn table() -> Vec<Route> {
                     errors: &[400, 401, 403, 413],
                     ..op(
                         "post",
-                        "Run a plan (JSON {plan, session_id?, workspace?}, or a plan file's TOML); a `workspace` or `allow_read` outside the server's --workspace-root is a 400",
+                        "Run a plan (JSON {plan, session_id?, workspace?}, or a plan file's TOML), or a goal a model decomposes (JSON {goal, provider?, model?, runtime?, confirm?, attempts?, …}); a `workspace` or `allow_read` outside the server's --workspace-root is a 400",
                         O,
                         201,
                         "TaskEnvelope",
                     )
                 },
             ],
+        },
+        Route {
+            path: "/admin/completions",
+            handler: post(complete),
+            operations: vec![Operation {
+                request: Some("CompletionRequest"),
+                errors: &[400, 401, 403, 413, 502, 503],
+                ..op(
+                    "post",
+                    "One isolated completion: a prompt with no tools, on the runtime the selection policy picks; with `schema`, an answer that does not match is a 502 naming each violation",
+                    O,
+                    200,
+                    "Completion",
+                )
+            }],
         },
         Route {
             path: "/admin/tasks/{id}",
@@ -847,8 +862,51 @@ fn envelopes() -> Vec<(&'static str, Value)> {
         (
             "SubmitTask",
             object(
-                json!({ "plan": reference("TaskDecomposition"), "session_id": { "type": "string" }, "workspace": { "type": "string", "description": "an absolute directory inside one of the server's --workspace-root directories; refused without one" } }),
-                &["plan"],
+                json!({
+                    "plan": reference("TaskDecomposition"),
+                    "goal": { "type": "string", "description": "instead of a plan: what the task is to achieve, decomposed into steps by a model at CP2" },
+                    "provider": { "type": "string" }, "model": { "type": "string" },
+                    "runtime": { "type": "string", "description": "auto, rein or a harness id" },
+                    "confirm": { "type": "boolean", "description": "a person confirms the decomposed plan before it runs (default true)" },
+                    "attempts": { "type": "integer", "minimum": 1, "maximum": 10 },
+                    "max_parallel": { "type": "integer", "minimum": 1 },
+                    "session_id": { "type": "string" },
+                    "workspace": { "type": "string", "description": "an absolute directory inside one of the server's --workspace-root directories; refused without one" } }),
+                &[],
+            ),
+        ),
+        (
+            "CompletionRequest",
+            object(
+                json!({
+                    "prompt": { "type": "string", "minLength": 1 }, "system": { "type": "string" },
+                    "provider": { "type": "string" }, "model": { "type": "string" }, "runtime": { "type": "string" },
+                    "timeout_ms": { "type": "integer", "minimum": 1, "maximum": 1_800_000 },
+                    "schema": { "type": "object", "description": "a JSON Schema the answer must match" } }),
+                &["prompt"],
+            ),
+        ),
+        (
+            "Completion",
+            object(
+                json!({
+                    "text": { "type": "string" },
+                    "json": { "description": "the answer as JSON, when a schema was given" },
+                    "selection": reference("SelectionDecision"),
+                    "owner": { "enum": ["host", "harness"] },
+                    "runtime": { "enum": ["rein", "self"] },
+                    "profile": { "type": "string" },
+                    "request_durations_ms": { "type": "array", "items": { "type": "integer" } },
+                    "duration_ms": { "type": "integer" } }),
+                &[
+                    "text",
+                    "selection",
+                    "owner",
+                    "runtime",
+                    "profile",
+                    "request_durations_ms",
+                    "duration_ms",
+                ],
             ),
         ),
         (

@@ -132,12 +132,153 @@ pub async fn list_tasks(
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitTask {
-    plan: TaskDecomposition,
+    #[serde(default)]
+    plan: Option<TaskDecomposition>,
+    /// A goal instead of a plan: decomposed into steps at CP2 by a model.
+    #[serde(default)]
+    goal: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    runtime: Option<String>,
+    /// Whether a person confirms the decomposed plan before it runs (default true).
+    #[serde(default)]
+    confirm: Option<bool>,
+    #[serde(default)]
+    attempts: Option<u32>,
+    #[serde(default)]
+    max_parallel: Option<u32>,
     #[serde(default)]
     session_id: Option<String>,
     /// An absolute directory inside one of the server's `--workspace-root`s.
     #[serde(default)]
     workspace: Option<std::path::PathBuf>,
+}
+
+impl SubmitTask {
+    /// The plan it asks for: the one given, or a goal's (stepless) plan.
+    fn into_plan(
+        self,
+    ) -> ApiResult<(
+        TaskDecomposition,
+        Option<String>,
+        Option<std::path::PathBuf>,
+    )> {
+        let goal_keys = [
+            ("provider", self.provider.is_some()),
+            ("model", self.model.is_some()),
+            ("runtime", self.runtime.is_some()),
+            ("confirm", self.confirm.is_some()),
+            ("attempts", self.attempts.is_some()),
+            ("max_parallel", self.max_parallel.is_some()),
+        ];
+        let plan = match (self.plan, self.goal) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::bad_request("give a `plan` or a `goal`, not both"));
+            }
+            (None, None) => {
+                return Err(ApiError::bad_request(
+                    "give a `plan` (the steps) or a `goal` (a sentence a model decomposes)",
+                ));
+            }
+            (Some(plan), None) => {
+                if let Some((key, _)) = goal_keys.iter().find(|(_, set)| *set) {
+                    return Err(ApiError::bad_request(format!(
+                        "`{key}` goes with a `goal`; a `plan` says it in its steps"
+                    )));
+                }
+                plan
+            }
+            (None, Some(goal)) => {
+                if self.attempts.is_some_and(|a| a == 0 || a > 10) {
+                    return Err(ApiError::bad_request("attempts must be between 1 and 10"));
+                }
+                if self.max_parallel == Some(0) {
+                    return Err(ApiError::bad_request("max_parallel must be at least 1"));
+                }
+                let mut plan = TaskDecomposition::new(goal.trim(), Vec::new());
+                plan.max_parallel = self.max_parallel;
+                plan.goal = Some(rein_protocol::Goal {
+                    provider: self.provider,
+                    model: self.model,
+                    runtime: self.runtime,
+                    confirm: self.confirm.unwrap_or(true),
+                    attempts: self.attempts,
+                });
+                plan
+            }
+        };
+        Ok((plan, self.session_id, self.workspace))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionBody {
+    prompt: String,
+    #[serde(default)]
+    system: Option<String>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    runtime: Option<String>,
+    /// Milliseconds for the whole completion (default 120000, at most 1800000).
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    /// A JSON Schema the answer must match.
+    #[serde(default)]
+    schema: Option<serde_json::Value>,
+}
+
+/// One isolated completion: prompt-only, no tools, on the runtime the
+/// selection policy picks; with `schema`, an answer it refuses is a 502
+/// naming each violation.
+pub async fn complete(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Body(body): Body<CompletionBody>,
+) -> ApiResult<Json<serde_json::Value>> {
+    use rein_core::harness::completion::{CompletionFailure, CompletionRequest, Route};
+    require(&caller, Role::Operator)?;
+    if body.prompt.trim().is_empty() {
+        return Err(ApiError::bad_request("the prompt is empty"));
+    }
+    let timeout_ms = body.timeout_ms.unwrap_or(120_000);
+    if timeout_ms == 0 || timeout_ms > 1_800_000 {
+        return Err(ApiError::bad_request(
+            "timeout_ms must be between 1 and 1800000",
+        ));
+    }
+    let request = CompletionRequest {
+        prompt: body.prompt,
+        system: body.system,
+        route: Route {
+            provider: body.provider,
+            model: body.model,
+            runtime: body.runtime,
+        },
+        timeout: std::time::Duration::from_millis(timeout_ms),
+    };
+    match state.engine.complete(&request, body.schema.as_ref()).await {
+        Ok(done) => Ok(Json(json!(done))),
+        Err(e @ (CompletionFailure::BadSchema(_) | CompletionFailure::Selection(_))) => {
+            Err(ApiError::bad_request(e.to_string()))
+        }
+        Err(e @ CompletionFailure::NotConfigured(_)) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_configured",
+            e.to_string(),
+        )),
+        Err(e) => Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "completion_failed",
+            e.to_string(),
+        )),
+    }
 }
 
 /// A plan as JSON (`{plan, session_id?}`) or as the TOML of a plan file.
@@ -165,7 +306,7 @@ pub async fn submit_task(
         (spec.plan, spec.session, spec.workspace)
     } else {
         let Body(submit) = Body::<SubmitTask>::from_request(req, &()).await?;
-        (submit.plan, submit.session_id, submit.workspace)
+        submit.into_plan()?
     };
     // A caller reaches the host's file system only inside the server's
     // --workspace-root directories; without any, a task gets a fresh workspace

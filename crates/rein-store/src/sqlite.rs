@@ -369,6 +369,8 @@ struct Encoded {
     approvals: Vec<(String, &'static str, String, String)>,
     /// Ledger entries to seal after the ledger's last.
     ledger: Vec<LedgerEntry>,
+    /// A plan replacing the task's.
+    plan: Option<String>,
 }
 
 fn seq(v: u64) -> i64 {
@@ -397,6 +399,12 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
     Ok(Encoded {
         approvals,
         ledger: write.ledger.clone(),
+        plan: write
+            .plan
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(backend)?,
         task_id: write.task_id.to_string(),
         expected_seq: seq(write.expected_seq),
         status: write.summary.status.as_str(),
@@ -589,6 +597,13 @@ impl Store for SqliteStore {
                     .and_then(|mut stmt| {
                         stmt.execute(params![task.tkey, w.status, w.updated_at, w.summary])
                     })
+                    .map_err(backend)?;
+                }
+                if let Some(plan) = &w.plan {
+                    conn.execute(
+                        "UPDATE plans SET plan = ?2 WHERE task_id = ?1",
+                        params![w.task_id, plan],
+                    )
                     .map_err(backend)?;
                 }
                 append(conn, task.tkey, &w)

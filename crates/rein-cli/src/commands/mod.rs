@@ -1,6 +1,7 @@
 //! One module per command group; [`dispatch`] routes a parsed command line.
 
 mod approvals;
+pub mod complete;
 mod harness;
 mod plan;
 mod records;
@@ -65,17 +66,40 @@ impl Context {
         max_parallel: usize,
         executor: CommandExecutor,
     ) -> anyhow::Result<Context> {
-        let agent = rein_runtimes::AgentExecutor::new(
-            Arc::new(executor),
-            Arc::new(harness_registry(&target.plugins)?),
-            runtime_policy(target.runtime_policy.as_deref())?,
-            rein_runtimes::openai::ChatConfig::from_env(),
-        );
+        let registry = Arc::new(harness_registry(&target.plugins)?);
+        let policy = runtime_policy(target.runtime_policy.as_deref())?;
+        let chat = rein_runtimes::openai::ChatConfig::from_env();
+        let completions =
+            rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone());
+        let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat);
         Context::running_with(
             target.data_dir.clone(),
             max_parallel,
             Arc::new(agent),
             target.policy.as_deref(),
+            Some(Arc::new(completions)),
+        )
+    }
+
+    /// The engine for commands that ask a model but run no steps (`rein
+    /// complete`, `rein plan draft`): the plugins' harnesses and the built-in
+    /// runtime serve its completions.
+    pub fn for_completions(target: &Target) -> anyhow::Result<Context> {
+        let completions = rein_runtimes::Completions::new(
+            Arc::new(harness_registry(&target.plugins)?),
+            runtime_policy(target.runtime_policy.as_deref())?,
+            rein_runtimes::openai::ChatConfig::from_env(),
+        );
+        let why = rein_sandbox::Unavailable {
+            reason: "this command does not run steps".into(),
+            remedy: "run the task with `rein run` or `rein tasks resume`".into(),
+        };
+        Context::running_with(
+            target.data_dir.clone(),
+            1,
+            Arc::new(CommandExecutor::refusing(why)),
+            target.policy.as_deref(),
+            Some(Arc::new(completions)),
         )
     }
 
@@ -86,7 +110,13 @@ impl Context {
         executor: CommandExecutor,
         policy: Option<&std::path::Path>,
     ) -> anyhow::Result<Context> {
-        Context::running_with(data_dir_flag, max_parallel, Arc::new(executor), policy)
+        Context::running_with(
+            data_dir_flag,
+            max_parallel,
+            Arc::new(executor),
+            policy,
+            None,
+        )
     }
 
     fn running_with(
@@ -94,13 +124,17 @@ impl Context {
         max_parallel: usize,
         executor: Arc<dyn rein_core::StepExecutor>,
         policy: Option<&std::path::Path>,
+        completer: Option<Arc<dyn rein_core::harness::completion::Completer>>,
     ) -> anyhow::Result<Context> {
         let dir = data_dir(data_dir_flag)?;
         let store = SqliteStore::open(&dir.join("rein.db"))?;
         let mut config = engine_config(dir);
         config.max_parallel = max_parallel;
         config.policy = Arc::new(load_policy(policy)?);
-        let engine = Engine::new(Arc::new(store), executor, config);
+        let mut engine = Engine::new(Arc::new(store), executor, config);
+        if let Some(completer) = completer {
+            engine = engine.with_completer(completer);
+        }
         Ok(Context {
             engine: Arc::new(engine),
         })
@@ -227,6 +261,17 @@ impl Target {
     }
 }
 
+/// How a goal is to become a plan, from the command line.
+pub fn goal(args: &crate::cli::GoalArgs) -> rein_protocol::Goal {
+    rein_protocol::Goal {
+        provider: args.route.provider.clone(),
+        model: args.route.model.clone(),
+        runtime: args.route.runtime.clone(),
+        confirm: !args.yes,
+        attempts: Some(args.attempts),
+    }
+}
+
 pub fn parse_task_id(id: &str) -> anyhow::Result<TaskId> {
     TaskId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
 }
@@ -293,7 +338,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     };
     match cli.command {
         Command::Run(args) => run::run(&target, args).await,
-        Command::Plan(cmd) => plan::dispatch(&target, cmd),
+        Command::Plan(cmd) => plan::dispatch(&target, cmd).await,
+        Command::Complete(args) => complete::complete(&target, args).await,
         Command::Policy(cmd) => plan::policy(&target, cmd),
         Command::State(cmd) => state::dispatch(&target, cmd).await,
         Command::Contracts(cmd) => records::contracts(&target, cmd).await,

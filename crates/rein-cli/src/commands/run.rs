@@ -27,8 +27,28 @@ use crate::progress::ProgressView;
 use crate::prompt::{self, Prompter};
 use crate::remote::{Client, TaskEnvelope};
 
+/// The plan of `rein run --goal`: no steps yet, the goal to decompose.
+fn goal_spec(goal: &str, args: &RunArgs) -> anyhow::Result<PlanSpec> {
+    if goal.trim().is_empty() {
+        return Err(UsageError("--goal is empty: say what the task is to achieve".into()).into());
+    }
+    let mut plan = rein_protocol::TaskDecomposition::new(goal.trim(), Vec::new());
+    plan.goal = Some(crate::commands::goal(&args.decompose));
+    Ok(PlanSpec {
+        plan,
+        session: None,
+        workspace: None,
+    })
+}
+
 pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
-    let spec = load_plan_file(&args.plan)?;
+    let spec = match (&args.goal, &args.plan) {
+        (Some(goal), _) => goal_spec(goal, &args)?,
+        (None, Some(plan)) => load_plan_file(plan)?,
+        (None, None) => {
+            return Err(UsageError("give a plan file, or --goal \"…\"".into()).into());
+        }
+    };
     if let Some(url) = &target.url {
         let client = Client::new(url, target.token.clone())?;
         return run_remote(client, spec, args).await;
@@ -61,10 +81,20 @@ pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
 
 /// Says that a task was created, and which control points it passed on the way.
 fn announce(out: Out, state: &TaskState) {
+    let steps = match state.head.context.pending_steps.len() {
+        // A goal's steps come at CP2.
+        0 if !state
+            .checkpoints
+            .iter()
+            .any(|c| c.kind == rein_protocol::CheckpointType::TaskPlan) =>
+        {
+            "a goal to decompose".to_owned()
+        }
+        n => format!("{n} steps"),
+    };
     out.line(&format!(
-        "task {} created: {} steps, workspace {}",
+        "task {} created: {steps}, workspace {}",
         state.id(),
-        state.head.context.pending_steps.len(),
         state
             .head
             .resources
@@ -111,16 +141,25 @@ async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Re
         }
     }
     plan.max_parallel = plan.max_parallel.or(Some(args.max_parallel));
-    let created: TaskEnvelope = client
-        .post(
-            "admin/tasks",
-            json!({
-                "plan": plan,
-                "session_id": args.session.or(spec.session),
-                "workspace": workspace,
-            }),
-        )
-        .await?;
+    let body = match &plan.goal {
+        Some(goal) => json!({
+            "goal": plan.original_task,
+            "provider": goal.provider,
+            "model": goal.model,
+            "runtime": goal.runtime,
+            "confirm": goal.confirm,
+            "attempts": goal.attempts,
+            "max_parallel": plan.max_parallel,
+            "session_id": args.session.or(spec.session),
+            "workspace": workspace,
+        }),
+        None => json!({
+            "plan": plan,
+            "session_id": args.session.or(spec.session),
+            "workspace": workspace,
+        }),
+    };
+    let created: TaskEnvelope = client.post("admin/tasks", body).await?;
     let out = Out::new(args.output, true);
     announce(out, &created.task);
     let signals = Signals::install(out, args.no_wait);

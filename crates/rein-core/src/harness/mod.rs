@@ -244,6 +244,7 @@ impl std::fmt::Debug for Registered {
     }
 }
 
+pub mod completion;
 pub mod delegation;
 pub mod executor;
 pub mod isolated;

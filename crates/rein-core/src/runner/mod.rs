@@ -205,6 +205,9 @@ pub(crate) struct TaskRun<'e> {
     questions: questions::Questions,
     asks: mpsc::UnboundedReceiver<crate::executor::StepMessage>,
     asks_tx: mpsc::UnboundedSender<crate::executor::StepMessage>,
+    /// This run already recorded that it took the task up (a goal's
+    /// decomposition did, before the plan existed).
+    taken_up: bool,
 }
 
 /// A plan–execute–verify step whose contract follows it.
@@ -219,6 +222,12 @@ struct ContractWatch {
 }
 
 impl<'e> TaskRun<'e> {
+    /// The run of a task whose take-up this run has already recorded.
+    pub(crate) fn taken_up(mut self) -> Self {
+        self.taken_up = true;
+        self
+    }
+
     pub(crate) fn new(engine: &'e Engine, rec: Recorder, plan: TaskDecomposition) -> Result<Self> {
         let limit = plan
             .max_parallel
@@ -363,6 +372,7 @@ impl<'e> TaskRun<'e> {
             questions: questions::Questions::default(),
             asks,
             asks_tx,
+            taken_up: false,
         };
         run.questions.seen = run.unreceived_any();
         Ok(run)
@@ -501,16 +511,11 @@ impl<'e> TaskRun<'e> {
     /// progress: idempotent ones (and `--rerun`) run again, `--skip` ones are
     /// skipped, and any other pauses the task naming it.
     fn take_up(&mut self, options: &RunOptions) -> Result<()> {
-        let runner = Some(self.engine.runner.clone());
-        let change = match self.rec.state.status() {
-            TaskStatus::Pending => TaskChange::TaskStarted { runner },
-            _ => TaskChange::TaskResumed {
-                runner,
-                rerun: options.rerun.clone(),
-                skip: options.skip.clone(),
-            },
-        };
-        self.rec.task_event(change)?;
+        if !self.taken_up {
+            let change =
+                crate::goal_run::take_up_change(&self.engine.runner, &self.rec.state, options);
+            self.rec.task_event(change)?;
+        }
         for i in 0..self.steps.len() {
             let Progress::Interrupted {
                 checkpoint,

@@ -1,0 +1,208 @@
+//! Isolated completions served for real: the selection policy picks the
+//! runtime for the route (spec harness-sdk §2), and that choice dispatches
+//! the completion (§4 rule 21) — a plugin harness that declares isolated
+//! completion, or rein's own chat client, which sends the prompt with no
+//! tools at all.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use rein_core::harness::completion::{Completer, Completion, CompletionFailure, CompletionRequest};
+use rein_core::harness::isolated::{
+    AuthProfile, CompletionAuth, CompletionError, CompletionOutput, ContentPart, IsolatedParams,
+    IsolatedRequest, OutputTextPolicy, run_isolated,
+};
+use rein_core::harness::{AgentHarness, HarnessRegistry, RuntimePolicy, SelectionRequest, select};
+use rein_protocol::{BUILTIN_RUNTIME, Support, SupportContext};
+
+use crate::openai::{ChatClient, ChatConfig, ChatError, Message};
+
+/// Serves isolated completions on the routes the registry and policy cover.
+pub struct Completions {
+    registry: Arc<HarnessRegistry>,
+    policy: RuntimePolicy,
+    chat: ChatConfig,
+}
+
+impl std::fmt::Debug for Completions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completions")
+            .field("chat", &self.chat)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Completions {
+    pub fn new(
+        registry: Arc<HarnessRegistry>,
+        policy: RuntimePolicy,
+        chat: ChatConfig,
+    ) -> Completions {
+        Completions {
+            registry,
+            policy,
+            chat,
+        }
+    }
+}
+
+/// The profile id of the host's one credential (`OPENAI_API_KEY`).
+const PROFILE: &str = "default";
+
+#[async_trait]
+impl Completer for Completions {
+    async fn complete(&self, request: &CompletionRequest) -> Result<Completion, CompletionFailure> {
+        let started = Instant::now();
+        let provider = request
+            .route
+            .provider
+            .clone()
+            .unwrap_or_else(|| "openai".into());
+        let model = request
+            .route
+            .model
+            .clone()
+            .unwrap_or_else(|| self.chat.model.clone());
+        let policy = match &request.route.runtime {
+            Some(r) => RuntimePolicy {
+                default: r.clone(),
+                ..RuntimePolicy::default()
+            },
+            None => self.policy.clone(),
+        };
+        let wanted = SelectionRequest {
+            provider,
+            model: Some(model.clone()),
+            ..SelectionRequest::default()
+        };
+        let selection = select(&self.registry, &policy, &wanted).await?;
+        let builtin;
+        let harness: &dyn AgentHarness = if selection.selected == BUILTIN_RUNTIME {
+            builtin = Builtin {
+                chat: self.chat.clone(),
+            };
+            &builtin
+        } else {
+            match self.registry.get(&selection.selected) {
+                Some(r) => &*r.harness,
+                None => {
+                    return Err(CompletionFailure::NotConfigured(format!(
+                        "harness `{}` is no longer registered",
+                        selection.selected
+                    )));
+                }
+            }
+        };
+        let isolated = IsolatedRequest {
+            prompt: request.prompt.clone(),
+            system: request.system.clone(),
+            transport_model: model,
+            auth_plan: "api_key".into(),
+            profiles: vec![AuthProfile {
+                id: PROFILE.into(),
+                credential: self.chat.api_key.clone().unwrap_or_default(),
+            }],
+            deadline: request.timeout,
+            policy: OutputTextPolicy::Default,
+        };
+        let result = run_isolated(harness, &isolated).await?;
+        Ok(Completion {
+            text: result.text,
+            json: None,
+            selection,
+            owner: result.owner,
+            runtime: result.runtime,
+            profile: result.profile,
+            request_durations_ms: result.request_durations_ms,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+}
+
+/// rein's own runtime as a harness for isolated completions: one streamed
+/// chat request with the system text and the prompt, and no `tools` field.
+struct Builtin {
+    chat: ChatConfig,
+}
+
+#[async_trait]
+impl AgentHarness for Builtin {
+    fn id(&self) -> &str {
+        BUILTIN_RUNTIME
+    }
+
+    fn label(&self) -> &str {
+        "rein (built-in)"
+    }
+
+    async fn supports(&self, _ctx: &SupportContext) -> Support {
+        Support::Supported {
+            priority: 0,
+            reason: None,
+        }
+    }
+
+    async fn run_isolated_completion_v2(
+        &self,
+        params: &IsolatedParams,
+    ) -> Option<Result<CompletionOutput, CompletionError>> {
+        let CompletionAuth::Host {
+            transport_model,
+            profile,
+        } = &params.auth
+        else {
+            return Some(Err(CompletionError::Failed(
+                "rein prepares its own requests; it was handed a harness's auth plan".into(),
+            )));
+        };
+        let client = ChatClient::new(ChatConfig {
+            model: transport_model.clone(),
+            api_key: Some(profile.credential.clone()).filter(|k| !k.is_empty()),
+            ..self.chat.clone()
+        });
+        let mut messages = Vec::new();
+        if let Some(system) = &params.system {
+            messages.push(Message::System {
+                content: system.clone(),
+            });
+        }
+        messages.push(Message::User {
+            content: params.prompt.clone(),
+        });
+        if let Err(e) = params.ctx.assert_current() {
+            return Some(Err(e));
+        }
+        let started = Instant::now();
+        let answer = client.complete(&messages, &[], |_| {}).await;
+        params
+            .ctx
+            .on_request_complete(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        Some(match answer {
+            Ok(response) => {
+                let mut content = vec![ContentPart::Text(response.content)];
+                content.extend(
+                    response
+                        .tool_calls
+                        .into_iter()
+                        .map(|c| ContentPart::ToolCall {
+                            name: c.function.name,
+                        }),
+                );
+                Ok(CompletionOutput {
+                    content,
+                    stop_reason: response.finish_reason,
+                })
+            }
+            Err(ChatError::Http {
+                status: status @ (401 | 403),
+                message,
+                ..
+            }) => Err(CompletionError::Credential {
+                profile: profile.id.clone(),
+                message: format!("the model API answered {status}: {message}"),
+            }),
+            Err(e) => Err(CompletionError::Failed(e.to_string())),
+        })
+    }
+}
