@@ -172,6 +172,15 @@ impl Engine {
         loop {
             let span = SpanRef::child_of(&rec.state.head.span_id);
             let request = d.request();
+            // Every request is an attempt of CP2, an interrupted one included
+            // (only refused answers count against the goal's attempts).
+            let attempt = rec
+                .state
+                .checkpoints
+                .iter()
+                .filter(|c| c.kind == CheckpointType::TaskPlan)
+                .count() as u32
+                + 1;
             let checkpoint = Checkpoint {
                 input: Some(json!({
                     "goal": goal_text,
@@ -179,7 +188,7 @@ impl Engine {
                     "attempts": d.budget(),
                     "workspace_paths_listed": listing.paths.len(),
                 })),
-                ..Checkpoint::pending(task_id.clone(), None, CheckpointType::TaskPlan, d.attempt())
+                ..Checkpoint::pending(task_id.clone(), None, CheckpointType::TaskPlan, attempt)
             };
             let cp = rec.enter_checkpoint(checkpoint, &span)?;
             // The attempt is on record before the model is asked.

@@ -111,7 +111,67 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
             )
         }
         (p, _) if p.starts_with("Read CHANGELOG.md") => say("Wrote RELEASE_NOTES.md."),
+        (p, 0) if p.starts_with("Check RELEASE_NOTES.md") => {
+            call("call_1", "read_file", json!({ "path": "RELEASE_NOTES.md" }))
+        }
+        (p, _) if p.starts_with("Check RELEASE_NOTES.md") => say("The notes name the version."),
+        // Goals: a decomposition request (isolated: no tools).
+        (p, _) if p.starts_with("Goal: ") => decompose(p, &seen).await,
         _ => say("I do not know this script"),
+    }
+}
+
+/// The steps of the release-notes goal: a write step, then a review.
+fn release_notes_plan() -> Value {
+    json!({
+        "original_task": "Write release notes",
+        "risk_level": "low",
+        "estimated_duration_s": 120,
+        "steps": [
+            { "id": "notes", "type": "write", "risk_level": "low",
+              "description": "Read CHANGELOG.md and write RELEASE_NOTES.md naming the latest version." },
+            { "id": "check", "type": "review", "risk_level": "low", "depends_on": ["notes"],
+              "description": "Check RELEASE_NOTES.md against CHANGELOG.md." }
+        ]
+    })
+}
+
+/// Answers a decomposition request by the goal: the first answer to the
+/// release-notes goal is malformed (a refused answer goes back with its
+/// errors); `hang` holds its first request for a minute; `nonsense` is never
+/// valid.
+async fn decompose(prompt: &str, seen: &Seen) -> Response {
+    let again = prompt.contains("Your previous answer was refused");
+    let goal = prompt
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim_start_matches("Goal: ");
+    let asked = seen
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|b| b.to_string().contains(&format!("Goal: {goal}")))
+        .count();
+    match goal {
+        g if g.starts_with("Write release notes") && !again => say(
+            "```json\n{\"original_task\": \"notes\", \"risk_level\": \"low\", \"steps\": [{\"id\": \"notes\", \"type\": \"delete\", \"description\": \"x\"}]}\n```",
+        ),
+        g if g.starts_with("Write release notes") => say(&release_notes_plan().to_string()),
+        g if g.starts_with("hang") => {
+            if asked <= 1 {
+                tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            }
+            say(&release_notes_plan().to_string())
+        }
+        g if g.starts_with("risky") => {
+            let mut plan = release_notes_plan();
+            plan["steps"][0]["risk_level"] = json!("high");
+            plan["steps"][0]["risk_description"] = json!("overwrites the notes");
+            say(&plan.to_string())
+        }
+        _ => say("{\"steps\": []}"),
     }
 }
 

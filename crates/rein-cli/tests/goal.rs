@@ -1,0 +1,424 @@
+//! Goals and isolated completions from the command line, against a local fake
+//! chat-completions server that speaks the real streaming wire format (the
+//! hosted API cannot be reached here): `rein plan draft`, `rein run --goal`
+//! (with a refused answer sent back, a person's confirmation, and a SIGKILL
+//! while the model is being asked), and `rein complete --schema`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "../../rein-runtimes/tests/common/mod.rs"]
+mod fake;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{eventually, json, rein, run_ok, task_ids};
+use serde_json::Value;
+
+const GOAL: &str = "Write release notes for the changes in CHANGELOG.md";
+
+struct Model {
+    _runtime: tokio::runtime::Runtime,
+    base: String,
+    seen: fake::Seen,
+}
+
+fn model() -> Model {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = runtime.block_on(fake::fake_model());
+    Model {
+        _runtime: runtime,
+        base,
+        seen,
+    }
+}
+
+impl Model {
+    fn rein(&self, data: &Path) -> Command {
+        let mut cmd = rein(data);
+        cmd.env("OPENAI_BASE_URL", &self.base)
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("REIN_MODEL", "gpt-test");
+        cmd
+    }
+
+    fn requests(&self) -> Vec<Value> {
+        self.seen.0.lock().unwrap().clone()
+    }
+
+    /// The decomposition requests: those whose prompt is a goal.
+    fn decompositions(&self) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.to_string().contains("Goal: "))
+            .collect()
+    }
+}
+
+fn user_prompt(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap()
+        .to_owned()
+}
+
+fn workspace(dir: &Path) -> std::path::PathBuf {
+    let ws = dir.join("project");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("CHANGELOG.md"), "0.3.0\n- goals become plans\n").unwrap();
+    ws
+}
+
+fn events(data: &Path, task: &str) -> Vec<Value> {
+    let out = run_ok(rein(data).args(["tasks", "events", task, "--json"]));
+    json(&out).as_array().unwrap().clone()
+}
+
+#[test]
+fn plan_draft_writes_a_plan_that_runs_and_sends_a_refused_answer_back() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let file = dir.path().join("plan.toml");
+    let out = run_ok(
+        m.rein(&data)
+            .args(["plan", "draft", "--goal", GOAL, "--workspace"])
+            .arg(&ws)
+            .arg("-o")
+            .arg(&file),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("answer 1 was refused and sent back"),
+        "{stderr}"
+    );
+    let asked = m.decompositions();
+    assert_eq!(asked.len(), 2, "one refused answer, one accepted");
+    for request in &asked {
+        assert!(request.get("tools").is_none(), "isolated: {request}");
+        assert_eq!(request["messages"][0]["role"], "system");
+    }
+    // The first prompt lists the workspace; the second carries the errors.
+    assert!(user_prompt(&asked[0]).contains("CHANGELOG.md"));
+    let retry = user_prompt(&asked[1]);
+    assert!(retry.contains("\"delete\""), "{retry}");
+    assert!(retry.contains("risk_level"), "{retry}");
+
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("kind = \"review\""), "{text}");
+    assert!(text.contains("confirm = true"), "{text}");
+    // What the draft says is a plan `rein plan check` takes, steps in order.
+    let checked = json(&run_ok(
+        rein(&data).args(["plan", "check", "--json"]).arg(&file),
+    ));
+    let ids: Vec<&str> = checked["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["confirm", "notes", "check"]);
+    assert_eq!(checked["steps"][1]["type"], "write");
+    assert_eq!(checked["steps"][2]["checkpoint"], "task_review");
+    // No task was made.
+    assert!(task_ids(&data).is_empty());
+}
+
+#[test]
+fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let state = json(&run_ok(
+        m.rein(&data)
+            .args(["run", "--goal", GOAL, "--yes", "--json", "--workspace"])
+            .arg(&ws),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let notes = std::fs::read_to_string(ws.join("RELEASE_NOTES.md")).unwrap();
+    assert_eq!(notes, "rein 0.3.0: contracts, evidence and agent steps.\n");
+    let task = state["id"].as_str().unwrap();
+    // CP2: a refused attempt, then the accepted one with the decomposition.
+    let plans: Vec<&Value> = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "task_plan")
+        .collect();
+    assert_eq!(plans.len(), 2, "{plans:?}");
+    assert_eq!(plans[0]["status"], "failed");
+    assert!(
+        plans[0]["error"].as_str().unwrap().contains("refused"),
+        "{}",
+        plans[0]
+    );
+    assert_eq!(plans[1]["status"], "completed");
+    assert_eq!(
+        plans[1]["output"]["decomposition"]["steps"][0]["id"],
+        "notes"
+    );
+    let types: Vec<String> = events(&data, task)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(types.contains(&"plan_decomposed".to_owned()), "{types:?}");
+    // The stored plan is the decomposed one; the agent steps got their tools.
+    let plan = json(&run_ok(rein(&data).args(["tasks", "show", task, "--json"])));
+    assert_eq!(plan["status"], "completed");
+    let step_requests: Vec<Value> = m
+        .requests()
+        .into_iter()
+        .filter(|r| user_prompt(r).starts_with("Read CHANGELOG.md"))
+        .collect();
+    let tools: Vec<&str> = step_requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["read_file", "list_dir", "write_file"]);
+    assert!(user_prompt(&step_requests[0]).contains(GOAL));
+}
+
+#[test]
+fn a_goal_waits_for_a_person_to_confirm_its_plan_and_high_risk_steps() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let out = m
+        .rein(&data)
+        .args([
+            "run",
+            "--goal",
+            "risky notes",
+            "--no-wait",
+            "--json",
+            "--workspace",
+        ])
+        .arg(&ws)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let state = json(&out);
+    assert_eq!(state["status"], "paused");
+    let task = state["id"].as_str().unwrap().to_owned();
+    let pending = common::all_approvals(&data);
+    let asks: Vec<&Value> = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["status"] == "pending")
+        .collect();
+    assert_eq!(asks.len(), 1, "{pending}");
+    assert_eq!(asks[0]["step_id"], "confirm");
+    let description = asks[0]["description"].as_str().unwrap();
+    assert!(description.contains("notes, check"), "{description}");
+    nothing_ran(&ws);
+    let id = asks[0]["id"].as_str().unwrap();
+    run_ok(rein(&data).args(["approvals", "approve", id, "--as", "alice"]));
+
+    // The high-risk step asks next, before it runs.
+    let out = m
+        .rein(&data)
+        .args(["tasks", "resume", &task, "--no-wait", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    nothing_ran(&ws);
+    let pending = common::all_approvals(&data);
+    let permit = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["status"] == "pending")
+        .unwrap()
+        .clone();
+    assert_eq!(permit["step_id"], "notes.permit");
+    assert!(
+        permit["description"]
+            .as_str()
+            .unwrap()
+            .contains("overwrites the notes"),
+        "{permit}"
+    );
+    run_ok(rein(&data).args([
+        "approvals",
+        "approve",
+        permit["id"].as_str().unwrap(),
+        "--as",
+        "alice",
+    ]));
+    let state = json(&run_ok(
+        m.rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert!(ws.join("RELEASE_NOTES.md").exists());
+    let ledger = json(&run_ok(rein(&data).args(["ledger", "list", "--json"])));
+    let by_alice = ledger
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.to_string().contains("alice"))
+        .count();
+    assert_eq!(by_alice, 2, "{ledger}");
+}
+
+fn nothing_ran(ws: &Path) {
+    assert!(
+        !ws.join("RELEASE_NOTES.md").exists(),
+        "a step ran unconfirmed"
+    );
+}
+
+#[test]
+fn a_rein_killed_while_the_model_decomposes_asks_again_on_resume() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let mut runner = m
+        .rein(&data)
+        .args([
+            "run",
+            "--goal",
+            "hang, then write release notes",
+            "--yes",
+            "--workspace",
+        ])
+        .arg(&ws)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the model is being asked", || {
+        (!m.decompositions().is_empty()).then_some(())
+    });
+    let task = task_ids(&data)[0].clone();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    runner.wait().unwrap();
+    let state = common::show(&data, &task);
+    assert_eq!(state["status"], "in_progress", "{state}");
+
+    let state = json(&run_ok(
+        m.rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(m.decompositions().len(), 2, "{:#?}", m.decompositions());
+    let plans: Vec<&Value> = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "task_plan")
+        .collect();
+    assert_eq!(plans.len(), 2);
+    assert!(
+        plans[0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted"),
+        "{}",
+        plans[0]
+    );
+    assert_eq!(plans[1]["attempt"], 2);
+    assert!(ws.join("RELEASE_NOTES.md").exists());
+}
+
+#[test]
+fn a_goal_whose_answers_are_always_refused_fails_naming_why() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = m
+        .rein(&data)
+        .args([
+            "run",
+            "--goal",
+            "nonsense",
+            "--yes",
+            "--attempts",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let state = json(&out);
+    assert_eq!(state["status"], "failed");
+    let error = state["error"].as_str().unwrap();
+    assert!(error.contains("refused 2 time(s)"), "{error}");
+    assert!(error.contains("original_task"), "{error}");
+    assert_eq!(m.decompositions().len(), 2);
+}
+
+#[test]
+fn complete_checks_the_answer_against_a_schema_and_sends_no_tools() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = run_ok(m.rein(&data).args(["complete", "--json", "hello"]));
+    let done = json(&out);
+    assert_eq!(done["text"], "I do not know this script");
+    assert_eq!(done["selection"]["selected"], "rein");
+    assert_eq!(done["runtime"], "rein");
+    let sent = m.requests();
+    assert!(sent[0].get("tools").is_none(), "{}", sent[0]);
+
+    // A schema the answer matches: the JSON is printed.
+    let schema = dir.path().join("plan.schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "required": ["original_task", "steps"]}"#,
+    )
+    .unwrap();
+    let out = run_ok(
+        m.rein(&data)
+            .args(["complete", "--schema"])
+            .arg(&schema)
+            .arg(format!("Goal: {GOAL}\n")),
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["original_task"], "notes");
+
+    // One it does not: exit 1, naming the violation.
+    std::fs::write(&schema, r#"{"type": "array"}"#).unwrap();
+    let out = m
+        .rein(&data)
+        .args(["complete", "--schema"])
+        .arg(&schema)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not match the schema"), "{stderr}");
+    // An answer that calls a tool is refused (spec harness-sdk rule 20).
+    let out = m
+        .rein(&data)
+        .args(["complete", "write notes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("returned a tool call"), "{stderr}");
+    // A schema that is none: exit 2.
+    std::fs::write(&schema, r#"{"type": 7}"#).unwrap();
+    let out = m
+        .rein(&data)
+        .args(["complete", "--schema"])
+        .arg(&schema)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
