@@ -31,6 +31,7 @@
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod agent;
+mod goal;
 mod sse;
 
 use std::path::Path;
@@ -124,6 +125,15 @@ enum Bench {
         /// The rein binary [default: the one beside rein-bench].
         #[arg(long)]
         rein: Option<std::path::PathBuf>,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// From a goal's decomposition answer to its first step running.
+    Goal {
+        #[arg(long, default_value_t = 50)]
+        steps: usize,
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -1011,6 +1021,13 @@ fn main() -> anyhow::Result<()> {
                 "{}",
                 runtime.block_on(sse::sse(clients, seconds, bursts, rein, &dir))?
             );
+        }
+        Bench::Goal { steps, runs, dir } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            let line = runtime.block_on(goal::goal(steps.max(1), runs.max(1), &dir))?;
+            println!("{line}");
         }
         Bench::Approvals {
             decisions,

@@ -101,3 +101,23 @@ fn approvals_reports_latency_and_memory_with_tasks_paused() {
     assert!(line["decision_to_next_step_p50_ms"].as_f64().unwrap() > 0.0);
     assert!(line["rss_mib_with_paused"].as_f64().unwrap() > 0.0);
 }
+
+#[test]
+fn goal_times_a_decomposition_answer_to_the_first_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
+        .args(["goal", "--steps", "5", "--runs", "2", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["steps"], 5);
+    let t = &line["answer_to_first_step_ms"];
+    assert!(t["median"].as_f64().unwrap() > 0.0, "{line}");
+    assert!(t["min"].as_f64().unwrap() <= t["max"].as_f64().unwrap());
+}

@@ -422,3 +422,73 @@ fn complete_checks_the_answer_against_a_schema_and_sends_no_tools() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+#[test]
+fn a_server_decomposes_a_goal_and_serves_completions() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let mut child = m
+        .rein(&data)
+        .args(["serve", "--listen", "127.0.0.1:0", "--workspace-root"])
+        .arg(&ws)
+        .env("REIN_TOKEN", "s3cret")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let url = format!("http://{addr}");
+    let client = |args: &[&str]| {
+        let mut cmd = rein(&dir.path().join("client"));
+        cmd.args(["--url", &url, "--token", "s3cret"]).args(args);
+        cmd
+    };
+
+    let done = json(&run_ok(&mut client(&["complete", "--json", "hello"])));
+    assert_eq!(done["text"], "I do not know this script");
+    let state = json(&run_ok(
+        client(&["run", "--goal", GOAL, "--yes", "--json", "--workspace"]).arg(&ws),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert!(ws.join("RELEASE_NOTES.md").exists());
+
+    let post = |path: &str, body: &str| {
+        common::http(
+            &addr,
+            "POST",
+            path,
+            Some("s3cret"),
+            Some(("application/json", body)),
+        )
+    };
+    let (status, body) = post(
+        "/admin/tasks",
+        r#"{"goal": "x", "plan": {"original_task": "x", "steps": []}}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("not both"), "{body}");
+    let (status, body) = post("/admin/tasks", r#"{"goal": "x", "attempts": 0}"#);
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post(
+        "/admin/tasks",
+        r#"{"plan": {"original_task": "x", "steps": []}, "model": "m"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("goes with a `goal`"), "{body}");
+    let (status, body) = post("/admin/completions", r#"{"prompt": " "}"#);
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post(
+        "/admin/completions",
+        r#"{"prompt": "hello", "schema": {"type": "array"}}"#,
+    );
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("does not match the schema"), "{body}");
+    let (status, body) = post(
+        "/admin/completions",
+        r#"{"prompt": "hello", "runtime": "nope"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no harness `nope`"), "{body}");
+}

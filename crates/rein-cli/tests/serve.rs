@@ -4,89 +4,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    SHIP_PLAN, eventually, in_workspace, json, rein, run_ok, step_status, until_exists, write_plan,
+    SHIP_PLAN, Server, eventually, http, in_workspace, json, listening, rein, run_ok, start,
+    step_status, until_exists, write_plan,
 };
-
-/// One HTTP/1.1 request; the status and the body.
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<(&str, &str)>,
-) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    if let Some((content_type, b)) = body {
-        req.push_str(&format!(
-            "Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{b}",
-            b.len()
-        ));
-    } else {
-        req.push_str("\r\n");
-    }
-    stream.write_all(req.as_bytes()).unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
-/// A `rein serve` process; killed if a failed test leaves it running (it holds the
-/// test's output pipe).
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-/// Starts `rein serve` on a free port; returns it and the address it printed.
-fn start(data: &std::path::Path, token: &str) -> (Server, String) {
-    let mut child = rein(data)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", token)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = listening(&mut child);
-    (Server(child), addr)
-}
-
-/// The address a starting `rein serve` prints on its first line.
-fn listening(child: &mut Child) -> String {
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert!(line.contains("listening on"), "{line}");
-    line.trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned()
-}
 
 #[test]
 fn the_server_runs_a_plan_and_serves_health_and_metrics() {

@@ -2,6 +2,8 @@
 //! against a real SQLite file in a temporary data directory.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -181,4 +183,78 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// One HTTP/1.1 request; the status and the body.
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<(&str, &str)>,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    if let Some((content_type, b)) = body {
+        req.push_str(&format!(
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        ));
+    } else {
+        req.push_str("\r\n");
+    }
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A `rein serve` process; killed if a failed test leaves it running (it holds the
+/// test's output pipe).
+pub struct Server(pub Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Starts `rein serve` on a free port; returns it and the address it printed.
+pub fn start(data: &std::path::Path, token: &str) -> (Server, String) {
+    let mut child = rein(data)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("REIN_TOKEN", token)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = listening(&mut child);
+    (Server(child), addr)
+}
+
+/// The address a starting `rein serve` prints on its first line.
+pub fn listening(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("listening on"), "{line}");
+    line.trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned()
 }
