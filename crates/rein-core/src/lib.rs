@@ -19,6 +19,8 @@
 //! - [`contracts`]: harness contracts and evidence bundles, and plan–execute–verify.
 //! - [`harness`]: agent harnesses, the plugins that register them, and the
 //!   selection of the runtime that serves a model route.
+//! - [`goal`] and [`goal_run`]: goals decomposed into plans at CP2 by an
+//!   isolated completion, checked and sent back until valid, durably.
 //! - [`process`]: which process runs a task, and whether it is alive.
 //! - [`error`]: [`EngineError`] and its [`ErrorKind`].
 
