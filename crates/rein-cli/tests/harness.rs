@@ -54,6 +54,7 @@ fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
         "--json",
     ])));
     assert_eq!(forced["reason"], "forced_builtin");
+    assert_eq!(forced["policy"]["source"], "step");
 
     let out = rein(&data)
         .args([

@@ -156,6 +156,10 @@ fn a_pinned_session_beats_the_model_which_beats_the_provider_which_beats_auto() 
     };
     assert_eq!(resolved(&req), (PolicySource::Session, "s".into()));
     req.session_runtime = None;
+    // A step's own runtime comes after a pin, before every configured setting.
+    req.step_runtime = Some("x".into());
+    assert_eq!(resolved(&req), (PolicySource::Step, "x".into()));
+    req.step_runtime = None;
     assert_eq!(resolved(&req), (PolicySource::Model, "m".into()));
     req.model = Some("other".into());
     assert_eq!(resolved(&req), (PolicySource::Provider, "p".into()));

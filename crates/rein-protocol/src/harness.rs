@@ -82,6 +82,9 @@ pub struct WorkspaceEnvironment {
 pub enum PolicySource {
     /// The session is pinned to a harness.
     Session,
+    /// The run names its runtime itself: an agent step's `runtime`, a goal's or
+    /// a completion's `--runtime`.
+    Step,
     /// A setting for this provider and model.
     Model,
     /// A setting for this provider.

@@ -148,19 +148,13 @@ impl AgentExecutor {
         };
         let provider = provider.clone().unwrap_or_else(|| "openai".into());
         let model = model.clone().unwrap_or_else(|| self.chat.model.clone());
-        let policy = match runtime {
-            Some(r) => RuntimePolicy {
-                default: r.clone(),
-                ..RuntimePolicy::default()
-            },
-            None => self.policy.clone(),
-        };
         let wanted = SelectionRequest {
             provider: provider.clone(),
             model: Some(model.clone()),
+            step_runtime: runtime.clone(),
             ..SelectionRequest::default()
         };
-        let decision = match select(&self.registry, &policy, &wanted).await {
+        let decision = match select(&self.registry, &self.policy, &wanted).await {
             Ok(d) => d,
             Err(e) => return failed(e.to_string(), Failure::Validation, None),
         };

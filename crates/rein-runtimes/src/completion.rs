@@ -64,19 +64,13 @@ impl Completer for Completions {
             .model
             .clone()
             .unwrap_or_else(|| self.chat.model.clone());
-        let policy = match &request.route.runtime {
-            Some(r) => RuntimePolicy {
-                default: r.clone(),
-                ..RuntimePolicy::default()
-            },
-            None => self.policy.clone(),
-        };
         let wanted = SelectionRequest {
             provider,
             model: Some(model.clone()),
+            step_runtime: request.route.runtime.clone(),
             ..SelectionRequest::default()
         };
-        let selection = select(&self.registry, &policy, &wanted).await?;
+        let selection = select(&self.registry, &self.policy, &wanted).await?;
         let builtin;
         let harness: &dyn AgentHarness = if selection.selected == BUILTIN_RUNTIME {
             builtin = Builtin {

@@ -4,7 +4,7 @@
 //! The registry holds the plugins named with `--plugin MANIFEST` (or
 //! `REIN_PLUGINS`); with none, the built-in runtime serves every route.
 
-use rein_core::harness::{RuntimePolicy, SelectionRequest, select};
+use rein_core::harness::{SelectionRequest, select};
 use rein_protocol::BUILTIN_RUNTIME;
 
 use crate::cli::HarnessCommand;
@@ -65,16 +65,12 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
             if provider.trim().is_empty() {
                 return Err(UsageError("--provider must not be empty".into()).into());
             }
-            let policy = match runtime {
-                Some(r) => RuntimePolicy {
-                    default: r,
-                    ..RuntimePolicy::default()
-                },
-                None => crate::commands::runtime_policy(target.runtime_policy.as_deref())?,
-            };
+            let policy = crate::commands::runtime_policy(target.runtime_policy.as_deref())?;
+            // `--runtime` is what a step's `runtime` would say.
             let request = SelectionRequest {
                 provider,
                 model,
+                step_runtime: runtime,
                 ..SelectionRequest::default()
             };
             let decision = select(&registry, &policy, &request).await?;

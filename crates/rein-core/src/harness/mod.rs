@@ -484,6 +484,8 @@ pub struct SelectionRequest {
     pub provider: String,
     pub model: Option<String>,
     pub session_runtime: Option<String>,
+    /// The runtime the run names itself (a step's `runtime`).
+    pub step_runtime: Option<String>,
     pub model_provider: rein_protocol::ModelProvider,
 }
 
@@ -506,8 +508,9 @@ pub enum SelectionError {
 }
 
 impl RuntimePolicy {
-    /// The runtime setting in force (spec §2 rule 3): a pinned session, then a
-    /// model-scoped setting, then a provider-scoped one, then the default.
+    /// The runtime setting in force (spec §2 rule 3): a pinned session, then
+    /// the run's own (a step's `runtime`), then a model-scoped setting, then a
+    /// provider-scoped one, then the default.
     pub fn resolve(&self, request: &SelectionRequest) -> SelectionPolicy {
         let model_key = request
             .model
@@ -515,6 +518,8 @@ impl RuntimePolicy {
             .map(|m| format!("{}/{m}", request.provider));
         let (source, runtime) = if let Some(r) = &request.session_runtime {
             (PolicySource::Session, r.clone())
+        } else if let Some(r) = &request.step_runtime {
+            (PolicySource::Step, r.clone())
         } else if let Some(r) = model_key.as_ref().and_then(|k| self.models.get(k)) {
             (PolicySource::Model, r.clone())
         } else if let Some(r) = self.providers.get(&request.provider) {
