@@ -492,3 +492,44 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("no harness `nope`"), "{body}");
 }
+
+#[test]
+fn a_rein_killed_in_a_decomposed_step_resumes_the_stored_plan_without_asking_again() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let mut runner = m
+        .rein(&data)
+        .args(["run", "--goal", "slow step", "--yes", "--workspace"])
+        .arg(&ws)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the step's second command is running", || {
+        ws.join("started").exists().then_some(())
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(runner.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    runner.wait().unwrap();
+    let task = task_ids(&data)[0].clone();
+    let state = json(&run_ok(
+        m.rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    // The plan was not asked for again, and the first command did not run twice.
+    assert_eq!(m.decompositions().len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("runs.log")).unwrap(),
+        "ran\n"
+    );
+    let decomposed = events(&data, &task)
+        .iter()
+        .filter(|e| e["type"] == "plan_decomposed")
+        .count();
+    assert_eq!(decomposed, 1);
+}

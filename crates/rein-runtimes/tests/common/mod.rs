@@ -81,17 +81,17 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
         ),
         ("escape", _) => say(answers[0]),
         // Two commands; the second hangs on its first run, so a test can kill rein there.
-        ("twice", 0) => call(
+        (p, 0) if p == "twice" || p.starts_with("Run two commands") => call(
             "call_1",
             "run_command",
             json!({ "command": "echo ran >> runs.log" }),
         ),
-        ("twice", 1) => call(
+        (p, 1) if p == "twice" || p.starts_with("Run two commands") => call(
             "call_2",
             "run_command",
             json!({ "command": "if [ -e started ]; then echo second; else touch started; sleep 60; fi" }),
         ),
-        ("twice", _) => say("both ran"),
+        (p, _) if p == "twice" || p.starts_with("Run two commands") => say("both ran"),
         ("risky", 0) => call(
             "call_1",
             "run_command",
@@ -165,6 +165,12 @@ async fn decompose(prompt: &str, seen: &Seen) -> Response {
             }
             say(&release_notes_plan().to_string())
         }
+        g if g.starts_with("slow step") => say(
+            &json!({ "original_task": "two commands", "risk_level": "low", "steps": [
+                { "id": "run", "type": "execute", "risk_level": "low",
+                  "description": "Run two commands, one after the other." }] })
+            .to_string(),
+        ),
         g if g.starts_with("risky") => {
             let mut plan = release_notes_plan();
             plan["steps"][0]["risk_level"] = json!("high");
