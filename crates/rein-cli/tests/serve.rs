@@ -258,8 +258,22 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
         vec!["metrics"],
         vec!["health"],
     ] {
-        let over_http = text(&remote.ok(&args));
-        let embedded = text(&run_ok(rein(&data).args(&args)));
+        // The free space the store reports moves with whatever else writes
+        // to the disk between the two reads: compared without its figure.
+        let steady = |out: String| {
+            out.lines()
+                .map(|l| match l.find(" MiB free") {
+                    Some(end) => {
+                        let start = l[..end].rfind(' ').map_or(0, |s| s + 1);
+                        format!("{}N{}", &l[..start], &l[end..])
+                    }
+                    None => l.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let over_http = steady(text(&remote.ok(&args)));
+        let embedded = steady(text(&run_ok(rein(&data).args(&args))));
         assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
     }
 
@@ -471,8 +485,22 @@ fn the_state_commands_work_the_same_against_a_server() {
         vec!["state", "show", "shs_release_docs", "--json"],
         vec!["state", "conflicts", "shs_release_docs"],
     ] {
-        let over_http = text(&remote.ok(&args));
-        let embedded = text(&run_ok(rein(&data).args(&args)));
+        // The free space the store reports moves with whatever else writes
+        // to the disk between the two reads: compared without its figure.
+        let steady = |out: String| {
+            out.lines()
+                .map(|l| match l.find(" MiB free") {
+                    Some(end) => {
+                        let start = l[..end].rfind(' ').map_or(0, |s| s + 1);
+                        format!("{}N{}", &l[..start], &l[end..])
+                    }
+                    None => l.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let over_http = steady(text(&remote.ok(&args)));
+        let embedded = steady(text(&run_ok(rein(&data).args(&args))));
         assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
     }
 
@@ -506,8 +534,22 @@ fn the_state_commands_work_the_same_against_a_server() {
         vec!["evidence", "list", "--contract", "hctr_notes", "--json"],
         vec!["evidence", "show", "evb_notes"],
     ] {
-        let over_http = text(&remote.ok(&args));
-        let embedded = text(&run_ok(rein(&data).args(&args)));
+        // The free space the store reports moves with whatever else writes
+        // to the disk between the two reads: compared without its figure.
+        let steady = |out: String| {
+            out.lines()
+                .map(|l| match l.find(" MiB free") {
+                    Some(end) => {
+                        let start = l[..end].rfind(' ').map_or(0, |s| s + 1);
+                        format!("{}N{}", &l[..start], &l[end..])
+                    }
+                    None => l.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let over_http = steady(text(&remote.ok(&args)));
+        let embedded = steady(text(&run_ok(rein(&data).args(&args))));
         assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
     }
     let shown = text(&remote.ok(&["contracts", "show", "hctr_notes"]));
