@@ -193,3 +193,80 @@ fn a_runtime_policy_file_pins_models_and_providers_to_runtimes() {
         "{err}"
     );
 }
+
+#[test]
+fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = echo_plugin(dir.path());
+    let mut child = rein(&dir.path().join("data"))
+        .args(["--plugin", manifest.to_str().unwrap()])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("REIN_TOKEN", "s3cret")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let url = format!("http://{addr}");
+    // This client names no plugin: what it lists is the server's.
+    let remote = |args: &[&str]| {
+        let mut cmd = rein(&dir.path().join("client"));
+        cmd.args(["--url", &url, "--token", "s3cret"]).args(args);
+        cmd
+    };
+    let listed = json(&run_ok(&mut remote(&["harness", "list", "--json"])));
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["rein", "echo"]);
+    let local = json(&run_ok(
+        rein(&dir.path().join("client")).args(["harness", "list", "--json"]),
+    ));
+    assert_eq!(local.as_array().unwrap().len(), 1);
+
+    let decision = json(&run_ok(&mut remote(&[
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt",
+        "--json",
+    ])));
+    assert_eq!(decision["selected"], "echo");
+    assert_eq!(decision["reason"], "auto_plugin");
+    let forced = json(&run_ok(&mut remote(&[
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--runtime",
+        "rein",
+        "--json",
+    ])));
+    assert_eq!(forced["policy"]["source"], "step");
+    let out = remote(&[
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--runtime",
+        "codex",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no harness `codex`"), "{stderr}");
+    let (status, _) = common::http(
+        &addr,
+        "GET",
+        "/admin/harnesses/explain",
+        Some("s3cret"),
+        None,
+    );
+    assert_eq!(status, 400, "provider is required");
+}

@@ -51,6 +51,8 @@ pub struct AppState {
     pub workspace_roots: Arc<Vec<std::path::PathBuf>>,
     /// What wakes the live streams: one watcher of the store for all of them.
     pub hub: Arc<hub::Hub>,
+    /// The harnesses this server's runs select from, and its runtime policy.
+    pub harnesses: Arc<rein_core::harness::Harnesses>,
 }
 
 /// Responses for `GET /admin/tasks/{id}`, kept while the task's log has not moved.
@@ -88,7 +90,17 @@ impl AppState {
             shutdown,
             bodies: Arc::new(BodyCache::default()),
             workspace_roots: Arc::default(),
+            harnesses: Arc::new(rein_core::harness::Harnesses {
+                registry: Arc::default(),
+                policy: rein_core::harness::RuntimePolicy::default(),
+            }),
         }
+    }
+
+    /// The same, reporting `harnesses` as the ones its runs select from.
+    pub fn with_harnesses(mut self, harnesses: Arc<rein_core::harness::Harnesses>) -> AppState {
+        self.harnesses = harnesses;
+        self
     }
 
     /// The same, accepting plans whose directories lie inside `roots`.

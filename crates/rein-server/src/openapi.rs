@@ -139,6 +139,39 @@ pub fn table() -> Vec<Route> {
             ],
         },
         Route {
+            path: "/admin/harnesses",
+            handler: get(list_harnesses),
+            operations: vec![op(
+                "get",
+                "The harnesses this server's runs select from, the built-in runtime first",
+                V,
+                200,
+                "HarnessList",
+            )],
+        },
+        Route {
+            path: "/admin/harnesses/explain",
+            handler: get(explain_harness),
+            operations: vec![Operation {
+                query: &[
+                    ("provider", "the provider (required)"),
+                    ("model", "the model"),
+                    (
+                        "runtime",
+                        "what a step would name: auto, rein or a harness id",
+                    ),
+                ],
+                errors: &[400, 401, 403, 404, 409],
+                ..op(
+                    "get",
+                    "Which runtime would serve a model route here, and why (404: no such harness; 409: it cannot serve the route)",
+                    V,
+                    200,
+                    "SelectionDecision",
+                )
+            }],
+        },
+        Route {
             path: "/admin/completions",
             handler: post(complete),
             operations: vec![Operation {
@@ -873,6 +906,13 @@ fn envelopes() -> Vec<(&'static str, Value)> {
                     "session_id": { "type": "string" },
                     "workspace": { "type": "string", "description": "an absolute directory inside one of the server's --workspace-root directories; refused without one" } }),
                 &[],
+            ),
+        ),
+        (
+            "HarnessList",
+            object(
+                json!({ "items": { "type": "array", "items": { "type": "object" } } }),
+                &["items"],
             ),
         ),
         (

@@ -744,3 +744,53 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
         ),
     )
 }
+
+/// The harnesses this server's runs select from (the built-in runtime first).
+pub async fn list_harnesses(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    Ok(Json(json!({ "items": state.harnesses.list() })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainQuery {
+    provider: String,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    runtime: Option<String>,
+}
+
+/// Which runtime would serve a model route here, with the whole decision.
+pub async fn explain_harness(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    query: Result<Query<ExplainQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    use rein_core::harness::SelectionError;
+    require(&caller, Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if q.provider.trim().is_empty() {
+        return Err(ApiError::bad_request("provider must not be empty"));
+    }
+    match state
+        .harnesses
+        .explain(q.provider, q.model, q.runtime)
+        .await
+    {
+        Ok(decision) => Ok(Json(json!(decision))),
+        Err(e @ SelectionError::MissingHarness { .. }) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            e.to_string(),
+        )),
+        Err(e) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            e.to_string(),
+        )),
+    }
+}

@@ -2,41 +2,39 @@
 //! runtime would serve a model route (the full selection decision).
 //!
 //! The registry holds the plugins named with `--plugin MANIFEST` (or
-//! `REIN_PLUGINS`); with none, the built-in runtime serves every route.
+//! `REIN_PLUGINS`); with none, the built-in runtime serves every route. With
+//! `--url`, both report the server's registry and runtime policy.
 
-use rein_core::harness::{SelectionRequest, select};
-use rein_protocol::BUILTIN_RUNTIME;
+use rein_core::harness::Harnesses;
 
 use crate::cli::HarnessCommand;
 use crate::commands::{Target, print_json};
 use crate::exit::{self, UsageError};
 use crate::output::say;
 
+#[derive(serde::Deserialize)]
+struct Items {
+    items: Vec<serde_json::Value>,
+}
+
 pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8> {
-    let registry = crate::commands::harness_registry(&target.plugins)?;
+    let client = match &target.url {
+        Some(url) => Some(crate::remote::Client::new(url, target.token.clone())?),
+        None => None,
+    };
+    let local = || -> anyhow::Result<Harnesses> {
+        Ok(Harnesses {
+            registry: std::sync::Arc::new(crate::commands::harness_registry(&target.plugins)?),
+            policy: crate::commands::runtime_policy(target.runtime_policy.as_deref())?,
+        })
+    };
     match cmd {
         HarnessCommand::List { json } => {
-            let mut rows = vec![serde_json::json!({
-                "id": BUILTIN_RUNTIME,
-                "label": "the built-in runtime",
-                "plugin": null,
-                "builtin": true,
-                "protocol": "rein",
-            })];
-            for r in registry.harnesses() {
-                let h = &r.harness;
-                rows.push(serde_json::json!({
-                    "id": h.id(),
-                    "label": h.label(),
-                    "plugin": r.plugin.id,
-                    "builtin": false,
-                    "protocol": h.protocol(),
-                    "auto_selection_provider_ids": h.auto_selection_provider_ids(),
-                    "auth_bootstrap": if h.auth_bootstrap_harness() { "harness" } else { "host" },
-                    "workspace_environment": h.workspace_environment(),
-                    "delegated_execution_plugin_ids": h.delegated_execution_plugin_ids(),
-                }));
-            }
+            // With --url, the server's registry: the harnesses its runs use.
+            let rows: Vec<serde_json::Value> = match &client {
+                Some(c) => c.get::<Items>("admin/harnesses", &[]).await?.items,
+                None => local()?.list(),
+            };
             if json {
                 print_json(&rows)?;
             } else {
@@ -65,15 +63,16 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
             if provider.trim().is_empty() {
                 return Err(UsageError("--provider must not be empty".into()).into());
             }
-            let policy = crate::commands::runtime_policy(target.runtime_policy.as_deref())?;
             // `--runtime` is what a step's `runtime` would say.
-            let request = SelectionRequest {
-                provider,
-                model,
-                step_runtime: runtime,
-                ..SelectionRequest::default()
+            let decision: rein_protocol::SelectionDecision = match &client {
+                Some(c) => {
+                    let mut query = vec![("provider", provider)];
+                    query.extend(model.map(|m| ("model", m)));
+                    query.extend(runtime.map(|r| ("runtime", r)));
+                    c.get("admin/harnesses/explain", &query).await?
+                }
+                None => local()?.explain(provider, model, runtime).await?,
             };
-            let decision = select(&registry, &policy, &request).await?;
             if json {
                 print_json(&decision)?;
             } else {

@@ -27,6 +27,9 @@ use crate::remote::Client;
 /// What every command that touches tasks needs: the engine over the store.
 pub struct Context {
     pub engine: Arc<Engine>,
+    /// The harnesses the engine's agent steps select from (commands that run
+    /// agent steps).
+    pub harnesses: Option<Arc<rein_core::harness::Harnesses>>,
 }
 
 /// The data directory: `--data-dir`, `REIN_DATA_DIR`, or the XDG data directory.
@@ -71,14 +74,20 @@ impl Context {
         let chat = rein_runtimes::openai::ChatConfig::from_env();
         let completions =
             rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone());
+        let harnesses = Arc::new(rein_core::harness::Harnesses {
+            registry: Arc::clone(&registry),
+            policy: policy.clone(),
+        });
         let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat);
-        Context::running_with(
+        let mut ctx = Context::running_with(
             target.data_dir.clone(),
             max_parallel,
             Arc::new(agent),
             target.policy.as_deref(),
             Some(Arc::new(completions)),
-        )
+        )?;
+        ctx.harnesses = Some(harnesses);
+        Ok(ctx)
     }
 
     /// The engine for commands that ask a model but run no steps (`rein
@@ -137,6 +146,7 @@ impl Context {
         }
         Ok(Context {
             engine: Arc::new(engine),
+            harnesses: None,
         })
     }
 }

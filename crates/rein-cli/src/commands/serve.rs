@@ -88,8 +88,11 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
             .map_err(|why| UsageError(format!("--workspace-root: {why}")))?;
         roots.push(real);
     }
-    let state =
+    let mut state =
         AppState::new(Arc::clone(&ctx.engine), auth, shutdown.clone()).with_workspace_roots(roots);
+    if let Some(harnesses) = &ctx.harnesses {
+        state = state.with_harnesses(Arc::clone(harnesses));
+    }
     // Take up what a stopped rein left running.
     for task in ctx.engine.resumable().await? {
         if matches!(task.status, TaskStatus::InProgress | TaskStatus::Pending) {

@@ -661,3 +661,57 @@ pub async fn select(
         }
     }
 }
+
+/// A registry with the policy that selects from it: what `rein harness list |
+/// explain` reports, here or from a server.
+#[derive(Debug)]
+pub struct Harnesses {
+    pub registry: Arc<HarnessRegistry>,
+    pub policy: RuntimePolicy,
+}
+
+impl Harnesses {
+    /// The built-in runtime, then every registered harness with its plugin and
+    /// what it declares.
+    pub fn list(&self) -> Vec<serde_json::Value> {
+        let mut rows = vec![serde_json::json!({
+            "id": BUILTIN_RUNTIME,
+            "label": "the built-in runtime",
+            "plugin": null,
+            "builtin": true,
+            "protocol": "rein",
+        })];
+        for r in self.registry.harnesses() {
+            let h = &r.harness;
+            rows.push(serde_json::json!({
+                "id": h.id(),
+                "label": h.label(),
+                "plugin": r.plugin.id,
+                "builtin": false,
+                "protocol": h.protocol(),
+                "auto_selection_provider_ids": h.auto_selection_provider_ids(),
+                "auth_bootstrap": if h.auth_bootstrap_harness() { "harness" } else { "host" },
+                "workspace_environment": h.workspace_environment(),
+                "delegated_execution_plugin_ids": h.delegated_execution_plugin_ids(),
+            }));
+        }
+        rows
+    }
+
+    /// Which runtime would serve `provider`/`model`, `runtime` being what a
+    /// step would name itself.
+    pub async fn explain(
+        &self,
+        provider: String,
+        model: Option<String>,
+        runtime: Option<String>,
+    ) -> Result<SelectionDecision, SelectionError> {
+        let request = SelectionRequest {
+            provider,
+            model,
+            step_runtime: runtime,
+            ..SelectionRequest::default()
+        };
+        select(&self.registry, &self.policy, &request).await
+    }
+}
