@@ -254,7 +254,7 @@ pub struct CompleteArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The plan file (TOML).
+    /// The plan file (TOML); or give --goal instead.
     #[arg(required_unless_present = "goal", conflicts_with = "goal")]
     pub plan: Option<PathBuf>,
     /// A goal instead of a plan: a model decomposes it into steps (CP2), a person
