@@ -507,3 +507,134 @@ pub async fn decompose(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rein_protocol::{DecomposedStep, StepAction};
+
+    fn step(id: &str, step_type: StepType, deps: &[&str]) -> DecomposedStep {
+        DecomposedStep {
+            id: id.into(),
+            description: format!("do {id}"),
+            step_type,
+            depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+            checkpoint: None,
+            required_permissions: Vec::new(),
+            risk_level: RiskLevel::Low,
+            risk_description: None,
+        }
+    }
+
+    fn answer(steps: Vec<DecomposedStep>) -> DecompositionAnswer {
+        DecompositionAnswer {
+            original_task: "g".into(),
+            steps,
+            estimated_duration_s: Some(90),
+            risk_level: RiskLevel::Low,
+        }
+    }
+
+    #[test]
+    fn each_type_becomes_the_step_it_says_with_the_tools_to_match() {
+        let goal = Goal {
+            model: Some("m".into()),
+            ..Goal::default()
+        };
+        let a = answer(vec![
+            step("look", StepType::Read, &[]),
+            step("edit", StepType::Write, &["look"]),
+            step("build", StepType::Execute, &["edit"]),
+            step("ok", StepType::Approve, &["build"]),
+            step("check", StepType::Review, &["ok"]),
+        ]);
+        let (plan, _) = plan_from(&a, "the goal", &goal).unwrap();
+        let by_id = |id: &str| plan.step(id).unwrap();
+        let tools = |id: &str| match &by_id(id).action {
+            StepAction::Agent { tools, model, .. } => {
+                assert_eq!(model.as_deref(), Some("m"));
+                tools.clone()
+            }
+            other => panic!("{id}: {other:?}"),
+        };
+        assert_eq!(tools("look"), ["read_file", "list_dir"]);
+        assert_eq!(tools("edit"), ["read_file", "list_dir", "write_file"]);
+        assert_eq!(tools("build").len(), 4);
+        assert_eq!(by_id("edit").step_type, StepType::Write);
+        assert!(matches!(by_id("ok").action, StepAction::Approval { .. }));
+        assert_eq!(by_id("check").checkpoint, CheckpointType::TaskReview);
+        assert!(
+            by_id("check").idempotent,
+            "an agent step resumes from its journal"
+        );
+        // The goal and what came before are the agent's context.
+        let StepAction::Agent { prompt, .. } = &by_id("edit").action else {
+            unreachable!()
+        };
+        assert!(prompt.starts_with("do edit"), "{prompt}");
+        assert!(
+            prompt.contains("the goal") && prompt.contains("look"),
+            "{prompt}"
+        );
+        assert_eq!(plan.estimated_duration_s, Some(90));
+        assert!(plan.goal.is_some());
+    }
+
+    #[test]
+    fn what_the_schema_cannot_see_is_named() {
+        let goal = Goal::default();
+        let mut wrong = step("a", StepType::Read, &[]);
+        wrong.checkpoint = Some(CheckpointType::TaskPlan);
+        let errors = plan_from(&answer(vec![wrong]), "g", &goal).unwrap_err();
+        assert!(
+            errors[0].contains("records task_exec, not task_plan"),
+            "{errors:?}"
+        );
+        let cycle = answer(vec![
+            step("a", StepType::Read, &["b"]),
+            step("b", StepType::Read, &["a"]),
+        ]);
+        let errors = plan_from(&cycle, "g", &goal).unwrap_err();
+        assert!(errors.iter().any(|e| e.contains("cycle")), "{errors:?}");
+        let confirming = Goal {
+            confirm: true,
+            ..Goal::default()
+        };
+        let reserved = answer(vec![step("confirm", StepType::Read, &[])]);
+        let errors = plan_from(&reserved, "g", &confirming).unwrap_err();
+        assert!(errors[0].contains("reserved"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_refused_answer_goes_back_with_its_errors_and_attempts_are_counted() {
+        let listing = Listing {
+            paths: vec!["README.md".into(), "src/".into()],
+            truncated: true,
+        };
+        let goal = Goal {
+            attempts: Some(2),
+            ..Goal::default()
+        };
+        let d = Decomposition::new("g", &goal, &listing).unwrap();
+        let first = d.request();
+        assert!(
+            first.prompt.contains("README.md\nsrc/\n"),
+            "{}",
+            first.prompt
+        );
+        assert!(first.prompt.contains("the first 2 shown"));
+        assert!(first.system.unwrap().contains("\"DecompositionAnswer\""));
+        let refused = Refused {
+            attempt: 1,
+            answer: "{}".into(),
+            errors: vec!["missing steps".into()],
+        };
+        let d = d.after(std::slice::from_ref(&refused));
+        assert_eq!(d.attempt(), 2);
+        assert!(d.has_attempts());
+        let again = d.request().prompt;
+        assert!(again.contains("- missing steps"), "{again}");
+        let d = d.after(&[refused.clone(), refused]);
+        assert!(!d.has_attempts());
+    }
+}

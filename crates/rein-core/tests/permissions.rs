@@ -107,3 +107,37 @@ async fn an_ask_with_no_permit_step_refuses_instead_of_running_unasked() {
     let workspace = dir.path().join("workspaces").join(done.id().as_str());
     assert!(!workspace.join("pushed").exists());
 }
+
+#[test]
+fn a_high_risk_step_asks_a_person_unless_the_policy_says_otherwise() {
+    use rein_core::permissions::{apply, permit_id};
+    use rein_protocol::{RiskLevel, StepAction};
+    let mut risky = step("wipe", "true", &[]);
+    risky.risk_level = RiskLevel::High;
+    risky.risk_description = Some("removes the build".into());
+    let plan = || plan(vec![step("a", "true", &[]), risky.clone()]);
+
+    // The default: a permit step the risky one waits for, saying why.
+    let asked = apply(plan(), &rein_sandbox::Policy::default()).unwrap();
+    let permit = asked.step(&permit_id("wipe")).expect("a permit step");
+    let StepAction::Approval { description, .. } = &permit.action else {
+        panic!("{permit:?}");
+    };
+    assert!(description.contains("removes the build"), "{description}");
+    assert_eq!(asked.step("wipe").unwrap().depends_on, [permit_id("wipe")]);
+    assert!(
+        asked.step(&permit_id("a")).is_none(),
+        "a low-risk step asks nothing"
+    );
+
+    let allowing = rein_sandbox::Policy::parse("high_risk = \"allow\"", "p.toml").unwrap();
+    let allowed = apply(plan(), &allowing).unwrap();
+    assert!(allowed.step(&permit_id("wipe")).is_none());
+
+    let denying = rein_sandbox::Policy::parse("high_risk = \"deny\"", "p.toml").unwrap();
+    let denied = apply(plan(), &denying).unwrap_err().to_string();
+    assert!(
+        denied.contains("wipe") && denied.contains("high_risk"),
+        "{denied}"
+    );
+}
