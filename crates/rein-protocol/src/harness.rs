@@ -16,8 +16,10 @@ pub enum TransportOverrides {
     Present,
 }
 
-/// What a harness is asked about: the model route and how it is prepared.
+/// What a harness is asked about: the model route and how it is prepared
+/// (camelCase on the wire, like the rest of the plugin protocol).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct SupportContext {
     pub provider: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -29,6 +31,7 @@ pub struct SupportContext {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ModelProvider {
     #[serde(default)]
     pub request_transport_overrides: TransportOverrides,

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Support, SupportContext, WorkspaceEnvironment};
 
 /// The version of the plugin protocol this rein speaks.
-pub const PLUGIN_PROTOCOL_VERSION: u32 = 1;
+pub const PLUGIN_PROTOCOL_VERSION: u32 = 2;
 
 /// Who prepares a harness's credentials.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -126,8 +126,38 @@ pub struct SupportsParams {
     pub context: SupportContext,
 }
 
-/// The answer to `harness/supports`.
-pub type SupportsResult = Support;
+/// The answer to `harness/supports`, in the seed's shape: `{supported: true,
+/// priority?, reason?}` or `{supported: false, reason?, fallbackRuntime?}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SupportsResult {
+    pub supported: bool,
+    /// With `supported`: higher wins when `auto` chooses (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Without `supported`: the runtime to fall back to when the harness was
+    /// asked for explicitly (only the built-in runtime, `rein`, is honoured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_runtime: Option<String>,
+}
+
+impl From<SupportsResult> for Support {
+    fn from(r: SupportsResult) -> Support {
+        if r.supported {
+            Support::Supported {
+                priority: r.priority.unwrap_or(0),
+                reason: r.reason,
+            }
+        } else {
+            Support::Unsupported {
+                reason: r.reason,
+                fallback_runtime: r.fallback_runtime,
+            }
+        }
+    }
+}
 
 /// `harness/runAttempt`: run one attempt; partial replies and agent events come
 /// as notifications naming the attempt before the result.
@@ -245,4 +275,52 @@ pub struct ExecutorParams {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_url: Option<String>,
     pub workspace_directory: String,
+}
+
+#[cfg(test)]
+mod supports_tests {
+    use super::*;
+
+    #[test]
+    fn supports_speaks_the_seeds_shape_and_one_casing() {
+        let yes: SupportsResult =
+            serde_json::from_str(r#"{"supported": true, "priority": 100}"#).unwrap();
+        assert_eq!(
+            Support::from(yes),
+            Support::Supported {
+                priority: 100,
+                reason: None
+            }
+        );
+        let no: SupportsResult = serde_json::from_str(
+            r#"{"supported": false, "reason": "effective route is not harness-compatible", "fallbackRuntime": "rein"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            Support::from(no),
+            Support::Unsupported {
+                reason: Some("effective route is not harness-compatible".into()),
+                fallback_runtime: Some("rein".into()),
+            }
+        );
+        // The version-1 shape is not taken for an answer.
+        assert!(serde_json::from_str::<SupportsResult>(r#"{"status": "supported"}"#).is_err());
+        let params = serde_json::to_value(SupportsParams {
+            harness_id: "h".into(),
+            context: crate::SupportContext {
+                provider: "openai".into(),
+                model_id: Some("m".into()),
+                requested_runtime: "auto".into(),
+                model_provider: crate::ModelProvider::default(),
+            },
+        })
+        .unwrap();
+        let context = &params["context"];
+        assert_eq!(context["modelId"], "m");
+        assert_eq!(context["requestedRuntime"], "auto");
+        assert!(
+            context["modelProvider"]["compatibleIds"].is_array(),
+            "{context}"
+        );
+    }
 }

@@ -53,7 +53,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::plugin::InitializeParams>("plugin/InitializeParams"),
         one::<crate::plugin::InitializeResult>("plugin/InitializeResult"),
         one::<crate::plugin::SupportsParams>("plugin/SupportsParams"),
-        one::<crate::Support>("plugin/SupportsResult"),
+        one::<crate::plugin::SupportsResult>("plugin/SupportsResult"),
         one::<crate::plugin::RunAttemptParams>("plugin/RunAttemptParams"),
         one::<crate::plugin::RunAttemptResult>("plugin/RunAttemptResult"),
         one::<crate::plugin::PartialReplyParams>("plugin/PartialReplyParams"),

@@ -623,7 +623,11 @@ impl AgentHarness for PluginHarness {
             .process
             .call("harness/supports", params, self.process.timeout)
             .await
-            .and_then(|v| self.process.decode::<Support>("harness/supports", v));
+            .and_then(|v| {
+                self.process
+                    .decode::<rein_protocol::plugin::SupportsResult>("harness/supports", v)
+            })
+            .map(Support::from);
         answer.unwrap_or_else(|e| Support::Unsupported {
             reason: Some(e.to_string()),
             fallback_runtime: None,

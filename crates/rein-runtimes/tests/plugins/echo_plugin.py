@@ -29,7 +29,7 @@ for line in sys.stdin:
     msg = json.loads(line)
     mid, method, params = msg.get("id"), msg.get("method"), msg.get("params") or {}
     if method == "initialize":
-        answer(mid, {"protocolVersion": 1})
+        answer(mid, {"protocolVersion": 2})
         continue
     if mid is None:
         continue  # a notification (harness/cancel)
@@ -46,9 +46,9 @@ for line in sys.stdin:
         continue
     if method == "harness/supports":
         if params["context"]["provider"] == "openai":
-            answer(mid, {"status": "supported", "priority": 5, "reason": "echo serves openai"})
+            answer(mid, {"supported": True, "priority": 5, "reason": "echo serves openai"})
         else:
-            answer(mid, {"status": "unsupported", "reason": "only openai"})
+            answer(mid, {"supported": False, "reason": "only openai"})
     elif method == "harness/runAttempt":
         attempt = params["attemptId"]
         for word in params["prompt"].split():
