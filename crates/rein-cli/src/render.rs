@@ -331,6 +331,16 @@ pub fn task_details(state: &TaskState) -> String {
     if let Some(phase) = state.phase() {
         out.push_str(&format!("  reached {}\n", phase.label()));
     }
+    // A finished goal task's one-line account, by its model.
+    if let Some(line) = state
+        .checkpoints
+        .iter()
+        .rev()
+        .find(|c| c.kind == rein_protocol::CheckpointType::TaskComplete)
+        .and_then(|c| c.output.as_ref()?.get("summary")?.as_str())
+    {
+        out.push_str(&format!("  summary: {line}\n"));
+    }
     out.push_str(&format!(
         "  steps: {} finished, {} pending\n",
         h.context.completed_steps.len(),

@@ -168,9 +168,21 @@ fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
         .map(|e| e["type"].as_str().unwrap().to_owned())
         .collect();
     assert!(types.contains(&"plan_decomposed".to_owned()), "{types:?}");
-    // The stored plan is the decomposed one; the agent steps got their tools.
-    let plan = json(&run_ok(rein(&data).args(["tasks", "show", task, "--json"])));
-    assert_eq!(plan["status"], "completed");
+    // The finished task's one-line summary, asked of the goal's model with no tools.
+    let shown =
+        String::from_utf8(run_ok(rein(&data).args(["tasks", "show", task])).stdout).unwrap();
+    assert!(
+        shown.contains("summary: Wrote RELEASE_NOTES.md for 0.3.0 and checked it."),
+        "{shown}"
+    );
+    let summaries: Vec<Value> = m
+        .requests()
+        .into_iter()
+        .filter(|r| user_prompt(r).starts_with("Say in one line"))
+        .collect();
+    assert_eq!(summaries.len(), 1);
+    assert!(summaries[0].get("tools").is_none());
+    assert!(user_prompt(&summaries[0]).contains("- notes: Read CHANGELOG.md"));
     let step_requests: Vec<Value> = m
         .requests()
         .into_iter()

@@ -169,6 +169,9 @@ fn to_run_again(checkpoint_id: CheckpointId, duration_ms: u64, error: String) ->
 
 type Finished = (usize, StepOutcome, Duration);
 
+/// How long a finished goal task waits for its one-line summary.
+const SUMMARY_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Whether a message ends the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AfterMessage {
@@ -208,6 +211,8 @@ pub(crate) struct TaskRun<'e> {
     /// This run already recorded that it took the task up (a goal's
     /// decomposition did, before the plan existed).
     taken_up: bool,
+    /// A goal task's goal and route: its finished task gets a one-line summary.
+    goal: Option<(String, rein_protocol::Goal)>,
 }
 
 /// A plan–execute–verify step whose contract follows it.
@@ -367,6 +372,7 @@ impl<'e> TaskRun<'e> {
             abort_by: None,
             recoveries,
             plan_recovery: plan.recovery,
+            goal: plan.goal.clone().map(|g| (plan.original_task.clone(), g)),
             shared_state,
             contracts,
             questions: questions::Questions::default(),
@@ -1131,7 +1137,8 @@ impl<'e> TaskRun<'e> {
             };
             self.rec.task_event(TaskChange::TaskFailed { error })?;
         } else {
-            self.review_and_complete()?;
+            let summary = self.summarize().await;
+            self.review_and_complete(summary)?;
         }
         self.flush().await?;
         self.sync_contracts(false).await;
@@ -1191,17 +1198,57 @@ impl<'e> TaskRun<'e> {
     }
 
     /// CP5: a system review unless the plan has review steps, then completion.
-    fn review_and_complete(&mut self) -> Result<()> {
+    /// A goal task's one-line account of what it did, from an isolated
+    /// completion on the goal's route; `None` for a plan task, or when the model
+    /// does not answer (the task completes all the same).
+    async fn summarize(&self) -> Option<String> {
+        let (goal_text, goal) = self.goal.as_ref()?;
+        let completer = self.engine.completer.as_ref()?;
+        let mut prompt = format!(
+            "Say in one line, at most 25 words, what this finished task did.\nThe goal was: {goal_text}\nIts steps:\n"
+        );
+        for step in &self.steps {
+            let said = self
+                .rec
+                .state
+                .latest_for_step(&step.id)
+                .and_then(|c| c.output.as_ref()?.get("text")?.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            let said: String = said.chars().take(300).collect();
+            prompt.push_str(&format!("- {}: {} {}\n", step.id, step.description, said));
+        }
+        let request = crate::harness::completion::CompletionRequest {
+            prompt,
+            system: None,
+            route: crate::goal::route(goal),
+            timeout: SUMMARY_TIMEOUT,
+        };
+        match completer.complete(&request).await {
+            Ok(done) => {
+                let line: String = done.text.trim().lines().next()?.chars().take(300).collect();
+                (!line.is_empty()).then_some(line)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no summary for the finished task");
+                None
+            }
+        }
+    }
+
+    fn review_and_complete(&mut self, line: Option<String>) -> Result<()> {
         let skipped = self
             .progress
             .iter()
             .filter(|p| matches!(p, Progress::Skipped))
             .count();
-        let summary = serde_json::json!({
+        let mut summary = serde_json::json!({
             "steps": self.steps.len(),
             "completed": self.steps.len() - skipped,
             "skipped": skipped,
         });
+        if let Some(line) = line {
+            summary["summary"] = line.into();
+        }
         if !self
             .steps
             .iter()

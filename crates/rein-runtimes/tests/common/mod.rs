@@ -115,6 +115,9 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
             call("call_1", "read_file", json!({ "path": "RELEASE_NOTES.md" }))
         }
         (p, _) if p.starts_with("Check RELEASE_NOTES.md") => say("The notes name the version."),
+        (p, _) if p.starts_with("Say in one line") => {
+            say("Wrote RELEASE_NOTES.md for 0.3.0 and checked it.")
+        }
         // Goals: a decomposition request (isolated: no tools).
         (p, _) if p.starts_with("Goal: ") => decompose(p, &seen).await,
         _ => say("I do not know this script"),
