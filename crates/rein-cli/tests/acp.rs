@@ -202,12 +202,7 @@ fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its
         .spawn()
         .unwrap();
     let request = eventually("the agent asks", || pending(&data).first().cloned());
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(runner.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    runner.wait().unwrap();
+    common::kill9(&mut runner);
     let task = task_ids(&data).first().cloned().unwrap();
     // The question outlives the runner, and is answered while nobody runs the task.
     let id = request["id"].as_str().unwrap();

@@ -49,12 +49,7 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
     eventually("the second tool call is running", || {
         started.exists().then_some(())
     });
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(runner.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    runner.wait().unwrap();
+    common::kill9(&mut runner);
     assert_eq!(
         seen.0.lock().unwrap().len(),
         2,

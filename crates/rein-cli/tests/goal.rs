@@ -313,12 +313,7 @@ fn a_rein_killed_while_the_model_decomposes_asks_again_on_resume() {
         (!m.decompositions().is_empty()).then_some(())
     });
     let task = task_ids(&data)[0].clone();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(runner.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    runner.wait().unwrap();
+    common::kill9(&mut runner);
     let state = common::show(&data, &task);
     assert_eq!(state["status"], "in_progress", "{state}");
 
@@ -522,12 +517,7 @@ fn a_rein_killed_in_a_decomposed_step_resumes_the_stored_plan_without_asking_aga
     eventually("the step's second command is running", || {
         ws.join("started").exists().then_some(())
     });
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(runner.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    runner.wait().unwrap();
+    common::kill9(&mut runner);
     let task = task_ids(&data)[0].clone();
     let state = json(&run_ok(
         m.rein(&data).args(["tasks", "resume", &task, "--json"]),

@@ -200,12 +200,7 @@ verify = ["grep -q final notes.txt", "if [ -e started ]; then true; else touch s
         .unwrap();
     let started = common::in_workspace(&data, &task, "started");
     common::eventually("the verifier started", || started.exists().then_some(()));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(runner.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    runner.wait().unwrap();
+    common::kill9(&mut runner);
 
     // The verify step is idempotent: resumed, it runs again and passes.
     let resumed = json(&run_ok(

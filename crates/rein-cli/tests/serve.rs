@@ -113,6 +113,27 @@ struct Remote {
 }
 
 impl Remote {
+    /// `rein ARGS` prints the same over `--url` as embedded on `data`, but for
+    /// the free space the store reports, which moves with whatever else writes
+    /// to the disk between the two reads.
+    fn same_as_embedded(&self, data: &Path, args: &[&str]) {
+        let steady = |out: String| {
+            out.lines()
+                .map(|l| match l.find(" MiB free") {
+                    Some(end) => {
+                        let start = l[..end].rfind(' ').map_or(0, |s| s + 1);
+                        format!("{}N{}", &l[..start], &l[end..])
+                    }
+                    None => l.to_owned(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let over_http = steady(text(&self.ok(args)));
+        let embedded = steady(text(&run_ok(rein(data).args(args))));
+        assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
+    }
+
     fn cmd(&self) -> Command {
         let mut cmd = rein(&self.unused);
         cmd.args(["--url", &self.url, "--token", &self.token]);
@@ -258,23 +279,7 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
         vec!["metrics"],
         vec!["health"],
     ] {
-        // The free space the store reports moves with whatever else writes
-        // to the disk between the two reads: compared without its figure.
-        let steady = |out: String| {
-            out.lines()
-                .map(|l| match l.find(" MiB free") {
-                    Some(end) => {
-                        let start = l[..end].rfind(' ').map_or(0, |s| s + 1);
-                        format!("{}N{}", &l[..start], &l[end..])
-                    }
-                    None => l.to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        let over_http = steady(text(&remote.ok(&args)));
-        let embedded = steady(text(&run_ok(rein(&data).args(&args))));
-        assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
+        remote.same_as_embedded(&data, &args);
     }
 
     let (status, body) = http(&addr, "GET", "/healthz", None, None);
@@ -485,23 +490,7 @@ fn the_state_commands_work_the_same_against_a_server() {
         vec!["state", "show", "shs_release_docs", "--json"],
         vec!["state", "conflicts", "shs_release_docs"],
     ] {
-        // The free space the store reports moves with whatever else writes
-        // to the disk between the two reads: compared without its figure.
-        let steady = |out: String| {
-            out.lines()
-                .map(|l| match l.find(" MiB free") {
-                    Some(end) => {
-                        let start = l[..end].rfind(' ').map_or(0, |s| s + 1);
-                        format!("{}N{}", &l[..start], &l[end..])
-                    }
-                    None => l.to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        let over_http = steady(text(&remote.ok(&args)));
-        let embedded = steady(text(&run_ok(rein(&data).args(&args))));
-        assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
+        remote.same_as_embedded(&data, &args);
     }
 
     // Contracts and evidence, created and changed over the server.
@@ -534,23 +523,7 @@ fn the_state_commands_work_the_same_against_a_server() {
         vec!["evidence", "list", "--contract", "hctr_notes", "--json"],
         vec!["evidence", "show", "evb_notes"],
     ] {
-        // The free space the store reports moves with whatever else writes
-        // to the disk between the two reads: compared without its figure.
-        let steady = |out: String| {
-            out.lines()
-                .map(|l| match l.find(" MiB free") {
-                    Some(end) => {
-                        let start = l[..end].rfind(' ').map_or(0, |s| s + 1);
-                        format!("{}N{}", &l[..start], &l[end..])
-                    }
-                    None => l.to_owned(),
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        let over_http = steady(text(&remote.ok(&args)));
-        let embedded = steady(text(&run_ok(rein(&data).args(&args))));
-        assert_eq!(over_http, embedded, "rein {args:?} differs over --url");
+        remote.same_as_embedded(&data, &args);
     }
     let shown = text(&remote.ok(&["contracts", "show", "hctr_notes"]));
     assert!(shown.contains("proposed by "), "{shown}");

@@ -258,3 +258,13 @@ pub fn listening(child: &mut Child) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// Kills `child` with SIGKILL, as a crash would, and reaps it.
+pub fn kill9(child: &mut Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+}
