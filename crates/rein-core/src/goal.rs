@@ -46,8 +46,8 @@ pub fn route(goal: &Goal) -> Route {
     }
 }
 
-/// The system text of a decomposition request.
-pub fn system_prompt() -> String {
+/// The system text of a decomposition request, carrying `schema`.
+fn system_prompt(schema: &Value) -> String {
     format!(
         "You plan work for rein, an agent harness. You turn a goal into a plan of steps that \
 agents (and, for approvals, people) carry out in a workspace.\n\
@@ -61,7 +61,7 @@ review (check the work done so far), approve (a person decides before what depen
 user_approval for approve.\n\
 - risk_level: low, medium or high; a person is asked before a high-risk step runs.\n\
 - Each description says what to do so that an agent with file tools can do it without asking.",
-        serde_json::to_string(&answer_schema()).unwrap_or_default()
+        serde_json::to_string(schema).unwrap_or_default()
     )
 }
 
@@ -368,6 +368,8 @@ pub struct Decomposition {
     goal_text: String,
     goal: Goal,
     schema: AnswerSchema,
+    /// The system text, the same for every request.
+    system: String,
     first: String,
     next: String,
     attempt: u32,
@@ -391,12 +393,14 @@ impl Decomposition {
         goal: &Goal,
         listing: &Listing,
     ) -> Result<Decomposition, DecomposeError> {
-        let schema = AnswerSchema::new(&answer_schema()).map_err(DecomposeError::Completion)?;
+        let json_schema = answer_schema();
+        let schema = AnswerSchema::new(&json_schema).map_err(DecomposeError::Completion)?;
         let first = prompt(goal_text, listing);
         Ok(Decomposition {
             goal_text: goal_text.to_owned(),
             goal: goal.clone(),
             schema,
+            system: system_prompt(&json_schema),
             next: first.clone(),
             first,
             attempt: 1,
@@ -432,7 +436,7 @@ impl Decomposition {
     pub fn request(&self) -> CompletionRequest {
         CompletionRequest {
             prompt: self.next.clone(),
-            system: Some(system_prompt()),
+            system: Some(self.system.clone()),
             route: route(&self.goal),
             timeout: DECOMPOSE_TIMEOUT,
         }

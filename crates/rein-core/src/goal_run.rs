@@ -91,6 +91,14 @@ fn elapsed_ms(since: Instant) -> u64 {
 }
 
 impl Engine {
+    /// Records how CP2 ended the task (`change`), commits it, and hands the
+    /// task back.
+    async fn end_with(&self, mut rec: Recorder, change: TaskChange) -> Result<Planned> {
+        rec.task_event(change)?;
+        rec.flush(&self.store, &self.events).await?;
+        Ok(Planned::Ended(Box::new(rec.state)))
+    }
+
     /// Decomposes a goal task's goal into its plan (CP2); see the module.
     pub(crate) async fn decompose_task(
         &self,
@@ -139,23 +147,14 @@ impl Engine {
             .as_deref()
             .map(|w| crate::goal::list_workspace(std::path::Path::new(w)))
             .unwrap_or_default();
-        let fail =
-            |rec: &mut Recorder, error: String| rec.task_event(TaskChange::TaskFailed { error });
+        let fail = |error: String| TaskChange::TaskFailed { error };
         let Some(completer) = self.completer.clone() else {
-            fail(
-                &mut rec,
-                "this rein has no model runtime to decompose a goal with".into(),
-            )?;
-            rec.flush(&self.store, &self.events).await?;
-            return Ok(Planned::Ended(Box::new(rec.state)));
+            let why = "this rein has no model runtime to decompose a goal with";
+            return self.end_with(rec, fail(why.into())).await;
         };
         let mut d = match Decomposition::new(&goal_text, &goal, &listing) {
             Ok(d) => d.after(&refused),
-            Err(e) => {
-                fail(&mut rec, e.to_string())?;
-                rec.flush(&self.store, &self.events).await?;
-                return Ok(Planned::Ended(Box::new(rec.state)));
-            }
+            Err(e) => return self.end_with(rec, fail(e.to_string())).await,
         };
         if !d.has_attempts() {
             let last = refused.last().map(|r| r.errors.clone()).unwrap_or_default();
@@ -163,9 +162,7 @@ impl Engine {
                 attempts: d.budget(),
                 last,
             };
-            fail(&mut rec, error.to_string())?;
-            rec.flush(&self.store, &self.events).await?;
-            return Ok(Planned::Ended(Box::new(rec.state)));
+            return self.end_with(rec, fail(error.to_string())).await;
         }
         let check = plan_check(&self.config.policy);
         let mut pausing: Option<String> = None;
@@ -200,9 +197,9 @@ impl Engine {
                 Asked::Stopped => return Ok(Planned::Ended(Box::new(rec.state))),
                 Asked::Aborted { by, reason } => {
                     rec.record(aborted_checkpoint(cp, ms, &by), &span)?;
-                    rec.task_event(TaskChange::TaskCancelled { reason, by })?;
-                    rec.flush(&self.store, &self.events).await?;
-                    return Ok(Planned::Ended(Box::new(rec.state)));
+                    return self
+                        .end_with(rec, TaskChange::TaskCancelled { reason, by })
+                        .await;
                 }
                 Asked::Answer(answer) => *answer,
             };
@@ -223,15 +220,14 @@ impl Engine {
                         },
                         &span,
                     )?;
-                    rec.task_event(if again {
+                    let change = if again {
                         TaskChange::TaskPaused {
                             reason: format!("{error}; resume the task to ask again"),
                         }
                     } else {
-                        TaskChange::TaskFailed { error }
-                    })?;
-                    rec.flush(&self.store, &self.events).await?;
-                    return Ok(Planned::Ended(Box::new(rec.state)));
+                        fail(error)
+                    };
+                    return self.end_with(rec, change).await;
                 }
             };
             rec.record(
@@ -276,9 +272,7 @@ impl Engine {
                     )?;
                     rec.replace_plan(done.plan.clone());
                     if let Some(reason) = pausing {
-                        rec.task_event(TaskChange::TaskPaused { reason })?;
-                        rec.flush(&self.store, &self.events).await?;
-                        return Ok(Planned::Ended(Box::new(rec.state)));
+                        return self.end_with(rec, TaskChange::TaskPaused { reason }).await;
                     }
                     rec.flush(&self.store, &self.events).await?;
                     return Ok(Planned::Plan(rec, done.plan));
@@ -302,15 +296,10 @@ impl Engine {
                             attempts: d.budget(),
                             last: refused.errors,
                         };
-                        rec.task_event(TaskChange::TaskFailed {
-                            error: error.to_string(),
-                        })?;
-                    } else if let Some(reason) = pausing.take() {
-                        rec.task_event(TaskChange::TaskPaused { reason })?;
+                        return self.end_with(rec, fail(error.to_string())).await;
                     }
-                    if rec.state.status() != TaskStatus::InProgress {
-                        rec.flush(&self.store, &self.events).await?;
-                        return Ok(Planned::Ended(Box::new(rec.state)));
+                    if let Some(reason) = pausing.take() {
+                        return self.end_with(rec, TaskChange::TaskPaused { reason }).await;
                     }
                 }
             }
