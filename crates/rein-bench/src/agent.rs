@@ -91,6 +91,7 @@ pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value>
             model: None,
             runtime: None,
             tools: vec!["list_dir".into()],
+            session: None,
         },
     );
     let state = engine

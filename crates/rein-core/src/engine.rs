@@ -576,6 +576,9 @@ impl Engine {
             TaskRun::new(self, Recorder::resume(state), plan)?
         };
         let state = run.drive(options, controls).instrument(span).await?;
+        if state.status().is_terminal() {
+            self.executor.task_ended(id, &self.sessions()).await;
+        }
         self.clean_workspace(&state, cleanup);
         Ok(state)
     }

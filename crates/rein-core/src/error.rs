@@ -50,6 +50,9 @@ pub enum EngineError {
     },
     #[error("{0}")]
     BadRequest(String),
+    /// A session change its state or its owner does not allow now.
+    #[error("{0}")]
+    SessionRefused(String),
     /// A contract cannot move from its status to the one asked for.
     #[error("harness contract {id} is {from}; it can move to {allowed}, not to {to}")]
     IllegalTransition {
@@ -124,7 +127,8 @@ impl EngineError {
             EngineError::WrongStatus { .. }
             | EngineError::IllegalTransition { .. }
             | EngineError::Busy { .. }
-            | EngineError::Raced { .. } => ErrorKind::Conflict,
+            | EngineError::Raced { .. }
+            | EngineError::SessionRefused(_) => ErrorKind::Conflict,
             EngineError::Workspace { .. } | EngineError::Corrupt { .. } => ErrorKind::Internal,
             EngineError::Store(e) => match e {
                 StoreError::TaskNotFound(_)

@@ -41,6 +41,8 @@ pub struct StepRequest {
     pub asker: Option<Asker>,
     /// rein's data directory, which the sandbox keeps out of the step's reach.
     pub data_dir: Option<PathBuf>,
+    /// The agent sessions of the store (for agent steps).
+    pub sessions: Option<crate::sessions::Sessions>,
 }
 
 /// A question a running step puts to a person: it becomes an approval request
@@ -256,6 +258,12 @@ pub trait StepExecutor: Send + Sync + std::fmt::Debug {
     async fn probe(&self) -> ExecutorHealth {
         ExecutorHealth::Healthy("steps run in process".into())
     }
+
+    /// A task it ran steps of has ended (completed, failed or aborted): what
+    /// it keeps for the task's sessions can go.
+    async fn task_ended(&self, task: &TaskId, sessions: &crate::sessions::Sessions) {
+        let _ = (task, sessions);
+    }
 }
 
 /// Runs `command` steps with `sh -c` in the task's workspace, in a process group of
@@ -326,6 +334,7 @@ impl StepExecutor for CommandExecutor {
             approved_by: None,
             asker: None,
             data_dir: None,
+            sessions: None,
         };
         let ran = self
             .run_command(

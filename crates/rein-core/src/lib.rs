@@ -46,6 +46,7 @@ pub mod process;
 pub mod recorder;
 pub mod recovery;
 mod runner;
+pub mod sessions;
 pub mod shared_state;
 pub mod store;
 

@@ -44,6 +44,18 @@ pub enum PlanIssue {
     Cycle {
         path: Vec<String>,
     },
+    /// A `session` name that is empty or not made of letters, digits, `_`, `-`, `.`.
+    BadSessionName {
+        step: String,
+        name: String,
+    },
+    /// Two steps share a session but neither depends (however indirectly) on
+    /// the other: they could take turns in one conversation at once.
+    UnorderedSession {
+        session: String,
+        first: String,
+        second: String,
+    },
     EmptyCommand {
         step: String,
     },
@@ -133,6 +145,18 @@ impl fmt::Display for PlanIssue {
                 )
             }
             PlanIssue::Cycle { path } => write!(f, "dependency cycle: {}", path.join(" -> ")),
+            PlanIssue::BadSessionName { step, name } => write!(
+                f,
+                "step `{step}` names session `{name}`; a session name is 1 to 128 letters, digits, `_`, `-` or `.`"
+            ),
+            PlanIssue::UnorderedSession {
+                session,
+                first,
+                second,
+            } => write!(
+                f,
+                "steps `{first}` and `{second}` share session `{session}` but neither depends on the other; add `depends_on = [\"{first}\"]` to `{second}` so their turns come one after the other"
+            ),
             PlanIssue::EmptyCommand { step } => {
                 write!(f, "step `{step}` has an empty `run` command")
             }
@@ -327,6 +351,9 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
             .into_iter()
             .map(|path| PlanIssue::Cycle { path }),
     );
+    if issues.is_empty() {
+        session_issues(&plan.steps, &index, &mut issues);
+    }
     if !issues.is_empty() {
         return Err(PlanErrors(issues));
     }
@@ -342,6 +369,60 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
         step.blocking_steps = blocks;
     }
     Ok(plan)
+}
+
+/// Steps sharing a session must take their turns one after the other: each
+/// pair ordered by the dependencies (run on an acyclic plan only).
+fn session_issues(steps: &[TaskStep], index: &HashMap<&str, usize>, issues: &mut Vec<PlanIssue>) {
+    let mut by_session: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        if let StepAction::Agent {
+            session: Some(name),
+            ..
+        } = &step.action
+        {
+            if name.is_empty() || !valid_step_id(name) {
+                issues.push(PlanIssue::BadSessionName {
+                    step: step.id.clone(),
+                    name: name.clone(),
+                });
+            } else {
+                by_session.entry(name.as_str()).or_default().push(i);
+            }
+        }
+    }
+    // Whether `later` depends on `earlier`, directly or not.
+    let depends = |later: usize, earlier: usize| {
+        let mut stack = vec![later];
+        let mut seen = HashSet::new();
+        while let Some(i) = stack.pop() {
+            for dep in &steps[i].depends_on {
+                let Some(&d) = index.get(dep.as_str()) else {
+                    continue;
+                };
+                if d == earlier {
+                    return true;
+                }
+                if seen.insert(d) {
+                    stack.push(d);
+                }
+            }
+        }
+        false
+    };
+    for (session, members) in by_session {
+        for (n, &a) in members.iter().enumerate() {
+            for &b in &members[n + 1..] {
+                if !depends(a, b) && !depends(b, a) {
+                    issues.push(PlanIssue::UnorderedSession {
+                        session: session.to_owned(),
+                        first: steps[a].id.clone(),
+                        second: steps[b].id.clone(),
+                    });
+                }
+            }
+        }
+    }
 }
 
 /// One cycle of each group of steps that depend on each other in a ring (a
@@ -650,6 +731,9 @@ struct StepFile {
     runtime: Option<String>,
     #[serde(default)]
     tools: Option<Vec<String>>,
+    /// Agent steps naming the same session share one conversation.
+    #[serde(default)]
+    session: Option<String>,
     /// Plan–execute–verify steps: the commands that check the result.
     #[serde(default)]
     verify: Vec<String>,
@@ -665,7 +749,13 @@ fn parse_duration(what: &str, value: &str) -> Result<std::time::Duration, String
 }
 
 /// The tools an agent step may be given.
-pub const AGENT_TOOLS: &[&str] = &["read_file", "write_file", "list_dir", "run_command"];
+pub const AGENT_TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "list_dir",
+    "run_command",
+    "delegate",
+];
 
 /// The id of the step `confirm = true` adds.
 pub const CONFIRM_STEP: &str = "confirm";
@@ -770,6 +860,7 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         ("model", s.model.is_some()),
         ("runtime", s.runtime.is_some()),
         ("tools", s.tools.is_some()),
+        ("session", s.session.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
         return Err(only_for(key, "agent"));
@@ -800,6 +891,7 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
                 model: s.model,
                 runtime: s.runtime,
                 tools,
+                session: s.session,
             },
             timeout_ms,
             description,

@@ -148,6 +148,8 @@ pub enum RecordKind {
     Contract,
     /// An evidence bundle (`evb_…`).
     Evidence,
+    /// An agent session (`ses_…`); it goes with its task.
+    Session,
 }
 
 impl RecordKind {
@@ -155,6 +157,7 @@ impl RecordKind {
         match self {
             RecordKind::Contract => "contract",
             RecordKind::Evidence => "evidence",
+            RecordKind::Session => "session",
         }
     }
 
@@ -163,6 +166,7 @@ impl RecordKind {
         match self {
             RecordKind::Contract => "harness contract",
             RecordKind::Evidence => "evidence bundle",
+            RecordKind::Session => "agent session",
         }
     }
 }

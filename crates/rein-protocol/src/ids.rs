@@ -128,6 +128,33 @@ prefixed_id!(
     "evb"
 );
 
+prefixed_id!(
+    /// Id of an agent session (`ses_…`).
+    SessionId,
+    "ses"
+);
+
+impl SessionId {
+    /// The session of task `task` named `name`: the same id each time it is
+    /// asked for, so a resumed step finds the session it started. Its time part
+    /// is the task's, so sessions list in the order of their tasks.
+    pub fn of(task: &TaskId, name: &str) -> SessionId {
+        use sha2::{Digest, Sha256};
+        let time = task
+            .as_str()
+            .strip_prefix("task_")
+            .and_then(|u| ulid::Ulid::from_string(u).ok())
+            .map_or(0, |u| u.timestamp_ms());
+        let digest = Sha256::digest(format!("{}\0{name}", task.as_str()).as_bytes());
+        let mut random = [0u8; 16];
+        random[6..].copy_from_slice(&digest[..10]);
+        SessionId(format!(
+            "ses_{}",
+            ulid::Ulid::from_parts(time, u128::from_be_bytes(random))
+        ))
+    }
+}
+
 /// A fresh W3C trace id: 32 lowercase hex digits, not all zero.
 pub fn new_trace_id() -> String {
     format!("{:032x}", rand::random::<u128>() | 1)

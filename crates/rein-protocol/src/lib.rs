@@ -24,6 +24,7 @@
 //!   [`SelectionDecision`] of which runtime serves it.
 //! - [`plugin`]: the manifest of an out-of-process harness plugin and the
 //!   JSON-RPC messages rein exchanges with it.
+//! - [`session`]: [`AgentSessionInfo`], an agent session (`ses_…`) as stored.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
 pub mod approval;
@@ -38,6 +39,7 @@ pub mod plan;
 pub mod plugin;
 pub mod recovery;
 pub mod schema;
+pub mod session;
 pub mod shared_state;
 pub mod snapshot;
 pub mod task;
@@ -57,8 +59,8 @@ pub use harness::{
     WorkspaceKind,
 };
 pub use ids::{
-    ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SharedStateId, SnapshotId,
-    TaskId,
+    ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SessionId, SharedStateId,
+    SnapshotId, TaskId,
 };
 pub use ledger::{LedgerCheck, LedgerEntry, LedgerHead, LedgerKind};
 pub use metrics::HarnessMetrics;
@@ -68,6 +70,7 @@ pub use plan::{
     TaskDecomposition, TaskStep, WorkspaceCleanup,
 };
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
+pub use session::{AgentSessionInfo, Delegation, ExecutorPhase, SessionExecutor, SessionStatus};
 pub use shared_state::{
     Action, Assumption, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Enforcement,
     Participant, ParticipantRole, Resource, Risk, SharedHarnessState, VerifierObligation,

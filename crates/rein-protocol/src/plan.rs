@@ -91,6 +91,10 @@ pub enum StepAction {
         runtime: Option<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tools: Vec<String>,
+        /// The session the step takes its turns in: steps of a task naming the
+        /// same one share a conversation. Unset: a session of its own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
     },
     /// Verify what plan–execute–verify step `step` did: run its verifiers,
     /// record the evidence, and settle its contract (added by the engine after

@@ -49,6 +49,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::HarnessContract>("HarnessContract"),
         one::<crate::EvidenceBundle>("EvidenceBundle"),
         one::<crate::SelectionDecision>("SelectionDecision"),
+        one::<crate::AgentSessionInfo>("AgentSessionInfo"),
         one::<crate::plugin::PluginManifest>("plugin/PluginManifest"),
         one::<crate::plugin::InitializeParams>("plugin/InitializeParams"),
         one::<crate::plugin::InitializeResult>("plugin/InitializeResult"),

@@ -19,8 +19,11 @@ use rein_core::harness::{
     select,
 };
 use rein_core::recovery::Failure;
+use rein_core::sessions::{SessionName, Sessions, TASK_ACTOR};
 use rein_core::{ExecutorHealth, StepExecutor};
-use rein_protocol::{BUILTIN_RUNTIME, SelectionDecision, StepAction, TaskStep};
+use rein_protocol::{
+    AgentSessionInfo, BUILTIN_RUNTIME, Delegation, SelectionDecision, StepAction, TaskStep,
+};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -82,6 +85,14 @@ impl StepExecutor for AgentExecutor {
         }
     }
 
+    /// The task's sessions end; their executors are retired.
+    async fn task_ended(&self, task: &rein_protocol::TaskId, sessions: &Sessions) {
+        if let Err(e) = sessions.end_task(task, &self.registry).await {
+            tracing::warn!(task = %task, error = %e, "cannot end the task's sessions");
+        }
+        self.commands.task_ended(task, sessions).await;
+    }
+
     async fn probe(&self) -> ExecutorHealth {
         self.commands.probe().await
     }
@@ -123,6 +134,10 @@ fn tool_specs(names: &[String]) -> Vec<ToolSpec> {
                     "Run a shell command in the workspace, sandboxed",
                     json!({ "type": "object", "properties": { "command": { "type": "string" } }, "required": ["command"] }),
                 ),
+                "delegate" => (
+                    "Hand a self-contained piece of work to a fresh helper agent with your tools; its final answer is the result",
+                    json!({ "type": "object", "properties": { "prompt": { "type": "string", "description": "the work, with everything the helper needs to know" } }, "required": ["prompt"] }),
+                ),
                 _ => return None,
             };
             Some(ToolSpec {
@@ -142,15 +157,40 @@ impl AgentExecutor {
             model,
             runtime,
             tools,
+            session,
         } = &request.step.action
         else {
             return failed("not an agent step".into(), Failure::Internal, None);
         };
+        let Some(sessions) = &request.sessions else {
+            return failed(
+                "an agent step needs the store's sessions".into(),
+                Failure::Internal,
+                None,
+            );
+        };
         let provider = provider.clone().unwrap_or_else(|| "openai".into());
         let model = model.clone().unwrap_or_else(|| self.chat.model.clone());
+        let name = match session {
+            Some(n) => SessionName::Shared(n),
+            None => SessionName::Own,
+        };
+        let session = match sessions
+            .open(
+                &request.task_id,
+                &request.step.id,
+                name,
+                &format!("{provider}/{model}"),
+            )
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => return unwritten(&e),
+        };
         let wanted = SelectionRequest {
             provider: provider.clone(),
             model: Some(model.clone()),
+            session_runtime: session.pinned_runtime.clone(),
             step_runtime: runtime.clone(),
             ..SelectionRequest::default()
         };
@@ -158,25 +198,56 @@ impl AgentExecutor {
             Ok(d) => d,
             Err(e) => return failed(e.to_string(), Failure::Validation, None),
         };
+        if session.runtime.as_deref() != Some(decision.selected.as_str()) {
+            let selected = decision.selected.clone();
+            let changed = sessions
+                .change(session.id.as_str(), TASK_ACTOR, "session.runtime", |s| {
+                    s.runtime = Some(selected.clone());
+                    Ok(Some(()))
+                })
+                .await;
+            if let Err(e) = changed {
+                return unwritten(&e);
+            }
+        }
         if decision.selected != BUILTIN_RUNTIME {
             return self
-                .run_plugin(request, cancel, decision, prompt, tools)
+                .run_plugin(request, cancel, sessions, &session, decision, prompt, tools)
                 .await;
         }
         let chat = ChatClient::new(ChatConfig {
             model,
             ..self.chat.clone()
         });
-        self.run_builtin(request, cancel, &chat, decision, prompt, tools)
-            .await
+        let turn = Turn {
+            request,
+            cancel,
+            sessions,
+            chat: &chat,
+            decision: &decision,
+        };
+        let outcome = self.converse(&turn, &session, prompt, tools).await;
+        if let StepOutcome::Passed { output: Some(o) } = &outcome {
+            let turns = o["turns"].as_u64().unwrap_or(0);
+            if let Err(e) = sessions
+                .took_turns(session.id.as_str(), BUILTIN_RUNTIME, None, turns)
+                .await
+            {
+                return unwritten(&e);
+            }
+        }
+        outcome
     }
 
     /// A plugin's harness runs the attempt; its failure is reported, never
     /// replayed on another runtime.
+    #[allow(clippy::too_many_arguments)]
     async fn run_plugin(
         &self,
         request: &StepRequest,
         cancel: &CancellationToken,
+        sessions: &Sessions,
+        session: &AgentSessionInfo,
         decision: SelectionDecision,
         prompt: &str,
         tools: &[String],
@@ -188,6 +259,29 @@ impl AgentExecutor {
                 None,
             );
         };
+        // The plugin's executor controller, if any: a current executor for
+        // this session, a stale one retired first.
+        let executor = match sessions
+            .ensure_executor(
+                session.id.as_str(),
+                &self.registry,
+                &registered.plugin.id,
+                cancel,
+            )
+            .await
+        {
+            Ok(h) => h,
+            Err(e) => {
+                return failed(
+                    format!(
+                        "the executor of session {} could not be made ready: {e}",
+                        session.id
+                    ),
+                    Failure::Connection,
+                    None,
+                );
+            }
+        };
         let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let attempt = registered.harness.run_attempt(AttemptParams {
             attempt_id: format!(
@@ -196,7 +290,7 @@ impl AgentExecutor {
             ),
             prompt: prompt.to_owned(),
             tools: tools.to_vec(),
-            session_key: request.task_id.to_string(),
+            session_key: session.id.to_string(),
             workspace: request.workspace.clone(),
             deadline: request
                 .step
@@ -233,6 +327,8 @@ impl AgentExecutor {
                 "selection": decision,
                 "policy": request.policy.describe(),
                 "plugin": registered.plugin.id,
+                "session": session.id,
+                "executor": executor.as_ref().map(|h| h.generation()),
                 "text": text,
                 "agent_events": agent_events,
                 // Side effects inside the plugin's runtime are its own account.
@@ -250,9 +346,17 @@ impl AgentExecutor {
             output
         };
         match attempt {
-            Ok(result) => StepOutcome::Passed {
-                output: Some(output(&result.text, &result.details)),
-            },
+            Ok(result) => {
+                if let Err(e) = sessions
+                    .took_turns(session.id.as_str(), &decision.selected, None, 1)
+                    .await
+                {
+                    return unwritten(&e);
+                }
+                StepOutcome::Passed {
+                    output: Some(output(&result.text, &result.details)),
+                }
+            }
             Err(HarnessError::Cancelled) => StepOutcome::Cancelled,
             Err(e) => {
                 let failure = match e {
@@ -265,186 +369,317 @@ impl AgentExecutor {
     }
 
     /// The built-in loop: ask the model, run the tools it calls, until it
-    /// answers without calling any.
-    async fn run_builtin(
-        &self,
-        request: &StepRequest,
-        cancel: &CancellationToken,
-        chat: &ChatClient,
-        decision: SelectionDecision,
-        prompt: &str,
-        tools: &[String],
-    ) -> StepOutcome {
-        let Some(journal) = &request.journal else {
-            return failed(
-                "an agent step needs its journal".into(),
-                Failure::Internal,
-                None,
-            );
-        };
-        // The journal: one entry per message, and a marker when the step
-        // stopped to ask a person about a call.
-        let entries = match journal.load().await {
-            Ok(e) => e,
-            Err(e) => {
-                return failed(
-                    format!("cannot read the step's journal: {e}"),
-                    Failure::Internal,
-                    None,
-                );
-            }
-        };
-        let mut messages: Vec<Message> = Vec::with_capacity(entries.len());
-        let mut awaiting: Option<String> = None;
-        for entry in &entries {
-            if let Some(m) = entry.get("message") {
-                match serde_json::from_value(m.clone()) {
-                    Ok(m) => messages.push(m),
-                    Err(e) => {
-                        return failed(
-                            format!("the step's journal is unreadable: {e}"),
-                            Failure::Internal,
-                            None,
-                        );
-                    }
-                }
-                awaiting = None;
-            } else if let Some(id) = entry.get("awaiting").and_then(Value::as_str) {
-                awaiting = Some(id.to_owned());
-            }
-        }
-        if messages.is_empty() {
-            messages = vec![
-                Message::System {
-                    content: format!(
-                        "You are rein's built-in agent. You work in a workspace directory; paths are relative to it.{}",
-                        if tools.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" Your tools: {}.", tools.join(", "))
-                        }
-                    ),
-                },
-                Message::User {
-                    content: prompt.to_owned(),
-                },
-            ];
-            let first: Vec<Value> = messages.iter().map(|m| json!({ "message": m })).collect();
-            if let Err(e) = journal.append(&first).await {
-                return unwritten(&e);
-            }
-        }
-        let specs = tool_specs(tools);
-        let mut tool_runs = 0usize;
-        for _ in 0..self.max_turns * 64 {
-            if cancel.is_cancelled() {
-                return StepOutcome::Cancelled;
-            }
-            let turns = messages
-                .iter()
-                .filter(|m| matches!(m, Message::Assistant { .. }))
-                .count();
-            // Tool calls of the last turn that have no answer yet.
-            let pending = pending_calls(&messages);
-            if let Some(call) = pending.first() {
-                // A person approved this attempt after the step asked about this call.
-                let approved = request
-                    .approved_by
-                    .as_deref()
-                    .filter(|_| awaiting.as_deref() == Some(call.id.as_str()));
-                let outcome = tokio::select! {
-                    r = self.run_tool(request, cancel, call, tools, tool_runs, approved) => r,
-                    () = cancel.cancelled() => return StepOutcome::Cancelled,
-                };
-                let result = match outcome {
-                    ToolOutcome::Answer(text) => text,
-                    ToolOutcome::NeedsApproval { command, rule } => {
-                        if let Err(e) = journal.append(&[json!({ "awaiting": call.id })]).await {
-                            return unwritten(&e);
-                        }
-                        // Escalated to a person (permission_denied): run again
-                        // to approve it, skip the step, or abort the task.
-                        return failed(
-                            format!(
-                                "the agent wants to run `{command}`, which the permission rules ask a person about ({rule}); run the step again to allow it"
-                            ),
-                            Failure::PermissionDenied,
-                            Some(
-                                json!({ "selection": decision, "awaiting": { "call": call.id, "command": command, "rule": rule } }),
-                            ),
-                        );
-                    }
-                };
-                awaiting = None;
-                tool_runs += 1;
-                messages.push(Message::Tool {
-                    tool_call_id: call.id.clone(),
-                    content: result,
-                });
-            } else if let Some(Message::Assistant {
-                content,
-                tool_calls,
-            }) = messages.last()
-                && tool_calls.is_empty()
-            {
-                let text = content.clone().unwrap_or_default();
-                return StepOutcome::Passed {
-                    output: Some(json!({
-                        "selection": decision,
-                        "policy": request.policy.describe(),
-                        "text": text,
-                        "turns": turns,
-                        "tool_calls": count_calls(&messages),
-                    })),
-                };
-            } else {
-                if turns >= self.max_turns {
+    /// answers without calling any. The conversation is the session's (after
+    /// its last reset); a step joining a shared session adds its prompt after
+    /// what the earlier steps said, marked as its own.
+    fn converse<'a>(
+        &'a self,
+        turn: &'a Turn<'a>,
+        session: &'a AgentSessionInfo,
+        prompt: &'a str,
+        tools: &'a [String],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = StepOutcome> + Send + 'a>> {
+        Box::pin(async move {
+            let Turn {
+                request,
+                cancel,
+                sessions,
+                chat,
+                decision,
+            } = *turn;
+            let journal = sessions.journal(session);
+            // The journal: one entry per message, a marker where each step of a
+            // shared session began, one when the step stopped to ask a person
+            // about a call, and one at each reset.
+            let entries = match journal.load().await {
+                Ok(e) => e,
+                Err(e) => {
                     return failed(
-                        format!(
-                            "the agent did not finish within {} model turns",
-                            self.max_turns
-                        ),
-                        Failure::Validation,
+                        format!("cannot read the session's journal: {e}"),
+                        Failure::Internal,
                         None,
                     );
                 }
-                let answer = tokio::select! {
-                    a = chat.complete(&messages, &specs, |_| {}) => a,
-                    () = cancel.cancelled() => return StepOutcome::Cancelled,
-                };
-                let response = match answer {
-                    Ok(r) => r,
-                    Err(e) => return chat_failure(e),
-                };
-                messages.push(Message::Assistant {
-                    content: (!response.content.is_empty()).then_some(response.content),
-                    tool_calls: response.tool_calls,
-                });
+            };
+            let since = entries
+                .iter()
+                .rposition(|e| e.get("reset").is_some())
+                .map_or(0, |i| i + 1);
+            let me = turn_marker(session, &request.step.id);
+            let mut messages: Vec<Message> = Vec::with_capacity(entries.len());
+            let mut awaiting: Option<String> = None;
+            // Where this step's part of the conversation begins.
+            let mut mine: Option<usize> = None;
+            for entry in &entries[since..] {
+                if let Some(m) = entry.get("message") {
+                    match serde_json::from_value(m.clone()) {
+                        Ok(m) => messages.push(m),
+                        Err(e) => {
+                            return failed(
+                                format!("the session's journal is unreadable: {e}"),
+                                Failure::Internal,
+                                None,
+                            );
+                        }
+                    }
+                    awaiting = None;
+                } else if let Some(id) = entry.get("awaiting").and_then(Value::as_str) {
+                    awaiting = Some(id.to_owned());
+                } else if me.is_some()
+                    && entry.get("turn_of").and_then(Value::as_str) == me.as_deref()
+                {
+                    mine = Some(messages.len());
+                }
             }
-            // Durable before the next turn or tool call begins.
-            let newest = messages.last().map(|m| json!({ "message": m }));
-            if let Err(e) = journal.append(newest.as_slice()).await {
-                return unwritten(&e);
+            if me.is_none() && !messages.is_empty() {
+                mine = Some(0);
             }
+            if mine.is_none() {
+                let mut first: Vec<Value> = Vec::new();
+                if messages.is_empty() {
+                    let system = Message::System {
+                        content: format!(
+                            "You are rein's built-in agent. You work in a workspace directory; paths are relative to it.{}",
+                            if tools.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" Your tools: {}.", tools.join(", "))
+                            }
+                        ),
+                    };
+                    first.push(json!({ "message": system }));
+                    messages.push(system);
+                }
+                // Calls an earlier step of the session left unanswered get an
+                // answer, so the conversation stays one the API takes.
+                for call in pending_calls(&messages) {
+                    let answer = Message::Tool {
+                        tool_call_id: call.id.clone(),
+                        content: "error: not run; the step that asked for it ended first".into(),
+                    };
+                    first.push(json!({ "message": answer }));
+                    messages.push(answer);
+                }
+                if let Some(marker) = &me {
+                    first.push(json!({ "turn_of": marker }));
+                }
+                mine = Some(messages.len());
+                let user = Message::User {
+                    content: prompt.to_owned(),
+                };
+                first.push(json!({ "message": user }));
+                messages.push(user);
+                if let Err(e) = journal.append(&first).await {
+                    return unwritten(&e);
+                }
+            }
+            let mine = mine.unwrap_or(0);
+            let specs = tool_specs(tools);
+            let mut tool_runs = 0usize;
+            for _ in 0..self.max_turns * 64 {
+                if cancel.is_cancelled() {
+                    return StepOutcome::Cancelled;
+                }
+                let turns = messages[mine..]
+                    .iter()
+                    .filter(|m| matches!(m, Message::Assistant { .. }))
+                    .count();
+                // Tool calls of the last turn that have no answer yet.
+                let pending = pending_calls(&messages[mine..]);
+                if let Some(call) = pending.first() {
+                    // A person approved this attempt after the step asked about this call.
+                    let approved = request
+                        .approved_by
+                        .as_deref()
+                        .filter(|_| awaiting.as_deref() == Some(call.id.as_str()));
+                    let outcome = tokio::select! {
+                        r = self.run_tool(turn, session, call, tools, tool_runs, approved) => r,
+                        () = cancel.cancelled() => return StepOutcome::Cancelled,
+                    };
+                    let result = match outcome {
+                        ToolOutcome::Answer(text) => text,
+                        ToolOutcome::NeedsApproval { command, rule } => {
+                            if let Err(e) = journal.append(&[json!({ "awaiting": call.id })]).await
+                            {
+                                return unwritten(&e);
+                            }
+                            // Escalated to a person (permission_denied): run again
+                            // to approve it, skip the step, or abort the task.
+                            return failed(
+                                format!(
+                                    "the agent wants to run `{command}`, which the permission rules ask a person about ({rule}); run the step again to allow it"
+                                ),
+                                Failure::PermissionDenied,
+                                Some(
+                                    json!({ "selection": decision, "session": session.id, "awaiting": { "call": call.id, "command": command, "rule": rule } }),
+                                ),
+                            );
+                        }
+                        // A delegated child stopped: the step stops with it, and
+                        // picks the child up when it runs again.
+                        ToolOutcome::Stopped(outcome) => return outcome,
+                    };
+                    awaiting = None;
+                    tool_runs += 1;
+                    messages.push(Message::Tool {
+                        tool_call_id: call.id.clone(),
+                        content: result,
+                    });
+                } else if let Some(Message::Assistant {
+                    content,
+                    tool_calls,
+                }) = messages.last()
+                    && tool_calls.is_empty()
+                    && messages.len() > mine
+                {
+                    let text = content.clone().unwrap_or_default();
+                    return StepOutcome::Passed {
+                        output: Some(json!({
+                            "selection": decision,
+                            "policy": request.policy.describe(),
+                            "session": session.id,
+                            "text": text,
+                            "turns": turns,
+                            "tool_calls": count_calls(&messages[mine..]),
+                        })),
+                    };
+                } else {
+                    if turns >= self.max_turns {
+                        return failed(
+                            format!(
+                                "the agent did not finish within {} model turns",
+                                self.max_turns
+                            ),
+                            Failure::Validation,
+                            None,
+                        );
+                    }
+                    let answer = tokio::select! {
+                        a = chat.complete(&messages, &specs, |_| {}) => a,
+                        () = cancel.cancelled() => return StepOutcome::Cancelled,
+                    };
+                    let response = match answer {
+                        Ok(r) => r,
+                        Err(e) => return chat_failure(e),
+                    };
+                    messages.push(Message::Assistant {
+                        content: (!response.content.is_empty()).then_some(response.content),
+                        tool_calls: response.tool_calls,
+                    });
+                }
+                // Durable before the next turn or tool call begins.
+                let newest = messages.last().map(|m| json!({ "message": m }));
+                if let Err(e) = journal.append(newest.as_slice()).await {
+                    return unwritten(&e);
+                }
+            }
+            failed(
+                "the agent loop did not settle".into(),
+                Failure::Internal,
+                None,
+            )
+        })
+    }
+
+    /// `delegate {prompt}`: a child session on the same, locked model route,
+    /// run as this step (its identity, rules and cancellation), whose final
+    /// answer is the call's result. The child is keyed by the call, so a
+    /// resumed step picks up the child where it stopped, and takes the answer
+    /// of one that finished instead of running it again.
+    async fn delegate(
+        &self,
+        turn: &Turn<'_>,
+        parent: &AgentSessionInfo,
+        call: &ToolCall,
+        tools: &[String],
+    ) -> ToolOutcome {
+        let args: Value = serde_json::from_str(&call.function.arguments).unwrap_or(Value::Null);
+        let Some(prompt) = args["prompt"].as_str().filter(|p| !p.trim().is_empty()) else {
+            return ToolOutcome::Answer("error: `prompt` is required: the work to delegate".into());
+        };
+        let request = turn.request;
+        let child = match turn
+            .sessions
+            .open(
+                &request.task_id,
+                &request.step.id,
+                SessionName::Delegated(Delegation {
+                    parent: parent.id.clone(),
+                    step_id: request.step.id.clone(),
+                    call_id: call.id.clone(),
+                    answer: None,
+                }),
+                parent.route.as_deref().unwrap_or_default(),
+            )
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => return ToolOutcome::Stopped(unwritten(&e)),
+        };
+        if let Some(answer) = child.delegation.as_ref().and_then(|d| d.answer.clone()) {
+            return ToolOutcome::Answer(answer);
         }
-        failed(
-            "the agent loop did not settle".into(),
-            Failure::Internal,
-            None,
-        )
+        let report = |state: &str| {
+            if let Some(asker) = &request.asker {
+                asker.report(json!({ "kind": "delegation", "state": state, "session": child.id, "parent": parent.id, "call": call.id }));
+            }
+        };
+        report("started");
+        // A child delegates no further.
+        let child_tools: Vec<String> = tools.iter().filter(|t| *t != "delegate").cloned().collect();
+        match self.converse(turn, &child, prompt, &child_tools).await {
+            StepOutcome::Passed { output } => {
+                let output = output.unwrap_or_default();
+                let text = output["text"].as_str().unwrap_or_default().to_owned();
+                let turns = output["turns"].as_u64().unwrap_or(0);
+                let recorded = async {
+                    turn.sessions
+                        .took_turns(child.id.as_str(), BUILTIN_RUNTIME, None, turns)
+                        .await?;
+                    turn.sessions.answered(child.id.as_str(), &text).await
+                };
+                if let Err(e) = recorded.await {
+                    return ToolOutcome::Stopped(unwritten(&e));
+                }
+                report("answered");
+                ToolOutcome::Answer(text)
+            }
+            StepOutcome::Failed {
+                error,
+                output,
+                failure,
+            } => {
+                if matches!(failure, Failure::PermissionDenied) {
+                    return ToolOutcome::Stopped(StepOutcome::Failed {
+                        error: format!("delegated session {}: {error}", child.id),
+                        output,
+                        failure,
+                    });
+                }
+                ToolOutcome::Answer(format!(
+                    "error: the delegated session {} failed: {error}",
+                    child.id
+                ))
+            }
+            StepOutcome::Cancelled => ToolOutcome::Stopped(StepOutcome::Cancelled),
+        }
     }
 
     /// Runs one tool call; its answer (or what went wrong) is text for the
     /// model, unless a person must approve it first.
     async fn run_tool(
         &self,
-        request: &StepRequest,
-        cancel: &CancellationToken,
+        turn: &Turn<'_>,
+        session: &AgentSessionInfo,
         call: &ToolCall,
         allowed: &[String],
         n: usize,
         approved: Option<&str>,
     ) -> ToolOutcome {
+        let (request, cancel) = (turn.request, turn.cancel);
+        if call.function.name == "delegate" && allowed.iter().any(|t| t == "delegate") {
+            return self.delegate(turn, session, call, allowed).await;
+        }
         if call.function.name == "run_command"
             && let Ok(args) = serde_json::from_str::<Value>(&call.function.arguments)
             && let Some(command) = args["command"].as_str()
@@ -526,6 +761,7 @@ impl AgentExecutor {
                 None => "error: `path` is required".into(),
             },
             "run_command" => "error: `command` is required".into(),
+            "delegate" => "error: `prompt` is required: the work to delegate".into(),
             other => format!("error: unknown tool `{other}`"),
         }
     }
@@ -602,6 +838,25 @@ enum ToolOutcome {
     Answer(String),
     /// The permission rules ask a person first.
     NeedsApproval { command: String, rule: String },
+    /// The step stops here (a delegated child stopped, or its record could
+    /// not be written).
+    Stopped(StepOutcome),
+}
+
+/// What one step's turns run with.
+#[derive(Clone, Copy)]
+struct Turn<'a> {
+    request: &'a StepRequest,
+    cancel: &'a CancellationToken,
+    sessions: &'a Sessions,
+    chat: &'a ChatClient,
+    decision: &'a SelectionDecision,
+}
+
+/// The marker a step of a shared session (or a delegated child) writes where
+/// its part of the conversation begins; a step's own session needs none.
+fn turn_marker(session: &AgentSessionInfo, step: &str) -> Option<String> {
+    (session.shared || session.delegation.is_some()).then(|| step.to_owned())
 }
 
 /// An isolated completion served by the built-in runtime (spec §4): one

@@ -26,6 +26,7 @@ fn agent_step(prompt: &str) -> TaskStep {
             tools: ["read_file", "write_file", "list_dir", "run_command"]
                 .map(str::to_owned)
                 .to_vec(),
+            session: None,
         },
     )
 }

@@ -740,6 +740,12 @@ impl Store for SqliteStore {
                     conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [id])
                         .map_err(backend)?;
                 }
+                // A task's agent sessions go with it (its contracts and evidence stay).
+                conn.execute(
+                    "DELETE FROM records WHERE task_id = ?1 AND kind = ?2",
+                    params![id, RecordKind::Session.as_str()],
+                )
+                .map_err(backend)?;
                 Ok(())
             })
             .await

@@ -276,6 +276,9 @@ pub(crate) struct PluginState {
 #[derive(Debug, Default)]
 pub struct HarnessRegistry {
     generation: u64,
+    /// Unique to this registry (and so to the process that made it): an
+    /// executor recorded under another instance is stale.
+    instance: String,
     harnesses: BTreeMap<String, Registered>,
     plugins: BTreeMap<String, PluginState>,
     controllers: BTreeMap<String, executor::Slot>,
@@ -310,12 +313,19 @@ impl HarnessRegistry {
     pub fn new(generation: u64) -> HarnessRegistry {
         HarnessRegistry {
             generation,
+            instance: format!("{}.{generation}", rein_protocol::ids::new_span_id()),
             ..HarnessRegistry::default()
         }
     }
 
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// This registry's own id: no other registry, in this process or another,
+    /// has it.
+    pub fn instance(&self) -> &str {
+        &self.instance
     }
 
     /// Loads a plugin: runs its `register` entry with this registry's API and

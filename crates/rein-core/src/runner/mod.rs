@@ -664,9 +664,10 @@ impl<'e> TaskRun<'e> {
                     model,
                     runtime,
                     tools,
+                    session,
                 } => Some(serde_json::json!({
                     "prompt": prompt, "provider": provider, "model": model,
-                    "runtime": runtime, "tools": tools,
+                    "runtime": runtime, "tools": tools, "session": session,
                 })),
                 StepAction::Noop | StepAction::Approval { .. } => None,
             };
@@ -753,6 +754,8 @@ impl<'e> TaskRun<'e> {
             approved_by: self.approved_rerun(i),
             asker: Some(crate::executor::Asker::new(i, self.asks_tx.clone())),
             data_dir: self.engine.config.data_dir.clone(),
+            sessions: matches!(self.steps[i].action, StepAction::Agent { .. })
+                .then(|| self.engine.sessions()),
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();
