@@ -96,6 +96,10 @@ pub enum Command {
     /// model route.
     #[command(subcommand)]
     Harness(HarnessCommand),
+    /// Agent sessions (`ses_…`): the conversations of agent steps; reset one,
+    /// or pin it to a runtime.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
     /// Inspect and steer tasks.
     #[command(subcommand)]
     Tasks(TasksCommand),
@@ -471,6 +475,53 @@ pub enum HarnessCommand {
         /// the runtime policy (`--runtime-policy`) decides.
         #[arg(long)]
         runtime: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List sessions, newest task first.
+    List {
+        /// Only this task's sessions.
+        #[arg(long, value_name = "TASK_ID")]
+        task: Option<String>,
+        /// active or ended.
+        #[arg(long, value_parser = ["active", "ended"])]
+        status: Option<String>,
+        /// Only the children this session delegated.
+        #[arg(long, value_name = "SESSION_ID")]
+        parent: Option<String>,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: u32,
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one session: its steps, runtime, executor and delegated children.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reset a session through its harness: its conversation starts over.
+    /// Refused while its task runs, or when the harness's cleanup fails.
+    Reset {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pin a session to a runtime (`rein` or a harness id), above every other
+    /// runtime setting for its later turns.
+    Pin {
+        id: String,
+        #[arg(long, conflicts_with = "unpin", required_unless_present = "unpin")]
+        runtime: Option<String>,
+        /// Remove the pin.
+        #[arg(long)]
+        unpin: bool,
         #[arg(long)]
         json: bool,
     },

@@ -19,6 +19,7 @@ pub mod openapi;
 pub mod prometheus;
 pub mod records;
 pub mod routes;
+pub mod sessions;
 pub mod shared_state;
 
 use std::sync::Arc;

@@ -172,6 +172,66 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
+            path: "/admin/sessions",
+            handler: get(crate::sessions::list_sessions),
+            operations: vec![Operation {
+                query: &[
+                    ("task_id", "only this task's sessions"),
+                    ("status", "active or ended"),
+                    ("parent", "the children a session delegated"),
+                    ("limit", "1–500 (default 50)"),
+                    ("cursor", "next_cursor of the previous page"),
+                ],
+                ..op(
+                    "get",
+                    "Agent sessions (`ses_…`), newest task first",
+                    V,
+                    200,
+                    "AgentSessionPage",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/sessions/{id}",
+            handler: get(crate::sessions::show_session),
+            operations: vec![op(
+                "get",
+                "An agent session with the children it delegated",
+                V,
+                200,
+                "AgentSessionEnvelope",
+            )],
+        },
+        Route {
+            path: "/admin/sessions/{id}/reset",
+            handler: post(crate::sessions::reset_session),
+            operations: vec![Operation {
+                errors: &[400, 401, 403, 404, 409],
+                ..op(
+                    "post",
+                    "Reset a session through its harness: its conversation starts over (409: its task is running, its harness's cleanup failed, or it is a delegated child, owned by its parent)",
+                    O,
+                    200,
+                    "AgentSessionEnvelope",
+                )
+            }],
+        },
+        Route {
+            path: "/admin/sessions/{id}/pin",
+            handler: post(crate::sessions::pin_session),
+            operations: vec![Operation {
+                request: Some("PinRequest"),
+                errors: &[400, 401, 403, 404, 409, 413],
+                ..op(
+                    "post",
+                    "Pin a session to a runtime (`rein` or a harness id; null unpins): above every other runtime setting for its later turns (400: no such runtime; 409: a delegated child)",
+                    O,
+                    200,
+                    "AgentSessionEnvelope",
+                )
+            }],
+        },
+        Route {
             path: "/admin/completions",
             handler: post(complete),
             operations: vec![Operation {
@@ -905,6 +965,27 @@ fn envelopes() -> Vec<(&'static str, Value)> {
                     "max_parallel": { "type": "integer", "minimum": 1 },
                     "session_id": { "type": "string" },
                     "workspace": { "type": "string", "description": "an absolute directory inside one of the server's --workspace-root directories; refused without one" } }),
+                &[],
+            ),
+        ),
+        (
+            "AgentSessionPage",
+            object(
+                json!({ "items": { "type": "array", "items": reference("AgentSessionInfo") }, "next_cursor": { "type": ["string", "null"] } }),
+                &["items"],
+            ),
+        ),
+        (
+            "AgentSessionEnvelope",
+            object(
+                json!({ "session": reference("AgentSessionInfo"), "children": { "type": "array", "items": reference("AgentSessionInfo") } }),
+                &["session"],
+            ),
+        ),
+        (
+            "PinRequest",
+            object(
+                json!({ "runtime": { "type": ["string", "null"], "description": "rein or a harness id; null (or absent) unpins" } }),
                 &[],
             ),
         ),

@@ -7,6 +7,7 @@ mod plan;
 mod records;
 mod run;
 mod serve;
+mod sessions;
 mod state;
 mod tasks;
 
@@ -355,6 +356,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Contracts(cmd) => records::contracts(&target, cmd).await,
         Command::Evidence(cmd) => records::evidence(&target, cmd).await,
         Command::Harness(cmd) => harness::dispatch(&target, cmd).await,
+        Command::Sessions(cmd) => sessions::dispatch(&target, cmd).await,
         Command::Tasks(cmd) => tasks::dispatch(&target, cmd).await,
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,

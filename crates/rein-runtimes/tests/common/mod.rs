@@ -62,6 +62,73 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or(""))
         .collect();
+    // Scripts of sessions, keyed by the newest user message and the tool
+    // answers since: a step that joins a shared session (or a delegated
+    // child) speaks after what came before.
+    let newest = messages
+        .iter()
+        .rposition(|m| m["role"] == "user")
+        .unwrap_or(0);
+    let latest = messages[newest]["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    let since: Vec<&str> = messages[newest..]
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect();
+    let earlier = messages[..newest]
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let hang_once = |marker: &str| {
+        format!("if [ -e {marker} ]; then echo again; else touch {marker}; sleep 60; fi")
+    };
+    match (latest.as_str(), since.len()) {
+        ("Remember: the code word is heron.", _) => return say("Noted: heron."),
+        ("What was the code word?", _) => {
+            return say(if earlier.contains("heron") {
+                "The code word was heron."
+            } else {
+                "I was never told a code word."
+            });
+        }
+        ("Delegate the work", 0) => {
+            return call(
+                "call_d",
+                "delegate",
+                json!({ "prompt": "Child work: log once, then wait" }),
+            );
+        }
+        ("Delegate the work", 1) => {
+            return call(
+                "call_p",
+                "run_command",
+                json!({ "command": hang_once("parent-started") }),
+            );
+        }
+        ("Delegate the work", _) => {
+            return say(&format!("parent done; the helper said: {}", since[0]));
+        }
+        ("Child work: log once, then wait", 0) => {
+            return call(
+                "call_c1",
+                "run_command",
+                json!({ "command": "echo child >> child.log" }),
+            );
+        }
+        ("Child work: log once, then wait", 1) => {
+            return call(
+                "call_c2",
+                "run_command",
+                json!({ "command": hang_once("child-started") }),
+            );
+        }
+        ("Child work: log once, then wait", _) => return say("child done"),
+        _ => {}
+    }
     match (prompt.as_str(), answers.len()) {
         ("write notes", 0) => call(
             "call_1",

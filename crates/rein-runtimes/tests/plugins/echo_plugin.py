@@ -1,7 +1,9 @@
 """A harness plugin for rein's tests, speaking the plugin protocol
 (newline-delimited JSON-RPC 2.0 over stdio). Its first argument chooses how it
 behaves once initialized: `ok`, `crash-once MARKER` (exits on its first call
-unless MARKER exists, which it creates), `hang`, or `garbage`."""
+unless MARKER exists, which it creates), `hang`, `garbage`, or `reset-fails`
+(every `harness/reset` fails its required cleanup). An attempt whose prompt is
+`hang once` waits, the first time in a workspace, until rein is gone."""
 
 import json
 import os
@@ -51,6 +53,16 @@ for line in sys.stdin:
             answer(mid, {"supported": False, "reason": "only openai"})
     elif method == "harness/runAttempt":
         attempt = params["attemptId"]
+        marker = os.path.join(params["workspace"], "hung")
+        if params["prompt"] == "hang once" and not os.path.exists(marker):
+            open(marker, "w").close()
+            parent = os.getppid()
+            # Until rein is killed (this process is orphaned), then gone too.
+            for _ in range(600):
+                if os.getppid() != parent:
+                    sys.exit(0)
+                time.sleep(0.1)
+            sys.exit(0)
         for word in params["prompt"].split():
             send({"method": "harness/partialReply", "params": {"attemptId": attempt, "text": word}})
         send({"method": "harness/agentEvent",
@@ -64,13 +76,14 @@ for line in sys.stdin:
             answer(mid, {"content": [{"type": "text", "text": "Title: " + params["prompt"][:12]}],
                          "stopReason": "stop", "requestDurationMs": 7})
     elif method == "harness/reset":
-        if params["sessionKey"] == "stuck":
+        if params["sessionKey"] == "stuck" or mode == "reset-fails":
             fail(mid, -32010, "the native sandbox is still attached")
         else:
             answer(mid, {})
     elif method in ("executor/ensure", "executor/retire"):
         with open(os.path.join(params["workspaceDirectory"], "executor.log"), "a") as log:
             log.write(method + " " + params["environmentId"] + "\n")
+            log.flush()
         answer(mid, {})
     else:
         fail(mid, -32601, "method not found: " + str(method))

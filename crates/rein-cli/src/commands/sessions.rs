@@ -1,0 +1,237 @@
+//! `rein sessions list | show | reset | pin`: the agent sessions of tasks.
+//!
+//! `reset` and `pin` reach the harnesses of the plugins named with `--plugin`
+//! (a session a plugin's harness served is reset through that plugin); with
+//! `--url`, the server's.
+
+use rein_core::harness::Harnesses;
+use rein_protocol::{AgentSessionInfo, SessionStatus};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::cli::SessionsCommand;
+use crate::commands::{Context, Target, actor, parse_task_id, print_json, print_page};
+use crate::exit;
+use crate::output::say;
+
+#[derive(Deserialize)]
+struct Page {
+    items: Vec<AgentSessionInfo>,
+    #[serde(default)]
+    next_cursor: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Envelope {
+    session: AgentSessionInfo,
+    #[serde(default)]
+    children: Vec<AgentSessionInfo>,
+}
+
+pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u8> {
+    let client = match &target.url {
+        Some(url) => Some(crate::remote::Client::new(url, target.token.clone())?),
+        None => None,
+    };
+    let local = || -> anyhow::Result<rein_core::sessions::Sessions> {
+        Ok(Context::open(target.data_dir.clone(), 1)?.engine.sessions())
+    };
+    let harnesses = || -> anyhow::Result<Harnesses> {
+        Ok(Harnesses {
+            registry: std::sync::Arc::new(crate::commands::harness_registry(&target.plugins)?),
+            policy: crate::commands::runtime_policy(target.runtime_policy.as_deref())?,
+        })
+    };
+    match cmd {
+        SessionsCommand::List {
+            task,
+            status,
+            parent,
+            limit,
+            cursor,
+            json,
+        } => {
+            let task = task.as_deref().map(parse_task_id).transpose()?;
+            let page = match &client {
+                Some(c) => {
+                    let mut query = vec![("limit", limit.to_string())];
+                    query.extend(task.as_ref().map(|t| ("task_id", t.to_string())));
+                    query.extend(status.map(|s| ("status", s)));
+                    query.extend(parent.map(|p| ("parent", p)));
+                    query.extend(cursor.map(|c| ("cursor", c)));
+                    c.get::<Page>("admin/sessions", &query).await?
+                }
+                None => {
+                    let status = status.map(|s| match s.as_str() {
+                        "ended" => SessionStatus::Ended,
+                        _ => SessionStatus::Active,
+                    });
+                    let page = local()?
+                        .list(
+                            task.as_ref(),
+                            status,
+                            parent.as_deref(),
+                            Some(limit as usize),
+                            cursor,
+                        )
+                        .await?;
+                    Page {
+                        items: page.items,
+                        next_cursor: page.next_cursor,
+                    }
+                }
+            };
+            print_page(
+                &page.items,
+                page.next_cursor.as_deref(),
+                json,
+                "sessions",
+                "rein sessions list",
+                &format!(
+                    "{:<30} {:<7} {:<10} {:>5}  {:<31}  NAME",
+                    "ID", "STATUS", "RUNTIME", "TURNS", "TASK"
+                ),
+                |s| {
+                    format!(
+                        "{:<30} {:<7} {:<10} {:>5}  {:<31}  {}",
+                        s.id,
+                        s.status.as_str(),
+                        s.pinned_runtime
+                            .as_deref()
+                            .map(|p| format!("{p}*"))
+                            .or_else(|| s.runtime.clone())
+                            .unwrap_or_else(|| "-".into()),
+                        s.turns,
+                        s.task_id,
+                        s.name
+                    )
+                },
+            )?;
+            Ok(exit::SUCCESS)
+        }
+        SessionsCommand::Show { id, json } => {
+            let shown = match &client {
+                Some(c) => {
+                    c.get::<Envelope>(&format!("admin/sessions/{id}"), &[])
+                        .await?
+                }
+                None => {
+                    let sessions = local()?;
+                    let session = sessions.get(id.trim()).await?;
+                    let children = sessions
+                        .list(None, None, Some(id.trim()), Some(500), None)
+                        .await?
+                        .items;
+                    Envelope { session, children }
+                }
+            };
+            if json {
+                print_json(&json!({ "session": shown.session, "children": shown.children }))?;
+            } else {
+                show(&shown.session, &shown.children);
+            }
+            Ok(exit::SUCCESS)
+        }
+        SessionsCommand::Reset { id, json } => {
+            let session = match &client {
+                Some(c) => {
+                    c.post::<Envelope>(&format!("admin/sessions/{id}/reset"), json!({}))
+                        .await?
+                        .session
+                }
+                None => {
+                    local()?
+                        .reset(id.trim(), &harnesses()?, &actor(None))
+                        .await?
+                }
+            };
+            if json {
+                print_json(&session)?;
+            } else {
+                say!(
+                    "{} was reset: generation {}, its conversation starts over",
+                    session.id,
+                    session.generation
+                );
+            }
+            Ok(exit::SUCCESS)
+        }
+        SessionsCommand::Pin {
+            id,
+            runtime,
+            unpin: _,
+            json,
+        } => {
+            let session = match &client {
+                Some(c) => {
+                    c.post::<Envelope>(
+                        &format!("admin/sessions/{id}/pin"),
+                        json!({ "runtime": runtime }),
+                    )
+                    .await?
+                    .session
+                }
+                None => {
+                    local()?
+                        .pin(id.trim(), runtime.as_deref(), &harnesses()?, &actor(None))
+                        .await?
+                }
+            };
+            if json {
+                print_json(&session)?;
+            } else {
+                match &session.pinned_runtime {
+                    Some(r) => say!("{} is pinned to {r}", session.id),
+                    None => say!("{} is not pinned", session.id),
+                }
+            }
+            Ok(exit::SUCCESS)
+        }
+    }
+}
+
+fn show(s: &AgentSessionInfo, children: &[AgentSessionInfo]) {
+    say!("{}  {}  {}", s.id, s.status.as_str(), s.name);
+    say!("  task {}", s.task_id);
+    if !s.steps.is_empty() {
+        say!("  steps {}", s.steps.join(", "));
+    }
+    if let Some(route) = &s.route {
+        say!("  route {route}");
+    }
+    say!(
+        "  runtime {}{}",
+        s.runtime.as_deref().unwrap_or("-"),
+        s.pinned_runtime
+            .as_deref()
+            .map(|p| format!(" (pinned to {p})"))
+            .unwrap_or_default()
+    );
+    say!("  turns {}, generation {}", s.turns, s.generation);
+    if let Some(n) = &s.native_session_id {
+        say!("  native session {n}");
+    }
+    if let Some(e) = &s.executor {
+        say!(
+            "  executor {} of plugin {}: {}",
+            e.environment_id,
+            e.plugin,
+            serde_json::to_value(e.phase)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(d) = &s.delegation {
+        say!(
+            "  delegated by {} (step {}, call {}){}",
+            d.parent,
+            d.step_id,
+            d.call_id,
+            if d.answer.is_some() { ", answered" } else { "" }
+        );
+    }
+    for c in children {
+        say!("  child {}  {}  {} turns", c.id, c.status.as_str(), c.turns);
+    }
+}

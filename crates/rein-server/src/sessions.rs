@@ -1,0 +1,125 @@
+//! The routes of agent sessions (`ses_…`): list and show them (viewer), reset
+//! one through its harness, pin one to a runtime (operator, CSRF from a
+//! browser session). A delegated child session is its owner's to change: a
+//! reset or pin of one is a 409 naming the owner.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use rein_protocol::{SessionStatus, TaskId};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::AppState;
+use crate::auth::{Role, require};
+use crate::error::{ApiError, ApiResult};
+use crate::routes::{Body, Caller};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionQuery {
+    task_id: Option<String>,
+    status: Option<String>,
+    /// A session's delegated children.
+    parent: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    query: Result<Query<SessionQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    if q.limit.is_some_and(|l| l == 0 || l > 500) {
+        return Err(ApiError::bad_request("limit must be between 1 and 500"));
+    }
+    let task = q
+        .task_id
+        .as_deref()
+        .map(TaskId::parse)
+        .transpose()
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let status = q.status.as_deref().map(parse_status).transpose()?;
+    let page = state
+        .engine
+        .sessions()
+        .list(
+            task.as_ref(),
+            status,
+            q.parent.as_deref(),
+            q.limit,
+            q.cursor,
+        )
+        .await?;
+    Ok(Json(
+        json!({ "items": page.items, "next_cursor": page.next_cursor }),
+    ))
+}
+
+fn parse_status(s: &str) -> ApiResult<SessionStatus> {
+    match s {
+        "active" => Ok(SessionStatus::Active),
+        "ended" => Ok(SessionStatus::Ended),
+        other => Err(ApiError::bad_request(format!(
+            "session status `{other}` is not one of active, ended"
+        ))),
+    }
+}
+
+pub async fn show_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Viewer)?;
+    let sessions = state.engine.sessions();
+    let session = sessions.get(&id).await?;
+    let children = sessions
+        .list(None, None, Some(&id), Some(500), None)
+        .await?
+        .items;
+    Ok(Json(json!({ "session": session, "children": children })))
+}
+
+pub async fn reset_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Operator)?;
+    let reset = state
+        .engine
+        .sessions()
+        .reset(&id, &state.harnesses, &caller.name)
+        .await?;
+    Ok(Json(json!({ "session": reset })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinRequest {
+    /// `rein` or a harness id; `null` unpins.
+    runtime: Option<String>,
+}
+
+pub async fn pin_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Body(body): Body<PinRequest>,
+) -> ApiResult<Json<serde_json::Value>> {
+    require(&caller, Role::Operator)?;
+    if body.runtime.as_deref().is_some_and(|r| r.trim().is_empty()) {
+        return Err(ApiError::bad_request(
+            "runtime must not be empty; send null to unpin",
+        ));
+    }
+    let pinned = state
+        .engine
+        .sessions()
+        .pin(&id, body.runtime.as_deref(), &state.harnesses, &caller.name)
+        .await?;
+    Ok(Json(json!({ "session": pinned })))
+}
