@@ -270,3 +270,65 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
     );
     assert_eq!(status, 400, "provider is required");
 }
+
+#[test]
+fn a_plugin_that_serves_only_routes_declaring_it_compatible_is_chosen_where_the_policy_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let manifest = echo_plugin(dir.path());
+    let policy = dir.path().join("runtimes.toml");
+    std::fs::write(&policy, "[compatible]\ncompat = [\"echo\"]\n").unwrap();
+    let explain = |with_policy: bool| {
+        let mut cmd = rein(&data);
+        cmd.args(["--plugin", manifest.to_str().unwrap()]);
+        if with_policy {
+            cmd.args(["--runtime-policy", policy.to_str().unwrap()]);
+        }
+        json(&run_ok(cmd.args([
+            "harness",
+            "explain",
+            "--provider",
+            "compat",
+            "--json",
+        ])))
+    };
+    // Without the declaration the harness says no, and the built-in runtime serves.
+    let d = explain(false);
+    assert_eq!(d["selected"], "rein");
+    assert_eq!(
+        d["candidates"][0]["reason"],
+        "effective route is not harness-compatible"
+    );
+    let d = explain(true);
+    assert_eq!(d["selected"], "echo");
+    assert_eq!(d["reason"], "auto_plugin");
+
+    // A run on that route is served by the plugin, which was told the session.
+    let plan = common::write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"compat\"\n[[steps]]\nid = \"hi\"\nkind = \"agent\"\nprovider = \"compat\"\nprompt = \"say hi\"\n",
+    );
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--plugin", manifest.to_str().unwrap()])
+            .args(["--runtime-policy", policy.to_str().unwrap()])
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let output = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "hi" && c["status"] == "completed")
+        .map(|c| c["output"].clone())
+        .unwrap();
+    assert_eq!(output["text"], "SAY HI");
+    assert_eq!(output["selection"]["selected"], "echo");
+    let reason = output["selection"]["candidates"][0]["reason"]
+        .as_str()
+        .unwrap();
+    let session = output["session"].as_str().unwrap();
+    assert_eq!(reason, format!("declared compatible; session {session}"));
+}

@@ -147,6 +147,7 @@ fn a_pinned_session_beats_the_model_which_beats_the_provider_which_beats_auto() 
         default: "auto".into(),
         providers: BTreeMap::from([("openai".into(), "p".into())]),
         models: BTreeMap::from([("openai/gpt".into(), "m".into())]),
+        compatible: BTreeMap::new(),
     };
     let mut req = request("openai", "gpt");
     req.session_runtime = Some("s".into());

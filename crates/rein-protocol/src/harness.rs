@@ -28,6 +28,9 @@ pub struct SupportContext {
     pub requested_runtime: String,
     #[serde(default)]
     pub model_provider: ModelProvider,
+    /// The agent session the run is for (`ses_…`), when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_key: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -312,12 +312,14 @@ mod supports_tests {
                 model_id: Some("m".into()),
                 requested_runtime: "auto".into(),
                 model_provider: crate::ModelProvider::default(),
+                session_key: Some("ses_1".into()),
             },
         })
         .unwrap();
         let context = &params["context"];
         assert_eq!(context["modelId"], "m");
         assert_eq!(context["requestedRuntime"], "auto");
+        assert_eq!(context["sessionKey"], "ses_1");
         assert!(
             context["modelProvider"]["compatibleIds"].is_array(),
             "{context}"

@@ -188,11 +188,12 @@ impl AgentExecutor {
             Err(e) => return unwritten(&e),
         };
         let wanted = SelectionRequest {
-            provider: provider.clone(),
-            model: Some(model.clone()),
             session_runtime: session.pinned_runtime.clone(),
             step_runtime: runtime.clone(),
-            ..SelectionRequest::default()
+            session: Some(session.id.to_string()),
+            ..self
+                .policy
+                .request(&provider, Some(model.clone()), &self.chat.facts(&provider))
         };
         let decision = match select(&self.registry, &self.policy, &wanted).await {
             Ok(d) => d,

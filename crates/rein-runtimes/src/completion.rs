@@ -65,10 +65,10 @@ impl Completer for Completions {
             .clone()
             .unwrap_or_else(|| self.chat.model.clone());
         let wanted = SelectionRequest {
-            provider,
-            model: Some(model.clone()),
             step_runtime: request.route.runtime.clone(),
-            ..SelectionRequest::default()
+            ..self
+                .policy
+                .request(&provider, Some(model.clone()), &self.chat.facts(&provider))
         };
         let selection = select(&self.registry, &self.policy, &wanted).await?;
         let builtin;

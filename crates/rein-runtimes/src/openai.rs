@@ -30,13 +30,39 @@ impl std::fmt::Debug for ChatConfig {
     }
 }
 
+/// The OpenAI API's own endpoint.
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
 impl ChatConfig {
+    /// How `provider`'s requests are prepared under this configuration: the
+    /// built-in provider `openai` takes its key from `OPENAI_API_KEY`, and its
+    /// transport is overridden when `OPENAI_BASE_URL` points elsewhere.
+    pub fn facts(&self, provider: &str) -> rein_core::harness::ProviderFacts {
+        if provider != "openai" {
+            return rein_core::harness::ProviderFacts::default();
+        }
+        rein_core::harness::ProviderFacts {
+            auth_source: self
+                .api_key
+                .as_ref()
+                .map(|_| "env:OPENAI_API_KEY".to_owned()),
+            transport_overridden: self.base_url.trim_end_matches('/') != OPENAI_BASE_URL,
+        }
+    }
+
+    /// Every provider's facts (for [`rein_core::harness::Harnesses`]).
+    pub fn all_facts(
+        &self,
+    ) -> std::collections::BTreeMap<String, rein_core::harness::ProviderFacts> {
+        [("openai".to_owned(), self.facts("openai"))].into()
+    }
+
     /// From `OPENAI_BASE_URL` (default the OpenAI API), `OPENAI_API_KEY` and
     /// `REIN_MODEL` (default `gpt-4.1-mini`).
     pub fn from_env() -> ChatConfig {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         ChatConfig {
-            base_url: var("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into()),
+            base_url: var("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI_BASE_URL.into()),
             api_key: var("OPENAI_API_KEY"),
             model: var("REIN_MODEL").unwrap_or_else(|| "gpt-4.1-mini".into()),
             timeout: Duration::from_secs(300),

@@ -94,6 +94,7 @@ impl AppState {
             harnesses: Arc::new(rein_core::harness::Harnesses {
                 registry: Arc::default(),
                 policy: rein_core::harness::RuntimePolicy::default(),
+                facts: Default::default(),
             }),
         }
     }

@@ -78,6 +78,7 @@ impl Context {
         let harnesses = Arc::new(rein_core::harness::Harnesses {
             registry: Arc::clone(&registry),
             policy: policy.clone(),
+            facts: chat.all_facts(),
         });
         let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat);
         let mut ctx = Context::running_with(

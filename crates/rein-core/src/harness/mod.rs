@@ -472,6 +472,20 @@ pub struct RuntimePolicy {
     /// Keyed `provider/model`.
     #[serde(default)]
     pub models: BTreeMap<String, String>,
+    /// The runtime ids each provider's policy declares compatible, handed to
+    /// harnesses as `modelProvider.compatibleIds` when they are asked.
+    #[serde(default)]
+    pub compatible: BTreeMap<String, Vec<String>>,
+}
+
+/// What rein knows about how a provider's requests are prepared, for the
+/// `modelProvider` a harness is shown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderFacts {
+    /// Where the credentials come from (`env:OPENAI_API_KEY`); none: no key.
+    pub auth_source: Option<String>,
+    /// The provider's requests go somewhere other than its default endpoint.
+    pub transport_overridden: bool,
 }
 
 fn auto() -> String {
@@ -484,6 +498,7 @@ impl Default for RuntimePolicy {
             default: auto(),
             providers: BTreeMap::new(),
             models: BTreeMap::new(),
+            compatible: BTreeMap::new(),
         }
     }
 }
@@ -497,6 +512,8 @@ pub struct SelectionRequest {
     /// The runtime the run names itself (a step's `runtime`).
     pub step_runtime: Option<String>,
     pub model_provider: rein_protocol::ModelProvider,
+    /// The agent session the run is for.
+    pub session: Option<String>,
 }
 
 /// Why no runtime could be selected.
@@ -518,6 +535,40 @@ pub enum SelectionError {
 }
 
 impl RuntimePolicy {
+    /// The `modelProvider` of `provider`'s routes: its declared compatible
+    /// runtimes, and how its requests are prepared.
+    pub fn model_provider(
+        &self,
+        provider: &str,
+        facts: &ProviderFacts,
+    ) -> rein_protocol::ModelProvider {
+        rein_protocol::ModelProvider {
+            request_transport_overrides: if facts.transport_overridden {
+                rein_protocol::TransportOverrides::Present
+            } else {
+                rein_protocol::TransportOverrides::None
+            },
+            compatible_ids: self.compatible.get(provider).cloned().unwrap_or_default(),
+            prepared_auth_source: facts.auth_source.clone(),
+        }
+    }
+
+    /// The selection request of a run on `provider`/`model`, its context
+    /// filled from the route.
+    pub fn request(
+        &self,
+        provider: &str,
+        model: Option<String>,
+        facts: &ProviderFacts,
+    ) -> SelectionRequest {
+        SelectionRequest {
+            provider: provider.to_owned(),
+            model,
+            model_provider: self.model_provider(provider, facts),
+            ..SelectionRequest::default()
+        }
+    }
+
     /// The runtime setting in force (spec §2 rule 3): a pinned session, then
     /// the run's own (a step's `runtime`), then a model-scoped setting, then a
     /// provider-scoped one, then the default.
@@ -577,6 +628,7 @@ pub async fn select(
         model_id: request.model.clone(),
         requested_runtime: in_force.runtime.clone(),
         model_provider: request.model_provider.clone(),
+        session_key: request.session.clone(),
     };
     let decision = |selected: &str, reason, candidates| SelectionDecision {
         provider: request.provider.clone(),
@@ -678,6 +730,9 @@ pub async fn select(
 pub struct Harnesses {
     pub registry: Arc<HarnessRegistry>,
     pub policy: RuntimePolicy,
+    /// How each provider's requests are prepared here (none known: nothing
+    /// prepared, nothing overridden).
+    pub facts: BTreeMap<String, ProviderFacts>,
 }
 
 impl Harnesses {
@@ -717,10 +772,12 @@ impl Harnesses {
         runtime: Option<String>,
     ) -> Result<SelectionDecision, SelectionError> {
         let request = SelectionRequest {
-            provider,
-            model,
             step_runtime: runtime,
-            ..SelectionRequest::default()
+            ..self.policy.request(
+                &provider,
+                model,
+                &self.facts.get(&provider).cloned().unwrap_or_default(),
+            )
         };
         select(&self.registry, &self.policy, &request).await
     }

@@ -47,7 +47,16 @@ for line in sys.stdin:
         sys.stdout.flush()
         continue
     if method == "harness/supports":
-        if params["context"]["provider"] == "openai":
+        context = params["context"]
+        if context["provider"] == "compat":
+            # Like the seed's supports(): only where the provider's policy
+            # declares this harness compatible.
+            if "echo" in context["modelProvider"]["compatibleIds"]:
+                answer(mid, {"supported": True, "priority": 1,
+                             "reason": "declared compatible; session " + str(context.get("sessionKey"))})
+            else:
+                answer(mid, {"supported": False, "reason": "effective route is not harness-compatible"})
+        elif context["provider"] == "openai":
             answer(mid, {"supported": True, "priority": 5, "reason": "echo serves openai"})
         else:
             answer(mid, {"supported": False, "reason": "only openai"})
