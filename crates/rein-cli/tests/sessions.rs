@@ -182,7 +182,7 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
     let (status, body) = common::http(
         &addr,
         "POST",
-        &format!("/admin/sessions/{id}/pin"),
+        &format!("/admin/agent-sessions/{id}/pin"),
         Some("tok"),
         Some(("application/json", r#"{"runtime": "codex"}"#)),
     );
@@ -191,7 +191,7 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
     let (status, _) = common::http(
         &addr,
         "GET",
-        "/admin/sessions/ses_01JAAAAAAAAAAAAAAAAAAAAAAA",
+        "/admin/agent-sessions/ses_01JAAAAAAAAAAAAAAAAAAAAAAA",
         Some("tok"),
         None,
     );

@@ -172,7 +172,7 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
-            path: "/admin/sessions",
+            path: "/admin/agent-sessions",
             handler: get(crate::sessions::list_sessions),
             operations: vec![Operation {
                 query: &[
@@ -192,7 +192,7 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
-            path: "/admin/sessions/{id}",
+            path: "/admin/agent-sessions/{id}",
             handler: get(crate::sessions::show_session),
             operations: vec![op(
                 "get",
@@ -203,7 +203,7 @@ pub fn table() -> Vec<Route> {
             )],
         },
         Route {
-            path: "/admin/sessions/{id}/reset",
+            path: "/admin/agent-sessions/{id}/reset",
             handler: post(crate::sessions::reset_session),
             operations: vec![Operation {
                 errors: &[400, 401, 403, 404, 409],
@@ -217,7 +217,7 @@ pub fn table() -> Vec<Route> {
             }],
         },
         Route {
-            path: "/admin/sessions/{id}/pin",
+            path: "/admin/agent-sessions/{id}/pin",
             handler: post(crate::sessions::pin_session),
             operations: vec![Operation {
                 request: Some("PinRequest"),
@@ -472,7 +472,7 @@ pub fn table() -> Vec<Route> {
             )],
         },
         Route {
-            path: "/admin/sessions/{id}/harness-state",
+            path: "/admin/agent-sessions/{id}/harness-state",
             handler: get(crate::shared_state::of_session),
             operations: vec![op(
                 "get",

@@ -1,4 +1,6 @@
-//! The routes of agent sessions (`ses_…`): list and show them (viewer), reset
+//! The routes of agent sessions (`ses_…`, under `/admin/agent-sessions`: the
+//! `session` of `/admin/sessions/{session}/harness-state` is the one tasks are
+//! grouped by): list and show them (viewer), reset
 //! one through its harness, pin one to a runtime (operator, CSRF from a
 //! browser session). A delegated child session is its owner's to change: a
 //! reset or pin of one is a 409 naming the owner.

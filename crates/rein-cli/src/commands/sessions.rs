@@ -60,7 +60,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
                     query.extend(status.map(|s| ("status", s)));
                     query.extend(parent.map(|p| ("parent", p)));
                     query.extend(cursor.map(|c| ("cursor", c)));
-                    c.get::<Page>("admin/sessions", &query).await?
+                    c.get::<Page>("admin/agent-sessions", &query).await?
                 }
                 None => {
                     let status = status.map(|s| match s.as_str() {
@@ -113,7 +113,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
         SessionsCommand::Show { id, json } => {
             let shown = match &client {
                 Some(c) => {
-                    c.get::<Envelope>(&format!("admin/sessions/{id}"), &[])
+                    c.get::<Envelope>(&format!("admin/agent-sessions/{id}"), &[])
                         .await?
                 }
                 None => {
@@ -136,7 +136,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
         SessionsCommand::Reset { id, json } => {
             let session = match &client {
                 Some(c) => {
-                    c.post::<Envelope>(&format!("admin/sessions/{id}/reset"), json!({}))
+                    c.post::<Envelope>(&format!("admin/agent-sessions/{id}/reset"), json!({}))
                         .await?
                         .session
                 }
@@ -166,7 +166,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             let session = match &client {
                 Some(c) => {
                     c.post::<Envelope>(
-                        &format!("admin/sessions/{id}/pin"),
+                        &format!("admin/agent-sessions/{id}/pin"),
                         json!({ "runtime": runtime }),
                     )
                     .await?
