@@ -164,7 +164,7 @@ impl Sessions {
                 name: label,
                 shared,
                 status: SessionStatus::Active,
-                steps: Vec::new(),
+                steps: vec![step.to_owned()],
                 route: Some(route.to_owned()),
                 runtime: None,
                 pinned_runtime: None,
@@ -184,7 +184,8 @@ impl Sessions {
                 )
                 .await
             {
-                Ok(()) | Err(StoreError::RecordExists { .. }) => {}
+                Ok(()) => return Ok(fresh),
+                Err(StoreError::RecordExists { .. }) => {}
                 Err(e) => return Err(e.into()),
             }
         }

@@ -199,7 +199,12 @@ impl AgentExecutor {
             Ok(d) => d,
             Err(e) => return failed(e.to_string(), Failure::Validation, None),
         };
-        if session.runtime.as_deref() != Some(decision.selected.as_str()) {
+        // A plugin's harness is recorded before its attempt (a reset goes
+        // through it, even after a crash mid-attempt); the built-in runtime
+        // needs no such trace and is recorded with the turns.
+        if decision.selected != BUILTIN_RUNTIME
+            && session.runtime.as_deref() != Some(decision.selected.as_str())
+        {
             let selected = decision.selected.clone();
             let changed = sessions
                 .change(session.id.as_str(), TASK_ACTOR, "session.runtime", |s| {
