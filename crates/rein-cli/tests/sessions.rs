@@ -455,3 +455,76 @@ fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_thr
     let reset = json(&run_ok(with(&ok).args(["sessions", "reset", id, "--json"])));
     assert_eq!(reset["generation"], 1);
 }
+
+#[test]
+fn a_session_is_not_reset_while_its_task_runs_and_a_reset_retires_its_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = dir.path().join("ws");
+    let exec = dir.path().join("exec");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::create_dir(&exec).unwrap();
+    let ok = echo_plugin(dir.path(), "ok.toml", "ok", &exec);
+    let plan = write_plan(dir.path(), "plan.toml", ECHOED);
+    let with = || {
+        let mut cmd = rein(&data);
+        cmd.arg("--plugin").arg(&ok);
+        cmd
+    };
+    let mut runner = with()
+        .arg("run")
+        .arg(&plan)
+        .arg("--workspace")
+        .arg(&ws)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the first attempt is running", || {
+        ws.join("hung").exists().then_some(())
+    });
+    let task = task_ids(&data)[0].clone();
+    let id = sessions_of(&data, &task)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = with().args(["sessions", "reset", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("while its task") && err.contains("is running (process"),
+        "{err}"
+    );
+
+    // Once nothing runs it (rein was killed), the reset goes through the
+    // plugin and retires the session's executor.
+    common::kill9(&mut runner);
+    let reset = json(&run_ok(with().args(["sessions", "reset", &id, "--json"])));
+    assert_eq!(reset["generation"], 1);
+    assert_eq!(reset["executor"]["phase"], "retired");
+    let log = || std::fs::read_to_string(exec.join("executor.log")).unwrap_or_default();
+    let methods = |log: &str| -> Vec<String> {
+        log.lines()
+            .map(|l| l.split(' ').next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(methods(&log()), ["executor/ensure", "executor/retire"]);
+
+    // The next turn is the new generation's: a new executor, retired at the end.
+    let state = json(&run_ok(with().args(["tasks", "resume", &task, "--json"])));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(
+        methods(&log()),
+        [
+            "executor/ensure",
+            "executor/retire",
+            "executor/ensure",
+            "executor/retire"
+        ]
+    );
+    let shown = json(&run_ok(
+        rein(&data).args(["sessions", "show", &id, "--json"]),
+    ));
+    assert_eq!(shown["session"]["executor"]["generation"], 1);
+    assert_eq!(shown["session"]["turns"], 2);
+}

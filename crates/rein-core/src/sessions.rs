@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::harness::executor::{ExecutorBinding, ExecutorHandle, ResolveError};
 use crate::harness::{AgentSession, HarnessRegistry, Harnesses};
+use crate::process::runner_alive;
 use crate::shared_state::{UPDATE_TRIES, audit};
 use crate::store::{Record, RecordFilter, RecordKind, StoreError};
 use crate::{Engine, EngineError, Store};
@@ -350,17 +351,18 @@ impl Sessions {
         }
     }
 
-    /// Refuses a change while the session's task is running a step.
+    /// Refuses a change while a live process runs the session's task (one
+    /// left in progress by a crash runs nothing).
     async fn idle(&self, session: &AgentSessionInfo, what: &str) -> Result<(), EngineError> {
-        let status = self
-            .store
-            .load_summary(&session.task_id)
-            .await?
-            .map(|t| t.status);
-        if status == Some(TaskStatus::InProgress) {
+        let Some(task) = self.store.load_summary(&session.task_id).await? else {
+            return Ok(());
+        };
+        if task.status == TaskStatus::InProgress
+            && let Some(runner) = task.runner.as_ref().filter(|r| runner_alive(r))
+        {
             return Err(EngineError::SessionRefused(format!(
-                "session {} cannot be {what} while its task {} is running; pause it first (`rein tasks pause {}`) or wait for it",
-                session.id, session.task_id, session.task_id
+                "session {} cannot be {what} while its task {} is running (process {} on {}); pause it first (`rein tasks pause {}`) or wait for it",
+                session.id, session.task_id, runner.pid, runner.host, session.task_id
             )));
         }
         Ok(())
