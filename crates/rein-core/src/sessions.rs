@@ -192,7 +192,9 @@ impl Sessions {
         }
         let step = step.to_owned();
         self.change(id.as_str(), TASK_ACTOR, "session.open", |s| {
-            if s.steps.last() == Some(&step) && s.status == SessionStatus::Active {
+            // A child that answered stays ended: it is not run again.
+            let answered = s.delegation.as_ref().is_some_and(|d| d.answer.is_some());
+            if answered || (s.steps.last() == Some(&step) && s.status == SessionStatus::Active) {
                 return Ok(None);
             }
             if !s.steps.contains(&step) {
@@ -518,8 +520,9 @@ impl Sessions {
             if current(e) && e.phase == ExecutorPhase::Ensured {
                 return Ok(Some(handle));
             }
-            if !current(e) && e.phase != ExecutorPhase::Retired {
-                // Stale: from before a restart, a reload or a reset.
+            if e.phase != ExecutorPhase::Retired {
+                // Stale (from before a restart, a reload or a reset), or an
+                // `ensure` that never answered: released before a new one.
                 handle
                     .retire(&binding(&session, e), cancel)
                     .await

@@ -277,6 +277,7 @@ impl AgentExecutor {
             .await
         {
             Ok(h) => h,
+            Err(_) if cancel.is_cancelled() => return StepOutcome::Cancelled,
             Err(e) => {
                 return failed(
                     format!(
