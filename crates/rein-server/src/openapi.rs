@@ -472,7 +472,7 @@ pub fn table() -> Vec<Route> {
             )],
         },
         Route {
-            path: "/admin/agent-sessions/{id}/harness-state",
+            path: "/admin/sessions/{id}/harness-state",
             handler: get(crate::shared_state::of_session),
             operations: vec![op(
                 "get",
