@@ -71,7 +71,7 @@ pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value>
         base_url: base,
         api_key: None,
         model: "bench".into(),
-        timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
     };
 
     let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db"))?);

@@ -232,7 +232,26 @@ impl AgentExecutor {
             chat: &chat,
             decision: &decision,
         };
-        let outcome = self.converse(&turn, &session, prompt, tools).await;
+        // The step's own timeout bounds the whole loop (each request has the
+        // model's idle timeout); what was journaled stays for the next attempt.
+        let outcome = match request.step.timeout_ms.map(Duration::from_millis) {
+            Some(limit) => {
+                match tokio::time::timeout(limit, self.converse(&turn, &session, prompt, tools))
+                    .await
+                {
+                    Ok(outcome) => outcome,
+                    Err(_) => failed(
+                        format!(
+                            "the agent step did not finish within its timeout of {}",
+                            humantime::format_duration(limit)
+                        ),
+                        Failure::Timeout,
+                        None,
+                    ),
+                }
+            }
+            None => self.converse(&turn, &session, prompt, tools).await,
+        };
         if let StepOutcome::Passed { output: Some(o) } = &outcome {
             let turns = o["turns"].as_u64().unwrap_or(0);
             if let Err(e) = sessions

@@ -16,8 +16,10 @@ pub struct ChatConfig {
     pub base_url: String,
     pub api_key: Option<String>,
     pub model: String,
-    /// How long one request may take, streaming included.
-    pub timeout: Duration,
+    /// How long the server may stay silent: before its answer begins, and
+    /// between two pieces of a streamed answer. A slow model whose stream is
+    /// still arriving is not cut off; the step's own `timeout` bounds the whole.
+    pub idle_timeout: Duration,
 }
 
 impl std::fmt::Debug for ChatConfig {
@@ -32,6 +34,8 @@ impl std::fmt::Debug for ChatConfig {
 
 /// The OpenAI API's own endpoint.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+/// How long a model server may stay silent unless `REIN_MODEL_IDLE_TIMEOUT` says.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl ChatConfig {
     /// How `provider`'s requests are prepared under this configuration: the
@@ -57,16 +61,27 @@ impl ChatConfig {
         [("openai".to_owned(), self.facts("openai"))].into()
     }
 
-    /// From `OPENAI_BASE_URL` (default the OpenAI API), `OPENAI_API_KEY` and
-    /// `REIN_MODEL` (default `gpt-4.1-mini`).
-    pub fn from_env() -> ChatConfig {
+    /// From `OPENAI_BASE_URL` (default the OpenAI API), `OPENAI_API_KEY`,
+    /// `REIN_MODEL` (default `gpt-4.1-mini`) and `REIN_MODEL_IDLE_TIMEOUT`
+    /// (default 2m; a duration such as `90s` or `5m`). An idle timeout that is
+    /// not a duration is an error naming the variable.
+    pub fn from_env() -> Result<ChatConfig, String> {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        ChatConfig {
+        let idle_timeout = match var("REIN_MODEL_IDLE_TIMEOUT") {
+            None => DEFAULT_IDLE_TIMEOUT,
+            Some(v) => humantime::parse_duration(v.trim())
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    format!("REIN_MODEL_IDLE_TIMEOUT=`{v}` is not a duration; write e.g. 90s or 5m")
+                })?,
+        };
+        Ok(ChatConfig {
             base_url: var("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI_BASE_URL.into()),
             api_key: var("OPENAI_API_KEY"),
             model: var("REIN_MODEL").unwrap_or_else(|| "gpt-4.1-mini".into()),
-            timeout: Duration::from_secs(300),
-        }
+            idle_timeout,
+        })
     }
 }
 
@@ -81,7 +96,10 @@ pub enum Message {
         content: String,
     },
     Assistant {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// Sent as `""` when the turn only calls tools: llama.cpp's chat
+        /// templates read `content` of every message (a missing one fails
+        /// the request behind a 200, `null` gets a 500).
+        #[serde(default, serialize_with = "content_or_empty")]
         content: Option<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
@@ -90,6 +108,13 @@ pub enum Message {
         tool_call_id: String,
         content: String,
     },
+}
+
+fn content_or_empty<S: serde::Serializer>(
+    content: &Option<String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(content.as_deref().unwrap_or(""))
 }
 
 /// A call the model asked for: which tool, with what arguments (JSON text).
@@ -142,7 +167,9 @@ pub enum ChatError {
     },
     #[error("the model API sent something rein cannot read: {0}")]
     Protocol(String),
-    #[error("the model API did not finish within {0:?}")]
+    #[error(
+        "the model API sent nothing for {0:?}; a slow model may need a longer REIN_MODEL_IDLE_TIMEOUT"
+    )]
     TimedOut(Duration),
 }
 
@@ -195,36 +222,72 @@ impl ChatClient {
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
         }
-        let timeout = self.config.timeout;
-        let exchange = async {
-            let response = request.send().await.map_err(|e| ChatError::Unreachable {
+        let idle = self.config.idle_timeout;
+        let response = tokio::time::timeout(idle, request.send())
+            .await
+            .map_err(|_| ChatError::TimedOut(idle))?
+            .map_err(|e| ChatError::Unreachable {
                 url: url.clone(),
                 detail: e.to_string(),
             })?;
-            let status = response.status();
-            if !status.is_success() {
-                let retry_after = response
-                    .headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
-                let text = response.text().await.unwrap_or_default();
-                let message = serde_json::from_str::<Value>(&text)
-                    .ok()
-                    .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                    .unwrap_or(text);
-                return Err(ChatError::Http {
-                    status: status.as_u16(),
-                    message,
-                    retry_after,
-                });
-            }
-            read_stream(response, &mut on_text).await
-        };
-        tokio::time::timeout(timeout, exchange)
-            .await
-            .map_err(|_| ChatError::TimedOut(timeout))?
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = tokio::time::timeout(idle, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or(text);
+            return Err(ChatError::Http {
+                status: status.as_u16(),
+                message,
+                retry_after,
+            });
+        }
+        read_stream(response, &url, idle, &mut on_text).await
+    }
+}
+
+/// An `{"error": …}` chunk in the middle of a stream, classified like the
+/// HTTP error it names (its `code`, or a `type` that says rate limit,
+/// overload or server error).
+fn stream_error(error: &Value) -> ChatError {
+    let message = error["message"]
+        .as_str()
+        .map_or_else(|| error.to_string(), str::to_owned);
+    let code = error["code"]
+        .as_u64()
+        .or_else(|| error["code"].as_str().and_then(|c| c.parse().ok()))
+        .filter(|c| (400..600).contains(c));
+    let kind = error["type"]
+        .as_str()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let status = code.map(|c| c as u16).or(if kind.contains("rate_limit") {
+        Some(429)
+    } else if kind.contains("overloaded") {
+        Some(529)
+    } else if kind.contains("server_error") || kind.contains("internal") {
+        Some(500)
+    } else {
+        None
+    });
+    match status {
+        Some(status) => ChatError::Http {
+            status,
+            message: format!("{message} (reported in the stream)"),
+            retry_after: None,
+        },
+        None => ChatError::Protocol(format!("the stream reported: {message}")),
     }
 }
 
@@ -236,26 +299,56 @@ struct Partial {
     arguments: String,
 }
 
+/// The most bytes of a stream kept to show what a server sent when its
+/// answer cannot be used.
+const SHOWN_BYTES: usize = 200;
+
 async fn read_stream(
     response: reqwest::Response,
+    url: &str,
+    idle: Duration,
     on_text: &mut (impl FnMut(&str) + Send),
 ) -> Result<ChatResponse, ChatError> {
     use eventsource_stream::Eventsource;
-    let mut events = response.bytes_stream().eventsource();
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("no content type")
+        .to_owned();
+    // The first bytes, to say what came back when it is not a usable answer.
+    let head = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let kept = std::sync::Arc::clone(&head);
+    let bytes = response.bytes_stream().inspect(move |piece| {
+        if let (Ok(piece), Ok(mut head)) = (piece, kept.lock())
+            && head.len() < SHOWN_BYTES
+        {
+            let room = SHOWN_BYTES - head.len();
+            head.extend_from_slice(&piece[..piece.len().min(room)]);
+        }
+    });
+    let mut events = bytes.eventsource();
     let mut content = String::new();
     let mut calls: Vec<Partial> = Vec::new();
     let mut finish_reason = None;
-    while let Some(event) = events.next().await {
+    let mut chunks = 0usize;
+    loop {
+        let Some(event) = tokio::time::timeout(idle, events.next())
+            .await
+            .map_err(|_| ChatError::TimedOut(idle))?
+        else {
+            break;
+        };
         let event = event.map_err(|e| ChatError::Protocol(e.to_string()))?;
         if event.data.trim() == "[DONE]" {
             break;
         }
+        chunks += 1;
         let chunk: Value = serde_json::from_str(&event.data)
             .map_err(|e| ChatError::Protocol(format!("a chunk is not JSON ({e})")))?;
-        if let Some(message) = chunk["error"]["message"].as_str() {
-            return Err(ChatError::Protocol(format!(
-                "the stream reported: {message}"
-            )));
+        if chunk.get("error").is_some_and(|e| !e.is_null()) {
+            return Err(stream_error(&chunk["error"]));
         }
         let Some(choice) = chunk["choices"].get(0) else {
             continue;
@@ -277,11 +370,17 @@ async fn read_stream(
                     calls.push(Partial::default());
                 }
                 let call = &mut calls[index];
-                if let Some(id) = piece["id"].as_str() {
+                if let Some(id) = piece["id"].as_str()
+                    && !id.is_empty()
+                {
                     call.id = id.to_owned();
                 }
-                if let Some(name) = piece["function"]["name"].as_str() {
-                    call.name.push_str(name);
+                // Set once per call: llama.cpp repeats the name in every
+                // chunk of it; the arguments are what accumulate.
+                if let Some(name) = piece["function"]["name"].as_str()
+                    && call.name.is_empty()
+                {
+                    call.name = name.to_owned();
                 }
                 if let Some(args) = piece["function"]["arguments"].as_str() {
                     call.arguments.push_str(args);
@@ -292,8 +391,25 @@ async fn read_stream(
             finish_reason = Some(reason.to_owned());
         }
     }
-    let finish_reason = finish_reason
-        .ok_or_else(|| ChatError::Protocol("the stream ended without a finish reason".into()))?;
+    let Some(finish_reason) = finish_reason else {
+        let head = head.lock().map(|h| h.clone()).unwrap_or_default();
+        let body = if head.is_empty() {
+            "an empty body".to_owned()
+        } else {
+            format!(
+                "a body beginning `{}`",
+                String::from_utf8_lossy(&head).replace('\n', "\\n")
+            )
+        };
+        let what = match chunks {
+            0 => "no chunk".to_owned(),
+            1 => "1 chunk".to_owned(),
+            n => format!("{n} chunks"),
+        };
+        return Err(ChatError::Protocol(format!(
+            "{url} answered {status} ({content_type}) with {body}: {what} and no finish reason; the server's own log will have the cause (a chat template that failed, a model that crashed)"
+        )));
+    };
     let tool_calls = calls
         .into_iter()
         .filter(|c| !c.name.is_empty())

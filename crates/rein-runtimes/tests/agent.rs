@@ -49,7 +49,7 @@ async fn engine_with(
             base_url: base.into(),
             api_key: Some("sk-test".into()),
             model: "gpt-test".into(),
-            timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(10),
         },
     );
     let mut config = EngineConfig::new(dir.join("workspaces"));
@@ -146,6 +146,63 @@ async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_goes_through_against_a_server_that_behaves_like_llama_cpp() {
+    let (base, seen) = common::llama_like().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    let state = create(&engine, agent_step("write it"), None).await;
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.latest_for_step("draft").and_then(|c| c.error.clone())
+    );
+    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("out.txt")).unwrap(),
+        "from llama"
+    );
+    // The turn that called the tool went back with a content the template reads.
+    let second = seen.0.lock().unwrap()[1].clone();
+    let turn = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "assistant")
+        .cloned()
+        .unwrap();
+    assert_eq!(turn["content"], "");
+    assert_eq!(turn["tool_calls"][0]["function"]["name"], "write_file");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_steps_timeout_bounds_a_stream_that_never_goes_idle() {
+    let (base, _) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    let mut step = agent_step("ramble");
+    step.timeout_ms = Some(400);
+    step.recovery.insert(
+        rein_protocol::ErrorType::Transient,
+        rein_protocol::RecoveryStrategy::action(rein_protocol::RecoveryAction::Abort),
+    );
+    let state = create(&engine, step, None).await;
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Failed);
+    let error = done
+        .latest_for_step("draft")
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
+    assert_eq!(
+        error,
+        "the agent step did not finish within its timeout of 400ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agents_tools_cannot_leave_the_workspace() {
     let (base, _) = common::fake_model().await;
     let dir = tempfile::tempdir().unwrap();
@@ -198,7 +255,7 @@ async fn the_builtin_runtime_serves_isolated_completions_with_no_tools() {
         base_url: base,
         api_key: None,
         model: "gpt-test".into(),
-        timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(10),
     });
     let title = rein_runtimes::agent::builtin_isolated_completion(
         &chat,

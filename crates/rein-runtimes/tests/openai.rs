@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use futures_util::StreamExt;
 use rein_runtimes::openai::{ChatClient, ChatConfig, ChatError, Message, ToolSpec};
 use serde_json::{Value, json};
 
@@ -85,6 +86,69 @@ async fn completions(State(seen): State<Seen>, headers: HeaderMap, body: String)
         )
             .into_response(),
         "cut" => sse(vec![delta(json!({ "content": "par" }), None)]),
+        // llama.cpp when its chat template fails: a 200 and nothing.
+        "empty" => Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .body(Body::empty())
+            .unwrap(),
+        // A server error in the middle of the stream, as OpenAI-compatible
+        // proxies send it.
+        "midway" => sse(vec![
+            delta(json!({ "role": "assistant", "content": "Hel" }), None),
+            json!({ "error": { "code": 429, "message": "slow down" } }),
+        ]),
+        "overloaded" => sse(vec![
+            json!({ "error": { "type": "overloaded_error", "message": "Overloaded" } }),
+        ]),
+        // llama.cpp names the function in every chunk of a call.
+        "repeat" => sse(vec![
+            delta(
+                json!({ "role": "assistant", "tool_calls": [{ "index": 0, "id": "call_1", "type": "function",
+                        "function": { "name": "write_file", "arguments": "{\"path\":" } }] }),
+                None,
+            ),
+            delta(
+                json!({ "tool_calls": [{ "index": 0, "id": "", "type": "function",
+                        "function": { "name": "write_file", "arguments": " \"a.txt\"}" } }] }),
+                None,
+            ),
+            delta(json!({}), Some("tool_calls")),
+        ]),
+        // A slow model: pieces 150 ms apart, a second in all.
+        "slow" => {
+            let frames = (0..7).map(|i| {
+                let text = if i < 6 {
+                    format!("data: {}\n\n", delta(json!({ "content": "." }), None))
+                } else {
+                    format!(
+                        "data: {}\n\ndata: [DONE]\n\n",
+                        delta(json!({}), Some("stop"))
+                    )
+                };
+                async move {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    Ok::<_, std::io::Error>(text)
+                }
+            });
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::from_stream(
+                    futures_util::stream::iter(frames).then(|f| f),
+                ))
+                .unwrap()
+        }
+        // A stream that stops arriving.
+        "stalled" => {
+            let frames = futures_util::stream::iter([Ok::<_, std::io::Error>(format!(
+                "data: {}\n\n",
+                delta(json!({ "content": "a" }), None)
+            ))])
+            .chain(futures_util::stream::pending());
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::from_stream(frames))
+                .unwrap()
+        }
         _ => Response::builder()
             .header(header::CONTENT_TYPE, "text/event-stream")
             .body(Body::from("data: not json\n\n"))
@@ -108,7 +172,7 @@ fn client(base: &str) -> ChatClient {
         base_url: base.into(),
         api_key: Some("sk-test".into()),
         model: "gpt-test".into(),
-        timeout: Duration::from_secs(10),
+        idle_timeout: Duration::from_secs(10),
     })
 }
 
@@ -224,9 +288,12 @@ async fn the_servers_refusals_and_broken_streams_are_named() {
         .complete(&user("cut"), &[], |_| {})
         .await
         .unwrap_err();
+    let said = err.to_string();
     assert!(
-        err.to_string().contains("ended without a finish reason"),
-        "{err}"
+        said.contains("answered 200 (text/event-stream) with a body beginning `data: {")
+            && said.contains("1 chunk and no finish reason")
+            && said.contains("the server's own log will have the cause"),
+        "{said}"
     );
     let err = client("http://127.0.0.1:9/v1")
         .complete(&user("hello"), &[], |_| {})
@@ -237,4 +304,83 @@ async fn the_servers_refusals_and_broken_streams_are_named() {
             .starts_with("cannot reach the model API at http://127.0.0.1:9/v1"),
         "{err}"
     );
+}
+
+#[tokio::test]
+async fn an_empty_stream_says_what_came_back_and_where_the_cause_is() {
+    let (base, _) = fake_server().await;
+    let said = client(&base)
+        .complete(&user("empty"), &[], |_| {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        said.contains("/chat/completions answered 200 (text/event-stream) with an empty body: no chunk and no finish reason")
+            && said.contains("the server's own log"),
+        "{said}"
+    );
+}
+
+#[tokio::test]
+async fn an_error_in_the_stream_is_classified_like_the_http_error_it_names() {
+    let (base, _) = fake_server().await;
+    let err = client(&base)
+        .complete(&user("midway"), &[], |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ChatError::Http { status: 429, message, .. } if message.contains("slow down")),
+        "{err:?}"
+    );
+    let err = client(&base)
+        .complete(&user("overloaded"), &[], |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ChatError::Http { status: 529, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_name_repeated_in_every_chunk_is_the_name_once() {
+    let (base, _) = fake_server().await;
+    let done = client(&base)
+        .complete(&user("repeat"), &[], |_| {})
+        .await
+        .unwrap();
+    assert_eq!(done.tool_calls.len(), 1);
+    assert_eq!(done.tool_calls[0].id, "call_1");
+    assert_eq!(done.tool_calls[0].function.name, "write_file");
+    assert_eq!(
+        done.tool_calls[0].function.arguments,
+        "{\"path\": \"a.txt\"}"
+    );
+    // A turn that only calls tools goes back with an empty content, not none.
+    let replay = serde_json::to_value(Message::Assistant {
+        content: None,
+        tool_calls: done.tool_calls,
+    })
+    .unwrap();
+    assert_eq!(replay["content"], "");
+}
+
+#[tokio::test]
+async fn the_idle_timeout_spares_a_slow_stream_and_cuts_a_stalled_one() {
+    let (base, _) = fake_server().await;
+    let patient = ChatClient::new(ChatConfig {
+        base_url: base.clone(),
+        api_key: None,
+        model: "gpt-test".into(),
+        idle_timeout: Duration::from_millis(600),
+    });
+    // A second in all, but never 600 ms without a piece.
+    let done = patient.complete(&user("slow"), &[], |_| {}).await.unwrap();
+    assert_eq!(done.content, "......");
+    let err = patient
+        .complete(&user("stalled"), &[], |_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(err, ChatError::TimedOut(Duration::from_millis(600)));
+    assert!(err.to_string().contains("REIN_MODEL_IDLE_TIMEOUT"), "{err}");
 }

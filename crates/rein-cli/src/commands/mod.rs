@@ -72,7 +72,7 @@ impl Context {
     ) -> anyhow::Result<Context> {
         let registry = Arc::new(harness_registry(&target.plugins)?);
         let policy = runtime_policy(target.runtime_policy.as_deref())?;
-        let chat = rein_runtimes::openai::ChatConfig::from_env();
+        let chat = crate::commands::chat_config()?;
         let completions =
             rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone());
         let harnesses = Arc::new(rein_core::harness::Harnesses {
@@ -99,7 +99,7 @@ impl Context {
         let completions = rein_runtimes::Completions::new(
             Arc::new(harness_registry(&target.plugins)?),
             runtime_policy(target.runtime_policy.as_deref())?,
-            rein_runtimes::openai::ChatConfig::from_env(),
+            crate::commands::chat_config()?,
         );
         let why = rein_sandbox::Unavailable {
             reason: "this command does not run steps".into(),
@@ -164,6 +164,12 @@ fn engine_config(dir: PathBuf) -> EngineConfig {
 /// What the directories of a plan run here must keep clear of (`--data-dir`).
 pub fn protected(target: &Target) -> anyhow::Result<rein_sandbox::Protected> {
     Ok(engine_config(data_dir(target.data_dir.clone())?).protected(None))
+}
+
+/// The built-in runtime's model settings, from the environment; a setting
+/// that cannot be read is bad usage, named.
+pub fn chat_config() -> anyhow::Result<rein_runtimes::openai::ChatConfig> {
+    rein_runtimes::openai::ChatConfig::from_env().map_err(|e| UsageError(e).into())
 }
 
 /// The harnesses of the plugins named by `--plugin` (or `REIN_PLUGINS`). A

@@ -87,6 +87,18 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
         format!("if [ -e {marker} ]; then echo again; else touch {marker}; sleep 60; fi")
     };
     match (latest.as_str(), since.len()) {
+        // A model that goes on and on: a piece every 50 ms, never finished.
+        ("ramble", _) => {
+            let pieces = futures_util::stream::unfold((), |()| async {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                let chunk = json!({ "choices": [{ "index": 0, "delta": { "content": "and " } }] });
+                Some((Ok::<_, std::io::Error>(format!("data: {chunk}\n\n")), ()))
+            });
+            return Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::from_stream(pieces))
+                .unwrap();
+        }
         ("Remember: the code word is heron.", _) => return say("Noted: heron."),
         ("What was the code word?", _) => {
             return say(if earlier.contains("heron") {
@@ -256,6 +268,60 @@ pub async fn fake_model() -> (String, Seen) {
     let seen = Seen::default();
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), seen)
+}
+
+/// A server that behaves as llama.cpp's does where rein once broke: its chat
+/// template reads `content` of every message (a message without one gets a
+/// 200 with an empty stream, one with `null` a 500), and a streamed tool call
+/// names its function in every chunk. Its script: write `out.txt`, then say so.
+async fn llama_completions(State(seen): State<Seen>, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap();
+    seen.0.lock().unwrap().push(body.clone());
+    let messages = body["messages"].as_array().unwrap();
+    for m in messages {
+        match m.get("content") {
+            None => {
+                return Response::builder()
+                    .header(header::CONTENT_TYPE, "text/event-stream")
+                    .body(Body::empty())
+                    .unwrap();
+            }
+            Some(Value::Null) => {
+                return Response::builder()
+                    .status(500)
+                    .body(Body::from(
+                        r#"{"error":{"code":500,"message":"Value is not a string: null"}}"#,
+                    ))
+                    .unwrap();
+            }
+            Some(_) => {}
+        }
+    }
+    if messages.iter().any(|m| m["role"] == "tool") {
+        return say("wrote out.txt");
+    }
+    let piece = |args: &str| {
+        json!({ "choices": [{ "index": 0, "delta": { "tool_calls": [
+            { "index": 0, "id": "call_llama", "type": "function",
+              "function": { "name": "write_file", "arguments": args } }] } }] })
+    };
+    sse(vec![
+        piece("{\"path\": \"out.txt\", "),
+        piece("\"content\": \"from llama\"}"),
+        json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] }),
+    ])
+}
+
+/// Starts the llama.cpp-like server; returns its base URL.
+pub async fn llama_like() -> (String, Seen) {
+    let seen = Seen::default();
+    let app = Router::new()
+        .route("/v1/chat/completions", post(llama_completions))
         .with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
