@@ -92,6 +92,7 @@ pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value>
             runtime: None,
             tools: vec!["list_dir".into()],
             session: None,
+            limits: Default::default(),
         },
     );
     let state = engine

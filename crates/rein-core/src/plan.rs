@@ -734,6 +734,19 @@ struct StepFile {
     /// Agent steps naming the same session share one conversation.
     #[serde(default)]
     session: Option<String>,
+    /// Agent steps: `auto`, `required`, `none` or one of the step's tools.
+    #[serde(default)]
+    tool_choice: Option<String>,
+    /// Agent steps: an answer without any tool call fails the step.
+    #[serde(default)]
+    require_tool_call: Option<bool>,
+    /// Agent steps: the most model turns per budget.
+    #[serde(default)]
+    max_turns: Option<u32>,
+    /// Agent steps: `fail` (default) or `continue` when the model stops at
+    /// its token limit.
+    #[serde(default)]
+    on_token_limit: Option<String>,
     /// Plan–execute–verify steps: the commands that check the result.
     #[serde(default)]
     verify: Vec<String>,
@@ -861,6 +874,10 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         ("runtime", s.runtime.is_some()),
         ("tools", s.tools.is_some()),
         ("session", s.session.is_some()),
+        ("tool_choice", s.tool_choice.is_some()),
+        ("require_tool_call", s.require_tool_call.is_some()),
+        ("max_turns", s.max_turns.is_some()),
+        ("on_token_limit", s.on_token_limit.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
         return Err(only_for(key, "agent"));
@@ -883,6 +900,37 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
                 ));
             }
         }
+        if let Some(choice) = &s.tool_choice
+            && !matches!(choice.as_str(), "auto" | "required" | "none")
+            && !tools.contains(choice)
+        {
+            return Err(format!(
+                "step `{id}`: `tool_choice = \"{choice}\"` is neither auto, required, none nor one of the step's tools ({})",
+                if tools.is_empty() {
+                    "it has none".to_owned()
+                } else {
+                    tools.join(", ")
+                }
+            ));
+        }
+        if s.max_turns.is_some_and(|n| n == 0 || n > 1000) {
+            return Err(format!("step `{id}`: `max_turns` is between 1 and 1000"));
+        }
+        let continue_at_length = match s.on_token_limit.as_deref() {
+            None | Some("fail") => false,
+            Some("continue") => true,
+            Some(other) => {
+                return Err(format!(
+                    "step `{id}`: `on_token_limit = \"{other}\"`; write \"fail\" or \"continue\""
+                ));
+            }
+        };
+        let limits = rein_protocol::AgentLimits {
+            tool_choice: s.tool_choice,
+            require_tool_call: s.require_tool_call.unwrap_or(false),
+            max_turns: s.max_turns,
+            continue_at_length,
+        };
         let description = s.description.unwrap_or_else(|| prompt.clone());
         (
             StepAction::Agent {
@@ -892,6 +940,7 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
                 runtime: s.runtime,
                 tools,
                 session: s.session,
+                limits,
             },
             timeout_ms,
             description,

@@ -548,3 +548,50 @@ fn confirm_adds_a_first_approval_every_root_step_waits_for() {
         parse("description='d'\nconfirm=true\n[[steps]]\nid='confirm'\nrun='true'\n").unwrap_err();
     assert!(taken.contains("reserved"), "{taken}");
 }
+
+#[test]
+fn an_agent_steps_limits_are_read_and_bad_ones_named() {
+    let plan = parse(
+        r#"
+description = "limits"
+[[steps]]
+id = "a"
+kind = "agent"
+prompt = "write it"
+tools = ["write_file"]
+tool_choice = "write_file"
+require_tool_call = true
+max_turns = 5
+on_token_limit = "continue"
+"#,
+    )
+    .unwrap();
+    let StepAction::Agent { limits, .. } = &plan.plan.steps[0].action else {
+        panic!("not an agent step");
+    };
+    assert_eq!(
+        *limits,
+        rein_protocol::AgentLimits {
+            tool_choice: Some("write_file".into()),
+            require_tool_call: true,
+            max_turns: Some(5),
+            continue_at_length: true,
+        }
+    );
+    let bad = |extra: &str| {
+        parse(&format!(
+            "description = \"x\"\n[[steps]]\nid = \"a\"\nkind = \"agent\"\nprompt = \"p\"\ntools = [\"read_file\"]\n{extra}\n"
+        ))
+        .unwrap_err()
+    };
+    assert!(
+        bad("tool_choice = \"write_file\"")
+            .contains("neither auto, required, none nor one of the step's tools (read_file)")
+    );
+    assert!(bad("max_turns = 0").contains("`max_turns` is between 1 and 1000"));
+    assert!(bad("on_token_limit = \"shrug\"").contains("write \"fail\" or \"continue\""));
+    // Only agent steps take them.
+    let err = parse("description = \"x\"\n[[steps]]\nid = \"a\"\nrun = \"true\"\nmax_turns = 3\n")
+        .unwrap_err();
+    assert!(err.contains("max_turns"), "{err}");
+}

@@ -66,7 +66,7 @@ pub use ledger::{LedgerCheck, LedgerEntry, LedgerHead, LedgerKind};
 pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
 pub use plan::{
-    DecomposedStep, DecompositionAnswer, Goal, Pev, RiskLevel, StepAction, StepType,
+    AgentLimits, DecomposedStep, DecompositionAnswer, Goal, Pev, RiskLevel, StepAction, StepType,
     TaskDecomposition, TaskStep, WorkspaceCleanup,
 };
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};

@@ -95,11 +95,39 @@ pub enum StepAction {
         /// same one share a conversation. Unset: a session of its own.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
+        /// How the built-in runtime's model turns are bounded and steered.
+        #[serde(default, skip_serializing_if = "AgentLimits::is_default")]
+        limits: AgentLimits,
     },
     /// Verify what plan–execute–verify step `step` did: run its verifiers,
     /// record the evidence, and settle its contract (added by the engine after
     /// every step with `pev`).
     Verify { step: String },
+}
+
+/// How an agent step's model turns are bounded and steered (the built-in
+/// runtime's; a plugin's harness keeps its own).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentLimits {
+    /// `auto`, `required`, `none`, or the name of one of the step's tools
+    /// (sent as the request's `tool_choice`); unset: the server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<String>,
+    /// A final answer of a step part that called no tool fails the step.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_tool_call: bool,
+    /// The most model turns per attempt's budget (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    /// At `finish_reason: "length"`, ask the model to go on instead of failing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continue_at_length: bool,
+}
+
+impl AgentLimits {
+    pub fn is_default(&self) -> bool {
+        *self == AgentLimits::default()
+    }
 }
 
 /// Plan–execute–verify for one step: it runs as contract → approval → execute

@@ -158,6 +158,7 @@ impl AgentExecutor {
             runtime,
             tools,
             session,
+            limits,
         } = &request.step.action
         else {
             return failed("not an agent step".into(), Failure::Internal, None);
@@ -231,6 +232,7 @@ impl AgentExecutor {
             sessions,
             chat: &chat,
             decision: &decision,
+            limits,
         };
         // The step's own timeout bounds the whole loop (each request has the
         // model's idle timeout); what was journaled stays for the next attempt.
@@ -412,7 +414,12 @@ impl AgentExecutor {
                 sessions,
                 chat,
                 decision,
+                limits,
             } = *turn;
+            let max_turns = limits
+                .max_turns
+                .map_or(self.max_turns, |n| n as usize)
+                .max(1);
             let journal = sessions.journal(session);
             // The journal: one entry per message, a marker where each step of a
             // shared session began, one when the step stopped to ask a person
@@ -436,6 +443,12 @@ impl AgentExecutor {
             let mut awaiting: Option<String> = None;
             // Where this step's part of the conversation begins.
             let mut mine: Option<usize> = None;
+            // Where the current budget of turns began (a resume after the
+            // step stopped at its turn limit grants a fresh one).
+            let mut budget_from = 0usize;
+            let stopped_at_limit = entries[since..]
+                .last()
+                .is_some_and(|e| e.get("turn_limit").is_some());
             for entry in &entries[since..] {
                 if let Some(m) = entry.get("message") {
                     match serde_json::from_value(m.clone()) {
@@ -451,6 +464,8 @@ impl AgentExecutor {
                     awaiting = None;
                 } else if let Some(id) = entry.get("awaiting").and_then(Value::as_str) {
                     awaiting = Some(id.to_owned());
+                } else if entry.get("budget").is_some() {
+                    budget_from = messages.len();
                 } else if me.is_some()
                     && entry.get("turn_of").and_then(Value::as_str) == me.as_deref()
                 {
@@ -500,6 +515,13 @@ impl AgentExecutor {
                 }
             }
             let mine = mine.unwrap_or(0);
+            if stopped_at_limit {
+                if let Err(e) = journal.append(&[json!({ "budget": max_turns })]).await {
+                    return unwritten(&e);
+                }
+                budget_from = messages.len();
+            }
+            let counted_from = budget_from.max(mine);
             let specs = tool_specs(tools);
             let mut tool_runs = 0usize;
             for _ in 0..self.max_turns * 64 {
@@ -507,6 +529,10 @@ impl AgentExecutor {
                     return StepOutcome::Cancelled;
                 }
                 let turns = messages[mine..]
+                    .iter()
+                    .filter(|m| matches!(m, Message::Assistant { .. }))
+                    .count();
+                let budget_used = messages[counted_from.min(messages.len())..]
                     .iter()
                     .filter(|m| matches!(m, Message::Assistant { .. }))
                     .count();
@@ -558,7 +584,20 @@ impl AgentExecutor {
                     && tool_calls.is_empty()
                     && messages.len() > mine
                 {
-                    let text = content.clone().unwrap_or_default();
+                    let text = answer_text(&messages[mine..], content.as_deref());
+                    let calls = count_calls(&messages[mine..]);
+                    if limits.require_tool_call && calls == 0 {
+                        return failed(
+                            format!(
+                                "the agent answered without calling any tool, and the step has require_tool_call = true; its answer: {}",
+                                clip(&text, 200)
+                            ),
+                            Failure::Validation,
+                            Some(
+                                json!({ "selection": decision, "session": session.id, "text": text }),
+                            ),
+                        );
+                    }
                     return StepOutcome::Passed {
                         output: Some(json!({
                             "selection": decision,
@@ -570,28 +609,49 @@ impl AgentExecutor {
                         })),
                     };
                 } else {
-                    if turns >= self.max_turns {
+                    if budget_used >= max_turns {
+                        // Marked, so that resuming the step grants a fresh budget.
+                        if let Err(e) = journal.append(&[json!({ "turn_limit": max_turns })]).await
+                        {
+                            return unwritten(&e);
+                        }
                         return failed(
                             format!(
-                                "the agent did not finish within {} model turns",
-                                self.max_turns
+                                "the agent did not finish within {max_turns} model turns; resume the step for {max_turns} more, or raise its `max_turns`"
                             ),
                             Failure::Validation,
                             None,
                         );
                     }
                     let answer = tokio::select! {
-                        a = chat.complete(&messages, &specs, |_| {}) => a,
+                        a = chat.complete_with(&messages, &specs, limits.tool_choice.as_deref(), |_| {}) => a,
                         () = cancel.cancelled() => return StepOutcome::Cancelled,
                     };
                     let response = match answer {
                         Ok(r) => r,
                         Err(e) => return chat_failure(e),
                     };
+                    let cut = response.finish_reason == "length";
+                    if cut && (!limits.continue_at_length || !response.tool_calls.is_empty()) {
+                        return failed(
+                            "the model stopped at its output token limit (finish_reason `length`) before finishing its answer; raise the server's limit (max_tokens; llama.cpp's --n-predict) or set on_token_limit = \"continue\"".into(),
+                            Failure::Validation,
+                            Some(json!({ "selection": decision, "session": session.id, "partial": response.content })),
+                        );
+                    }
                     messages.push(Message::Assistant {
                         content: (!response.content.is_empty()).then_some(response.content),
                         tool_calls: response.tool_calls,
                     });
+                    if cut {
+                        let newest = messages.last().map(|m| json!({ "message": m }));
+                        if let Err(e) = journal.append(newest.as_slice()).await {
+                            return unwritten(&e);
+                        }
+                        messages.push(Message::User {
+                            content: GO_ON.to_owned(),
+                        });
+                    }
                 }
                 // Durable before the next turn or tool call begins.
                 let newest = messages.last().map(|m| json!({ "message": m }));
@@ -651,9 +711,22 @@ impl AgentExecutor {
             }
         };
         report("started");
-        // A child delegates no further.
+        // A child delegates no further, and is not held to the step's choice
+        // of tool.
         let child_tools: Vec<String> = tools.iter().filter(|t| *t != "delegate").cloned().collect();
-        match self.converse(turn, &child, prompt, &child_tools).await {
+        let child_limits = rein_protocol::AgentLimits {
+            tool_choice: None,
+            require_tool_call: false,
+            ..turn.limits.clone()
+        };
+        let child_turn = Turn {
+            limits: &child_limits,
+            ..*turn
+        };
+        match self
+            .converse(&child_turn, &child, prompt, &child_tools)
+            .await
+        {
             StepOutcome::Passed { output } => {
                 let output = output.unwrap_or_default();
                 let text = output["text"].as_str().unwrap_or_default().to_owned();
@@ -877,7 +950,12 @@ struct Turn<'a> {
     sessions: &'a Sessions,
     chat: &'a ChatClient,
     decision: &'a SelectionDecision,
+    limits: &'a rein_protocol::AgentLimits,
 }
+
+/// What the loop says when a model's answer was cut at its token limit and
+/// the step goes on (`on_token_limit = "continue"`).
+const GO_ON: &str = "Your answer was cut off at the output token limit. Continue exactly where it stopped, without repeating anything.";
 
 /// The marker a step of a shared session (or a delegated child) writes where
 /// its part of the conversation begins; a step's own session needs none.
@@ -955,6 +1033,38 @@ fn pending_calls(messages: &[Message]) -> Vec<ToolCall> {
         .filter(|c| !answered.contains(&c.id.as_str()))
         .cloned()
         .collect()
+}
+
+/// The final answer: the last turn's text, joined to the turns it continued
+/// when the model was asked to go on after its token limit.
+fn answer_text(part: &[Message], last: Option<&str>) -> String {
+    let mut pieces = vec![last.unwrap_or_default().to_owned()];
+    let mut i = part.len().saturating_sub(1);
+    while i >= 2 {
+        match (&part[i - 1], &part[i - 2]) {
+            (
+                Message::User { content: go_on },
+                Message::Assistant {
+                    content,
+                    tool_calls,
+                },
+            ) if go_on == GO_ON && tool_calls.is_empty() => {
+                pieces.push(content.clone().unwrap_or_default());
+                i -= 2;
+            }
+            _ => break,
+        }
+    }
+    pieces.reverse();
+    pieces.concat()
+}
+
+/// At most `n` characters of `text`, marked when cut.
+fn clip(text: &str, n: usize) -> String {
+    match text.char_indices().nth(n) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
 }
 
 fn count_calls(messages: &[Message]) -> usize {

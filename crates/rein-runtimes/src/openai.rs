@@ -198,6 +198,18 @@ impl ChatClient {
         &self,
         messages: &[Message],
         tools: &[ToolSpec],
+        on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, ChatError> {
+        self.complete_with(messages, tools, None, on_text).await
+    }
+
+    /// The same, with the request's `tool_choice`: `auto`, `required`,
+    /// `none`, or a tool's name (sent as that function).
+    pub async fn complete_with(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        tool_choice: Option<&str>,
         mut on_text: impl FnMut(&str) + Send,
     ) -> Result<ChatResponse, ChatError> {
         let url = format!(
@@ -217,6 +229,13 @@ impl ChatClient {
                         "name": t.name, "description": t.description, "parameters": t.parameters } })
                 })
                 .collect();
+        }
+        match tool_choice {
+            None => {}
+            Some(c @ ("auto" | "required" | "none")) => body["tool_choice"] = json!(c),
+            Some(name) => {
+                body["tool_choice"] = json!({ "type": "function", "function": { "name": name } });
+            }
         }
         let mut request = self.http.post(&url).json(&body);
         if let Some(key) = &self.config.api_key {

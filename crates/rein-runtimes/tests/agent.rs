@@ -27,6 +27,7 @@ fn agent_step(prompt: &str) -> TaskStep {
                 .map(str::to_owned)
                 .to_vec(),
             session: None,
+            limits: Default::default(),
         },
     )
 }
@@ -354,4 +355,154 @@ async fn a_command_the_rules_ask_about_waits_for_a_person_and_runs_once_approved
     assert!(text.contains("(approved by ana)"), "{text}");
     // The model's turn was not asked for again.
     assert_eq!(seen.0.lock().unwrap().len(), 2);
+}
+
+fn with_limits(prompt: &str, limits: rein_protocol::AgentLimits) -> TaskStep {
+    let mut step = agent_step(prompt);
+    if let StepAction::Agent { limits: l, .. } = &mut step.action {
+        *l = limits;
+    }
+    step
+}
+
+fn text_of(done: &rein_protocol::TaskState) -> String {
+    done.latest_for_step("draft")
+        .unwrap()
+        .output
+        .clone()
+        .unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_that_requires_a_tool_call_fails_on_prose_and_its_tool_choice_is_sent() {
+    let (base, seen) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    let step = with_limits(
+        "prose",
+        rein_protocol::AgentLimits {
+            tool_choice: Some("write_file".into()),
+            require_tool_call: true,
+            ..Default::default()
+        },
+    );
+    let state = create(&engine, step, None).await;
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let done = engine.run(state.id(), no_wait).await.unwrap();
+    // A validation error pauses the task (the default recovery).
+    assert_eq!(done.status(), TaskStatus::Paused);
+    let error = done
+        .latest_for_step("draft")
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
+    assert!(
+        error.starts_with("the agent answered without calling any tool, and the step has require_tool_call = true; its answer: Here is what I would do."),
+        "{error}"
+    );
+    let sent = seen.0.lock().unwrap()[0].clone();
+    assert_eq!(
+        sent["tool_choice"],
+        serde_json::json!({ "type": "function", "function": { "name": "write_file" } })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cut_at_the_token_limit_fails_unless_the_step_says_go_on() {
+    let (base, seen) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let state = create(&engine, agent_step("long"), None).await;
+    let done = engine.run(state.id(), no_wait.clone()).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Paused);
+    let error = done
+        .latest_for_step("draft")
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
+    assert!(
+        error.contains("output token limit (finish_reason `length`)"),
+        "{error}"
+    );
+
+    let go_on = with_limits(
+        "long",
+        rein_protocol::AgentLimits {
+            continue_at_length: true,
+            ..Default::default()
+        },
+    );
+    let state = create(&engine, go_on, None).await;
+    let done = engine.run(state.id(), no_wait).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    assert_eq!(text_of(&done), "part one, part two.");
+    // The model was asked to go on, after its own cut answer.
+    let last = seen.0.lock().unwrap().last().cloned().unwrap();
+    let messages = last["messages"].as_array().unwrap();
+    assert_eq!(messages[messages.len() - 2]["content"], "part one, ");
+    assert!(
+        messages[messages.len() - 1]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Your answer was cut off")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_stopped_at_its_turn_limit_resumes_with_a_fresh_budget() {
+    let (base, seen) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    let step = with_limits(
+        "list three times",
+        rein_protocol::AgentLimits {
+            max_turns: Some(2),
+            ..Default::default()
+        },
+    );
+    let state = create(&engine, step, None).await;
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let done = engine.run(state.id(), no_wait).await.unwrap();
+    assert_eq!(done.status(), TaskStatus::Paused);
+    let error = done
+        .latest_for_step("draft")
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
+    assert_eq!(
+        error,
+        "the agent did not finish within 2 model turns; resume the step for 2 more, or raise its `max_turns`"
+    );
+    assert_eq!(seen.0.lock().unwrap().len(), 2);
+    // Resumed: two more turns, enough to finish; the first two are not asked again.
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    assert_eq!(text_of(&done), "listed three times");
+    assert_eq!(seen.0.lock().unwrap().len(), 4);
 }

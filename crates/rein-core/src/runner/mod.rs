@@ -665,9 +665,11 @@ impl<'e> TaskRun<'e> {
                     runtime,
                     tools,
                     session,
+                    limits,
                 } => Some(serde_json::json!({
                     "prompt": prompt, "provider": provider, "model": model,
                     "runtime": runtime, "tools": tools, "session": session,
+                    "limits": limits,
                 })),
                 StepAction::Noop | StepAction::Approval { .. } => None,
             };

@@ -99,6 +99,23 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
                 .body(Body::from_stream(pieces))
                 .unwrap();
         }
+        // Prose, never a tool call.
+        ("prose", _) => return say("Here is what I would do."),
+        // An answer cut at the token limit; asked to go on, the rest.
+        ("long", _) => {
+            return sse(vec![
+                json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "part one, " } }] }),
+                json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "length" }] }),
+            ]);
+        }
+        (p, _) if p.starts_with("Your answer was cut off at the output token limit") => {
+            return say("part two.");
+        }
+        // Three directory listings, one per turn, then done.
+        ("list three times", n) if n < 3 => {
+            return call(&format!("call_l{n}"), "list_dir", json!({ "path": "." }));
+        }
+        ("list three times", _) => return say("listed three times"),
         ("Remember: the code word is heron.", _) => return say("Noted: heron."),
         ("What was the code word?", _) => {
             return say(if earlier.contains("heron") {
