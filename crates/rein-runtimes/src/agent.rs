@@ -27,21 +27,23 @@ use rein_protocol::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::anthropic::AnthropicConfig;
 use crate::openai::{ChatClient, ChatConfig, ChatError, Message, ToolCall, ToolSpec};
+use crate::provider::{ModelClient, Providers};
 
 /// Runs agent steps, and hands every other step to `commands`.
 pub struct AgentExecutor {
     commands: Arc<dyn StepExecutor>,
     registry: Arc<HarnessRegistry>,
     policy: RuntimePolicy,
-    chat: ChatConfig,
+    providers: Providers,
     max_turns: usize,
 }
 
 impl std::fmt::Debug for AgentExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentExecutor")
-            .field("chat", &self.chat)
+            .field("providers", &self.providers)
             .finish_non_exhaustive()
     }
 }
@@ -64,9 +66,19 @@ impl AgentExecutor {
             commands,
             registry,
             policy,
-            chat,
+            providers: Providers {
+                openai: chat,
+                ..Providers::default()
+            },
             max_turns: MAX_TURNS,
         }
+    }
+
+    /// Steps on `provider = "anthropic"` ask the Messages API with these
+    /// settings (default: the Anthropic API, no key).
+    pub fn with_anthropic(mut self, anthropic: AnthropicConfig) -> AgentExecutor {
+        self.providers.anthropic = anthropic;
+        self
     }
 
     /// At most `turns` model turns per agent step (default [`MAX_TURNS`]).
@@ -171,7 +183,9 @@ impl AgentExecutor {
             );
         };
         let provider = provider.clone().unwrap_or_else(|| "openai".into());
-        let model = model.clone().unwrap_or_else(|| self.chat.model.clone());
+        let model = model
+            .clone()
+            .unwrap_or_else(|| self.providers.default_model(&provider));
         let name = match session {
             Some(n) => SessionName::Shared(n),
             None => SessionName::Own,
@@ -192,9 +206,11 @@ impl AgentExecutor {
             session_runtime: session.pinned_runtime.clone(),
             step_runtime: runtime.clone(),
             session: Some(session.id.to_string()),
-            ..self
-                .policy
-                .request(&provider, Some(model.clone()), &self.chat.facts(&provider))
+            ..self.policy.request(
+                &provider,
+                Some(model.clone()),
+                &self.providers.facts(&provider),
+            )
         };
         let decision = match select(&self.registry, &self.policy, &wanted).await {
             Ok(d) => d,
@@ -222,10 +238,10 @@ impl AgentExecutor {
                 .run_plugin(request, cancel, sessions, &session, decision, prompt, tools)
                 .await;
         }
-        let chat = ChatClient::new(ChatConfig {
-            model,
-            ..self.chat.clone()
-        });
+        let chat = match self.providers.client(&provider, &model) {
+            Ok(c) => c,
+            Err(e) => return failed(e, Failure::Validation, None),
+        };
         let turn = Turn {
             request,
             cancel,
@@ -523,6 +539,7 @@ impl AgentExecutor {
             }
             let counted_from = budget_from.max(mine);
             let specs = tool_specs(tools);
+            let mut request_id: Option<String> = None;
             let mut tool_runs = 0usize;
             for _ in 0..self.max_turns * 64 {
                 if cancel.is_cancelled() {
@@ -639,12 +656,16 @@ impl AgentExecutor {
                             Some(json!({ "selection": decision, "session": session.id, "partial": response.content })),
                         );
                     }
+                    request_id = response.request_id;
                     messages.push(Message::Assistant {
                         content: (!response.content.is_empty()).then_some(response.content),
                         tool_calls: response.tool_calls,
                     });
                     if cut {
-                        let newest = messages.last().map(|m| json!({ "message": m }));
+                        let newest = messages.last().map(|m| match request_id.take() {
+                            Some(id) => json!({ "message": m, "request_id": id }),
+                            None => json!({ "message": m }),
+                        });
                         if let Err(e) = journal.append(newest.as_slice()).await {
                             return unwritten(&e);
                         }
@@ -653,8 +674,12 @@ impl AgentExecutor {
                         });
                     }
                 }
-                // Durable before the next turn or tool call begins.
-                let newest = messages.last().map(|m| json!({ "message": m }));
+                // Durable before the next turn or tool call begins; a model
+                // turn with the provider's id of its request.
+                let newest = messages.last().map(|m| match request_id.take() {
+                    Some(id) => json!({ "message": m, "request_id": id }),
+                    None => json!({ "message": m }),
+                });
                 if let Err(e) = journal.append(newest.as_slice()).await {
                     return unwritten(&e);
                 }
@@ -948,7 +973,7 @@ struct Turn<'a> {
     request: &'a StepRequest,
     cancel: &'a CancellationToken,
     sessions: &'a Sessions,
-    chat: &'a ChatClient,
+    chat: &'a ModelClient,
     decision: &'a SelectionDecision,
     limits: &'a rein_protocol::AgentLimits,
 }

@@ -16,19 +16,20 @@ use rein_core::harness::isolated::{
 use rein_core::harness::{AgentHarness, HarnessRegistry, RuntimePolicy, SelectionRequest, select};
 use rein_protocol::{BUILTIN_RUNTIME, Support, SupportContext};
 
-use crate::openai::{ChatClient, ChatConfig, ChatError, Message};
+use crate::openai::{ChatConfig, ChatError, Message};
+use crate::provider::Providers;
 
 /// Serves isolated completions on the routes the registry and policy cover.
 pub struct Completions {
     registry: Arc<HarnessRegistry>,
     policy: RuntimePolicy,
-    chat: ChatConfig,
+    providers: Providers,
 }
 
 impl std::fmt::Debug for Completions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Completions")
-            .field("chat", &self.chat)
+            .field("providers", &self.providers)
             .finish_non_exhaustive()
     }
 }
@@ -42,8 +43,18 @@ impl Completions {
         Completions {
             registry,
             policy,
-            chat,
+            providers: Providers {
+                openai: chat,
+                ..Providers::default()
+            },
         }
+    }
+
+    /// Completions on `provider = "anthropic"` ask the Messages API with these
+    /// settings.
+    pub fn with_anthropic(mut self, anthropic: crate::anthropic::AnthropicConfig) -> Completions {
+        self.providers.anthropic = anthropic;
+        self
     }
 }
 
@@ -63,18 +74,21 @@ impl Completer for Completions {
             .route
             .model
             .clone()
-            .unwrap_or_else(|| self.chat.model.clone());
+            .unwrap_or_else(|| self.providers.default_model(&provider));
         let wanted = SelectionRequest {
             step_runtime: request.route.runtime.clone(),
-            ..self
-                .policy
-                .request(&provider, Some(model.clone()), &self.chat.facts(&provider))
+            ..self.policy.request(
+                &provider,
+                Some(model.clone()),
+                &self.providers.facts(&provider),
+            )
         };
         let selection = select(&self.registry, &self.policy, &wanted).await?;
         let builtin;
         let harness: &dyn AgentHarness = if selection.selected == BUILTIN_RUNTIME {
             builtin = Builtin {
-                chat: self.chat.clone(),
+                provider: provider.clone(),
+                providers: self.providers.clone(),
             };
             &builtin
         } else {
@@ -95,7 +109,11 @@ impl Completer for Completions {
             auth_plan: "api_key".into(),
             profiles: vec![AuthProfile {
                 id: PROFILE.into(),
-                credential: self.chat.api_key.clone().unwrap_or_default(),
+                credential: match provider.as_str() {
+                    "anthropic" => self.providers.anthropic.api_key.clone(),
+                    _ => self.providers.openai.api_key.clone(),
+                }
+                .unwrap_or_default(),
             }],
             deadline: request.timeout,
             policy: OutputTextPolicy::Default,
@@ -117,7 +135,8 @@ impl Completer for Completions {
 /// rein's own runtime as a harness for isolated completions: one streamed
 /// chat request with the system text and the prompt, and no `tools` field.
 struct Builtin {
-    chat: ChatConfig,
+    provider: String,
+    providers: Providers,
 }
 
 #[async_trait]
@@ -150,11 +169,15 @@ impl AgentHarness for Builtin {
                 "rein prepares its own requests; it was handed a harness's auth plan".into(),
             )));
         };
-        let client = ChatClient::new(ChatConfig {
-            model: transport_model.clone(),
-            api_key: Some(profile.credential.clone()).filter(|k| !k.is_empty()),
-            ..self.chat.clone()
-        });
+        // The host's credential of the profile, on the provider's client.
+        let key = Some(profile.credential.clone()).filter(|k| !k.is_empty());
+        let mut providers = self.providers.clone();
+        providers.openai.api_key.clone_from(&key);
+        providers.anthropic.api_key = key;
+        let client = match providers.client(&self.provider, transport_model) {
+            Ok(c) => c,
+            Err(e) => return Some(Err(CompletionError::Failed(e))),
+        };
         let mut messages = Vec::new();
         if let Some(system) = &params.system {
             messages.push(Message::System {
@@ -168,7 +191,7 @@ impl AgentHarness for Builtin {
             return Some(Err(e));
         }
         let started = Instant::now();
-        let answer = client.complete(&messages, &[], |_| {}).await;
+        let answer = client.complete_with(&messages, &[], None, |_| {}).await;
         params
             .ctx
             .on_request_complete(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));

@@ -9,16 +9,19 @@
 //! - [`completion`]: isolated completions, dispatched to the runtime the
 //!   selection policy picks (a plugin, or rein's chat client with no tools).
 //! - [`openai`]: a streaming client of the OpenAI-compatible chat-completions
-//!   API, for the built-in runtime.
+//!   API, for the built-in runtime; [`anthropic`]: one of Anthropic's Messages
+//!   API; [`provider`]: which provider is which, and their settings.
 //!
 //! - [`acp`]: external agents that speak the Agent Client Protocol, declared
 //!   by a plugin manifest with `protocol = "acp"`.
 
 pub mod acp;
 pub mod agent;
+pub mod anthropic;
 pub mod completion;
 pub mod openai;
 pub mod plugin;
+pub mod provider;
 
 pub use agent::AgentExecutor;
 pub use completion::Completions;

@@ -37,6 +37,17 @@ pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 /// How long a model server may stay silent unless `REIN_MODEL_IDLE_TIMEOUT` says.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
+impl Default for ChatConfig {
+    fn default() -> ChatConfig {
+        ChatConfig {
+            base_url: OPENAI_BASE_URL.into(),
+            api_key: None,
+            model: "gpt-4.1-mini".into(),
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
 impl ChatConfig {
     /// How `provider`'s requests are prepared under this configuration: the
     /// built-in provider `openai` takes its key from `OPENAI_API_KEY`, and its
@@ -52,13 +63,6 @@ impl ChatConfig {
                 .map(|_| "env:OPENAI_API_KEY".to_owned()),
             transport_overridden: self.base_url.trim_end_matches('/') != OPENAI_BASE_URL,
         }
-    }
-
-    /// Every provider's facts (for [`rein_core::harness::Harnesses`]).
-    pub fn all_facts(
-        &self,
-    ) -> std::collections::BTreeMap<String, rein_core::harness::ProviderFacts> {
-        [("openai".to_owned(), self.facts("openai"))].into()
     }
 
     /// From `OPENAI_BASE_URL` (default the OpenAI API), `OPENAI_API_KEY`,
@@ -152,6 +156,9 @@ pub struct ChatResponse {
     pub tool_calls: Vec<ToolCall>,
     /// `stop`, `length`, `tool_calls`, …
     pub finish_reason: String,
+    /// The provider's own id of the request (`x-request-id`, `request-id`),
+    /// when it sent one.
+    pub request_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -249,6 +256,11 @@ impl ChatClient {
                 url: url.clone(),
                 detail: e.to_string(),
             })?;
+        let request_id = response
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let status = response.status();
         if !status.is_success() {
             let retry_after = response
@@ -272,7 +284,9 @@ impl ChatClient {
                 retry_after,
             });
         }
-        read_stream(response, &url, idle, &mut on_text).await
+        let mut answer = read_stream(response, &url, idle, &mut on_text).await?;
+        answer.request_id = request_id;
+        Ok(answer)
     }
 }
 
@@ -445,5 +459,6 @@ async fn read_stream(
         content,
         tool_calls,
         finish_reason,
+        request_id: None,
     })
 }

@@ -506,3 +506,157 @@ async fn a_step_stopped_at_its_turn_limit_resumes_with_a_fresh_budget() {
     assert_eq!(text_of(&done), "listed three times");
     assert_eq!(seen.0.lock().unwrap().len(), 4);
 }
+
+fn anthropic(base: &str) -> rein_runtimes::anthropic::AnthropicConfig {
+    rein_runtimes::anthropic::AnthropicConfig {
+        base_url: base.into(),
+        api_key: Some("sk-ant-test".into()),
+        model: "claude-test".into(),
+        max_tokens: 1024,
+        idle_timeout: Duration::from_secs(10),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_step_on_anthropic_writes_a_file_through_the_messages_api() {
+    let (base, seen) = common::anthropic_like().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
+    let agent = AgentExecutor::new(
+        Arc::new(CommandExecutor::unsandboxed()),
+        Arc::new(HarnessRegistry::new(1)),
+        RuntimePolicy::default(),
+        ChatConfig::default(),
+    )
+    .with_anthropic(anthropic(&base));
+    let engine = Engine::new(
+        store.clone(),
+        Arc::new(agent),
+        EngineConfig::new(dir.path().join("workspaces")),
+    );
+    let mut step = agent_step("write hello");
+    if let StepAction::Agent { provider, .. } = &mut step.action {
+        *provider = Some("anthropic".into());
+    }
+    let state = create(&engine, step, None).await;
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.latest_for_step("draft").and_then(|c| c.error.clone())
+    );
+    assert_eq!(text_of(&done), "Wrote hello.txt.");
+    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+        "hello from claude"
+    );
+    // The second request carries the turn and the result in the API's shape.
+    let second = seen.0.lock().unwrap()[1].clone();
+    assert_eq!(second["model"], "claude-test");
+    assert_eq!(second["max_tokens"], 1024);
+    assert!(
+        second["system"]
+            .as_str()
+            .unwrap()
+            .contains("built-in agent")
+    );
+    assert_eq!(second["tools"][0]["input_schema"]["type"], "object");
+    let turns = second["messages"].as_array().unwrap();
+    assert_eq!(turns[1]["role"], "assistant");
+    assert_eq!(
+        turns[1]["content"][0],
+        serde_json::json!({ "type": "text", "text": "I will write it." })
+    );
+    assert_eq!(
+        turns[1]["content"][1],
+        serde_json::json!({ "type": "tool_use", "id": "toolu_1", "name": "write_file", "input": { "path": "hello.txt", "content": "hello from claude" } })
+    );
+    assert_eq!(turns[2]["role"], "user");
+    assert_eq!(turns[2]["content"][0]["type"], "tool_result");
+    assert_eq!(turns[2]["content"][0]["tool_use_id"], "toolu_1");
+    // Each model turn's journal entry has the provider's request id.
+    let journal = rein_core::journal::Journal::new(store.clone(), state.id(), "draft")
+        .load()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = journal
+        .iter()
+        .filter_map(|e| e["request_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["req_ant_1", "req_ant_1"]);
+}
+
+#[tokio::test]
+async fn the_messages_apis_refusals_are_classified_like_http_errors() {
+    use rein_runtimes::anthropic::AnthropicClient;
+    use rein_runtimes::openai::{ChatError, Message};
+    let (base, _) = common::anthropic_like().await;
+    let ask = |text: &str| {
+        vec![Message::User {
+            content: text.into(),
+        }]
+    };
+    let client = AnthropicClient::new(anthropic(&base));
+    let err = client
+        .complete_with(&ask("busy"), &[], None, |_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ChatError::Http {
+            status: 429,
+            message: "Number of requests has exceeded your rate limit".into(),
+            retry_after: Some(Duration::from_secs(3)),
+        }
+    );
+    let err = client
+        .complete_with(&ask("overloaded"), &[], None, |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ChatError::Http { status: 529, .. }),
+        "{err:?}"
+    );
+    let wrong_key = AnthropicClient::new(rein_runtimes::anthropic::AnthropicConfig {
+        api_key: Some("sk-wrong".into()),
+        ..anthropic(&base)
+    });
+    let err = wrong_key
+        .complete_with(&ask("hello"), &[], None, |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ChatError::Http { status: 401, .. }),
+        "{err:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_the_builtin_runtime_does_not_speak_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), "http://127.0.0.1:9/v1").await;
+    let mut step = agent_step("write notes");
+    if let StepAction::Agent { provider, .. } = &mut step.action {
+        *provider = Some("mistral".into());
+    }
+    let state = create(&engine, step, None).await;
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let done = engine.run(state.id(), no_wait).await.unwrap();
+    let error = done
+        .latest_for_step("draft")
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
+    assert!(
+        error.starts_with(
+            "the built-in runtime speaks the providers openai and anthropic, not `mistral`"
+        ),
+        "{error}"
+    );
+}

@@ -72,15 +72,18 @@ impl Context {
     ) -> anyhow::Result<Context> {
         let registry = Arc::new(harness_registry(&target.plugins)?);
         let policy = runtime_policy(target.runtime_policy.as_deref())?;
-        let chat = crate::commands::chat_config()?;
+        let providers = crate::commands::providers()?;
+        let chat = providers.openai.clone();
         let completions =
-            rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone());
+            rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone())
+                .with_anthropic(providers.anthropic.clone());
         let harnesses = Arc::new(rein_core::harness::Harnesses {
             registry: Arc::clone(&registry),
             policy: policy.clone(),
-            facts: chat.all_facts(),
+            facts: providers.all_facts(),
         });
-        let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat);
+        let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat)
+            .with_anthropic(providers.anthropic);
         let mut ctx = Context::running_with(
             target.data_dir.clone(),
             max_parallel,
@@ -96,11 +99,13 @@ impl Context {
     /// complete`, `rein plan draft`): the plugins' harnesses and the built-in
     /// runtime serve its completions.
     pub fn for_completions(target: &Target) -> anyhow::Result<Context> {
+        let providers = crate::commands::providers()?;
         let completions = rein_runtimes::Completions::new(
             Arc::new(harness_registry(&target.plugins)?),
             runtime_policy(target.runtime_policy.as_deref())?,
-            crate::commands::chat_config()?,
-        );
+            providers.openai,
+        )
+        .with_anthropic(providers.anthropic);
         let why = rein_sandbox::Unavailable {
             reason: "this command does not run steps".into(),
             remedy: "run the task with `rein run` or `rein tasks resume`".into(),
@@ -166,10 +171,10 @@ pub fn protected(target: &Target) -> anyhow::Result<rein_sandbox::Protected> {
     Ok(engine_config(data_dir(target.data_dir.clone())?).protected(None))
 }
 
-/// The built-in runtime's model settings, from the environment; a setting
-/// that cannot be read is bad usage, named.
-pub fn chat_config() -> anyhow::Result<rein_runtimes::openai::ChatConfig> {
-    rein_runtimes::openai::ChatConfig::from_env().map_err(|e| UsageError(e).into())
+/// Every provider's settings, from the environment; a setting that cannot be
+/// read is bad usage, named.
+pub fn providers() -> anyhow::Result<rein_runtimes::provider::Providers> {
+    rein_runtimes::provider::Providers::from_env().map_err(|e| UsageError(e).into())
 }
 
 /// The harnesses of the plugins named by `--plugin` (or `REIN_PLUGINS`). A

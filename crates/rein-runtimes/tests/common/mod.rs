@@ -345,3 +345,102 @@ pub async fn llama_like() -> (String, Seen) {
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}/v1"), seen)
 }
+
+/// Server-sent events as the Messages API sends them: `event:` and `data:`.
+fn anthropic_sse(events: Vec<Value>) -> Response {
+    let mut body = String::new();
+    for e in events {
+        body.push_str(&format!(
+            "event: {}\ndata: {e}\n\n",
+            e["type"].as_str().unwrap()
+        ));
+    }
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header("request-id", "req_ant_1")
+        .body(Body::from(body))
+        .unwrap()
+}
+
+/// A server that speaks Anthropic's Messages API, streaming: it checks the
+/// key and version headers, and plays a script keyed by the first user text
+/// — `write hello` (a `tool_use` of `write_file`, then a text answer once the
+/// result comes back), `busy` (429 with `Retry-After`), `overloaded` (an
+/// `error` event in the stream).
+async fn messages(
+    State(seen): State<Seen>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap();
+    seen.0.lock().unwrap().push(body.clone());
+    let json_error = |status: u16, kind: &str, message: &str| {
+        Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::RETRY_AFTER, "3")
+            .body(Body::from(
+                json!({ "type": "error", "error": { "type": kind, "message": message } })
+                    .to_string(),
+            ))
+            .unwrap()
+    };
+    if headers.get("x-api-key").and_then(|v| v.to_str().ok()) != Some("sk-ant-test")
+        || headers.get("anthropic-version").is_none()
+    {
+        return json_error(401, "authentication_error", "invalid x-api-key");
+    }
+    let messages = body["messages"].as_array().unwrap();
+    let first = messages[0]["content"][0]["text"].as_str().unwrap_or("");
+    let answered = messages.iter().any(|m| {
+        m["content"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
+    });
+    let start = json!({ "type": "message_start", "message": { "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": body["model"], "stop_reason": null, "usage": { "input_tokens": 10, "output_tokens": 1 } } });
+    match (first, answered) {
+        ("busy", _) => json_error(
+            429,
+            "rate_limit_error",
+            "Number of requests has exceeded your rate limit",
+        ),
+        ("overloaded", _) => anthropic_sse(vec![
+            start,
+            json!({ "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } }),
+        ]),
+        (_, true) => anthropic_sse(vec![
+            start,
+            json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } }),
+            json!({ "type": "ping" }),
+            json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": "Wrote " } }),
+            json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": "hello.txt." } }),
+            json!({ "type": "content_block_stop", "index": 0 }),
+            json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn", "stop_sequence": null }, "usage": { "output_tokens": 5 } }),
+            json!({ "type": "message_stop" }),
+        ]),
+        (_, false) => anthropic_sse(vec![
+            start,
+            json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } }),
+            json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": "I will write it." } }),
+            json!({ "type": "content_block_stop", "index": 0 }),
+            json!({ "type": "content_block_start", "index": 1, "content_block": { "type": "tool_use", "id": "toolu_1", "name": "write_file", "input": {} } }),
+            json!({ "type": "content_block_delta", "index": 1, "delta": { "type": "input_json_delta", "partial_json": "{\"path\": \"hello.txt\", " } }),
+            json!({ "type": "content_block_delta", "index": 1, "delta": { "type": "input_json_delta", "partial_json": "\"content\": \"hello from claude\"}" } }),
+            json!({ "type": "content_block_stop", "index": 1 }),
+            json!({ "type": "message_delta", "delta": { "stop_reason": "tool_use", "stop_sequence": null }, "usage": { "output_tokens": 20 } }),
+            json!({ "type": "message_stop" }),
+        ]),
+    }
+}
+
+/// Starts the Messages API server; returns its base URL (without `/v1`).
+pub async fn anthropic_like() -> (String, Seen) {
+    let seen = Seen::default();
+    let app = Router::new()
+        .route("/v1/messages", post(messages))
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), seen)
+}

@@ -1,0 +1,443 @@
+//! A client of Anthropic's Messages API (`POST {base}/v1/messages`),
+//! streaming, for the built-in runtime's `provider = "anthropic"`.
+//!
+//! The loop's conversation stays in one shape (the chat-completions
+//! [`Message`]s it journals); this client turns it into the Messages API's —
+//! system text apart, `tool_use` blocks on the assistant's turns, `tool_result`
+//! blocks in the user's — and the streamed answer back into a
+//! [`ChatResponse`]: `end_turn` is `stop`, `tool_use` is `tool_calls`,
+//! `max_tokens` is `length`.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::openai::{ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec};
+
+/// The Messages API's own endpoint.
+pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
+/// The API version rein speaks.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Where the API is, which model to ask, and how long an answer may be.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AnthropicConfig {
+    /// Without `/v1`: e.g. `https://api.anthropic.com`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub model: String,
+    /// The `max_tokens` of every request (the API requires one).
+    pub max_tokens: u32,
+    /// How long the server may stay silent (see [`crate::openai::ChatConfig`]).
+    pub idle_timeout: Duration,
+}
+
+impl std::fmt::Debug for AnthropicConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnthropicConfig")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("max_tokens", &self.max_tokens)
+            .finish()
+    }
+}
+
+impl Default for AnthropicConfig {
+    fn default() -> AnthropicConfig {
+        AnthropicConfig {
+            base_url: ANTHROPIC_BASE_URL.into(),
+            api_key: None,
+            model: "claude-sonnet-4-5".into(),
+            max_tokens: 8192,
+            idle_timeout: crate::openai::DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+impl AnthropicConfig {
+    /// From `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `REIN_ANTHROPIC_MODEL`
+    /// (default `claude-sonnet-4-5`) and `REIN_ANTHROPIC_MAX_TOKENS` (default
+    /// 8192), with the idle timeout of the OpenAI settings.
+    pub fn from_env(idle_timeout: Duration) -> Result<AnthropicConfig, String> {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let defaults = AnthropicConfig::default();
+        let max_tokens = match var("REIN_ANTHROPIC_MAX_TOKENS") {
+            None => defaults.max_tokens,
+            Some(v) => v.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                format!("REIN_ANTHROPIC_MAX_TOKENS=`{v}` is not a positive number of tokens")
+            })?,
+        };
+        Ok(AnthropicConfig {
+            base_url: var("ANTHROPIC_BASE_URL").unwrap_or(defaults.base_url),
+            api_key: var("ANTHROPIC_API_KEY"),
+            model: var("REIN_ANTHROPIC_MODEL").unwrap_or(defaults.model),
+            max_tokens,
+            idle_timeout,
+        })
+    }
+
+    /// How its requests are prepared, for the `modelProvider` a harness is shown.
+    pub fn facts(&self) -> rein_core::harness::ProviderFacts {
+        rein_core::harness::ProviderFacts {
+            auth_source: self
+                .api_key
+                .as_ref()
+                .map(|_| "env:ANTHROPIC_API_KEY".to_owned()),
+            transport_overridden: self.base_url.trim_end_matches('/') != ANTHROPIC_BASE_URL,
+        }
+    }
+}
+
+/// A Messages API client.
+#[derive(Debug, Clone)]
+pub struct AnthropicClient {
+    http: reqwest::Client,
+    config: AnthropicConfig,
+}
+
+/// The conversation in the Messages API's shape: the system text, and the
+/// turns (consecutive ones of a role merged, as the API wants them).
+fn request_messages(messages: &[Message]) -> (Option<String>, Vec<Value>) {
+    let mut system: Vec<&str> = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, block: Value| match turns.last_mut() {
+        Some((r, blocks)) if *r == role => blocks.push(block),
+        _ => turns.push((role, vec![block])),
+    };
+    for m in messages {
+        match m {
+            Message::System { content } => system.push(content),
+            Message::User { content } => push("user", json!({ "type": "text", "text": content })),
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                if let Some(text) = content.as_deref().filter(|t| !t.is_empty()) {
+                    push("assistant", json!({ "type": "text", "text": text }));
+                }
+                for call in tool_calls {
+                    // The API takes the input as an object; arguments that are
+                    // not one go as an empty object (the tool then says why).
+                    let input = serde_json::from_str::<Value>(&call.function.arguments)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({}));
+                    push(
+                        "assistant",
+                        json!({ "type": "tool_use", "id": call.id, "name": call.function.name, "input": input }),
+                    );
+                }
+            }
+            Message::Tool {
+                tool_call_id,
+                content,
+            } => push(
+                "user",
+                json!({ "type": "tool_result", "tool_use_id": tool_call_id, "content": content }),
+            ),
+        }
+    }
+    let system = (!system.is_empty()).then(|| system.join("\n\n"));
+    let turns = turns
+        .into_iter()
+        .map(|(role, content)| json!({ "role": role, "content": content }))
+        .collect();
+    (system, turns)
+}
+
+/// An error the API named by its type, as the HTTP status it stands for.
+fn status_of(kind: &str) -> Option<u16> {
+    Some(match kind {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "api_error" => 500,
+        "overloaded_error" => 529,
+        _ => return None,
+    })
+}
+
+impl AnthropicClient {
+    pub fn new(config: AnthropicConfig) -> AnthropicClient {
+        AnthropicClient {
+            http: reqwest::Client::new(),
+            config,
+        }
+    }
+
+    /// One streamed answer; see [`crate::openai::ChatClient::complete_with`].
+    pub async fn complete_with(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        tool_choice: Option<&str>,
+        mut on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, ChatError> {
+        let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
+        let (system, turns) = request_messages(messages);
+        let mut body = json!({
+            "model": self.config.model,
+            "max_tokens": self.config.max_tokens,
+            "messages": turns,
+            "stream": true,
+        });
+        if let Some(system) = system {
+            body["system"] = json!(system);
+        }
+        if !tools.is_empty() {
+            body["tools"] = tools
+                .iter()
+                .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
+                .collect();
+            match tool_choice {
+                None => {}
+                Some("auto") => body["tool_choice"] = json!({ "type": "auto" }),
+                Some("required") => body["tool_choice"] = json!({ "type": "any" }),
+                Some("none") => body["tool_choice"] = json!({ "type": "none" }),
+                Some(name) => body["tool_choice"] = json!({ "type": "tool", "name": name }),
+            }
+        }
+        let mut request = self
+            .http
+            .post(&url)
+            .header("anthropic-version", ANTHROPIC_VERSION)
+            .json(&body);
+        if let Some(key) = &self.config.api_key {
+            request = request.header("x-api-key", key);
+        }
+        let idle = self.config.idle_timeout;
+        let response = tokio::time::timeout(idle, request.send())
+            .await
+            .map_err(|_| ChatError::TimedOut(idle))?
+            .map_err(|e| ChatError::Unreachable {
+                url: url.clone(),
+                detail: e.to_string(),
+            })?;
+        let request_id = response
+            .headers()
+            .get("request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = tokio::time::timeout(idle, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or(text);
+            return Err(ChatError::Http {
+                status: status.as_u16(),
+                message,
+                retry_after,
+            });
+        }
+        let mut answer = read_events(response, &url, idle, &mut on_text).await?;
+        answer.request_id = request_id;
+        Ok(answer)
+    }
+}
+
+/// A content block being put together from its streamed pieces.
+enum Block {
+    Text,
+    ToolUse {
+        id: String,
+        name: String,
+        input: String,
+    },
+    Other,
+}
+
+async fn read_events(
+    response: reqwest::Response,
+    url: &str,
+    idle: Duration,
+    on_text: &mut (impl FnMut(&str) + Send),
+) -> Result<ChatResponse, ChatError> {
+    use eventsource_stream::Eventsource;
+    let mut events = response.bytes_stream().eventsource();
+    let mut content = String::new();
+    let mut blocks: Vec<Block> = Vec::new();
+    let mut stop_reason: Option<String> = None;
+    let mut events_seen = 0usize;
+    loop {
+        let Some(event) = tokio::time::timeout(idle, events.next())
+            .await
+            .map_err(|_| ChatError::TimedOut(idle))?
+        else {
+            break;
+        };
+        let event = event.map_err(|e| ChatError::Protocol(e.to_string()))?;
+        events_seen += 1;
+        let data: Value = serde_json::from_str(&event.data)
+            .map_err(|e| ChatError::Protocol(format!("an event is not JSON ({e})")))?;
+        match data["type"].as_str().unwrap_or(event.event.as_str()) {
+            "error" => {
+                let kind = data["error"]["type"].as_str().unwrap_or_default();
+                let message = data["error"]["message"]
+                    .as_str()
+                    .unwrap_or("no message")
+                    .to_owned();
+                return Err(match status_of(kind) {
+                    Some(status) => ChatError::Http {
+                        status,
+                        message: format!("{message} (reported in the stream)"),
+                        retry_after: None,
+                    },
+                    None => ChatError::Protocol(format!("the stream reported {kind}: {message}")),
+                });
+            }
+            "content_block_start" => {
+                let index = data["index"].as_u64().unwrap_or(0) as usize;
+                if index > 256 {
+                    return Err(ChatError::Protocol(format!("content block index {index}")));
+                }
+                let block = &data["content_block"];
+                let made = match block["type"].as_str() {
+                    Some("text") => {
+                        if let Some(text) = block["text"].as_str().filter(|t| !t.is_empty()) {
+                            content.push_str(text);
+                            on_text(text);
+                        }
+                        Block::Text
+                    }
+                    Some("tool_use") => Block::ToolUse {
+                        id: block["id"].as_str().unwrap_or_default().to_owned(),
+                        name: block["name"].as_str().unwrap_or_default().to_owned(),
+                        input: String::new(),
+                    },
+                    _ => Block::Other,
+                };
+                while blocks.len() < index {
+                    blocks.push(Block::Other);
+                }
+                if blocks.len() == index {
+                    blocks.push(made);
+                } else {
+                    blocks[index] = made;
+                }
+            }
+            "content_block_delta" => {
+                let index = data["index"].as_u64().unwrap_or(0) as usize;
+                let delta = &data["delta"];
+                match (blocks.get_mut(index), delta["type"].as_str()) {
+                    (Some(Block::Text), Some("text_delta")) => {
+                        if let Some(text) = delta["text"].as_str() {
+                            content.push_str(text);
+                            on_text(text);
+                        }
+                    }
+                    (Some(Block::ToolUse { input, .. }), Some("input_json_delta")) => {
+                        input.push_str(delta["partial_json"].as_str().unwrap_or_default());
+                    }
+                    _ => {}
+                }
+            }
+            "message_delta" => {
+                if let Some(reason) = data["delta"]["stop_reason"].as_str() {
+                    stop_reason = Some(reason.to_owned());
+                }
+            }
+            "message_stop" => break,
+            _ => {}
+        }
+    }
+    let Some(stop_reason) = stop_reason else {
+        return Err(ChatError::Protocol(format!(
+            "{url} ended its stream after {events_seen} events without a stop reason; the server's own log will have the cause"
+        )));
+    };
+    let tool_calls = blocks
+        .into_iter()
+        .filter_map(|b| match b {
+            Block::ToolUse { id, name, input } if !name.is_empty() => Some(ToolCall {
+                id,
+                kind: "function".into(),
+                function: FunctionCall {
+                    name,
+                    arguments: if input.trim().is_empty() {
+                        "{}".into()
+                    } else {
+                        input
+                    },
+                },
+            }),
+            _ => None,
+        })
+        .collect();
+    let finish_reason = match stop_reason.as_str() {
+        "end_turn" | "stop_sequence" => "stop",
+        "tool_use" => "tool_calls",
+        "max_tokens" => "length",
+        other => other,
+    }
+    .to_owned();
+    Ok(ChatResponse {
+        content,
+        tool_calls,
+        finish_reason,
+        request_id: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_conversation_takes_the_messages_apis_shape() {
+        let messages = vec![
+            Message::System {
+                content: "be brief".into(),
+            },
+            Message::User {
+                content: "write it".into(),
+            },
+            Message::Assistant {
+                content: Some(String::new()),
+                tool_calls: vec![ToolCall {
+                    id: "toolu_1".into(),
+                    kind: "function".into(),
+                    function: FunctionCall {
+                        name: "write_file".into(),
+                        arguments: "{\"path\": \"a\"}".into(),
+                    },
+                }],
+            },
+            Message::Tool {
+                tool_call_id: "toolu_1".into(),
+                content: "wrote 1 bytes".into(),
+            },
+            Message::User {
+                content: "and now?".into(),
+            },
+        ];
+        let (system, turns) = request_messages(&messages);
+        assert_eq!(system.as_deref(), Some("be brief"));
+        assert_eq!(
+            serde_json::Value::Array(turns),
+            json!([
+                { "role": "user", "content": [{ "type": "text", "text": "write it" }] },
+                { "role": "assistant", "content": [{ "type": "tool_use", "id": "toolu_1", "name": "write_file", "input": { "path": "a" } }] },
+                { "role": "user", "content": [
+                    { "type": "tool_result", "tool_use_id": "toolu_1", "content": "wrote 1 bytes" },
+                    { "type": "text", "text": "and now?" } ] },
+            ])
+        );
+    }
+}

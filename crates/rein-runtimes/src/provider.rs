@@ -1,0 +1,101 @@
+//! The providers the built-in runtime speaks, each with its endpoint, key
+//! variable and defaults in one place: `openai` (the chat-completions API, at
+//! any compatible endpoint) and `anthropic` (the Messages API).
+
+use crate::anthropic::{AnthropicClient, AnthropicConfig};
+use crate::openai::{ChatClient, ChatConfig, ChatError, ChatResponse, Message, ToolSpec};
+
+/// The providers' names, as steps and routes give them.
+pub const PROVIDERS: &[&str] = &["openai", "anthropic"];
+
+/// The settings of every provider.
+#[derive(Debug, Clone, Default)]
+pub struct Providers {
+    pub openai: ChatConfig,
+    pub anthropic: AnthropicConfig,
+}
+
+impl Providers {
+    /// Every provider from the environment: `OPENAI_BASE_URL`,
+    /// `OPENAI_API_KEY`, `REIN_MODEL`, `REIN_MODEL_IDLE_TIMEOUT`;
+    /// `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `REIN_ANTHROPIC_MODEL`,
+    /// `REIN_ANTHROPIC_MAX_TOKENS`.
+    pub fn from_env() -> Result<Providers, String> {
+        let openai = ChatConfig::from_env()?;
+        let anthropic = AnthropicConfig::from_env(openai.idle_timeout)?;
+        Ok(Providers { openai, anthropic })
+    }
+
+    /// The model a route without one asks.
+    pub fn default_model(&self, provider: &str) -> String {
+        match provider {
+            "anthropic" => self.anthropic.model.clone(),
+            _ => self.openai.model.clone(),
+        }
+    }
+
+    /// A client of `provider` asking `model`; a provider the built-in runtime
+    /// does not speak is named, with those it does.
+    pub fn client(&self, provider: &str, model: &str) -> Result<ModelClient, String> {
+        match provider {
+            "openai" => Ok(ModelClient::OpenAi(ChatClient::new(ChatConfig {
+                model: model.to_owned(),
+                ..self.openai.clone()
+            }))),
+            "anthropic" => Ok(ModelClient::Anthropic(AnthropicClient::new(
+                AnthropicConfig {
+                    model: model.to_owned(),
+                    ..self.anthropic.clone()
+                },
+            ))),
+            other => Err(format!(
+                "the built-in runtime speaks the providers {}, not `{other}`; a plugin's harness may serve it (`rein harness explain --provider {other}`)",
+                PROVIDERS.join(" and ")
+            )),
+        }
+    }
+
+    /// How `provider`'s requests are prepared here.
+    pub fn facts(&self, provider: &str) -> rein_core::harness::ProviderFacts {
+        match provider {
+            "anthropic" => self.anthropic.facts(),
+            other => self.openai.facts(other),
+        }
+    }
+
+    /// Every provider's facts (for [`rein_core::harness::Harnesses`]).
+    pub fn all_facts(
+        &self,
+    ) -> std::collections::BTreeMap<String, rein_core::harness::ProviderFacts> {
+        PROVIDERS
+            .iter()
+            .map(|p| ((*p).to_owned(), self.facts(p)))
+            .collect()
+    }
+}
+
+/// A client of one provider's API.
+#[derive(Debug, Clone)]
+pub enum ModelClient {
+    OpenAi(ChatClient),
+    Anthropic(AnthropicClient),
+}
+
+impl ModelClient {
+    /// One streamed answer: content pieces to `on_text` as they come, the
+    /// tool calls whole, the finish reason in the chat-completions vocabulary.
+    pub async fn complete_with(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        tool_choice: Option<&str>,
+        on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, ChatError> {
+        match self {
+            ModelClient::OpenAi(c) => c.complete_with(messages, tools, tool_choice, on_text).await,
+            ModelClient::Anthropic(c) => {
+                c.complete_with(messages, tools, tool_choice, on_text).await
+            }
+        }
+    }
+}
