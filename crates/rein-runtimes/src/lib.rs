@@ -9,8 +9,9 @@
 //! - [`completion`]: isolated completions, dispatched to the runtime the
 //!   selection policy picks (a plugin, or rein's chat client with no tools).
 //! - [`openai`]: a streaming client of the OpenAI-compatible chat-completions
-//!   API, for the built-in runtime; [`anthropic`]: one of Anthropic's Messages
-//!   API; [`provider`]: which provider is which, and their settings.
+//!   API, for the built-in runtime; [`responses`]: one of OpenAI's Responses
+//!   API; [`anthropic`]: one of Anthropic's Messages API; [`provider`]: which
+//!   provider is which, and their settings.
 //!
 //! - [`acp`]: external agents that speak the Agent Client Protocol, declared
 //!   by a plugin manifest with `protocol = "acp"`.
@@ -22,6 +23,7 @@ pub mod completion;
 pub mod openai;
 pub mod plugin;
 pub mod provider;
+pub mod responses;
 
 pub use agent::AgentExecutor;
 pub use completion::Completions;

@@ -1,12 +1,14 @@
 //! The providers the built-in runtime speaks, each with its endpoint, key
 //! variable and defaults in one place: `openai` (the chat-completions API, at
-//! any compatible endpoint) and `anthropic` (the Messages API).
+//! any compatible endpoint), `openai-responses` (OpenAI's Responses API, on the
+//! same settings) and `anthropic` (the Messages API).
 
 use crate::anthropic::{AnthropicClient, AnthropicConfig};
 use crate::openai::{ChatClient, ChatConfig, ChatError, ChatResponse, Message, ToolSpec};
+use crate::responses::ResponsesClient;
 
 /// The providers' names, as steps and routes give them.
-pub const PROVIDERS: &[&str] = &["openai", "anthropic"];
+pub const PROVIDERS: &[&str] = &["openai", "openai-responses", "anthropic"];
 
 /// The settings of every provider.
 #[derive(Debug, Clone, Default)]
@@ -42,6 +44,10 @@ impl Providers {
                 model: model.to_owned(),
                 ..self.openai.clone()
             }))),
+            "openai-responses" => Ok(ModelClient::Responses(ResponsesClient::new(ChatConfig {
+                model: model.to_owned(),
+                ..self.openai.clone()
+            }))),
             "anthropic" => Ok(ModelClient::Anthropic(AnthropicClient::new(
                 AnthropicConfig {
                     model: model.to_owned(),
@@ -50,7 +56,7 @@ impl Providers {
             ))),
             other => Err(format!(
                 "the built-in runtime speaks the providers {}, not `{other}`; a plugin's harness may serve it (`rein harness explain --provider {other}`)",
-                PROVIDERS.join(" and ")
+                PROVIDERS.join(", ")
             )),
         }
     }
@@ -59,6 +65,7 @@ impl Providers {
     pub fn facts(&self, provider: &str) -> rein_core::harness::ProviderFacts {
         match provider {
             "anthropic" => self.anthropic.facts(),
+            "openai-responses" => self.openai.facts("openai"),
             other => self.openai.facts(other),
         }
     }
@@ -78,6 +85,7 @@ impl Providers {
 #[derive(Debug, Clone)]
 pub enum ModelClient {
     OpenAi(ChatClient),
+    Responses(ResponsesClient),
     Anthropic(AnthropicClient),
 }
 
@@ -93,6 +101,9 @@ impl ModelClient {
     ) -> Result<ChatResponse, ChatError> {
         match self {
             ModelClient::OpenAi(c) => c.complete_with(messages, tools, tool_choice, on_text).await,
+            ModelClient::Responses(c) => {
+                c.complete_with(messages, tools, tool_choice, on_text).await
+            }
             ModelClient::Anthropic(c) => {
                 c.complete_with(messages, tools, tool_choice, on_text).await
             }

@@ -655,8 +655,75 @@ async fn a_provider_the_builtin_runtime_does_not_speak_is_named() {
         .unwrap();
     assert!(
         error.starts_with(
-            "the built-in runtime speaks the providers openai and anthropic, not `mistral`"
+            "the built-in runtime speaks the providers openai, openai-responses, anthropic, not `mistral`"
         ),
         "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_step_on_the_responses_api_writes_a_file() {
+    let (base, seen) = common::responses_like().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, store) = engine(dir.path(), &base).await;
+    let mut step = agent_step("write it");
+    if let StepAction::Agent { provider, .. } = &mut step.action {
+        *provider = Some("openai-responses".into());
+    }
+    let state = create(&engine, step, None).await;
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.latest_for_step("draft").and_then(|c| c.error.clone())
+    );
+    assert_eq!(text_of(&done), "Wrote it.");
+    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("r.txt")).unwrap(),
+        "from responses"
+    );
+    let second = seen.0.lock().unwrap()[1].clone();
+    assert_eq!(second["store"], false);
+    assert!(
+        second["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("built-in agent")
+    );
+    assert_eq!(second["tools"][0]["type"], "function");
+    assert_eq!(second["tools"][0]["name"], "read_file");
+    let input = second["input"].as_array().unwrap();
+    assert_eq!(input[1]["type"], "function_call");
+    assert_eq!(input[1]["call_id"], "call_r1");
+    assert_eq!(input[2]["type"], "function_call_output");
+    assert_eq!(input[2]["call_id"], "call_r1");
+    let journal = rein_core::journal::Journal::new(store.clone(), state.id(), "draft")
+        .load()
+        .await
+        .unwrap();
+    assert!(journal.iter().any(|e| e["request_id"] == "req_resp_1"));
+
+    // A rate limit reported in the stream is a 429.
+    let client = rein_runtimes::responses::ResponsesClient::new(ChatConfig {
+        base_url: base.clone(),
+        api_key: None,
+        model: "gpt-test".into(),
+        idle_timeout: Duration::from_secs(10),
+    });
+    let busy = [rein_runtimes::openai::Message::User {
+        content: "busy".into(),
+    }];
+    let err = client
+        .complete_with(&busy, &[], None, |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            rein_runtimes::openai::ChatError::Http { status: 429, .. }
+        ),
+        "{err:?}"
     );
 }

@@ -444,3 +444,66 @@ pub async fn anthropic_like() -> (String, Seen) {
     tokio::spawn(async move { axum::serve(listener, app).await });
     (format!("http://{addr}"), seen)
 }
+
+/// A server that speaks OpenAI's Responses API, streaming (`event:` names and
+/// typed `data:`): a `function_call` of `write_file`, then a text answer once
+/// its output comes back; `busy` gets an `error` event in the stream.
+async fn responses(State(seen): State<Seen>, body: String) -> Response {
+    let body: Value = serde_json::from_str(&body).unwrap();
+    seen.0.lock().unwrap().push(body.clone());
+    let input = body["input"].as_array().unwrap();
+    let first = input[0]["content"][0]["text"].as_str().unwrap_or("");
+    let answered = input.iter().any(|i| i["type"] == "function_call_output");
+    let events = |events: Vec<Value>| {
+        let mut text = String::new();
+        for e in events {
+            text.push_str(&format!(
+                "event: {}\ndata: {e}\n\n",
+                e["type"].as_str().unwrap()
+            ));
+        }
+        Response::builder()
+            .header(header::CONTENT_TYPE, "text/event-stream")
+            .header("x-request-id", "req_resp_1")
+            .body(Body::from(text))
+            .unwrap()
+    };
+    let created = json!({ "type": "response.created", "sequence_number": 0, "response": { "id": "resp_1", "status": "in_progress", "output": [] } });
+    if first == "busy" {
+        return events(vec![
+            created,
+            json!({ "type": "error", "code": "rate_limit_exceeded", "message": "Rate limit reached", "param": null }),
+        ]);
+    }
+    if answered {
+        return events(vec![
+            created,
+            json!({ "type": "response.output_item.added", "output_index": 0, "item": { "type": "message", "id": "msg_1", "role": "assistant", "content": [] } }),
+            json!({ "type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Wrote " }),
+            json!({ "type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "it." }),
+            json!({ "type": "response.output_item.done", "output_index": 0, "item": { "type": "message", "id": "msg_1" } }),
+            json!({ "type": "response.completed", "response": { "id": "resp_1", "status": "completed" } }),
+        ]);
+    }
+    events(vec![
+        created,
+        json!({ "type": "response.output_item.added", "output_index": 0, "item": { "type": "function_call", "id": "fc_1", "call_id": "call_r1", "name": "write_file", "arguments": "" } }),
+        json!({ "type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": "{\"path\": \"r.txt\", " }),
+        json!({ "type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": "\"content\": \"from responses\"}" }),
+        json!({ "type": "response.function_call_arguments.done", "item_id": "fc_1", "output_index": 0, "arguments": "{\"path\": \"r.txt\", \"content\": \"from responses\"}" }),
+        json!({ "type": "response.output_item.done", "output_index": 0, "item": { "type": "function_call", "id": "fc_1", "call_id": "call_r1", "name": "write_file" } }),
+        json!({ "type": "response.completed", "response": { "id": "resp_1", "status": "completed" } }),
+    ])
+}
+
+/// Starts the Responses API server; returns its base URL (with `/v1`).
+pub async fn responses_like() -> (String, Seen) {
+    let seen = Seen::default();
+    let app = Router::new()
+        .route("/v1/responses", post(responses))
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), seen)
+}

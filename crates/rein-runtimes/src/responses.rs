@@ -1,0 +1,323 @@
+//! A client of OpenAI's Responses API (`POST {base}/responses`), streaming,
+//! for the built-in runtime's `provider = "openai-responses"` (some agents,
+//! Codex among them, speak only this). It takes the OpenAI settings
+//! (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `REIN_MODEL`).
+//!
+//! The loop's conversation becomes input items — system text as
+//! `instructions`, messages, `function_call` and `function_call_output`
+//! items — and the streamed events become a [`ChatResponse`]: a completed
+//! response with function calls is `tool_calls`, without `stop`, an
+//! incomplete one cut at `max_output_tokens` is `length`.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::openai::{
+    ChatConfig, ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec,
+};
+
+/// The conversation as the Responses API's `instructions` and input items.
+fn input_items(messages: &[Message]) -> (Option<String>, Vec<Value>) {
+    let mut system: Vec<&str> = Vec::new();
+    let mut items = Vec::new();
+    for m in messages {
+        match m {
+            Message::System { content } => system.push(content),
+            Message::User { content } => {
+                items.push(json!({ "type": "message", "role": "user", "content": [{ "type": "input_text", "text": content }] }));
+            }
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => {
+                if let Some(text) = content.as_deref().filter(|t| !t.is_empty()) {
+                    items.push(json!({ "type": "message", "role": "assistant", "content": [{ "type": "output_text", "text": text }] }));
+                }
+                for call in tool_calls {
+                    items.push(json!({ "type": "function_call", "call_id": call.id, "name": call.function.name, "arguments": call.function.arguments }));
+                }
+            }
+            Message::Tool {
+                tool_call_id,
+                content,
+            } => items.push(
+                json!({ "type": "function_call_output", "call_id": tool_call_id, "output": content }),
+            ),
+        }
+    }
+    ((!system.is_empty()).then(|| system.join("\n\n")), items)
+}
+
+/// A Responses API client.
+#[derive(Debug, Clone)]
+pub struct ResponsesClient {
+    http: reqwest::Client,
+    config: ChatConfig,
+}
+
+impl ResponsesClient {
+    pub fn new(config: ChatConfig) -> ResponsesClient {
+        ResponsesClient {
+            http: reqwest::Client::new(),
+            config,
+        }
+    }
+
+    /// One streamed answer; see [`crate::openai::ChatClient::complete_with`].
+    pub async fn complete_with(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        tool_choice: Option<&str>,
+        mut on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, ChatError> {
+        let url = format!("{}/responses", self.config.base_url.trim_end_matches('/'));
+        let (instructions, input) = input_items(messages);
+        let mut body = json!({
+            "model": self.config.model,
+            "input": input,
+            "stream": true,
+            // The conversation is rein's (journaled); nothing kept server-side.
+            "store": false,
+        });
+        if let Some(instructions) = instructions {
+            body["instructions"] = json!(instructions);
+        }
+        if !tools.is_empty() {
+            body["tools"] = tools
+                .iter()
+                .map(|t| json!({ "type": "function", "name": t.name, "description": t.description, "parameters": t.parameters }))
+                .collect();
+        }
+        match tool_choice {
+            None => {}
+            Some(c @ ("auto" | "required" | "none")) => body["tool_choice"] = json!(c),
+            Some(name) => body["tool_choice"] = json!({ "type": "function", "name": name }),
+        }
+        let mut request = self.http.post(&url).json(&body);
+        if let Some(key) = &self.config.api_key {
+            request = request.bearer_auth(key);
+        }
+        let idle = self.config.idle_timeout;
+        let response = tokio::time::timeout(idle, request.send())
+            .await
+            .map_err(|_| ChatError::TimedOut(idle))?
+            .map_err(|e| ChatError::Unreachable {
+                url: url.clone(),
+                detail: e.to_string(),
+            })?;
+        let request_id = response
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = tokio::time::timeout(idle, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or(text);
+            return Err(ChatError::Http {
+                status: status.as_u16(),
+                message,
+                retry_after,
+            });
+        }
+        let mut answer = read_events(response, &url, idle, &mut on_text).await?;
+        answer.request_id = request_id;
+        Ok(answer)
+    }
+}
+
+/// An error the stream reported, by its code, as the HTTP status it stands for.
+fn stream_error(code: &str, message: &str) -> ChatError {
+    let status = match code {
+        "rate_limit_exceeded" => Some(429),
+        "server_error" => Some(500),
+        "server_is_overloaded" | "slow_down" => Some(503),
+        _ => None,
+    };
+    match status {
+        Some(status) => ChatError::Http {
+            status,
+            message: format!("{message} (reported in the stream)"),
+            retry_after: None,
+        },
+        None => ChatError::Protocol(format!("the stream reported {code}: {message}")),
+    }
+}
+
+async fn read_events(
+    response: reqwest::Response,
+    url: &str,
+    idle: Duration,
+    on_text: &mut (impl FnMut(&str) + Send),
+) -> Result<ChatResponse, ChatError> {
+    use eventsource_stream::Eventsource;
+    let mut events = response.bytes_stream().eventsource();
+    let mut content = String::new();
+    // Function calls by output index: call id, name, arguments.
+    let mut calls: Vec<(usize, ToolCall)> = Vec::new();
+    let mut finish_reason: Option<String> = None;
+    let mut events_seen = 0usize;
+    loop {
+        let Some(event) = tokio::time::timeout(idle, events.next())
+            .await
+            .map_err(|_| ChatError::TimedOut(idle))?
+        else {
+            break;
+        };
+        let event = event.map_err(|e| ChatError::Protocol(e.to_string()))?;
+        if event.data.trim() == "[DONE]" {
+            break;
+        }
+        events_seen += 1;
+        let data: Value = serde_json::from_str(&event.data)
+            .map_err(|e| ChatError::Protocol(format!("an event is not JSON ({e})")))?;
+        let index = data["output_index"].as_u64().unwrap_or(0) as usize;
+        match data["type"].as_str().unwrap_or(event.event.as_str()) {
+            "error" => {
+                return Err(stream_error(
+                    data["code"].as_str().unwrap_or_default(),
+                    data["message"].as_str().unwrap_or("no message"),
+                ));
+            }
+            "response.failed" => {
+                let error = &data["response"]["error"];
+                return Err(stream_error(
+                    error["code"].as_str().unwrap_or_default(),
+                    error["message"].as_str().unwrap_or("the response failed"),
+                ));
+            }
+            "response.output_item.added" => {
+                let item = &data["item"];
+                if item["type"] == "function_call" {
+                    calls.push((
+                        index,
+                        ToolCall {
+                            id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                            kind: "function".into(),
+                            function: FunctionCall {
+                                name: item["name"].as_str().unwrap_or_default().to_owned(),
+                                arguments: String::new(),
+                            },
+                        },
+                    ));
+                }
+            }
+            "response.output_text.delta" => {
+                if let Some(text) = data["delta"].as_str() {
+                    content.push_str(text);
+                    on_text(text);
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                if let Some((_, call)) = calls.iter_mut().find(|(i, _)| *i == index) {
+                    call.function
+                        .arguments
+                        .push_str(data["delta"].as_str().unwrap_or_default());
+                }
+            }
+            "response.function_call_arguments.done" => {
+                if let (Some((_, call)), Some(all)) = (
+                    calls.iter_mut().find(|(i, _)| *i == index),
+                    data["arguments"].as_str(),
+                ) {
+                    call.function.arguments = all.to_owned();
+                }
+            }
+            "response.completed" => {
+                finish_reason = Some(
+                    if calls.is_empty() {
+                        "stop"
+                    } else {
+                        "tool_calls"
+                    }
+                    .into(),
+                );
+                break;
+            }
+            "response.incomplete" => {
+                let reason = data["response"]["incomplete_details"]["reason"]
+                    .as_str()
+                    .unwrap_or("incomplete");
+                finish_reason = Some(
+                    if reason == "max_output_tokens" {
+                        "length"
+                    } else {
+                        reason
+                    }
+                    .to_owned(),
+                );
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(finish_reason) = finish_reason else {
+        return Err(ChatError::Protocol(format!(
+            "{url} ended its stream after {events_seen} events without response.completed; the server's own log will have the cause"
+        )));
+    };
+    Ok(ChatResponse {
+        content,
+        tool_calls: calls.into_iter().map(|(_, c)| c).collect(),
+        finish_reason,
+        request_id: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_conversation_becomes_input_items() {
+        let call = ToolCall {
+            id: "call_1".into(),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: "list_dir".into(),
+                arguments: "{\"path\": \".\"}".into(),
+            },
+        };
+        let (instructions, items) = input_items(&[
+            Message::System {
+                content: "be brief".into(),
+            },
+            Message::User {
+                content: "list".into(),
+            },
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![call],
+            },
+            Message::Tool {
+                tool_call_id: "call_1".into(),
+                content: "a.md".into(),
+            },
+        ]);
+        assert_eq!(instructions.as_deref(), Some("be brief"));
+        assert_eq!(
+            Value::Array(items),
+            json!([
+                { "type": "message", "role": "user", "content": [{ "type": "input_text", "text": "list" }] },
+                { "type": "function_call", "call_id": "call_1", "name": "list_dir", "arguments": "{\"path\": \".\"}" },
+                { "type": "function_call_output", "call_id": "call_1", "output": "a.md" },
+            ])
+        );
+    }
+}
