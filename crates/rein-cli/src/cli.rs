@@ -11,6 +11,11 @@ use clap::{Args, Parser, Subcommand};
     about = "Run agent tasks durably: every step checkpointed, every crash resumable."
 )]
 pub struct Cli {
+    /// The configuration file [default: rein/rein.toml in the XDG config
+    /// directory, if it exists]; flags and environment variables override it.
+    #[arg(long, global = true, env = "REIN_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// Directory holding rein's store and task workspaces
     /// [default: the XDG data directory, e.g. ~/.local/share/rein].
     #[arg(long, global = true, env = "REIN_DATA_DIR", value_name = "DIR")]
@@ -30,14 +35,14 @@ pub struct Cli {
     /// Landlock; rein refuses to run steps if neither can), `bubblewrap`,
     /// `landlock`, or `none` (unsandboxed, with rein's own permissions; every run
     /// is marked so).
+    /// [default: auto]
     #[arg(
         long,
         global = true,
         env = "REIN_SANDBOX",
-        default_value = "auto",
         value_parser = ["auto", "bubblewrap", "landlock", "none"]
     )]
-    pub sandbox: String,
+    pub sandbox: Option<String>,
 
     /// Permission rules for plan steps: a TOML file of `[[rules]]` (see the README).
     #[arg(long, global = true, env = "REIN_POLICY", value_name = "FILE")]
@@ -67,7 +72,22 @@ pub struct Cli {
 
     #[command(subcommand)]
     pub command: Command,
+
+    /// Where the global settings came from (`flag --x`, `env NAME`), by id.
+    #[arg(skip)]
+    pub sources: std::collections::BTreeMap<&'static str, String>,
 }
+
+/// The global settings a configuration file may also give: argument id, flag,
+/// variable.
+pub const GLOBAL_SETTINGS: &[(&str, &str, &str)] = &[
+    ("data_dir", "--data-dir", "REIN_DATA_DIR"),
+    ("url", "--url", "REIN_URL"),
+    ("sandbox", "--sandbox", "REIN_SANDBOX"),
+    ("policy", "--policy", "REIN_POLICY"),
+    ("plugins", "--plugin", "REIN_PLUGINS"),
+    ("runtime_policy", "--runtime-policy", "REIN_RUNTIME_POLICY"),
+];
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -109,6 +129,10 @@ pub enum Command {
     /// The governance ledger: every human decision, hash-chained.
     #[command(subcommand)]
     Ledger(LedgerCommand),
+    /// The configuration in force: each setting, its value and where it came
+    /// from (flag, environment, config file, default); secrets redacted.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Serve the admin HTTP API (see the README for routes and auth).
     Serve(ServeArgs),
     /// Probe the store, the sandbox, the permission rules and the ledger, as
@@ -475,6 +499,15 @@ pub enum HarnessCommand {
         /// the runtime policy (`--runtime-policy`) decides.
         #[arg(long)]
         runtime: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration.
+    Show {
         #[arg(long)]
         json: bool,
     },

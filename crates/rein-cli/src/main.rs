@@ -11,6 +11,7 @@
 mod backend;
 mod cli;
 mod commands;
+mod config;
 mod exit;
 mod output;
 mod progress;
@@ -21,7 +22,7 @@ mod telemetry;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::output::shout;
 
@@ -33,7 +34,19 @@ fn main() -> ExitCode {
         let code = rein_sandbox::landlock::trampoline(&args[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(exit::FAILURE));
     }
-    let cli = cli::Cli::parse();
+    let matches = cli::Cli::command().get_matches();
+    let mut cli = match cli::Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    for (id, flag, var) in cli::GLOBAL_SETTINGS {
+        let source = match matches.value_source(id) {
+            Some(clap::parser::ValueSource::CommandLine) => format!("flag {flag}"),
+            Some(clap::parser::ValueSource::EnvVariable) => format!("env {var}"),
+            _ => continue,
+        };
+        cli.sources.insert(id, source);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -57,27 +57,6 @@ impl Default for AnthropicConfig {
 }
 
 impl AnthropicConfig {
-    /// From `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `REIN_ANTHROPIC_MODEL`
-    /// (default `claude-sonnet-4-5`) and `REIN_ANTHROPIC_MAX_TOKENS` (default
-    /// 8192), with the idle timeout of the OpenAI settings.
-    pub fn from_env(idle_timeout: Duration) -> Result<AnthropicConfig, String> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let defaults = AnthropicConfig::default();
-        let max_tokens = match var("REIN_ANTHROPIC_MAX_TOKENS") {
-            None => defaults.max_tokens,
-            Some(v) => v.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
-                format!("REIN_ANTHROPIC_MAX_TOKENS=`{v}` is not a positive number of tokens")
-            })?,
-        };
-        Ok(AnthropicConfig {
-            base_url: var("ANTHROPIC_BASE_URL").unwrap_or(defaults.base_url),
-            api_key: var("ANTHROPIC_API_KEY"),
-            model: var("REIN_ANTHROPIC_MODEL").unwrap_or(defaults.model),
-            max_tokens,
-            idle_timeout,
-        })
-    }
-
     /// How its requests are prepared, for the `modelProvider` a harness is shown.
     pub fn facts(&self) -> rein_core::harness::ProviderFacts {
         rein_core::harness::ProviderFacts {

@@ -64,29 +64,6 @@ impl ChatConfig {
             transport_overridden: self.base_url.trim_end_matches('/') != OPENAI_BASE_URL,
         }
     }
-
-    /// From `OPENAI_BASE_URL` (default the OpenAI API), `OPENAI_API_KEY`,
-    /// `REIN_MODEL` (default `gpt-4.1-mini`) and `REIN_MODEL_IDLE_TIMEOUT`
-    /// (default 2m; a duration such as `90s` or `5m`). An idle timeout that is
-    /// not a duration is an error naming the variable.
-    pub fn from_env() -> Result<ChatConfig, String> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let idle_timeout = match var("REIN_MODEL_IDLE_TIMEOUT") {
-            None => DEFAULT_IDLE_TIMEOUT,
-            Some(v) => humantime::parse_duration(v.trim())
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| {
-                    format!("REIN_MODEL_IDLE_TIMEOUT=`{v}` is not a duration; write e.g. 90s or 5m")
-                })?,
-        };
-        Ok(ChatConfig {
-            base_url: var("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI_BASE_URL.into()),
-            api_key: var("OPENAI_API_KEY"),
-            model: var("REIN_MODEL").unwrap_or_else(|| "gpt-4.1-mini".into()),
-            idle_timeout,
-        })
-    }
 }
 
 /// One message of a conversation, in the API's shape.

@@ -18,16 +18,6 @@ pub struct Providers {
 }
 
 impl Providers {
-    /// Every provider from the environment: `OPENAI_BASE_URL`,
-    /// `OPENAI_API_KEY`, `REIN_MODEL`, `REIN_MODEL_IDLE_TIMEOUT`;
-    /// `ANTHROPIC_BASE_URL`, `ANTHROPIC_API_KEY`, `REIN_ANTHROPIC_MODEL`,
-    /// `REIN_ANTHROPIC_MAX_TOKENS`.
-    pub fn from_env() -> Result<Providers, String> {
-        let openai = ChatConfig::from_env()?;
-        let anthropic = AnthropicConfig::from_env(openai.idle_timeout)?;
-        Ok(Providers { openai, anthropic })
-    }
-
     /// The model a route without one asks.
     pub fn default_model(&self, provider: &str) -> String {
         match provider {

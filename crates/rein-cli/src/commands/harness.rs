@@ -26,7 +26,7 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
         Ok(Harnesses {
             registry: std::sync::Arc::new(crate::commands::harness_registry(&target.plugins)?),
             policy: crate::commands::runtime_policy(target.runtime_policy.as_deref())?,
-            facts: crate::commands::providers()?.all_facts(),
+            facts: target.providers.all_facts(),
         })
     };
     match cmd {

@@ -72,7 +72,7 @@ impl Context {
     ) -> anyhow::Result<Context> {
         let registry = Arc::new(harness_registry(&target.plugins)?);
         let policy = runtime_policy(target.runtime_policy.as_deref())?;
-        let providers = crate::commands::providers()?;
+        let providers = target.providers.clone();
         let chat = providers.openai.clone();
         let completions =
             rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone())
@@ -99,7 +99,7 @@ impl Context {
     /// complete`, `rein plan draft`): the plugins' harnesses and the built-in
     /// runtime serve its completions.
     pub fn for_completions(target: &Target) -> anyhow::Result<Context> {
-        let providers = crate::commands::providers()?;
+        let providers = target.providers.clone();
         let completions = rein_runtimes::Completions::new(
             Arc::new(harness_registry(&target.plugins)?),
             runtime_policy(target.runtime_policy.as_deref())?,
@@ -169,12 +169,6 @@ fn engine_config(dir: PathBuf) -> EngineConfig {
 /// What the directories of a plan run here must keep clear of (`--data-dir`).
 pub fn protected(target: &Target) -> anyhow::Result<rein_sandbox::Protected> {
     Ok(engine_config(data_dir(target.data_dir.clone())?).protected(None))
-}
-
-/// Every provider's settings, from the environment; a setting that cannot be
-/// read is bad usage, named.
-pub fn providers() -> anyhow::Result<rein_runtimes::provider::Providers> {
-    rein_runtimes::provider::Providers::from_env().map_err(|e| UsageError(e).into())
 }
 
 /// The harnesses of the plugins named by `--plugin` (or `REIN_PLUGINS`). A
@@ -272,6 +266,35 @@ pub struct Target {
     pub plugins: Vec<PathBuf>,
     /// `--runtime-policy`: which runtime serves which model route.
     pub runtime_policy: Option<PathBuf>,
+    /// The built-in runtime's providers.
+    pub providers: rein_runtimes::provider::Providers,
+}
+
+/// `rein config show`.
+fn show_config(config: &crate::config::Config, json: bool) -> anyhow::Result<u8> {
+    if json {
+        print_json(&serde_json::json!({
+            "file": config.file.as_ref().map(|p| p.display().to_string()),
+            "settings": config.shown,
+        }))?;
+    } else {
+        say!(
+            "config file: {}",
+            config
+                .file
+                .as_ref()
+                .map_or("none".to_owned(), |p| p.display().to_string())
+        );
+        for s in &config.shown {
+            say!(
+                "{:<22} {:<40} {}",
+                s.key,
+                s.value.as_deref().unwrap_or("-"),
+                s.source
+            );
+        }
+    }
+    Ok(crate::exit::SUCCESS)
 }
 
 impl Target {
@@ -350,16 +373,30 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let config = crate::config::Config::resolve(
+        cli.config.as_deref(),
+        crate::config::FromCommandLine {
+            data_dir: cli.data_dir,
+            url: cli.url.filter(|u| !u.trim().is_empty()),
+            sandbox: cli.sandbox,
+            policy: cli.policy,
+            plugins: cli.plugins,
+            runtime_policy: cli.runtime_policy,
+            sources: cli.sources,
+        },
+    )?;
     let target = Target {
-        data_dir: cli.data_dir,
-        url: cli.url.filter(|u| !u.trim().is_empty()),
+        data_dir: config.data_dir.clone(),
+        url: config.url.clone().filter(|u| !u.trim().is_empty()),
         token: cli.token,
-        sandbox: cli.sandbox,
-        policy: cli.policy,
-        plugins: cli.plugins,
-        runtime_policy: cli.runtime_policy,
+        sandbox: config.sandbox.clone(),
+        policy: config.policy.clone(),
+        plugins: config.plugins.clone(),
+        runtime_policy: config.runtime_policy.clone(),
+        providers: config.providers.clone(),
     };
     match cli.command {
+        Command::Config(crate::cli::ConfigCommand::Show { json }) => show_config(&config, json),
         Command::Run(args) => run::run(&target, args).await,
         Command::Plan(cmd) => plan::dispatch(&target, cmd).await,
         Command::Complete(args) => complete::complete(&target, args).await,

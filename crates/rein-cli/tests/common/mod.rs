@@ -13,7 +13,8 @@ pub fn rein_bin() -> PathBuf {
 }
 
 /// The settings a test's `rein` must not inherit from the environment.
-const REIN_SETTINGS: [&str; 7] = [
+const REIN_SETTINGS: [&str; 13] = [
+    "REIN_CONFIG",
     "REIN_DATA_DIR",
     "REIN_URL",
     "REIN_TOKEN",
@@ -21,14 +22,23 @@ const REIN_SETTINGS: [&str; 7] = [
     "REIN_POLICY",
     "REIN_PLUGINS",
     "REIN_RUNTIME_POLICY",
+    "REIN_MODEL",
+    "REIN_MODEL_IDLE_TIMEOUT",
+    "REIN_ANTHROPIC_MODEL",
+    "REIN_ANTHROPIC_MAX_TOKENS",
+    "ANTHROPIC_API_KEY",
 ];
 
-/// A `rein` command on a data directory, with no inherited REIN_* settings.
+/// A `rein` command on a data directory, with no inherited REIN_* settings
+/// and no configuration file of the user's (the XDG config directory is one
+/// beside the data directory).
 pub fn rein(data_dir: &Path) -> Command {
     let mut cmd = Command::new(rein_bin());
     for setting in REIN_SETTINGS {
         cmd.env_remove(setting);
     }
+    let xdg = data_dir.parent().unwrap_or(data_dir).join("xdg-config");
+    cmd.env("XDG_CONFIG_HOME", xdg);
     cmd.arg("--data-dir").arg(data_dir);
     cmd
 }

@@ -1,0 +1,348 @@
+//! The configuration, resolved once: `rein.toml` (`--config FILE`,
+//! `REIN_CONFIG`, else `rein/rein.toml` in the XDG config directory, if it
+//! exists), under the environment variables, under the flags. Every value
+//! remembers where it came from, for `rein config show`; secrets are shown
+//! redacted. A key the file does not know is an error naming it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rein_runtimes::anthropic::{ANTHROPIC_BASE_URL, AnthropicConfig};
+use rein_runtimes::openai::{ChatConfig, DEFAULT_IDLE_TIMEOUT, OPENAI_BASE_URL};
+use rein_runtimes::provider::Providers;
+use serde::Deserialize;
+
+use crate::exit::UsageError;
+
+/// `rein.toml`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    data_dir: Option<PathBuf>,
+    url: Option<String>,
+    sandbox: Option<String>,
+    policy: Option<PathBuf>,
+    plugins: Option<Vec<PathBuf>>,
+    runtime_policy: Option<PathBuf>,
+    #[serde(default)]
+    openai: OpenAiFile,
+    #[serde(default)]
+    anthropic: AnthropicFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenAiFile {
+    base_url: Option<String>,
+    api_key: Option<String>,
+    model: Option<String>,
+    idle_timeout: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnthropicFile {
+    base_url: Option<String>,
+    api_key: Option<String>,
+    model: Option<String>,
+    max_tokens: Option<u32>,
+}
+
+/// One setting as `rein config show` prints it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Shown {
+    pub key: String,
+    /// `null` when unset; secrets as `<redacted>`.
+    pub value: Option<String>,
+    /// `flag --…`, `env NAME`, `file PATH`, or `default`.
+    pub source: String,
+}
+
+/// What the flags and their variables gave (clap read both), and which.
+#[derive(Debug, Default, Clone)]
+pub struct FromCommandLine {
+    pub data_dir: Option<PathBuf>,
+    pub url: Option<String>,
+    pub sandbox: Option<String>,
+    pub policy: Option<PathBuf>,
+    pub plugins: Vec<PathBuf>,
+    pub runtime_policy: Option<PathBuf>,
+    /// Per argument id: `flag --x` or `env NAME`.
+    pub sources: std::collections::BTreeMap<&'static str, String>,
+}
+
+/// The configuration in force.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub file: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub url: Option<String>,
+    pub sandbox: String,
+    pub policy: Option<PathBuf>,
+    pub plugins: Vec<PathBuf>,
+    pub runtime_policy: Option<PathBuf>,
+    pub providers: Providers,
+    pub shown: Vec<Shown>,
+}
+
+/// The config file to read: the one named, else the XDG one if it exists.
+fn locate(named: Option<&Path>) -> Result<Option<PathBuf>, UsageError> {
+    if let Some(path) = named {
+        if !path.is_file() {
+            return Err(UsageError(format!(
+                "config file {} does not exist (from --config or REIN_CONFIG)",
+                path.display()
+            )));
+        }
+        return Ok(Some(path.to_owned()));
+    }
+    Ok(dirs::config_dir()
+        .map(|d| d.join("rein").join("rein.toml"))
+        .filter(|p| p.is_file()))
+}
+
+fn read(path: &Path) -> Result<File, UsageError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("cannot read config file {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| {
+        UsageError(format!(
+            "config file {}: {}",
+            path.display(),
+            e.message().trim()
+        ))
+    })
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Config {
+    /// Resolves the configuration: flags (and the variables clap reads for
+    /// them) over the file over the defaults; the providers' variables over
+    /// the file over the defaults.
+    pub fn resolve(config: Option<&Path>, given: FromCommandLine) -> Result<Config, UsageError> {
+        let file_path = locate(config)?;
+        let file = match &file_path {
+            Some(p) => read(p)?,
+            None => File::default(),
+        };
+        let in_file = file_path
+            .as_ref()
+            .map(|p| format!("file {}", p.display()))
+            .unwrap_or_default();
+        // A path in the file is relative to the file's directory.
+        let base = file_path
+            .as_ref()
+            .and_then(|p| p.parent())
+            .map(Path::to_owned)
+            .unwrap_or_default();
+        let anchored = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+        let mut shown = Vec::new();
+        let mut show = |key: &str, value: Option<String>, source: String| {
+            shown.push(Shown {
+                key: key.to_owned(),
+                value,
+                source,
+            });
+        };
+        let source_of = |id: &str, set_in_file: bool| -> String {
+            match given.sources.get(id) {
+                Some(s) => s.clone(),
+                None if set_in_file => in_file.clone(),
+                None => "default".to_owned(),
+            }
+        };
+        let display = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+
+        let data_dir = given
+            .data_dir
+            .clone()
+            .or(file.data_dir.clone().map(anchored));
+        show(
+            "data_dir",
+            display(&data_dir).or_else(|| Some("(the XDG data directory)/rein".into())),
+            source_of("data_dir", file.data_dir.is_some()),
+        );
+        let url = given.url.clone().or(file.url.clone());
+        show("url", url.clone(), source_of("url", file.url.is_some()));
+        let sandbox = given
+            .sandbox
+            .clone()
+            .or(file.sandbox.clone())
+            .unwrap_or_else(|| "auto".into());
+        if !matches!(
+            sandbox.as_str(),
+            "auto" | "bubblewrap" | "landlock" | "none"
+        ) {
+            return Err(UsageError(format!(
+                "{in_file}: sandbox = \"{sandbox}\"; use auto, bubblewrap, landlock or none"
+            )));
+        }
+        show(
+            "sandbox",
+            Some(sandbox.clone()),
+            source_of("sandbox", file.sandbox.is_some()),
+        );
+        let policy = given.policy.clone().or(file.policy.clone().map(anchored));
+        show(
+            "policy",
+            display(&policy),
+            source_of("policy", file.policy.is_some()),
+        );
+        let plugins = if given.plugins.is_empty() {
+            file.plugins
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(anchored)
+                .collect()
+        } else {
+            given.plugins.clone()
+        };
+        show(
+            "plugins",
+            Some(
+                plugins
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":"),
+            )
+            .filter(|s| !s.is_empty()),
+            source_of(
+                "plugins",
+                given.plugins.is_empty() && file.plugins.is_some(),
+            ),
+        );
+        let runtime_policy = given
+            .runtime_policy
+            .clone()
+            .or(file.runtime_policy.clone().map(anchored));
+        show(
+            "runtime_policy",
+            display(&runtime_policy),
+            source_of("runtime_policy", file.runtime_policy.is_some()),
+        );
+
+        // A provider setting: its variable, else the file, else the default.
+        let mut setting = |key: &str,
+                           var: &str,
+                           from_file: Option<String>,
+                           default: Option<&str>,
+                           secret: bool| {
+            let (value, source) = match (env(var), from_file, default) {
+                (Some(v), _, _) => (Some(v), format!("env {var}")),
+                (None, Some(v), _) => (Some(v), in_file.clone()),
+                (None, None, Some(d)) => (Some(d.to_owned()), "default".to_owned()),
+                (None, None, None) => (None, "default".to_owned()),
+            };
+            let printed = if secret {
+                value.as_ref().map(|_| "<redacted>".to_owned())
+            } else {
+                value.clone()
+            };
+            show(key, printed, source);
+            value
+        };
+        let o = &file.openai;
+        let openai_defaults = ChatConfig::default();
+        let idle = setting(
+            "openai.idle_timeout",
+            "REIN_MODEL_IDLE_TIMEOUT",
+            o.idle_timeout.clone(),
+            Some("2m"),
+            false,
+        );
+        let idle_timeout = match idle {
+            None => DEFAULT_IDLE_TIMEOUT,
+            Some(v) => humantime::parse_duration(v.trim())
+                .ok()
+                .filter(|d: &Duration| !d.is_zero())
+                .ok_or_else(|| {
+                    UsageError(format!(
+                        "idle timeout `{v}` (REIN_MODEL_IDLE_TIMEOUT or openai.idle_timeout) is not a duration; write e.g. 90s or 5m"
+                    ))
+                })?,
+        };
+        let openai = ChatConfig {
+            base_url: setting(
+                "openai.base_url",
+                "OPENAI_BASE_URL",
+                o.base_url.clone(),
+                Some(OPENAI_BASE_URL),
+                false,
+            )
+            .unwrap_or_default(),
+            api_key: setting(
+                "openai.api_key",
+                "OPENAI_API_KEY",
+                o.api_key.clone(),
+                None,
+                true,
+            ),
+            model: setting(
+                "openai.model",
+                "REIN_MODEL",
+                o.model.clone(),
+                Some(&openai_defaults.model),
+                false,
+            )
+            .unwrap_or_default(),
+            idle_timeout,
+        };
+        let a = &file.anthropic;
+        let anthropic_defaults = AnthropicConfig::default();
+        let max_tokens = setting(
+            "anthropic.max_tokens",
+            "REIN_ANTHROPIC_MAX_TOKENS",
+            a.max_tokens.map(|n| n.to_string()),
+            Some(&anthropic_defaults.max_tokens.to_string()),
+            false,
+        )
+        .unwrap_or_default();
+        let max_tokens = max_tokens.trim().parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+            UsageError(format!(
+                "anthropic max tokens `{max_tokens}` (REIN_ANTHROPIC_MAX_TOKENS or anthropic.max_tokens) is not a positive number"
+            ))
+        })?;
+        let anthropic = AnthropicConfig {
+            base_url: setting(
+                "anthropic.base_url",
+                "ANTHROPIC_BASE_URL",
+                a.base_url.clone(),
+                Some(ANTHROPIC_BASE_URL),
+                false,
+            )
+            .unwrap_or_default(),
+            api_key: setting(
+                "anthropic.api_key",
+                "ANTHROPIC_API_KEY",
+                a.api_key.clone(),
+                None,
+                true,
+            ),
+            model: setting(
+                "anthropic.model",
+                "REIN_ANTHROPIC_MODEL",
+                a.model.clone(),
+                Some(&anthropic_defaults.model),
+                false,
+            )
+            .unwrap_or_default(),
+            max_tokens,
+            idle_timeout,
+        };
+        Ok(Config {
+            file: file_path,
+            data_dir,
+            url,
+            sandbox,
+            policy,
+            plugins,
+            runtime_policy,
+            providers: Providers { openai, anthropic },
+            shown,
+        })
+    }
+}

@@ -1,0 +1,155 @@
+//! The configuration file: `rein config show` says what is in force and where
+//! each value came from (flag over environment over file over default, secrets
+//! redacted), a key the file does not know is refused naming it, and the file
+//! really configures a run (its provider settings reach the model server, a
+//! local fake that speaks the streaming wire format).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "../../rein-runtimes/tests/common/mod.rs"]
+mod fake;
+
+use common::{json, rein, run_ok, write_plan};
+use serde_json::Value;
+
+fn setting<'a>(shown: &'a Value, key: &str) -> &'a Value {
+    shown["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == key)
+        .unwrap_or_else(|| panic!("no setting {key} in {shown}"))
+}
+
+#[test]
+fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("rein.toml");
+    std::fs::write(
+        &file,
+        "sandbox = \"none\"\nplugins = [\"plugins/echo.toml\"]\n[openai]\nmodel = \"from-file\"\napi_key = \"sk-secret\"\nidle_timeout = \"5m\"\n[anthropic]\nmax_tokens = 2048\n",
+    )
+    .unwrap();
+    let shown = json(&run_ok(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .args(["config", "show", "--json"]),
+    ));
+    let from_file = format!("file {}", file.display());
+    assert_eq!(shown["file"], file.display().to_string());
+    assert_eq!(setting(&shown, "sandbox")["value"], "none");
+    assert_eq!(setting(&shown, "sandbox")["source"], from_file.as_str());
+    // A path in the file is the file's directory's.
+    assert_eq!(
+        setting(&shown, "plugins")["value"],
+        dir.path().join("plugins/echo.toml").display().to_string()
+    );
+    assert_eq!(setting(&shown, "openai.model")["value"], "from-file");
+    assert_eq!(setting(&shown, "openai.api_key")["value"], "<redacted>");
+    assert_eq!(setting(&shown, "openai.idle_timeout")["value"], "5m");
+    assert_eq!(setting(&shown, "anthropic.max_tokens")["value"], "2048");
+    assert_eq!(setting(&shown, "openai.base_url")["source"], "default");
+    assert_eq!(setting(&shown, "data_dir")["source"], "flag --data-dir");
+    let text = String::from_utf8(
+        run_ok(
+            rein(&data)
+                .arg("--config")
+                .arg(&file)
+                .args(["config", "show"]),
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert!(!text.contains("sk-secret"), "{text}");
+
+    // The environment beats the file, and a flag beats both.
+    let shown = json(&run_ok(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .env("REIN_MODEL", "from-env")
+            .env("REIN_SANDBOX", "landlock")
+            .args(["--sandbox", "bubblewrap", "config", "show", "--json"]),
+    ));
+    assert_eq!(setting(&shown, "openai.model")["value"], "from-env");
+    assert_eq!(setting(&shown, "openai.model")["source"], "env REIN_MODEL");
+    assert_eq!(setting(&shown, "sandbox")["value"], "bubblewrap");
+    assert_eq!(setting(&shown, "sandbox")["source"], "flag --sandbox");
+
+    // Without a file, the defaults.
+    let shown = json(&run_ok(rein(&data).args(["config", "show", "--json"])));
+    assert!(shown["file"].is_null());
+    assert_eq!(setting(&shown, "sandbox")["source"], "default");
+    assert_eq!(setting(&shown, "openai.model")["value"], "gpt-4.1-mini");
+}
+
+#[test]
+fn a_key_the_file_does_not_know_or_a_missing_file_is_bad_usage_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("rein.toml");
+    std::fs::write(&file, "[openai]\nmodle = \"typo\"\n").unwrap();
+    let out = rein(&data)
+        .arg("--config")
+        .arg(&file)
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rein.toml") && err.contains("modle"), "{err}");
+
+    std::fs::write(&file, "[openai]\nidle_timeout = \"soon\"\n").unwrap();
+    let out = rein(&data)
+        .arg("--config")
+        .arg(&file)
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`soon`"));
+
+    let out = rein(&data)
+        .args(["--config", "/nonexistent/rein.toml", "tasks", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/rein.toml does not exist"));
+}
+
+#[test]
+fn the_users_config_file_configures_the_model_an_agent_step_asks() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = runtime.block_on(fake::fake_model());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The XDG one: found without --config.
+    let xdg = dir.path().join("xdg-config").join("rein");
+    std::fs::create_dir_all(&xdg).unwrap();
+    std::fs::write(
+        xdg.join("rein.toml"),
+        format!(
+            "[openai]\nbase_url = \"{base}\"\nmodel = \"gpt-from-file\"\napi_key = \"sk-file\"\n"
+        ),
+    )
+    .unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"file\"\n[[steps]]\nid = \"tell\"\nkind = \"agent\"\nprompt = \"Remember: the code word is heron.\"\n",
+    );
+    let state = json(&run_ok(
+        rein(&data)
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let asked = seen.0.lock().unwrap()[0].clone();
+    assert_eq!(asked["model"], "gpt-from-file");
+}
