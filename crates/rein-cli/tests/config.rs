@@ -153,3 +153,45 @@ fn the_users_config_file_configures_the_model_an_agent_step_asks() {
     let asked = seen.0.lock().unwrap()[0].clone();
     assert_eq!(asked["model"], "gpt-from-file");
 }
+
+#[test]
+fn the_anthropic_and_responses_providers_run_agent_steps_from_the_command_line() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (anthropic, messages) = runtime.block_on(fake::anthropic_like());
+    let (responses, _) = runtime.block_on(fake::responses_like());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("rein.toml");
+    std::fs::write(
+        &file,
+        format!("[anthropic]\nbase_url = \"{anthropic}\"\napi_key = \"sk-ant-test\"\nmodel = \"claude-from-file\"\n"),
+    )
+    .unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"two providers\"\n[[steps]]\nid = \"claude\"\nkind = \"agent\"\nprovider = \"anthropic\"\nprompt = \"write hello\"\ntools = [\"write_file\"]\n[[steps]]\nid = \"codex\"\nkind = \"agent\"\nprovider = \"openai-responses\"\nprompt = \"write it\"\ntools = [\"write_file\"]\ndepends_on = [\"claude\"]\n",
+    );
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let state = json(&run_ok(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .env("OPENAI_BASE_URL", &responses)
+            .env_remove("OPENAI_API_KEY")
+            .args(["run", "--json", "--workspace"])
+            .arg(&ws)
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
+        "hello from claude"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("r.txt")).unwrap(),
+        "from responses"
+    );
+    assert_eq!(messages.0.lock().unwrap()[0]["model"], "claude-from-file");
+}
