@@ -528,3 +528,44 @@ fn a_session_is_not_reset_while_its_task_runs_and_a_reset_retires_its_executor()
     assert_eq!(shown["session"]["executor"]["generation"], 1);
     assert_eq!(shown["session"]["turns"], 2);
 }
+
+#[test]
+fn aborting_a_paused_task_retires_its_sessions_executors() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let exec = dir.path().join("exec");
+    std::fs::create_dir(&exec).unwrap();
+    let ok = echo_plugin(dir.path(), "ok.toml", "ok", &exec);
+    let plan = write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"held\"\n[[steps]]\nid = \"first\"\nkind = \"agent\"\nruntime = \"echo\"\nprompt = \"say one\"\n[[steps]]\nid = \"hold\"\nkind = \"approve\"\ntitle = \"Go on?\"\ndepends_on = [\"first\"]\n",
+    );
+    let with = || {
+        let mut cmd = rein(&data);
+        cmd.arg("--plugin").arg(&ok);
+        cmd
+    };
+    let out = with()
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = || std::fs::read_to_string(exec.join("executor.log")).unwrap_or_default();
+    assert_eq!(log().lines().count(), 1, "{}", log());
+    let task = task_ids(&data)[0].clone();
+    run_ok(with().args(["tasks", "abort", &task]));
+    let lines: Vec<String> = log().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[1].starts_with("executor/retire"), "{lines:?}");
+    let session = &sessions_of(&data, &task)[0];
+    assert_eq!(session["status"], "ended");
+    assert_eq!(session["executor"]["phase"], "retired");
+}

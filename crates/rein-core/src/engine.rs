@@ -701,6 +701,7 @@ impl Engine {
                 // cancelled task again. Aborting it again finishes the job.
                 self.cancel_contracts(id, &format!("the task was aborted (repeated by {by})"))
                     .await?;
+                self.executor.task_ended(id, &self.sessions()).await;
                 return Ok(ControlOutcome::AlreadyThere(TaskStatus::Cancelled));
             }
             s if s.is_terminal() => {
@@ -741,6 +742,8 @@ impl Engine {
         // Contracts of work that will not happen now are cancelled.
         self.cancel_contracts(id, &format!("the task was aborted by {by}"))
             .await?;
+        // Its sessions end, and their executors are retired.
+        self.executor.task_ended(id, &self.sessions()).await;
         Ok(ControlOutcome::Applied(Box::new(rec.state)))
     }
 
@@ -840,7 +843,12 @@ impl Engine {
             TaskStatus::Paused
             | TaskStatus::Completed
             | TaskStatus::Failed
-            | TaskStatus::Cancelled => Ok(self.store.delete(id, head.last_seq).await?),
+            | TaskStatus::Cancelled => {
+                // Executors still connected for its sessions are released
+                // before the sessions go with the task.
+                self.executor.task_ended(id, &self.sessions()).await;
+                Ok(self.store.delete(id, head.last_seq).await?)
+            }
         }
     }
 

@@ -298,6 +298,24 @@ fn show_config(config: &crate::config::Config, json: bool) -> anyhow::Result<u8>
 }
 
 impl Target {
+    /// The backend for commands that may end a task (`tasks abort`): here,
+    /// with the agent runtimes, so the task's sessions' executors are retired
+    /// through the controllers of the plugins named with `--plugin`.
+    pub fn open_ending(&self, max_parallel: usize) -> anyhow::Result<Backend> {
+        Ok(match &self.url {
+            Some(url) => Backend::Remote(Client::new(url, self.token.clone())?),
+            None => {
+                let why = rein_sandbox::Unavailable {
+                    reason: "this command does not run steps".into(),
+                    remedy: "run the task with `rein run` or `rein tasks resume`".into(),
+                };
+                Backend::Local(
+                    Context::for_target(self, max_parallel, CommandExecutor::refusing(why))?.engine,
+                )
+            }
+        })
+    }
+
     /// The backend for commands that read and steer tasks.
     pub fn open(&self, max_parallel: usize) -> anyhow::Result<Backend> {
         Ok(match &self.url {
