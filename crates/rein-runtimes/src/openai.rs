@@ -226,45 +226,60 @@ impl ChatClient {
             request = request.bearer_auth(key);
         }
         let idle = self.config.idle_timeout;
-        let response = tokio::time::timeout(idle, request.send())
-            .await
-            .map_err(|_| ChatError::TimedOut(idle))?
-            .map_err(|e| ChatError::Unreachable {
-                url: url.clone(),
-                detail: e.to_string(),
-            })?;
-        let request_id = response
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let text = tokio::time::timeout(idle, response.text())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let message = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                .unwrap_or(text);
-            return Err(ChatError::Http {
-                status: status.as_u16(),
-                message,
-                retry_after,
-            });
-        }
+        let (response, request_id) = send(request, &url, idle, "x-request-id").await?;
         let mut answer = read_stream(response, &url, idle, &mut on_text).await?;
         answer.request_id = request_id;
         Ok(answer)
     }
+}
+
+/// Sends a model request under the idle timeout: the response (a success)
+/// and the provider's id of the request (`id_header`), or what went wrong —
+/// the server unreachable, silent, or answering an error (its message, and
+/// `Retry-After` when it said). Every provider's client sends through here.
+pub(crate) async fn send(
+    request: reqwest::RequestBuilder,
+    url: &str,
+    idle: Duration,
+    id_header: &str,
+) -> Result<(reqwest::Response, Option<String>), ChatError> {
+    let response = tokio::time::timeout(idle, request.send())
+        .await
+        .map_err(|_| ChatError::TimedOut(idle))?
+        .map_err(|e| ChatError::Unreachable {
+            url: url.to_owned(),
+            detail: e.to_string(),
+        })?;
+    let request_id = response
+        .headers()
+        .get(id_header)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let status = response.status();
+    if status.is_success() {
+        return Ok((response, request_id));
+    }
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let text = tokio::time::timeout(idle, response.text())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    // Every provider puts its message at `error.message`.
+    let message = serde_json::from_str::<Value>(&text)
+        .ok()
+        .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or(text);
+    Err(ChatError::Http {
+        status: status.as_u16(),
+        message,
+        retry_after,
+    })
 }
 
 /// An `{"error": …}` chunk in the middle of a stream, classified like the

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::openai::{
-    ChatConfig, ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec,
+    ChatConfig, ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec, send,
 };
 
 /// The conversation as the Responses API's `instructions` and input items.
@@ -101,41 +101,7 @@ impl ResponsesClient {
             request = request.bearer_auth(key);
         }
         let idle = self.config.idle_timeout;
-        let response = tokio::time::timeout(idle, request.send())
-            .await
-            .map_err(|_| ChatError::TimedOut(idle))?
-            .map_err(|e| ChatError::Unreachable {
-                url: url.clone(),
-                detail: e.to_string(),
-            })?;
-        let request_id = response
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
-            let text = tokio::time::timeout(idle, response.text())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let message = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                .unwrap_or(text);
-            return Err(ChatError::Http {
-                status: status.as_u16(),
-                message,
-                retry_after,
-            });
-        }
+        let (response, request_id) = send(request, &url, idle, "x-request-id").await?;
         let mut answer = read_events(response, &url, idle, &mut on_text).await?;
         answer.request_id = request_id;
         Ok(answer)

@@ -23,7 +23,10 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
     if let TasksCommand::Resume(args) = cmd {
         return run::resume(target, args).await;
     }
-    let backend = if matches!(cmd, TasksCommand::Abort { .. } | TasksCommand::Delete { .. }) {
+    let backend = if matches!(
+        cmd,
+        TasksCommand::Abort { .. } | TasksCommand::Delete { .. }
+    ) {
         target.open_ending(4)?
     } else {
         target.open(4)?
