@@ -6,54 +6,16 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "../../rein-runtimes/tests/common/mod.rs"]
-mod fake;
+mod model;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::{eventually, json, rein, run_ok, task_ids};
+use model::model;
 use serde_json::Value;
 
 const GOAL: &str = "Write release notes for the changes in CHANGELOG.md";
-
-struct Model {
-    _runtime: tokio::runtime::Runtime,
-    base: String,
-    seen: fake::Seen,
-}
-
-fn model() -> Model {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (base, seen) = runtime.block_on(fake::fake_model());
-    Model {
-        _runtime: runtime,
-        base,
-        seen,
-    }
-}
-
-impl Model {
-    fn rein(&self, data: &Path) -> Command {
-        let mut cmd = rein(data);
-        cmd.env("OPENAI_BASE_URL", &self.base)
-            .env("OPENAI_API_KEY", "sk-test")
-            .env("REIN_MODEL", "gpt-test");
-        cmd
-    }
-
-    fn requests(&self) -> Vec<Value> {
-        self.seen.0.lock().unwrap().clone()
-    }
-
-    /// The decomposition requests: those whose prompt is a goal.
-    fn decompositions(&self) -> Vec<Value> {
-        self.requests()
-            .into_iter()
-            .filter(|r| r.to_string().contains("Goal: "))
-            .collect()
-    }
-}
 
 fn user_prompt(request: &Value) -> String {
     request["messages"]

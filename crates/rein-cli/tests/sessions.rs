@@ -7,38 +7,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "../../rein-runtimes/tests/common/mod.rs"]
-mod fake;
+mod model;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::{eventually, json, rein, run_ok, task_ids, write_plan};
+use model::model;
 use serde_json::Value;
-
-struct Model {
-    _runtime: tokio::runtime::Runtime,
-    base: String,
-}
-
-fn model() -> Model {
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (base, _seen) = runtime.block_on(fake::fake_model());
-    Model {
-        _runtime: runtime,
-        base,
-    }
-}
-
-impl Model {
-    fn rein(&self, data: &Path) -> Command {
-        let mut cmd = rein(data);
-        cmd.env("OPENAI_BASE_URL", &self.base)
-            .env("OPENAI_API_KEY", "sk-test")
-            .env("REIN_MODEL", "gpt-test");
-        cmd
-    }
-}
 
 fn sessions_of(data: &Path, task: &str) -> Vec<Value> {
     json(&run_ok(
