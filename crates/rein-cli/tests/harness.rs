@@ -332,3 +332,19 @@ fn a_plugin_that_serves_only_routes_declaring_it_compatible_is_chosen_where_the_
     let session = output["session"].as_str().unwrap();
     assert_eq!(reason, format!("declared compatible; session {session}"));
 }
+
+#[test]
+fn a_manifest_named_by_its_bare_file_name_starts_from_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    echo_plugin(dir.path());
+    let decision = json(&run_ok(
+        rein(&data)
+            .current_dir(dir.path())
+            .args(["--plugin", "plugin.toml"])
+            .args(["harness", "explain", "--provider", "openai", "--json"]),
+    ));
+    // The plugin started and answered: it serves openai.
+    assert_eq!(decision["selected"], "echo", "{decision}");
+    assert_eq!(decision["candidates"][0]["reason"], "echo serves openai");
+}

@@ -13,7 +13,9 @@
 //! - `session/request_permission` becomes a question to a person (an approval
 //!   request of the running step); the decision goes back as the ACP outcome:
 //!   approve with an option → that option, approve without one → `allow_once`,
-//!   deny or expiry → `reject_once`, skip → `cancelled`.
+//!   deny or expiry → `reject_once`, skip → `session/cancel` and then
+//!   `cancelled`: the turn is cancelled (whatever the agent ends it with) and
+//!   the step fails as a permission refusal.
 //! - Cancelling the attempt sends `session/cancel`, answers open permission
 //!   requests `cancelled`, and gives the agent a moment to end its turn before
 //!   it is killed (its whole process group).
@@ -153,10 +155,15 @@ struct AgentProcess {
 impl AgentProcess {
     /// The end of what the agent wrote to stderr, for an error message.
     fn stderr_tail(&self) -> String {
+        // Without the colours and cursor moves a terminal would have drawn.
         let tail = self
             .stderr
             .lock()
-            .map(|t| String::from_utf8_lossy(&t).trim().to_owned())
+            .map(|t| {
+                String::from_utf8_lossy(&strip_ansi_escapes::strip(&*t))
+                    .trim()
+                    .to_owned()
+            })
             .unwrap_or_default();
         if tail.is_empty() {
             String::new()
@@ -310,6 +317,8 @@ fn on_update(
 struct Ended {
     stop_reason: StopReason,
     session_id: String,
+    /// The permission request a person skipped, which cancelled the turn.
+    skipped: Option<String>,
 }
 
 type PermissionAsk = (
@@ -501,6 +510,14 @@ impl AgentHarness for AcpHarness {
 
         let details = with(&turn, |t| details(t, &self.plugin, &ended)).unwrap_or(Value::Null);
         let text = with(&turn, |t| t.text.clone()).unwrap_or_default();
+        if let Some(title) = &ended.skipped {
+            return Err(HarnessError::Refused {
+                harness: self.decl.id.clone(),
+                message: format!(
+                    "a person skipped the permission request for \"{title}\": the agent's turn was cancelled"
+                ),
+            });
+        }
         let stop_reason = stop_name(ended.stop_reason);
         match ended.stop_reason {
             StopReason::EndTurn => Ok(AttemptResult {
@@ -596,17 +613,31 @@ async fn prompt_turn(
         .block_task(),
     );
     let mut cancelling = false;
+    let mut skipped: Option<String> = None;
     loop {
         tokio::select! {
             response = &mut answer => {
-                return Ok(Ended { stop_reason: response?.stop_reason, session_id });
+                let stop_reason = response?.stop_reason;
+                // A skipped request cancelled the turn, whatever the agent
+                // says it ended with.
+                let stop_reason = if skipped.is_some() { StopReason::Cancelled } else { stop_reason };
+                return Ok(Ended { stop_reason, session_id, skipped });
             }
             Some((request, responder)) = asks.recv() => {
                 let outcome = if cancelling {
                     RequestPermissionOutcome::Cancelled
                 } else {
                     tokio::select! {
-                        o = decide(asker.as_ref(), &request, &turn, &agent) => o,
+                        (o, skip) = decide(asker.as_ref(), &request, &turn, &agent) => {
+                            // Skip cancels the turn: `session/cancel` first,
+                            // then the `cancelled` outcome (the ACP spec).
+                            if let Some(title) = skip {
+                                cancelling = true;
+                                conn.send_notification(CancelNotification::new(session_id.clone()))?;
+                                skipped = Some(title);
+                            }
+                            o
+                        }
                         () = cancel.cancelled() => {
                             cancelling = true;
                             conn.send_notification(CancelNotification::new(session_id.clone()))?;
@@ -641,13 +672,14 @@ async fn open_session(
 }
 
 /// Puts a permission request to a person and turns the decision into the ACP
-/// outcome. Without anyone to ask, the request is refused.
+/// outcome, with the request's title when the person skipped it. Without
+/// anyone to ask, the request is refused.
 async fn decide(
     asker: Option<&Asker>,
     request: &RequestPermissionRequest,
     turn: &Shared,
     agent: &str,
-) -> RequestPermissionOutcome {
+) -> (RequestPermissionOutcome, Option<String>) {
     let wire = serde_json::to_value(request).unwrap_or(Value::Null);
     let call = &wire["toolCall"];
     let options: Vec<(String, String)> = wire["options"]
@@ -707,10 +739,16 @@ async fn decide(
             "option": chosen,
         }));
     });
-    match chosen {
+    let skipped = (status == ApprovalStatus::Skipped).then(|| {
+        call["title"]
+            .as_str()
+            .map_or_else(|| question.title.clone(), str::to_owned)
+    });
+    let outcome = match chosen {
         Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
         None => RequestPermissionOutcome::Cancelled,
-    }
+    };
+    (outcome, skipped)
 }
 
 /// The question a permission request puts to a person. Its key names the tool

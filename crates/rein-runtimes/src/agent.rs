@@ -405,6 +405,7 @@ impl AgentExecutor {
             Err(e) => {
                 let failure = match e {
                     HarnessError::TimedOut { .. } => Failure::Timeout,
+                    HarnessError::Refused { .. } => Failure::PermissionDenied,
                     _ => Failure::Internal,
                 };
                 failed(e.to_string(), failure, Some(output(&partial, &Value::Null)))

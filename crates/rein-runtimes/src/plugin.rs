@@ -118,10 +118,13 @@ pub fn load_manifest(path: &Path) -> Result<(PluginManifest, PathBuf), PluginErr
             ));
         }
     }
+    // A bare file name's directory is the current one (its parent is "",
+    // which no process can start in); made absolute, it stays that one.
     let dir = path
         .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."));
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
     Ok((manifest, dir))
 }
 

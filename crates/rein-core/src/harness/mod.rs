@@ -136,6 +136,10 @@ pub enum HarnessError {
     TimedOut { harness: String, ms: u64 },
     #[error("the attempt was cancelled")]
     Cancelled,
+    /// A person refused what the runtime asked (a skipped permission
+    /// request): its turn was cancelled.
+    #[error("{message}")]
+    Refused { harness: String, message: String },
     #[error("harness `{harness}` failed: {message}")]
     Failed { harness: String, message: String },
 }

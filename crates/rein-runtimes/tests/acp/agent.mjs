@@ -6,6 +6,8 @@
 // `fs/write_text_file` (or by itself with ACP_TEST_WRITE=native), then ends the
 // turn. Rejected, it reports the tool call failed and ends the turn.
 // ACP_TEST_SLOW=1: after the permission it waits until cancelled.
+// ACP_TEST_END_TURN_ON_CANCELLED=1: a `cancelled` outcome alone ends the turn
+// `end_turn`, as real agents do; only a `session/cancel` cancels it.
 // Sessions are kept in ACP_TEST_STATE (a directory) so that `session/load`
 // works across processes; loading replays the earlier turns.
 import { agent, methods, ndJsonStream, PROTOCOL_VERSION } from "@agentclientprotocol/sdk";
@@ -106,7 +108,21 @@ const app = agent({ name: "rein-test-agent" })
         { optionId: "opt-never", name: "Never", kind: "reject_always" },
       ],
     });
-    if (answer.outcome.outcome === "cancelled" || cancelled.has(session.id)) {
+    if (cancelled.has(session.id)) {
+      return { stopReason: "cancelled" };
+    }
+    if (answer.outcome.outcome === "cancelled") {
+      if (process.env.ACP_TEST_END_TURN_ON_CANCELLED === "1") {
+        // Like a real agent's next step: it yields once (the SDK may hand it
+        // a `session/cancel` that came before the answer only then), and
+        // stops only if it was cancelled.
+        await new Promise((r) => setTimeout(r, 10));
+        if (cancelled.has(session.id)) {
+          return { stopReason: "cancelled" };
+        }
+        await say("The permission was cancelled; nothing written.");
+        return { stopReason: "end_turn" };
+      }
       return { stopReason: "cancelled" };
     }
     const chosen = answer.outcome.optionId;

@@ -30,7 +30,8 @@ for line in sys.stdin:
         sys.stdout.flush()
     elif msg.get("method") == "session/new":
         if mode == "crash":
-            sys.stderr.write("agent panicked: out of cheese\n")
+            # Coloured, as a terminal-minded agent writes it.
+            sys.stderr.write("\x1b[1;31magent panicked:\x1b[0m out of cheese\x1b[K\n")
             sys.stderr.flush()
             sys.exit(3)
         reply = {"jsonrpc": "2.0", "id": msg["id"], "result": {"sessionId": "s1"}}
