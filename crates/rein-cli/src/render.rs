@@ -81,7 +81,15 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
         }
         TaskChange::TaskPaused { reason } => format!("task paused: {reason}"),
         TaskChange::TaskCompleted {} => "task completed".to_owned(),
-        TaskChange::TaskFailed { error } => format!("task failed: {error}"),
+        // A step's error was on its own `failed` line just before, and the
+        // run's last line says it again: this one names the step only.
+        TaskChange::TaskFailed { error } => match error
+            .strip_prefix("step `")
+            .and_then(|rest| rest.split_once("` failed: "))
+        {
+            Some((step, _)) => format!("task failed: step `{step}` failed (its error is above)"),
+            None => format!("task failed: {error}"),
+        },
         TaskChange::TaskCancelled { reason, by } => format!("task cancelled by {by}: {reason}"),
         TaskChange::CheckpointCreated { .. } | TaskChange::ProcessStarted { .. } => return None,
         TaskChange::CheckpointEntered { checkpoint_id } => {

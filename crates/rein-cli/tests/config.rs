@@ -195,3 +195,27 @@ fn the_anthropic_and_responses_providers_run_agent_steps_from_the_command_line()
     );
     assert_eq!(messages.0.lock().unwrap()[0]["model"], "claude-from-file");
 }
+
+#[test]
+fn a_failed_steps_error_is_not_repeated_by_the_task_failed_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"x\"\n[[steps]]\nid = \"a\"\nkind = \"agent\"\nprovider = \"mistral\"\nprompt = \"hi\"\nrecovery = { validation_error = \"abort\" }\n",
+    );
+    let out = rein(&data).arg("run").arg(&plan).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // On the step's line and in the run's last line; not on the task's.
+    assert_eq!(text.matches("not `mistral`").count(), 2, "{text}");
+    assert!(
+        text.contains("task failed: step `a` failed (its error is above)"),
+        "{text}"
+    );
+}
