@@ -412,6 +412,17 @@ fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_thr
     assert_eq!(work["executor"]["environment_id"], lines[2].1.as_str());
     assert_eq!(work["steps"], serde_json::json!(["first", "second"]));
 
+    // Without the plugin, nothing would reset its side: refused, saying so.
+    let out = rein(&data)
+        .args(["sessions", "reset", id])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("name its plugin with --plugin"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A reset whose required cleanup fails is refused, and the session stays.
     let out = with(&stuck)
         .args(["sessions", "reset", id])

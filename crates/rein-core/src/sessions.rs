@@ -418,6 +418,16 @@ impl Sessions {
         self.idle(&session, "reset").await?;
         let registry = &harnesses.registry;
         let harness = session.runtime.as_deref().and_then(|r| registry.get(r));
+        // A plugin's harness resets its own side; without it nothing would.
+        if let Some(r) = session.runtime.as_deref()
+            && r != rein_protocol::BUILTIN_RUNTIME
+            && harness.is_none()
+        {
+            return Err(EngineError::SessionRefused(format!(
+                "session {} was served by harness `{r}`, which is not registered here: name its plugin with --plugin MANIFEST so that its reset runs",
+                session.id
+            )));
+        }
         let executor = session
             .executor
             .clone()
