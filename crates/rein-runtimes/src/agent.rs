@@ -505,7 +505,7 @@ impl AgentExecutor {
                             }
                         ),
                     };
-                    first.push(json!({ "message": system }));
+                    first.push(entry(&system, None));
                     messages.push(system);
                 }
                 // Calls an earlier step of the session left unanswered get an
@@ -515,7 +515,7 @@ impl AgentExecutor {
                         tool_call_id: call.id.clone(),
                         content: "error: not run; the step that asked for it ended first".into(),
                     };
-                    first.push(json!({ "message": answer }));
+                    first.push(entry(&answer, None));
                     messages.push(answer);
                 }
                 if let Some(marker) = &me {
@@ -525,7 +525,7 @@ impl AgentExecutor {
                 let user = Message::User {
                     content: prompt.to_owned(),
                 };
-                first.push(json!({ "message": user }));
+                first.push(entry(&user, None));
                 messages.push(user);
                 if let Err(e) = journal.append(&first).await {
                     return unwritten(&e);
@@ -663,10 +663,7 @@ impl AgentExecutor {
                         tool_calls: response.tool_calls,
                     });
                     if cut {
-                        let newest = messages.last().map(|m| match request_id.take() {
-                            Some(id) => json!({ "message": m, "request_id": id }),
-                            None => json!({ "message": m }),
-                        });
+                        let newest = messages.last().map(|m| entry(m, request_id.take()));
                         if let Err(e) = journal.append(newest.as_slice()).await {
                             return unwritten(&e);
                         }
@@ -677,10 +674,7 @@ impl AgentExecutor {
                 }
                 // Durable before the next turn or tool call begins; a model
                 // turn with the provider's id of its request.
-                let newest = messages.last().map(|m| match request_id.take() {
-                    Some(id) => json!({ "message": m, "request_id": id }),
-                    None => json!({ "message": m }),
-                });
+                let newest = messages.last().map(|m| entry(m, request_id.take()));
                 if let Err(e) = journal.append(newest.as_slice()).await {
                     return unwritten(&e);
                 }
@@ -1059,6 +1053,15 @@ fn pending_calls(messages: &[Message]) -> Vec<ToolCall> {
         .filter(|c| !answered.contains(&c.id.as_str()))
         .cloned()
         .collect()
+}
+
+/// A message's journal entry; a model turn's with the provider's id of its
+/// request.
+fn entry(message: &Message, request_id: Option<String>) -> Value {
+    match request_id {
+        Some(id) => json!({ "message": message, "request_id": id }),
+        None => json!({ "message": message }),
+    }
 }
 
 /// The final answer: the last turn's text, joined to the turns it continued

@@ -10,10 +10,11 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::openai::{ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec, send};
+use crate::openai::{
+    ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec, next_event, send,
+};
 
 /// The Messages API's own endpoint.
 pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -221,13 +222,9 @@ async fn read_events(
     let mut stop_reason: Option<String> = None;
     let mut events_seen = 0usize;
     loop {
-        let Some(event) = tokio::time::timeout(idle, events.next())
-            .await
-            .map_err(|_| ChatError::TimedOut(idle))?
-        else {
+        let Some(event) = next_event(&mut events, idle).await? else {
             break;
         };
-        let event = event.map_err(|e| ChatError::Protocol(e.to_string()))?;
         events_seen += 1;
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|e| ChatError::Protocol(format!("an event is not JSON ({e})")))?;

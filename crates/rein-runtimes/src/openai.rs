@@ -282,6 +282,25 @@ pub(crate) async fn send(
     })
 }
 
+/// The next event of a model's stream, within the idle timeout; `None` when
+/// the stream ends. Every provider's client reads its stream through here.
+pub(crate) async fn next_event<S, E>(
+    events: &mut S,
+    idle: Duration,
+) -> Result<Option<eventsource_stream::Event>, ChatError>
+where
+    S: futures_util::Stream<Item = Result<eventsource_stream::Event, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    match tokio::time::timeout(idle, events.next()).await {
+        Err(_) => Err(ChatError::TimedOut(idle)),
+        Ok(None) => Ok(None),
+        Ok(Some(event)) => event
+            .map(Some)
+            .map_err(|e| ChatError::Protocol(e.to_string())),
+    }
+}
+
 /// An `{"error": …}` chunk in the middle of a stream, classified like the
 /// HTTP error it names (its `code`, or a `type` that says rate limit,
 /// overload or server error).
@@ -359,13 +378,9 @@ async fn read_stream(
     let mut finish_reason = None;
     let mut chunks = 0usize;
     loop {
-        let Some(event) = tokio::time::timeout(idle, events.next())
-            .await
-            .map_err(|_| ChatError::TimedOut(idle))?
-        else {
+        let Some(event) = next_event(&mut events, idle).await? else {
             break;
         };
-        let event = event.map_err(|e| ChatError::Protocol(e.to_string()))?;
         if event.data.trim() == "[DONE]" {
             break;
         }

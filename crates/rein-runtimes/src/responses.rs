@@ -11,11 +11,11 @@
 
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::openai::{
-    ChatConfig, ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec, send,
+    ChatConfig, ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec, next_event,
+    send,
 };
 
 /// The conversation as the Responses API's `instructions` and input items.
@@ -140,13 +140,9 @@ async fn read_events(
     let mut finish_reason: Option<String> = None;
     let mut events_seen = 0usize;
     loop {
-        let Some(event) = tokio::time::timeout(idle, events.next())
-            .await
-            .map_err(|_| ChatError::TimedOut(idle))?
-        else {
+        let Some(event) = next_event(&mut events, idle).await? else {
             break;
         };
-        let event = event.map_err(|e| ChatError::Protocol(e.to_string()))?;
         if event.data.trim() == "[DONE]" {
             break;
         }
