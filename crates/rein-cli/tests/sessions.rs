@@ -10,7 +10,7 @@ mod common;
 mod model;
 
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Child, Command, Stdio};
 
 use common::{eventually, json, rein, run_ok, task_ids, write_plan};
 use model::model;
@@ -340,41 +340,87 @@ session = "work"
 depends_on = ["first"]
 "#;
 
-#[test]
-fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_through_the_plugin() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let ws = dir.path().join("ws");
-    let exec = dir.path().join("exec");
-    std::fs::create_dir(&ws).unwrap();
-    std::fs::create_dir(&exec).unwrap();
-    let ok = echo_plugin(dir.path(), "ok.toml", "ok", &exec);
-    let stuck = echo_plugin(dir.path(), "stuck.toml", "reset-fails", &exec);
-    let plan = write_plan(dir.path(), "plan.toml", ECHOED);
-    let with = |manifest: &Path| {
-        let mut cmd = rein(&data);
+/// A data directory and a workspace, with the echo plugin (`ok.toml`) whose
+/// executor controller works in `exec`.
+struct Echo {
+    dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    ws: std::path::PathBuf,
+    exec: std::path::PathBuf,
+    ok: std::path::PathBuf,
+}
+
+impl Echo {
+    fn new() -> Echo {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, ws, exec) = (
+            dir.path().join("data"),
+            dir.path().join("ws"),
+            dir.path().join("exec"),
+        );
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::create_dir(&exec).unwrap();
+        let ok = echo_plugin(dir.path(), "ok.toml", "ok", &exec);
+        Echo {
+            dir,
+            data,
+            ws,
+            exec,
+            ok,
+        }
+    }
+
+    /// `rein` with the plugin of `manifest`.
+    fn with(&self, manifest: &Path) -> Command {
+        let mut cmd = rein(&self.data);
         cmd.arg("--plugin").arg(manifest);
         cmd
-    };
-    let mut runner = with(&ok)
-        .arg("run")
-        .arg(&plan)
-        .arg("--workspace")
-        .arg(&ws)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    }
+
+    /// `rein` with the plugin that works.
+    fn rein(&self) -> Command {
+        self.with(&self.ok)
+    }
+
+    /// What the executor controller was asked, a line a call.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.exec.join("executor.log")).unwrap_or_default()
+    }
+
+    /// `rein run` of [`ECHOED`] in the workspace, once its first attempt
+    /// (after `ensure`) is under way.
+    fn running(&self) -> Child {
+        let plan = write_plan(self.dir.path(), "plan.toml", ECHOED);
+        let runner = self
+            .rein()
+            .arg("run")
+            .arg(&plan)
+            .arg("--workspace")
+            .arg(&self.ws)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        eventually("the first attempt is running", || {
+            self.ws.join("hung").exists().then_some(())
+        });
+        runner
+    }
+}
+
+#[test]
+fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_through_the_plugin() {
+    let echo = Echo::new();
+    let data = &echo.data;
+    let stuck = echo_plugin(echo.dir.path(), "stuck.toml", "reset-fails", &echo.exec);
     // Killed after `ensure`, while the harness works on the first turn.
-    eventually("the first attempt is running", || {
-        ws.join("hung").exists().then_some(())
-    });
+    let mut runner = echo.running();
     common::kill9(&mut runner);
-    let task = task_ids(&data)[0].clone();
-    let log = || std::fs::read_to_string(exec.join("executor.log")).unwrap_or_default();
+    let task = task_ids(data)[0].clone();
+    let log = || echo.log();
     assert_eq!(log().lines().count(), 1, "{}", log());
     let state = json(&run_ok(
-        with(&ok).args(["tasks", "resume", &task, "--json"]),
+        echo.rein().args(["tasks", "resume", &task, "--json"]),
     ));
     assert_eq!(state["status"], "completed", "{state}");
     assert_eq!(step_text(&state, "second"), "SAY HI");
@@ -402,7 +448,7 @@ fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_thr
     assert_eq!(lines[0].1, lines[1].1);
     assert_eq!(lines[2].1, lines[3].1);
     assert_ne!(lines[0].1, lines[2].1);
-    let sessions = sessions_of(&data, &task);
+    let sessions = sessions_of(data, &task);
     assert_eq!(sessions.len(), 1, "{sessions:?}");
     let work = &sessions[0];
     let id = work["id"].as_str().unwrap();
@@ -413,10 +459,7 @@ fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_thr
     assert_eq!(work["steps"], serde_json::json!(["first", "second"]));
 
     // Without the plugin, nothing would reset its side: refused, saying so.
-    let out = rein(&data)
-        .args(["sessions", "reset", id])
-        .output()
-        .unwrap();
+    let out = rein(data).args(["sessions", "reset", id]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("name its plugin with --plugin"),
@@ -424,7 +467,8 @@ fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_thr
         String::from_utf8_lossy(&out.stderr)
     );
     // A reset whose required cleanup fails is refused, and the session stays.
-    let out = with(&stuck)
+    let out = echo
+        .with(&stuck)
         .args(["sessions", "reset", id])
         .output()
         .unwrap();
@@ -434,44 +478,23 @@ fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_thr
         err.contains("was not reset") && err.contains("the native sandbox is still attached"),
         "{err}"
     );
-    let kept = json(&run_ok(
-        rein(&data).args(["sessions", "show", id, "--json"]),
-    ));
+    let kept = json(&run_ok(rein(data).args(["sessions", "show", id, "--json"])));
     assert_eq!(kept["session"]["generation"], 0);
     // Through a plugin whose cleanup works, it is reset.
-    let reset = json(&run_ok(with(&ok).args(["sessions", "reset", id, "--json"])));
+    let reset = json(&run_ok(
+        echo.rein().args(["sessions", "reset", id, "--json"]),
+    ));
     assert_eq!(reset["generation"], 1);
 }
 
 #[test]
 fn a_session_is_not_reset_while_its_task_runs_and_a_reset_retires_its_executor() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let ws = dir.path().join("ws");
-    let exec = dir.path().join("exec");
-    std::fs::create_dir(&ws).unwrap();
-    std::fs::create_dir(&exec).unwrap();
-    let ok = echo_plugin(dir.path(), "ok.toml", "ok", &exec);
-    let plan = write_plan(dir.path(), "plan.toml", ECHOED);
-    let with = || {
-        let mut cmd = rein(&data);
-        cmd.arg("--plugin").arg(&ok);
-        cmd
-    };
-    let mut runner = with()
-        .arg("run")
-        .arg(&plan)
-        .arg("--workspace")
-        .arg(&ws)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    eventually("the first attempt is running", || {
-        ws.join("hung").exists().then_some(())
-    });
-    let task = task_ids(&data)[0].clone();
-    let id = sessions_of(&data, &task)[0]["id"]
+    let echo = Echo::new();
+    let data = &echo.data;
+    let with = || echo.rein();
+    let mut runner = echo.running();
+    let task = task_ids(data)[0].clone();
+    let id = sessions_of(data, &task)[0]["id"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -489,7 +512,7 @@ fn a_session_is_not_reset_while_its_task_runs_and_a_reset_retires_its_executor()
     let reset = json(&run_ok(with().args(["sessions", "reset", &id, "--json"])));
     assert_eq!(reset["generation"], 1);
     assert_eq!(reset["executor"]["phase"], "retired");
-    let log = || std::fs::read_to_string(exec.join("executor.log")).unwrap_or_default();
+    let log = || echo.log();
     let methods = |log: &str| -> Vec<String> {
         log.lines()
             .map(|l| l.split(' ').next().unwrap().to_owned())
@@ -510,7 +533,7 @@ fn a_session_is_not_reset_while_its_task_runs_and_a_reset_retires_its_executor()
         ]
     );
     let shown = json(&run_ok(
-        rein(&data).args(["sessions", "show", &id, "--json"]),
+        rein(data).args(["sessions", "show", &id, "--json"]),
     ));
     assert_eq!(shown["session"]["executor"]["generation"], 1);
     assert_eq!(shown["session"]["turns"], 2);
@@ -518,21 +541,14 @@ fn a_session_is_not_reset_while_its_task_runs_and_a_reset_retires_its_executor()
 
 #[test]
 fn aborting_a_paused_task_retires_its_sessions_executors() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let exec = dir.path().join("exec");
-    std::fs::create_dir(&exec).unwrap();
-    let ok = echo_plugin(dir.path(), "ok.toml", "ok", &exec);
+    let echo = Echo::new();
+    let data = &echo.data;
     let plan = write_plan(
-        dir.path(),
+        echo.dir.path(),
         "plan.toml",
         "description = \"held\"\n[[steps]]\nid = \"first\"\nkind = \"agent\"\nruntime = \"echo\"\nprompt = \"say one\"\n[[steps]]\nid = \"hold\"\nkind = \"approve\"\ntitle = \"Go on?\"\ndepends_on = [\"first\"]\n",
     );
-    let with = || {
-        let mut cmd = rein(&data);
-        cmd.arg("--plugin").arg(&ok);
-        cmd
-    };
+    let with = || echo.rein();
     let out = with()
         .arg("run")
         .arg(&plan)
@@ -545,14 +561,14 @@ fn aborting_a_paused_task_retires_its_sessions_executors() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let log = || std::fs::read_to_string(exec.join("executor.log")).unwrap_or_default();
+    let log = || echo.log();
     assert_eq!(log().lines().count(), 1, "{}", log());
-    let task = task_ids(&data)[0].clone();
+    let task = task_ids(data)[0].clone();
     run_ok(with().args(["tasks", "abort", &task]));
     let lines: Vec<String> = log().lines().map(str::to_owned).collect();
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(lines[1].starts_with("executor/retire"), "{lines:?}");
-    let session = &sessions_of(&data, &task)[0];
+    let session = &sessions_of(data, &task)[0];
     assert_eq!(session["status"], "ended");
     assert_eq!(session["executor"]["phase"], "retired");
 }
