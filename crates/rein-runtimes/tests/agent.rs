@@ -109,11 +109,7 @@ async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn(
         text.starts_with("done: ") && text.contains("draft"),
         "{text}"
     );
-    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
-    assert_eq!(
-        std::fs::read_to_string(ws.join("notes.txt")).unwrap(),
-        "draft"
-    );
+    assert_eq!(in_workspace(&done, "notes.txt"), "draft");
 
     // The selection is an event of its own, before the step's result.
     let log = store.events(state.id(), 0, usize::MAX).await.unwrap();
@@ -159,11 +155,7 @@ async fn a_tool_call_goes_through_against_a_server_that_behaves_like_llama_cpp()
         "{:?}",
         done.latest_for_step("draft").and_then(|c| c.error.clone())
     );
-    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
-    assert_eq!(
-        std::fs::read_to_string(ws.join("out.txt")).unwrap(),
-        "from llama"
-    );
+    assert_eq!(in_workspace(&done, "out.txt"), "from llama");
     // The turn that called the tool went back with a content the template reads.
     let second = seen.0.lock().unwrap()[1].clone();
     let turn = second["messages"]
@@ -357,6 +349,21 @@ async fn a_command_the_rules_ask_about_waits_for_a_person_and_runs_once_approved
     assert_eq!(seen.0.lock().unwrap().len(), 2);
 }
 
+/// A file of the task's workspace.
+fn in_workspace(done: &rein_protocol::TaskState, name: &str) -> String {
+    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
+    std::fs::read_to_string(ws.join(name)).unwrap()
+}
+
+/// An agent step on `provider`.
+fn on_provider(provider: &str, prompt: &str) -> TaskStep {
+    let mut step = agent_step(prompt);
+    if let StepAction::Agent { provider: p, .. } = &mut step.action {
+        *p = Some(provider.into());
+    }
+    step
+}
+
 fn with_limits(prompt: &str, limits: rein_protocol::AgentLimits) -> TaskStep {
     let mut step = agent_step(prompt);
     if let StepAction::Agent { limits: l, .. } = &mut step.action {
@@ -534,10 +541,7 @@ async fn an_agent_step_on_anthropic_writes_a_file_through_the_messages_api() {
         Arc::new(agent),
         EngineConfig::new(dir.path().join("workspaces")),
     );
-    let mut step = agent_step("write hello");
-    if let StepAction::Agent { provider, .. } = &mut step.action {
-        *provider = Some("anthropic".into());
-    }
+    let step = on_provider("anthropic", "write hello");
     let state = create(&engine, step, None).await;
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
     assert_eq!(
@@ -547,11 +551,7 @@ async fn an_agent_step_on_anthropic_writes_a_file_through_the_messages_api() {
         done.latest_for_step("draft").and_then(|c| c.error.clone())
     );
     assert_eq!(text_of(&done), "Wrote hello.txt.");
-    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
-    assert_eq!(
-        std::fs::read_to_string(ws.join("hello.txt")).unwrap(),
-        "hello from claude"
-    );
+    assert_eq!(in_workspace(&done, "hello.txt"), "hello from claude");
     // The second request carries the turn and the result in the API's shape.
     let second = seen.0.lock().unwrap()[1].clone();
     assert_eq!(second["model"], "claude-test");
@@ -637,10 +637,7 @@ async fn the_messages_apis_refusals_are_classified_like_http_errors() {
 async fn a_provider_the_builtin_runtime_does_not_speak_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, _) = engine(dir.path(), "http://127.0.0.1:9/v1").await;
-    let mut step = agent_step("write notes");
-    if let StepAction::Agent { provider, .. } = &mut step.action {
-        *provider = Some("mistral".into());
-    }
+    let step = on_provider("mistral", "write notes");
     let state = create(&engine, step, None).await;
     let no_wait = RunOptions {
         no_wait: true,
@@ -666,10 +663,7 @@ async fn an_agent_step_on_the_responses_api_writes_a_file() {
     let (base, seen) = common::responses_like().await;
     let dir = tempfile::tempdir().unwrap();
     let (engine, store) = engine(dir.path(), &base).await;
-    let mut step = agent_step("write it");
-    if let StepAction::Agent { provider, .. } = &mut step.action {
-        *provider = Some("openai-responses".into());
-    }
+    let step = on_provider("openai-responses", "write it");
     let state = create(&engine, step, None).await;
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
     assert_eq!(
@@ -679,11 +673,7 @@ async fn an_agent_step_on_the_responses_api_writes_a_file() {
         done.latest_for_step("draft").and_then(|c| c.error.clone())
     );
     assert_eq!(text_of(&done), "Wrote it.");
-    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
-    assert_eq!(
-        std::fs::read_to_string(ws.join("r.txt")).unwrap(),
-        "from responses"
-    );
+    assert_eq!(in_workspace(&done, "r.txt"), "from responses");
     let second = seen.0.lock().unwrap()[1].clone();
     assert_eq!(second["store"], false);
     assert!(
