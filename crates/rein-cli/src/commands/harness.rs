@@ -5,8 +5,6 @@
 //! `REIN_PLUGINS`); with none, the built-in runtime serves every route. With
 //! `--url`, both report the server's registry and runtime policy.
 
-use rein_core::harness::Harnesses;
-
 use crate::cli::HarnessCommand;
 use crate::commands::{Target, print_json};
 use crate::exit::{self, UsageError};
@@ -22,13 +20,7 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
         Some(url) => Some(crate::remote::Client::new(url, target.token.clone())?),
         None => None,
     };
-    let local = || -> anyhow::Result<Harnesses> {
-        Ok(Harnesses {
-            registry: std::sync::Arc::new(crate::commands::harness_registry(&target.plugins)?),
-            policy: crate::commands::runtime_policy(target.runtime_policy.as_deref())?,
-            facts: target.providers.all_facts(),
-        })
-    };
+    let local = || target.harnesses();
     match cmd {
         HarnessCommand::List { json } => {
             // With --url, the server's registry: the harnesses its runs use.

@@ -70,18 +70,13 @@ impl Context {
         max_parallel: usize,
         executor: CommandExecutor,
     ) -> anyhow::Result<Context> {
-        let registry = Arc::new(harness_registry(&target.plugins)?);
-        let policy = runtime_policy(target.runtime_policy.as_deref())?;
+        let harnesses = Arc::new(target.harnesses()?);
+        let (registry, policy) = (Arc::clone(&harnesses.registry), harnesses.policy.clone());
         let providers = target.providers.clone();
         let chat = providers.openai.clone();
         let completions =
             rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone())
                 .with_anthropic(providers.anthropic.clone());
-        let harnesses = Arc::new(rein_core::harness::Harnesses {
-            registry: Arc::clone(&registry),
-            policy: policy.clone(),
-            facts: providers.all_facts(),
-        });
         let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat)
             .with_anthropic(providers.anthropic);
         let mut ctx = Context::running_with(
@@ -99,13 +94,11 @@ impl Context {
     /// complete`, `rein plan draft`): the plugins' harnesses and the built-in
     /// runtime serve its completions.
     pub fn for_completions(target: &Target) -> anyhow::Result<Context> {
+        let harnesses = target.harnesses()?;
         let providers = target.providers.clone();
-        let completions = rein_runtimes::Completions::new(
-            Arc::new(harness_registry(&target.plugins)?),
-            runtime_policy(target.runtime_policy.as_deref())?,
-            providers.openai,
-        )
-        .with_anthropic(providers.anthropic);
+        let completions =
+            rein_runtimes::Completions::new(harnesses.registry, harnesses.policy, providers.openai)
+                .with_anthropic(providers.anthropic);
         let why = rein_sandbox::Unavailable {
             reason: "this command does not run steps".into(),
             remedy: "run the task with `rein run` or `rein tasks resume`".into(),
@@ -298,6 +291,16 @@ fn show_config(config: &crate::config::Config, json: bool) -> anyhow::Result<u8>
 }
 
 impl Target {
+    /// The harnesses of `--plugin` with the runtime policy and how each
+    /// provider's requests are prepared: what selection reads.
+    pub fn harnesses(&self) -> anyhow::Result<rein_core::harness::Harnesses> {
+        Ok(rein_core::harness::Harnesses {
+            registry: Arc::new(harness_registry(&self.plugins)?),
+            policy: runtime_policy(self.runtime_policy.as_deref())?,
+            facts: self.providers.all_facts(),
+        })
+    }
+
     /// The backend for commands that may end a task (`tasks abort`): here,
     /// with the agent runtimes, so the task's sessions' executors are retired
     /// through the controllers of the plugins named with `--plugin`.

@@ -4,7 +4,6 @@
 //! (a session a plugin's harness served is reset through that plugin); with
 //! `--url`, the server's.
 
-use rein_core::harness::Harnesses;
 use rein_protocol::{AgentSessionInfo, SessionStatus};
 use serde::Deserialize;
 use serde_json::json;
@@ -36,13 +35,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
     let local = || -> anyhow::Result<rein_core::sessions::Sessions> {
         Ok(Context::open(target.data_dir.clone(), 1)?.engine.sessions())
     };
-    let harnesses = || -> anyhow::Result<Harnesses> {
-        Ok(Harnesses {
-            registry: std::sync::Arc::new(crate::commands::harness_registry(&target.plugins)?),
-            policy: crate::commands::runtime_policy(target.runtime_policy.as_deref())?,
-            facts: target.providers.all_facts(),
-        })
-    };
+    let harnesses = || target.harnesses();
     match cmd {
         SessionsCommand::List {
             task,
