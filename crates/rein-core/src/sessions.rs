@@ -152,46 +152,10 @@ impl Sessions {
             ),
         };
         let id = SessionId::of(task, &label);
-        let now = self.clock.now();
-        if self
-            .store
-            .load_record(RecordKind::Session, id.as_str())
-            .await?
-            .is_none()
-        {
-            let fresh = AgentSessionInfo {
-                id: id.clone(),
-                task_id: task.clone(),
-                name: label,
-                shared,
-                status: SessionStatus::Active,
-                steps: vec![step.to_owned()],
-                route: Some(route.to_owned()),
-                runtime: None,
-                pinned_runtime: None,
-                native_session_id: None,
-                turns: 0,
-                generation: 0,
-                executor: None,
-                delegation,
-                created_at: now,
-                updated_at: now,
-            };
-            match self
-                .store
-                .insert_record(
-                    &record_of(&fresh)?,
-                    &audit(now, TASK_ACTOR, "session.create", id.as_str()),
-                )
-                .await
-            {
-                Ok(()) => return Ok(fresh),
-                Err(StoreError::RecordExists { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
         let step = step.to_owned();
-        self.change(id.as_str(), TASK_ACTOR, "session.open", |s| {
+        // The step joins the session it finds (one read); only a session
+        // not yet there is made.
+        let mut join = |s: &mut AgentSessionInfo| {
             // A child that answered stays ended: it is not run again.
             let answered = s.delegation.as_ref().is_some_and(|d| d.answer.is_some());
             if answered || (s.steps.last() == Some(&step) && s.status == SessionStatus::Active) {
@@ -202,9 +166,50 @@ impl Sessions {
             }
             s.status = SessionStatus::Active;
             Ok(Some(()))
-        })
-        .await
-        .map(|(s, _)| s)
+        };
+        match self
+            .change(id.as_str(), TASK_ACTOR, "session.open", &mut join)
+            .await
+        {
+            Ok((s, _)) => return Ok(s),
+            Err(EngineError::Store(StoreError::RecordNotFound { .. })) => {}
+            Err(e) => return Err(e),
+        }
+        let now = self.clock.now();
+        let fresh = AgentSessionInfo {
+            id: id.clone(),
+            task_id: task.clone(),
+            name: label,
+            shared,
+            status: SessionStatus::Active,
+            steps: vec![step.clone()],
+            route: Some(route.to_owned()),
+            runtime: None,
+            pinned_runtime: None,
+            native_session_id: None,
+            turns: 0,
+            generation: 0,
+            executor: None,
+            delegation,
+            created_at: now,
+            updated_at: now,
+        };
+        match self
+            .store
+            .insert_record(
+                &record_of(&fresh)?,
+                &audit(now, TASK_ACTOR, "session.create", id.as_str()),
+            )
+            .await
+        {
+            Ok(()) => Ok(fresh),
+            // Made meanwhile by another process: joined instead.
+            Err(StoreError::RecordExists { .. }) => self
+                .change(id.as_str(), TASK_ACTOR, "session.open", &mut join)
+                .await
+                .map(|(s, _)| s),
+            Err(e) => Err(e.into()),
+        }
     }
 
     pub async fn get(&self, id: &str) -> Result<AgentSessionInfo, EngineError> {
