@@ -272,6 +272,40 @@ fn wait_for_launch(pid: u32, timeout: Duration) -> bool {
     false
 }
 
+/// The task's marks file, once the task exists.
+fn marks_file(data: &std::path::Path) -> Option<std::path::PathBuf> {
+    let id = task_ids(data).first().cloned()?;
+    let state = show(data, &id);
+    let ws = state["resources"]["workspace_path"].as_str()?;
+    Some(std::path::Path::new(ws).join("marks.log"))
+}
+
+fn len_of(marks: Option<&std::path::PathBuf>) -> u64 {
+    marks
+        .and_then(|m| std::fs::metadata(m).ok())
+        .map_or(0, |m| m.len())
+}
+
+/// Waits until the marks file has grown past `from` bytes (a step is
+/// running), polling every millisecond; gives up after `timeout`.
+fn wait_for_marks(
+    data: &std::path::Path,
+    marks: &mut Option<std::path::PathBuf>,
+    from: u64,
+    timeout: Duration,
+) {
+    let until = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < until {
+        if marks.is_none() {
+            *marks = marks_file(data);
+        }
+        if len_of(marks.as_ref()) > from {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Kills rein at random moments — the first milliseconds after it launched
 /// steps included — under `sandbox`, resuming each time, and checks from the
 /// marks the steps wrote that no two attempts of one step ever ran at once.
@@ -291,12 +325,14 @@ fn no_attempt_outlives_a_killed_rein(sandbox: &str) {
         cmd
     };
     let mut kills = 0;
+    let mut marks = None;
     for round in 0..24 {
         if let Some(id) = task_ids(&data).first()
             && show(&data, id)["status"] == "completed"
         {
             break;
         }
+        let marked = len_of(marks.as_ref());
         let mut child = command(&data).spawn().unwrap();
         if round % 2 == 0 {
             // Right after it launched a step: the first few milliseconds, where
@@ -304,7 +340,9 @@ fn no_attempt_outlives_a_killed_rein(sandbox: &str) {
             wait_for_launch(child.id(), Duration::from_secs(5));
             std::thread::sleep(Duration::from_micros(rng.random_range(0..2_000)));
         } else {
-            // Anywhere in its first 120 ms: before, at and after the launches.
+            // Anywhere in the 120 ms after its steps began to write (on a
+            // loaded machine rein can take longer than that to get there).
+            wait_for_marks(&data, &mut marks, marked, Duration::from_secs(5));
             std::thread::sleep(Duration::from_millis(rng.random_range(0..120)));
         }
         if child.try_wait().unwrap().is_none() {
