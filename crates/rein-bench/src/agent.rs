@@ -5,6 +5,11 @@
 //! round trip (timed alone against the same server), the two durable journal
 //! appends of each call (the model's turn, then the tool's answer; timed alone
 //! on the same store), and the rest — the harness's own overhead.
+//!
+//! With `--mcp` the tool is `bench__echo` of an MCP server over stdio (this
+//! binary's `mcp-echo`, a minimal server so the time is rein's, not a
+//! runtime's), and the call's own round trip through the SDK is timed alone
+//! too.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +38,13 @@ fn sse(chunks: &[Value]) -> Response {
         .unwrap_or_default()
 }
 
-/// Asks for `list_dir` until the conversation has `calls` answers.
-async fn serve(calls: usize, body: String) -> Response {
+/// Asks for the tool until the conversation has `calls` answers.
+async fn serve(calls: usize, mcp: bool, body: String) -> Response {
+    let (tool, args) = if mcp {
+        ("bench__echo", "{\"text\": \"x\"}")
+    } else {
+        ("list_dir", "{\"path\": \".\"}")
+    };
     let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     let answered = body["messages"]
         .as_array()
@@ -43,7 +53,7 @@ async fn serve(calls: usize, body: String) -> Response {
         sse(&[
             json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "tool_calls": [
                 { "index": 0, "id": format!("call_{answered}"), "type": "function",
-                  "function": { "name": "list_dir", "arguments": "{\"path\": \".\"}" } }] } }] }),
+                  "function": { "name": tool, "arguments": args } }] } }] }),
             json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] }),
         ])
     } else {
@@ -59,10 +69,10 @@ fn mean_ms(times: &[Duration]) -> f64 {
     (total / times.len().max(1) as f64 * 1e6).round() / 1000.0
 }
 
-pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value> {
+pub async fn agent(calls: usize, mcp: bool, dir: &std::path::Path) -> anyhow::Result<Value> {
     let app = Router::new().route(
         "/v1/chat/completions",
-        post(move |body: String| serve(calls, body)),
+        post(move |body: String| serve(calls, mcp, body)),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}/v1", listener.local_addr()?);
@@ -90,9 +100,22 @@ pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value>
             provider: None,
             model: None,
             runtime: None,
-            tools: vec!["list_dir".into()],
+            tools: if mcp {
+                Vec::new()
+            } else {
+                vec!["list_dir".into()]
+            },
             session: None,
             limits: Default::default(),
+            mcp: if mcp {
+                vec![rein_protocol::McpUse {
+                    name: "bench".into(),
+                    server: Some(echo_server()?),
+                }]
+            } else {
+                Vec::new()
+            },
+            network: false,
         },
     );
     let state = engine
@@ -139,15 +162,90 @@ pub async fn agent(calls: usize, dir: &std::path::Path) -> anyhow::Result<Value>
         writer.append(std::slice::from_ref(&entry)).await?;
         commits.push(t.elapsed());
     }
+    // An MCP call alone: the same server, through the SDK's client.
+    let mut mcp_calls = Vec::new();
+    if mcp {
+        let server = echo_server()?;
+        let mut child = tokio::process::Command::new(server.command.unwrap_or_default())
+            .args(&server.args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            anyhow::bail!("the echo server's stdio");
+        };
+        let client = rmcp::ServiceExt::serve((), (stdout, stdin)).await?;
+        for _ in 0..calls {
+            let mut params = rmcp::model::CallToolRequestParams::new("echo");
+            params.arguments = json!({ "text": "x" }).as_object().cloned();
+            let t = Instant::now();
+            client.call_tool(params).await?;
+            mcp_calls.push(t.elapsed());
+        }
+        let _ = client.cancel().await;
+    }
     let per_call = elapsed.as_secs_f64() * 1000.0 / calls as f64;
-    let (model_ms, commit_ms) = (mean_ms(&model), mean_ms(&commits));
-    Ok(json!({
-        "bench": "agent",
+    let (model_ms, commit_ms, mcp_ms) = (mean_ms(&model), mean_ms(&commits), mean_ms(&mcp_calls));
+    let mut out = json!({
+        "bench": if mcp { "agent-mcp" } else { "agent" },
         "tool_calls": calls,
         "elapsed_s": (elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
         "per_tool_call_ms": (per_call * 1000.0).round() / 1000.0,
         "model_request_ms": model_ms,
         "journal_commit_ms": commit_ms,
-        "overhead_per_tool_call_ms": ((per_call - model_ms - 2.0 * commit_ms) * 1000.0).round() / 1000.0,
-    }))
+        "overhead_per_tool_call_ms": ((per_call - model_ms - 2.0 * commit_ms - if mcp { mcp_ms } else { 0.0 }) * 1000.0).round() / 1000.0,
+    });
+    if mcp {
+        out["mcp_call_ms"] = json!(mcp_ms);
+    }
+    Ok(out)
+}
+
+/// This binary's `mcp-echo`, as an MCP server declaration.
+fn echo_server() -> anyhow::Result<rein_protocol::McpServer> {
+    Ok(rein_protocol::McpServer {
+        command: Some(std::env::current_exe()?.display().to_string()),
+        args: vec!["mcp-echo".into()],
+        ..Default::default()
+    })
+}
+
+/// `rein-bench mcp-echo`: the least an MCP server over stdio does — it
+/// initializes, lists one tool, `echo {text}`, and answers its calls — so a
+/// benchmark times rein's side of a call, not a server's runtime.
+pub fn mcp_echo() -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let request: Value = serde_json::from_str(&line?)?;
+        let Some(id) = request.get("id").cloned() else {
+            continue; // a notification
+        };
+        let result = match request["method"].as_str() {
+            Some("initialize") => json!({
+                "protocolVersion": request["params"]["protocolVersion"],
+                "capabilities": { "tools": {} },
+                "serverInfo": { "name": "rein-bench-echo", "version": "1" },
+            }),
+            Some("tools/list") => json!({ "tools": [{
+                "name": "echo",
+                "description": "Echoes its text",
+                "inputSchema": { "type": "object", "properties": { "text": { "type": "string" } }, "required": ["text"] },
+            }] }),
+            Some("tools/call") => json!({ "content": [{
+                "type": "text",
+                "text": request["params"]["arguments"]["text"],
+            }] }),
+            _ => json!({}),
+        };
+        writeln!(
+            out,
+            "{}",
+            json!({ "jsonrpc": "2.0", "id": id, "result": result })
+        )?;
+        out.flush()?;
+    }
+    Ok(())
 }

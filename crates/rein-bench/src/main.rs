@@ -104,9 +104,15 @@ enum Bench {
     Agent {
         #[arg(long, default_value_t = 200)]
         tool_calls: usize,
+        /// The tool is an MCP server's (over stdio), not a built-in one.
+        #[arg(long)]
+        mcp: bool,
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// A minimal MCP server over stdio (`echo {text}`), for `agent --mcp`.
+    #[command(hide = true)]
+    McpEcho,
     /// The cost of a sandboxed command: `true` plainly and under bubblewrap.
     Sandbox {
         #[arg(long, default_value_t = 200)]
@@ -994,15 +1000,20 @@ fn main() -> anyhow::Result<()> {
         Bench::Conflicts { actions, runs } => {
             println!("{}", conflicts(actions, runs)?);
         }
-        Bench::Agent { tool_calls, dir } => {
+        Bench::Agent {
+            tool_calls,
+            mcp,
+            dir,
+        } => {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
             println!(
                 "{}",
-                runtime.block_on(agent::agent(tool_calls.max(1), &dir))?
+                runtime.block_on(agent::agent(tool_calls.max(1), mcp, &dir))?
             );
         }
+        Bench::McpEcho => agent::mcp_echo()?,
         Bench::Sandbox { runs } => {
             let line = runtime.block_on(sandbox(runs))?;
             println!("{line}");

@@ -562,16 +562,19 @@ pub enum SessionsCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
-    /// The verdict on a command and the rule that decided (exit 0 allow, 1 deny,
-    /// 3 ask).
+    /// The verdict on a command (or an MCP tool) and the rule that decided
+    /// (exit 0 allow, 1 deny, 3 ask).
     Check {
         /// The command as a script (`sh -c` text) instead of as words.
-        #[arg(long, conflicts_with = "command")]
+        #[arg(long, conflicts_with_all = ["command", "mcp"])]
         script: Option<String>,
+        /// An MCP tool as SERVER/TOOL (`fs/write_file`) instead of a command.
+        #[arg(long, conflicts_with = "command")]
+        mcp: Option<String>,
         #[arg(long)]
         json: bool,
         /// The command and its arguments, after `--`.
-        #[arg(last = true, required_unless_present = "script")]
+        #[arg(last = true, required_unless_present_any = ["script", "mcp"])]
         command: Vec<String>,
     },
 }

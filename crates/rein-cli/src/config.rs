@@ -28,6 +28,9 @@ struct File {
     openai: OpenAiFile,
     #[serde(default)]
     anthropic: AnthropicFile,
+    /// MCP tool servers agent steps may name (`mcp = ["fs"]`).
+    #[serde(default)]
+    mcp_servers: std::collections::BTreeMap<String, rein_core::plan::McpServerFile>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -82,6 +85,8 @@ pub struct Config {
     pub plugins: Vec<PathBuf>,
     pub runtime_policy: Option<PathBuf>,
     pub providers: Providers,
+    /// The declared MCP servers, by name.
+    pub mcp_servers: rein_runtimes::mcp::McpServers,
     pub shown: Vec<Shown>,
 }
 
@@ -333,6 +338,46 @@ impl Config {
             max_tokens,
             idle_timeout,
         };
+        // MCP servers: only the file declares them. What their environment
+        // and headers hold is shown redacted (keys and tokens live there).
+        let mut mcp_servers = rein_runtimes::mcp::McpServers::new();
+        for (name, declared) in file.mcp_servers {
+            let at = format!("{in_file}: mcp_servers.{name}");
+            if !rein_core::plan::valid_mcp_name(&name) {
+                return Err(UsageError(format!(
+                    "{at}: a server's name has letters, digits, `-` and `_` (no `__`), at most 32"
+                )));
+            }
+            let server = declared.resolve(&at, &base).map_err(UsageError)?;
+            let redacted = |m: &std::collections::BTreeMap<String, String>| {
+                m.keys()
+                    .map(|k| format!("{k}=<redacted>"))
+                    .collect::<Vec<_>>()
+            };
+            let value = match (&server.command, &server.url) {
+                (Some(command), _) => {
+                    let mut words = vec![command.clone()];
+                    words.extend(server.args.iter().cloned());
+                    let mut text = format!("stdio: {}", shell_words::join(words));
+                    let env = redacted(&server.env);
+                    if !env.is_empty() {
+                        text.push_str(&format!(" (env {})", env.join(" ")));
+                    }
+                    text
+                }
+                (None, Some(url)) => {
+                    let mut text = format!("http: {url}");
+                    let headers = redacted(&server.headers);
+                    if !headers.is_empty() {
+                        text.push_str(&format!(" (headers {})", headers.join(" ")));
+                    }
+                    text
+                }
+                (None, None) => String::new(),
+            };
+            show(&format!("mcp_servers.{name}"), Some(value), in_file.clone());
+            mcp_servers.insert(name, server);
+        }
         Ok(Config {
             file: file_path,
             data_dir,
@@ -342,6 +387,7 @@ impl Config {
             plugins,
             runtime_policy,
             providers: Providers { openai, anthropic },
+            mcp_servers,
             shown,
         })
     }

@@ -4,9 +4,9 @@
 //! runner was killed with SIGKILL while the agent waited.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../rein-runtimes/tests/common/acp_agent.rs"]
-mod acp_agent;
 mod common;
+#[path = "../../rein-runtimes/tests/common/npm_packages.rs"]
+mod npm_packages;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -35,7 +35,7 @@ fn resume(data: &Path, plugin: &Path, task: &str) -> serde_json::Value {
 
 /// The agent's manifest, in `dir`.
 fn manifest(dir: &Path) -> PathBuf {
-    let script = acp_agent::acp_agent_dir().join("agent.mjs");
+    let script = npm_packages::acp_agent_dir().join("agent.mjs");
     let text = format!(
         "id = \"test-agent\"\nprotocol = \"acp\"\ncommand = [\"node\", {:?}]\n\n\
          [env]\nACP_TEST_STATE = {:?}\n\n\
@@ -245,7 +245,7 @@ fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its
 #[test]
 fn the_example_with_no_wait_pauses_on_the_agents_question_and_exits_3() {
     // The example in examples/acp, as the README runs it.
-    acp_agent::acp_agent_dir();
+    npm_packages::acp_agent_dir();
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/acp");
     let plugin = examples.join("agent-plugin.toml");
     let plan = examples.join("plan.toml");
@@ -310,4 +310,55 @@ fn on_a_terminal_the_agents_question_is_asked_inline() {
     let all = common::all_approvals(&data);
     assert_eq!(all[0]["response"]["selected_option"], "allow_always");
     assert_eq!(all[0]["response"]["decided_by"], "terminal-user");
+}
+
+#[test]
+fn an_acp_agent_is_handed_the_steps_mcp_servers_at_session_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plugin = manifest(dir.path());
+    let plan = write_plan(
+        dir.path(),
+        "mcp.toml",
+        r#"
+description = "Hand the MCP servers to the agent"
+
+[mcp_servers.fs]
+command = "node"
+args = ["server.js", "."]
+env = { DEBUG = "1" }
+
+[mcp_servers.search]
+url = "http://127.0.0.1:9/mcp"
+headers = { X-Team = "docs" }
+
+[[steps]]
+id = "draft"
+kind = "agent"
+prompt = "which MCP servers?"
+runtime = "acp-test"
+mcp = ["fs", "search"]
+"#,
+    );
+    let state = json(&run_ok(
+        rein(&data)
+            .arg("--plugin")
+            .arg(&plugin)
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    let text = draft_output(&state)["text"].as_str().unwrap().to_owned();
+    let told: serde_json::Value =
+        serde_json::from_str(text.trim_start_matches("Working on it. ")).unwrap();
+    assert_eq!(
+        told,
+        serde_json::json!([
+            { "name": "fs", "command": "node", "args": ["server.js", "."],
+              "env": [{ "name": "DEBUG", "value": "1" }] },
+            { "type": "http", "name": "search", "url": "http://127.0.0.1:9/mcp",
+              "headers": [{ "name": "X-Team", "value": "docs" }] },
+        ]),
+        "{text}"
+    );
 }

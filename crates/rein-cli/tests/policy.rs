@@ -26,6 +26,10 @@ trigger = "destructive_action"
 [[rules]]
 verdict = "ask"
 network = "*"
+
+[[rules]]
+verdict = "deny"
+mcp = "fs/write_*"
 "#;
 
 fn policy_file(dir: &std::path::Path) -> std::path::PathBuf {
@@ -66,6 +70,13 @@ fn policy_check_prints_the_verdict_and_the_rule_with_a_script_friendly_exit() {
     let decision = json(&out);
     assert_eq!(decision["verdict"], "deny");
     assert_eq!(decision["subject"], "rm -rf /srv");
+    let out = check(&["--json", "--mcp", "fs/write_file"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json(&out)["subject"], "mcp:fs/write_file");
+    assert_eq!(check(&["--mcp", "fs/read_file"]).status.code(), Some(0));
+    let out = check(&["--mcp", "write_file"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("write SERVER/TOOL"));
     assert!(!data.exists(), "checking touches no store");
     // A malformed policy is refused, naming the rule.
     let bad = write_plan(dir.path(), "bad.toml", "[[rules]]\nverdict = 'deny'\n");
@@ -194,7 +205,7 @@ fn an_asked_step_waits_for_a_person_and_runs_only_once_approved() {
         ran["output"]["policy"]
             .as_str()
             .unwrap()
-            .starts_with("4 rule(s): 4 from"),
+            .starts_with("5 rule(s): 5 from"),
         "{ran}"
     );
     assert_eq!(ran["output"]["exit_code"], 0);

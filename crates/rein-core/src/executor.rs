@@ -264,6 +264,31 @@ pub trait StepExecutor: Send + Sync + std::fmt::Debug {
     async fn task_ended(&self, task: &TaskId, sessions: &crate::sessions::Sessions) {
         let _ = (task, sessions);
     }
+
+    /// The command that starts `helper` for `request`'s step (an agent
+    /// step's MCP server, spoken to over its stdio), confined the way the
+    /// step's commands are; the caller adds stdio. `Err` says why none can
+    /// start.
+    fn helper(
+        &self,
+        request: &StepRequest,
+        helper: &Helper,
+    ) -> Result<(tokio::process::Command, rein_sandbox::Reach), String> {
+        let _ = (request, helper);
+        Err("this rein starts no helper processes for steps".into())
+    }
+}
+
+/// A long-running process a step works with (an MCP server): a program and
+/// its arguments, run in the step's workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Helper {
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Directories beyond the workspace it may read.
+    pub allow_read: Vec<PathBuf>,
+    pub network: bool,
 }
 
 /// Runs `command` steps with `sh -c` in the task's workspace, in a process group of
@@ -358,6 +383,14 @@ impl StepExecutor for CommandExecutor {
                 ExecutorHealth::Unhealthy("the trial command was cancelled".into())
             }
         }
+    }
+
+    fn helper(
+        &self,
+        request: &StepRequest,
+        helper: &Helper,
+    ) -> Result<(tokio::process::Command, rein_sandbox::Reach), String> {
+        self.helper_command(request, helper)
     }
 
     async fn execute(&self, request: StepRequest, cancel: CancellationToken) -> StepOutcome {
@@ -461,6 +494,50 @@ impl StepExecutor for CommandExecutor {
 }
 
 impl CommandExecutor {
+    /// `helper` as a command confined like the step's commands: `exec
+    /// PROGRAM ARGS…` under the sandbox (or unsandboxed, if so chosen), with
+    /// what it can reach.
+    pub fn helper_command(
+        &self,
+        request: &StepRequest,
+        helper: &Helper,
+    ) -> Result<(tokio::process::Command, rein_sandbox::Reach), String> {
+        let words: Vec<&str> = std::iter::once(helper.program.as_str())
+            .chain(helper.args.iter().map(String::as_str))
+            .collect();
+        let script = format!("exec {}", shell_words::join(words));
+        let vars: Vec<(String, String)> = helper
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        match &self.confine {
+            Confine::Sandboxed(sandbox) => {
+                let confinement = Confinement {
+                    network: helper.network,
+                    read_only: helper.allow_read.clone(),
+                    run_as: run_as(&request.workspace),
+                    hidden: request.data_dir.iter().cloned().collect(),
+                    ..Confinement::default()
+                };
+                Ok((
+                    sandbox.command(&request.workspace, &script, &vars, &confinement),
+                    sandbox.reach(&request.workspace, &confinement),
+                ))
+            }
+            Confine::Refused(why) => Err(why.to_string()),
+            Confine::Unsandboxed => {
+                let mut command = tokio::process::Command::new("sh");
+                command
+                    .arg("-c")
+                    .arg(&script)
+                    .current_dir(&request.workspace)
+                    .envs(vars);
+                Ok((command, rein_sandbox::Reach::unsandboxed()))
+            }
+        }
+    }
+
     /// The command for one attempt: `sh -c run` in the workspace, confined as the
     /// executor is; `Err` if it refuses.
     fn launcher(

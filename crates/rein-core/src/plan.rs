@@ -568,8 +568,123 @@ struct PlanFile {
     estimated_duration: Option<String>,
     #[serde(default)]
     recovery: BTreeMap<ErrorType, toml::Value>,
+    /// MCP tool servers the plan's agent steps may name.
+    #[serde(default)]
+    mcp_servers: BTreeMap<String, McpServerFile>,
     #[serde(default)]
     steps: Vec<StepFile>,
+}
+
+/// `[mcp_servers.NAME]` in a plan file or in `rein.toml`: `command` (with
+/// `args`, `env`, `allow_read`) for a server rein starts, or `url` (with
+/// `headers`) for a streamable HTTP one.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerFile {
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub allow_read: Vec<String>,
+    #[serde(default)]
+    pub url: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// How long one tool call may take: `60s` unless set.
+    #[serde(default)]
+    pub timeout: Option<String>,
+}
+
+/// Whether `name` may name an MCP server: letters, digits, `-` and `_`,
+/// without `__` (which separates server from tool in the names the model
+/// sees, `fs__read_file`).
+pub fn valid_mcp_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 32
+        && !name.contains("__")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+impl McpServerFile {
+    /// The server's declaration; `at` says where (`mcp_servers.fs`), `base`
+    /// is the directory relative `allow_read` paths (and a relative
+    /// `command` with a `/`) start from.
+    pub fn resolve(self, at: &str, base: &Path) -> Result<rein_protocol::McpServer, String> {
+        let timeout_ms = match &self.timeout {
+            Some(t) => {
+                let d = parse_duration(&format!("{at}.timeout"), t)?;
+                if d.is_zero() {
+                    return Err(format!("{at}.timeout: must be more than zero"));
+                }
+                Some(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            }
+            None => None,
+        };
+        match (&self.command, &self.url) {
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "{at}: give `command` (a server rein starts) or `url` (a streamable HTTP one), not both"
+                ));
+            }
+            (None, None) => {
+                return Err(format!(
+                    "{at}: needs `command` (a server rein starts, e.g. command = \"npx\") or `url` (a streamable HTTP endpoint)"
+                ));
+            }
+            (Some(command), None) => {
+                if command.trim().is_empty() {
+                    return Err(format!("{at}.command is empty"));
+                }
+                if !self.headers.is_empty() {
+                    return Err(format!(
+                        "{at}: `headers` go with `url`; a server rein starts gets `env`"
+                    ));
+                }
+            }
+            (None, Some(url)) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(format!(
+                        "{at}.url `{url}` is not an http:// or https:// URL"
+                    ));
+                }
+                let stdio_keys = [
+                    ("args", !self.args.is_empty()),
+                    ("env", !self.env.is_empty()),
+                    ("allow_read", !self.allow_read.is_empty()),
+                ];
+                if let Some((key, _)) = stdio_keys.iter().find(|(_, set)| *set) {
+                    return Err(format!(
+                        "{at}: `{key}` goes with `command`; a server at a URL runs elsewhere"
+                    ));
+                }
+            }
+        }
+        let command = self.command.map(|c| {
+            if c.contains('/') && !Path::new(&c).is_absolute() {
+                base.join(c).display().to_string()
+            } else {
+                c
+            }
+        });
+        Ok(rein_protocol::McpServer {
+            command,
+            args: self.args,
+            env: self.env,
+            allow_read: self
+                .allow_read
+                .iter()
+                .map(|r| base.join(r).display().to_string())
+                .collect(),
+            url: self.url,
+            headers: self.headers,
+            timeout_ms,
+        })
+    }
 }
 
 /// `recovery.<error_type> = { … }` in a plan file.
@@ -689,7 +804,8 @@ struct StepFile {
     checkpoint: Option<GateCheckpoint>,
     #[serde(default)]
     env: BTreeMap<String, String>,
-    /// Command steps: whether the command may use the network.
+    /// Command and agent steps: whether the command (the agent's commands
+    /// and stdio MCP servers) may use the network.
     #[serde(default)]
     network: bool,
     /// Command steps: the memory limit per process, in MiB.
@@ -747,6 +863,9 @@ struct StepFile {
     /// its token limit.
     #[serde(default)]
     on_token_limit: Option<String>,
+    /// Agent steps: the MCP servers whose tools the step is offered.
+    #[serde(default)]
+    mcp: Option<Vec<String>>,
     /// Plan–execute–verify steps: the commands that check the result.
     #[serde(default)]
     verify: Vec<String>,
@@ -811,7 +930,11 @@ fn with_confirmation(description: &str, mut steps: Vec<TaskStep>) -> Result<Vec<
 }
 
 /// One `[[steps]]` table as a [`TaskStep`]; errors name the step and the key.
-fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
+fn step_from_file(
+    s: StepFile,
+    base: &Path,
+    servers: &BTreeMap<String, rein_protocol::McpServer>,
+) -> Result<TaskStep, String> {
     let id = s.id;
     let only_for = |key: &str, kind: &str| {
         format!("step `{id}`: `{key}` is only for steps of kind = \"{kind}\"")
@@ -878,6 +1001,7 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
         ("require_tool_call", s.require_tool_call.is_some()),
         ("max_turns", s.max_turns.is_some()),
         ("on_token_limit", s.on_token_limit.is_some()),
+        ("mcp", s.mcp.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
         return Err(only_for(key, "agent"));
@@ -931,6 +1055,30 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
             max_turns: s.max_turns,
             continue_at_length,
         };
+        let mut mcp = Vec::new();
+        for name in s.mcp.unwrap_or_default() {
+            if !valid_mcp_name(&name) {
+                return Err(format!(
+                    "step `{id}`: `mcp` names `{name}`; a server's name has letters, digits, `-` and `_` (no `__`), at most 32"
+                ));
+            }
+            if mcp.iter().any(|m: &rein_protocol::McpUse| m.name == name) {
+                return Err(format!("step `{id}`: `mcp` names `{name}` twice"));
+            }
+            mcp.push(rein_protocol::McpUse {
+                server: servers.get(&name).cloned(),
+                name,
+            });
+        }
+        if s.memory_mb.is_some()
+            || s.processes.is_some()
+            || !s.allow_read.is_empty()
+            || !s.env.is_empty()
+        {
+            return Err(format!(
+                "step `{id}`: `memory_mb`, `processes`, `allow_read` and `env` confine a command step; an agent step's MCP servers take `allow_read` and `env` in their [mcp_servers] declaration"
+            ));
+        }
         let description = s.description.unwrap_or_else(|| prompt.clone());
         (
             StepAction::Agent {
@@ -941,6 +1089,8 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
                 tools,
                 session: s.session,
                 limits,
+                mcp,
+                network: s.network,
             },
             timeout_ms,
             description,
@@ -1075,10 +1225,24 @@ fn step_from_file(s: StepFile, base: &Path) -> Result<TaskStep, String> {
 /// Parses plan-file text. `base` is the directory relative workspace paths start from.
 pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<PlanErrors>)> {
     let file: PlanFile = toml::from_str(text).map_err(|e| (e.to_string(), None))?;
+    let mut servers = BTreeMap::new();
+    for (name, server) in file.mcp_servers {
+        let at = format!("mcp_servers.{name}");
+        if !valid_mcp_name(&name) {
+            return Err((
+                format!(
+                    "{at}: a server's name has letters, digits, `-` and `_` (no `__`), at most 32"
+                ),
+                None,
+            ));
+        }
+        let server = server.resolve(&at, base).map_err(|m| (m, None))?;
+        servers.insert(name, server);
+    }
     let mut steps = file
         .steps
         .into_iter()
-        .map(|s| step_from_file(s, base))
+        .map(|s| step_from_file(s, base, &servers))
         .collect::<Result<Vec<_>, String>>()
         .map_err(|m| (m, None))?;
     if file.confirm {

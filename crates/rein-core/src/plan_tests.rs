@@ -595,3 +595,93 @@ on_token_limit = "continue"
         .unwrap_err();
     assert!(err.contains("max_turns"), "{err}");
 }
+
+const MCP: &str = r#"
+description = "mcp"
+[mcp_servers.fs]
+command = "node"
+args = ["server.js", "."]
+allow_read = ["node_modules"]
+timeout = "5s"
+[mcp_servers.remote]
+url = "https://mcp.example.org/mcp"
+headers = { Authorization = "Bearer x" }
+[[steps]]
+id = "a"
+kind = "agent"
+prompt = "look"
+mcp = ["fs", "remote", "configured"]
+network = true
+"#;
+
+#[test]
+fn mcp_servers_declared_in_the_plan_travel_with_the_steps_that_name_them() {
+    let spec = parse(MCP).unwrap();
+    let StepAction::Agent { mcp, network, .. } = &spec.plan.steps[0].action else {
+        panic!("{:?}", spec.plan.steps[0].action)
+    };
+    assert!(*network);
+    let names: Vec<&str> = mcp.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["fs", "remote", "configured"]);
+    let fs = mcp[0].server.as_ref().unwrap();
+    assert_eq!(fs.command.as_deref(), Some("node"));
+    assert_eq!(fs.allow_read, ["/plans/node_modules"]);
+    assert_eq!(fs.timeout_ms, Some(5000));
+    let remote = mcp[1].server.as_ref().unwrap();
+    assert_eq!(remote.url.as_deref(), Some("https://mcp.example.org/mcp"));
+    // Not in the plan: the configuration of the rein that runs it says.
+    assert_eq!(mcp[2].server, None);
+}
+
+#[test]
+fn bad_mcp_declarations_and_uses_are_refused_naming_them() {
+    let step = "[[steps]]\nid = \"a\"\nkind = \"agent\"\nprompt = \"p\"\n";
+    for (text, says) in [
+        (
+            format!(
+                "description = \"d\"\n[mcp_servers.x]\ncommand = \"a\"\nurl = \"http://h\"\n{step}"
+            ),
+            "mcp_servers.x: give `command`",
+        ),
+        (
+            format!("description = \"d\"\n[mcp_servers.x]\nargs = [\"a\"]\n{step}"),
+            "mcp_servers.x: needs `command`",
+        ),
+        (
+            format!("description = \"d\"\n[mcp_servers.x]\nurl = \"ftp://h\"\n{step}"),
+            "is not an http:// or https:// URL",
+        ),
+        (
+            format!(
+                "description = \"d\"\n[mcp_servers.x]\nurl = \"http://h\"\nenv = {{ A = \"b\" }}\n{step}"
+            ),
+            "`env` goes with `command`",
+        ),
+        (
+            format!("description = \"d\"\n[mcp_servers.a__b]\ncommand = \"a\"\n{step}"),
+            "mcp_servers.a__b: a server's name",
+        ),
+        (
+            format!(
+                "description = \"d\"\n[mcp_servers.x]\ncommand = \"a\"\ntimeout = \"0s\"\n{step}"
+            ),
+            "mcp_servers.x.timeout: must be more than zero",
+        ),
+        (
+            format!("description = \"d\"\n{step}mcp = [\"x\", \"x\"]\n"),
+            "`mcp` names `x` twice",
+        ),
+        (
+            format!("description = \"d\"\n{step}env = {{ A = \"b\" }}\n"),
+            "confine a command step",
+        ),
+        (
+            "description = \"d\"\n[[steps]]\nid = \"a\"\nrun = \"true\"\nmcp = [\"x\"]\n"
+                .to_owned(),
+            "`mcp` is only for steps of kind = \"agent\"",
+        ),
+    ] {
+        let err = parse(&text).unwrap_err();
+        assert!(err.contains(says), "{text}\n=> {err}");
+    }
+}

@@ -66,8 +66,8 @@ pub use ledger::{LedgerCheck, LedgerEntry, LedgerHead, LedgerKind};
 pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
 pub use plan::{
-    AgentLimits, DecomposedStep, DecompositionAnswer, Goal, Pev, RiskLevel, StepAction, StepType,
-    TaskDecomposition, TaskStep, WorkspaceCleanup,
+    AgentLimits, DecomposedStep, DecompositionAnswer, Goal, McpServer, McpUse, Pev, RiskLevel,
+    StepAction, StepType, TaskDecomposition, TaskStep, WorkspaceCleanup,
 };
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use session::{AgentSessionInfo, Delegation, ExecutorPhase, SessionExecutor, SessionStatus};

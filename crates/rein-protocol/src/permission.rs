@@ -43,7 +43,7 @@ pub enum Access {
     Write,
 }
 
-/// One rule: a verdict on commands, paths or network use.
+/// One rule: a verdict on commands, paths, network use or MCP tools.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PermissionRule {
@@ -61,6 +61,9 @@ pub struct PermissionRule {
     /// A host glob; `*` for any network use.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
+    /// An MCP tool as `SERVER/TOOL`, a glob: `fs/write_file`, `fs/*`, `*/*`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// With `ask`: why a person is asked (default by what the rule is about).

@@ -98,6 +98,13 @@ pub enum StepAction {
         /// How the built-in runtime's model turns are bounded and steered.
         #[serde(default, skip_serializing_if = "AgentLimits::is_default")]
         limits: AgentLimits,
+        /// The MCP tool servers whose tools the step is offered, by name.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        mcp: Vec<McpUse>,
+        /// Whether the step's sandbox shares the network: its commands and
+        /// its stdio MCP servers have none otherwise.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        network: bool,
     },
     /// Verify what plan–execute–verify step `step` did: run its verifiers,
     /// record the evidence, and settle its contract (added by the engine after
@@ -128,6 +135,45 @@ impl AgentLimits {
     pub fn is_default(&self) -> bool {
         *self == AgentLimits::default()
     }
+}
+
+/// An MCP server an agent step names (`mcp = ["fs"]`): declared in the plan
+/// (its declaration travels with the stored plan, so a resumed task talks to
+/// the same server), or else in the configuration of the rein that runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct McpUse {
+    pub name: String,
+    /// The plan's declaration; `None`: the configuration's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<McpServer>,
+}
+
+/// How to reach an MCP (Model Context Protocol) tool server: a program rein
+/// starts in the step's sandbox and speaks to over stdio, or the URL of a
+/// streamable HTTP endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct McpServer {
+    /// stdio: the program (looked up on the sandbox's PATH).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// stdio: its environment, beside PATH, HOME and LANG.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// stdio: directories beyond the workspace and the system's it may read
+    /// (where its own code lives).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_read: Vec<String>,
+    /// Streamable HTTP: the endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Streamable HTTP: headers sent with every request.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// How long one tool call may take (default 60 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// Plan–execute–verify for one step: it runs as contract → approval → execute

@@ -172,6 +172,10 @@ pub struct RunAttemptParams {
     pub session_key: String,
     pub workspace: String,
     pub deadline_ms: u64,
+    /// The MCP servers the step names, with their declarations (`command`,
+    /// `args`, `env`, or `url`, `headers`), for the harness to connect to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::McpUse>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -31,11 +31,12 @@ use std::time::Duration;
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, FileSystemCapabilities,
-    InitializeRequest, LoadSessionRequest, NewSessionRequest, PromptRequest, ReadTextFileRequest,
-    ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate,
-    StopReason, TextContent, WriteTextFileRequest, WriteTextFileResponse,
+    CancelNotification, ClientCapabilities, ContentBlock, EnvVariable, FileSystemCapabilities,
+    HttpHeader, InitializeRequest, LoadSessionRequest, McpServer, McpServerHttp, McpServerStdio,
+    NewSessionRequest, PromptRequest, ReadTextFileRequest, ReadTextFileResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason, TextContent,
+    WriteTextFileRequest, WriteTextFileResponse,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client, Responder};
 use async_trait::async_trait;
@@ -465,6 +466,7 @@ impl AgentHarness for AcpHarness {
                         journal: params.journal.clone(),
                         prompt: params.prompt.clone(),
                         agent: self.decl.id.clone(),
+                        mcp: params.mcp_servers.clone(),
                     };
                     let asker = params.asker.clone();
                     let cancel = cancel.clone();
@@ -540,6 +542,7 @@ struct Opening {
     journal: Option<rein_core::journal::Journal>,
     prompt: String,
     agent: String,
+    mcp: Vec<rein_protocol::McpUse>,
 }
 
 /// Initialize, open (or load) the session, and run the prompt turn, answering
@@ -559,6 +562,7 @@ async fn prompt_turn(
         journal,
         prompt,
         agent,
+        mcp,
     } = opening;
     let setup = |what: &str| {
         agent_client_protocol::Error::new(
@@ -582,9 +586,13 @@ async fn prompt_turn(
     let init = tokio::time::timeout(SETUP_TIMEOUT, init)
         .await
         .map_err(|_| setup("initialize"))??;
+    let servers = acp_mcp_servers(&mcp, init.agent_capabilities.mcp_capabilities.http)
+        .map_err(|why| agent_client_protocol::Error::new(-32602, why))?;
     let loaded = match known {
         Some(id) if init.agent_capabilities.load_session => conn
-            .send_request(LoadSessionRequest::new(id.clone(), workspace.clone()))
+            .send_request(
+                LoadSessionRequest::new(id.clone(), workspace.clone()).mcp_servers(servers.clone()),
+            )
             .block_task()
             .await
             .ok()
@@ -593,7 +601,7 @@ async fn prompt_turn(
     };
     let session_id = match loaded {
         Some(id) => id,
-        None => open_session(&conn, workspace, &setup).await?,
+        None => open_session(&conn, workspace, servers, &setup).await?,
     };
     // Durable before the turn begins: an attempt after a crash loads it.
     if journaled.as_deref() != Some(session_id.as_str())
@@ -659,16 +667,64 @@ async fn prompt_turn(
 async fn open_session(
     conn: &ConnectionTo<Agent>,
     workspace: PathBuf,
+    servers: Vec<McpServer>,
     setup: &impl Fn(&str) -> agent_client_protocol::Error,
 ) -> Result<String, agent_client_protocol::Error> {
     let opened = tokio::time::timeout(
         SETUP_TIMEOUT,
-        conn.send_request(NewSessionRequest::new(workspace))
+        conn.send_request(NewSessionRequest::new(workspace).mcp_servers(servers))
             .block_task(),
     )
     .await
     .map_err(|_| setup("session/new"))??;
     Ok(opened.session_id.to_string())
+}
+
+/// The step's MCP servers as ACP's `mcpServers`: a stdio server as its
+/// command, arguments and environment (the agent starts it, outside rein's
+/// sandbox); one at a URL only if the agent takes HTTP servers.
+fn acp_mcp_servers(uses: &[rein_protocol::McpUse], http: bool) -> Result<Vec<McpServer>, String> {
+    let mut servers = Vec::new();
+    for used in uses {
+        let Some(server) = &used.server else {
+            return Err(format!("MCP server `{}` has no declaration", used.name));
+        };
+        match (&server.command, &server.url) {
+            (Some(command), _) => servers.push(McpServer::Stdio(
+                McpServerStdio::new(used.name.clone(), command.clone())
+                    .args(server.args.clone())
+                    .env(
+                        server
+                            .env
+                            .iter()
+                            .map(|(k, v)| EnvVariable::new(k.clone(), v.clone()))
+                            .collect(),
+                    ),
+            )),
+            (None, Some(url)) if http => servers.push(McpServer::Http(
+                McpServerHttp::new(used.name.clone(), url.clone()).headers(
+                    server
+                        .headers
+                        .iter()
+                        .map(|(k, v)| HttpHeader::new(k.clone(), v.clone()))
+                        .collect(),
+                ),
+            )),
+            (None, Some(_)) => {
+                return Err(format!(
+                    "MCP server `{}` is at a URL, and this ACP agent does not take HTTP MCP servers (its mcpCapabilities.http is false); declare a stdio one, or run the step on the built-in runtime",
+                    used.name
+                ));
+            }
+            (None, None) => {
+                return Err(format!(
+                    "MCP server `{}` has neither command nor url",
+                    used.name
+                ));
+            }
+        }
+    }
+    Ok(servers)
 }
 
 /// Puts a permission request to a person and turns the decision into the ACP

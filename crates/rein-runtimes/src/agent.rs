@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::anthropic::AnthropicConfig;
+use crate::mcp::{CallOutcome, McpServers, StepMcp};
 use crate::openai::{ChatClient, ChatConfig, ChatError, Message, ToolCall, ToolSpec};
 use crate::provider::{ModelClient, Providers};
 
@@ -38,6 +39,7 @@ pub struct AgentExecutor {
     policy: RuntimePolicy,
     providers: Providers,
     max_turns: usize,
+    mcp_servers: McpServers,
 }
 
 impl std::fmt::Debug for AgentExecutor {
@@ -71,7 +73,15 @@ impl AgentExecutor {
                 ..Providers::default()
             },
             max_turns: MAX_TURNS,
+            mcp_servers: McpServers::new(),
         }
+    }
+
+    /// The MCP servers the configuration declares, for steps that name one
+    /// their plan does not declare.
+    pub fn with_mcp_servers(mut self, servers: McpServers) -> AgentExecutor {
+        self.mcp_servers = servers;
+        self
     }
 
     /// Steps on `provider = "anthropic"` ask the Messages API with these
@@ -107,6 +117,14 @@ impl StepExecutor for AgentExecutor {
 
     async fn probe(&self) -> ExecutorHealth {
         self.commands.probe().await
+    }
+
+    fn helper(
+        &self,
+        request: &StepRequest,
+        helper: &rein_core::executor::Helper,
+    ) -> Result<(tokio::process::Command, rein_sandbox::Reach), String> {
+        self.commands.helper(request, helper)
     }
 }
 
@@ -171,6 +189,8 @@ impl AgentExecutor {
             tools,
             session,
             limits,
+            mcp,
+            network: _,
         } = &request.step.action
         else {
             return failed("not an agent step".into(), Failure::Internal, None);
@@ -234,13 +254,31 @@ impl AgentExecutor {
             }
         }
         if decision.selected != BUILTIN_RUNTIME {
+            let servers = match crate::mcp::resolve(mcp, &self.mcp_servers) {
+                Ok(s) => s,
+                Err((e, failure)) => return failed(e, failure, None),
+            };
             return self
-                .run_plugin(request, cancel, sessions, &session, decision, prompt, tools)
+                .run_plugin(
+                    request, cancel, sessions, &session, decision, prompt, tools, servers,
+                )
                 .await;
         }
         let chat = match self.providers.client(&provider, &model) {
             Ok(c) => c,
             Err(e) => return failed(e, Failure::Validation, None),
+        };
+        let servers = if mcp.is_empty() {
+            None
+        } else {
+            let started = tokio::select! {
+                s = StepMcp::start(mcp, &self.mcp_servers, Arc::clone(&self.commands), request, step_network(request)) => s,
+                () = cancel.cancelled() => return StepOutcome::Cancelled,
+            };
+            match started {
+                Ok(s) => Some(s),
+                Err((e, failure)) => return failed(e, failure, None),
+            }
         };
         let turn = Turn {
             request,
@@ -249,6 +287,7 @@ impl AgentExecutor {
             chat: &chat,
             decision: &decision,
             limits,
+            mcp: servers.as_ref(),
         };
         // The step's own timeout bounds the whole loop (each request has the
         // model's idle timeout); what was journaled stays for the next attempt.
@@ -270,6 +309,13 @@ impl AgentExecutor {
             }
             None => self.converse(&turn, &session, prompt, tools).await,
         };
+        let mut outcome = outcome;
+        if let Some(servers) = servers {
+            if let StepOutcome::Passed { output: Some(o) } = &mut outcome {
+                o["mcp"] = servers.describe();
+            }
+            servers.close().await;
+        }
         if let StepOutcome::Passed { output: Some(o) } = &outcome {
             let turns = o["turns"].as_u64().unwrap_or(0);
             if let Err(e) = sessions
@@ -294,6 +340,7 @@ impl AgentExecutor {
         decision: SelectionDecision,
         prompt: &str,
         tools: &[String],
+        mcp_servers: Vec<rein_protocol::McpUse>,
     ) -> StepOutcome {
         let Some(registered) = self.registry.get(&decision.selected) else {
             return failed(
@@ -344,6 +391,7 @@ impl AgentExecutor {
             events,
             asker: request.asker.clone(),
             journal: request.journal.clone(),
+            mcp_servers,
         });
         // Agent events go into the task's log as they come (with a run to
         // record them); the partial reply is kept for a failure's output.
@@ -432,6 +480,7 @@ impl AgentExecutor {
                 chat,
                 decision,
                 limits,
+                mcp,
             } = *turn;
             let max_turns = limits
                 .max_turns
@@ -463,6 +512,9 @@ impl AgentExecutor {
             // Where the current budget of turns began (a resume after the
             // step stopped at its turn limit grants a fresh one).
             let mut budget_from = 0usize;
+            // How many turns the current budget has: `max_turns`, or what a
+            // person granted when the step reached its limit.
+            let mut budget = max_turns;
             let stopped_at_limit = entries[since..]
                 .last()
                 .is_some_and(|e| e.get("turn_limit").is_some());
@@ -481,8 +533,11 @@ impl AgentExecutor {
                     awaiting = None;
                 } else if let Some(id) = entry.get("awaiting").and_then(Value::as_str) {
                     awaiting = Some(id.to_owned());
-                } else if entry.get("budget").is_some() {
+                } else if let Some(granted) = entry.get("budget") {
                     budget_from = messages.len();
+                    budget = granted
+                        .as_u64()
+                        .map_or(max_turns, |n| usize::try_from(n).unwrap_or(max_turns));
                 } else if me.is_some()
                     && entry.get("turn_of").and_then(Value::as_str) == me.as_deref()
                 {
@@ -498,10 +553,17 @@ impl AgentExecutor {
                     let system = Message::System {
                         content: format!(
                             "You are rein's built-in agent. You work in a workspace directory; paths are relative to it.{}",
-                            if tools.is_empty() {
-                                String::new()
-                            } else {
-                                format!(" Your tools: {}.", tools.join(", "))
+                            match (tools.is_empty(), mcp) {
+                                (true, None) => String::new(),
+                                (false, None) => format!(" Your tools: {}.", tools.join(", ")),
+                                (_, Some(_)) => format!(
+                                    " Your tools: {}; the tools named SERVER__TOOL are those of MCP servers.",
+                                    if tools.is_empty() {
+                                        "those below".to_owned()
+                                    } else {
+                                        tools.join(", ")
+                                    }
+                                ),
                             }
                         ),
                     };
@@ -537,12 +599,18 @@ impl AgentExecutor {
                     return unwritten(&e);
                 }
                 budget_from = messages.len();
+                budget = max_turns;
             }
-            let counted_from = budget_from.max(mine);
-            let specs = tool_specs(tools);
+            let mut counted_from = budget_from.max(mine);
+            let mut specs = tool_specs(tools);
+            if let Some(mcp) = mcp {
+                specs.extend(mcp.specs());
+            }
             let mut request_id: Option<String> = None;
             let mut tool_runs = 0usize;
-            for _ in 0..self.max_turns * 64 {
+            // A bound on the loop itself (each turn and each tool call is one
+            // pass); the budget of turns is what stops an agent.
+            for _ in 0..(self.max_turns + MOST_TURNS) * 256 {
                 if cancel.is_cancelled() {
                     return StepOutcome::Cancelled;
                 }
@@ -568,20 +636,30 @@ impl AgentExecutor {
                     };
                     let result = match outcome {
                         ToolOutcome::Answer(text) => text,
-                        ToolOutcome::NeedsApproval { command, rule } => {
+                        ToolOutcome::NeedsApproval {
+                            what,
+                            subject,
+                            rule,
+                        } => {
                             if let Err(e) = journal.append(&[json!({ "awaiting": call.id })]).await
                             {
                                 return unwritten(&e);
+                            }
+                            let mut awaiting = json!({ "call": call.id, "rule": rule });
+                            if let (Some(a), Some(s)) =
+                                (awaiting.as_object_mut(), subject.as_object())
+                            {
+                                a.extend(s.clone());
                             }
                             // Escalated to a person (permission_denied): run again
                             // to approve it, skip the step, or abort the task.
                             return failed(
                                 format!(
-                                    "the agent wants to run `{command}`, which the permission rules ask a person about ({rule}); run the step again to allow it"
+                                    "the agent wants to {what}, which the permission rules ask a person about ({rule}); run the step again to allow it"
                                 ),
                                 Failure::PermissionDenied,
                                 Some(
-                                    json!({ "selection": decision, "session": session.id, "awaiting": { "call": call.id, "command": command, "rule": rule } }),
+                                    json!({ "selection": decision, "session": session.id, "awaiting": awaiting }),
                                 ),
                             );
                         }
@@ -627,15 +705,39 @@ impl AgentExecutor {
                         })),
                     };
                 } else {
-                    if budget_used >= max_turns {
+                    if budget_used >= budget {
+                        // A person decides whether it goes on, and for how long.
+                        let asked = tokio::select! {
+                            a = more_turns(request, session, &messages, budget, max_turns) => a,
+                            () = cancel.cancelled() => return StepOutcome::Cancelled,
+                        };
+                        match asked {
+                            Grant::More(n) => {
+                                if let Err(e) = journal.append(&[json!({ "budget": n })]).await {
+                                    return unwritten(&e);
+                                }
+                                budget = n;
+                                counted_from = messages.len();
+                                continue;
+                            }
+                            Grant::Declined(why) => {
+                                return failed(
+                                    format!(
+                                        "the agent did not finish within {budget} model turns, and {why}"
+                                    ),
+                                    Failure::Validation,
+                                    None,
+                                );
+                            }
+                            Grant::NobodyToAsk => {}
+                        }
                         // Marked, so that resuming the step grants a fresh budget.
-                        if let Err(e) = journal.append(&[json!({ "turn_limit": max_turns })]).await
-                        {
+                        if let Err(e) = journal.append(&[json!({ "turn_limit": budget })]).await {
                             return unwritten(&e);
                         }
                         return failed(
                             format!(
-                                "the agent did not finish within {max_turns} model turns; resume the step for {max_turns} more, or raise its `max_turns`"
+                                "the agent did not finish within {budget} model turns; resume the step for {max_turns} more, or raise its `max_turns`"
                             ),
                             Failure::Validation,
                             None,
@@ -799,6 +901,19 @@ impl AgentExecutor {
         if call.function.name == "delegate" && allowed.iter().any(|t| t == "delegate") {
             return self.delegate(turn, session, call, allowed).await;
         }
+        if let Some(mcp) = turn.mcp
+            && let Some((server, tool)) = mcp.tool_of(&call.function.name)
+        {
+            return call_mcp(
+                request,
+                mcp,
+                server,
+                tool,
+                &call.function.arguments,
+                approved,
+            )
+            .await;
+        }
         if call.function.name == "run_command"
             && let Ok(args) = serde_json::from_str::<Value>(&call.function.arguments)
             && let Some(command) = args["command"].as_str()
@@ -896,27 +1011,20 @@ impl AgentExecutor {
         approved: Option<&str>,
     ) -> ToolOutcome {
         let decision = request.policy.check_script(command);
-        let mut note = String::new();
-        match (decision.verdict, approved) {
-            (rein_protocol::Verdict::Allow, _) => {}
-            (rein_protocol::Verdict::Deny, _) => {
-                return ToolOutcome::Answer(format!(
-                    "refused by the permission rules: {}",
-                    decision.rule
-                ));
-            }
-            (rein_protocol::Verdict::Ask, Some(who)) => {
-                note = format!(" (approved by {who})");
-            }
-            (rein_protocol::Verdict::Ask, None) => {
-                return ToolOutcome::NeedsApproval {
-                    command: command.to_owned(),
-                    rule: decision.rule,
-                };
-            }
-        }
+        let note = match permitted(
+            decision,
+            approved,
+            format!("run `{command}`"),
+            json!({ "command": command }),
+        ) {
+            Ok(note) => note,
+            Err(refused) => return refused,
+        };
         let mut step = TaskStep::command(format!("{}.tool{}", request.step.id, n + 1), command);
         step.timeout_ms = request.step.timeout_ms;
+        if let StepAction::Command { network, .. } = &mut step.action {
+            *network = step_network(request);
+        }
         if approved.is_some() {
             // A person approved it (the step's escalation stands for the
             // command's permit), so the executor's own check lets it through.
@@ -951,12 +1059,156 @@ impl AgentExecutor {
     }
 }
 
+/// What a person said when the step used up its turns.
+enum Grant {
+    /// Go on, for this many more turns.
+    More(usize),
+    /// Stop, and why (who declined).
+    Declined(String),
+    /// Nobody can be asked (the step runs without a line to a person).
+    NobodyToAsk,
+}
+
+/// The most turns one grant may give.
+const MOST_TURNS: usize = 1000;
+
+/// Asks a person whether the agent, which used its `budget` turns without
+/// finishing, may go on: `N more turns` for a few N, or `stop`. The question
+/// is the same each time the step asks it at this point of its conversation,
+/// so a step run again after rein stopped gets the answer already given.
+async fn more_turns(
+    request: &StepRequest,
+    session: &AgentSessionInfo,
+    messages: &[Message],
+    budget: usize,
+    max_turns: usize,
+) -> Grant {
+    let Some(asker) = &request.asker else {
+        return Grant::NobodyToAsk;
+    };
+    let mut offered: Vec<usize> = [max_turns, max_turns * 2, max_turns * 4]
+        .into_iter()
+        .map(|n| n.clamp(1, MOST_TURNS))
+        .collect();
+    offered.dedup();
+    let mut options: Vec<String> = offered.iter().map(|n| format!("{n} more turns")).collect();
+    options.push("stop".into());
+    let last = messages.iter().rev().find_map(|m| match m {
+        Message::Assistant { content, .. } => content.clone().filter(|c| !c.trim().is_empty()),
+        _ => None,
+    });
+    let question = rein_core::executor::Question {
+        key: format!("turn-limit:{}:{}", session.id, messages.len()),
+        trigger: rein_protocol::Trigger::TaskBlocked,
+        title: format!(
+            "The agent of step `{}` used its {budget} model turns without finishing: let it go on?",
+            request.step.id
+        ),
+        description: match last {
+            Some(said) => format!("Its last words: {}", clip(&said, 400)),
+            None => "It has been calling tools without saying anything.".into(),
+        },
+        recommended: options.first().cloned(),
+        options,
+        context: rein_protocol::ApprovalContext::default(),
+        timeout_ms: None,
+        on_expiry: rein_protocol::Decision::Deny,
+    };
+    let answered = match asker.ask(question).await {
+        Ok(a) => a,
+        Err(_) => return Grant::NobodyToAsk,
+    };
+    let who = answered
+        .response
+        .as_ref()
+        .map_or_else(|| "a person".to_owned(), |r| r.decided_by.clone());
+    let chosen = answered
+        .response
+        .as_ref()
+        .and_then(|r| r.selected_option.clone());
+    match (answered.status, chosen.as_deref()) {
+        (rein_protocol::ApprovalStatus::Approved, Some("stop")) => {
+            Grant::Declined(format!("{who} chose to stop it"))
+        }
+        (rein_protocol::ApprovalStatus::Approved, chosen) => Grant::More(
+            chosen
+                .and_then(|c| c.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(max_turns)
+                .clamp(1, MOST_TURNS),
+        ),
+        (status, _) => Grant::Declined(format!("{who} did not let it go on ({})", status.as_str())),
+    }
+}
+
+/// Whether the agent step may use the network (its commands, its stdio MCP
+/// servers).
+fn step_network(request: &StepRequest) -> bool {
+    matches!(request.step.action, StepAction::Agent { network: true, .. })
+}
+
+/// What the permission rules' `decision` on a tool call comes to: go on
+/// (with a note when a person approved it), or the call's outcome — refused,
+/// or waiting for a person, who is asked to allow `what`.
+fn permitted(
+    decision: rein_protocol::PermissionDecision,
+    approved: Option<&str>,
+    what: String,
+    subject: Value,
+) -> Result<String, ToolOutcome> {
+    match (decision.verdict, approved) {
+        (rein_protocol::Verdict::Allow, _) => Ok(String::new()),
+        (rein_protocol::Verdict::Deny, _) => Err(ToolOutcome::Answer(format!(
+            "refused by the permission rules: {}",
+            decision.rule
+        ))),
+        (rein_protocol::Verdict::Ask, Some(who)) => Ok(format!(" (approved by {who})")),
+        (rein_protocol::Verdict::Ask, None) => Err(ToolOutcome::NeedsApproval {
+            what,
+            subject,
+            rule: decision.rule,
+        }),
+    }
+}
+
+/// A call of an MCP tool: the permission rules decide on `mcp:SERVER/TOOL`,
+/// then the server answers.
+async fn call_mcp(
+    request: &StepRequest,
+    mcp: &StepMcp,
+    server: &str,
+    tool: &str,
+    arguments: &str,
+    approved: Option<&str>,
+) -> ToolOutcome {
+    let decision = request.policy.check_mcp(server, tool);
+    let note = match permitted(
+        decision,
+        approved,
+        format!("call the MCP tool `{server}/{tool}`"),
+        json!({ "mcp": format!("{server}/{tool}"), "arguments": arguments }),
+    ) {
+        Ok(note) => note,
+        Err(refused) => return refused,
+    };
+    match mcp.call(server, tool, arguments).await {
+        CallOutcome::Answer(text) => ToolOutcome::Answer(format!("{text}{note}")),
+        CallOutcome::NotMine => ToolOutcome::Answer(format!(
+            "error: `{server}` is not one of the step's MCP servers"
+        )),
+    }
+}
+
 /// What a tool call came to.
 enum ToolOutcome {
     /// Text for the model.
     Answer(String),
-    /// The permission rules ask a person first.
-    NeedsApproval { command: String, rule: String },
+    /// The permission rules ask a person first, about `what` (`run `ls``).
+    NeedsApproval {
+        what: String,
+        subject: Value,
+        rule: String,
+    },
     /// The step stops here (a delegated child stopped, or its record could
     /// not be written).
     Stopped(StepOutcome),
@@ -971,6 +1223,8 @@ struct Turn<'a> {
     chat: &'a ModelClient,
     decision: &'a SelectionDecision,
     limits: &'a rein_protocol::AgentLimits,
+    /// The step's MCP servers, if it names any.
+    mcp: Option<&'a StepMcp>,
 }
 
 /// What the loop says when a model's answer was cut at its token limit and

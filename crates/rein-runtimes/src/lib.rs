@@ -12,6 +12,8 @@
 //!   API, for the built-in runtime; [`responses`]: one of OpenAI's Responses
 //!   API; [`anthropic`]: one of Anthropic's Messages API; [`provider`]: which
 //!   provider is which, and their settings.
+//! - [`mcp`]: MCP tool servers (stdio in the step's sandbox, or streamable
+//!   HTTP) whose tools agent steps are offered, through the official SDK.
 //!
 //! - [`acp`]: external agents that speak the Agent Client Protocol, declared
 //!   by a plugin manifest with `protocol = "acp"`.
@@ -20,6 +22,7 @@ pub mod acp;
 pub mod agent;
 pub mod anthropic;
 pub mod completion;
+pub mod mcp;
 pub mod openai;
 pub mod plugin;
 pub mod provider;

@@ -650,6 +650,7 @@ impl AgentHarness for PluginHarness {
             session_key: params.session_key.clone(),
             workspace: params.workspace.display().to_string(),
             deadline_ms: u64::try_from(params.deadline.as_millis()).unwrap_or(u64::MAX),
+            mcp_servers: params.mcp_servers.clone(),
         });
         let call = self
             .process

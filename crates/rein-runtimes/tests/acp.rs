@@ -17,11 +17,11 @@ use rein_runtimes::{load_manifest, register_plugin};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-#[path = "common/acp_agent.rs"]
-mod acp_agent;
+#[path = "common/npm_packages.rs"]
+mod npm_packages;
 
 fn agent_dir() -> PathBuf {
-    acp_agent::acp_agent_dir()
+    npm_packages::acp_agent_dir()
 }
 
 /// A manifest for an ACP agent run as `command`, with `env`.
@@ -150,6 +150,7 @@ async fn attempt(
             events,
             asker,
             journal: None,
+            mcp_servers: Vec::new(),
         })
         .await;
     let mut seen = Vec::new();
@@ -426,6 +427,7 @@ async fn cancelling_the_attempt_sends_session_cancel_and_the_agent_ends_its_turn
             events,
             asker: Some(asker),
             journal: None,
+            mcp_servers: Vec::new(),
         })
         .await;
     assert_eq!(result.unwrap_err(), HarnessError::Cancelled);

@@ -28,6 +28,8 @@ fn agent_step(prompt: &str) -> TaskStep {
                 .to_vec(),
             session: None,
             limits: Default::default(),
+            mcp: Vec::new(),
+            network: false,
         },
     )
 }
@@ -473,36 +475,23 @@ async fn an_answer_cut_at_the_token_limit_fails_unless_the_step_says_go_on() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_stopped_at_its_turn_limit_resumes_with_a_fresh_budget() {
-    let (base, seen) = common::fake_model().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (engine, _) = engine(dir.path(), &base).await;
-    let step = with_limits(
-        "list three times",
-        rein_protocol::AgentLimits {
-            max_turns: Some(2),
-            ..Default::default()
-        },
-    );
-    let state = create(&engine, step, None).await;
-    let no_wait = RunOptions {
-        no_wait: true,
-        ..RunOptions::default()
-    };
-    let done = engine.run(state.id(), no_wait).await.unwrap();
-    assert_eq!(done.status(), TaskStatus::Paused);
-    let error = done
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
-    assert_eq!(
-        error,
-        "the agent did not finish within 2 model turns; resume the step for 2 more, or raise its `max_turns`"
-    );
+async fn a_step_at_its_turn_limit_goes_on_for_the_turns_a_person_grants() {
+    let (_dir, engine, state, seen) = at_turn_limit(2).await;
     assert_eq!(seen.0.lock().unwrap().len(), 2);
-    // Resumed: two more turns, enough to finish; the first two are not asked again.
+    let pending = pending_of(&engine, &state).await;
+    assert_eq!(pending.len(), 1);
+    assert!(
+        pending[0].title.contains("used its 2 model turns"),
+        "{:?}",
+        pending[0]
+    );
+    assert_eq!(
+        pending[0].options,
+        ["2 more turns", "4 more turns", "8 more turns", "stop"]
+    );
+    decide(&engine, &pending[0], Some("2 more turns")).await;
+    // Resumed: the step asks again, gets the answer, and takes two more
+    // turns, enough to finish; the first two are not asked again.
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
     assert_eq!(
         done.status(),
@@ -512,6 +501,90 @@ async fn a_step_stopped_at_its_turn_limit_resumes_with_a_fresh_budget() {
     );
     assert_eq!(text_of(&done), "listed three times");
     assert_eq!(seen.0.lock().unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_who_stops_the_agent_at_its_turn_limit_fails_the_step_saying_so() {
+    let (_dir, engine, state, _) = at_turn_limit(1).await;
+    let pending = pending_of(&engine, &state).await;
+    decide(&engine, &pending[0], Some("stop")).await;
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let done = engine.run(state.id(), no_wait).await.unwrap();
+    let error = done
+        .latest_for_step("draft")
+        .unwrap()
+        .error
+        .clone()
+        .unwrap();
+    assert_eq!(
+        error,
+        "the agent did not finish within 1 model turns, and ana chose to stop it"
+    );
+}
+
+/// An agent step of `max_turns` that needs three, run under `--no-wait`
+/// until it stops at its limit: it asks a person, and nobody waits, so the
+/// task pauses with the question pending.
+async fn at_turn_limit(
+    max_turns: u32,
+) -> (
+    tempfile::TempDir,
+    Engine,
+    rein_protocol::TaskState,
+    common::Seen,
+) {
+    let (base, seen) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    let step = with_limits(
+        "list three times",
+        rein_protocol::AgentLimits {
+            max_turns: Some(max_turns),
+            ..Default::default()
+        },
+    );
+    let state = create(&engine, step, None).await;
+    let no_wait = RunOptions {
+        no_wait: true,
+        ..RunOptions::default()
+    };
+    let paused = engine.run(state.id(), no_wait).await.unwrap();
+    assert_eq!(paused.status(), TaskStatus::Paused);
+    (dir, engine, state, seen)
+}
+
+/// The task's pending approval requests.
+async fn pending_of(
+    engine: &Engine,
+    state: &rein_protocol::TaskState,
+) -> Vec<rein_protocol::ApprovalRequest> {
+    engine
+        .approvals(&rein_core::store::ApprovalFilter {
+            status: Some(rein_protocol::ApprovalStatus::Pending),
+            task_id: Some(state.id().clone()),
+            limit: None,
+        })
+        .await
+        .unwrap()
+}
+
+/// Ana approves `request` with `option`.
+async fn decide(engine: &Engine, request: &rein_protocol::ApprovalRequest, option: Option<&str>) {
+    engine
+        .decide(rein_protocol::ApprovalResponse {
+            request_id: request.id.clone(),
+            decision: rein_protocol::Decision::Approve,
+            selected_option: option.map(str::to_owned),
+            reason: None,
+            decided_by: "ana".into(),
+            delegate_to: None,
+            decided_at: chrono::Utc::now(),
+        })
+        .await
+        .unwrap();
 }
 
 fn anthropic(base: &str) -> rein_runtimes::anthropic::AnthropicConfig {

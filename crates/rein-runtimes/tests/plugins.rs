@@ -97,6 +97,7 @@ async fn an_attempt_streams_its_partial_replies_and_events_before_its_result() {
             events,
             asker: None,
             journal: None,
+            mcp_servers: Vec::new(),
         })
         .await
         .unwrap();

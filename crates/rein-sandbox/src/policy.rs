@@ -1,6 +1,6 @@
 //! Permission rules: allow, ask or deny, for commands (a program and its
 //! arguments, as globs), for paths a step declares it reads or writes beyond its
-//! workspace, and for network use. The strictest matching rule decides: deny
+//! workspace, for network use, and for the tools of MCP servers. The strictest matching rule decides: deny
 //! over ask over allow; with no matching rule, the policy's default does.
 //!
 //! A step's script is split into its simple commands (at unquoted `;`, `&`,
@@ -51,6 +51,10 @@ enum Matcher {
     },
     Network {
         host: GlobMatcher,
+    },
+    /// `SERVER/TOOL` of an MCP tool.
+    Mcp {
+        tool: GlobMatcher,
     },
 }
 
@@ -302,6 +306,16 @@ impl Policy {
         })
     }
 
+    /// The verdict on calling `tool` of MCP server `server` (subject
+    /// `mcp:SERVER/TOOL`).
+    pub fn check_mcp(&self, server: &str, tool: &str) -> Decision {
+        let name = format!("{server}/{tool}");
+        self.decide(format!("mcp:{name}"), |m| match m {
+            Matcher::Mcp { tool } => Some(tool.is_match(&name)),
+            _ => None,
+        })
+    }
+
     /// The verdict on network use: `host`, or any (`None`) when a step only says
     /// it needs the network.
     pub fn check_network(&self, host: Option<&str>) -> Decision {
@@ -337,12 +351,13 @@ impl Rule {
             spec.command.is_some(),
             spec.path.is_some(),
             spec.network.is_some(),
+            spec.mcp.is_some(),
         ]
         .iter()
         .filter(|g| **g)
         .count();
         if given != 1 {
-            return Err("needs exactly one of `command`, `path` or `network`".into());
+            return Err("needs exactly one of `command`, `path`, `network` or `mcp`".into());
         }
         if spec.access.is_some() && spec.path.is_none() {
             return Err("`access` goes with `path`".into());
@@ -386,6 +401,19 @@ impl Rule {
                 },
                 format!("{} path `{path}`{access}", verdict.as_str()),
                 AskTrigger::DestructiveAction,
+            )
+        } else if let Some(tool) = &spec.mcp {
+            if !tool.contains('/') {
+                return Err(format!(
+                    "mcp `{tool}`: write SERVER/TOOL, e.g. `fs/write_file` or `fs/*`"
+                ));
+            }
+            (
+                Matcher::Mcp {
+                    tool: glob(tool, true)?,
+                },
+                format!("{} mcp `{tool}`", verdict.as_str()),
+                AskTrigger::SuspiciousCommand,
             )
         } else {
             let host = spec.network.clone().unwrap_or_default();
@@ -722,6 +750,34 @@ mod tests {
             p.check_network(Some("api.example.org")).verdict,
             Verdict::Ask,
             "the rule for every host matches too, and ask is stricter"
+        );
+    }
+
+    #[test]
+    fn mcp_rules_match_one_tool_or_a_server() {
+        let p = policy(
+            "[[rules]]\nverdict = 'allow'\nmcp = 'fs/*'\n\
+             [[rules]]\nverdict = 'deny'\nmcp = 'fs/write_file'\nreason = 'read only'\n\
+             [[rules]]\nverdict = 'ask'\nmcp = '*/delete*'\n",
+        );
+        let d = p.check_mcp("fs", "write_file");
+        assert_eq!(d.verdict, Verdict::Deny);
+        assert_eq!(d.subject, "mcp:fs/write_file");
+        assert!(d.rule.contains("rule 2 of policy.toml"), "{}", d.rule);
+        assert_eq!(d.reason.as_deref(), Some("read only"));
+        assert_eq!(p.check_mcp("fs", "read_text_file").verdict, Verdict::Allow);
+        assert_eq!(p.check_mcp("db", "delete_row").verdict, Verdict::Ask);
+        // No rule matches: the default.
+        assert_eq!(p.check_mcp("db", "select").verdict, Verdict::Allow);
+        assert!(p.check_mcp("db", "select").rule.contains("no rule"));
+        assert!(
+            Policy::parse(
+                "[[rules]]\nverdict = 'deny'\nmcp = 'write_file'\n",
+                "p.toml"
+            )
+            .unwrap_err()
+            .to_string()
+            .contains("write SERVER/TOOL")
         );
     }
 

@@ -78,7 +78,8 @@ impl Context {
             rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone())
                 .with_anthropic(providers.anthropic.clone());
         let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat)
-            .with_anthropic(providers.anthropic);
+            .with_anthropic(providers.anthropic)
+            .with_mcp_servers(target.mcp_servers.clone());
         let mut ctx = Context::running_with(
             target.data_dir.clone(),
             max_parallel,
@@ -261,6 +262,8 @@ pub struct Target {
     pub runtime_policy: Option<PathBuf>,
     /// The built-in runtime's providers.
     pub providers: rein_runtimes::provider::Providers,
+    /// The configuration's MCP servers.
+    pub mcp_servers: rein_runtimes::mcp::McpServers,
 }
 
 /// `rein config show`.
@@ -415,6 +418,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         plugins: config.plugins.clone(),
         runtime_policy: config.runtime_policy.clone(),
         providers: config.providers.clone(),
+        mcp_servers: config.mcp_servers.clone(),
     };
     match cli.command {
         Command::Config(crate::cli::ConfigCommand::Show { json }) => show_config(&config, json),

@@ -136,13 +136,23 @@ async fn draft(
 pub fn policy(target: &Target, cmd: PolicyCommand) -> anyhow::Result<u8> {
     let PolicyCommand::Check {
         script,
+        mcp,
         json,
         command,
     } = cmd;
     let policy = load_policy(target.policy.as_deref())?;
-    let decision = match &script {
-        Some(script) => policy.check_script(script),
-        None => policy.check_command(&command),
+    let decision = match (&script, &mcp) {
+        (Some(script), _) => policy.check_script(script),
+        (None, Some(tool)) => {
+            let Some((server, tool)) = tool.split_once('/') else {
+                return Err(UsageError(format!(
+                    "--mcp `{tool}`: write SERVER/TOOL, e.g. fs/write_file"
+                ))
+                .into());
+            };
+            policy.check_mcp(server, tool)
+        }
+        (None, None) => policy.check_command(&command),
     };
     if json {
         print_json(&decision)?;

@@ -108,6 +108,9 @@ pub struct AttemptParams {
     /// The step's journal, where a harness may keep what a later attempt needs
     /// (an external agent's session id), durably.
     pub journal: Option<crate::journal::Journal>,
+    /// The MCP servers the step names, each with its declaration, for a
+    /// runtime that connects to them itself (an ACP agent's `mcpServers`).
+    pub mcp_servers: Vec<rein_protocol::McpUse>,
 }
 
 /// What an attempt reports while it runs.

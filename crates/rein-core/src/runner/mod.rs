@@ -666,10 +666,15 @@ impl<'e> TaskRun<'e> {
                     tools,
                     session,
                     limits,
+                    mcp,
+                    network,
                 } => Some(serde_json::json!({
                     "prompt": prompt, "provider": provider, "model": model,
                     "runtime": runtime, "tools": tools, "session": session,
                     "limits": limits,
+                    // The servers by name: a declaration may hold secrets.
+                    "mcp": mcp.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
+                    "network": network,
                 })),
                 StepAction::Noop | StepAction::Approval { .. } => None,
             };

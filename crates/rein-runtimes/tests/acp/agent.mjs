@@ -8,6 +8,8 @@
 // ACP_TEST_SLOW=1: after the permission it waits until cancelled.
 // ACP_TEST_END_TURN_ON_CANCELLED=1: a `cancelled` outcome alone ends the turn
 // `end_turn`, as real agents do; only a `session/cancel` cancels it.
+// The prompt "which MCP servers?" is answered with the `mcpServers` the
+// session was opened (or loaded) with, as JSON.
 // Sessions are kept in ACP_TEST_STATE (a directory) so that `session/load`
 // works across processes; loading replays the earlier turns.
 import { agent, methods, ndJsonStream, PROTOCOL_VERSION } from "@agentclientprotocol/sdk";
@@ -40,12 +42,17 @@ const app = agent({ name: "rein-test-agent" })
     sessions.set("fs", params.clientCapabilities?.fs ?? {});
     return {
       protocolVersion: PROTOCOL_VERSION,
-      agentCapabilities: { loadSession: true },
+      agentCapabilities: { loadSession: true, mcpCapabilities: { http: true } },
       agentInfo: { name: "rein-test-agent", version: "1.0.0" },
     };
   })
   .onRequest(methods.agent.session.new, ({ params }) => {
-    const session = { id: `sess-${process.pid}-${Date.now()}`, cwd: params.cwd, turns: [] };
+    const session = {
+      id: `sess-${process.pid}-${Date.now()}`,
+      cwd: params.cwd,
+      turns: [],
+      mcpServers: params.mcpServers,
+    };
     sessions.set(session.id, session);
     save(session);
     return { sessionId: session.id };
@@ -54,6 +61,7 @@ const app = agent({ name: "rein-test-agent" })
     const session = load(params.sessionId);
     if (!session) throw new Error(`unknown session ${params.sessionId}`);
     session.cwd = params.cwd;
+    session.mcpServers = params.mcpServers;
     sessions.set(session.id, session);
     for (const turn of session.turns) {
       await client.notify(methods.client.session.update, {
@@ -83,6 +91,10 @@ const app = agent({ name: "rein-test-agent" })
       sessionUpdate: "plan",
       entries: [{ content: "Write the file", priority: "high", status: "in_progress" }],
     });
+    if (text === "which MCP servers?") {
+      await say(JSON.stringify(session.mcpServers));
+      return { stopReason: "end_turn" };
+    }
     const m = /write ([^:]+): (.*)$/s.exec(text);
     if (!m) {
       await say("Nothing to write.");

@@ -156,6 +156,62 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
             );
         }
         ("Child work: log once, then wait", _) => return say("child done"),
+        // MCP tools of the reference servers (`fs`: filesystem; `ev`: everything).
+        ("mcp: list and read", 0) => {
+            return call("call_m1", "fs__list_directory", json!({ "path": "." }));
+        }
+        ("mcp: list and read", 1) => {
+            return call(
+                "call_m2",
+                "fs__read_text_file",
+                json!({ "path": "notes.txt" }),
+            );
+        }
+        ("mcp: write", 0) => {
+            return call(
+                "call_w",
+                "fs__write_file",
+                json!({ "path": "x.txt", "content": "written" }),
+            );
+        }
+        ("mcp: move, wait, read", 0) => {
+            return call(
+                "call_mv",
+                "fs__move_file",
+                json!({ "source": "a.txt", "destination": "b.txt" }),
+            );
+        }
+        ("mcp: move, wait, read", 1) => {
+            return call(
+                "call_wait",
+                "run_command",
+                json!({ "command": hang_once("started") }),
+            );
+        }
+        ("mcp: move, wait, read", 2) => {
+            return call("call_rd", "fs__read_text_file", json!({ "path": "b.txt" }));
+        }
+        ("mcp: echo", 0) => {
+            return call("call_e", "ev__echo", json!({ "message": "hi from rein" }));
+        }
+        ("mcp: stall, then echo", 0) => {
+            return call(
+                "call_s",
+                "ev__trigger-long-running-operation",
+                json!({ "duration": 30, "steps": 3 }),
+            );
+        }
+        ("mcp: stall, then echo", 1) => {
+            return call(
+                "call_e",
+                "ev__echo",
+                json!({ "message": "after the stall" }),
+            );
+        }
+        ("mcp: work twice", n) if n < 2 => {
+            return call(&format!("call_w{n}"), "cr__work", json!({}));
+        }
+        (p, _) if p.starts_with("mcp: ") => return say(&since.join(" | ")),
         _ => {}
     }
     match (prompt.as_str(), answers.len()) {

@@ -1,5 +1,7 @@
-//! The ACP test agent (`crates/rein-runtimes/tests/acp`), with its package
-//! installed: `npm ci` runs once, on first use, if `.ci/run` has not run it.
+//! The npm packages the tests drive, installed: the ACP test agent
+//! (`crates/rein-runtimes/tests/acp`) and the MCP reference servers
+//! (`crates/rein-runtimes/tests/mcp`). `npm ci` runs once per directory, on
+//! first use, if `.ci/run` has not run it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -7,11 +9,23 @@ use std::time::Duration;
 
 /// The directory of the test agent, its SDK installed.
 pub fn acp_agent_dir() -> PathBuf {
+    installed("acp", "@agentclientprotocol/sdk")
+}
+
+/// The directory of the MCP reference servers, installed.
+pub fn mcp_servers_dir() -> PathBuf {
+    installed("mcp", "@modelcontextprotocol/server-filesystem")
+}
+
+/// `crates/rein-runtimes/tests/NAME`, with `npm ci` run there unless
+/// `package` is installed already.
+fn installed(name: &str, package: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../rein-runtimes/tests/acp")
+        .join("../rein-runtimes/tests")
+        .join(name)
         .canonicalize()
-        .expect("the ACP test agent's directory");
-    let sdk = dir.join("node_modules/@agentclientprotocol/sdk/package.json");
+        .expect("the npm package's directory");
+    let sdk = dir.join("node_modules").join(package).join("package.json");
     if sdk.is_file() {
         return dir;
     }
@@ -44,7 +58,7 @@ pub fn acp_agent_dir() -> PathBuf {
     let _ = std::fs::remove_dir(&lock);
     assert!(
         installed && sdk.is_file(),
-        "the ACP test agent's SDK could not be installed: run `npm ci --prefix crates/rein-runtimes/tests/acp` (needs Node.js and npm; .ci/run does it)"
+        "{package} could not be installed: run `npm ci --prefix crates/rein-runtimes/tests/{name}` (needs Node.js and npm; .ci/run does it)"
     );
     dir
 }

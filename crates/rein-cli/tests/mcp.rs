@@ -1,0 +1,466 @@
+//! Agent steps with MCP tools, from the command line, against the MCP
+//! reference servers from npm (`@modelcontextprotocol/server-filesystem` and
+//! `server-everything`, installed by `.ci/run`) and the fake chat server that
+//! plays the model (the hosted API cannot be reached here): stdio servers in
+//! the step's sandbox, a streamable HTTP one declared in `rein.toml`, the
+//! permission rules on `mcp:SERVER/TOOL`, a crash between two calls, a server
+//! that hangs or cannot start.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod model;
+#[path = "../../rein-runtimes/tests/common/npm_packages.rs"]
+mod npm_packages;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use common::{eventually, json, run_ok, task_ids, write_plan};
+use serde_json::Value;
+
+/// The filesystem server's entry point, and the directory it may read.
+fn filesystem_server() -> (PathBuf, PathBuf) {
+    let dir = npm_packages::mcp_servers_dir();
+    (
+        dir.join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"),
+        dir,
+    )
+}
+
+fn everything_server() -> PathBuf {
+    npm_packages::mcp_servers_dir()
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// A plan of one agent step with `prompt`, the workspace `ws` beside it,
+/// the filesystem server declared as `fs` (serving the workspace), and
+/// `more` after the step (its other keys, then more tables).
+fn plan(dir: &Path, prompt: &str, step: &str, more: &str) -> PathBuf {
+    let (fs, modules) = filesystem_server();
+    std::fs::create_dir_all(dir.join("ws")).unwrap();
+    write_plan(
+        dir,
+        "mcp.toml",
+        &format!(
+            r#"
+description = "MCP tools"
+workspace = "ws"
+
+[mcp_servers.fs]
+command = "node"
+args = ["{fs}", "."]
+allow_read = ["{modules}"]
+
+[[steps]]
+id = "agent"
+kind = "agent"
+prompt = "{prompt}"
+{step}
+{more}
+"#,
+            fs = fs.display(),
+            modules = modules.display()
+        ),
+    )
+}
+
+/// The agent step's last output in a task's state.
+fn agent_output(state: &Value) -> Value {
+    state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == "agent" && !c["output"].is_null())
+        .map(|c| c["output"].clone())
+        .unwrap_or(Value::Null)
+}
+
+#[test]
+fn an_agent_step_lists_and_reads_the_workspace_through_the_filesystem_server() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = plan(dir.path(), "mcp: list and read", "mcp = [\"fs\"]", "");
+    std::fs::write(dir.path().join("ws/notes.txt"), "the notes say hello").unwrap();
+
+    let state = json(&run_ok(
+        model.rein(&data).args(["run", "--json"]).arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    let output = agent_output(&state);
+    let text = output["text"].as_str().unwrap();
+    assert!(text.contains("[FILE] notes.txt"), "{text}");
+    assert!(text.contains("the notes say hello"), "{text}");
+    // The server ran in the step's sandbox, reading its own code beside the
+    // workspace.
+    let served = &output["mcp"][0];
+    assert_eq!(served["name"], "fs");
+    assert_eq!(served["transport"], "stdio");
+    assert!(served["tools"].as_u64().unwrap() >= 10, "{served}");
+    assert_ne!(served["reach"]["sandbox"], "none", "{served}");
+    assert_eq!(served["reach"]["network"], false, "{served}");
+
+    // The model was offered the server's tools, namespaced, with their schemas.
+    let requests = model.requests();
+    let tools = requests[0]["tools"].as_array().unwrap();
+    let read = tools
+        .iter()
+        .find(|t| t["function"]["name"] == "fs__read_text_file")
+        .unwrap_or_else(|| panic!("{tools:#?}"));
+    assert_eq!(
+        read["function"]["parameters"]["required"],
+        serde_json::json!(["path"])
+    );
+
+    // What the server wrote to stderr is in the task's log.
+    let task = state["id"].as_str().unwrap();
+    let events = String::from_utf8_lossy(
+        &run_ok(common::rein(&data).args(["tasks", "events", task, "--json"])).stdout,
+    )
+    .into_owned();
+    assert!(
+        events.contains("mcp_stderr") && events.contains("Secure MCP Filesystem Server"),
+        "{events}"
+    );
+}
+
+#[test]
+fn a_denied_mcp_tool_is_refused_naming_the_rule() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = plan(dir.path(), "mcp: write", "mcp = [\"fs\"]", "");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nverdict = \"allow\"\nmcp = \"fs/*\"\n\
+         [[rules]]\nverdict = \"deny\"\nmcp = \"fs/write_file\"\n",
+    )
+    .unwrap();
+
+    let state = json(&run_ok(
+        model
+            .rein(&data)
+            .arg("--policy")
+            .arg(&policy)
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    let text = agent_output(&state)["text"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains("refused by the permission rules")
+            && text.contains("deny mcp `fs/write_file`"),
+        "{text}"
+    );
+    assert!(!dir.path().join("ws/x.txt").exists());
+}
+
+#[test]
+fn an_mcp_tool_the_rules_ask_about_waits_for_a_person_and_runs_once_approved() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = plan(dir.path(), "mcp: write", "mcp = [\"fs\"]", "");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nverdict = \"ask\"\nmcp = \"fs/write_file\"\n",
+    )
+    .unwrap();
+    let with_policy = |cmd: &mut std::process::Command| {
+        cmd.arg("--policy").arg(&policy);
+    };
+
+    let mut run = model.rein(&data);
+    with_policy(&mut run);
+    let out = run
+        .args(["run", "--no-wait", "--json"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    let paused: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(paused["status"], "paused", "{paused:#}");
+    assert!(
+        !dir.path().join("ws/x.txt").exists(),
+        "nothing was written before a person said so"
+    );
+    let pending = json(&run_ok(common::rein(&data).args([
+        "approvals",
+        "list",
+        "--status",
+        "pending",
+        "--json",
+    ])));
+    let request = &pending.as_array().unwrap()[0];
+    let asked = request.to_string();
+    assert!(asked.contains("fs/write_file"), "{asked}");
+    run_ok(common::rein(&data).args([
+        "approvals",
+        "approve",
+        request["id"].as_str().unwrap(),
+        "--option",
+        "rerun",
+        "--as",
+        "ana",
+    ]));
+
+    let mut resume = model.rein(&data);
+    with_policy(&mut resume);
+    let task = paused["id"].as_str().unwrap();
+    let state = json(&run_ok(resume.args(["tasks", "resume", task, "--json"])));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ws/x.txt")).unwrap(),
+        "written"
+    );
+    let text = agent_output(&state)["text"].as_str().unwrap().to_owned();
+    assert!(text.contains("(approved by ana)"), "{text}");
+}
+
+#[test]
+fn a_rein_killed_between_two_mcp_calls_does_not_repeat_the_first() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = plan(
+        dir.path(),
+        "mcp: move, wait, read",
+        "mcp = [\"fs\"]\ntools = [\"run_command\"]",
+        "",
+    );
+    std::fs::write(dir.path().join("ws/a.txt"), "moved once").unwrap();
+
+    let mut runner = model
+        .rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let task = eventually("the task exists", || task_ids(&data).first().cloned());
+    let started = dir.path().join("ws/started");
+    eventually("the command after the first MCP call is running", || {
+        started.exists().then_some(())
+    });
+    common::kill9(&mut runner);
+    assert_eq!(model.requests().len(), 2, "two model turns before the kill");
+
+    let state = json(&run_ok(
+        model.rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    // The move ran once (a second one would have found no a.txt), the read
+    // found what it moved, and no model turn was asked for twice.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 4);
+    let answers: Vec<String> = requests[3]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(answers.len(), 3, "{answers:?}");
+    assert!(answers[0].contains("Successfully moved"), "{answers:?}");
+    assert!(answers[2].contains("moved once"), "{answers:?}");
+    assert!(
+        !answers.iter().any(|a| a.starts_with("error")),
+        "{answers:?}"
+    );
+    assert!(!dir.path().join("ws/a.txt").exists());
+}
+
+/// A free loopback port.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when the test ends.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_streamable_http_server_declared_in_the_config_file_serves_a_step() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let _server = Killed(
+        std::process::Command::new("node")
+            .arg(everything_server())
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    eventually("the everything server listens", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).ok()
+    });
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp_servers.ev]\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ X-Team = \"docs\" }}\n"
+        ),
+    )
+    .unwrap();
+    let shown = json(&run_ok(
+        common::rein(&data)
+            .arg("--config")
+            .arg(&config)
+            .args(["config", "show", "--json"]),
+    ));
+    let ev = shown["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == "mcp_servers.ev")
+        .unwrap_or_else(|| panic!("{shown:#}"))
+        .clone();
+    assert_eq!(
+        ev["value"],
+        format!("http: http://127.0.0.1:{port}/mcp (headers X-Team=<redacted>)")
+    );
+
+    let plan = plan(dir.path(), "mcp: echo", "mcp = [\"ev\"]", "");
+    let state = json(&run_ok(
+        model
+            .rein(&data)
+            .arg("--config")
+            .arg(&config)
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    let output = agent_output(&state);
+    assert_eq!(output["text"], "Echo: hi from rein");
+    assert_eq!(output["mcp"][0]["transport"], "streamable_http");
+}
+
+/// Runs the agent step `prompt` with MCP server `server` declared by
+/// `table` (read access to the test servers' directory added), and returns
+/// the two tool answers its final text joins.
+fn two_answers(prompt: &str, server: &str, table: &str) -> (String, String) {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = plan(
+        dir.path(),
+        prompt,
+        &format!("mcp = [\"{server}\"]"),
+        &format!(
+            "[mcp_servers.{server}]\n{table}\nallow_read = [\"{}\"]\n",
+            npm_packages::mcp_servers_dir().display()
+        ),
+    );
+    let state = json(&run_ok(
+        model.rein(&data).args(["run", "--json"]).arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    let text = agent_output(&state)["text"].as_str().unwrap().to_owned();
+    let (first, second) = text.split_once(" | ").unwrap();
+    (first.to_owned(), second.to_owned())
+}
+
+#[test]
+fn a_call_that_hangs_fails_and_the_server_is_started_again_for_the_next() {
+    let (stalled, echoed) = two_answers(
+        "mcp: stall, then echo",
+        "ev",
+        &format!(
+            "command = \"node\"\nargs = [\"{}\", \"stdio\"]\ntimeout = \"1s\"",
+            everything_server().display()
+        ),
+    );
+    assert!(
+        stalled.contains("did not answer `trigger-long-running-operation` within 1s")
+            && stalled.contains("started again"),
+        "{stalled}"
+    );
+    assert_eq!(echoed, "Echo: after the stall");
+}
+
+#[test]
+fn a_server_that_crashes_during_a_call_fails_that_call_and_serves_the_next() {
+    let server = npm_packages::mcp_servers_dir().join("crash_once.py");
+    let (crashed, worked) = two_answers(
+        "mcp: work twice",
+        "cr",
+        &format!("command = \"python3\"\nargs = [\"{}\"]", server.display()),
+    );
+    assert!(
+        crashed.starts_with("error: MCP server `cr` failed during the call")
+            && crashed.contains("exit status: 3")
+            && crashed.contains("boom: the server fell over")
+            && crashed.contains("started again for the next call"),
+        "{crashed}"
+    );
+    assert_eq!(worked, "worked");
+}
+
+#[test]
+fn a_server_that_cannot_start_or_is_not_declared_fails_the_step_saying_which() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = plan(
+        dir.path(),
+        "mcp: echo",
+        "mcp = [\"broken\"]",
+        "[mcp_servers.broken]\ncommand = \"no-such-mcp-server\"\n",
+    );
+    let state = failed_run(&model, &data, &plan);
+    // A program that is not there is not retried: the task fails at once.
+    assert_eq!(state["status"], "failed", "{state:#}");
+    let error = state.to_string();
+    assert!(
+        error.contains("MCP server `broken` could not be started")
+            && error.contains("no-such-mcp-server"),
+        "{error}"
+    );
+
+    let plan = plan_naming(dir.path(), "nowhere");
+    let error = failed_run(&model, &data, &plan).to_string();
+    assert!(
+        error.contains("names MCP server `nowhere`") && error.contains("[mcp_servers.nowhere]"),
+        "{error}"
+    );
+}
+
+/// `rein run --json PLAN`, which does not complete: the task's state.
+fn failed_run(model: &model::Model, data: &Path, plan: &Path) -> Value {
+    let out = model
+        .rein(data)
+        .args(["run", "--json"])
+        .arg(plan)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A plan whose agent step names `server`, which nothing declares.
+fn plan_naming(dir: &Path, server: &str) -> PathBuf {
+    write_plan(
+        dir,
+        "undeclared.toml",
+        &format!(
+            "description = \"undeclared\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"mcp: echo\"\nmcp = [\"{server}\"]\n"
+        ),
+    )
+}
