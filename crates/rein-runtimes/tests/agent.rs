@@ -476,8 +476,7 @@ async fn an_answer_cut_at_the_token_limit_fails_unless_the_step_says_go_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_step_at_its_turn_limit_goes_on_for_the_turns_a_person_grants() {
-    let (_dir, engine, state, seen) = at_turn_limit(2).await;
-    assert_eq!(seen.0.lock().unwrap().len(), 2);
+    let (_dir, engine, state, seen, run) = at_turn_limit(2).await;
     let pending = pending_of(&engine, &state).await;
     assert_eq!(pending.len(), 1);
     assert!(
@@ -489,10 +488,11 @@ async fn a_step_at_its_turn_limit_goes_on_for_the_turns_a_person_grants() {
         pending[0].options,
         ["2 more turns", "4 more turns", "8 more turns", "stop"]
     );
+    assert_eq!(seen.0.lock().unwrap().len(), 2);
     decide(&engine, &pending[0], Some("2 more turns")).await;
-    // Resumed: the step asks again, gets the answer, and takes two more
-    // turns, enough to finish; the first two are not asked again.
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    // The waiting run goes on: two more turns, enough to finish; the first
+    // two are not asked again.
+    let done = run.await.unwrap().unwrap();
     assert_eq!(
         done.status(),
         TaskStatus::Completed,
@@ -505,14 +505,10 @@ async fn a_step_at_its_turn_limit_goes_on_for_the_turns_a_person_grants() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_who_stops_the_agent_at_its_turn_limit_fails_the_step_saying_so() {
-    let (_dir, engine, state, _) = at_turn_limit(1).await;
+    let (_dir, engine, state, _, run) = at_turn_limit(1).await;
     let pending = pending_of(&engine, &state).await;
     decide(&engine, &pending[0], Some("stop")).await;
-    let no_wait = RunOptions {
-        no_wait: true,
-        ..RunOptions::default()
-    };
-    let done = engine.run(state.id(), no_wait).await.unwrap();
+    let done = run.await.unwrap().unwrap();
     let error = done
         .latest_for_step("draft")
         .unwrap()
@@ -525,20 +521,25 @@ async fn a_person_who_stops_the_agent_at_its_turn_limit_fails_the_step_saying_so
     );
 }
 
-/// An agent step of `max_turns` that needs three, run under `--no-wait`
-/// until it stops at its limit: it asks a person, and nobody waits, so the
-/// task pauses with the question pending.
+/// The run of a task's step, in the background.
+type Running = tokio::task::JoinHandle<Result<rein_protocol::TaskState, rein_core::EngineError>>;
+
+/// An agent step of `max_turns` that needs three, running until it stops at
+/// its limit and asks a person: the run (waiting for the answer), and what
+/// it runs on.
 async fn at_turn_limit(
     max_turns: u32,
 ) -> (
     tempfile::TempDir,
-    Engine,
+    Arc<Engine>,
     rein_protocol::TaskState,
     common::Seen,
+    Running,
 ) {
     let (base, seen) = common::fake_model().await;
     let dir = tempfile::tempdir().unwrap();
     let (engine, _) = engine(dir.path(), &base).await;
+    let engine = Arc::new(engine);
     let step = with_limits(
         "list three times",
         rein_protocol::AgentLimits {
@@ -547,13 +548,17 @@ async fn at_turn_limit(
         },
     );
     let state = create(&engine, step, None).await;
-    let no_wait = RunOptions {
-        no_wait: true,
-        ..RunOptions::default()
-    };
-    let paused = engine.run(state.id(), no_wait).await.unwrap();
-    assert_eq!(paused.status(), TaskStatus::Paused);
-    (dir, engine, state, seen)
+    let run = tokio::spawn({
+        let (engine, id) = (Arc::clone(&engine), state.id().clone());
+        async move { engine.run(&id, RunOptions::default()).await }
+    });
+    for _ in 0..500 {
+        if !pending_of(&engine, &state).await.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (dir, engine, state, seen, run)
 }
 
 /// The task's pending approval requests.
