@@ -1,12 +1,20 @@
 //! Where `tracing` output goes: `rein serve` logs to stderr (`RUST_LOG`, default
 //! `warn`; a line per closed span at `info`), and every command exports its spans
-//! over OTLP/HTTP (JSON) when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
-//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set. Other commands keep stderr for
-//! people.
+//! over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set: over HTTP as protobuf (the
+//! default) or JSON, as `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` or
+//! `OTEL_EXPORTER_OTLP_PROTOCOL` says (`http/protobuf`, `http/json`), with the
+//! headers of `OTEL_EXPORTER_OTLP_TRACES_HEADERS` / `_HEADERS`. An export that
+//! fails is reported once, naming the endpoint and what came back. Other
+//! commands keep stderr for people.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use tracing_subscriber::filter::{EnvFilter, LevelFilter};
 use tracing_subscriber::fmt::format::FmtSpan;
 use tracing_subscriber::layer::SubscriberExt;
@@ -32,39 +40,117 @@ impl Drop for Telemetry {
     }
 }
 
-fn otlp_configured() -> bool {
-    [
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    ]
-    .iter()
-    .any(|v| std::env::var(v).is_ok_and(|s| !s.trim().is_empty()))
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|s| !s.trim().is_empty())
+}
+
+/// Where spans go: the traces endpoint as given, else the base endpoint
+/// with `/v1/traces` (what the exporter does with them; for the warning).
+fn endpoint() -> Option<String> {
+    env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
+        env("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
+    })
+}
+
+/// The OTLP protocol asked for; `Err` names a value rein cannot speak.
+fn protocol() -> Result<Protocol, String> {
+    let (var, value) = match env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
+        Some(v) => ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v),
+        None => match env("OTEL_EXPORTER_OTLP_PROTOCOL") {
+            Some(v) => ("OTEL_EXPORTER_OTLP_PROTOCOL", v),
+            None => return Ok(Protocol::HttpBinary),
+        },
+    };
+    match value.trim() {
+        "http/protobuf" => Ok(Protocol::HttpBinary),
+        "http/json" => Ok(Protocol::HttpJson),
+        "grpc" => Err(format!(
+            "{var}=grpc is not supported by this rein; use http/protobuf (the default) or http/json, which every OTLP receiver takes on its HTTP port (4318)"
+        )),
+        other => Err(format!(
+            "{var}=`{other}` is not an OTLP protocol; use http/protobuf (the default) or http/json"
+        )),
+    }
+}
+
+/// The OTLP exporter, which says once that exporting fails (the endpoint,
+/// and the status or error), then goes on quietly.
+#[derive(Debug)]
+struct Reporting<E> {
+    inner: E,
+    endpoint: String,
+    warned: AtomicBool,
+}
+
+impl<E: SpanExporter> SpanExporter for Reporting<E> {
+    fn export(
+        &self,
+        batch: Vec<SpanData>,
+    ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
+        let exported = self.inner.export(batch);
+        async move {
+            let result = exported.await;
+            if let Err(e) = &result
+                && !self.warned.swap(true, Ordering::Relaxed)
+            {
+                shout!(
+                    "warning: spans could not be exported to {}: {e}; later failures are not reported",
+                    self.endpoint
+                );
+            }
+            result
+        }
+    }
+
+    fn shutdown_with_timeout(&mut self, timeout: std::time::Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&mut self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+/// The tracer provider exporting over OTLP, if an endpoint is set.
+fn otlp() -> Option<SdkTracerProvider> {
+    let endpoint = endpoint()?;
+    let built = protocol().and_then(|protocol| {
+        opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(protocol)
+            .build()
+            .map_err(|e| {
+                format!(
+                    "the OTLP exporter could not be set up ({e}); check OTEL_EXPORTER_OTLP_ENDPOINT"
+                )
+            })
+    });
+    match built {
+        Ok(exporter) => Some(
+            SdkTracerProvider::builder()
+                .with_batch_exporter(Reporting {
+                    inner: exporter,
+                    endpoint,
+                    warned: AtomicBool::new(false),
+                })
+                .with_resource(Resource::builder().with_service_name("rein").build())
+                .build(),
+        ),
+        Err(why) => {
+            shout!("warning: not exporting spans: {why}");
+            None
+        }
+    }
 }
 
 /// Installs the subscriber for this process. Call before the async runtime starts.
 pub fn init(log_to_stderr: bool) -> Telemetry {
-    let provider = if otlp_configured() {
-        match opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .build()
-        {
-            Ok(exporter) => Some(
-                SdkTracerProvider::builder()
-                    .with_batch_exporter(exporter)
-                    .with_resource(Resource::builder().with_service_name("rein").build())
-                    .build(),
-            ),
-            Err(e) => {
-                shout!(
-                    "warning: not exporting spans: the OTLP exporter could not be set up ({e}); \
-                     check OTEL_EXPORTER_OTLP_ENDPOINT"
-                );
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let provider = otlp();
     let otel = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("rein"))

@@ -1,7 +1,10 @@
 //! Span export over OTLP/HTTP: `rein run` with `OTEL_EXPORTER_OTLP_ENDPOINT`
 //! pointing at a collector on loopback (a small axum server standing in for an
-//! OpenTelemetry Collector, speaking OTLP/HTTP with JSON bodies). The exported
-//! spans carry the trace id every event of the task carries.
+//! OpenTelemetry Collector). It takes protobuf bodies only, as receivers that
+//! follow the OTLP default do, and decodes them with the official OTLP
+//! definitions (`opentelemetry-proto`); or JSON, when rein is told
+//! `http/json`. The exported spans carry the trace id every event of the task
+//! carries. An endpoint that refuses them gets one warning.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -18,14 +21,69 @@ use serde_json::Value;
 
 type Received = Arc<Mutex<Vec<Value>>>;
 
-async fn traces(State(received): State<Received>, body: Bytes) -> (StatusCode, &'static str) {
-    match serde_json::from_slice(&body) {
-        Ok(v) => {
+/// A collector's `/v1/traces`: protobuf (decoded with the official
+/// definitions, then kept in the JSON mapping the assertions read), or JSON.
+async fn traces(
+    State(received): State<Received>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> (StatusCode, &'static str) {
+    let json = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let decoded = if json {
+        serde_json::from_slice(&body).ok()
+    } else {
+        use prost::Message as _;
+        opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest::decode(body)
+            .ok()
+            .map(|r| as_json(&r))
+    };
+    match decoded {
+        Some(mut v) => {
+            v["contentType"] = Value::from(if json { "json" } else { "protobuf" });
             received.lock().unwrap().push(v);
             (StatusCode::OK, "{}")
         }
-        Err(_) => (StatusCode::BAD_REQUEST, "{}"),
+        None => (StatusCode::BAD_REQUEST, "{}"),
     }
+}
+
+/// A decoded protobuf request in the OTLP/JSON shape (ids in hex).
+fn as_json(
+    request: &opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+) -> Value {
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let spans: Vec<Value> = request
+        .resource_spans
+        .iter()
+        .flat_map(|rs| &rs.scope_spans)
+        .flat_map(|ss| &ss.spans)
+        .map(|s| {
+            let attributes: Vec<Value> = s
+                .attributes
+                .iter()
+                .map(|kv| {
+                    use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+                    let value = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+                        Some(V::StringValue(s)) => serde_json::json!({ "stringValue": s }),
+                        Some(V::IntValue(i)) => serde_json::json!({ "intValue": i.to_string() }),
+                        Some(V::BoolValue(b)) => serde_json::json!({ "boolValue": b }),
+                        other => serde_json::json!({ "other": format!("{other:?}") }),
+                    };
+                    serde_json::json!({ "key": kv.key, "value": value })
+                })
+                .collect();
+            serde_json::json!({
+                "name": s.name,
+                "traceId": hex(&s.trace_id),
+                "parentSpanId": hex(&s.parent_span_id),
+                "attributes": attributes,
+            })
+        })
+        .collect();
+    serde_json::json!({ "resourceSpans": [{ "scopeSpans": [{ "spans": spans }] }] })
 }
 
 /// An exported span, as the collector received it.
@@ -78,8 +136,8 @@ fn spans(received: &[Value]) -> Vec<Exported> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runs_spans_are_exported_with_the_tasks_trace_id() {
+/// A collector on loopback: its address, and what it received.
+async fn collector() -> (std::net::SocketAddr, Received) {
     let received = Received::default();
     let app = Router::new()
         .route("/v1/traces", post(traces))
@@ -87,6 +145,60 @@ async fn a_runs_spans_are_exported_with_the_tasks_trace_id() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, received)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_spans_reach_a_protobuf_collector_with_the_tasks_trace_id() {
+    exported_with_the_tasks_trace_id(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_as_json_when_the_protocol_says_so() {
+    exported_with_the_tasks_trace_id(Some("http/json")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_refuses_spans_gets_one_warning_naming_it() {
+    let (addr, _) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description='traced'\n[[steps]]\nid='a'\nrun='true'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n",
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        run_ok(
+            rein(&data)
+                // Not a collector's traces path: 404 for every batch, one
+                // span a batch.
+                .env(
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    format!("http://{addr}/nowhere"),
+                )
+                .env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
+                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+                .arg("run")
+                .arg(&plan),
+        )
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("spans could not be exported"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains(&format!("http://{addr}/nowhere")) && warnings[0].contains("404"),
+        "{stderr}"
+    );
+}
+
+async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
+    let (addr, received) = collector().await;
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -100,6 +212,9 @@ async fn a_runs_spans_are_exported_with_the_tasks_trace_id() {
             rein(&data)
                 .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
                 .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                .envs(protocol.map(|p| ("OTEL_EXPORTER_OTLP_PROTOCOL", p)))
                 .arg("run")
                 .arg(&plan),
         );
@@ -111,8 +226,19 @@ async fn a_runs_spans_are_exported_with_the_tasks_trace_id() {
     let trace_id = task["trace_id"].as_str().expect("trace_id").to_owned();
     let root_span = task["span_id"].as_str().expect("span_id").to_owned();
 
-    // The process flushes its spans before it exits.
+    // The process flushes its spans before it exits, in the protocol asked
+    // for (protobuf unless told otherwise).
     let received = received.lock().unwrap().clone();
+    let wanted = if protocol == Some("http/json") {
+        "json"
+    } else {
+        "protobuf"
+    };
+    assert!(!received.is_empty());
+    assert!(
+        received.iter().all(|r| r["contentType"] == wanted),
+        "{received:?}"
+    );
     let spans = spans(&received);
     let task_spans: Vec<&Exported> = spans.iter().filter(|s| s.name == "task").collect();
     assert_eq!(task_spans.len(), 1, "{spans:?}");
