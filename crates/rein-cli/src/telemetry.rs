@@ -151,6 +151,10 @@ fn otlp() -> Option<SdkTracerProvider> {
 /// Installs the subscriber for this process. Call before the async runtime starts.
 pub fn init(log_to_stderr: bool) -> Telemetry {
     let provider = otlp();
+    // The engine exports each task's root span through the global provider.
+    if let Some(p) = &provider {
+        opentelemetry::global::set_tracer_provider(p.clone());
+    }
     let otel = provider.as_ref().map(|p| {
         tracing_opentelemetry::layer()
             .with_tracer(p.tracer("rein"))

@@ -78,6 +78,7 @@ fn as_json(
             serde_json::json!({
                 "name": s.name,
                 "traceId": hex(&s.trace_id),
+                "spanId": hex(&s.span_id),
                 "parentSpanId": hex(&s.parent_span_id),
                 "attributes": attributes,
             })
@@ -91,6 +92,7 @@ fn as_json(
 struct Exported {
     name: String,
     trace_id: String,
+    span_id: String,
     parent_span_id: String,
     attributes: Vec<(String, String)>,
 }
@@ -126,6 +128,7 @@ fn spans(received: &[Value]) -> Vec<Exported> {
                     out.push(Exported {
                         name: s["name"].as_str().unwrap_or_default().to_owned(),
                         trace_id: s["traceId"].as_str().unwrap_or_default().to_owned(),
+                        span_id: s["spanId"].as_str().unwrap_or_default().to_owned(),
                         parent_span_id: s["parentSpanId"].as_str().unwrap_or_default().to_owned(),
                         attributes: attrs,
                     });
@@ -249,6 +252,14 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
         "the task's root span is the run's parent"
     );
     assert_eq!(run.attribute("task_id"), task["id"].as_str(), "{run:?}");
+    // The parent itself is exported, by the run that ended the task: a root
+    // with the task's own ids, so a viewer shows no missing parent.
+    let roots: Vec<&Exported> = spans.iter().filter(|s| s.name == "task_root").collect();
+    assert_eq!(roots.len(), 1, "{spans:?}");
+    assert_eq!(roots[0].span_id, root_span);
+    assert_eq!(roots[0].trace_id, trace_id);
+    assert_eq!(roots[0].parent_span_id, "", "{:?}", roots[0]);
+    assert_eq!(roots[0].attribute("status"), Some("completed"));
     let mut steps: Vec<&str> = spans
         .iter()
         .filter(|s| s.name == "step")

@@ -973,6 +973,37 @@ fn link_to_task_trace(span: &tracing::Span, trace_id: &str, span_id: &str) {
     let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(context));
 }
 
+/// Exports the task's root span — the parent of every run's `task` span —
+/// once the task has ended: from its creation to now, with the task's own
+/// trace and span ids, through the OpenTelemetry tracer provider installed
+/// for the process (nothing happens without one). Only the run that ends the
+/// task sends it, so it goes once.
+pub(crate) fn export_root_span(state: &TaskState) {
+    use opentelemetry::KeyValue;
+    use opentelemetry::trace::{Span as _, SpanId, TraceId, Tracer as _};
+    let head = &state.head;
+    let (Ok(trace), Ok(span)) = (
+        TraceId::from_hex(&head.trace_id),
+        SpanId::from_hex(&head.span_id),
+    ) else {
+        return;
+    };
+    let tracer = opentelemetry::global::tracer("rein");
+    let mut root = tracer
+        .span_builder("task_root")
+        .with_trace_id(trace)
+        .with_span_id(span)
+        .with_start_time(std::time::SystemTime::from(head.created_at))
+        .with_attributes(vec![
+            KeyValue::new("task_id", head.id.to_string()),
+            KeyValue::new("status", head.status.as_str()),
+            KeyValue::new("description", head.description.clone()),
+        ])
+        // A root: not a child of the run's span, current here.
+        .start_with_context(&tracer, &opentelemetry::Context::new());
+    root.end();
+}
+
 pub(crate) fn elapsed_ms(since: rein_protocol::Timestamp) -> u64 {
     u64::try_from((chrono::Utc::now() - since).num_milliseconds().max(0)).unwrap_or(0)
 }

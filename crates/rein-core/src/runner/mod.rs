@@ -1152,6 +1152,9 @@ impl<'e> TaskRun<'e> {
         }
         self.flush().await?;
         self.sync_contracts(false).await;
+        if self.rec.state.status().is_terminal() {
+            crate::engine::export_root_span(&self.rec.state);
+        }
         Ok(self.rec.state)
     }
 
@@ -1327,6 +1330,7 @@ impl<'e> TaskRun<'e> {
             .task_event(TaskChange::TaskCancelled { reason, by })?;
         self.flush().await?;
         self.sync_contracts(true).await;
+        crate::engine::export_root_span(&self.rec.state);
         Ok(self.rec.state)
     }
 
