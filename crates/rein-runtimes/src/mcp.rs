@@ -344,17 +344,18 @@ impl StepMcp {
         let Some(c) = self.connections.iter().find(|c| c.name == server) else {
             return CallOutcome::NotMine;
         };
-        let arguments = match serde_json::from_str::<Value>(arguments) {
+        // No arguments (an empty string, as some models send) is none.
+        let parsed = match arguments.trim() {
+            "" => Ok(Value::Null),
+            text => serde_json::from_str::<Value>(text),
+        };
+        let arguments = match parsed {
             Ok(Value::Object(map)) => Some(map),
             Ok(Value::Null) => None,
             Ok(other) => {
                 return CallOutcome::Answer(format!(
                     "error: the arguments must be a JSON object, not {other}"
                 ));
-            }
-            Err(e) if arguments.trim().is_empty() => {
-                let _ = e;
-                None
             }
             Err(e) => {
                 return CallOutcome::Answer(format!("error: the arguments are not JSON ({e})"));
