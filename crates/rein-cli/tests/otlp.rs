@@ -21,6 +21,9 @@ use serde_json::Value;
 
 type Received = Arc<Mutex<Vec<Value>>>;
 
+/// Two command steps, one after the other.
+const TRACED: &str = "description='traced'\n[[steps]]\nid='a'\nrun='true'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n";
+
 /// A collector's `/v1/traces`: protobuf (decoded with the official
 /// definitions, then kept in the JSON mapping the assertions read), or JSON.
 async fn traces(
@@ -166,11 +169,7 @@ async fn an_endpoint_that_refuses_spans_gets_one_warning_naming_it() {
     let (addr, _) = collector().await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plan = write_plan(
-        dir.path(),
-        "p.toml",
-        "description='traced'\n[[steps]]\nid='a'\nrun='true'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n",
-    );
+    let plan = write_plan(dir.path(), "p.toml", TRACED);
     let out = tokio::task::spawn_blocking(move || {
         run_ok(
             rein(&data)
@@ -205,11 +204,7 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let plan = write_plan(
-        dir.path(),
-        "p.toml",
-        "description='traced'\n[[steps]]\nid='a'\nrun='true'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n",
-    );
+    let plan = write_plan(dir.path(), "p.toml", TRACED);
     let task = tokio::task::spawn_blocking(move || {
         run_ok(
             rein(&data)
