@@ -46,6 +46,10 @@ async fn traces(
     match decoded {
         Some(mut v) => {
             v["contentType"] = Value::from(if json { "json" } else { "protobuf" });
+            v["team"] = headers
+                .get("x-team")
+                .and_then(|t| t.to_str().ok())
+                .map_or(Value::Null, Value::from);
             received.lock().unwrap().push(v);
             (StatusCode::OK, "{}")
         }
@@ -213,6 +217,7 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
                 .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
                 .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                 .envs(protocol.map(|p| ("OTEL_EXPORTER_OTLP_PROTOCOL", p)))
+                .env("OTEL_EXPORTER_OTLP_HEADERS", "x-team=docs")
                 .arg("run")
                 .arg(&plan),
         );
@@ -237,6 +242,8 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
         received.iter().all(|r| r["contentType"] == wanted),
         "{received:?}"
     );
+    // With the headers OTEL_EXPORTER_OTLP_HEADERS names.
+    assert!(received.iter().all(|r| r["team"] == "docs"), "{received:?}");
     let spans = spans(&received);
     let task_spans: Vec<&Exported> = spans.iter().filter(|s| s.name == "task").collect();
     assert_eq!(task_spans.len(), 1, "{spans:?}");
