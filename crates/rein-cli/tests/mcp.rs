@@ -292,6 +292,150 @@ impl Drop for Killed {
     }
 }
 
+/// `rein --policy POLICY run ARGS.. PLAN` under the fake model, with
+/// `policy` written beside the plan.
+fn run_under(
+    model: &model::Model,
+    data: &Path,
+    policy: &str,
+    args: &[&str],
+    plan: &Path,
+) -> std::process::Output {
+    let file = plan.with_file_name("policy.toml");
+    std::fs::write(&file, policy).unwrap();
+    model
+        .rein(data)
+        .arg("--policy")
+        .arg(&file)
+        .arg("run")
+        .args(args)
+        .arg(plan)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_network_and_servers_an_agent_step_is_given_are_decided_by_the_rules_before_it_runs() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = plan(
+        dir.path(),
+        "mcp: list and read",
+        "mcp = [\"fs\"]\nnetwork = true",
+        "",
+    );
+    std::fs::write(dir.path().join("ws/notes.txt"), "the notes say hello").unwrap();
+
+    // Denied: the plan is refused before anything runs, naming the rule.
+    let deny_network = "[[rules]]\nverdict = \"deny\"\nnetwork = \"*\"\n";
+    let out = run_under(&model, &data, deny_network, &[], &plan);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("network (any host)") && said.contains("deny network `*`"),
+        "{said}"
+    );
+    // The stdio server's program and what it reads are decided too.
+    let deny_node = "[[rules]]\nverdict = \"deny\"\ncommand = \"node **\"\n";
+    let out = run_under(&model, &data, deny_node, &[], &plan);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("node "),
+        "{out:?}"
+    );
+    let (_, modules) = filesystem_server();
+    let deny_read = format!(
+        "[[rules]]\nverdict = \"deny\"\npath = \"{}/**\"\naccess = \"read\"\n",
+        modules.display()
+    );
+    let out = run_under(&model, &data, &deny_read, &[], &plan);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(task_ids(&data).is_empty(), "no task was made");
+    assert!(model.requests().is_empty(), "the model was never asked");
+
+    // Asked about: the step waits for a person, then runs.
+    let ask_network = "[[rules]]\nverdict = \"ask\"\nnetwork = \"*\"\n";
+    let out = run_under(&model, &data, ask_network, &["--no-wait"], &plan);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(
+        model.requests().is_empty(),
+        "nothing ran before a person said so"
+    );
+    let pending = json(&run_ok(common::rein(&data).args([
+        "approvals",
+        "list",
+        "--json",
+    ])));
+    let request = &pending.as_array().unwrap()[0];
+    assert_eq!(request["trigger"], "external_network_call", "{request:#}");
+    assert_eq!(request["step_id"], "agent.permit", "{request:#}");
+    assert!(
+        request["title"]
+            .as_str()
+            .unwrap()
+            .contains("Allow agent step `agent` to run with `network (any host)`"),
+        "{request:#}"
+    );
+    run_ok(common::rein(&data).args(["approvals", "approve", request["id"].as_str().unwrap()]));
+    let task = task_ids(&data)[0].clone();
+    let file = dir.path().join("policy.toml");
+    let state = json(&run_ok(
+        model
+            .rein(&data)
+            .arg("--policy")
+            .arg(&file)
+            .args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    assert_eq!(agent_output(&state)["mcp"][0]["reach"]["network"], true);
+}
+
+#[test]
+fn a_configured_server_the_rules_deny_is_refused_as_the_step_runs() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (fs, modules) = filesystem_server();
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp_servers.cfs]\ncommand = \"node\"\nargs = [\"{}\", \".\"]\nallow_read = [\"{}\"]\n",
+            fs.display(),
+            modules.display()
+        ),
+    )
+    .unwrap();
+    let plan = plan(dir.path(), "mcp: echo", "mcp = [\"cfs\"]", "");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[rules]]\nverdict = \"deny\"\ncommand = \"node **\"\nreason = \"no node here\"\n",
+    )
+    .unwrap();
+    // The plan names no server of its own to decide on: it is made, and the
+    // step is refused when its configured server is known.
+    let out = model
+        .rein(&data)
+        .arg("--config")
+        .arg(&config)
+        .arg("--policy")
+        .arg(&policy)
+        .args(["run", "--no-wait", "--json"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let state: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let said = state.to_string();
+    assert!(
+        said.contains("is denied by") && said.contains("no node here"),
+        "{state:#}"
+    );
+    assert!(model.requests().is_empty(), "the model was never asked");
+}
+
 #[test]
 fn a_streamable_http_server_declared_in_the_config_file_serves_a_step() {
     let model = model::model();

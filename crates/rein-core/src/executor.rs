@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use rein_protocol::{PermissionDecision, StepAction, TaskId, TaskStep, Verdict};
+use rein_protocol::{PermissionDecision, StepAction, TaskId, TaskStep};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
@@ -417,7 +417,7 @@ impl StepExecutor for CommandExecutor {
                     }
                 };
                 let permission = crate::permissions::decide_under(&request.step, &policy);
-                if let Some(refusal) = refusal(&request.step, permission.as_ref()) {
+                if let Some(refusal) = crate::permissions::refusal(&request.step, permission.as_ref()) {
                     let output = CommandOutput {
                         sandbox: self.sandbox_kind().as_str().to_owned(),
                         permission,
@@ -752,32 +752,6 @@ async fn run_child(
 
 /// Why a step may not run now, if the rules say so: denied, or asked about with
 /// no `.permit` step answered for it (the rules changed since the task was made).
-fn refusal(step: &TaskStep, permission: Option<&PermissionDecision>) -> Option<String> {
-    let d = permission?;
-    let reason = d
-        .reason
-        .as_deref()
-        .map(|r| format!(" ({r})"))
-        .unwrap_or_default();
-    match d.verdict {
-        Verdict::Allow => None,
-        Verdict::Deny => Some(format!("`{}` is denied by {}{reason}", d.subject, d.rule)),
-        Verdict::Ask
-            if step
-                .depends_on
-                .contains(&crate::permissions::permit_id(&step.id)) =>
-        {
-            None
-        }
-        Verdict::Ask => Some(format!(
-            "`{}` needs a person's approval by {}{reason}, and this task has no `{}` step to ask it: create the task again",
-            d.subject,
-            d.rule,
-            crate::permissions::permit_id(&step.id)
-        )),
-    }
-}
-
 fn to_value(output: &CommandOutput) -> Option<serde_json::Value> {
     serde_json::to_value(output).ok()
 }

@@ -11,8 +11,8 @@
 use std::path::Path;
 
 use rein_protocol::{
-    Access, AskTrigger, CheckpointType, Decision, PermissionDecision, StepAction, StepType,
-    TaskDecomposition, TaskStep, Trigger, Verdict,
+    Access, AskTrigger, CheckpointType, Decision, McpServer, PermissionDecision, StepAction,
+    StepType, TaskDecomposition, TaskStep, Trigger, Verdict,
 };
 use rein_sandbox::Policy;
 
@@ -31,25 +31,68 @@ pub fn decide(step: &TaskStep, policy: &Policy) -> Result<Option<PermissionDecis
 }
 
 /// [`decide`] under `policy` as it is: the step's own rules already in it
-/// ([`for_step`]).
+/// ([`for_step`]). An agent step is decided on what its sandbox is given: the
+/// network, and the MCP servers the plan declares for it ([`decide_agent`]).
 pub fn decide_under(step: &TaskStep, policy: &Policy) -> Option<PermissionDecision> {
-    let StepAction::Command {
-        run,
-        network,
-        allow_read,
-        ..
-    } = &step.action
-    else {
-        return None;
-    };
-    let mut decisions = vec![policy.check_script(run)];
-    if *network {
+    match &step.action {
+        StepAction::Command {
+            run,
+            network,
+            allow_read,
+            ..
+        } => {
+            let mut decisions = vec![policy.check_script(run)];
+            if *network {
+                decisions.push(policy.check_network(None));
+            }
+            for path in allow_read {
+                decisions.push(policy.check_path(Path::new(path), Access::Read));
+            }
+            strictest(decisions)
+        }
+        StepAction::Agent { network, mcp, .. } => decide_agent(
+            *network,
+            mcp.iter().filter_map(|u| u.server.as_ref()),
+            policy,
+        ),
+        _ => None,
+    }
+}
+
+/// The policy's strictest decision on what an agent step is given: the
+/// network (`network`), and for each of its MCP `servers` the program a stdio
+/// one runs and the paths it reads, or the host a streamable HTTP one is
+/// reached at. `None` when it is given none of these.
+pub fn decide_agent<'a>(
+    network: bool,
+    servers: impl IntoIterator<Item = &'a McpServer>,
+    policy: &Policy,
+) -> Option<PermissionDecision> {
+    let mut decisions = Vec::new();
+    if network {
         decisions.push(policy.check_network(None));
     }
-    for path in allow_read {
-        decisions.push(policy.check_path(Path::new(path), Access::Read));
+    for server in servers {
+        if let Some(url) = &server.url {
+            let host = url::Url::parse(url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned));
+            decisions.push(policy.check_network(Some(host.as_deref().unwrap_or(url))));
+        }
+        if let Some(program) = &server.command {
+            let mut words = vec![program.clone()];
+            words.extend(server.args.iter().cloned());
+            decisions.push(policy.check_command(&words));
+        }
+        for path in &server.allow_read {
+            decisions.push(policy.check_path(Path::new(path), Access::Read));
+        }
     }
-    // The first of the strictest.
+    strictest(decisions)
+}
+
+/// The first of the strictest of `decisions`.
+fn strictest(decisions: Vec<PermissionDecision>) -> Option<PermissionDecision> {
     let mut worst: Option<PermissionDecision> = None;
     for d in decisions {
         if worst.as_ref().is_none_or(|w| d.verdict > w.verdict) {
@@ -57,6 +100,29 @@ pub fn decide_under(step: &TaskStep, policy: &Policy) -> Option<PermissionDecisi
         }
     }
     worst
+}
+
+/// Why `step` may not run under `permission`, the decision made as it is
+/// about to run: denied, or asked about with no `.permit` step to ask it.
+/// `None`: it may.
+pub fn refusal(step: &TaskStep, permission: Option<&PermissionDecision>) -> Option<String> {
+    let d = permission?;
+    let reason = d
+        .reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default();
+    match d.verdict {
+        Verdict::Allow => None,
+        Verdict::Deny => Some(format!("`{}` is denied by {}{reason}", d.subject, d.rule)),
+        Verdict::Ask if step.depends_on.contains(&permit_id(&step.id)) => None,
+        Verdict::Ask => Some(format!(
+            "`{}` needs a person's approval by {}{reason}, and this task has no `{}` step to ask it: create the task again",
+            d.subject,
+            d.rule,
+            permit_id(&step.id)
+        )),
+    }
 }
 
 /// The policy in force for `step`: the configured rules, then the step's own.
@@ -148,6 +214,13 @@ fn permit_step(step: &TaskStep, decision: &PermissionDecision) -> TaskStep {
     let (title, description) = match (&step.action, &step.risk_description) {
         (StepAction::Command { .. }, _) if !decision.subject.starts_with("high-risk step") => (
             format!("Allow step `{}` to run `{}`?", step.id, decision.subject),
+            format!("{}{reason}", decision.rule),
+        ),
+        (StepAction::Agent { .. }, _) if !decision.subject.starts_with("high-risk step") => (
+            format!(
+                "Allow agent step `{}` to run with `{}`?",
+                step.id, decision.subject
+            ),
             format!("{}{reason}", decision.rule),
         ),
         (_, risk) => (

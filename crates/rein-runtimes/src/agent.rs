@@ -190,11 +190,38 @@ impl AgentExecutor {
             session,
             limits,
             mcp,
-            network: _,
+            network,
         } = &request.step.action
         else {
             return failed("not an agent step".into(), Failure::Internal, None);
         };
+        let servers = match crate::mcp::resolve(mcp, &self.mcp_servers) {
+            Ok(s) => s,
+            Err((e, failure)) => return failed(e, failure, None),
+        };
+        // What the step is given is decided again as it runs, the configured
+        // servers included (the plan's were decided when the task was made).
+        let permission = match rein_core::permissions::for_step(&request.step, &request.policy) {
+            Ok(policy) => rein_core::permissions::decide_agent(
+                *network,
+                servers.iter().filter_map(|u| u.server.as_ref()),
+                &policy,
+            ),
+            Err(detail) => {
+                return failed(
+                    format!("the step's permissions are invalid: {detail}"),
+                    Failure::PermissionDenied,
+                    None,
+                );
+            }
+        };
+        if let Some(refusal) = rein_core::permissions::refusal(&request.step, permission.as_ref()) {
+            return failed(
+                refusal,
+                Failure::PermissionDenied,
+                permission.map(|p| json!({ "permission": p })),
+            );
+        }
         let Some(sessions) = &request.sessions else {
             return failed(
                 "an agent step needs the store's sessions".into(),
@@ -254,10 +281,6 @@ impl AgentExecutor {
             }
         }
         if decision.selected != BUILTIN_RUNTIME {
-            let servers = match crate::mcp::resolve(mcp, &self.mcp_servers) {
-                Ok(s) => s,
-                Err((e, failure)) => return failed(e, failure, None),
-            };
             return self
                 .run_plugin(
                     request, cancel, sessions, &session, decision, prompt, tools, servers,
@@ -268,11 +291,11 @@ impl AgentExecutor {
             Ok(c) => c,
             Err(e) => return failed(e, Failure::Validation, None),
         };
-        let servers = if mcp.is_empty() {
+        let servers = if servers.is_empty() {
             None
         } else {
             let started = tokio::select! {
-                s = StepMcp::start(mcp, &self.mcp_servers, Arc::clone(&self.commands), request, step_network(request)) => s,
+                s = StepMcp::start(servers, Arc::clone(&self.commands), request, *network) => s,
                 () = cancel.cancelled() => return StepOutcome::Cancelled,
             };
             match started {

@@ -106,13 +106,12 @@ fn client_config() -> ClientConfig {
 }
 
 impl StepMcp {
-    /// Starts the servers `uses` names (the plan's declaration, else
-    /// `configured`'s) and lists their tools. `Err` names the server and what
+    /// Starts the servers of `uses`, declared ([`resolve`]), and lists their
+    /// tools. `Err` names the server and what
     /// went wrong, and whether trying again could help (a server that went
     /// away could come up; a program that is not there will not).
     pub async fn start(
-        uses: &[McpUse],
-        configured: &McpServers,
+        uses: Vec<McpUse>,
         helpers: Arc<dyn StepExecutor>,
         request: &StepRequest,
         network: bool,
@@ -123,7 +122,7 @@ impl StepMcp {
             request: request.clone(),
             network,
         };
-        for used in resolve(uses, configured)? {
+        for used in uses {
             let server = used.server.unwrap_or_default();
             let mut connection = Connection {
                 name: used.name.clone(),

@@ -47,6 +47,9 @@ enum Matcher {
     },
     Path {
         glob: GlobMatcher,
+        /// For `DIR/**`: `DIR` itself, which a step declaring the directory
+        /// names (reading it is reading what is below it).
+        dir: Option<GlobMatcher>,
         access: Option<Access>,
     },
     Network {
@@ -299,9 +302,14 @@ impl Policy {
             Access::Write => "write",
         };
         self.decide(format!("{verb} {}", path.display()), |m| match m {
-            Matcher::Path { glob, access: a } => {
-                Some(glob.is_match(path) && a.is_none_or(|a| a == access))
-            }
+            Matcher::Path {
+                glob,
+                dir,
+                access: a,
+            } => Some(
+                (glob.is_match(path) || dir.as_ref().is_some_and(|d| d.is_match(path)))
+                    && a.is_none_or(|a| a == access),
+            ),
             _ => None,
         })
     }
@@ -397,6 +405,10 @@ impl Rule {
             (
                 Matcher::Path {
                     glob: glob(path, true)?,
+                    dir: match path.strip_suffix("/**") {
+                        Some(dir) if !dir.is_empty() => Some(glob(dir, true)?),
+                        _ => None,
+                    },
                     access: spec.access,
                 },
                 format!("{} path `{path}`{access}", verdict.as_str()),
@@ -730,6 +742,23 @@ mod tests {
                 .verdict,
             Verdict::Allow
         );
+    }
+
+    #[test]
+    fn a_rule_on_everything_below_a_directory_covers_the_directory_a_step_declares() {
+        let p = policy("[[rules]]\nverdict = 'deny'\npath = '/srv/data/**'\n");
+        for (path, verdict) in [
+            ("/srv/data", Verdict::Deny),
+            ("/srv/data/a/b", Verdict::Deny),
+            ("/srv/database", Verdict::Allow),
+            ("/srv", Verdict::Allow),
+        ] {
+            assert_eq!(
+                p.check_path(Path::new(path), Access::Read).verdict,
+                verdict,
+                "{path}"
+            );
+        }
     }
 
     #[test]
