@@ -379,7 +379,7 @@ fn the_network_and_servers_an_agent_step_is_given_are_decided_by_the_rules_befor
     );
     run_ok(common::rein(&data).args(["approvals", "approve", request["id"].as_str().unwrap()]));
     let task = task_ids(&data)[0].clone();
-    let file = dir.path().join("policy.toml");
+    let file = plan.with_file_name("policy.toml");
     let state = json(&run_ok(
         model
             .rein(&data)

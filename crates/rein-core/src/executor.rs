@@ -750,8 +750,6 @@ async fn run_child(
     }
 }
 
-/// Why a step may not run now, if the rules say so: denied, or asked about with
-/// no `.permit` step answered for it (the rules changed since the task was made).
 fn to_value(output: &CommandOutput) -> Option<serde_json::Value> {
     serde_json::to_value(output).ok()
 }

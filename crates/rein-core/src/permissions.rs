@@ -74,10 +74,9 @@ pub fn decide_agent<'a>(
     }
     for server in servers {
         if let Some(url) = &server.url {
-            let host = url::Url::parse(url)
-                .ok()
-                .and_then(|u| u.host_str().map(str::to_owned));
-            decisions.push(policy.check_network(Some(host.as_deref().unwrap_or(url))));
+            let parsed = url::Url::parse(url).ok();
+            let host = parsed.as_ref().and_then(url::Url::host_str).unwrap_or(url);
+            decisions.push(policy.check_network(Some(host)));
         }
         if let Some(program) = &server.command {
             let mut words = vec![program.clone()];
@@ -103,15 +102,11 @@ fn strictest(decisions: Vec<PermissionDecision>) -> Option<PermissionDecision> {
 }
 
 /// Why `step` may not run under `permission`, the decision made as it is
-/// about to run: denied, or asked about with no `.permit` step to ask it.
-/// `None`: it may.
+/// about to run: denied, or asked about with no `.permit` step answered for it
+/// (the rules changed since the task was made). `None`: it may.
 pub fn refusal(step: &TaskStep, permission: Option<&PermissionDecision>) -> Option<String> {
     let d = permission?;
-    let reason = d
-        .reason
-        .as_deref()
-        .map(|r| format!(" ({r})"))
-        .unwrap_or_default();
+    let reason = reason_note(d);
     match d.verdict {
         Verdict::Allow => None,
         Verdict::Deny => Some(format!("`{}` is denied by {}{reason}", d.subject, d.rule)),
@@ -123,6 +118,14 @@ pub fn refusal(step: &TaskStep, permission: Option<&PermissionDecision>) -> Opti
             permit_id(&step.id)
         )),
     }
+}
+
+/// The rule's reason as a note after its text, ` (REASON)`, or nothing.
+fn reason_note(d: &PermissionDecision) -> String {
+    d.reason
+        .as_deref()
+        .map(|r| format!(" ({r})"))
+        .unwrap_or_default()
 }
 
 /// The policy in force for `step`: the configured rules, then the step's own.
@@ -206,11 +209,7 @@ fn permit_step(step: &TaskStep, decision: &PermissionDecision) -> TaskStep {
         Some(AskTrigger::ExternalNetworkCall) => Trigger::ExternalNetworkCall,
         Some(AskTrigger::SuspiciousCommand) | None => Trigger::SuspiciousCommand,
     };
-    let reason = decision
-        .reason
-        .as_deref()
-        .map(|r| format!(" ({r})"))
-        .unwrap_or_default();
+    let reason = reason_note(decision);
     let (title, description) = match (&step.action, &step.risk_description) {
         (StepAction::Command { .. }, _) if !decision.subject.starts_with("high-risk step") => (
             format!("Allow step `{}` to run `{}`?", step.id, decision.subject),

@@ -107,9 +107,9 @@ fn client_config() -> ClientConfig {
 
 impl StepMcp {
     /// Starts the servers of `uses`, declared ([`resolve`]), and lists their
-    /// tools. `Err` names the server and what
-    /// went wrong, and whether trying again could help (a server that went
-    /// away could come up; a program that is not there will not).
+    /// tools. `Err` names the server and what went wrong, and whether trying
+    /// again could help (a server that went away could come up; a program that
+    /// is not there will not).
     pub async fn start(
         uses: Vec<McpUse>,
         helpers: Arc<dyn StepExecutor>,
