@@ -653,17 +653,22 @@ impl AgentExecutor {
                         .approved_by
                         .as_deref()
                         .filter(|_| awaiting.as_deref() == Some(call.id.as_str()));
+                    report_call(request, call);
                     let outcome = tokio::select! {
                         r = self.run_tool(turn, session, call, tools, tool_runs, approved) => r,
                         () = cancel.cancelled() => return StepOutcome::Cancelled,
                     };
                     let result = match outcome {
-                        ToolOutcome::Answer(text) => text,
+                        ToolOutcome::Answer(text) => {
+                            report_result(request, call, &text);
+                            text
+                        }
                         ToolOutcome::NeedsApproval {
                             what,
                             subject,
                             rule,
                         } => {
+                            report_status(request, call, "pending");
                             if let Err(e) = journal.append(&[json!({ "awaiting": call.id })]).await
                             {
                                 return unwritten(&e);
@@ -1366,6 +1371,62 @@ fn answer_text(part: &[Message], last: Option<&str>) -> String {
 }
 
 /// At most `n` characters of `text`, marked when cut.
+/// Reports a tool call the model asked for, as it starts, in the shape of an
+/// ACP `tool_call` update (what an external agent's updates are recorded as),
+/// so that every runtime's calls read alike in the task's log.
+fn report_call(request: &StepRequest, call: &ToolCall) {
+    let Some(asker) = &request.asker else { return };
+    let input: Value = serde_json::from_str(&call.function.arguments).unwrap_or(Value::Null);
+    let name = call.function.name.as_str();
+    // What the call is about, for its title: a path or a command.
+    let about = ["path", "command"]
+        .iter()
+        .find_map(|k| input[*k].as_str())
+        .map(|a| format!(" {}", clip(a, 80)))
+        .unwrap_or_default();
+    let kind = match name {
+        "read_file" | "list_dir" => "read",
+        "write_file" => "edit",
+        "run_command" => "execute",
+        _ => "other",
+    };
+    asker.report(json!({
+        "sessionUpdate": "tool_call",
+        "toolCallId": call.id,
+        "title": format!("{name}{about}"),
+        "kind": kind,
+        "status": "in_progress",
+        "rawInput": input,
+    }));
+}
+
+/// Reports how a tool call ended: `failed` when its answer is an error.
+fn report_result(request: &StepRequest, call: &ToolCall, answer: &str) {
+    let Some(asker) = &request.asker else { return };
+    let status = if answer.starts_with("error") {
+        "failed"
+    } else {
+        "completed"
+    };
+    asker.report(json!({
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": call.id,
+        "status": status,
+        "rawOutput": { "text": clip(answer, 2000) },
+    }));
+}
+
+/// Reports that a tool call waits (for a person, who decides whether it runs).
+fn report_status(request: &StepRequest, call: &ToolCall, status: &str) {
+    if let Some(asker) = &request.asker {
+        asker.report(json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": call.id,
+            "status": status,
+        }));
+    }
+}
+
 fn clip(text: &str, n: usize) -> String {
     match text.char_indices().nth(n) {
         Some((at, _)) => format!("{}…", &text[..at]),
