@@ -303,6 +303,15 @@ pub fn plan_from(
             },
         )?;
     let mut plan = spec.plan;
+    for step in &mut plan.steps {
+        if let rein_protocol::StepAction::Agent { mcp, .. } = &mut step.action {
+            for server in &goal.mcp {
+                if !mcp.iter().any(|m| m.name == server.name) {
+                    mcp.push(server.clone());
+                }
+            }
+        }
+    }
     plan.goal = Some(goal.clone());
     Ok((plan, text))
 }
@@ -582,6 +591,37 @@ mod tests {
         );
         assert_eq!(plan.estimated_duration_s, Some(90));
         assert!(plan.goal.is_some());
+    }
+
+    #[test]
+    fn the_goals_mcp_servers_are_given_to_every_agent_step() {
+        let server = rein_protocol::McpUse {
+            name: "fs".into(),
+            server: Some(rein_protocol::McpServer {
+                command: Some("node".into()),
+                ..rein_protocol::McpServer::default()
+            }),
+        };
+        let goal = Goal {
+            mcp: vec![server.clone()],
+            ..Goal::default()
+        };
+        let a = answer(vec![
+            step("look", StepType::Read, &[]),
+            step("edit", StepType::Write, &["look"]),
+            step("ok", StepType::Approve, &["edit"]),
+        ]);
+        let (plan, _) = plan_from(&a, "the goal", &goal).unwrap();
+        for id in ["look", "edit"] {
+            let StepAction::Agent { mcp, .. } = &plan.step(id).unwrap().action else {
+                panic!("{id} is an agent step");
+            };
+            assert_eq!(mcp, std::slice::from_ref(&server), "{id}");
+        }
+        assert!(matches!(
+            plan.step("ok").unwrap().action,
+            StepAction::Approval { .. }
+        ));
     }
 
     #[test]

@@ -329,6 +329,10 @@ pub struct Goal {
     /// one is sent back with what was wrong with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempts: Option<u32>,
+    /// MCP servers every agent step of the plan is given, beside those it
+    /// names (an ACP client's `mcpServers`, for the tasks of its session).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp: Vec<McpUse>,
 }
 
 /// What a model must answer when it decomposes a goal: the source plan's

@@ -206,6 +206,7 @@ impl SubmitTask {
                     runtime: self.runtime,
                     confirm: self.confirm.unwrap_or(true),
                     attempts: self.attempts,
+                    mcp: Vec::new(),
                 });
                 plan
             }

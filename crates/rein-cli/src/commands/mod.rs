@@ -339,6 +339,7 @@ pub fn goal(args: &crate::cli::GoalArgs) -> rein_protocol::Goal {
         runtime: args.route.runtime.clone(),
         confirm: !args.yes,
         attempts: Some(args.attempts),
+        mcp: Vec::new(),
     }
 }
 
