@@ -135,6 +135,11 @@ pub enum Command {
     Config(ConfigCommand),
     /// Serve the admin HTTP API (see the README for routes and auth).
     Serve(ServeArgs),
+    /// Be an Agent Client Protocol agent on stdin and stdout, for an editor
+    /// (Zed: an agent server with `"command": "rein", "args": ["acp"]`): each
+    /// prompt is a goal task in the session's directory, its questions asked
+    /// as permission requests.
+    Acp(AcpArgs),
     /// Probe the store, the sandbox, the permission rules and the ledger, as
     /// `/healthz` does (exit 0 healthy or degraded, 1 unhealthy).
     Health {
@@ -257,6 +262,17 @@ pub struct GoalArgs {
     /// Run the decomposed plan without asking a person to confirm it first.
     #[arg(long, short = 'y')]
     pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct AcpArgs {
+    /// How prompts become plans: the route that decomposes them and runs their
+    /// agent steps, the answers allowed, and --yes to run a plan unconfirmed.
+    #[command(flatten)]
+    pub decompose: GoalArgs,
+    /// How many steps of a task run at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub max_parallel: u32,
 }
 
 #[derive(Debug, Args)]

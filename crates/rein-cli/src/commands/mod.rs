@@ -1,5 +1,6 @@
 //! One module per command group; [`dispatch`] routes a parsed command line.
 
+mod acp;
 mod approvals;
 pub mod complete;
 mod harness;
@@ -437,6 +438,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,
         Command::Metrics { json } => approvals::metrics(&target, json).await,
         Command::Health { json } => approvals::health(&target, json).await,
+        Command::Acp(args) => acp::serve(&target, args).await,
         Command::Serve(args) => {
             if target.url.is_some() {
                 return Err(UsageError(

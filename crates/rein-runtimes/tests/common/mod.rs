@@ -157,10 +157,10 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
         }
         ("Child work: log once, then wait", _) => return say("child done"),
         // MCP tools of the reference servers (`fs`: filesystem; `ev`: everything).
-        ("mcp: list and read", 0) => {
+        (p, 0) if p.starts_with("mcp: list and read") => {
             return call("call_m1", "fs__list_directory", json!({ "path": "." }));
         }
-        ("mcp: list and read", 1) => {
+        (p, 1) if p.starts_with("mcp: list and read") => {
             return call(
                 "call_m2",
                 "fs__read_text_file",
@@ -324,6 +324,13 @@ async fn decompose(prompt: &str, seen: &Seen) -> Response {
             &json!({ "original_task": "two commands", "risk_level": "low", "steps": [
                 { "id": "run", "type": "execute", "risk_level": "low",
                   "description": "Run two commands, one after the other." }] })
+            .to_string(),
+        ),
+        // One step that reads the workspace through the `fs` MCP server.
+        g if g.starts_with("mcp notes") => say(
+            &json!({ "original_task": "read the notes", "risk_level": "low", "steps": [
+                { "id": "read", "type": "read", "risk_level": "low",
+                  "description": "mcp: list and read the workspace's notes." }] })
             .to_string(),
         ),
         g if g.starts_with("risky") => {

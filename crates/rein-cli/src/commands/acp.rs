@@ -1,0 +1,1127 @@
+//! `rein acp`: rein as an Agent Client Protocol agent on stdin and stdout, so
+//! that an editor drives it and answers its questions.
+//!
+//! A session (`session/new`) is a workspace, the client's `cwd`, and the id
+//! its tasks are filed under; each prompt becomes a goal task there, run by
+//! this process. What the task does streams back as `session/update`: its plan
+//! (entries follow the steps), the tool calls of its agent steps, their answers
+//! and how the task ended. Every approval request of the task is asked as
+//! `session/request_permission`; the answer is the decision, recorded as
+//! `acp:<client name>`. `session/cancel` pauses the task; `session/load`
+//! replays a session's tasks from the store and takes up one left unfinished,
+//! asking its pending questions again. `/resume` resumes the session's paused
+//! task.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    AgentCapabilities, AvailableCommand, AvailableCommandsUpdate, CancelNotification, ContentBlock,
+    ContentChunk, Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest,
+    LoadSessionResponse, McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse,
+    PermissionOption, PermissionOptionKind, Plan, PlanEntry, PlanEntryPriority, PlanEntryStatus,
+    PromptRequest, PromptResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    SessionNotification, SessionUpdate, StopReason, TextContent, ToolCall, ToolCallContent,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+};
+use agent_client_protocol::{ByteStreams, Client, Responder};
+use rein_core::store::{ApprovalFilter, TaskFilter};
+use rein_core::{CreateTask, Engine, EngineError, RunOptions};
+use rein_protocol::{
+    ApprovalRequest, ApprovalResponse, ApprovalStatus, CheckpointId, CheckpointStatus,
+    CheckpointType, Decision, HarnessEvent, McpUse, RiskLevel, TaskChange, TaskId, TaskStatus,
+};
+use tokio::sync::broadcast;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cli::AcpArgs;
+use crate::commands::{Context, Target};
+use crate::exit::UsageError;
+
+/// The prompt that resumes a session's paused task instead of starting one.
+const RESUME: &str = "/resume";
+
+pub async fn serve(target: &Target, args: AcpArgs) -> anyhow::Result<u8> {
+    if target.url.is_some() {
+        return Err(UsageError(
+            "`rein acp` runs its tasks in this process, on --data-dir: it does not take --url (unset REIN_URL)".into(),
+        )
+        .into());
+    }
+    let executor = crate::commands::executor(&target.sandbox, true).await?;
+    let ctx = Context::for_target(target, args.max_parallel as usize, executor)?;
+    let agent = Arc::new(AcpAgent {
+        engine: Arc::clone(&ctx.engine),
+        goal: crate::commands::goal(&args.decompose),
+        actor: Mutex::new("acp:client".into()),
+        sessions: Mutex::new(HashMap::new()),
+        closed: CancellationToken::new(),
+        runs: TaskTracker::new(),
+    });
+    let served = agent_client_protocol::Agent
+        .v1()
+        .name("rein")
+        .on_receive_request(
+            {
+                let agent = Arc::clone(&agent);
+                async move |request: InitializeRequest, responder, _cx| {
+                    responder.respond(agent.initialize(&request))
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = Arc::clone(&agent);
+                async move |request: NewSessionRequest, responder, cx| match agent.open(
+                    None,
+                    request.cwd,
+                    request.mcp_servers,
+                ) {
+                    Ok(session) => {
+                        commands(&cx, &session.id);
+                        responder.respond(NewSessionResponse::new(session.id.clone()))
+                    }
+                    Err(why) => responder.respond_with_error(invalid(why)),
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = Arc::clone(&agent);
+                async move |request: LoadSessionRequest, responder, cx| {
+                    let agent = Arc::clone(&agent);
+                    // Off the dispatch loop: the replay reads the store.
+                    cx.spawn({
+                        let cx = cx.clone();
+                        async move { agent.load(request, responder, cx).await }
+                    })
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let agent = Arc::clone(&agent);
+                async move |request: PromptRequest, responder, cx| {
+                    let agent = Arc::clone(&agent);
+                    cx.spawn({
+                        let cx = cx.clone();
+                        async move { agent.prompt(request, responder, cx).await }
+                    })
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            {
+                let agent = Arc::clone(&agent);
+                async move |cancel: CancelNotification, _cx| {
+                    agent.cancel(cancel.session_id.0.as_ref());
+                    Ok(())
+                }
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_to(ByteStreams::new(
+            tokio::io::stdout().compat_write(),
+            tokio::io::stdin().compat(),
+        ))
+        .await;
+    // The client is gone: running steps stop now and their tasks stay
+    // resumable, as after a crash (`session/load` or `rein tasks resume`).
+    agent.closed.cancel();
+    agent.runs.close();
+    agent.runs.wait().await;
+    served.map_err(|e| anyhow::anyhow!("the ACP connection failed: {e}"))?;
+    Ok(crate::exit::SUCCESS)
+}
+
+fn invalid(why: String) -> agent_client_protocol::Error {
+    agent_client_protocol::Error::invalid_params().data(serde_json::Value::String(why))
+}
+
+/// What `rein acp` keeps: the engine, and the sessions of this connection.
+struct AcpAgent {
+    engine: Arc<Engine>,
+    /// How prompts become plans (`--provider`, `--model`, `--yes`, …).
+    goal: rein_protocol::Goal,
+    /// Who the client's answers are recorded as: `acp:<clientInfo name>`.
+    actor: Mutex<String>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    /// Fired when the client has gone.
+    closed: CancellationToken,
+    /// The task runs, waited for before rein exits.
+    runs: TaskTracker,
+}
+
+/// One ACP session: a workspace and the tasks filed under its id.
+struct Session {
+    id: String,
+    cwd: PathBuf,
+    /// The client's MCP servers, given to the agent steps of its tasks.
+    mcp: Vec<McpUse>,
+    running: Mutex<Option<Run>>,
+}
+
+/// The run a session has now: one at a time.
+#[derive(Clone)]
+struct Run {
+    /// The task, once it exists.
+    task: Option<TaskId>,
+    /// `session/cancel`: the task pauses once its running steps finish.
+    pause: CancellationToken,
+}
+
+impl Session {
+    fn running(&self) -> Option<Run> {
+        self.running.lock().ok().and_then(|r| r.clone())
+    }
+
+    /// Takes the session for a run, or says what it runs already.
+    fn begin(self: &Arc<Self>) -> Result<Busy, String> {
+        let mut running = self
+            .running
+            .lock()
+            .map_err(|_| "the session's state is poisoned".to_owned())?;
+        if let Some(run) = &*running {
+            return Err(match &run.task {
+                Some(task) => format!(
+                    "session {} still runs task {task}: wait for it, or cancel it",
+                    self.id
+                ),
+                None => format!("session {} is starting a task: wait for it", self.id),
+            });
+        }
+        let pause = CancellationToken::new();
+        *running = Some(Run {
+            task: None,
+            pause: pause.clone(),
+        });
+        Ok(Busy {
+            session: Arc::clone(self),
+            pause,
+        })
+    }
+}
+
+/// A session taken for a run; given back when dropped.
+struct Busy {
+    session: Arc<Session>,
+    pause: CancellationToken,
+}
+
+impl Busy {
+    fn runs(&self, task: &TaskId) {
+        if let Ok(mut running) = self.session.running.lock()
+            && let Some(run) = running.as_mut()
+        {
+            run.task = Some(task.clone());
+        }
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.session.running.lock() {
+            *running = None;
+        }
+    }
+}
+
+impl AcpAgent {
+    fn actor(&self) -> String {
+        self.actor
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_else(|_| "acp:client".into())
+    }
+
+    fn initialize(&self, request: &InitializeRequest) -> InitializeResponse {
+        if let Some(info) = &request.client_info
+            && !info.name.trim().is_empty()
+            && let Ok(mut actor) = self.actor.lock()
+        {
+            *actor = format!("acp:{}", info.name.trim());
+        }
+        // Version 1 is the one rein speaks, whatever the client asked for.
+        InitializeResponse::new(agent_client_protocol::schema::ProtocolVersion::V1)
+            .agent_capabilities(
+                AgentCapabilities::new()
+                    .load_session(true)
+                    .mcp_capabilities(McpCapabilities::new().http(true)),
+            )
+            .agent_info(Implementation::new("rein", env!("CARGO_PKG_VERSION")).title("rein"))
+    }
+
+    /// Opens session `id` (a new one when `None`) on `cwd`.
+    fn open(
+        &self,
+        id: Option<String>,
+        cwd: PathBuf,
+        servers: Vec<McpServer>,
+    ) -> Result<Arc<Session>, String> {
+        if !cwd.is_absolute() {
+            return Err(format!(
+                "cwd `{}` is not an absolute path: give the project's directory",
+                cwd.display()
+            ));
+        }
+        if !cwd.is_dir() {
+            return Err(format!("cwd `{}` is not a directory", cwd.display()));
+        }
+        let mcp = servers
+            .into_iter()
+            .map(mcp_use)
+            .collect::<Result<Vec<_>, _>>()?;
+        let id = id.unwrap_or_else(|| format!("acp_{}", ulid::Ulid::new()));
+        let session = Arc::new(Session {
+            id: id.clone(),
+            cwd,
+            mcp,
+            running: Mutex::new(None),
+        });
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.insert(id, Arc::clone(&session));
+        }
+        Ok(session)
+    }
+
+    fn session(&self, id: &str) -> Option<Arc<Session>> {
+        self.sessions.lock().ok().and_then(|s| s.get(id).cloned())
+    }
+
+    fn cancel(&self, id: &str) {
+        if let Some(run) = self.session(id).and_then(|s| s.running()) {
+            run.pause.cancel();
+        }
+    }
+
+    /// The tasks filed under a session, oldest first.
+    async fn tasks_of(&self, session: &str) -> Result<Vec<TaskId>, EngineError> {
+        let mut ids = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .engine
+                .list(&TaskFilter {
+                    session_id: Some(session.to_owned()),
+                    limit: Some(500),
+                    cursor,
+                    ..TaskFilter::default()
+                })
+                .await?;
+            ids.extend(page.items.into_iter().map(|t| t.id));
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        ids.reverse();
+        Ok(ids)
+    }
+
+    async fn load(
+        self: Arc<Self>,
+        request: LoadSessionRequest,
+        responder: Responder<LoadSessionResponse, agent_client_protocol::V1>,
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let id = request.session_id.0.to_string();
+        if self.session(&id).is_some_and(|s| s.running().is_some()) {
+            return responder.respond_with_error(invalid(format!(
+                "session {id} is open here and runs a task: cancel it first"
+            )));
+        }
+        let session = match self.open(Some(id.clone()), request.cwd, request.mcp_servers) {
+            Ok(s) => s,
+            Err(why) => return responder.respond_with_error(invalid(why)),
+        };
+        let tasks = match self.tasks_of(&id).await {
+            Ok(t) => t,
+            Err(e) => return responder.respond_with_error(internal(&e.to_string())),
+        };
+        // The conversation as it went: each task's prompt and what it did.
+        let mut last = None;
+        for task in &tasks {
+            let mut view = View::new(task.clone(), &id);
+            if let Err(e) = view.read_log(&self.engine, Some(&cx)).await {
+                return responder.respond_with_error(internal(&e.to_string()));
+            }
+            last = Some(view);
+        }
+        responder.respond(LoadSessionResponse::new())?;
+        commands(&cx, &id);
+        // A task left unfinished (rein was stopped or killed) goes on, and
+        // its pending questions are asked again; a paused one waits for
+        // `/resume`, its questions asked all the same.
+        if let Some(view) = last {
+            let status = self.engine.get(&view.task).await.map(|s| s.status());
+            match status {
+                Ok(TaskStatus::InProgress | TaskStatus::Pending) => match session.begin() {
+                    Ok(busy) => {
+                        self.drive(&busy, view, &cx).await;
+                    }
+                    Err(why) => say(&cx, &id, &why),
+                },
+                Ok(TaskStatus::Paused) => {
+                    let asker = Asker::new(&self, &cx, &id);
+                    asker.ask_pending(&view.task).await;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn prompt(
+        self: Arc<Self>,
+        request: PromptRequest,
+        responder: Responder<PromptResponse, agent_client_protocol::V1>,
+        cx: ConnectionTo<Client>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let id = request.session_id.0.to_string();
+        let Some(session) = self.session(&id) else {
+            return responder.respond_with_error(invalid(format!(
+                "no session {id} here: open it with session/new or session/load"
+            )));
+        };
+        let busy = match session.begin() {
+            Ok(b) => b,
+            Err(why) => return responder.respond_with_error(invalid(why)),
+        };
+        let text = prompt_text(&request.prompt);
+        if text.trim().is_empty() {
+            return responder.respond_with_error(invalid(
+                "the prompt has no text: say what the task is to achieve".into(),
+            ));
+        }
+        let view = if text.trim() == RESUME {
+            let paused = match self.tasks_of(&id).await {
+                Ok(tasks) => tasks.last().cloned(),
+                Err(e) => return responder.respond_with_error(internal(&e.to_string())),
+            };
+            let resumable = match &paused {
+                Some(task) => self
+                    .engine
+                    .get(task)
+                    .await
+                    .ok()
+                    .filter(|s| !s.status().is_terminal()),
+                None => None,
+            };
+            let Some(state) = resumable else {
+                say(
+                    &cx,
+                    &id,
+                    "Nothing to resume: the session's last task has ended.",
+                );
+                return responder.respond(PromptResponse::new(StopReason::EndTurn));
+            };
+            say(&cx, &id, &format!("Resuming task {}.", state.id()));
+            // Where its steps stand, from its log, shown again as they change.
+            let mut view = View::new(state.id().clone(), &id);
+            if let Err(e) = view.read_log(&self.engine, None).await {
+                return responder.respond_with_error(internal(&e.to_string()));
+            }
+            view.sent_plan = None;
+            view
+        } else {
+            let mut plan = rein_protocol::TaskDecomposition::new(text.trim(), Vec::new());
+            let mut goal = self.goal.clone();
+            goal.mcp = session.mcp.clone();
+            plan.goal = Some(goal);
+            let created = self
+                .engine
+                .create(CreateTask {
+                    plan,
+                    session_id: Some(id.clone()),
+                    workspace: Some(session.cwd.clone()),
+                    confined_to: None,
+                })
+                .await;
+            let state = match created {
+                Ok(s) => s,
+                Err(e) => {
+                    say(&cx, &id, &format!("The task was not created: {e}"));
+                    return responder.respond(PromptResponse::new(StopReason::Refusal));
+                }
+            };
+            say(&cx, &id, &format!("Task {} created.", state.id()));
+            View::new(state.id().clone(), &id)
+        };
+        let stop = self.drive(&busy, view, &cx).await;
+        // Free before the answer: the client's next prompt may follow at once.
+        drop(busy);
+        responder.respond(PromptResponse::new(stop))
+    }
+
+    /// Runs the view's task here, streaming what happens, until it ends or
+    /// pauses. The stop reason of the turn.
+    async fn drive(
+        self: &Arc<Self>,
+        busy: &Busy,
+        mut view: View,
+        cx: &ConnectionTo<Client>,
+    ) -> StopReason {
+        let session = &busy.session;
+        busy.runs(&view.task);
+        let mut events = self.engine.subscribe();
+        let asker = Asker::new(self, cx, &session.id);
+        // What was logged before the subscription: the task's creation, its
+        // checkpoints so far.
+        self.catch_up(&mut view, cx, &asker).await;
+        asker.ask_pending(&view.task).await;
+        let options = RunOptions {
+            rerun: Vec::new(),
+            skip: Vec::new(),
+            pause: busy.pause.clone(),
+            cancel: self.closed.child_token(),
+            no_wait: false,
+            decided_by: self.actor(),
+        };
+        let engine = Arc::clone(&self.engine);
+        let task = view.task.clone();
+        let running = self
+            .runs
+            .spawn(async move { engine.run(&task, options).await });
+        tokio::pin!(running);
+        let result = loop {
+            tokio::select! {
+                done = &mut running => break done,
+                event = events.recv() => match event {
+                    Ok(event) => self.forward(&mut view, &event, cx, &asker).await,
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        self.catch_up(&mut view, cx, &asker).await;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break (&mut running).await,
+                },
+            }
+        };
+        while let Ok(event) = events.try_recv() {
+            self.forward(&mut view, &event, cx, &asker).await;
+        }
+        self.catch_up(&mut view, cx, &asker).await;
+        let state = match result {
+            Ok(Ok(state)) => state,
+            Ok(Err(e)) => {
+                say(cx, &session.id, &format!("The task did not run: {e}"));
+                return StopReason::EndTurn;
+            }
+            Err(e) => {
+                say(cx, &session.id, &format!("The task's run failed: {e}"));
+                return StopReason::EndTurn;
+            }
+        };
+        match state.status() {
+            TaskStatus::Paused if busy.pause.is_cancelled() => StopReason::Cancelled,
+            _ => StopReason::EndTurn,
+        }
+    }
+
+    /// Sends what the log holds past the view's last event.
+    async fn catch_up(&self, view: &mut View, cx: &ConnectionTo<Client>, asker: &Asker) {
+        loop {
+            let Ok(events) = self.engine.events(&view.task, view.seen_to, 500).await else {
+                return;
+            };
+            if events.is_empty() {
+                return;
+            }
+            for event in &events {
+                self.forward(view, event, cx, asker).await;
+            }
+        }
+    }
+
+    async fn forward(
+        &self,
+        view: &mut View,
+        event: &HarnessEvent,
+        cx: &ConnectionTo<Client>,
+        asker: &Asker,
+    ) {
+        if event.task_id.as_ref() != Some(&view.task) || event.seq <= view.seen_to {
+            return;
+        }
+        for update in view.updates(&self.engine, event, false).await {
+            send(cx, &view.session, update);
+        }
+        if let TaskChange::HumanApprovalRequested { request } = &event.change {
+            asker.ask(request);
+        }
+    }
+}
+
+fn internal(why: &str) -> agent_client_protocol::Error {
+    agent_client_protocol::Error::internal_error().data(serde_json::Value::String(why.to_owned()))
+}
+
+/// The text of a prompt: its text blocks, and the resources it links by URI.
+fn prompt_text(blocks: &[ContentBlock]) -> String {
+    let mut text = String::new();
+    for block in blocks {
+        match block {
+            ContentBlock::Text(t) => text.push_str(&t.text),
+            ContentBlock::ResourceLink(link) => {
+                text.push_str(&format!(" {}", link.uri));
+            }
+            _ => {}
+        }
+    }
+    text
+}
+
+/// An ACP client's MCP server as a step's: stdio or streamable HTTP.
+fn mcp_use(server: McpServer) -> Result<McpUse, String> {
+    let declared = match server {
+        McpServer::Stdio(s) => {
+            let mut allow_read: Vec<String> = Vec::new();
+            let paths = std::iter::once(s.command.clone()).chain(s.args.iter().map(PathBuf::from));
+            for dir in paths.filter_map(|p| code_dir(&p)) {
+                let dir = dir.display().to_string();
+                if !allow_read.contains(&dir) {
+                    allow_read.push(dir);
+                }
+            }
+            (
+                s.name,
+                rein_protocol::McpServer {
+                    command: Some(s.command.display().to_string()),
+                    args: s.args,
+                    env: s.env.into_iter().map(|v| (v.name, v.value)).collect(),
+                    allow_read,
+                    ..rein_protocol::McpServer::default()
+                },
+            )
+        }
+        McpServer::Http(h) => (
+            h.name,
+            rein_protocol::McpServer {
+                url: Some(h.url),
+                headers: h.headers.into_iter().map(|v| (v.name, v.value)).collect(),
+                ..rein_protocol::McpServer::default()
+            },
+        ),
+        McpServer::Sse(s) => {
+            return Err(format!(
+                "MCP server `{}` speaks SSE, which rein does not: give it as stdio or streamable HTTP",
+                s.name
+            ));
+        }
+        _ => return Err("an MCP server of a kind rein does not know".into()),
+    };
+    Ok(McpUse {
+        name: declared.0,
+        server: Some(declared.1),
+    })
+}
+
+/// Where a stdio server's own code lives, for a path it is started with (its
+/// program, its script): the directory of an absolute file, or the package
+/// root above the outermost `node_modules` it is in — what the server may read
+/// beside the workspace, as a plan's `allow_read` says, under the same
+/// permission rules. Relative paths and what does not exist give nothing.
+fn code_dir(path: &std::path::Path) -> Option<PathBuf> {
+    if !path.is_absolute() || !path.exists() {
+        return None;
+    }
+    let dir = if path.is_dir() { path } else { path.parent()? };
+    let installed = dir
+        .ancestors()
+        .filter(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+        .last()
+        .and_then(std::path::Path::parent);
+    Some(installed.unwrap_or(dir).to_path_buf())
+}
+
+fn send(cx: &ConnectionTo<Client>, session: &str, update: SessionUpdate) {
+    if let Err(e) = cx.send_notification(SessionNotification::new(session.to_owned(), update)) {
+        tracing::debug!(error = %e, "cannot send a session/update");
+    }
+}
+
+fn text(text: &str) -> SessionUpdate {
+    SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(
+        text,
+    ))))
+}
+
+/// Says `line` to the client, as the agent's message.
+fn say(cx: &ConnectionTo<Client>, session: &str, line: &str) {
+    send(cx, session, text(&format!("{line}\n")));
+}
+
+/// The commands a session takes beside prompts.
+fn commands(cx: &ConnectionTo<Client>, session: &str) {
+    send(
+        cx,
+        session,
+        SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(vec![
+            AvailableCommand::new("resume", "Resume the session's paused or interrupted task"),
+        ])),
+    );
+}
+
+/// A task seen from the client: its plan's entries and what became of each.
+struct View {
+    task: TaskId,
+    session: String,
+    /// The last event sent.
+    seen_to: u64,
+    /// The plan's steps: id, description, high risk.
+    steps: Vec<(String, String, bool)>,
+    /// Each step checkpoint's step.
+    checkpoints: HashMap<CheckpointId, String>,
+    status: HashMap<String, CheckpointStatus>,
+    sent_plan: Option<Vec<PlanEntry>>,
+}
+
+impl View {
+    fn new(task: TaskId, session: &str) -> View {
+        View {
+            task,
+            session: session.to_owned(),
+            seen_to: 0,
+            steps: Vec::new(),
+            checkpoints: HashMap::new(),
+            status: HashMap::new(),
+            sent_plan: None,
+        }
+    }
+
+    async fn load_plan(&mut self, engine: &Engine) {
+        if let Ok(plan) = engine.plan(&self.task).await {
+            self.steps = plan
+                .steps
+                .iter()
+                .map(|s| {
+                    (
+                        s.id.clone(),
+                        s.description.clone(),
+                        s.risk_level == RiskLevel::High,
+                    )
+                })
+                .collect();
+        }
+    }
+
+    /// Reads the task's log from the start: what it shows is sent to `cx` as
+    /// a replay (its prompt included), or only taken in.
+    async fn read_log(
+        &mut self,
+        engine: &Engine,
+        cx: Option<&ConnectionTo<Client>>,
+    ) -> Result<(), EngineError> {
+        loop {
+            let events = engine.events(&self.task, self.seen_to, 500).await?;
+            if events.is_empty() {
+                return Ok(());
+            }
+            for event in &events {
+                let updates = self.updates(engine, event, true).await;
+                if let Some(cx) = cx {
+                    for update in updates {
+                        send(cx, &self.session, update);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The plan as ACP entries, if it changed since it was last sent.
+    fn plan_update(&mut self) -> Option<SessionUpdate> {
+        if self.steps.is_empty() {
+            return None;
+        }
+        let entries: Vec<PlanEntry> = self
+            .steps
+            .iter()
+            .map(|(id, description, high)| {
+                let status = self.status.get(id);
+                let (state, note) = match status {
+                    None | Some(CheckpointStatus::Pending) => (PlanEntryStatus::Pending, ""),
+                    Some(CheckpointStatus::InProgress) => (PlanEntryStatus::InProgress, ""),
+                    Some(CheckpointStatus::Completed) => (PlanEntryStatus::Completed, ""),
+                    Some(CheckpointStatus::Skipped) => (PlanEntryStatus::Completed, " (skipped)"),
+                    Some(CheckpointStatus::Failed) => (PlanEntryStatus::InProgress, " (failed)"),
+                };
+                let priority = if *high {
+                    PlanEntryPriority::High
+                } else {
+                    PlanEntryPriority::Medium
+                };
+                PlanEntry::new(format!("{id}: {description}{note}"), priority, state)
+            })
+            .collect();
+        if self.sent_plan.as_ref() == Some(&entries) {
+            return None;
+        }
+        self.sent_plan = Some(entries.clone());
+        Some(SessionUpdate::Plan(Plan::new(entries)))
+    }
+
+    /// What one event of the task shows the client; `replay` also shows its
+    /// prompt.
+    async fn updates(
+        &mut self,
+        engine: &Engine,
+        event: &HarnessEvent,
+        replay: bool,
+    ) -> Vec<SessionUpdate> {
+        if event.seq <= self.seen_to {
+            return Vec::new();
+        }
+        self.seen_to = event.seq;
+        let mut out = Vec::new();
+        let step_of = |view: &View, cp: &CheckpointId| view.checkpoints.get(cp).cloned();
+        match &event.change {
+            TaskChange::TaskCreated { description, .. } => {
+                if replay {
+                    out.push(SessionUpdate::UserMessageChunk(ContentChunk::new(
+                        ContentBlock::Text(TextContent::new(description.clone())),
+                    )));
+                }
+                self.load_plan(engine).await;
+                out.extend(self.plan_update());
+            }
+            TaskChange::PlanDecomposed { .. } => {
+                self.load_plan(engine).await;
+                out.extend(self.plan_update());
+            }
+            TaskChange::CheckpointCreated { checkpoint } => {
+                if checkpoint.kind != CheckpointType::TaskPlan
+                    && let Some(step) = &checkpoint.step_id
+                    && self.steps.iter().any(|(id, ..)| id == step)
+                {
+                    self.checkpoints.insert(checkpoint.id.clone(), step.clone());
+                }
+            }
+            TaskChange::CheckpointEntered { checkpoint_id } => {
+                if let Some(step) = step_of(self, checkpoint_id) {
+                    self.status.insert(step, CheckpointStatus::InProgress);
+                    out.extend(self.plan_update());
+                }
+            }
+            TaskChange::CheckpointPassed {
+                checkpoint_id,
+                output,
+                ..
+            } => {
+                if let Some(step) = step_of(self, checkpoint_id) {
+                    self.status.insert(step, CheckpointStatus::Completed);
+                    if let Some(answer) = output
+                        .as_ref()
+                        .and_then(|o| o.get("text"))
+                        .and_then(|t| t.as_str())
+                        .filter(|t| !t.trim().is_empty())
+                    {
+                        out.push(text(&format!("{}\n", answer.trim_end())));
+                    }
+                    out.extend(self.plan_update());
+                }
+            }
+            TaskChange::CheckpointFailed {
+                checkpoint_id,
+                error,
+                will_retry,
+                ..
+            } => {
+                if let Some(step) = step_of(self, checkpoint_id) {
+                    if *will_retry {
+                        out.push(text(&format!(
+                            "Step {step} failed and will run again: {error}\n"
+                        )));
+                    } else {
+                        self.status.insert(step.clone(), CheckpointStatus::Failed);
+                        out.push(text(&format!("Step {step} failed: {error}\n")));
+                        out.extend(self.plan_update());
+                    }
+                }
+            }
+            TaskChange::CheckpointSkipped { checkpoint_id, .. } => {
+                if let Some(step) = step_of(self, checkpoint_id) {
+                    self.status.insert(step, CheckpointStatus::Skipped);
+                    out.extend(self.plan_update());
+                }
+            }
+            TaskChange::AgentUpdate {
+                checkpoint_id,
+                update,
+            } => {
+                if let Some(update) = tool_update(step_of(self, checkpoint_id), update) {
+                    out.push(update);
+                }
+            }
+            TaskChange::HumanApprovalRequested { request } => {
+                out.push(SessionUpdate::ToolCall(question_call(request)));
+            }
+            TaskChange::HumanApprovalReceived {
+                request_id,
+                status,
+                response,
+            } if *status != ApprovalStatus::Pending => {
+                let by = response
+                    .as_ref()
+                    .map_or_else(|| "the deadline".to_owned(), |r| r.decided_by.clone());
+                let chosen = response
+                    .as_ref()
+                    .and_then(|r| r.selected_option.as_deref())
+                    .map(|o| format!(" ({o})"))
+                    .unwrap_or_default();
+                let done = if *status == ApprovalStatus::Approved {
+                    ToolCallStatus::Completed
+                } else {
+                    ToolCallStatus::Failed
+                };
+                out.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    request_id.to_string(),
+                    ToolCallUpdateFields::new().status(done),
+                )));
+                out.push(text(&format!("{request_id}: {status}{chosen} by {by}\n")));
+            }
+            TaskChange::TaskCompleted {} => {
+                out.push(text(&format!("Task {} completed.\n", self.task)));
+            }
+            TaskChange::TaskFailed { error } => {
+                out.push(text(&format!("Task {} failed: {error}\n", self.task)));
+            }
+            TaskChange::TaskPaused { reason } => {
+                out.push(text(&format!(
+                    "Task {} paused: {reason}. Send /resume to go on.\n",
+                    self.task
+                )));
+            }
+            TaskChange::TaskCancelled { reason, by } => {
+                out.push(text(&format!(
+                    "Task {} was aborted by {by}: {reason}\n",
+                    self.task
+                )));
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+/// An agent step's tool call, as its runtime reported it, with an id unique in
+/// the session (the step's id before the runtime's).
+fn tool_update(step: Option<String>, update: &serde_json::Value) -> Option<SessionUpdate> {
+    let kind = update.get("sessionUpdate")?.as_str()?;
+    if kind != "tool_call" && kind != "tool_call_update" {
+        return None;
+    }
+    let mut update = update.clone();
+    let call = update.get("toolCallId")?.as_str()?.to_owned();
+    update["toolCallId"] =
+        serde_json::Value::String(format!("{}/{call}", step.as_deref().unwrap_or("step")));
+    serde_json::from_value(update).ok()
+}
+
+/// An approval request as the tool call a permission request is about.
+fn question_call(request: &ApprovalRequest) -> ToolCall {
+    let mut about = request.description.clone();
+    if let Some(question) = &request.question {
+        about = format!("{question}\n{about}");
+    }
+    let mut call = ToolCall::new(request.id.to_string(), request.title.clone())
+        .kind(ToolKind::Think)
+        .status(ToolCallStatus::Pending);
+    if !about.trim().is_empty() {
+        call = call.content(vec![ToolCallContent::from(about)]);
+    }
+    call
+}
+
+/// The choices of a request: approve (with each option, the recommended one
+/// first), deny, skip.
+fn permission_options(request: &ApprovalRequest) -> Vec<PermissionOption> {
+    let mut options = Vec::new();
+    let mut named: Vec<&String> = request.options.iter().collect();
+    named.sort_by_key(|o| Some(*o) != request.recommended_option.as_ref());
+    for option in named {
+        let name = if Some(option) == request.recommended_option.as_ref() {
+            format!("{option} (recommended)")
+        } else {
+            option.clone()
+        };
+        options.push(PermissionOption::new(
+            format!("approve:{option}"),
+            name,
+            PermissionOptionKind::AllowOnce,
+        ));
+    }
+    if request.options.is_empty() {
+        options.push(PermissionOption::new(
+            "approve",
+            "Approve",
+            PermissionOptionKind::AllowOnce,
+        ));
+    }
+    options.push(PermissionOption::new(
+        "deny",
+        "Deny (the step fails)",
+        PermissionOptionKind::RejectOnce,
+    ));
+    options.push(PermissionOption::new(
+        "skip",
+        "Skip (the plan goes on without the step)",
+        PermissionOptionKind::RejectOnce,
+    ));
+    options
+}
+
+/// What a chosen option means.
+fn decision_of(option: &str) -> Option<(Decision, Option<String>)> {
+    match option {
+        "approve" => Some((Decision::Approve, None)),
+        "deny" => Some((Decision::Deny, None)),
+        "skip" => Some((Decision::Skip, None)),
+        other => other
+            .strip_prefix("approve:")
+            .map(|o| (Decision::Approve, Some(o.to_owned()))),
+    }
+}
+
+/// Asks a session's client the task's approval requests, each once.
+#[derive(Clone)]
+struct Asker {
+    engine: Arc<Engine>,
+    cx: ConnectionTo<Client>,
+    session: String,
+    actor: String,
+    /// The requests asked: whether each is settled.
+    asked: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Asker {
+    fn new(agent: &AcpAgent, cx: &ConnectionTo<Client>, session: &str) -> Asker {
+        Asker {
+            engine: Arc::clone(&agent.engine),
+            cx: cx.clone(),
+            session: session.to_owned(),
+            actor: agent.actor(),
+            asked: Arc::new(Mutex::new(HashSet::new())),
+        }
+    }
+
+    /// Asks the task's requests still pending (after a restart, they are not
+    /// raised again).
+    async fn ask_pending(&self, task: &TaskId) {
+        let pending = self
+            .engine
+            .approvals(&ApprovalFilter {
+                status: Some(ApprovalStatus::Pending),
+                task_id: Some(task.clone()),
+                limit: Some(500),
+            })
+            .await
+            .unwrap_or_default();
+        for request in pending.iter().rev() {
+            send(
+                &self.cx,
+                &self.session,
+                SessionUpdate::ToolCall(question_call(request)),
+            );
+            self.ask(request);
+        }
+    }
+
+    /// Sends `request` as a permission request, unless it was sent already,
+    /// and decides it by the answer.
+    fn ask(&self, request: &ApprovalRequest) {
+        let fresh = self
+            .asked
+            .lock()
+            .is_ok_and(|mut asked| asked.insert(request.id.to_string()));
+        if !fresh || request.status != ApprovalStatus::Pending {
+            return;
+        }
+        let asker = self.clone();
+        let request = request.clone();
+        let spawned = self.cx.spawn(async move {
+            asker.ask_and_decide(request).await;
+            Ok(())
+        });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "cannot ask the client");
+        }
+    }
+
+    async fn ask_and_decide(&self, request: ApprovalRequest) {
+        let call = question_call(&request);
+        let fields = ToolCallUpdateFields::new()
+            .title(call.title.clone())
+            .kind(call.kind)
+            .status(ToolCallStatus::Pending)
+            .content(call.content.clone());
+        let asked = self
+            .cx
+            .send_request(RequestPermissionRequest::new(
+                self.session.clone(),
+                ToolCallUpdate::new(request.id.to_string(), fields),
+                permission_options(&request),
+            ))
+            .block_task()
+            .await;
+        let answer = match asked {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(error = %e, "the client did not answer a permission request");
+                return;
+            }
+        };
+        let RequestPermissionOutcome::Selected(selected) = answer.outcome else {
+            // Cancelled (the turn was): the request stays pending.
+            return;
+        };
+        let Some((decision, selected_option)) = decision_of(&selected.option_id.0) else {
+            say(
+                &self.cx,
+                &self.session,
+                &format!(
+                    "`{}` is not an answer to {}; it stays pending",
+                    selected.option_id.0, request.id
+                ),
+            );
+            return;
+        };
+        let response = ApprovalResponse {
+            request_id: request.id.clone(),
+            decision,
+            selected_option,
+            reason: Some("answered in the editor, over ACP".into()),
+            decided_by: self.actor.clone(),
+            delegate_to: None,
+            decided_at: chrono::Utc::now(),
+        };
+        match self.engine.decide(response).await {
+            // The decision's own event says so.
+            Ok(_) => {}
+            Err(EngineError::AlreadyDecided { current }) => {
+                let by = current
+                    .response
+                    .as_ref()
+                    .map_or_else(|| "the deadline".to_owned(), |r| r.decided_by.clone());
+                say(
+                    &self.cx,
+                    &self.session,
+                    &format!(
+                        "Your answer to {} came after it was decided ({} by {by}): it was not taken.",
+                        request.id, current.status
+                    ),
+                );
+            }
+            Err(e) => say(
+                &self.cx,
+                &self.session,
+                &format!("Your answer to {} was not taken: {e}", request.id),
+            ),
+        }
+    }
+}
