@@ -26,7 +26,7 @@ use rein_runtimes::AgentExecutor;
 use rein_runtimes::openai::{ChatClient, ChatConfig, Message};
 use serde_json::{Value, json};
 
-fn sse(chunks: &[Value]) -> Response {
+pub(crate) fn sse(chunks: &[Value]) -> Response {
     let mut body = String::new();
     for c in chunks {
         body.push_str(&format!("data: {c}\n\n"));

@@ -25,11 +25,16 @@
 //! `rein-bench agent --tool-calls N` times what the built-in agent loop adds
 //! per tool call, against a local fake chat-completions server.
 //!
+//! `rein-bench acp --rounds N` times, over stdio, from an editor's answer to a
+//! permission request of `rein acp` to the update that shows it settled (p50,
+//! p99), with a real ACP client (the TypeScript SDK's).
+//!
 //! `rein-bench sse --clients N` measures what N idle event-stream clients cost a
 //! real `rein serve` process: CPU while they idle, memory, files and threads
 //! before, with and after them.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod acp;
 mod agent;
 mod goal;
 mod sse;
@@ -128,6 +133,16 @@ enum Bench {
         /// How many times the clients come and go.
         #[arg(long, default_value_t = 1)]
         bursts: usize,
+        /// The rein binary [default: the one beside rein-bench].
+        #[arg(long)]
+        rein: Option<std::path::PathBuf>,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// From an editor's decision to the next update it gets from `rein acp`.
+    Acp {
+        #[arg(long, default_value_t = 50)]
+        rounds: usize,
         /// The rein binary [default: the one beside rein-bench].
         #[arg(long)]
         rein: Option<std::path::PathBuf>,
@@ -1032,6 +1047,12 @@ fn main() -> anyhow::Result<()> {
                 "{}",
                 runtime.block_on(sse::sse(clients, seconds, bursts, rein, &dir))?
             );
+        }
+        Bench::Acp { rounds, rein, dir } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            println!("{}", runtime.block_on(acp::acp(rounds.max(1), rein, &dir))?);
         }
         Bench::Goal { steps, runs, dir } => {
             let temp = tempfile::tempdir()?;

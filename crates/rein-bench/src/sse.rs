@@ -50,7 +50,7 @@ fn usage(pid: u32) -> anyhow::Result<Usage> {
 const TICKS: f64 = 100.0;
 
 /// Where the `rein` binary is: `--rein`, else beside this one.
-fn rein_binary(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+pub(crate) fn rein_binary(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(path) = flag {
         return Ok(path);
     }
