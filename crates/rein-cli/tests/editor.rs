@@ -351,7 +351,7 @@ fn the_clients_mcp_servers_are_given_to_the_agent_steps_of_its_tasks() {
 }
 
 #[test]
-fn rein_acp_refuses_a_server_url_and_names_a_cwd_that_is_not_absolute() {
+fn rein_acp_refuses_a_server_url_and_names_what_is_wrong_with_a_cwd() {
     use std::io::{BufRead, Write};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -387,6 +387,17 @@ fn rein_acp_refuses_a_server_url_and_names_a_cwd_that_is_not_absolute() {
                 .as_str()
                 .unwrap()
                 .contains("`project` is not an absolute path"),
+            "{refused}"
+        );
+        // The data directory is no workspace.
+        let refused = ask(json!({ "jsonrpc": "2.0", "id": 3, "method": "session/new",
+            "params": { "cwd": data, "mcpServers": [] } }));
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        assert!(
+            refused["error"]["data"]
+                .as_str()
+                .unwrap()
+                .contains("cannot be a workspace"),
             "{refused}"
         );
     }

@@ -275,6 +275,12 @@ impl AcpAgent {
         if !cwd.is_dir() {
             return Err(format!("cwd `{}` is not a directory", cwd.display()));
         }
+        // The workspace rules, as a task made there would meet them.
+        self.engine
+            .config()
+            .protected(None)
+            .check_workspace(&cwd)
+            .map_err(|e| format!("cwd `{}` cannot be a workspace: {e}", cwd.display()))?;
         let mcp = servers
             .into_iter()
             .map(mcp_use)
