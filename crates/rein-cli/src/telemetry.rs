@@ -2,11 +2,11 @@
 //! `warn`; a line per closed span at `info`), and every command exports its spans
 //! over OTLP when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set: over HTTP as protobuf (the
-//! default) or JSON, as `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` or
-//! `OTEL_EXPORTER_OTLP_PROTOCOL` says (`http/protobuf`, `http/json`), with the
-//! headers of `OTEL_EXPORTER_OTLP_TRACES_HEADERS` / `_HEADERS`. An export that
-//! fails is reported once, naming the endpoint and what came back. Other
-//! commands keep stderr for people.
+//! default) or JSON, or over gRPC, as `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` or
+//! `OTEL_EXPORTER_OTLP_PROTOCOL` says (`http/protobuf`, `http/json`, `grpc`),
+//! with the headers of `OTEL_EXPORTER_OTLP_TRACES_HEADERS` / `_HEADERS`. An
+//! export that fails is reported once, naming the endpoint and what came back.
+//! Other commands keep stderr for people.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -44,43 +44,55 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|s| !s.trim().is_empty())
 }
 
-/// Where spans go: the traces endpoint as given, else the base endpoint
-/// with `/v1/traces` (what the exporter does with them; for the warning).
-fn endpoint() -> Option<String> {
+/// Where spans go: the traces endpoint as given, else the base endpoint —
+/// with `/v1/traces` over HTTP (what the exporter does with them; for the
+/// warning).
+fn endpoint(wire: Wire) -> Option<String> {
     env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| {
-        env("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .map(|base| format!("{}/v1/traces", base.trim_end_matches('/')))
+        env("OTEL_EXPORTER_OTLP_ENDPOINT").map(|base| match wire {
+            Wire::Grpc => base,
+            Wire::Http(_) => format!("{}/v1/traces", base.trim_end_matches('/')),
+        })
     })
 }
 
+/// How spans are sent.
+#[derive(Debug, Clone, Copy)]
+enum Wire {
+    Http(Protocol),
+    Grpc,
+}
+
 /// The OTLP protocol asked for; `Err` names a value rein cannot speak.
-fn protocol() -> Result<Protocol, String> {
+fn protocol() -> Result<Wire, String> {
     let (var, value) = match env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") {
         Some(v) => ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", v),
         None => match env("OTEL_EXPORTER_OTLP_PROTOCOL") {
             Some(v) => ("OTEL_EXPORTER_OTLP_PROTOCOL", v),
-            None => return Ok(Protocol::HttpBinary),
+            None => return Ok(Wire::Http(Protocol::HttpBinary)),
         },
     };
     match value.trim() {
-        "http/protobuf" => Ok(Protocol::HttpBinary),
-        "http/json" => Ok(Protocol::HttpJson),
-        "grpc" => Err(format!(
-            "{var}=grpc is not supported by this rein; use http/protobuf (the default) or http/json, which every OTLP receiver takes on its HTTP port (4318)"
-        )),
+        "http/protobuf" => Ok(Wire::Http(Protocol::HttpBinary)),
+        "http/json" => Ok(Wire::Http(Protocol::HttpJson)),
+        "grpc" => Ok(Wire::Grpc),
         other => Err(format!(
-            "{var}=`{other}` is not an OTLP protocol; use http/protobuf (the default) or http/json"
+            "{var}=`{other}` is not an OTLP protocol; use http/protobuf (the default), http/json or grpc"
         )),
     }
 }
 
 /// The OTLP exporter, which says once that exporting fails (the endpoint,
-/// and the status or error), then goes on quietly.
+/// and the status or error), then goes on quietly. A gRPC exporter's client
+/// lives on a runtime of its own (`runtime`): the batch processor exports
+/// from a plain thread, and the client outlives the command's runtime, which
+/// is gone when the last spans are flushed.
 #[derive(Debug)]
 struct Reporting<E> {
     inner: E,
     endpoint: String,
     warned: AtomicBool,
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl<E: SpanExporter> SpanExporter for Reporting<E> {
@@ -90,7 +102,10 @@ impl<E: SpanExporter> SpanExporter for Reporting<E> {
     ) -> impl std::future::Future<Output = OTelSdkResult> + Send {
         let exported = self.inner.export(batch);
         async move {
-            let result = exported.await;
+            let result = match &self.runtime {
+                Some(runtime) => runtime.block_on(exported),
+                None => exported.await,
+            };
             if let Err(e) = &result
                 && !self.warned.swap(true, Ordering::Relaxed)
             {
@@ -116,27 +131,65 @@ impl<E: SpanExporter> SpanExporter for Reporting<E> {
     }
 }
 
-/// The tracer provider exporting over OTLP, if an endpoint is set.
-fn otlp() -> Option<SdkTracerProvider> {
-    let endpoint = endpoint()?;
-    let built = protocol().and_then(|protocol| {
-        opentelemetry_otlp::SpanExporter::builder()
+/// The exporter for `wire`, with the runtime a gRPC one needs.
+fn exporter(
+    wire: Wire,
+) -> Result<
+    (
+        opentelemetry_otlp::SpanExporter,
+        Option<tokio::runtime::Runtime>,
+    ),
+    String,
+> {
+    let failed = |e: opentelemetry_otlp::ExporterBuildError| {
+        format!("the OTLP exporter could not be set up ({e}); check OTEL_EXPORTER_OTLP_ENDPOINT")
+    };
+    match wire {
+        Wire::Http(protocol) => opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(protocol)
             .build()
-            .map_err(|e| {
-                format!(
-                    "the OTLP exporter could not be set up ({e}); check OTEL_EXPORTER_OTLP_ENDPOINT"
-                )
-            })
-    });
-    match built {
-        Ok(exporter) => Some(
+            .map(|e| (e, None))
+            .map_err(failed),
+        Wire::Grpc => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("rein-otlp")
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the OTLP exporter's runtime: {e}"))?;
+            // The client's connection task is spawned on that runtime.
+            let exporter = {
+                let _inside = runtime.enter();
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .build()
+                    .map_err(failed)?
+            };
+            Ok((exporter, Some(runtime)))
+        }
+    }
+}
+
+/// The tracer provider exporting over OTLP, if an endpoint is set.
+fn otlp() -> Option<SdkTracerProvider> {
+    let wire = match protocol() {
+        Ok(w) => w,
+        Err(why) => {
+            endpoint(Wire::Grpc)?;
+            shout!("warning: not exporting spans: {why}");
+            return None;
+        }
+    };
+    let endpoint = endpoint(wire)?;
+    match exporter(wire) {
+        Ok((exporter, runtime)) => Some(
             SdkTracerProvider::builder()
                 .with_batch_exporter(Reporting {
                     inner: exporter,
                     endpoint,
                     warned: AtomicBool::new(false),
+                    runtime,
                 })
                 .with_resource(Resource::builder().with_service_name("rein").build())
                 .build(),

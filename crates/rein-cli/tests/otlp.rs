@@ -1,10 +1,12 @@
-//! Span export over OTLP/HTTP: `rein run` with `OTEL_EXPORTER_OTLP_ENDPOINT`
+//! Span export over OTLP: `rein run` with `OTEL_EXPORTER_OTLP_ENDPOINT`
 //! pointing at a collector on loopback (a small axum server standing in for an
 //! OpenTelemetry Collector). It takes protobuf bodies only, as receivers that
 //! follow the OTLP default do, and decodes them with the official OTLP
 //! definitions (`opentelemetry-proto`); or JSON, when rein is told
-//! `http/json`. The exported spans carry the trace id every event of the task
-//! carries. An endpoint that refuses them gets one warning.
+//! `http/json`. Over gRPC the collector is the official definitions' own
+//! `TraceService` server (tonic), as the Collector's OTLP/gRPC receiver is.
+//! The exported spans carry the trace id every event of the task carries. An
+//! endpoint that refuses them gets one warning.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -146,6 +148,53 @@ fn spans(received: &[Value]) -> Vec<Exported> {
     out
 }
 
+/// The OTLP/gRPC trace service: what it is sent, decoded by tonic.
+struct Grpc(Received);
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest,
+        >,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        let mut v = as_json(request.get_ref());
+        v["contentType"] = Value::from("grpc");
+        v["team"] = request
+            .metadata()
+            .get("x-team")
+            .and_then(|t| t.to_str().ok())
+            .map_or(Value::Null, Value::from);
+        self.0.lock().unwrap().push(v);
+        Ok(tonic::Response::new(
+            opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse {
+                partial_success: None,
+            },
+        ))
+    }
+}
+
+/// A gRPC collector on loopback: its address, and what it received.
+async fn grpc_collector() -> (std::net::SocketAddr, Received) {
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::TraceServiceServer;
+    let received = Received::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = TraceServiceServer::new(Grpc(Arc::clone(&received)));
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    (addr, received)
+}
+
 /// A collector on loopback: its address, and what it received.
 async fn collector() -> (std::net::SocketAddr, Received) {
     let received = Received::default();
@@ -166,6 +215,11 @@ async fn a_runs_spans_reach_a_protobuf_collector_with_the_tasks_trace_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_go_as_json_when_the_protocol_says_so() {
     exported_with_the_tasks_trace_id(Some("http/json")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_over_grpc_when_the_protocol_says_so() {
+    exported_with_the_tasks_trace_id(Some("grpc")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,8 +257,45 @@ async fn an_endpoint_that_refuses_spans_gets_one_warning_naming_it() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_endpoint_nobody_listens_on_gets_one_warning_naming_it() {
+    // A port that was free a moment ago: the connection is refused.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "p.toml", TRACED);
+    let out = tokio::task::spawn_blocking(move || {
+        run_ok(
+            rein(&data)
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
+                .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+                .env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                .arg("run")
+                .arg(&plan),
+        )
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("spans could not be exported"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains(&format!("http://{addr}")), "{stderr}");
+}
+
 async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
-    let (addr, received) = collector().await;
+    let (addr, received) = if protocol == Some("grpc") {
+        grpc_collector().await
+    } else {
+        collector().await
+    };
 
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -232,10 +323,10 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
     // The process flushes its spans before it exits, in the protocol asked
     // for (protobuf unless told otherwise).
     let received = received.lock().unwrap().clone();
-    let wanted = if protocol == Some("http/json") {
-        "json"
-    } else {
-        "protobuf"
+    let wanted = match protocol {
+        Some("http/json") => "json",
+        Some("grpc") => "grpc",
+        _ => "protobuf",
     };
     assert!(!received.is_empty());
     assert!(
