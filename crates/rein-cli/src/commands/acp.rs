@@ -83,8 +83,10 @@ pub async fn serve(target: &Target, args: AcpArgs) -> anyhow::Result<u8> {
                     request.mcp_servers,
                 ) {
                     Ok(session) => {
+                        // The session's id first: what follows names it.
+                        responder.respond(NewSessionResponse::new(session.id.clone()))?;
                         commands(&cx, &session.id);
-                        responder.respond(NewSessionResponse::new(session.id.clone()))
+                        Ok(())
                     }
                     Err(why) => responder.respond_with_error(invalid(why)),
                 }
