@@ -222,34 +222,49 @@ async fn spans_go_over_grpc_when_the_protocol_says_so() {
     exported_with_the_tasks_trace_id(Some("grpc")).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_endpoint_that_refuses_spans_gets_one_warning_naming_it() {
-    let (addr, _) = collector().await;
+/// Runs the traced plan exporting as `settings` say (one span a batch); the
+/// export warnings it printed, and all its stderr.
+async fn export_warnings(settings: Vec<(&'static str, String)>) -> (Vec<String>, String) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let plan = write_plan(dir.path(), "p.toml", TRACED);
     let out = tokio::task::spawn_blocking(move || {
+        let mut cmd = rein(&data);
+        for var in [
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        ] {
+            cmd.env_remove(var);
+        }
         run_ok(
-            rein(&data)
-                // Not a collector's traces path: 404 for every batch, one
-                // span a batch.
-                .env(
-                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-                    format!("http://{addr}/nowhere"),
-                )
+            cmd.envs(settings)
                 .env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
-                .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
                 .arg("run")
                 .arg(&plan),
         )
     })
     .await
     .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let warnings: Vec<&str> = stderr
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let warnings = stderr
         .lines()
         .filter(|l| l.contains("spans could not be exported"))
+        .map(str::to_owned)
         .collect();
+    (warnings, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_that_refuses_spans_gets_one_warning_naming_it() {
+    let (addr, _) = collector().await;
+    // Not a collector's traces path: 404 for every batch.
+    let (warnings, stderr) = export_warnings(vec![(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        format!("http://{addr}/nowhere"),
+    )])
+    .await;
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(
         warnings[0].contains(&format!("http://{addr}/nowhere")) && warnings[0].contains("404"),
@@ -264,28 +279,11 @@ async fn a_grpc_endpoint_nobody_listens_on_gets_one_warning_naming_it() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let plan = write_plan(dir.path(), "p.toml", TRACED);
-    let out = tokio::task::spawn_blocking(move || {
-        run_ok(
-            rein(&data)
-                .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
-                .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-                .env("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "1")
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                .arg("run")
-                .arg(&plan),
-        )
-    })
-    .await
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let warnings: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("spans could not be exported"))
-        .collect();
+    let (warnings, stderr) = export_warnings(vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}")),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc".to_owned()),
+    ])
+    .await;
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(warnings[0].contains(&format!("http://{addr}")), "{stderr}");
 }
