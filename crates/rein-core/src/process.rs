@@ -30,7 +30,9 @@ pub fn runner_alive(runner: &RunnerInfo) -> bool {
         Err(nix::errno::Errno::EPERM) => true,
         Err(_) => false,
     };
-    if !exists {
+    // A runner killed under an init that does not reap keeps its pid as a
+    // zombie: it runs nothing.
+    if !exists || rein_sandbox::process::zombie(runner.pid) {
         return false;
     }
     match (runner.process_start, process_start(runner.pid)) {
@@ -72,5 +74,24 @@ mod tests {
             ..current_runner()
         };
         assert!(!runner_alive(&reused));
+    }
+
+    #[test]
+    fn a_runner_left_a_zombie_is_not_alive() {
+        // Exited and not reaped yet: its pid still answers signals.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !rein_sandbox::process::zombie(pid) {
+            assert!(std::time::Instant::now() < until, "`true` never exited");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let zombie = RunnerInfo {
+            host: hostname(),
+            pid,
+            process_start: process_start(pid),
+        };
+        assert!(!runner_alive(&zombie));
+        child.wait().unwrap();
     }
 }
