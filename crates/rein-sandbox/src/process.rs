@@ -66,41 +66,136 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(after.split_whitespace().map(str::to_owned).collect())
 }
 
-/// Whether process `pid` carries every `(key, value)` of `marks`: in its
-/// environment (`key=value`), or on its command line as a sandbox passes it on
-/// (`--setenv key value` to bubblewrap, `--env key=value` to the trampoline).
-fn carries(pid: u32, marks: &[(&str, &str)]) -> bool {
-    let read = |file: &str| std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
-    let (environ, cmdline) = (read("environ"), read("cmdline"));
-    let split = |bytes: &[u8]| -> Vec<String> {
+/// A live process as one look at `/proc` saw it.
+#[derive(Debug)]
+struct Seen {
+    pid: u32,
+    /// The fields of its `stat` after the command name (state first).
+    stat: Vec<String>,
+    environ: Vec<String>,
+    args: Vec<String>,
+}
+
+impl Seen {
+    /// Whether it carries every `(key, value)` of `marks`: in its environment
+    /// (`key=value`), or on its command line as a sandbox passes it on
+    /// (`--setenv key value` to bubblewrap, `--env key=value` to the
+    /// trampoline).
+    fn carries(&self, marks: &[(&str, &str)]) -> bool {
+        marks.iter().all(|(key, value)| {
+            let pair = format!("{key}={value}");
+            self.environ.contains(&pair)
+                || self.args.contains(&pair)
+                || self.args.windows(2).any(|w| w[0] == *key && w[1] == *value)
+        })
+    }
+}
+
+/// The live (not zombie) processes of this machine but this one.
+fn scan() -> Vec<Seen> {
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let split = |bytes: Vec<u8>| -> Vec<String> {
         bytes
             .split(|b| *b == 0)
             .map(|part| String::from_utf8_lossy(part).into_owned())
             .collect()
     };
-    let (environ, args) = (split(&environ), split(&cmdline));
-    marks.iter().all(|(key, value)| {
-        let pair = format!("{key}={value}");
-        environ.contains(&pair)
-            || args.contains(&pair)
-            || args.windows(2).any(|w| w[0] == *key && w[1] == *value)
-    })
-}
-
-/// The live (not zombie) processes of this machine, but this one, that match `keep`.
-fn processes_where(keep: impl Fn(u32, &[String]) -> bool) -> Vec<u32> {
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != me)
-        .filter(|&pid| {
-            stat_fields(pid)
-                .is_some_and(|f| f.first().is_some_and(|state| state != "Z") && keep(pid, &f))
+        .filter_map(|pid| {
+            let stat = stat_fields(pid)?;
+            if stat.first().is_none_or(|state| state == "Z") {
+                return None;
+            }
+            let read =
+                |file: &str| std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+            Some(Seen {
+                pid,
+                stat,
+                environ: split(read("environ")),
+                args: split(read("cmdline")),
+            })
         })
         .collect()
+}
+
+/// Looks at `/proc` shared by concurrent callers, as group commit shares a
+/// transaction: a caller gets a look that began after it asked (so it sees
+/// every process alive at that moment), and callers that ask while a look is
+/// under way share the next one. A thousand interrupted steps taken up at
+/// once cost a handful of looks, not a thousand.
+struct Looks {
+    state: std::sync::Mutex<LookState>,
+    done: std::sync::Condvar,
+}
+
+struct LookState {
+    /// Looks completed so far.
+    completed: u64,
+    looking: bool,
+    latest: Option<std::sync::Arc<Vec<Seen>>>,
+}
+
+static LOOKS: Looks = Looks {
+    state: std::sync::Mutex::new(LookState {
+        completed: 0,
+        looking: false,
+        latest: None,
+    }),
+    done: std::sync::Condvar::new(),
+};
+
+/// The live processes as a look that began after this call saw them.
+fn fresh_look() -> std::sync::Arc<Vec<Seen>> {
+    let Ok(mut state) = LOOKS.state.lock() else {
+        return std::sync::Arc::new(scan());
+    };
+    // A look under way began before this call: the one after it is needed.
+    let wanted = state.completed + if state.looking { 2 } else { 1 };
+    loop {
+        if state.completed >= wanted
+            && let Some(latest) = &state.latest
+        {
+            return std::sync::Arc::clone(latest);
+        }
+        if state.looking {
+            state = match LOOKS.done.wait(state) {
+                Ok(s) => s,
+                Err(_) => return std::sync::Arc::new(scan()),
+            };
+            continue;
+        }
+        state.looking = true;
+        drop(state);
+        let seen = std::sync::Arc::new(scan());
+        state = match LOOKS.state.lock() {
+            Ok(s) => s,
+            Err(_) => return seen,
+        };
+        state.looking = false;
+        state.completed += 1;
+        state.latest = Some(seen);
+        LOOKS.done.notify_all();
+    }
+}
+
+/// The live (not zombie) processes of this machine, but this one, that match `keep`.
+fn processes_where(keep: impl Fn(&Seen) -> bool) -> Vec<u32> {
+    fresh_look()
+        .iter()
+        .filter(|p| keep(p))
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// Whether process `pid` is a zombie: it died and was not reaped (as under an
+/// init that reaps nothing), so its pid still answers signals.
+pub fn zombie(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state == "Z"))
 }
 
 /// What stopping an interrupted attempt's processes found.
@@ -145,9 +240,9 @@ pub fn stop_leftover(
         (here && !reused && p.pgid > 1).then_some(p.pgid)
     });
     let find = || {
-        processes_where(|pid, stat| {
-            group.is_some_and(|g| stat.get(2).and_then(|f| f.parse::<u32>().ok()) == Some(g))
-                || (!marks.is_empty() && carries(pid, marks))
+        processes_where(|p| {
+            group.is_some_and(|g| p.stat.get(2).and_then(|f| f.parse::<u32>().ok()) == Some(g))
+                || (!marks.is_empty() && p.carries(marks))
         })
     };
     let first = find();
@@ -207,7 +302,7 @@ mod tests {
 
     /// The live processes of group `pgid`.
     fn members(pgid: u32) -> usize {
-        processes_where(|_, stat| stat.get(2).and_then(|f| f.parse().ok()) == Some(pgid)).len()
+        processes_where(|p| p.stat.get(2).and_then(|f| f.parse().ok()) == Some(pgid)).len()
     }
 
     fn until_members(pgid: u32, n: usize) {
@@ -215,6 +310,25 @@ mod tests {
         while members(pgid) < n && begun.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn concurrent_looks_share_scans_and_each_sees_what_was_alive_when_it_asked() {
+        let marks = [("REIN_TEST_LOOK", "shared")];
+        let mut child = spawn_group("exec sleep 30", &marks);
+        let before = LOOKS.state.lock().unwrap().completed;
+        let callers: Vec<_> = (0..64)
+            .map(|_| std::thread::spawn(move || processes_where(|p| p.carries(&marks)).len()))
+            .collect();
+        for caller in callers {
+            assert_eq!(caller.join().unwrap(), 1, "every caller sees the process");
+        }
+        let scans = LOOKS.state.lock().unwrap().completed - before;
+        assert!(scans < 64, "64 callers at once took {scans} scans");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Gone (and reaped): a look that begins now does not see it.
+        assert!(processes_where(|p| p.carries(&marks)).is_empty());
     }
 
     #[test]
@@ -271,7 +385,7 @@ mod tests {
             &[("REIN_TASK_ID", "task_marks_test"), ("REIN_ATTEMPT", "1")],
         );
         let begun = std::time::Instant::now();
-        while processes_where(|pid, _| carries(pid, &marks)).len() < 3
+        while processes_where(|p| p.carries(&marks)).len() < 3
             && begun.elapsed() < Duration::from_secs(5)
         {
             std::thread::sleep(Duration::from_millis(5));

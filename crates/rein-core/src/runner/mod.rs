@@ -392,7 +392,8 @@ impl<'e> TaskRun<'e> {
         self.questions.no_wait = options.no_wait;
         self.reattach_approvals().await?;
         self.decide_operator_choices(&options).await?;
-        self.take_up(&options)?;
+        let leftovers = self.stop_leftovers().await;
+        self.take_up(&options, leftovers)?;
         // Committing the take-up is where two processes resuming the same task meet:
         // the store lets one of them through.
         let task_id = self.rec.state.head.id.clone();
@@ -516,7 +517,11 @@ impl<'e> TaskRun<'e> {
     /// Records the start or resumption, and settles steps a stopped runner left in
     /// progress: idempotent ones (and `--rerun`) run again, `--skip` ones are
     /// skipped, and any other pauses the task naming it.
-    fn take_up(&mut self, options: &RunOptions) -> Result<()> {
+    fn take_up(
+        &mut self,
+        options: &RunOptions,
+        mut leftovers: HashMap<usize, std::result::Result<Option<String>, String>>,
+    ) -> Result<()> {
         if !self.taken_up {
             let change =
                 crate::goal_run::take_up_change(&self.engine.runner, &self.rec.state, options);
@@ -534,7 +539,7 @@ impl<'e> TaskRun<'e> {
             let step = Arc::clone(&self.steps[i]);
             // Nothing of the attempt may still run beside a new one, nor while
             // a person is asked whether it partly ran.
-            let leftover = match self.stop_leftovers(i, &checkpoint) {
+            let leftover = match leftovers.remove(&i).unwrap_or(Ok(None)) {
                 Ok(found) => found,
                 Err(reason) => {
                     self.rec.task_event(TaskChange::TaskPaused { reason })?;
@@ -573,37 +578,55 @@ impl<'e> TaskRun<'e> {
         Ok(())
     }
 
-    /// Stops what is left of an interrupted attempt's processes: its process
-    /// group as recorded, and any process started with its `REIN_*` marks
-    /// (which also finds an attempt killed before its group was recorded).
-    /// `Ok(what was found)`, or `Err(why the task must pause)` when some of it
-    /// is still there after the wait.
-    fn stop_leftovers(
-        &self,
-        i: usize,
-        checkpoint: &CheckpointId,
-    ) -> std::result::Result<Option<String>, String> {
+    /// Stops what is left of the interrupted attempts' processes: each one's
+    /// process group as recorded, and any process started with its `REIN_*`
+    /// marks (which also finds an attempt killed before its group was
+    /// recorded). Off the async threads: it looks at `/proc` and may wait.
+    /// By step: `Ok(what was found)`, or `Err(why the task must pause)` when
+    /// some of it is still there after the wait.
+    async fn stop_leftovers(&self) -> HashMap<usize, std::result::Result<Option<String>, String>> {
         use rein_sandbox::process::{Leftover, stop_leftover};
-        let Some(cp) = self.rec.state.checkpoint(checkpoint) else {
-            return Ok(None);
-        };
-        let recorded = cp
-            .metadata
-            .get(crate::fold::PROCESS)
-            .and_then(|p| serde_json::from_value::<rein_protocol::StepProcess>(p.clone()).ok());
-        let marks =
-            crate::executor::attempt_marks(&self.rec.state.head.id, &self.steps[i].id, cp.attempt);
-        let marks: Vec<(&str, &str)> = marks.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        match stop_leftover(recorded.as_ref(), &marks, LEFTOVER_WAIT) {
-            Leftover::Gone => Ok(None),
-            Leftover::Stopped { processes } => Ok(Some(format!(
-                "{processes} process(es) of the interrupted attempt were still running and were stopped first"
-            ))),
-            Leftover::StillThere { processes } => Err(format!(
-                "{processes} process(es) of an interrupted attempt of `{}` are still running after SIGKILL; stop them, then resume the task",
-                self.steps[i].id
-            )),
+        let mut out = HashMap::new();
+        for i in 0..self.steps.len() {
+            let Progress::Interrupted { checkpoint, .. } = &self.progress[i] else {
+                continue;
+            };
+            let Some(cp) = self.rec.state.checkpoint(checkpoint) else {
+                continue;
+            };
+            let recorded = cp
+                .metadata
+                .get(crate::fold::PROCESS)
+                .and_then(|p| serde_json::from_value::<rein_protocol::StepProcess>(p.clone()).ok());
+            let marks = crate::executor::attempt_marks(
+                &self.rec.state.head.id,
+                &self.steps[i].id,
+                cp.attempt,
+            );
+            let looked = tokio::task::spawn_blocking(move || {
+                let marks: Vec<(&str, &str)> =
+                    marks.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                stop_leftover(recorded.as_ref(), &marks, LEFTOVER_WAIT)
+            })
+            .await;
+            let step = &self.steps[i].id;
+            out.insert(
+                i,
+                match looked {
+                    Ok(Leftover::Gone) => Ok(None),
+                    Ok(Leftover::Stopped { processes }) => Ok(Some(format!(
+                        "{processes} process(es) of the interrupted attempt were still running and were stopped first"
+                    ))),
+                    Ok(Leftover::StillThere { processes }) => Err(format!(
+                        "{processes} process(es) of an interrupted attempt of `{step}` are still running after SIGKILL; stop them, then resume the task"
+                    )),
+                    Err(e) => Err(format!(
+                        "could not look for what is left of an interrupted attempt of `{step}` ({e}); resume the task again"
+                    )),
+                },
+            );
         }
+        out
     }
 
     /// Counts open dependencies, fills the ready set, and marks the dependants of
