@@ -29,6 +29,10 @@
 //! permission request of `rein acp` to the update that shows it settled (p50,
 //! p99), with a real ACP client (the TypeScript SDK's).
 //!
+//! `rein-bench takeover --tasks N` kills a real `rein serve` with N tasks in
+//! flight (`kill -9`) and times its restart: until it answers, and until every
+//! interrupted step runs again.
+//!
 //! `rein-bench sse --clients N` measures what N idle event-stream clients cost a
 //! real `rein serve` process: CPU while they idle, memory, files and threads
 //! before, with and after them.
@@ -38,6 +42,7 @@ mod acp;
 mod agent;
 mod goal;
 mod sse;
+mod takeover;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -143,6 +148,17 @@ enum Bench {
     Acp {
         #[arg(long, default_value_t = 50)]
         rounds: usize,
+        /// The rein binary [default: the one beside rein-bench].
+        #[arg(long)]
+        rein: Option<std::path::PathBuf>,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// `rein serve` killed with tasks in flight: until it answers again, and
+    /// until they all run again.
+    Takeover {
+        #[arg(long, default_value_t = 1000)]
+        tasks: usize,
         /// The rein binary [default: the one beside rein-bench].
         #[arg(long)]
         rein: Option<std::path::PathBuf>,
@@ -1053,6 +1069,15 @@ fn main() -> anyhow::Result<()> {
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
             println!("{}", runtime.block_on(acp::acp(rounds.max(1), rein, &dir))?);
+        }
+        Bench::Takeover { tasks, rein, dir } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            println!(
+                "{}",
+                runtime.block_on(takeover::takeover(tasks.max(1), rein, &dir))?
+            );
         }
         Bench::Goal { steps, runs, dir } => {
             let temp = tempfile::tempdir()?;

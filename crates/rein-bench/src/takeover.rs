@@ -1,0 +1,152 @@
+//! `rein-bench takeover --tasks N`: how long a real `rein serve` on SQLite
+//! takes to be back after `kill -9` with N tasks in flight. N tasks of one
+//! idempotent step (it touches a file named by its attempt, then sleeps) are submitted over the
+//! API; once every step runs, the server is killed with SIGKILL (the steps die
+//! with it) and started again on the same data directory. Timed from that
+//! start: until it answers `/healthz`, and until every interrupted step runs
+//! again (its second attempt has noted itself). Steps run unsandboxed, so the
+//! time is rein's, not the sandbox's.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TOKEN: &str = "bench-token";
+
+/// `rein serve` on `data`, and the address it says it listens on.
+async fn start(rein: &Path, data: &Path) -> anyhow::Result<(tokio::process::Child, String)> {
+    let mut server = tokio::process::Command::new(rein)
+        .arg("--data-dir")
+        .arg(data)
+        .args(["--sandbox", "none", "serve", "--listen", "127.0.0.1:0"])
+        .env("REIN_TOKEN", TOKEN)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut out = server
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while out.read(&mut byte).await? == 1 && byte[0] != b'\n' {
+        line.push(byte[0]);
+    }
+    let line = String::from_utf8_lossy(&line).into_owned();
+    let addr = line
+        .rsplit("http://")
+        .next()
+        .and_then(|a| a.split_whitespace().next())
+        .ok_or_else(|| anyhow::anyhow!("rein serve said {line:?}"))?
+        .to_owned();
+    Ok((server, addr))
+}
+
+/// One HTTP/1.1 request (the connection closed after it), with a plan file
+/// as its body if any; the status.
+async fn request(addr: &str, method: &str, path: &str, plan: Option<&str>) -> anyhow::Result<u16> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    let body = plan.unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\nContent-Type: application/toml\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await?;
+    s.write_all(body.as_bytes()).await?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await?;
+    let text = String::from_utf8_lossy(&answer);
+    text.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("not an HTTP answer: {text}"))
+}
+
+/// `text` as a TOML basic string.
+fn toml_string(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+/// How many tasks' steps have noted an attempt numbered `attempt` or later
+/// (each attempt touches `TASK.ATTEMPT`).
+fn attempts(marks: &Path, attempt: u32) -> usize {
+    let mut tasks = std::collections::HashSet::new();
+    if let Ok(entries) = std::fs::read_dir(marks) {
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some((task, n)) = name.rsplit_once('.')
+                && n.parse::<u32>().is_ok_and(|n| n >= attempt)
+            {
+                tasks.insert(task.to_owned());
+            }
+        }
+    }
+    tasks.len()
+}
+
+async fn wait_for(
+    what: &str,
+    limit: Duration,
+    mut done: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let until = Instant::now() + limit;
+    while !done() {
+        anyhow::ensure!(Instant::now() < until, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow::Result<Value> {
+    let rein = crate::sse::rein_binary(rein)?;
+    let data = dir.join("data");
+    let marks = dir.join("marks");
+    std::fs::create_dir_all(&marks)?;
+    let (mut server, addr) = start(&rein, &data).await?;
+    let step = format!(
+        "touch {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
+        marks.display()
+    );
+    let plan = format!(
+        "description = \"a step in flight\"\n[[steps]]\nid = \"wait\"\nrun = {}\nidempotent = true\n",
+        toml_string(&step)
+    );
+    for _ in 0..tasks {
+        let status = request(&addr, "POST", "/admin/tasks", Some(&plan)).await?;
+        anyhow::ensure!(status == 201, "submitting a task got {status}");
+    }
+    wait_for("every step to run", Duration::from_secs(120), || {
+        attempts(&marks, 1) >= tasks
+    })
+    .await?;
+    // kill -9, and the same data directory again.
+    server.start_kill()?;
+    server.wait().await?;
+    let started = Instant::now();
+    let (mut again, addr) = start(&rein, &data).await?;
+    let listening = started.elapsed();
+    loop {
+        if request(&addr, "GET", "/healthz", None).await.is_ok() {
+            break;
+        }
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(60), "no /healthz");
+    }
+    let answering = started.elapsed();
+    wait_for("every step to run again", Duration::from_secs(120), || {
+        attempts(&marks, 2) >= tasks
+    })
+    .await?;
+    let all_running = started.elapsed();
+    let _ = again.start_kill();
+    let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1000.0;
+    Ok(json!({
+        "bench": "takeover",
+        "tasks": tasks,
+        "listening_ms": ms(listening),
+        "answering_ms": ms(answering),
+        "all_running_again_ms": ms(all_running),
+    }))
+}
