@@ -174,13 +174,56 @@ pub fn router(state: AppState) -> Router {
     openapi::table()
         .into_iter()
         .fold(Router::new(), |router, route| {
-            router.route(route.path, route.handler)
+            // Each operation's role, from the table, enforced before its handler.
+            let roles: Roles = route
+                .operations
+                .iter()
+                .map(|o| (o.method.to_uppercase(), o.role))
+                .collect();
+            let handler = route.handler.layer(axum::middleware::from_fn_with_state(
+                (state.clone(), roles),
+                enforce_role,
+            ));
+            router.route(route.path, handler)
         })
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
+}
+
+/// The role each method of a route needs (`None`: open), by method name.
+type Roles = Arc<[(String, Option<Role>)]>;
+
+/// Lets a request through to its handler only if its caller has the role the
+/// route table gives the operation (HEAD as GET); the caller goes along for
+/// the handler ([`routes::Caller`]).
+async fn enforce_role(
+    axum::extract::State((state, roles)): axum::extract::State<(AppState, Roles)>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let method = match *request.method() {
+        axum::http::Method::HEAD => "GET".to_owned(),
+        ref m => m.as_str().to_owned(),
+    };
+    let Some((_, Some(role))) = roles.iter().find(|(m, _)| *m == method) else {
+        // No role: an open operation (or a method the route does not take,
+        // which its own fallback answers).
+        return next.run(request).await;
+    };
+    let caller = match state
+        .auth
+        .principal(request.method(), request.headers())
+        .and_then(|p| auth::require(&p, *role).map(|()| p))
+    {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    request.extensions_mut().insert(caller);
+    next.run(request).await
 }
 
 /// One `tracing` span per request, with its method, path and (when known) the

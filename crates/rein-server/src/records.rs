@@ -16,7 +16,6 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::AppState;
-use crate::auth::{Role, require};
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{Body, Caller};
 
@@ -75,10 +74,8 @@ fn parse_status(s: &str) -> ApiResult<ContractStatus> {
 
 pub async fn list_contracts(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let page = state
         .engine
         .records()
@@ -91,10 +88,8 @@ pub async fn list_contracts(
 
 pub async fn show_contract(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     Ok(Json(
         json!({ "contract": state.engine.records().contract(&id).await? }),
     ))
@@ -105,7 +100,6 @@ pub async fn create_contract(
     Caller(caller): Caller,
     Body(body): Body<HarnessContract>,
 ) -> ApiResult<Response> {
-    require(&caller, Role::Operator)?;
     let created = state
         .engine
         .records()
@@ -128,7 +122,6 @@ pub async fn change_status(
     Path(id): Path<String>,
     Body(body): Body<StatusRequest>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let to = parse_status(&body.status)?;
     let changed = state
         .engine
@@ -140,10 +133,8 @@ pub async fn change_status(
 
 pub async fn list_evidence(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let page = state
         .engine
         .records()
@@ -156,10 +147,8 @@ pub async fn list_evidence(
 
 pub async fn show_evidence(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     Ok(Json(
         json!({ "evidence": state.engine.records().evidence(&id).await? }),
     ))
@@ -170,7 +159,6 @@ pub async fn create_evidence(
     Caller(caller): Caller,
     Body(body): Body<EvidenceBundle>,
 ) -> ApiResult<Response> {
-    require(&caller, Role::Operator)?;
     let created = state
         .engine
         .records()
@@ -185,7 +173,6 @@ pub async fn add_item(
     Path(id): Path<String>,
     Body(body): Body<EvidenceItem>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let changed = state
         .engine
         .records()
@@ -200,7 +187,6 @@ pub async fn add_check(
     Path(id): Path<String>,
     Body(body): Body<EvidenceCheck>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let changed = state
         .engine
         .records()
@@ -226,7 +212,6 @@ pub async fn add_review(
     Path(id): Path<String>,
     Body(body): Body<ReviewRequest>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let review = Review {
         id: body.id.unwrap_or_default(),
         reviewer: caller.name.clone(),

@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::AppState;
-use crate::auth::{Principal, Role, SESSION_COOKIE, require};
+use crate::auth::{Principal, Role, SESSION_COOKIE};
 use crate::error::{ApiError, ApiResult};
 
 /// The caller, authenticated (and CSRF-checked for cookie mutations).
@@ -28,6 +28,10 @@ pub struct Caller(pub Principal);
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        // Checked already, against the route table's role.
+        if let Some(caller) = parts.extensions.get::<Principal>() {
+            return Ok(Caller(caller.clone()));
+        }
         state
             .auth
             .principal(&parts.method, &parts.headers)
@@ -100,10 +104,8 @@ pub struct TaskQuery {
 
 pub async fn list_tasks(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<TaskQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let status = match &q.status {
         Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
@@ -240,11 +242,9 @@ pub struct CompletionBody {
 /// naming each violation.
 pub async fn complete(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Body(body): Body<CompletionBody>,
 ) -> ApiResult<Json<serde_json::Value>> {
     use rein_core::harness::completion::{CompletionFailure, CompletionRequest, Route};
-    require(&caller, Role::Operator)?;
     if body.prompt.trim().is_empty() {
         return Err(ApiError::bad_request("the prompt is empty"));
     }
@@ -283,12 +283,7 @@ pub async fn complete(
 }
 
 /// A plan as JSON (`{plan, session_id?}`) or as the TOML of a plan file.
-pub async fn submit_task(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-    req: Request,
-) -> ApiResult<Response> {
-    require(&caller, Role::Operator)?;
+pub async fn submit_task(State(state): State<AppState>, req: Request) -> ApiResult<Response> {
     let toml = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -328,10 +323,8 @@ pub async fn submit_task(
 
 pub async fn show_task(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    require(&caller, Role::Viewer)?;
     let id = task_id(&id)?;
     let summary = state.engine.summary(&id).await?;
     let body = match state.bodies.get(&id, summary.last_seq) {
@@ -358,11 +351,9 @@ pub struct EventsQuery {
 
 pub async fn task_events(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let id = task_id(&id)?;
     state.engine.summary(&id).await?;
@@ -410,7 +401,6 @@ async fn control_task(
     body: Reason,
     kind: ControlKind,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(caller, Role::Operator)?;
     let reason = body
         .reason
         .unwrap_or_else(|| "requested over the API".into());
@@ -453,7 +443,6 @@ pub async fn resume_task(
     Path(id): Path<String>,
     Body(body): Body<Resume>,
 ) -> ApiResult<Response> {
-    require(&caller, Role::Operator)?;
     let id = task_id(&id)?;
     let task = state.engine.summary(&id).await?;
     if task.status.is_terminal() {
@@ -489,7 +478,6 @@ pub async fn resume_all(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> ApiResult<Response> {
-    require(&caller, Role::Operator)?;
     let heads = state.engine.resumable().await?;
     let mut ids = Vec::with_capacity(heads.len());
     for head in heads {
@@ -506,20 +494,16 @@ pub async fn resume_all(
 
 pub async fn task_plan(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let plan = state.engine.plan(&task_id(&id)?).await?;
     Ok(Json(json!({ "plan": plan })))
 }
 
 pub async fn list_snapshots(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let id = task_id(&id)?;
     state.engine.summary(&id).await?;
     let items = state
@@ -533,10 +517,8 @@ pub async fn list_snapshots(
 
 pub async fn snapshot_task(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    require(&caller, Role::Operator)?;
     let s = state.engine.snapshot(&task_id(&id)?).await?;
     let body = json!({ "snapshot": {
         "id": s.id, "task_id": s.task_id, "seq": s.seq, "created_at": s.created_at,
@@ -547,10 +529,8 @@ pub async fn snapshot_task(
 
 pub async fn restore_snapshot(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    require(&caller, Role::Operator)?;
     let id = SnapshotId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let task = state.engine.restore(&id).await?;
     Ok((StatusCode::CREATED, Json(json!({ "task": task }))).into_response())
@@ -558,10 +538,8 @@ pub async fn restore_snapshot(
 
 pub async fn delete_task(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    require(&caller, Role::Operator)?;
     state.engine.delete(&task_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -576,10 +554,8 @@ pub struct ApprovalQuery {
 
 pub async fn list_approvals(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<ApprovalQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let status = match q.status.as_deref() {
         None | Some("all") => None,
@@ -602,10 +578,8 @@ fn approval_id(id: &str) -> ApiResult<ApprovalId> {
 
 pub async fn show_approval(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let approval = state.engine.approval(&approval_id(&id)?).await?;
     Ok(Json(json!({ "approval": approval })))
 }
@@ -628,7 +602,6 @@ pub async fn decide(
     Path(id): Path<String>,
     Body(body): Body<DecisionBody>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let response = ApprovalResponse {
         request_id: approval_id(&id)?,
         decision: body.decision,
@@ -647,11 +620,7 @@ pub async fn decide(
     Ok(Json(json!({ "approval": approval })))
 }
 
-pub async fn ledger(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
+pub async fn ledger(State(state): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
     Ok(Json(json!({ "items": state.engine.ledger().await? })))
 }
 
@@ -663,10 +632,8 @@ pub struct VerifyQuery {
 
 pub async fn verify_ledger(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<VerifyQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<rein_protocol::LedgerCheck>> {
-    require(&caller, Role::Viewer)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let head = q
         .head
@@ -679,17 +646,11 @@ pub async fn verify_ledger(
 
 pub async fn metrics_json(
     State(state): State<AppState>,
-    Caller(caller): Caller,
 ) -> ApiResult<Json<rein_protocol::HarnessMetrics>> {
-    require(&caller, Role::Viewer)?;
     Ok(Json(state.engine.metrics().await?))
 }
 
-pub async fn metrics_text(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-) -> ApiResult<Response> {
-    require(&caller, Role::Viewer)?;
+pub async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> {
     let text = crate::prometheus::render(&state.engine.metrics().await?);
     Ok((
         [(
@@ -747,11 +708,7 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
 }
 
 /// The harnesses this server's runs select from (the built-in runtime first).
-pub async fn list_harnesses(
-    State(state): State<AppState>,
-    Caller(caller): Caller,
-) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
+pub async fn list_harnesses(State(state): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
     Ok(Json(json!({ "items": state.harnesses.list() })))
 }
 
@@ -768,11 +725,9 @@ pub struct ExplainQuery {
 /// Which runtime would serve a model route here, with the whole decision.
 pub async fn explain_harness(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<ExplainQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
     use rein_core::harness::SelectionError;
-    require(&caller, Role::Viewer)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if q.provider.trim().is_empty() {
         return Err(ApiError::bad_request("provider must not be empty"));

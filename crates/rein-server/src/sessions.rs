@@ -12,7 +12,6 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::AppState;
-use crate::auth::{Role, require};
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{Body, Caller};
 
@@ -29,10 +28,8 @@ pub struct SessionQuery {
 
 pub async fn list_sessions(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<SessionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if q.limit.is_some_and(|l| l == 0 || l > 500) {
         return Err(ApiError::bad_request("limit must be between 1 and 500"));
@@ -72,10 +69,8 @@ fn parse_status(s: &str) -> ApiResult<SessionStatus> {
 
 pub async fn show_session(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let sessions = state.engine.sessions();
     let session = sessions.get(&id).await?;
     let children = sessions
@@ -90,7 +85,6 @@ pub async fn reset_session(
     Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let reset = state
         .engine
         .sessions()
@@ -112,7 +106,6 @@ pub async fn pin_session(
     Path(id): Path<String>,
     Body(body): Body<PinRequest>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     if body.runtime.as_deref().is_some_and(|r| r.trim().is_empty()) {
         return Err(ApiError::bad_request(
             "runtime must not be empty; send null to unpin",

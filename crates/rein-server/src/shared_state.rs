@@ -12,7 +12,6 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::AppState;
-use crate::auth::{Role, require};
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{Body, Caller, parse_time};
 
@@ -32,10 +31,8 @@ pub struct StateQuery {
 
 pub async fn list(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<StateQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if q.limit.is_some_and(|l| l == 0 || l > 500) {
         return Err(ApiError::bad_request("limit must be between 1 and 500"));
@@ -69,10 +66,8 @@ pub async fn list(
 
 pub async fn show(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     Ok(Json(
         json!({ "state": state.engine.shared_state(&id).await? }),
     ))
@@ -80,10 +75,8 @@ pub async fn show(
 
 pub async fn of_session(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     Path(session): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     Ok(Json(
         json!({ "state": state.engine.session_shared_state(&session).await? }),
     ))
@@ -94,7 +87,6 @@ pub async fn create(
     Caller(caller): Caller,
     Body(body): Body<SharedHarnessState>,
 ) -> ApiResult<Response> {
-    require(&caller, Role::Operator)?;
     let created = state.engine.create_shared_state(body, &caller.name).await?;
     Ok((StatusCode::CREATED, Json(json!({ "state": created }))).into_response())
 }
@@ -105,7 +97,6 @@ pub async fn add_participant(
     Path(id): Path<String>,
     Body(body): Body<Participant>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let changed = state
         .engine
         .add_participant(&id, body, &caller.name)
@@ -119,7 +110,6 @@ pub async fn add_action(
     Path(id): Path<String>,
     Body(body): Body<Action>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let changed = state.engine.add_action(&id, body, &caller.name).await?;
     Ok(Json(json!({ "state": changed })))
 }
@@ -129,7 +119,6 @@ pub async fn detect(
     Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Operator)?;
     let (changed, conflicts) = state.engine.detect_conflicts(&id, &caller.name).await?;
     Ok(Json(json!({ "state": changed, "conflicts": conflicts })))
 }
@@ -144,10 +133,8 @@ pub struct AuditQuery {
 /// Audit records of changes made outside task logs, oldest first.
 pub async fn audit(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<serde_json::Value>> {
-    require(&caller, Role::Viewer)?;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let items = state
         .engine
@@ -163,12 +150,10 @@ pub async fn audit(
 /// action), from `Last-Event-ID` or `?after=`: every shared-state change, live.
 pub async fn audit_stream(
     State(state): State<AppState>,
-    Caller(caller): Caller,
     headers: axum::http::HeaderMap,
     query: Result<Query<crate::events::After>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     use axum::response::sse::{Event, KeepAlive, Sse};
-    require(&caller, Role::Viewer)?;
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let mut after = crate::events::position(&headers, &query)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, std::convert::Infallible>>(64);
