@@ -79,9 +79,9 @@ fn record_query(filter: &RecordFilter) -> Vec<(&'static str, String)> {
     let mut query = Vec::new();
     for (name, value) in [
         ("status", &filter.status),
-        ("taskId", &filter.task_id),
-        ("sharedStateId", &filter.shared_state_id),
-        ("contractId", &filter.contract_id),
+        ("task_id", &filter.task_id),
+        ("shared_state_id", &filter.shared_state_id),
+        ("contract_id", &filter.contract_id),
         ("cursor", &filter.cursor),
     ] {
         if let Some(v) = value {
@@ -435,7 +435,7 @@ impl Backend {
             Backend::Remote(c) => {
                 let mut query = Vec::new();
                 if let Some(s) = &filter.session_id {
-                    query.push(("sessionId", s.clone()));
+                    query.push(("session_id", s.clone()));
                 }
                 if let Some(s) = filter.status {
                     query.push(("status", s.as_str().to_owned()));

@@ -426,16 +426,16 @@ pub fn table() -> Vec<Route> {
             operations: vec![
                 Operation {
                     query: &[
-                        ("sessionId", "only this session's states"),
-                        ("parentSessionId", "only states under this parent session"),
-                        ("harnessContractId", "only states of this contract"),
+                        ("session_id", "only this session's states"),
+                        ("parent_session_id", "only states under this parent session"),
+                        ("harness_contract_id", "only states of this contract"),
                         (
                             "status",
                             "active, completed, failed, cancelled, blocked or unknown",
                         ),
                         ("tag", "only states with this tag"),
-                        ("createdFrom", "created at or after (RFC 3339)"),
-                        ("createdTo", "created before (RFC 3339)"),
+                        ("created_from", "created at or after (RFC 3339)"),
+                        ("created_to", "created before (RFC 3339)"),
                         ("limit", "1–500 (default 50)"),
                         ("cursor", "next_cursor of the previous page"),
                     ],
@@ -536,9 +536,9 @@ pub fn table() -> Vec<Route> {
                             "status",
                             "draft, proposed, approved, executing, verified, failed, rejected, rolled_back or cancelled",
                         ),
-                        ("taskId", "only the contracts of this task's steps"),
+                        ("task_id", "only the contracts of this task's steps"),
                         (
-                            "sharedStateId",
+                            "shared_state_id",
                             "only contracts recording into this shared state",
                         ),
                         ("limit", "1–500 (default 50)"),
@@ -597,9 +597,12 @@ pub fn table() -> Vec<Route> {
             operations: vec![
                 Operation {
                     query: &[
-                        ("contractId", "only the bundles of this contract"),
-                        ("taskId", "only the bundles of this task"),
-                        ("sharedStateId", "only bundles linked to this shared state"),
+                        ("contract_id", "only the bundles of this contract"),
+                        ("task_id", "only the bundles of this task"),
+                        (
+                            "shared_state_id",
+                            "only bundles linked to this shared state",
+                        ),
                         ("limit", "1–500 (default 50)"),
                         ("cursor", "next_cursor of the previous page"),
                     ],

@@ -19,12 +19,17 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{Body, Caller};
 
+/// Query names are snake_case, as on every route; the camelCase ones these
+/// routes once took are still accepted.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(deny_unknown_fields)]
 pub struct RecordQuery {
     status: Option<String>,
+    #[serde(alias = "taskId")]
     task_id: Option<String>,
+    #[serde(alias = "sharedStateId")]
     shared_state_id: Option<String>,
+    #[serde(alias = "contractId")]
     contract_id: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,

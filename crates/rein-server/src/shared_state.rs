@@ -15,15 +15,22 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{Body, Caller, parse_time};
 
+/// Query names are snake_case, as on every route; the camelCase ones these
+/// routes once took are still accepted.
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(deny_unknown_fields)]
 pub struct StateQuery {
+    #[serde(alias = "sessionId")]
     session_id: Option<String>,
+    #[serde(alias = "parentSessionId")]
     parent_session_id: Option<String>,
+    #[serde(alias = "harnessContractId")]
     harness_contract_id: Option<String>,
     status: Option<String>,
     tag: Option<String>,
+    #[serde(alias = "createdFrom")]
     created_from: Option<String>,
+    #[serde(alias = "createdTo")]
     created_to: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,

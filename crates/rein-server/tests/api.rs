@@ -1701,12 +1701,31 @@ async fn the_contract_and_evidence_routes_with_their_errors_and_auth() {
     let list = api
         .call(
             Method::GET,
-            &format!("{ev}?contractId=hctr_docs"),
+            &format!("{ev}?contract_id=hctr_docs"),
             Some(VIEWER),
             None,
         )
         .await;
     assert_eq!(list.body["items"][0]["id"], id.as_str());
+    // The camelCase name these routes once took still works; another does not.
+    let old = api
+        .call(
+            Method::GET,
+            &format!("{ev}?contractId=hctr_docs"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(old.body["items"], list.body["items"]);
+    let none = api
+        .call(
+            Method::GET,
+            &format!("{ev}?contract_id=hctr_other"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(none.body["items"], json!([]), "{}", none.text);
     let r = api
         .call(
             Method::GET,
