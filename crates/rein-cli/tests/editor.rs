@@ -389,6 +389,18 @@ fn rein_acp_refuses_a_server_url_and_names_what_is_wrong_with_a_cwd() {
                 .contains("`project` is not an absolute path"),
             "{refused}"
         );
+        // A server name the model's tool names cannot carry.
+        let refused = ask(json!({ "jsonrpc": "2.0", "id": 4, "method": "session/new",
+            "params": { "cwd": workspace(dir.path()), "mcpServers": [
+                { "name": "my files", "command": "node", "args": [], "env": [] }] } }));
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        assert!(
+            refused["error"]["data"]
+                .as_str()
+                .unwrap()
+                .contains("MCP server `my files`"),
+            "{refused}"
+        );
         // The data directory is no workspace.
         let refused = ask(json!({ "jsonrpc": "2.0", "id": 3, "method": "session/new",
             "params": { "cwd": data, "mcpServers": [] } }));

@@ -624,6 +624,12 @@ fn mcp_use(server: McpServer) -> Result<McpUse, String> {
         }
         _ => return Err("an MCP server of a kind rein does not know".into()),
     };
+    if !rein_core::plan::valid_mcp_name(&declared.0) {
+        return Err(format!(
+            "MCP server `{}`: a server's name has letters, digits, `-` and `_` (no `__`), at most 32; rename it in the editor's settings",
+            declared.0
+        ));
+    }
     Ok(McpUse {
         name: declared.0,
         server: Some(declared.1),
