@@ -511,9 +511,7 @@ impl AcpAgent {
                 },
             }
         };
-        while let Ok(event) = events.try_recv() {
-            self.forward(&mut view, &event, cx, &asker).await;
-        }
+        // The run's last events, from the log.
         self.catch_up(&mut view, cx, &asker).await;
         let state = match result {
             Ok(Ok(state)) => state,
@@ -788,9 +786,6 @@ impl View {
         event: &HarnessEvent,
         replay: bool,
     ) -> Vec<SessionUpdate> {
-        if event.seq <= self.seen_to {
-            return Vec::new();
-        }
         self.seen_to = event.seq;
         let mut out = Vec::new();
         let step_of = |view: &View, cp: &CheckpointId| view.checkpoints.get(cp).cloned();
@@ -1009,7 +1004,7 @@ struct Asker {
     cx: ConnectionTo<Client>,
     session: String,
     actor: String,
-    /// The requests asked: whether each is settled.
+    /// The ids of the requests asked already.
     asked: Arc<Mutex<HashSet<String>>>,
 }
 
