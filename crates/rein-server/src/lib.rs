@@ -206,10 +206,10 @@ async fn enforce_role(
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
     let method = match *request.method() {
-        axum::http::Method::HEAD => "GET".to_owned(),
-        ref m => m.as_str().to_owned(),
+        axum::http::Method::HEAD => "GET",
+        ref m => m.as_str(),
     };
-    let Some((_, Some(role))) = roles.iter().find(|(m, _)| *m == method) else {
+    let Some((_, Some(role))) = roles.iter().find(|(m, _)| m == method) else {
         // No role: an open operation (or a method the route does not take,
         // which its own fallback answers).
         return next.run(request).await;
