@@ -64,26 +64,24 @@ pub(crate) fn rein_binary(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     Ok(beside)
 }
 
-pub async fn sse(
-    clients: usize,
-    seconds: u64,
-    bursts: usize,
-    rein: Option<PathBuf>,
-    dir: &Path,
-) -> anyhow::Result<serde_json::Value> {
-    let rein = rein_binary(rein)?;
-    let mut server = tokio::process::Command::new(&rein)
+/// The token the servers the benchmarks start take.
+pub(crate) const TOKEN: &str = "bench-token";
+
+/// `rein serve` on `data` (steps unsandboxed, token [`TOKEN`], a free
+/// loopback port), and the address it says it listens on.
+pub(crate) async fn start_serve(
+    rein: &Path,
+    data: &Path,
+) -> anyhow::Result<(tokio::process::Child, String)> {
+    let mut server = tokio::process::Command::new(rein)
         .arg("--data-dir")
-        .arg(dir.join("data"))
+        .arg(data)
         .args(["--sandbox", "none", "serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", "bench-token")
+        .env("REIN_TOKEN", TOKEN)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()?;
-    let pid = server
-        .id()
-        .ok_or_else(|| anyhow::anyhow!("rein serve has no pid"))?;
     let mut out = server
         .stdout
         .take()
@@ -100,10 +98,25 @@ pub async fn sse(
         .and_then(|a| a.split_whitespace().next())
         .ok_or_else(|| anyhow::anyhow!("rein serve said {line:?}"))?
         .to_owned();
+    Ok((server, addr))
+}
+
+pub async fn sse(
+    clients: usize,
+    seconds: u64,
+    bursts: usize,
+    rein: Option<PathBuf>,
+    dir: &Path,
+) -> anyhow::Result<serde_json::Value> {
+    let rein = rein_binary(rein)?;
+    let (mut server, addr) = start_serve(&rein, &dir.join("data")).await?;
+    let pid = server
+        .id()
+        .ok_or_else(|| anyhow::anyhow!("rein serve has no pid"))?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let baseline = usage(pid)?;
     let request = format!(
-        "GET /admin/events/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer bench-token\r\n\r\n"
+        "GET /admin/events/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
     );
     let (mut with, mut idle, mut elapsed) = (baseline, baseline, 0.0);
     let mut after_each = Vec::new();

@@ -13,37 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const TOKEN: &str = "bench-token";
-
-/// `rein serve` on `data`, and the address it says it listens on.
-async fn start(rein: &Path, data: &Path) -> anyhow::Result<(tokio::process::Child, String)> {
-    let mut server = tokio::process::Command::new(rein)
-        .arg("--data-dir")
-        .arg(data)
-        .args(["--sandbox", "none", "serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", TOKEN)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()?;
-    let mut out = server
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
-    let mut line = Vec::new();
-    let mut byte = [0u8; 1];
-    while out.read(&mut byte).await? == 1 && byte[0] != b'\n' {
-        line.push(byte[0]);
-    }
-    let line = String::from_utf8_lossy(&line).into_owned();
-    let addr = line
-        .rsplit("http://")
-        .next()
-        .and_then(|a| a.split_whitespace().next())
-        .ok_or_else(|| anyhow::anyhow!("rein serve said {line:?}"))?
-        .to_owned();
-    Ok((server, addr))
-}
+use crate::sse::{TOKEN, start_serve};
 
 /// One HTTP/1.1 request (the connection closed after it), with a plan file
 /// as its body if any; the status.
@@ -105,7 +75,7 @@ pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow
     let data = dir.join("data");
     let marks = dir.join("marks");
     std::fs::create_dir_all(&marks)?;
-    let (mut server, addr) = start(&rein, &data).await?;
+    let (mut server, addr) = start_serve(&rein, &data).await?;
     let step = format!(
         "touch {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
         marks.display()
@@ -126,7 +96,7 @@ pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow
     server.start_kill()?;
     server.wait().await?;
     let started = Instant::now();
-    let (mut again, addr) = start(&rein, &data).await?;
+    let (mut again, addr) = start_serve(&rein, &data).await?;
     let listening = started.elapsed();
     loop {
         if request(&addr, "GET", "/healthz", None).await.is_ok() {
