@@ -27,10 +27,59 @@ impl fmt::Display for InvalidId {
 
 impl std::error::Error for InvalidId {}
 
+/// Whether `rest` is a ULID as rein writes it: 26 characters of Crockford's
+/// base32 in upper case, the first at most `7` (a larger one overflows 128 bits).
+pub fn is_canonical_ulid(rest: &str) -> bool {
+    rest.len() == 26
+        && rest.bytes().enumerate().all(|(i, b)| {
+            if i == 0 {
+                (b'0'..=b'7').contains(&b)
+            } else {
+                b.is_ascii_digit()
+                    || (b.is_ascii_uppercase() && !matches!(b, b'I' | b'L' | b'O' | b'U'))
+            }
+        })
+}
+
+/// The pattern of an id with `prefix`, as [`is_canonical_ulid`] checks it.
+pub fn id_pattern(prefix: &str) -> String {
+    format!("^{prefix}_[0-7][0-9A-HJKMNP-TV-Z]{{25}}$")
+}
+
 macro_rules! prefixed_id {
-    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
+    ($(#[doc = $doc:literal])* $name:ident, $prefix:literal) => {
+        prefixed_id!($(#[doc = $doc])* $name, $prefix, base);
+        impl JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({
+                    "description": concat!($($doc),*).trim(),
+                    "type": "string",
+                    "pattern": id_pattern($prefix),
+                })
+            }
+        }
+    };
+    // Ids a caller may also choose: any string on the wire.
+    ($(#[doc = $doc:literal])* $name:ident, $prefix:literal, free) => {
+        prefixed_id!($(#[doc = $doc])* $name, $prefix, base);
+        impl JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({
+                    "description": concat!($($doc),*).trim(),
+                    "type": "string",
+                })
+            }
+        }
+    };
+    ($(#[doc = $doc:literal])* $name:ident, $prefix:literal, base) => {
+        $(#[doc = $doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(transparent)]
         pub struct $name(String);
 
@@ -42,11 +91,12 @@ macro_rules! prefixed_id {
                 Self(format!("{}_{}", $prefix, ulid::Ulid::new()))
             }
 
-            /// Parses an id, checking its prefix and ULID part.
+            /// Parses an id, checking its prefix and ULID part (as rein writes
+            /// it: upper case, in range).
             pub fn parse(value: &str) -> Result<Self, InvalidId> {
                 let ok = value
                     .strip_prefix(concat!($prefix, "_"))
-                    .is_some_and(|rest| ulid::Ulid::from_string(rest).is_ok());
+                    .is_some_and(is_canonical_ulid);
                 if ok {
                     Ok(Self(value.to_owned()))
                 } else {
@@ -114,18 +164,21 @@ prefixed_id!(
     /// A generated id of a shared harness state (`shs_…`; ids given by callers
     /// are kept as they are).
     SharedStateId,
-    "shs"
+    "shs",
+    free
 );
 
 prefixed_id!(
     /// A generated id of a harness contract (`hctr_…`).
     ContractId,
-    "hctr"
+    "hctr",
+    free
 );
 prefixed_id!(
     /// A generated id of an evidence bundle (`evb_…`).
     EvidenceId,
-    "evb"
+    "evb",
+    free
 );
 
 prefixed_id!(
@@ -184,6 +237,33 @@ mod tests {
         assert!(err.to_string().contains("task_"), "{err}");
         assert!(TaskId::parse("task_nope").is_err());
         assert!(TaskId::parse("").is_err());
+    }
+
+    #[test]
+    fn parse_takes_only_ids_as_rein_writes_them_and_the_schema_says_so() {
+        let id = TaskId::new();
+        let rest = &id.as_str()["task_".len()..];
+        // Lower case, a ULID over 128 bits, a letter Crockford leaves out.
+        for bad in [
+            format!("task_{}", rest.to_lowercase()),
+            format!("task_8{}", &rest[1..]),
+            format!("task_{}I", &rest[..25]),
+        ] {
+            assert!(TaskId::parse(&bad).is_err(), "{bad}");
+        }
+        let schema = serde_json::to_value(schemars::schema_for!(TaskId)).unwrap();
+        let validator = jsonschema::validator_for(&schema).unwrap();
+        assert!(validator.is_valid(&serde_json::json!(id.as_str())));
+        for bad in [
+            "task_0",
+            "task_8ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+            "apr_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+        ] {
+            assert!(!validator.is_valid(&serde_json::json!(bad)), "{bad}");
+        }
+        // A caller may name a shared state as it likes.
+        let free = serde_json::to_value(schemars::schema_for!(SharedStateId)).unwrap();
+        assert!(free.get("pattern").is_none(), "{free}");
     }
 
     #[test]

@@ -1043,14 +1043,56 @@ fn envelopes() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// The largest integer a JSON number holds exactly.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// What a path's `{id}` is: an id of the kind its collection holds (a pattern
+/// the server checks before it looks), or any non-empty name (shared states,
+/// contracts and evidence may be named by the caller; a session id is the
+/// caller's).
+fn path_schema(path: &str) -> Value {
+    use rein_protocol::ids::id_pattern;
+    let prefix = [
+        ("/admin/tasks/", rein_protocol::TaskId::PREFIX),
+        ("/admin/snapshots/", rein_protocol::SnapshotId::PREFIX),
+        ("/admin/approvals/", rein_protocol::ApprovalId::PREFIX),
+        ("/admin/agent-sessions/", rein_protocol::SessionId::PREFIX),
+    ]
+    .into_iter()
+    .find(|(start, _)| path.starts_with(start));
+    match prefix {
+        Some((_, prefix)) => json!({ "type": "string", "pattern": id_pattern(prefix) }),
+        None => json!({ "type": "string", "minLength": 1 }),
+    }
+}
+
+/// A query parameter's schema, by its name: page sizes and positions are
+/// integers (a paged list's `limit` is refused outside 1–500; the event and
+/// audit reads clamp theirs), times are RFC 3339, the rest strings.
+fn query_schema(name: &str, description: &str) -> Value {
+    match name {
+        "limit" if description.starts_with("1–500") => {
+            json!({ "type": "integer", "minimum": 1, "maximum": 500 })
+        }
+        "limit" | "after" => {
+            json!({ "type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER })
+        }
+        "created_from" | "created_to" => json!({ "type": "string", "format": "date-time" }),
+        // The explain route needs a provider, and an empty one names none.
+        "provider" | "head" => json!({ "type": "string", "minLength": 1 }),
+        _ => json!({ "type": "string" }),
+    }
+}
+
 fn operation(path: &str, o: &Operation) -> Value {
     let mut parameters: Vec<Value> = path
         .split('/')
         .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-        .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
+        .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": path_schema(path) }))
         .collect();
     parameters.extend(o.query.iter().map(|(name, description)| {
-        json!({ "name": name, "in": "query", "required": false, "description": description, "schema": { "type": "string" } })
+        let required = description.ends_with("(required)");
+        json!({ "name": name, "in": "query", "required": required, "description": description, "schema": query_schema(name, description) })
     }));
     let success = match o.response {
         "none" => json!({ "description": "done" }),
@@ -1063,7 +1105,9 @@ fn operation(path: &str, o: &Operation) -> Value {
     };
     let mut responses = Map::new();
     responses.insert(o.success.to_string(), success);
-    for code in o.errors {
+    // A body that is not JSON (or TOML, where a plan file is taken) is a 415.
+    let unsupported: &[u16] = if o.request.is_some() { &[415] } else { &[] };
+    for code in o.errors.iter().chain(unsupported) {
         responses.insert(
             code.to_string(),
             json!({ "description": "error", "content": { "application/json": { "schema": reference("Error") } } }),
