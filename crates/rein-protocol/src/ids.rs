@@ -48,36 +48,29 @@ pub fn id_pattern(prefix: &str) -> String {
 
 macro_rules! prefixed_id {
     ($(#[doc = $doc:literal])* $name:ident, $prefix:literal) => {
-        prefixed_id!($(#[doc = $doc])* $name, $prefix, base);
-        impl JsonSchema for $name {
-            fn schema_name() -> std::borrow::Cow<'static, str> {
-                stringify!($name).into()
-            }
-            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                schemars::json_schema!({
-                    "description": concat!($($doc),*).trim(),
-                    "type": "string",
-                    "pattern": id_pattern($prefix),
-                })
-            }
-        }
+        prefixed_id!(@id $(#[doc = $doc])* $name, $prefix, true);
     };
-    // Ids a caller may also choose: any string on the wire.
+    // Ids a caller may also choose: any string on the wire, no pattern.
     ($(#[doc = $doc:literal])* $name:ident, $prefix:literal, free) => {
-        prefixed_id!($(#[doc = $doc])* $name, $prefix, base);
+        prefixed_id!(@id $(#[doc = $doc])* $name, $prefix, false);
+    };
+    (@id $(#[doc = $doc:literal])* $name:ident, $prefix:literal, $patterned:literal) => {
         impl JsonSchema for $name {
             fn schema_name() -> std::borrow::Cow<'static, str> {
                 stringify!($name).into()
             }
             fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                schemars::json_schema!({
+                let mut schema = schemars::json_schema!({
                     "description": concat!($($doc),*).trim(),
                     "type": "string",
-                })
+                });
+                if $patterned {
+                    schema.insert("pattern".into(), id_pattern($prefix).into());
+                }
+                schema
             }
         }
-    };
-    ($(#[doc = $doc:literal])* $name:ident, $prefix:literal, base) => {
+
         $(#[doc = $doc])*
         #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(transparent)]
