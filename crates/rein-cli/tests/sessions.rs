@@ -172,6 +172,15 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
         None,
     );
     assert_eq!(status, 404);
+    // A malformed id is refused before anything is looked up, naming the form.
+    for (method, path) in [
+        ("GET", "/admin/agent-sessions/ses_nope"),
+        ("POST", "/admin/agent-sessions/ses_nope/reset"),
+    ] {
+        let (status, body) = common::http(&addr, method, path, Some("tok"), None);
+        assert_eq!(status, 400, "{method} {path}: {body}");
+        assert!(body.contains("expected `ses_`"), "{body}");
+    }
     let pinned = remote(&["pin", id, "--runtime", "rein", "--json"]);
     assert_eq!(pinned["pinned_runtime"], "rein");
     let reset = remote(&["reset", id, "--json"]);

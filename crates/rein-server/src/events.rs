@@ -71,7 +71,7 @@ pub async fn task_stream(
     query: Result<Query<After>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Frames> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let id = TaskId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let id: TaskId = crate::routes::parse_id(&id)?;
     state.engine.summary(&id).await?;
     let mut after = position(&headers, &query)?;
     let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);

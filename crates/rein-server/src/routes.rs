@@ -71,8 +71,18 @@ fn json_rejection(rejection: JsonRejection) -> ApiError {
     }
 }
 
+/// An id from a path or a query, checked: a malformed one is a 400 naming the
+/// form expected (what the OpenAPI document's pattern says).
+pub(crate) fn parse_id<T>(id: &str) -> ApiResult<T>
+where
+    T: std::str::FromStr<Err = rein_protocol::ids::InvalidId>,
+{
+    id.parse()
+        .map_err(|e: rein_protocol::ids::InvalidId| ApiError::bad_request(e.to_string()))
+}
+
 fn task_id(id: &str) -> ApiResult<TaskId> {
-    TaskId::parse(id).map_err(|e| ApiError::bad_request(e.to_string()))
+    parse_id(id)
 }
 
 pub(crate) fn parse_time(
@@ -531,7 +541,7 @@ pub async fn restore_snapshot(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    let id = SnapshotId::parse(&id).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let id: SnapshotId = parse_id(&id)?;
     let task = state.engine.restore(&id).await?;
     Ok((StatusCode::CREATED, Json(json!({ "task": task }))).into_response())
 }
@@ -573,7 +583,7 @@ pub async fn list_approvals(
 }
 
 fn approval_id(id: &str) -> ApiResult<ApprovalId> {
-    ApprovalId::parse(id).map_err(|e| ApiError::bad_request(e.to_string()))
+    parse_id(id)
 }
 
 pub async fn show_approval(

@@ -7,13 +7,13 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use rein_protocol::{SessionStatus, TaskId};
+use rein_protocol::{SessionId, SessionStatus, TaskId};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller};
+use crate::routes::{Body, Caller, parse_id};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -34,12 +34,7 @@ pub async fn list_sessions(
     if q.limit.is_some_and(|l| l == 0 || l > 500) {
         return Err(ApiError::bad_request("limit must be between 1 and 500"));
     }
-    let task = q
-        .task_id
-        .as_deref()
-        .map(TaskId::parse)
-        .transpose()
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let task = q.task_id.as_deref().map(parse_id::<TaskId>).transpose()?;
     let status = q.status.as_deref().map(parse_status).transpose()?;
     let page = state
         .engine
@@ -71,6 +66,7 @@ pub async fn show_session(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
+    parse_id::<SessionId>(&id)?;
     let sessions = state.engine.sessions();
     let session = sessions.get(&id).await?;
     let children = sessions
@@ -85,6 +81,7 @@ pub async fn reset_session(
     Caller(caller): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
+    parse_id::<SessionId>(&id)?;
     let reset = state
         .engine
         .sessions()
@@ -106,6 +103,7 @@ pub async fn pin_session(
     Path(id): Path<String>,
     Body(body): Body<PinRequest>,
 ) -> ApiResult<Json<serde_json::Value>> {
+    parse_id::<SessionId>(&id)?;
     if body.runtime.as_deref().is_some_and(|r| r.trim().is_empty()) {
         return Err(ApiError::bad_request(
             "runtime must not be empty; send null to unpin",
