@@ -10,16 +10,20 @@ use rein_core::store::{
     TaskPage,
 };
 use rein_core::{ControlOutcome, Engine};
+use rein_protocol::api::{
+    ApprovalEnvelope, ConflictReport, ContractEnvelope, ControlResult, DecisionRequest,
+    EvidenceEnvelope, List, PlanEnvelope, Reason, ResumeRequest, ResumeResult, ReviewRequest,
+    SharedStateEnvelope, SnapshotEnvelope, StatusRequest, TakenSnapshot, TaskEnvelope,
+};
 use rein_protocol::{
     Action, ApprovalId, ApprovalRequest, ApprovalResponse, Conflict, ContractStatus,
     EvidenceBundle, EvidenceCheck, EvidenceItem, HarnessContract, HarnessEvent, HarnessMetrics,
     LedgerEntry, Participant, Review, ReviewVerdict, SharedHarnessState, SnapshotId,
-    TaskDecomposition, TaskId, TaskState, TaskStatus, Timestamp,
+    TaskDecomposition, TaskId, TaskState, Timestamp,
 };
-use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde::Deserialize;
 
-use crate::remote::{Client, RemoteError, TaskEnvelope};
+use crate::remote::Client;
 
 #[derive(Debug, Clone)]
 pub enum Backend {
@@ -39,29 +43,7 @@ pub enum Control {
 }
 
 /// A snapshot just taken.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Snapshot {
-    pub id: SnapshotId,
-    pub task_id: TaskId,
-    pub seq: u64,
-    pub created_at: Timestamp,
-    pub status: TaskStatus,
-}
-
-#[derive(Deserialize)]
-struct Items<T> {
-    items: Vec<T>,
-}
-
-#[derive(Deserialize)]
-struct ContractEnvelope {
-    contract: HarnessContract,
-}
-
-#[derive(Deserialize)]
-struct EvidenceEnvelope {
-    evidence: EvidenceBundle,
-}
+pub type Snapshot = TakenSnapshot;
 
 /// What `rein evidence add-item | add-check | review` adds.
 #[derive(Debug)]
@@ -94,11 +76,6 @@ fn record_query(filter: &RecordFilter) -> Vec<(&'static str, String)> {
     query
 }
 
-#[derive(Deserialize)]
-struct StateEnvelope {
-    state: SharedHarnessState,
-}
-
 /// A caller-given id as one URL path segment.
 fn segment(id: &str) -> String {
     id.bytes()
@@ -109,18 +86,6 @@ fn segment(id: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-#[derive(Deserialize)]
-struct ApprovalEnvelope {
-    approval: ApprovalRequest,
-}
-
-#[derive(Deserialize)]
-struct ControlBody {
-    outcome: String,
-    #[serde(default)]
-    runner: Option<rein_protocol::RunnerInfo>,
 }
 
 /// Turns an empty JSON body (204) into `()`.
@@ -148,10 +113,6 @@ impl Backend {
     }
 
     pub async fn plan(&self, id: &TaskId) -> anyhow::Result<TaskDecomposition> {
-        #[derive(Deserialize)]
-        struct PlanEnvelope {
-            plan: TaskDecomposition,
-        }
         Ok(match self {
             Backend::Local(e) => e.plan(id).await?,
             Backend::Remote(c) => {
@@ -172,7 +133,7 @@ impl Backend {
             Backend::Local(e) => e.events(id, after, limit).await?,
             Backend::Remote(c) => {
                 let query = [("after", after.to_string()), ("limit", limit.to_string())];
-                c.get::<Items<HarnessEvent>>(&format!("admin/tasks/{id}/events"), &query)
+                c.get::<List<HarnessEvent>>(&format!("admin/tasks/{id}/events"), &query)
                     .await?
                     .items
             }
@@ -231,23 +192,15 @@ impl Backend {
             }
             Backend::Remote(c) => {
                 let what = if abort { "abort" } else { "pause" };
-                let body: ControlBody = c
-                    .post(
-                        &format!("admin/tasks/{id}/{what}"),
-                        json!({ "reason": reason }),
-                    )
-                    .await?;
-                Ok(match (body.outcome.as_str(), body.runner) {
-                    ("applied", _) => Control::Applied,
-                    ("requested", Some(runner)) => Control::Requested { pid: runner.pid },
-                    ("already", _) => Control::Already,
-                    (other, _) => {
-                        return Err(RemoteError::Protocol {
-                            url: format!("admin/tasks/{id}/{what}"),
-                            detail: format!("unknown outcome `{other}`"),
-                        }
-                        .into());
-                    }
+                let reason = Reason {
+                    reason: Some(reason.to_owned()),
+                };
+                let body: ControlResult =
+                    c.post(&format!("admin/tasks/{id}/{what}"), reason).await?;
+                Ok(match body {
+                    ControlResult::Applied { .. } => Control::Applied,
+                    ControlResult::Requested { runner } => Control::Requested { pid: runner.pid },
+                    ControlResult::Already { .. } => Control::Already,
                 })
             }
         }
@@ -261,21 +214,16 @@ impl Backend {
         skip: &[String],
     ) -> anyhow::Result<()> {
         if let Backend::Remote(c) = self {
-            let _: serde_json::Value = c
-                .post(
-                    &format!("admin/tasks/{id}/resume"),
-                    json!({ "rerun": rerun, "skip": skip }),
-                )
-                .await?;
+            let request = ResumeRequest {
+                rerun: rerun.to_vec(),
+                skip: skip.to_vec(),
+            };
+            let _: ResumeResult = c.post(&format!("admin/tasks/{id}/resume"), request).await?;
         }
         Ok(())
     }
 
     pub async fn snapshot(&self, id: &TaskId) -> anyhow::Result<Snapshot> {
-        #[derive(Deserialize)]
-        struct SnapshotEnvelope {
-            snapshot: Snapshot,
-        }
         Ok(match self {
             Backend::Local(e) => {
                 let s = e.snapshot(id).await?;
@@ -307,7 +255,7 @@ impl Backend {
                 e.store().list_snapshots(id).await?
             }
             Backend::Remote(c) => {
-                c.get::<Items<SnapshotInfo>>(&format!("admin/tasks/{id}/snapshots"), &[])
+                c.get::<List<SnapshotInfo>>(&format!("admin/tasks/{id}/snapshots"), &[])
                     .await?
                     .items
             }
@@ -361,7 +309,7 @@ impl Backend {
                 if let Some(l) = filter.limit {
                     query.push(("limit", l.to_string()));
                 }
-                c.get::<Items<ApprovalRequest>>("admin/approvals", &query)
+                c.get::<List<ApprovalRequest>>("admin/approvals", &query)
                     .await?
                     .items
             }
@@ -385,12 +333,12 @@ impl Backend {
         Ok(match self {
             Backend::Local(e) => e.decide(response).await?,
             Backend::Remote(c) => {
-                let body = json!({
-                    "decision": response.decision,
-                    "selected_option": response.selected_option,
-                    "reason": response.reason,
-                    "delegate_to": response.delegate_to,
-                });
+                let body = DecisionRequest {
+                    decision: response.decision,
+                    selected_option: response.selected_option,
+                    reason: response.reason,
+                    delegate_to: response.delegate_to,
+                };
                 c.post::<ApprovalEnvelope>(
                     &format!("admin/approvals/{}/decision", response.request_id),
                     body,
@@ -404,11 +352,7 @@ impl Backend {
     pub async fn ledger(&self) -> anyhow::Result<Vec<LedgerEntry>> {
         Ok(match self {
             Backend::Local(e) => e.ledger().await?,
-            Backend::Remote(c) => {
-                c.get::<Items<LedgerEntry>>("admin/ledger", &[])
-                    .await?
-                    .items
-            }
+            Backend::Remote(c) => c.get::<List<LedgerEntry>>("admin/ledger", &[]).await?.items,
         })
     }
 
@@ -458,9 +402,12 @@ impl Backend {
         Ok(match self {
             Backend::Local(e) => e.shared_state(id).await?,
             Backend::Remote(c) => {
-                c.get::<StateEnvelope>(&format!("admin/harness/shared-state/{}", segment(id)), &[])
-                    .await?
-                    .state
+                c.get::<SharedStateEnvelope>(
+                    &format!("admin/harness/shared-state/{}", segment(id)),
+                    &[],
+                )
+                .await?
+                .state
             }
         })
     }
@@ -469,7 +416,7 @@ impl Backend {
         Ok(match self {
             Backend::Local(e) => e.session_shared_state(session).await?,
             Backend::Remote(c) => {
-                c.get::<StateEnvelope>(
+                c.get::<SharedStateEnvelope>(
                     &format!("admin/sessions/{}/harness-state", segment(session)),
                     &[],
                 )
@@ -489,9 +436,12 @@ impl Backend {
                     .await?
             }
             Backend::Remote(c) => {
-                c.post::<StateEnvelope>("admin/harness/shared-state", serde_json::to_value(state)?)
-                    .await?
-                    .state
+                c.post::<SharedStateEnvelope>(
+                    "admin/harness/shared-state",
+                    serde_json::to_value(state)?,
+                )
+                .await?
+                .state
             }
         })
     }
@@ -507,7 +457,7 @@ impl Backend {
                     .await?
             }
             Backend::Remote(c) => {
-                c.post::<StateEnvelope>(
+                c.post::<SharedStateEnvelope>(
                     &format!("admin/harness/shared-state/{}/participants", segment(id)),
                     serde_json::to_value(participant)?,
                 )
@@ -524,7 +474,7 @@ impl Backend {
                     .await?
             }
             Backend::Remote(c) => {
-                c.post::<StateEnvelope>(
+                c.post::<SharedStateEnvelope>(
                     &format!("admin/harness/shared-state/{}/actions", segment(id)),
                     serde_json::to_value(action)?,
                 )
@@ -536,10 +486,6 @@ impl Backend {
 
     /// Runs detection; the state's conflict list is replaced.
     pub async fn detect_conflicts(&self, id: &str) -> anyhow::Result<Vec<Conflict>> {
-        #[derive(Deserialize)]
-        struct Report {
-            conflicts: Vec<Conflict>,
-        }
         Ok(match self {
             Backend::Local(e) => {
                 e.detect_conflicts(id, &crate::commands::actor(None))
@@ -547,7 +493,7 @@ impl Backend {
                     .1
             }
             Backend::Remote(c) => {
-                c.call::<Report>(
+                c.call::<ConflictReport>(
                     reqwest::Method::POST,
                     &format!(
                         "admin/harness/shared-state/{}/detect-conflicts",
@@ -620,7 +566,7 @@ impl Backend {
             Backend::Remote(c) => {
                 c.post::<ContractEnvelope>(
                     &format!("admin/harness/contracts/{}/status", segment(id)),
-                    serde_json::json!({ "status": to.as_str(), "reason": reason }),
+                    StatusRequest { status: to, reason },
                 )
                 .await?
                 .contract
@@ -697,7 +643,11 @@ impl Backend {
                     EvidencePart::Check(check) => ("checks", serde_json::to_value(check)?),
                     EvidencePart::Review { verdict, comment } => (
                         "reviews",
-                        serde_json::json!({ "verdict": verdict, "comment": comment }),
+                        serde_json::to_value(ReviewRequest {
+                            verdict,
+                            comment,
+                            id: None,
+                        })?,
                     ),
                 };
                 c.post::<EvidenceEnvelope>(

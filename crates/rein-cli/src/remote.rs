@@ -40,11 +40,7 @@ impl RemoteError {
     }
 }
 
-/// The API's `{task}` body.
-#[derive(Debug, serde::Deserialize)]
-pub struct TaskEnvelope {
-    pub task: rein_protocol::TaskState,
-}
+pub use rein_protocol::api::TaskEnvelope;
 
 /// A frame of a task's event stream.
 #[derive(Debug)]
@@ -220,8 +216,12 @@ impl Client {
     pub async fn post<T: DeserializeOwned>(
         &self,
         path: &str,
-        body: Value,
+        body: impl serde::Serialize,
     ) -> Result<T, RemoteError> {
+        let body = serde_json::to_value(body).map_err(|e| RemoteError::Protocol {
+            url: path.to_owned(),
+            detail: format!("the request body does not encode as JSON: {e}"),
+        })?;
         self.call(Method::POST, path, &[], Some(body)).await
     }
 

@@ -309,20 +309,10 @@ fn decode<T: serde::de::DeserializeOwned>(record: Record) -> Result<T, EngineErr
 }
 
 /// A page of contracts, newest first.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct ContractPage {
-    pub items: Vec<HarnessContract>,
-    #[serde(default)]
-    pub next_cursor: Option<String>,
-}
+pub type ContractPage = rein_protocol::api::Page<HarnessContract>;
 
 /// A page of evidence bundles, newest first.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct EvidencePage {
-    pub items: Vec<EvidenceBundle>,
-    #[serde(default)]
-    pub next_cursor: Option<String>,
-}
+pub type EvidencePage = rein_protocol::api::Page<EvidenceBundle>;
 
 /// Contracts and evidence bundles in the engine's store: what [`Engine::records`]
 /// hands out, and what a task's verify step works with.

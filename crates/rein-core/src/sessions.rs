@@ -62,12 +62,7 @@ impl Engine {
 pub const TASK_ACTOR: &str = "task";
 
 /// A page of sessions, newest task first.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct SessionPage {
-    pub items: Vec<AgentSessionInfo>,
-    #[serde(default)]
-    pub next_cursor: Option<String>,
-}
+pub type SessionPage = rein_protocol::api::Page<AgentSessionInfo>;
 
 /// Which session a turn is taken in.
 #[derive(Debug, Clone)]

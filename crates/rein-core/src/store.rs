@@ -111,12 +111,7 @@ pub struct TaskFilter {
     pub cursor: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct TaskPage {
-    pub items: Vec<TaskSummary>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-}
+pub type TaskPage = Page<TaskSummary>;
 
 /// Filter for [`Store::list_shared_states`]. Results come newest first.
 #[derive(Debug, Clone, Default)]
@@ -134,12 +129,7 @@ pub struct SharedStateFilter {
     pub cursor: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SharedStatePage {
-    pub items: Vec<rein_protocol::SharedHarnessState>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_cursor: Option<String>,
-}
+pub type SharedStatePage = Page<rein_protocol::SharedHarnessState>;
 
 /// The records kept beside tasks and shared states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,30 +209,7 @@ pub struct RecordPage {
     pub next_cursor: Option<String>,
 }
 
-/// A record of a change made outside a task's log (shared state so far): who did
-/// what to which subject, and when. Written in the same transaction as the change.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditRecord {
-    /// Its position (0 before it is stored).
-    pub seq: u64,
-    pub at: Timestamp,
-    pub who: String,
-    /// What was done: `shared_state.create`, `shared_state.add_action`, …
-    pub action: String,
-    /// What it was done to: a shared state's id.
-    pub subject: String,
-    #[serde(default)]
-    pub detail: serde_json::Value,
-}
-
-/// A snapshot without its payload, for listings.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SnapshotInfo {
-    pub id: SnapshotId,
-    pub task_id: TaskId,
-    pub seq: u64,
-    pub created_at: Timestamp,
-}
+pub use rein_protocol::api::{AuditRecord, Page, SnapshotInfo};
 
 /// The most requests one `list_approvals` call returns.
 pub const MAX_APPROVALS_PAGE: usize = 500;

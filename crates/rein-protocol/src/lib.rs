@@ -25,8 +25,10 @@
 //! - [`plugin`]: the manifest of an out-of-process harness plugin and the
 //!   JSON-RPC messages rein exchanges with it.
 //! - [`session`]: [`AgentSessionInfo`], an agent session (`ses_…`) as stored.
+//! - [`api`]: the admin API's request and response bodies and query parameters.
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
+pub mod api;
 pub mod approval;
 pub mod contract;
 pub mod event;

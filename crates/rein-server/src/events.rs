@@ -15,8 +15,8 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use rein_core::process::runner_alive;
+use rein_protocol::api::StreamQuery;
 use rein_protocol::{HarnessEvent, TaskId, TaskStatus};
-use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -32,14 +32,8 @@ const STALL_CHECK: Duration = Duration::from_secs(2);
 /// by a runner that is gone.
 pub const STALLED: &str = "stalled";
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct After {
-    pub(crate) after: Option<u64>,
-}
-
 /// Where the client is: `Last-Event-ID`, else `?after=`, else the start.
-pub(crate) fn position(headers: &HeaderMap, query: &After) -> ApiResult<u64> {
+pub(crate) fn position(headers: &HeaderMap, query: &StreamQuery) -> ApiResult<u64> {
     match headers.get("last-event-id") {
         Some(v) => v
             .to_str()
@@ -68,7 +62,7 @@ pub async fn task_stream(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    query: Result<Query<After>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Frames> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let id: TaskId = crate::routes::parse_id(&id)?;
@@ -148,7 +142,7 @@ pub async fn task_stream(
 pub async fn all_stream(
     State(state): State<AppState>,
     headers: HeaderMap,
-    query: Result<Query<After>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Frames> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let mut after = position(&headers, &query)?;

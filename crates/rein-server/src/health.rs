@@ -1,45 +1,7 @@
 //! `/healthz` (spec §6 rule 23): each component probed for real.
 
 use rein_core::Engine;
-use serde::Serialize;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Healthy,
-    Degraded,
-    Unhealthy,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Component {
-    pub status: Status,
-    pub detail: String,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Alert {
-    pub severity: &'static str,
-    pub message: String,
-    pub timestamp: chrono::DateTime<chrono::Utc>,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Components {
-    pub task_store: Component,
-    pub sandbox_manager: Component,
-    pub permission_manager: Component,
-    pub audit_logger: Component,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Health {
-    pub status: Status,
-    pub components: Components,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub metrics: Option<rein_protocol::HarnessMetrics>,
-    pub alerts: Vec<Alert>,
-}
+pub use rein_protocol::api::{Alert, Component, Components, Health, HealthStatus as Status};
 
 fn ok(detail: impl Into<String>) -> Component {
     Component {
@@ -152,7 +114,8 @@ pub async fn check(engine: &Engine) -> Health {
                 "critical"
             } else {
                 "warning"
-            },
+            }
+            .to_owned(),
             message: c.detail.clone(),
             timestamp: chrono::Utc::now(),
         })

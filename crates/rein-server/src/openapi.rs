@@ -1,12 +1,67 @@
 //! The API's routes as one table: the router is built from it, and so is the
-//! OpenAPI document, so the two cannot drift apart. `docs/openapi.json` is the
+//! OpenAPI document, so the two cannot drift apart. The document's schemas are
+//! derived from the request, response and query types of
+//! [`rein_protocol::api`] that the handlers use. `docs/openapi.json` is the
 //! document as generated; a test fails when it is out of date.
 
 use axum::routing::{MethodRouter, delete, get, post};
+use rein_protocol::api::*;
+use rein_protocol::{
+    Action, AgentSessionInfo, ApprovalId, ApprovalRequest, EvidenceBundle, EvidenceCheck,
+    EvidenceItem, HarnessContract, HarnessEvent, HarnessMetrics, LedgerCheck, LedgerEntry,
+    Participant, SelectionDecision, SessionId, SharedHarnessState, SnapshotId, TaskId, TaskSummary,
+};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::{Map, Value, json};
 
 use crate::auth::Role;
 use crate::{AppState, events, routes};
+
+/// Adds a type's schema to the document's components and answers a reference
+/// to it (or the schema itself, for a type that is always inlined).
+pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+/// What a request or response body holds.
+#[derive(Debug, Clone, Copy)]
+pub enum Content {
+    /// JSON of a type.
+    Json(SchemaFn),
+    /// A plan as JSON ([`SubmitTask`]) or the TOML of a plan file.
+    PlanOrToml,
+    /// Text of this media type.
+    Text(&'static str),
+    /// No body (204).
+    Empty,
+}
+
+fn subschema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+fn inline<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    T::json_schema(generator)
+}
+
+/// A body of JSON of type `T`.
+fn json<T: JsonSchema>() -> Content {
+    Content::Json(subschema::<T>)
+}
+
+/// The query parameters of an operation: the fields of `T`.
+fn query<T: JsonSchema>() -> Option<SchemaFn> {
+    Some(inline::<T>)
+}
+
+/// A path's `{id}`: an id of this kind.
+fn id<T: JsonSchema>() -> Option<SchemaFn> {
+    Some(subschema::<T>)
+}
+
+/// A path's `{id}` that the caller may choose (shared states, contracts,
+/// evidence, the sessions tasks are grouped by): any non-empty name.
+fn name() -> Option<SchemaFn> {
+    Some(|_| json_schema!({ "type": "string", "minLength": 1 }))
+}
 
 /// One operation of a route, as documented.
 #[derive(Debug, Clone)]
@@ -15,17 +70,18 @@ pub struct Operation {
     pub summary: &'static str,
     /// `None`: no authentication.
     pub role: Option<Role>,
-    pub query: &'static [(&'static str, &'static str)],
-    /// A component schema name, `"toml-or-json"` for plan submission, or `None`.
-    pub request: Option<&'static str>,
+    /// The type whose fields are its query parameters.
+    pub query: Option<SchemaFn>,
+    pub request: Option<Content>,
     pub success: u16,
-    /// What the success response holds: a component schema name, or a media note.
-    pub response: &'static str,
+    pub response: Content,
     pub errors: &'static [u16],
 }
 
 pub struct Route {
     pub path: &'static str,
+    /// What the path's `{id}` is (`None`: it has none).
+    pub param: Option<SchemaFn>,
     pub handler: MethodRouter<AppState>,
     pub operations: Vec<Operation>,
 }
@@ -39,18 +95,18 @@ impl std::fmt::Debug for Route {
     }
 }
 
-const fn op(
+fn op(
     method: &'static str,
     summary: &'static str,
     role: Option<Role>,
     success: u16,
-    response: &'static str,
+    response: Content,
 ) -> Operation {
     Operation {
         method,
         summary,
         role,
-        query: &[],
+        query: None,
         request: None,
         success,
         response,
@@ -67,6 +123,7 @@ pub fn table() -> Vec<Route> {
     vec![
         Route {
             path: "/healthz",
+            param: None,
             handler: get(healthz),
             operations: vec![Operation {
                 errors: &[503],
@@ -75,135 +132,136 @@ pub fn table() -> Vec<Route> {
                     "Health of the task store, the sandbox manager, the permission manager and the audit logger",
                     None,
                     200,
-                    "Health",
+                    json::<Health>(),
                 )
             }],
         },
         Route {
             path: "/metrics",
+            param: None,
             handler: get(metrics_text),
             operations: vec![op(
                 "get",
                 "Metrics in the Prometheus text format",
                 V,
                 200,
-                "text/plain",
+                Content::Text("text/plain"),
             )],
         },
         Route {
             path: "/auth/session",
+            param: None,
             handler: post(open_session),
             operations: vec![Operation {
-                request: Some("SessionRequest"),
+                request: Some(json::<SessionRequest>()),
                 errors: &[400, 401, 413],
                 ..op(
                     "post",
                     "Exchange a token for a session cookie and a CSRF token",
                     None,
                     200,
-                    "SessionResponse",
+                    json::<SessionResponse>(),
                 )
             }],
         },
         Route {
             path: "/admin/metrics",
+            param: None,
             handler: get(metrics_json),
-            operations: vec![op("get", "Metrics as JSON", V, 200, "HarnessMetrics")],
+            operations: vec![op(
+                "get",
+                "Metrics as JSON",
+                V,
+                200,
+                json::<HarnessMetrics>(),
+            )],
         },
         Route {
             path: "/admin/tasks",
+            param: None,
             handler: get(list_tasks).post(submit_task),
             operations: vec![
                 Operation {
-                    query: &[
-                        ("session_id", "only this session's tasks"),
-                        ("status", "only tasks in this status"),
-                        ("created_from", "created at or after (RFC 3339)"),
-                        ("created_to", "created before (RFC 3339)"),
-                        ("limit", "1–500 (default 50)"),
-                        ("cursor", "next_cursor of the previous page"),
-                    ],
-                    ..op("get", "List tasks, newest first", V, 200, "TaskPage")
+                    query: query::<TaskQuery>(),
+                    ..op(
+                        "get",
+                        "List tasks, newest first",
+                        V,
+                        200,
+                        json::<Page<TaskSummary>>(),
+                    )
                 },
                 Operation {
-                    request: Some("toml-or-json"),
+                    request: Some(Content::PlanOrToml),
                     errors: &[400, 401, 403, 413],
                     ..op(
                         "post",
                         "Run a plan (JSON {plan, session_id?, workspace?}, or a plan file's TOML), or a goal a model decomposes (JSON {goal, provider?, model?, runtime?, confirm?, attempts?, …}); a `workspace` or `allow_read` outside the server's --workspace-root is a 400",
                         O,
                         201,
-                        "TaskEnvelope",
+                        json::<TaskEnvelope>(),
                     )
                 },
             ],
         },
         Route {
             path: "/admin/harnesses",
+            param: None,
             handler: get(list_harnesses),
             operations: vec![op(
                 "get",
                 "The harnesses this server's runs select from, the built-in runtime first",
                 V,
                 200,
-                "HarnessList",
+                json::<List<HarnessInfo>>(),
             )],
         },
         Route {
             path: "/admin/harnesses/explain",
+            param: None,
             handler: get(explain_harness),
             operations: vec![Operation {
-                query: &[
-                    ("provider", "the provider (required)"),
-                    ("model", "the model"),
-                    (
-                        "runtime",
-                        "what a step would name: auto, rein or a harness id",
-                    ),
-                ],
+                query: query::<ExplainQuery>(),
                 errors: &[400, 401, 403, 404, 409],
                 ..op(
                     "get",
                     "Which runtime would serve a model route here, and why (404: no such harness; 409: it cannot serve the route)",
                     V,
                     200,
-                    "SelectionDecision",
+                    json::<SelectionDecision>(),
                 )
             }],
         },
         Route {
             path: "/admin/agent-sessions",
+            param: None,
             handler: get(crate::sessions::list_sessions),
             operations: vec![Operation {
-                query: &[
-                    ("task_id", "only this task's sessions"),
-                    ("status", "active or ended"),
-                    ("parent", "the children a session delegated"),
-                    ("limit", "1–500 (default 50)"),
-                    ("cursor", "next_cursor of the previous page"),
-                ],
+                query: query::<SessionQuery>(),
                 ..op(
                     "get",
                     "Agent sessions (`ses_…`), newest task first",
                     V,
                     200,
-                    "AgentSessionPage",
+                    json::<Page<AgentSessionInfo>>(),
                 )
             }],
         },
         Route {
             path: "/admin/agent-sessions/{id}",
+            param: id::<SessionId>(),
             handler: get(crate::sessions::show_session),
             operations: vec![op(
                 "get",
                 "An agent session with the children it delegated",
                 V,
                 200,
-                "AgentSessionEnvelope",
+                json::<AgentSessionEnvelope>(),
             )],
         },
         Route {
             path: "/admin/agent-sessions/{id}/reset",
+            param: id::<SessionId>(),
             handler: post(crate::sessions::reset_session),
             operations: vec![Operation {
                 errors: &[400, 401, 403, 404, 409],
@@ -212,45 +270,48 @@ pub fn table() -> Vec<Route> {
                     "Reset a session through its harness: its conversation starts over (409: its task is running, its harness's cleanup failed, or it is a delegated child, owned by its parent)",
                     O,
                     200,
-                    "AgentSessionEnvelope",
+                    json::<AgentSessionEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/agent-sessions/{id}/pin",
+            param: id::<SessionId>(),
             handler: post(crate::sessions::pin_session),
             operations: vec![Operation {
-                request: Some("PinRequest"),
+                request: Some(json::<PinRequest>()),
                 errors: &[400, 401, 403, 404, 409, 413],
                 ..op(
                     "post",
                     "Pin a session to a runtime (`rein` or a harness id; null unpins): above every other runtime setting for its later turns (400: no such runtime; 409: a delegated child)",
                     O,
                     200,
-                    "AgentSessionEnvelope",
+                    json::<AgentSessionEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/completions",
+            param: None,
             handler: post(complete),
             operations: vec![Operation {
-                request: Some("CompletionRequest"),
+                request: Some(json::<CompletionRequest>()),
                 errors: &[400, 401, 403, 413, 502, 503],
                 ..op(
                     "post",
                     "One isolated completion: a prompt with no tools, on the runtime the selection policy picks; with `schema`, an answer that does not match is a 502 naming each violation",
                     O,
                     200,
-                    "Completion",
+                    json::<rein_core::harness::completion::Completion>(),
                 )
             }],
         },
         Route {
             path: "/admin/tasks/{id}",
+            param: id::<TaskId>(),
             handler: get(show_task).merge(delete(delete_task)),
             operations: vec![
-                op("get", "A task's state", V, 200, "TaskEnvelope"),
+                op("get", "A task's state", V, 200, json::<TaskEnvelope>()),
                 Operation {
                     errors: &[400, 401, 403, 404, 409],
                     ..op(
@@ -258,104 +319,113 @@ pub fn table() -> Vec<Route> {
                         "Delete a finished or paused task with its log and snapshots",
                         O,
                         204,
-                        "none",
+                        Content::Empty,
                     )
                 },
             ],
         },
         Route {
             path: "/admin/tasks/{id}/events",
+            param: id::<TaskId>(),
             handler: get(task_events),
             operations: vec![Operation {
-                query: &[
-                    ("after", "only events after this sequence number"),
-                    ("limit", "at most this many"),
-                ],
-                ..op("get", "A task's event log", V, 200, "EventPage")
+                query: query::<LogQuery>(),
+                ..op(
+                    "get",
+                    "A task's event log",
+                    V,
+                    200,
+                    json::<List<HarnessEvent>>(),
+                )
             }],
         },
         Route {
             path: "/admin/tasks/{id}/events/stream",
+            param: id::<TaskId>(),
             handler: get(events::task_stream),
             operations: vec![Operation {
-                query: &[("after", "resume after this event (or send Last-Event-ID)")],
+                query: query::<StreamQuery>(),
                 ..op(
                     "get",
                     "A task's events as Server-Sent Events (id = seq); ends when the task finishes; one `stalled` event (no id) if the task is left in progress by a runner that is gone",
                     V,
                     200,
-                    "text/event-stream",
+                    Content::Text("text/event-stream"),
                 )
             }],
         },
         Route {
             path: "/admin/events/stream",
+            param: None,
             handler: get(events::all_stream),
             operations: vec![Operation {
-                query: &[(
-                    "after",
-                    "resume after this position (or send Last-Event-ID)",
-                )],
+                query: query::<StreamQuery>(),
                 ..op(
                     "get",
                     "Every task's events as Server-Sent Events (id = global position)",
                     V,
                     200,
-                    "text/event-stream",
+                    Content::Text("text/event-stream"),
                 )
             }],
         },
         Route {
             path: "/admin/tasks/{id}/pause",
+            param: id::<TaskId>(),
             handler: post(pause_task),
             operations: vec![Operation {
-                request: Some("Reason"),
+                request: Some(json::<Reason>()),
                 errors: &[400, 401, 403, 404, 409],
-                ..op("post", "Pause a task", O, 200, "ControlResult")
+                ..op("post", "Pause a task", O, 200, json::<ControlResult>())
             }],
         },
         Route {
             path: "/admin/tasks/{id}/abort",
+            param: id::<TaskId>(),
             handler: post(abort_task),
             operations: vec![Operation {
-                request: Some("Reason"),
+                request: Some(json::<Reason>()),
                 errors: &[400, 401, 403, 404, 409],
-                ..op("post", "Abort a task", O, 200, "ControlResult")
+                ..op("post", "Abort a task", O, 200, json::<ControlResult>())
             }],
         },
         Route {
             path: "/admin/tasks/{id}/resume",
+            param: id::<TaskId>(),
             handler: post(resume_task),
             operations: vec![Operation {
-                request: Some("ResumeRequest"),
+                request: Some(json::<ResumeRequest>()),
                 errors: &[400, 401, 403, 404, 409],
                 ..op(
                     "post",
                     "Resume a task in the server",
                     O,
                     202,
-                    "ResumeResult",
+                    json::<ResumeResult>(),
                 )
             }],
         },
         Route {
             path: "/admin/tasks/resume",
+            param: None,
             handler: post(resume_all),
             operations: vec![op(
                 "post",
                 "Resume every unfinished task nobody runs (pending, paused, or left in progress by a stopped runner) in the server",
                 O,
                 202,
-                "ResumeAllResult",
+                json::<ResumeAllResult>(),
             )],
         },
         Route {
             path: "/admin/tasks/{id}/plan",
+            param: id::<TaskId>(),
             handler: get(task_plan),
-            operations: vec![op("get", "A task's plan", V, 200, "PlanEnvelope")],
+            operations: vec![op("get", "A task's plan", V, 200, json::<PlanEnvelope>())],
         },
         Route {
             path: "/admin/tasks/{id}/snapshots",
+            param: id::<TaskId>(),
             handler: get(list_snapshots).post(snapshot_task),
             operations: vec![
                 op(
@@ -363,157 +433,159 @@ pub fn table() -> Vec<Route> {
                     "A task's snapshots, oldest first",
                     V,
                     200,
-                    "SnapshotPage",
+                    json::<List<SnapshotInfo>>(),
                 ),
-                op("post", "Snapshot a task", O, 201, "SnapshotEnvelope"),
+                op(
+                    "post",
+                    "Snapshot a task",
+                    O,
+                    201,
+                    json::<SnapshotEnvelope>(),
+                ),
             ],
         },
         Route {
             path: "/admin/snapshots/{id}/restore",
+            param: id::<SnapshotId>(),
             handler: post(restore_snapshot),
             operations: vec![op(
                 "post",
                 "Create a new task from a snapshot",
                 O,
                 201,
-                "TaskEnvelope",
+                json::<TaskEnvelope>(),
             )],
         },
         Route {
             path: "/admin/approvals",
+            param: None,
             handler: get(list_approvals),
             operations: vec![Operation {
-                query: &[
-                    (
-                        "status",
-                        "pending (default all), approved, denied, expired, skipped, all",
-                    ),
-                    ("task_id", "only this task's requests"),
-                    ("limit", "at most this many"),
-                ],
+                query: query::<ApprovalQuery>(),
                 ..op(
                     "get",
                     "List approval requests, newest first",
                     V,
                     200,
-                    "ApprovalPage",
+                    json::<List<ApprovalRequest>>(),
                 )
             }],
         },
         Route {
             path: "/admin/approvals/{id}",
+            param: id::<ApprovalId>(),
             handler: get(show_approval),
-            operations: vec![op("get", "An approval request", V, 200, "ApprovalEnvelope")],
+            operations: vec![op(
+                "get",
+                "An approval request",
+                V,
+                200,
+                json::<ApprovalEnvelope>(),
+            )],
         },
         Route {
             path: "/admin/approvals/{id}/decision",
+            param: id::<ApprovalId>(),
             handler: post(decide),
             operations: vec![Operation {
-                request: Some("DecisionRequest"),
+                request: Some(json::<DecisionRequest>()),
                 errors: &[400, 401, 403, 404, 409, 413],
                 ..op(
                     "post",
                     "Decide an approval request (the first valid decision wins)",
                     O,
                     200,
-                    "ApprovalEnvelope",
+                    json::<ApprovalEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/harness/shared-state",
+            param: None,
             handler: get(crate::shared_state::list).post(crate::shared_state::create),
             operations: vec![
                 Operation {
-                    query: &[
-                        ("session_id", "only this session's states"),
-                        ("parent_session_id", "only states under this parent session"),
-                        ("harness_contract_id", "only states of this contract"),
-                        (
-                            "status",
-                            "active, completed, failed, cancelled, blocked or unknown",
-                        ),
-                        ("tag", "only states with this tag"),
-                        ("created_from", "created at or after (RFC 3339)"),
-                        ("created_to", "created before (RFC 3339)"),
-                        ("limit", "1–500 (default 50)"),
-                        ("cursor", "next_cursor of the previous page"),
-                    ],
+                    query: query::<StateQuery>(),
                     ..op(
                         "get",
                         "List shared harness states, newest first",
                         V,
                         200,
-                        "SharedStatePage",
+                        json::<Page<SharedHarnessState>>(),
                     )
                 },
                 Operation {
-                    request: Some("SharedHarnessState"),
+                    request: Some(json::<SharedHarnessState>()),
                     errors: &[400, 401, 403, 409, 413],
                     ..op(
                         "post",
                         "Create a shared harness state (an existing id is 409, never overwritten)",
                         O,
                         201,
-                        "SharedStateEnvelope",
+                        json::<SharedStateEnvelope>(),
                     )
                 },
             ],
         },
         Route {
             path: "/admin/harness/shared-state/{id}",
+            param: name(),
             handler: get(crate::shared_state::show),
             operations: vec![op(
                 "get",
                 "A shared harness state",
                 V,
                 200,
-                "SharedStateEnvelope",
+                json::<SharedStateEnvelope>(),
             )],
         },
         Route {
             path: "/admin/sessions/{id}/harness-state",
+            param: name(),
             handler: get(crate::shared_state::of_session),
             operations: vec![op(
                 "get",
                 "The newest shared harness state of a session",
                 V,
                 200,
-                "SharedStateEnvelope",
+                json::<SharedStateEnvelope>(),
             )],
         },
         Route {
             path: "/admin/harness/shared-state/{id}/participants",
+            param: name(),
             handler: post(crate::shared_state::add_participant),
             operations: vec![Operation {
-                request: Some("Participant"),
+                request: Some(json::<Participant>()),
                 errors: &[400, 401, 403, 404, 413],
                 ..op(
                     "post",
                     "Add a participant (one with the same id is replaced)",
                     O,
                     200,
-                    "SharedStateEnvelope",
+                    json::<SharedStateEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/harness/shared-state/{id}/actions",
+            param: name(),
             handler: post(crate::shared_state::add_action),
             operations: vec![Operation {
-                request: Some("Action"),
+                request: Some(json::<Action>()),
                 errors: &[400, 401, 403, 404, 413],
                 ..op(
                     "post",
                     "Add an action (one with the same id is replaced)",
                     O,
                     200,
-                    "SharedStateEnvelope",
+                    json::<SharedStateEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/harness/shared-state/{id}/detect-conflicts",
+            param: name(),
             handler: post(crate::shared_state::detect),
             operations: vec![Operation {
                 errors: &[400, 401, 403, 404],
@@ -522,649 +594,327 @@ pub fn table() -> Vec<Route> {
                     "Detect conflicts; the state's conflict list is replaced by what is found",
                     O,
                     200,
-                    "ConflictReport",
+                    json::<ConflictReport>(),
                 )
             }],
         },
         Route {
             path: "/admin/harness/contracts",
+            param: None,
             handler: get(crate::records::list_contracts).post(crate::records::create_contract),
             operations: vec![
                 Operation {
-                    query: &[
-                        (
-                            "status",
-                            "draft, proposed, approved, executing, verified, failed, rejected, rolled_back or cancelled",
-                        ),
-                        ("task_id", "only the contracts of this task's steps"),
-                        (
-                            "shared_state_id",
-                            "only contracts recording into this shared state",
-                        ),
-                        ("limit", "1–500 (default 50)"),
-                        ("cursor", "next_cursor of the previous page"),
-                    ],
+                    query: query::<ContractQuery>(),
                     ..op(
                         "get",
                         "List harness contracts, newest first",
                         V,
                         200,
-                        "ContractPage",
+                        json::<Page<HarnessContract>>(),
                     )
                 },
                 Operation {
-                    request: Some("HarnessContract"),
+                    request: Some(json::<HarnessContract>()),
                     errors: &[400, 401, 403, 409, 413],
                     ..op(
                         "post",
                         "Create a harness contract, as draft or proposed; its risk is derived when not given (an existing id is 409)",
                         O,
                         201,
-                        "ContractEnvelope",
+                        json::<ContractEnvelope>(),
                     )
                 },
             ],
         },
         Route {
             path: "/admin/harness/contracts/{id}",
+            param: name(),
             handler: get(crate::records::show_contract),
             operations: vec![op(
                 "get",
                 "A harness contract with its status history",
                 V,
                 200,
-                "ContractEnvelope",
+                json::<ContractEnvelope>(),
             )],
         },
         Route {
             path: "/admin/harness/contracts/{id}/status",
+            param: name(),
             handler: post(crate::records::change_status),
             operations: vec![Operation {
-                request: Some("StatusRequest"),
+                request: Some(json::<StatusRequest>()),
                 errors: &[400, 401, 403, 404, 409, 413],
                 ..op(
                     "post",
                     "Move a contract along its flow (a move the flow does not allow is 409, naming the allowed ones)",
                     O,
                     200,
-                    "ContractEnvelope",
+                    json::<ContractEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/harness/evidence",
+            param: None,
             handler: get(crate::records::list_evidence).post(crate::records::create_evidence),
             operations: vec![
                 Operation {
-                    query: &[
-                        ("contract_id", "only the bundles of this contract"),
-                        ("task_id", "only the bundles of this task"),
-                        (
-                            "shared_state_id",
-                            "only bundles linked to this shared state",
-                        ),
-                        ("limit", "1–500 (default 50)"),
-                        ("cursor", "next_cursor of the previous page"),
-                    ],
+                    query: query::<EvidenceQuery>(),
                     ..op(
                         "get",
                         "List evidence bundles, newest first",
                         V,
                         200,
-                        "EvidencePage",
+                        json::<Page<EvidenceBundle>>(),
                     )
                 },
                 Operation {
-                    request: Some("EvidenceBundle"),
+                    request: Some(json::<EvidenceBundle>()),
                     errors: &[400, 401, 403, 409, 413],
                     ..op(
                         "post",
                         "Create an evidence bundle, linked from its contract and shared state (which must exist)",
                         O,
                         201,
-                        "EvidenceEnvelope",
+                        json::<EvidenceEnvelope>(),
                     )
                 },
             ],
         },
         Route {
             path: "/admin/harness/evidence/{id}",
+            param: name(),
             handler: get(crate::records::show_evidence),
-            operations: vec![op("get", "An evidence bundle", V, 200, "EvidenceEnvelope")],
+            operations: vec![op(
+                "get",
+                "An evidence bundle",
+                V,
+                200,
+                json::<EvidenceEnvelope>(),
+            )],
         },
         Route {
             path: "/admin/harness/evidence/{id}/items",
+            param: name(),
             handler: post(crate::records::add_item),
             operations: vec![Operation {
-                request: Some("EvidenceItem"),
+                request: Some(json::<EvidenceItem>()),
                 errors: &[400, 401, 403, 404, 413],
                 ..op(
                     "post",
                     "Add an item (one with the same id is replaced); a side effect inside an external runtime is recorded as unsupported unless it came through a rein-owned callback",
                     O,
                     200,
-                    "EvidenceEnvelope",
+                    json::<EvidenceEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/harness/evidence/{id}/checks",
+            param: name(),
             handler: post(crate::records::add_check),
             operations: vec![Operation {
-                request: Some("EvidenceCheck"),
+                request: Some(json::<EvidenceCheck>()),
                 errors: &[400, 401, 403, 404, 413],
                 ..op(
                     "post",
                     "Add a check (one with the same id is replaced)",
                     O,
                     200,
-                    "EvidenceEnvelope",
+                    json::<EvidenceEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/harness/evidence/{id}/reviews",
+            param: name(),
             handler: post(crate::records::add_review),
             operations: vec![Operation {
-                request: Some("ReviewRequest"),
+                request: Some(json::<ReviewRequest>()),
                 errors: &[400, 401, 403, 404, 413],
                 ..op(
                     "post",
                     "Add the caller's review of the evidence",
                     O,
                     200,
-                    "EvidenceEnvelope",
+                    json::<EvidenceEnvelope>(),
                 )
             }],
         },
         Route {
             path: "/admin/audit",
+            param: None,
             handler: get(crate::shared_state::audit),
             operations: vec![Operation {
-                query: &[
-                    ("after", "only records after this position"),
-                    ("limit", "at most this many (default 1000)"),
-                ],
+                query: query::<LogQuery>(),
                 ..op(
                     "get",
                     "Audit records of changes made outside task logs (shared states, contracts, evidence), oldest first",
                     V,
                     200,
-                    "AuditPage",
+                    json::<List<AuditRecord>>(),
                 )
             }],
         },
         Route {
             path: "/admin/audit/stream",
+            param: None,
             handler: get(crate::shared_state::audit_stream),
             operations: vec![Operation {
-                query: &[(
-                    "after",
-                    "resume after this position (or send Last-Event-ID)",
-                )],
+                query: query::<StreamQuery>(),
                 ..op(
                     "get",
                     "Audit records as Server-Sent Events (id = position, event = action), live",
                     V,
                     200,
-                    "text/event-stream",
+                    Content::Text("text/event-stream"),
                 )
             }],
         },
         Route {
             path: "/admin/ledger",
+            param: None,
             handler: get(ledger),
             operations: vec![op(
                 "get",
                 "The governance ledger, oldest first",
                 V,
                 200,
-                "LedgerPage",
+                json::<List<LedgerEntry>>(),
             )],
         },
         Route {
             path: "/admin/ledger/verify",
+            param: None,
             handler: get(verify_ledger),
             operations: vec![Operation {
-                query: &[(
-                    "head",
-                    "SEQ:HASH, a head recorded earlier: also check that the ledger still holds it",
-                )],
+                query: query::<VerifyQuery>(),
                 ..op(
                     "get",
                     "Check the ledger's hash chain (and, with ?head=, that it still holds a recorded head)",
                     V,
                     200,
-                    "LedgerCheck",
+                    json::<LedgerCheck>(),
                 )
             }],
         },
     ]
 }
 
-fn reference(name: &str) -> Value {
-    json!({ "$ref": format!("#/components/schemas/{name}") })
-}
-
-fn object(properties: Value, required: &[&str]) -> Value {
-    json!({ "type": "object", "properties": properties, "required": required })
-}
-
-/// Schemas of the envelopes the routes wrap the wire types in.
-fn envelopes() -> Vec<(&'static str, Value)> {
-    vec![
-        (
-            "Error",
-            object(
-                json!({ "error": object(json!({ "code": { "type": "string" }, "message": { "type": "string" } }), &["code", "message"]) }),
-                &["error"],
-            ),
-        ),
-        (
-            "TaskEnvelope",
-            object(json!({ "task": reference("TaskState") }), &["task"]),
-        ),
-        (
-            "TaskPage",
-            object(
-                json!({ "items": { "type": "array", "items": reference("TaskSummary") }, "next_cursor": { "type": ["string", "null"] } }),
-                &["items"],
-            ),
-        ),
-        (
-            "EventPage",
-            object(
-                json!({ "items": { "type": "array", "items": reference("HarnessEvent") } }),
-                &["items"],
-            ),
-        ),
-        (
-            "ApprovalEnvelope",
-            object(
-                json!({ "approval": reference("ApprovalRequest") }),
-                &["approval"],
-            ),
-        ),
-        (
-            "ApprovalPage",
-            object(
-                json!({ "items": { "type": "array", "items": reference("ApprovalRequest") } }),
-                &["items"],
-            ),
-        ),
-        (
-            "LedgerPage",
-            object(
-                json!({ "items": { "type": "array", "items": reference("LedgerEntry") } }),
-                &["items"],
-            ),
-        ),
-        (
-            "LedgerCheck",
-            object(
-                json!({ "entries": { "type": "integer" }, "intact": { "type": "boolean" }, "problems": { "type": "array", "items": { "type": "string" } }, "head": reference("LedgerHead"), "against": reference("LedgerHead") }),
-                &["entries", "intact", "problems"],
-            ),
-        ),
-        (
-            "LedgerHead",
-            object(
-                json!({ "seq": { "type": "integer", "minimum": 1 }, "hash": { "type": "string", "pattern": "^[0-9a-f]{64}$" } }),
-                &["seq", "hash"],
-            ),
-        ),
-        (
-            "SnapshotEnvelope",
-            object(
-                json!({ "snapshot": object(json!({ "id": { "type": "string" }, "task_id": { "type": "string" }, "seq": { "type": "integer" }, "created_at": { "type": "string", "format": "date-time" }, "status": { "type": "string" } }), &["id", "task_id", "seq", "created_at", "status"]) }),
-                &["snapshot"],
-            ),
-        ),
-        (
-            "SnapshotPage",
-            object(
-                json!({ "items": { "type": "array", "items": object(json!({ "id": { "type": "string" }, "task_id": { "type": "string" }, "seq": { "type": "integer" }, "created_at": { "type": "string", "format": "date-time" } }), &["id", "task_id", "seq", "created_at"]) } }),
-                &["items"],
-            ),
-        ),
-        (
-            "PlanEnvelope",
-            object(json!({ "plan": reference("TaskDecomposition") }), &["plan"]),
-        ),
-        (
-            "SharedStateEnvelope",
-            object(
-                json!({ "state": reference("SharedHarnessState") }),
-                &["state"],
-            ),
-        ),
-        (
-            "SharedStatePage",
-            object(
-                json!({ "items": { "type": "array", "items": reference("SharedHarnessState") }, "next_cursor": { "type": ["string", "null"] } }),
-                &["items"],
-            ),
-        ),
-        (
-            "ContractEnvelope",
-            object(
-                json!({ "contract": reference("HarnessContract") }),
-                &["contract"],
-            ),
-        ),
-        (
-            "ContractPage",
-            object(
-                json!({ "items": { "type": "array", "items": reference("HarnessContract") }, "next_cursor": { "type": ["string", "null"] } }),
-                &["items"],
-            ),
-        ),
-        (
-            "StatusRequest",
-            object(
-                json!({ "status": reference("ContractStatus"), "reason": { "type": "string" } }),
-                &["status"],
-            ),
-        ),
-        (
-            "EvidenceEnvelope",
-            object(
-                json!({ "evidence": reference("EvidenceBundle") }),
-                &["evidence"],
-            ),
-        ),
-        (
-            "EvidencePage",
-            object(
-                json!({ "items": { "type": "array", "items": reference("EvidenceBundle") }, "next_cursor": { "type": ["string", "null"] } }),
-                &["items"],
-            ),
-        ),
-        (
-            "ReviewRequest",
-            object(
-                json!({ "verdict": reference("ReviewVerdict"), "comment": { "type": "string" }, "id": { "type": "string" } }),
-                &["verdict"],
-            ),
-        ),
-        (
-            "ConflictReport",
-            object(
-                json!({ "state": reference("SharedHarnessState"), "conflicts": { "type": "array", "items": reference("Conflict") } }),
-                &["state", "conflicts"],
-            ),
-        ),
-        (
-            "AuditPage",
-            object(
-                json!({ "items": { "type": "array", "items": object(json!({ "seq": { "type": "integer" }, "at": { "type": "string", "format": "date-time" }, "who": { "type": "string" }, "action": { "type": "string" }, "subject": { "type": "string" }, "detail": {} }), &["seq", "at", "who", "action", "subject"]) } }),
-                &["items"],
-            ),
-        ),
-        (
-            "ControlResult",
-            object(
-                json!({
-                    "outcome": { "enum": ["applied", "requested", "already"] },
-                    "status": { "type": "string", "description": "the task's status (applied, already)" },
-                    "runner": { "type": "object", "description": "the runner that was asked (requested)", "properties": { "host": { "type": "string" }, "pid": { "type": "integer" } } }
-                }),
-                &["outcome"],
-            ),
-        ),
-        (
-            "ResumeAllResult",
-            object(
-                json!({ "task_ids": { "type": "array", "items": { "type": "string" } } }),
-                &["task_ids"],
-            ),
-        ),
-        (
-            "ResumeResult",
-            object(
-                json!({ "task_id": { "type": "string" }, "resuming": { "type": "boolean" } }),
-                &["task_id", "resuming"],
-            ),
-        ),
-        (
-            "Reason",
-            object(json!({ "reason": { "type": "string" } }), &[]),
-        ),
-        (
-            "ResumeRequest",
-            object(
-                json!({ "rerun": { "type": "array", "items": { "type": "string" } }, "skip": { "type": "array", "items": { "type": "string" } } }),
-                &[],
-            ),
-        ),
-        (
-            "DecisionRequest",
-            object(
-                json!({ "decision": { "enum": ["approve", "deny", "skip", "delegate"] }, "selected_option": { "type": "string" }, "reason": { "type": "string" }, "delegate_to": { "type": "string" } }),
-                &["decision"],
-            ),
-        ),
-        (
-            "SessionRequest",
-            object(json!({ "token": { "type": "string" } }), &["token"]),
-        ),
-        (
-            "SessionResponse",
-            object(
-                json!({ "csrf_token": { "type": "string" } }),
-                &["csrf_token"],
-            ),
-        ),
-        (
-            "SubmitTask",
-            object(
-                json!({
-                    "plan": reference("TaskDecomposition"),
-                    "goal": { "type": "string", "description": "instead of a plan: what the task is to achieve, decomposed into steps by a model at CP2" },
-                    "provider": { "type": "string" }, "model": { "type": "string" },
-                    "runtime": { "type": "string", "description": "auto, rein or a harness id" },
-                    "confirm": { "type": "boolean", "description": "a person confirms the decomposed plan before it runs (default true)" },
-                    "attempts": { "type": "integer", "minimum": 1, "maximum": 10 },
-                    "max_parallel": { "type": "integer", "minimum": 1 },
-                    "session_id": { "type": "string" },
-                    "workspace": { "type": "string", "description": "an absolute directory inside one of the server's --workspace-root directories; refused without one" } }),
-                &[],
-            ),
-        ),
-        (
-            "AgentSessionPage",
-            object(
-                json!({ "items": { "type": "array", "items": reference("AgentSessionInfo") }, "next_cursor": { "type": ["string", "null"] } }),
-                &["items"],
-            ),
-        ),
-        (
-            "AgentSessionEnvelope",
-            object(
-                json!({ "session": reference("AgentSessionInfo"), "children": { "type": "array", "items": reference("AgentSessionInfo") } }),
-                &["session"],
-            ),
-        ),
-        (
-            "PinRequest",
-            object(
-                json!({ "runtime": { "type": ["string", "null"], "description": "rein or a harness id; null (or absent) unpins" } }),
-                &[],
-            ),
-        ),
-        (
-            "HarnessList",
-            object(
-                json!({ "items": { "type": "array", "items": { "type": "object" } } }),
-                &["items"],
-            ),
-        ),
-        (
-            "CompletionRequest",
-            object(
-                json!({
-                    "prompt": { "type": "string", "minLength": 1 }, "system": { "type": "string" },
-                    "provider": { "type": "string" }, "model": { "type": "string" }, "runtime": { "type": "string" },
-                    "timeout_ms": { "type": "integer", "minimum": 1, "maximum": 1_800_000 },
-                    "schema": { "type": "object", "description": "a JSON Schema the answer must match" } }),
-                &["prompt"],
-            ),
-        ),
-        (
-            "Completion",
-            object(
-                json!({
-                    "text": { "type": "string" },
-                    "json": { "description": "the answer as JSON, when a schema was given" },
-                    "selection": reference("SelectionDecision"),
-                    "owner": { "enum": ["host", "harness"] },
-                    "runtime": { "enum": ["rein", "self"] },
-                    "profile": { "type": "string" },
-                    "request_durations_ms": { "type": "array", "items": { "type": "integer" } },
-                    "duration_ms": { "type": "integer" } }),
-                &[
-                    "text",
-                    "selection",
-                    "owner",
-                    "runtime",
-                    "profile",
-                    "request_durations_ms",
-                    "duration_ms",
-                ],
-            ),
-        ),
-        (
-            "Health",
-            object(
-                json!({ "status": { "enum": ["healthy", "degraded", "unhealthy"] }, "components": { "type": "object" }, "metrics": reference("HarnessMetrics"), "alerts": { "type": "array" } }),
-                &["status", "components", "alerts"],
-            ),
-        ),
-    ]
-}
-
-/// The largest integer a JSON number holds exactly.
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
-
-/// What a path's `{id}` is: an id of the kind its collection holds (a pattern
-/// the server checks before it looks), or any non-empty name (shared states,
-/// contracts and evidence may be named by the caller; a session id is the
-/// caller's).
-fn path_schema(path: &str) -> Value {
-    use rein_protocol::ids::id_pattern;
-    let prefix = [
-        ("/admin/tasks/", rein_protocol::TaskId::PREFIX),
-        ("/admin/snapshots/", rein_protocol::SnapshotId::PREFIX),
-        ("/admin/approvals/", rein_protocol::ApprovalId::PREFIX),
-        ("/admin/agent-sessions/", rein_protocol::SessionId::PREFIX),
-    ]
-    .into_iter()
-    .find(|(start, _)| path.starts_with(start));
-    match prefix {
-        Some((_, prefix)) => json!({ "type": "string", "pattern": id_pattern(prefix) }),
-        None => json!({ "type": "string", "minLength": 1 }),
+/// The parameters of an operation: its path's `{id}`, then the fields of its
+/// query type, each with its own schema (optional ones without the `null` a
+/// query string cannot send), sorted by name.
+fn parameters(
+    path: &str,
+    param: Option<SchemaFn>,
+    o: &Operation,
+    g: &mut SchemaGenerator,
+) -> Value {
+    let mut out: Vec<Value> = Vec::new();
+    if let Some(param) = param {
+        for name in path
+            .split('/')
+            .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        {
+            out.push(json!({ "name": name, "in": "path", "required": true, "schema": param(g) }));
+        }
     }
-}
-
-/// A query parameter's schema, by its name: page sizes and positions are
-/// integers (a paged list's `limit` is refused outside 1–500; the event and
-/// audit reads clamp theirs), times are RFC 3339, the rest strings.
-fn query_schema(name: &str, description: &str) -> Value {
-    match name {
-        "limit" if description.starts_with("1–500") => {
-            json!({ "type": "integer", "minimum": 1, "maximum": 500 })
-        }
-        "limit" | "after" => {
-            json!({ "type": "integer", "minimum": 0, "maximum": MAX_SAFE_INTEGER })
-        }
-        "created_from" | "created_to" => json!({ "type": "string", "format": "date-time" }),
-        // The explain route needs a provider, and an empty one names none.
-        "provider" | "head" => json!({ "type": "string", "minLength": 1 }),
-        _ => json!({ "type": "string" }),
-    }
-}
-
-fn operation(path: &str, o: &Operation) -> Value {
-    let mut parameters: Vec<Value> = path
-        .split('/')
-        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-        .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": path_schema(path) }))
-        .collect();
-    parameters.extend(o.query.iter().map(|(name, description)| {
-        let required = description.ends_with("(required)");
-        json!({ "name": name, "in": "query", "required": required, "description": description, "schema": query_schema(name, description) })
-    }));
-    let success = match o.response {
-        "none" => json!({ "description": "done" }),
-        "text/plain" | "text/event-stream" => {
-            json!({ "description": "ok", "content": { o.response: { "schema": { "type": "string" } } } })
-        }
-        schema => {
-            json!({ "description": "ok", "content": { "application/json": { "schema": reference(schema) } } })
-        }
+    let Some(query) = o.query else {
+        return Value::Array(out);
     };
+    let fields = query(g).to_value();
+    let required: Vec<&str> = fields["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut named: Vec<Value> = Vec::new();
+    for (name, schema) in fields["properties"].as_object().into_iter().flatten() {
+        let mut schema = schema.clone();
+        let description = schema
+            .as_object_mut()
+            .and_then(|o| {
+                // An absent parameter is absent, not `null`.
+                o.remove("default");
+                o.remove("description")
+            })
+            .unwrap_or(Value::Null);
+        if let Some(types) = schema.get("type").and_then(Value::as_array) {
+            let kept: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+            schema["type"] = match kept.as_slice() {
+                [one] => one.clone(),
+                _ => Value::Array(kept),
+            };
+        }
+        named.push(json!({
+            "name": name, "in": "query", "required": required.contains(&name.as_str()),
+            "description": description, "schema": schema,
+        }));
+    }
+    named.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    out.extend(named);
+    Value::Array(out)
+}
+
+fn content(body: Content, g: &mut SchemaGenerator) -> Option<Value> {
+    match body {
+        Content::Json(schema) => Some(json!({ "application/json": { "schema": schema(g) } })),
+        Content::PlanOrToml => Some(json!({
+            "application/json": { "schema": g.subschema_for::<SubmitTask>() },
+            "application/toml": { "schema": { "type": "string", "description": "a plan file" } },
+        })),
+        Content::Text(media) => Some(json!({ media: { "schema": { "type": "string" } } })),
+        Content::Empty => None,
+    }
+}
+
+fn operation(path: &str, param: Option<SchemaFn>, o: &Operation, g: &mut SchemaGenerator) -> Value {
     let mut responses = Map::new();
+    let success = match content(o.response, g) {
+        Some(content) => json!({ "description": "ok", "content": content }),
+        None => json!({ "description": "done" }),
+    };
     responses.insert(o.success.to_string(), success);
     // A body that is not JSON (or TOML, where a plan file is taken) is a 415.
     let unsupported: &[u16] = if o.request.is_some() { &[415] } else { &[] };
+    let error = json!({ "description": "error", "content": { "application/json": { "schema": g.subschema_for::<ErrorBody>() } } });
     for code in o.errors.iter().chain(unsupported) {
-        responses.insert(
-            code.to_string(),
-            json!({ "description": "error", "content": { "application/json": { "schema": reference("Error") } } }),
-        );
+        responses.insert(code.to_string(), error.clone());
     }
-    let mut out = json!({ "summary": o.summary, "parameters": parameters, "responses": responses });
+    let mut out = json!({
+        "summary": o.summary,
+        "parameters": parameters(path, param, o, g),
+        "responses": responses,
+    });
     if let Some(role) = o.role {
         out["security"] = json!([{ "bearer": [] }, { "session": [], "csrf": [] }]);
         out["x-rein-role"] = json!(role);
     } else {
         out["security"] = json!([]);
     }
-    match o.request {
-        Some("toml-or-json") => {
-            out["requestBody"] = json!({ "required": true, "content": {
-                "application/json": { "schema": reference("SubmitTask") },
-                "application/toml": { "schema": { "type": "string", "description": "a plan file" } } } });
-        }
-        Some(schema) => {
-            out["requestBody"] = json!({ "required": true, "content": { "application/json": { "schema": reference(schema) } } });
-        }
-        None => {}
+    if let Some(content) = o.request.and_then(|body| content(body, g)) {
+        out["requestBody"] = json!({ "required": true, "content": content });
     }
     out
 }
 
-/// The OpenAPI 3.1 document of the routes in [`table`].
+/// The OpenAPI 3.1 document of the routes in [`table`]: every schema one of
+/// them refers to, under `components/schemas`.
 pub fn document() -> Value {
-    let mut schemas = Map::new();
-    // The plugin protocol's messages (`plugin/…`) are not the API's.
-    for (name, schema) in rein_protocol::schema::all()
-        .into_iter()
-        .filter(|(name, _)| !name.contains('/'))
-    {
-        let mut schema = serde_json::to_value(schema).unwrap_or(Value::Null);
-        if let Some(defs) = schema
-            .as_object_mut()
-            .and_then(|o| o.remove("$defs"))
-            .and_then(|d| d.as_object().cloned())
-        {
-            for (def, value) in defs {
-                schemas.insert(def, value);
-            }
-        }
-        if let Some(o) = schema.as_object_mut() {
-            o.remove("$schema");
-        }
-        schemas.insert(name.to_owned(), schema);
-    }
-    for (name, schema) in envelopes() {
-        schemas.insert(name.to_owned(), schema);
-    }
+    let mut g = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+        })
+        .into_generator();
     let mut paths = Map::new();
     for route in table() {
         let mut item = Map::new();
         for o in &route.operations {
-            item.insert(o.method.to_owned(), operation(route.path, o));
+            item.insert(
+                o.method.to_owned(),
+                operation(route.path, route.param, o, &mut g),
+            );
         }
         paths.insert(route.path.to_owned(), Value::Object(item));
     }
@@ -1173,7 +923,7 @@ pub fn document() -> Value {
         "info": { "title": "rein admin API", "version": env!("CARGO_PKG_VERSION") },
         "paths": paths,
         "components": {
-            "schemas": schemas,
+            "schemas": g.take_definitions(true),
             "securitySchemes": {
                 "bearer": { "type": "http", "scheme": "bearer" },
                 "session": { "type": "apiKey", "in": "cookie", "name": crate::auth::SESSION_COOKIE },
@@ -1181,7 +931,5 @@ pub fn document() -> Value {
             },
         },
     });
-    // schemars points into each schema's own `$defs`; here they all live in components.
-    let text = doc.to_string().replace("#/$defs/", "#/components/schemas/");
-    rein_protocol::schema::canonical(serde_json::from_str(&text).unwrap_or(doc))
+    rein_protocol::schema::canonical(doc)
 }

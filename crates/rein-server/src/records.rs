@@ -8,53 +8,34 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rein_core::store::{RecordFilter, RecordKind};
+use rein_protocol::api::{
+    ContractEnvelope, ContractQuery, EvidenceEnvelope, EvidenceQuery, Page, ReviewRequest,
+    StatusRequest,
+};
 use rein_protocol::{
     ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceItem, HarnessContract, Review,
-    ReviewVerdict,
 };
-use serde::Deserialize;
-use serde_json::json;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{Body, Caller};
 
-/// Query names are snake_case, as on every route; the camelCase ones these
-/// routes once took are still accepted.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RecordQuery {
+/// What a listing of contracts or bundles filters on.
+struct Filter {
     status: Option<String>,
-    #[serde(alias = "taskId")]
     task_id: Option<String>,
-    #[serde(alias = "sharedStateId")]
     shared_state_id: Option<String>,
-    #[serde(alias = "contractId")]
     contract_id: Option<String>,
     limit: Option<usize>,
     cursor: Option<String>,
 }
 
-fn filter(
-    kind: RecordKind,
-    query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<RecordFilter> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+fn filter(kind: RecordKind, q: Filter) -> ApiResult<RecordFilter> {
     if q.limit.is_some_and(|l| l == 0 || l > 500) {
         return Err(ApiError::bad_request("limit must be between 1 and 500"));
     }
     if let Some(s) = &q.status {
-        if kind != RecordKind::Contract {
-            return Err(ApiError::bad_request(
-                "`status` filters contracts; evidence bundles have none",
-            ));
-        }
         parse_status(s)?;
-    }
-    if q.contract_id.is_some() && kind != RecordKind::Evidence {
-        return Err(ApiError::bad_request(
-            "`contractId` filters evidence bundles; for a contract, use its id",
-        ));
     }
     Ok(RecordFilter {
         kind,
@@ -79,25 +60,31 @@ fn parse_status(s: &str) -> ApiResult<ContractStatus> {
 
 pub async fn list_contracts(
     State(state): State<AppState>,
-    query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+    query: Result<Query<ContractQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Page<HarnessContract>>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let q = Filter {
+        status: q.status,
+        task_id: q.task_id,
+        shared_state_id: q.shared_state_id,
+        contract_id: None,
+        limit: q.limit,
+        cursor: q.cursor,
+    };
     let page = state
         .engine
         .records()
-        .contracts(&filter(RecordKind::Contract, query)?)
+        .contracts(&filter(RecordKind::Contract, q)?)
         .await?;
-    Ok(Json(
-        json!({ "items": page.items, "next_cursor": page.next_cursor }),
-    ))
+    Ok(Json(page))
 }
 
 pub async fn show_contract(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(
-        json!({ "contract": state.engine.records().contract(&id).await? }),
-    ))
+) -> ApiResult<Json<ContractEnvelope>> {
+    let contract = state.engine.records().contract(&id).await?;
+    Ok(Json(ContractEnvelope { contract }))
 }
 
 pub async fn create_contract(
@@ -110,15 +97,11 @@ pub async fn create_contract(
         .records()
         .create_contract(body, &caller.name)
         .await?;
-    Ok((StatusCode::CREATED, Json(json!({ "contract": created }))).into_response())
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StatusRequest {
-    status: String,
-    #[serde(default)]
-    reason: Option<String>,
+    Ok((
+        StatusCode::CREATED,
+        Json(ContractEnvelope { contract: created }),
+    )
+        .into_response())
 }
 
 pub async fn change_status(
@@ -126,37 +109,42 @@ pub async fn change_status(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<StatusRequest>,
-) -> ApiResult<Json<serde_json::Value>> {
-    let to = parse_status(&body.status)?;
+) -> ApiResult<Json<ContractEnvelope>> {
     let changed = state
         .engine
         .records()
-        .transition_contract(&id, to, &caller.name, body.reason)
+        .transition_contract(&id, body.status, &caller.name, body.reason)
         .await?;
-    Ok(Json(json!({ "contract": changed })))
+    Ok(Json(ContractEnvelope { contract: changed }))
 }
 
 pub async fn list_evidence(
     State(state): State<AppState>,
-    query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+    query: Result<Query<EvidenceQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<Page<EvidenceBundle>>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let q = Filter {
+        status: None,
+        task_id: q.task_id,
+        shared_state_id: q.shared_state_id,
+        contract_id: q.contract_id,
+        limit: q.limit,
+        cursor: q.cursor,
+    };
     let page = state
         .engine
         .records()
-        .evidence_bundles(&filter(RecordKind::Evidence, query)?)
+        .evidence_bundles(&filter(RecordKind::Evidence, q)?)
         .await?;
-    Ok(Json(
-        json!({ "items": page.items, "next_cursor": page.next_cursor }),
-    ))
+    Ok(Json(page))
 }
 
 pub async fn show_evidence(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(
-        json!({ "evidence": state.engine.records().evidence(&id).await? }),
-    ))
+) -> ApiResult<Json<EvidenceEnvelope>> {
+    let evidence = state.engine.records().evidence(&id).await?;
+    Ok(Json(EvidenceEnvelope { evidence }))
 }
 
 pub async fn create_evidence(
@@ -169,7 +157,11 @@ pub async fn create_evidence(
         .records()
         .create_evidence(body, &caller.name)
         .await?;
-    Ok((StatusCode::CREATED, Json(json!({ "evidence": created }))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(EvidenceEnvelope { evidence: created }),
+    )
+        .into_response())
 }
 
 pub async fn add_item(
@@ -177,13 +169,13 @@ pub async fn add_item(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<EvidenceItem>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<EvidenceEnvelope>> {
     let changed = state
         .engine
         .records()
         .add_evidence_item(&id, body, &caller.name)
         .await?;
-    Ok(Json(json!({ "evidence": changed })))
+    Ok(Json(EvidenceEnvelope { evidence: changed }))
 }
 
 pub async fn add_check(
@@ -191,24 +183,13 @@ pub async fn add_check(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<EvidenceCheck>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<EvidenceEnvelope>> {
     let changed = state
         .engine
         .records()
         .add_evidence_check(&id, body, &caller.name)
         .await?;
-    Ok(Json(json!({ "evidence": changed })))
-}
-
-/// A review as a person posts it: the reviewer is whoever is signed in.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReviewRequest {
-    verdict: ReviewVerdict,
-    #[serde(default)]
-    comment: Option<String>,
-    #[serde(default)]
-    id: Option<String>,
+    Ok(Json(EvidenceEnvelope { evidence: changed }))
 }
 
 pub async fn add_review(
@@ -216,7 +197,7 @@ pub async fn add_review(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<ReviewRequest>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<EvidenceEnvelope>> {
     let review = Review {
         id: body.id.unwrap_or_default(),
         reviewer: caller.name.clone(),
@@ -229,5 +210,5 @@ pub async fn add_review(
         .records()
         .add_evidence_review(&id, review, &caller.name)
         .await?;
-    Ok(Json(json!({ "evidence": changed })))
+    Ok(Json(EvidenceEnvelope { evidence: changed }))
 }

@@ -9,13 +9,17 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use rein_core::store::{ApprovalFilter, ControlKind, TaskFilter};
 use rein_core::{CreateTask, RunOptions};
-use rein_protocol::{
-    ApprovalId, ApprovalResponse, ApprovalStatus, Decision, SnapshotId, TaskDecomposition, TaskId,
-    TaskStatus,
+use rein_protocol::api::{
+    ApprovalEnvelope, ApprovalQuery, CompletionRequest, ControlResult, DecisionRequest,
+    ExplainQuery, HarnessInfo, List, LogQuery, Page, PlanEnvelope, Reason, ResumeAllResult,
+    ResumeRequest, ResumeResult, SessionRequest, SessionResponse, SnapshotEnvelope, SnapshotInfo,
+    SubmitTask, TakenSnapshot, TaskEnvelope, TaskQuery, VerifyQuery,
 };
-use serde::Deserialize;
+use rein_protocol::{
+    ApprovalId, ApprovalRequest, ApprovalResponse, ApprovalStatus, HarnessEvent, LedgerEntry,
+    SelectionDecision, SnapshotId, TaskDecomposition, TaskId, TaskStatus, TaskSummary,
+};
 use serde::de::DeserializeOwned;
-use serde_json::json;
 
 use crate::AppState;
 use crate::auth::{Principal, Role, SESSION_COOKIE};
@@ -101,21 +105,10 @@ pub(crate) fn parse_time(
         .transpose()
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TaskQuery {
-    session_id: Option<String>,
-    status: Option<String>,
-    created_from: Option<String>,
-    created_to: Option<String>,
-    limit: Option<usize>,
-    cursor: Option<String>,
-}
-
 pub async fn list_tasks(
     State(state): State<AppState>,
     query: Result<Query<TaskQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Page<TaskSummary>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let status = match &q.status {
         Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
@@ -135,116 +128,63 @@ pub async fn list_tasks(
         limit: q.limit,
         cursor: q.cursor,
     };
-    let page = state.engine.list(&filter).await?;
-    Ok(Json(
-        json!({ "items": page.items, "next_cursor": page.next_cursor }),
-    ))
+    Ok(Json(state.engine.list(&filter).await?))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SubmitTask {
-    #[serde(default)]
-    plan: Option<TaskDecomposition>,
-    /// A goal instead of a plan: decomposed into steps at CP2 by a model.
-    #[serde(default)]
-    goal: Option<String>,
-    #[serde(default)]
-    provider: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    runtime: Option<String>,
-    /// Whether a person confirms the decomposed plan before it runs (default true).
-    #[serde(default)]
-    confirm: Option<bool>,
-    #[serde(default)]
-    attempts: Option<u32>,
-    #[serde(default)]
-    max_parallel: Option<u32>,
-    #[serde(default)]
-    session_id: Option<String>,
-    /// An absolute directory inside one of the server's `--workspace-root`s.
-    #[serde(default)]
-    workspace: Option<std::path::PathBuf>,
-}
-
-impl SubmitTask {
-    /// The plan it asks for: the one given, or a goal's (stepless) plan.
-    fn into_plan(
-        self,
-    ) -> ApiResult<(
-        TaskDecomposition,
-        Option<String>,
-        Option<std::path::PathBuf>,
-    )> {
-        let goal_keys = [
-            ("provider", self.provider.is_some()),
-            ("model", self.model.is_some()),
-            ("runtime", self.runtime.is_some()),
-            ("confirm", self.confirm.is_some()),
-            ("attempts", self.attempts.is_some()),
-            ("max_parallel", self.max_parallel.is_some()),
-        ];
-        let plan = match (self.plan, self.goal) {
-            (Some(_), Some(_)) => {
-                return Err(ApiError::bad_request("give a `plan` or a `goal`, not both"));
+/// The plan a submission asks for: the one given, or a goal's (stepless) plan.
+fn into_plan(
+    submit: SubmitTask,
+) -> ApiResult<(
+    TaskDecomposition,
+    Option<String>,
+    Option<std::path::PathBuf>,
+)> {
+    let goal_keys = [
+        ("provider", submit.provider.is_some()),
+        ("model", submit.model.is_some()),
+        ("runtime", submit.runtime.is_some()),
+        ("confirm", submit.confirm.is_some()),
+        ("attempts", submit.attempts.is_some()),
+        ("max_parallel", submit.max_parallel.is_some()),
+    ];
+    let plan = match (submit.plan, submit.goal) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request("give a `plan` or a `goal`, not both"));
+        }
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "give a `plan` (the steps) or a `goal` (a sentence a model decomposes)",
+            ));
+        }
+        (Some(plan), None) => {
+            if let Some((key, _)) = goal_keys.iter().find(|(_, set)| *set) {
+                return Err(ApiError::bad_request(format!(
+                    "`{key}` goes with a `goal`; a `plan` says it in its steps"
+                )));
             }
-            (None, None) => {
-                return Err(ApiError::bad_request(
-                    "give a `plan` (the steps) or a `goal` (a sentence a model decomposes)",
-                ));
+            plan
+        }
+        (None, Some(goal)) => {
+            if submit.attempts.is_some_and(|a| a == 0 || a > 10) {
+                return Err(ApiError::bad_request("attempts must be between 1 and 10"));
             }
-            (Some(plan), None) => {
-                if let Some((key, _)) = goal_keys.iter().find(|(_, set)| *set) {
-                    return Err(ApiError::bad_request(format!(
-                        "`{key}` goes with a `goal`; a `plan` says it in its steps"
-                    )));
-                }
-                plan
+            if submit.max_parallel == Some(0) {
+                return Err(ApiError::bad_request("max_parallel must be at least 1"));
             }
-            (None, Some(goal)) => {
-                if self.attempts.is_some_and(|a| a == 0 || a > 10) {
-                    return Err(ApiError::bad_request("attempts must be between 1 and 10"));
-                }
-                if self.max_parallel == Some(0) {
-                    return Err(ApiError::bad_request("max_parallel must be at least 1"));
-                }
-                let mut plan = TaskDecomposition::new(goal.trim(), Vec::new());
-                plan.max_parallel = self.max_parallel;
-                plan.goal = Some(rein_protocol::Goal {
-                    provider: self.provider,
-                    model: self.model,
-                    runtime: self.runtime,
-                    confirm: self.confirm.unwrap_or(true),
-                    attempts: self.attempts,
-                    mcp: Vec::new(),
-                });
-                plan
-            }
-        };
-        Ok((plan, self.session_id, self.workspace))
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CompletionBody {
-    prompt: String,
-    #[serde(default)]
-    system: Option<String>,
-    #[serde(default)]
-    provider: Option<String>,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    runtime: Option<String>,
-    /// Milliseconds for the whole completion (default 120000, at most 1800000).
-    #[serde(default)]
-    timeout_ms: Option<u64>,
-    /// A JSON Schema the answer must match.
-    #[serde(default)]
-    schema: Option<serde_json::Value>,
+            let mut plan = TaskDecomposition::new(goal.trim(), Vec::new());
+            plan.max_parallel = submit.max_parallel;
+            plan.goal = Some(rein_protocol::Goal {
+                provider: submit.provider,
+                model: submit.model,
+                runtime: submit.runtime,
+                confirm: submit.confirm.unwrap_or(true),
+                attempts: submit.attempts,
+                mcp: Vec::new(),
+            });
+            plan
+        }
+    };
+    Ok((plan, submit.session_id, submit.workspace))
 }
 
 /// One isolated completion: prompt-only, no tools, on the runtime the
@@ -252,9 +192,9 @@ pub struct CompletionBody {
 /// naming each violation.
 pub async fn complete(
     State(state): State<AppState>,
-    Body(body): Body<CompletionBody>,
-) -> ApiResult<Json<serde_json::Value>> {
-    use rein_core::harness::completion::{CompletionFailure, CompletionRequest, Route};
+    Body(body): Body<CompletionRequest>,
+) -> ApiResult<Json<rein_core::harness::completion::Completion>> {
+    use rein_core::harness::completion::{self as completion, CompletionFailure, Route};
     if body.prompt.trim().is_empty() {
         return Err(ApiError::bad_request("the prompt is empty"));
     }
@@ -264,7 +204,7 @@ pub async fn complete(
             "timeout_ms must be between 1 and 1800000",
         ));
     }
-    let request = CompletionRequest {
+    let request = completion::CompletionRequest {
         prompt: body.prompt,
         system: body.system,
         route: Route {
@@ -274,8 +214,9 @@ pub async fn complete(
         },
         timeout: std::time::Duration::from_millis(timeout_ms),
     };
-    match state.engine.complete(&request, body.schema.as_ref()).await {
-        Ok(done) => Ok(Json(json!(done))),
+    let schema = body.schema.map(serde_json::Value::Object);
+    match state.engine.complete(&request, schema.as_ref()).await {
+        Ok(done) => Ok(Json(done)),
         Err(e @ (CompletionFailure::BadSchema(_) | CompletionFailure::Selection(_))) => {
             Err(ApiError::bad_request(e.to_string()))
         }
@@ -312,7 +253,7 @@ pub async fn submit_task(State(state): State<AppState>, req: Request) -> ApiResu
         (spec.plan, spec.session, spec.workspace)
     } else {
         let Body(submit) = Body::<SubmitTask>::from_request(req, &()).await?;
-        submit.into_plan()?
+        into_plan(submit)?
     };
     // A caller reaches the host's file system only inside the server's
     // --workspace-root directories; without any, a task gets a fresh workspace
@@ -328,7 +269,7 @@ pub async fn submit_task(State(state): State<AppState>, req: Request) -> ApiResu
         .await?;
     // A task just created is run by nobody yet.
     let _ = state.start(created.id().clone(), RunOptions::default());
-    Ok((StatusCode::CREATED, Json(json!({ "task": created }))).into_response())
+    Ok((StatusCode::CREATED, Json(TaskEnvelope { task: created })).into_response())
 }
 
 pub async fn show_task(
@@ -341,29 +282,23 @@ pub async fn show_task(
         Some(body) => body,
         None => {
             let task = state.engine.get(&id).await?;
-            let bytes = serde_json::to_vec(&json!({ "task": task })).map_err(|e| {
+            let seq = task.head.last_seq;
+            let bytes = serde_json::to_vec(&TaskEnvelope { task }).map_err(|e| {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
             })?;
             let body = axum::body::Bytes::from(bytes);
-            state.bodies.put(id, task.head.last_seq, body.clone());
+            state.bodies.put(id, seq, body.clone());
             body
         }
     };
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventsQuery {
-    after: Option<u64>,
-    limit: Option<usize>,
-}
-
 pub async fn task_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+    query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<List<HarnessEvent>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let id = task_id(&id)?;
     state.engine.summary(&id).await?;
@@ -375,14 +310,7 @@ pub async fn task_events(
             q.limit.unwrap_or(1000).clamp(1, 10_000),
         )
         .await?;
-    Ok(Json(json!({ "items": events })))
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct Reason {
-    #[serde(default)]
-    reason: Option<String>,
+    Ok(Json(List::new(events)))
 }
 
 pub async fn pause_task(
@@ -390,7 +318,7 @@ pub async fn pause_task(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<Reason>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<ControlResult>> {
     control_task(&state, &caller, &id, body, ControlKind::Pause).await
 }
 
@@ -399,7 +327,7 @@ pub async fn abort_task(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<Reason>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<ControlResult>> {
     control_task(&state, &caller, &id, body, ControlKind::Abort).await
 }
 
@@ -410,7 +338,7 @@ async fn control_task(
     id: &str,
     body: Reason,
     kind: ControlKind,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<ControlResult>> {
     let reason = body
         .reason
         .unwrap_or_else(|| "requested over the API".into());
@@ -419,39 +347,26 @@ async fn control_task(
         ControlKind::Pause => state.engine.pause(&id, &caller.name, &reason).await?,
         ControlKind::Abort => state.engine.abort(&id, &caller.name, &reason).await?,
     };
-    Ok(Json(outcome_body(&outcome)))
+    Ok(Json(control_result(outcome)))
 }
 
 /// `applied` with the task's new status, `requested` with the runner that was
 /// asked, or `already` with the status the task is in.
-fn outcome_body(outcome: &rein_core::ControlOutcome) -> serde_json::Value {
+fn control_result(outcome: rein_core::ControlOutcome) -> ControlResult {
     match outcome {
-        rein_core::ControlOutcome::Applied(state) => {
-            json!({ "outcome": "applied", "status": state.status() })
-        }
-        rein_core::ControlOutcome::Requested { runner } => {
-            json!({ "outcome": "requested", "runner": runner })
-        }
-        rein_core::ControlOutcome::AlreadyThere(status) => {
-            json!({ "outcome": "already", "status": status })
-        }
+        rein_core::ControlOutcome::Applied(state) => ControlResult::Applied {
+            status: state.status(),
+        },
+        rein_core::ControlOutcome::Requested { runner } => ControlResult::Requested { runner },
+        rein_core::ControlOutcome::AlreadyThere(status) => ControlResult::Already { status },
     }
-}
-
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct Resume {
-    #[serde(default)]
-    rerun: Vec<String>,
-    #[serde(default)]
-    skip: Vec<String>,
 }
 
 pub async fn resume_task(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
-    Body(body): Body<Resume>,
+    Body(body): Body<ResumeRequest>,
 ) -> ApiResult<Response> {
     let id = task_id(&id)?;
     let task = state.engine.summary(&id).await?;
@@ -477,7 +392,10 @@ pub async fn resume_task(
     }
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({ "task_id": id, "resuming": true })),
+        Json(ResumeResult {
+            task_id: id,
+            resuming: true,
+        }),
     )
         .into_response())
 }
@@ -499,21 +417,25 @@ pub async fn resume_all(
             ids.push(head.id);
         }
     }
-    Ok((StatusCode::ACCEPTED, Json(json!({ "task_ids": ids }))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ResumeAllResult { task_ids: ids }),
+    )
+        .into_response())
 }
 
 pub async fn task_plan(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<PlanEnvelope>> {
     let plan = state.engine.plan(&task_id(&id)?).await?;
-    Ok(Json(json!({ "plan": plan })))
+    Ok(Json(PlanEnvelope { plan }))
 }
 
 pub async fn list_snapshots(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<List<SnapshotInfo>>> {
     let id = task_id(&id)?;
     state.engine.summary(&id).await?;
     let items = state
@@ -522,7 +444,7 @@ pub async fn list_snapshots(
         .list_snapshots(&id)
         .await
         .map_err(rein_core::EngineError::from)?;
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(List::new(items)))
 }
 
 pub async fn snapshot_task(
@@ -530,11 +452,14 @@ pub async fn snapshot_task(
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let s = state.engine.snapshot(&task_id(&id)?).await?;
-    let body = json!({ "snapshot": {
-        "id": s.id, "task_id": s.task_id, "seq": s.seq, "created_at": s.created_at,
-        "status": s.state.status(),
-    } });
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let snapshot = TakenSnapshot {
+        status: s.state.status(),
+        id: s.id,
+        task_id: s.task_id,
+        seq: s.seq,
+        created_at: s.created_at,
+    };
+    Ok((StatusCode::CREATED, Json(SnapshotEnvelope { snapshot })).into_response())
 }
 
 pub async fn restore_snapshot(
@@ -543,7 +468,7 @@ pub async fn restore_snapshot(
 ) -> ApiResult<Response> {
     let id: SnapshotId = parse_id(&id)?;
     let task = state.engine.restore(&id).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "task": task }))).into_response())
+    Ok((StatusCode::CREATED, Json(TaskEnvelope { task })).into_response())
 }
 
 pub async fn delete_task(
@@ -554,18 +479,10 @@ pub async fn delete_task(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApprovalQuery {
-    status: Option<String>,
-    task_id: Option<String>,
-    limit: Option<usize>,
-}
-
 pub async fn list_approvals(
     State(state): State<AppState>,
     query: Result<Query<ApprovalQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<List<ApprovalRequest>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let status = match q.status.as_deref() {
         None | Some("all") => None,
@@ -578,8 +495,7 @@ pub async fn list_approvals(
         task_id: q.task_id.as_deref().map(task_id).transpose()?,
         limit: q.limit,
     };
-    let items = state.engine.approvals(&filter).await?;
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(List::new(state.engine.approvals(&filter).await?)))
 }
 
 fn approval_id(id: &str) -> ApiResult<ApprovalId> {
@@ -589,29 +505,17 @@ fn approval_id(id: &str) -> ApiResult<ApprovalId> {
 pub async fn show_approval(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<ApprovalEnvelope>> {
     let approval = state.engine.approval(&approval_id(&id)?).await?;
-    Ok(Json(json!({ "approval": approval })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DecisionBody {
-    decision: Decision,
-    #[serde(default)]
-    selected_option: Option<String>,
-    #[serde(default)]
-    reason: Option<String>,
-    #[serde(default)]
-    delegate_to: Option<String>,
+    Ok(Json(ApprovalEnvelope { approval }))
 }
 
 pub async fn decide(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
-    Body(body): Body<DecisionBody>,
-) -> ApiResult<Json<serde_json::Value>> {
+    Body(body): Body<DecisionRequest>,
+) -> ApiResult<Json<ApprovalEnvelope>> {
     let response = ApprovalResponse {
         request_id: approval_id(&id)?,
         decision: body.decision,
@@ -627,17 +531,11 @@ pub async fn decide(
     } else {
         state.engine.decide(response).await?
     };
-    Ok(Json(json!({ "approval": approval })))
+    Ok(Json(ApprovalEnvelope { approval }))
 }
 
-pub async fn ledger(State(state): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(json!({ "items": state.engine.ledger().await? })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VerifyQuery {
-    head: Option<String>,
+pub async fn ledger(State(state): State<AppState>) -> ApiResult<Json<List<LedgerEntry>>> {
+    Ok(Json(List::new(state.engine.ledger().await?)))
 }
 
 pub async fn verify_ledger(
@@ -681,21 +579,15 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
     (status, Json(health)).into_response()
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionBody {
-    token: String,
-}
-
 pub async fn open_session(
     State(state): State<AppState>,
-    Body(body): Body<SessionBody>,
+    Body(body): Body<SessionRequest>,
 ) -> ApiResult<Response> {
     let (id, csrf) = state.auth.open_session(&body.token)?;
     let cookie = format!("{SESSION_COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/");
     Ok((
         [(header::SET_COOKIE, cookie)],
-        Json(json!({ "csrf_token": csrf })),
+        Json(SessionResponse { csrf_token: csrf }),
     )
         .into_response())
 }
@@ -718,25 +610,15 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
 }
 
 /// The harnesses this server's runs select from (the built-in runtime first).
-pub async fn list_harnesses(State(state): State<AppState>) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(json!({ "items": state.harnesses.list() })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExplainQuery {
-    provider: String,
-    #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    runtime: Option<String>,
+pub async fn list_harnesses(State(state): State<AppState>) -> ApiResult<Json<List<HarnessInfo>>> {
+    Ok(Json(List::new(state.harnesses.list())))
 }
 
 /// Which runtime would serve a model route here, with the whole decision.
 pub async fn explain_harness(
     State(state): State<AppState>,
     query: Result<Query<ExplainQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<SelectionDecision>> {
     use rein_core::harness::SelectionError;
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if q.provider.trim().is_empty() {
@@ -747,7 +629,7 @@ pub async fn explain_harness(
         .explain(q.provider, q.model, q.runtime)
         .await
     {
-        Ok(decision) => Ok(Json(json!(decision))),
+        Ok(decision) => Ok(Json(decision)),
         Err(e @ SelectionError::MissingHarness { .. }) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",

@@ -7,29 +7,17 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use rein_protocol::{SessionId, SessionStatus, TaskId};
-use serde::Deserialize;
-use serde_json::json;
+use rein_protocol::api::{AgentSessionEnvelope, Page, PinRequest, SessionQuery};
+use rein_protocol::{AgentSessionInfo, SessionId, SessionStatus, TaskId};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{Body, Caller, parse_id};
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionQuery {
-    task_id: Option<String>,
-    status: Option<String>,
-    /// A session's delegated children.
-    parent: Option<String>,
-    limit: Option<usize>,
-    cursor: Option<String>,
-}
-
 pub async fn list_sessions(
     State(state): State<AppState>,
     query: Result<Query<SessionQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Page<AgentSessionInfo>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if q.limit.is_some_and(|l| l == 0 || l > 500) {
         return Err(ApiError::bad_request("limit must be between 1 and 500"));
@@ -47,9 +35,7 @@ pub async fn list_sessions(
             q.cursor,
         )
         .await?;
-    Ok(Json(
-        json!({ "items": page.items, "next_cursor": page.next_cursor }),
-    ))
+    Ok(Json(page))
 }
 
 fn parse_status(s: &str) -> ApiResult<SessionStatus> {
@@ -65,7 +51,7 @@ fn parse_status(s: &str) -> ApiResult<SessionStatus> {
 pub async fn show_session(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<AgentSessionEnvelope>> {
     parse_id::<SessionId>(&id)?;
     let sessions = state.engine.sessions();
     let session = sessions.get(&id).await?;
@@ -73,28 +59,27 @@ pub async fn show_session(
         .list(None, None, Some(&id), Some(500), None)
         .await?
         .items;
-    Ok(Json(json!({ "session": session, "children": children })))
+    Ok(Json(AgentSessionEnvelope {
+        session,
+        children: Some(children),
+    }))
 }
 
 pub async fn reset_session(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<AgentSessionEnvelope>> {
     parse_id::<SessionId>(&id)?;
     let reset = state
         .engine
         .sessions()
         .reset(&id, &state.harnesses, &caller.name)
         .await?;
-    Ok(Json(json!({ "session": reset })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PinRequest {
-    /// `rein` or a harness id; `null` unpins.
-    runtime: Option<String>,
+    Ok(Json(AgentSessionEnvelope {
+        session: reset,
+        children: None,
+    }))
 }
 
 pub async fn pin_session(
@@ -102,7 +87,7 @@ pub async fn pin_session(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<PinRequest>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<AgentSessionEnvelope>> {
     parse_id::<SessionId>(&id)?;
     if body.runtime.as_deref().is_some_and(|r| r.trim().is_empty()) {
         return Err(ApiError::bad_request(
@@ -114,5 +99,8 @@ pub async fn pin_session(
         .sessions()
         .pin(&id, body.runtime.as_deref(), &state.harnesses, &caller.name)
         .await?;
-    Ok(Json(json!({ "session": pinned })))
+    Ok(Json(AgentSessionEnvelope {
+        session: pinned,
+        children: None,
+    }))
 }

@@ -7,39 +7,19 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rein_core::store::SharedStateFilter;
+use rein_protocol::api::{
+    AuditRecord, ConflictReport, List, LogQuery, Page, SharedStateEnvelope, StateQuery, StreamQuery,
+};
 use rein_protocol::{Action, Participant, SharedHarnessState, WorkStatus};
-use serde::Deserialize;
-use serde_json::json;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::{Body, Caller, parse_time};
 
-/// Query names are snake_case, as on every route; the camelCase ones these
-/// routes once took are still accepted.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StateQuery {
-    #[serde(alias = "sessionId")]
-    session_id: Option<String>,
-    #[serde(alias = "parentSessionId")]
-    parent_session_id: Option<String>,
-    #[serde(alias = "harnessContractId")]
-    harness_contract_id: Option<String>,
-    status: Option<String>,
-    tag: Option<String>,
-    #[serde(alias = "createdFrom")]
-    created_from: Option<String>,
-    #[serde(alias = "createdTo")]
-    created_to: Option<String>,
-    limit: Option<usize>,
-    cursor: Option<String>,
-}
-
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<StateQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<Page<SharedHarnessState>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if q.limit.is_some_and(|l| l == 0 || l > 500) {
         return Err(ApiError::bad_request("limit must be between 1 and 500"));
@@ -65,28 +45,23 @@ pub async fn list(
         limit: q.limit,
         cursor: q.cursor,
     };
-    let page = state.engine.shared_states(&filter).await?;
-    Ok(Json(
-        json!({ "items": page.items, "next_cursor": page.next_cursor }),
-    ))
+    Ok(Json(state.engine.shared_states(&filter).await?))
 }
 
 pub async fn show(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(
-        json!({ "state": state.engine.shared_state(&id).await? }),
-    ))
+) -> ApiResult<Json<SharedStateEnvelope>> {
+    let shared = state.engine.shared_state(&id).await?;
+    Ok(Json(SharedStateEnvelope { state: shared }))
 }
 
 pub async fn of_session(
     State(state): State<AppState>,
     Path(session): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
-    Ok(Json(
-        json!({ "state": state.engine.session_shared_state(&session).await? }),
-    ))
+) -> ApiResult<Json<SharedStateEnvelope>> {
+    let shared = state.engine.session_shared_state(&session).await?;
+    Ok(Json(SharedStateEnvelope { state: shared }))
 }
 
 pub async fn create(
@@ -95,7 +70,11 @@ pub async fn create(
     Body(body): Body<SharedHarnessState>,
 ) -> ApiResult<Response> {
     let created = state.engine.create_shared_state(body, &caller.name).await?;
-    Ok((StatusCode::CREATED, Json(json!({ "state": created }))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(SharedStateEnvelope { state: created }),
+    )
+        .into_response())
 }
 
 pub async fn add_participant(
@@ -103,12 +82,12 @@ pub async fn add_participant(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<Participant>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<SharedStateEnvelope>> {
     let changed = state
         .engine
         .add_participant(&id, body, &caller.name)
         .await?;
-    Ok(Json(json!({ "state": changed })))
+    Ok(Json(SharedStateEnvelope { state: changed }))
 }
 
 pub async fn add_action(
@@ -116,32 +95,28 @@ pub async fn add_action(
     Caller(caller): Caller,
     Path(id): Path<String>,
     Body(body): Body<Action>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<SharedStateEnvelope>> {
     let changed = state.engine.add_action(&id, body, &caller.name).await?;
-    Ok(Json(json!({ "state": changed })))
+    Ok(Json(SharedStateEnvelope { state: changed }))
 }
 
 pub async fn detect(
     State(state): State<AppState>,
     Caller(caller): Caller,
     Path(id): Path<String>,
-) -> ApiResult<Json<serde_json::Value>> {
+) -> ApiResult<Json<ConflictReport>> {
     let (changed, conflicts) = state.engine.detect_conflicts(&id, &caller.name).await?;
-    Ok(Json(json!({ "state": changed, "conflicts": conflicts })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuditQuery {
-    after: Option<u64>,
-    limit: Option<usize>,
+    Ok(Json(ConflictReport {
+        state: changed,
+        conflicts,
+    }))
 }
 
 /// Audit records of changes made outside task logs, oldest first.
 pub async fn audit(
     State(state): State<AppState>,
-    query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
-) -> ApiResult<Json<serde_json::Value>> {
+    query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<List<AuditRecord>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let items = state
         .engine
@@ -150,7 +125,7 @@ pub async fn audit(
             q.limit.unwrap_or(1000).clamp(1, 10_000),
         )
         .await?;
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(List::new(items)))
 }
 
 /// Audit records as Server-Sent Events (id = the record's position, event = its
@@ -158,7 +133,7 @@ pub async fn audit(
 pub async fn audit_stream(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
-    query: Result<Query<crate::events::After>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     use axum::response::sse::{Event, KeepAlive, Sse};
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;

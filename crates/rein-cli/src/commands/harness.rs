@@ -5,15 +5,12 @@
 //! `REIN_PLUGINS`); with none, the built-in runtime serves every route. With
 //! `--url`, both report the server's registry and runtime policy.
 
+use rein_protocol::api::{HarnessInfo, List};
+
 use crate::cli::HarnessCommand;
 use crate::commands::{Target, print_json};
 use crate::exit::{self, UsageError};
 use crate::output::say;
-
-#[derive(serde::Deserialize)]
-struct Items {
-    items: Vec<serde_json::Value>,
-}
 
 pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8> {
     let client = match &target.url {
@@ -24,24 +21,28 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
     match cmd {
         HarnessCommand::List { json } => {
             // With --url, the server's registry: the harnesses its runs use.
-            let rows: Vec<serde_json::Value> = match &client {
-                Some(c) => c.get::<Items>("admin/harnesses", &[]).await?.items,
+            let rows: Vec<HarnessInfo> = match &client {
+                Some(c) => {
+                    c.get::<List<HarnessInfo>>("admin/harnesses", &[])
+                        .await?
+                        .items
+                }
                 None => local()?.list(),
             };
             if json {
                 print_json(&rows)?;
             } else {
                 for row in &rows {
-                    let owner = match row["plugin"].as_str() {
+                    let owner = match &row.plugin {
                         Some(p) => format!("plugin {p}"),
                         None => "built in".to_owned(),
                     };
                     say!(
                         "{:<16} {:<14} {:<5} {}",
-                        row["id"].as_str().unwrap_or(""),
+                        row.id,
                         owner,
-                        row["protocol"].as_str().unwrap_or(""),
-                        row["label"].as_str().unwrap_or("")
+                        row.protocol,
+                        row.label
                     );
                 }
             }

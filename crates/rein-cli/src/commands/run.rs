@@ -26,6 +26,7 @@ use crate::exit::{self, UsageError};
 use crate::progress::ProgressView;
 use crate::prompt::{self, Prompter};
 use crate::remote::{Client, TaskEnvelope};
+use rein_protocol::api::SubmitTask;
 
 /// The plan of `rein run --goal`: no steps yet, the goal to decompose.
 fn goal_spec(goal: &str, args: &RunArgs) -> anyhow::Result<PlanSpec> {
@@ -141,23 +142,27 @@ async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Re
         }
     }
     plan.max_parallel = plan.max_parallel.or(Some(args.max_parallel));
-    let body = match &plan.goal {
-        Some(goal) => json!({
-            "goal": plan.original_task,
-            "provider": goal.provider,
-            "model": goal.model,
-            "runtime": goal.runtime,
-            "confirm": goal.confirm,
-            "attempts": goal.attempts,
-            "max_parallel": plan.max_parallel,
-            "session_id": args.session.or(spec.session),
-            "workspace": workspace,
-        }),
-        None => json!({
-            "plan": plan,
-            "session_id": args.session.or(spec.session),
-            "workspace": workspace,
-        }),
+    let session_id = args.session.or(spec.session);
+    // A goal's keys go beside it; a plan says them in its steps.
+    let body = match plan.goal.clone() {
+        Some(goal) => SubmitTask {
+            goal: Some(plan.original_task.clone()),
+            provider: goal.provider,
+            model: goal.model,
+            runtime: goal.runtime,
+            confirm: Some(goal.confirm),
+            attempts: goal.attempts,
+            max_parallel: plan.max_parallel,
+            session_id,
+            workspace,
+            ..SubmitTask::default()
+        },
+        None => SubmitTask {
+            plan: Some(plan),
+            session_id,
+            workspace,
+            ..SubmitTask::default()
+        },
     };
     let created: TaskEnvelope = client.post("admin/tasks", body).await?;
     let out = Out::new(args.output, true);
@@ -376,11 +381,8 @@ async fn resume_remote(client: Client, args: ResumeArgs) -> anyhow::Result<u8> {
         return report(out, &finals, false);
     }
     refuse_steps_with_all(&args)?;
-    #[derive(serde::Deserialize)]
-    struct Resumed {
-        task_ids: Vec<TaskId>,
-    }
-    let resumed: Resumed = client.post("admin/tasks/resume", json!({})).await?;
+    let resumed: rein_protocol::api::ResumeAllResult =
+        client.post("admin/tasks/resume", json!({})).await?;
     if resumed.task_ids.is_empty() {
         return Ok(nothing_to_resume(out));
     }

@@ -4,28 +4,14 @@
 //! (a session a plugin's harness served is reset through that plugin); with
 //! `--url`, the server's.
 
+use rein_protocol::api::{AgentSessionEnvelope, Page, PinRequest};
 use rein_protocol::{AgentSessionInfo, SessionStatus};
-use serde::Deserialize;
 use serde_json::json;
 
 use crate::cli::SessionsCommand;
 use crate::commands::{Context, Target, actor, parse_task_id, print_json, print_page};
 use crate::exit;
 use crate::output::say;
-
-#[derive(Deserialize)]
-struct Page {
-    items: Vec<AgentSessionInfo>,
-    #[serde(default)]
-    next_cursor: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct Envelope {
-    session: AgentSessionInfo,
-    #[serde(default)]
-    children: Vec<AgentSessionInfo>,
-}
 
 pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u8> {
     let client = match &target.url {
@@ -53,14 +39,15 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
                     query.extend(status.map(|s| ("status", s)));
                     query.extend(parent.map(|p| ("parent", p)));
                     query.extend(cursor.map(|c| ("cursor", c)));
-                    c.get::<Page>("admin/agent-sessions", &query).await?
+                    c.get::<Page<AgentSessionInfo>>("admin/agent-sessions", &query)
+                        .await?
                 }
                 None => {
                     let status = status.map(|s| match s.as_str() {
                         "ended" => SessionStatus::Ended,
                         _ => SessionStatus::Active,
                     });
-                    let page = local()?
+                    local()?
                         .list(
                             task.as_ref(),
                             status,
@@ -68,11 +55,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
                             Some(limit as usize),
                             cursor,
                         )
-                        .await?;
-                    Page {
-                        items: page.items,
-                        next_cursor: page.next_cursor,
-                    }
+                        .await?
                 }
             };
             print_page(
@@ -106,7 +89,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
         SessionsCommand::Show { id, json } => {
             let shown = match &client {
                 Some(c) => {
-                    c.get::<Envelope>(&format!("admin/agent-sessions/{id}"), &[])
+                    c.get::<AgentSessionEnvelope>(&format!("admin/agent-sessions/{id}"), &[])
                         .await?
                 }
                 None => {
@@ -116,22 +99,29 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
                         .list(None, None, Some(id.trim()), Some(500), None)
                         .await?
                         .items;
-                    Envelope { session, children }
+                    AgentSessionEnvelope {
+                        session,
+                        children: Some(children),
+                    }
                 }
             };
+            let children = shown.children.unwrap_or_default();
             if json {
-                print_json(&json!({ "session": shown.session, "children": shown.children }))?;
+                print_json(&json!({ "session": shown.session, "children": children }))?;
             } else {
-                show(&shown.session, &shown.children);
+                show(&shown.session, &children);
             }
             Ok(exit::SUCCESS)
         }
         SessionsCommand::Reset { id, json } => {
             let session = match &client {
                 Some(c) => {
-                    c.post::<Envelope>(&format!("admin/agent-sessions/{id}/reset"), json!({}))
-                        .await?
-                        .session
+                    c.post::<AgentSessionEnvelope>(
+                        &format!("admin/agent-sessions/{id}/reset"),
+                        json!({}),
+                    )
+                    .await?
+                    .session
                 }
                 None => {
                     local()?
@@ -158,9 +148,9 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
         } => {
             let session = match &client {
                 Some(c) => {
-                    c.post::<Envelope>(
+                    c.post::<AgentSessionEnvelope>(
                         &format!("admin/agent-sessions/{id}/pin"),
-                        json!({ "runtime": runtime }),
+                        PinRequest { runtime },
                     )
                     .await?
                     .session

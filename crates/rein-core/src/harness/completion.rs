@@ -40,7 +40,7 @@ pub struct CompletionRequest {
 }
 
 /// A completion as it came back, and how it was served.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Completion {
     /// The visible text of the answer.
     pub text: String,

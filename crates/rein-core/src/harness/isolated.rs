@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::AgentHarness;
 
 /// Who prepares the request's transport and credentials.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CompletionOwner {
     /// rein: the harness gets the exact transport model and auth to use.
@@ -23,7 +23,7 @@ pub enum CompletionOwner {
 
 /// Which path serves the completion: rein's host-prepared one, or the
 /// harness's own runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub enum CompletionRuntime {
     #[serde(rename = "rein")]
     Rein,

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use rein_protocol::api::{AuthBootstrap, HarnessInfo};
 use rein_protocol::{
     BUILTIN_RUNTIME, Candidate, PolicySource, SelectionDecision, SelectionPolicy, SelectionReason,
     Support, SupportContext, WorkspaceEnvironment,
@@ -745,27 +746,35 @@ pub struct Harnesses {
 impl Harnesses {
     /// The built-in runtime, then every registered harness with its plugin and
     /// what it declares.
-    pub fn list(&self) -> Vec<serde_json::Value> {
-        let mut rows = vec![serde_json::json!({
-            "id": BUILTIN_RUNTIME,
-            "label": "the built-in runtime",
-            "plugin": null,
-            "builtin": true,
-            "protocol": "rein",
-        })];
+    pub fn list(&self) -> Vec<HarnessInfo> {
+        let mut rows = vec![HarnessInfo {
+            id: BUILTIN_RUNTIME.to_owned(),
+            label: "the built-in runtime".to_owned(),
+            plugin: None,
+            builtin: true,
+            protocol: "rein".to_owned(),
+            auto_selection_provider_ids: None,
+            auth_bootstrap: None,
+            workspace_environment: None,
+            delegated_execution_plugin_ids: None,
+        }];
         for r in self.registry.harnesses() {
             let h = &r.harness;
-            rows.push(serde_json::json!({
-                "id": h.id(),
-                "label": h.label(),
-                "plugin": r.plugin.id,
-                "builtin": false,
-                "protocol": h.protocol(),
-                "auto_selection_provider_ids": h.auto_selection_provider_ids(),
-                "auth_bootstrap": if h.auth_bootstrap_harness() { "harness" } else { "host" },
-                "workspace_environment": h.workspace_environment(),
-                "delegated_execution_plugin_ids": h.delegated_execution_plugin_ids(),
-            }));
+            rows.push(HarnessInfo {
+                id: h.id().to_owned(),
+                label: h.label().to_owned(),
+                plugin: Some(r.plugin.id.clone()),
+                builtin: false,
+                protocol: h.protocol().to_owned(),
+                auto_selection_provider_ids: h.auto_selection_provider_ids(),
+                auth_bootstrap: Some(if h.auth_bootstrap_harness() {
+                    AuthBootstrap::Harness
+                } else {
+                    AuthBootstrap::Host
+                }),
+                workspace_environment: h.workspace_environment(),
+                delegated_execution_plugin_ids: Some(h.delegated_execution_plugin_ids()),
+            });
         }
         rows
     }

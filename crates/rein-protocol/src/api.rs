@@ -1,0 +1,609 @@
+//! The admin API's bodies and query parameters: what each route takes and
+//! answers. The server's handlers build and read these, the CLI's remote client
+//! reads the same types, and the OpenAPI document's schemas are derived from
+//! them, so the three cannot tell different stories.
+//!
+//! Requests refuse fields they do not know (`additionalProperties: false` in
+//! the document); query names are snake_case on every route.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    AgentSessionInfo, ApprovalRequest, Conflict, ContractStatus, Decision, EvidenceBundle,
+    HarnessContract, HarnessMetrics, ReviewVerdict, RunnerInfo, SharedHarnessState, SnapshotId,
+    TaskDecomposition, TaskId, TaskState, TaskStatus, Timestamp, WorkspaceEnvironment,
+};
+
+/// The largest integer a JSON number holds exactly: positions and counts in
+/// queries stay below it.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// What every 4xx and 5xx answer holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "Error")]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ErrorDetail {
+    /// What went wrong, for scripts: `bad_request`, `not_found`, `conflict`, …
+    pub code: String,
+    /// What went wrong, for people, and what to do next.
+    pub message: String,
+}
+
+/// One page of a listing, newest first; `next_cursor` asks for the next page
+/// (`null`: this is the last).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "{T}Page")]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+impl<T> Page<T> {
+    pub fn new(items: Vec<T>, next_cursor: Option<String>) -> Page<T> {
+        Page { items, next_cursor }
+    }
+}
+
+impl<T> Default for Page<T> {
+    fn default() -> Page<T> {
+        Page::new(Vec::new(), None)
+    }
+}
+
+/// A whole listing, or as much of it as was asked for (no cursor).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(rename = "{T}List")]
+pub struct List<T> {
+    pub items: Vec<T>,
+}
+
+impl<T> List<T> {
+    pub fn new(items: Vec<T>) -> List<T> {
+        List { items }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskEnvelope {
+    pub task: TaskState,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PlanEnvelope {
+    pub plan: TaskDecomposition,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ApprovalEnvelope {
+    pub approval: ApprovalRequest,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SharedStateEnvelope {
+    pub state: SharedHarnessState,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ContractEnvelope {
+    pub contract: HarnessContract,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EvidenceEnvelope {
+    pub evidence: EvidenceBundle,
+}
+
+/// A shared state after conflict detection, with what was found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConflictReport {
+    pub state: SharedHarnessState,
+    pub conflicts: Vec<Conflict>,
+}
+
+/// An agent session; shown alone, with the sessions it delegated.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentSessionEnvelope {
+    pub session: AgentSessionInfo,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children: Option<Vec<AgentSessionInfo>>,
+}
+
+/// A snapshot without its payload, as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotInfo {
+    pub id: SnapshotId,
+    pub task_id: TaskId,
+    /// The position in the task's log it copies.
+    pub seq: u64,
+    pub created_at: Timestamp,
+}
+
+/// A snapshot just taken, with the status of the task it copies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TakenSnapshot {
+    pub id: SnapshotId,
+    pub task_id: TaskId,
+    pub seq: u64,
+    pub created_at: Timestamp,
+    pub status: TaskStatus,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotEnvelope {
+    pub snapshot: TakenSnapshot,
+}
+
+/// A record of a change made outside a task's log (shared states, contracts,
+/// evidence): who did what to which subject, and when. Written in the same
+/// transaction as the change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AuditRecord {
+    /// Its position (0 before it is stored).
+    pub seq: u64,
+    pub at: Timestamp,
+    pub who: String,
+    /// What was done: `shared_state.create`, `shared_state.add_action`, …
+    pub action: String,
+    /// What it was done to: a shared state's, contract's or bundle's id.
+    pub subject: String,
+    #[serde(default)]
+    pub detail: serde_json::Value,
+}
+
+/// What a pause or abort did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ControlResult {
+    /// Done here: the task is now in this status.
+    Applied { status: TaskStatus },
+    /// The task's live runner was asked and will act shortly.
+    Requested { runner: RunnerInfo },
+    /// Nothing to do: the task already was in this status.
+    Already { status: TaskStatus },
+}
+
+/// A resume that was started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResumeResult {
+    pub task_id: TaskId,
+    pub resuming: bool,
+}
+
+/// The tasks a resume of everything started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResumeAllResult {
+    pub task_ids: Vec<TaskId>,
+}
+
+/// Why a pause or abort is asked (it goes into the task's log).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reason {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Which steps a resume runs again and which it marks skipped.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResumeRequest {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rerun: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skip: Vec<String>,
+}
+
+/// A person's answer to an approval request; who decided is whoever is signed in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequest {
+    pub decision: Decision,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_option: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Who decides instead (with `delegate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegate_to: Option<String>,
+}
+
+/// A contract's move along its status flow.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusRequest {
+    pub status: ContractStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// A review as a person posts it: the reviewer is whoever is signed in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewRequest {
+    pub verdict: ReviewVerdict,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// One with the same id is replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+}
+
+/// Pins an agent session to a runtime, or unpins it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PinRequest {
+    /// `rein` or a harness id; `null` (or absent) unpins.
+    #[serde(default)]
+    pub runtime: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRequest {
+    /// One of the server's tokens.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionResponse {
+    /// Send it as `X-CSRF-Token` with every change made with the cookie.
+    pub csrf_token: String,
+}
+
+/// A task to run: a `plan` (its steps), or a `goal` a model decomposes at CP2
+/// (with the `provider` … `max_parallel` keys that go with a goal).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitTask {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<TaskDecomposition>,
+    /// Instead of a plan: what the task is to achieve, decomposed into steps by
+    /// a model at CP2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// `auto`, `rein` or a harness id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Whether a person confirms the decomposed plan before it runs (default true).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirm: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub attempts: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_parallel: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// An absolute directory inside one of the server's `--workspace-root`
+    /// directories; refused without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<std::path::PathBuf>,
+}
+
+/// One isolated completion: prompt-only, no tools.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompletionRequest {
+    #[schemars(length(min = 1))]
+    pub prompt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Milliseconds for the whole completion (default 120000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_800_000))]
+    pub timeout_ms: Option<u64>,
+    /// A JSON Schema the answer must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Who prepares a harness's credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AuthBootstrap {
+    /// rein: the harness is handed the transport and auth to use.
+    Host,
+    /// The harness prepares its own.
+    Harness,
+}
+
+/// A runtime runs can select: the built-in one, or a registered harness with
+/// what it declares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HarnessInfo {
+    pub id: String,
+    pub label: String,
+    /// The plugin that registered it (`null`: built in).
+    pub plugin: Option<String>,
+    pub builtin: bool,
+    /// What its runtime speaks: `rein` or `acp`.
+    pub protocol: String,
+    /// Providers `auto` may choose it for (absent: it is asked for every one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_selection_provider_ids: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_bootstrap: Option<AuthBootstrap>,
+    /// Where its sessions' work happens: a provider-hosted workspace or a
+    /// local folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_environment: Option<WorkspaceEnvironment>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated_execution_plugin_ids: Option<Vec<String>>,
+}
+
+/// How a component, or the whole server, is.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    Healthy,
+    Degraded,
+    Unhealthy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Component {
+    pub status: HealthStatus,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Alert {
+    /// `warning` or `critical`.
+    pub severity: String,
+    pub message: String,
+    pub timestamp: Timestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Components {
+    pub task_store: Component,
+    pub sandbox_manager: Component,
+    pub permission_manager: Component,
+    pub audit_logger: Component,
+}
+
+/// `/healthz`: each component probed for real (spec §6 rule 23).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Health {
+    pub status: HealthStatus,
+    pub components: Components,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<HarnessMetrics>,
+    pub alerts: Vec<Alert>,
+}
+
+/// `GET /admin/tasks`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskQuery {
+    /// Only this session's tasks.
+    pub session_id: Option<String>,
+    /// Only tasks in this status.
+    pub status: Option<String>,
+    /// Created at or after (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub created_from: Option<String>,
+    /// Created before (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub created_to: Option<String>,
+    /// 1–500 (default 50).
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// `GET /admin/tasks/{id}/events`, `GET /admin/audit`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogQuery {
+    /// Only entries after this position.
+    #[schemars(range(max = MAX_SAFE_INTEGER))]
+    pub after: Option<u64>,
+    /// At most this many (default 1000, at most 10000).
+    #[schemars(range(max = MAX_SAFE_INTEGER))]
+    pub limit: Option<usize>,
+}
+
+/// The event and audit streams.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StreamQuery {
+    /// Resume after this position (or send `Last-Event-ID`).
+    #[schemars(range(max = MAX_SAFE_INTEGER))]
+    pub after: Option<u64>,
+}
+
+/// `GET /admin/approvals`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalQuery {
+    /// An approval status (`pending`, `approved`, …), or `all` (the default).
+    pub status: Option<String>,
+    /// Only this task's requests.
+    pub task_id: Option<String>,
+    /// At most this many (at most 500).
+    #[schemars(range(max = MAX_SAFE_INTEGER))]
+    pub limit: Option<usize>,
+}
+
+/// `GET /admin/ledger/verify`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyQuery {
+    /// `SEQ:HASH`, a head recorded earlier: also check that the ledger still
+    /// holds it.
+    #[schemars(length(min = 1))]
+    pub head: Option<String>,
+}
+
+/// `GET /admin/harnesses/explain`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainQuery {
+    /// The provider.
+    #[schemars(length(min = 1))]
+    pub provider: String,
+    /// The model.
+    pub model: Option<String>,
+    /// What a step would name: `auto`, `rein` or a harness id.
+    pub runtime: Option<String>,
+}
+
+/// `GET /admin/agent-sessions`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionQuery {
+    /// Only this task's sessions.
+    pub task_id: Option<String>,
+    /// `active` or `ended`.
+    pub status: Option<String>,
+    /// The children a session delegated.
+    pub parent: Option<String>,
+    /// 1–500 (default 50).
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// `GET /admin/harness/contracts`. The camelCase names these routes once
+/// took are still accepted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContractQuery {
+    /// Only contracts in this status.
+    pub status: Option<String>,
+    /// Only this task's contracts.
+    #[serde(alias = "taskId")]
+    pub task_id: Option<String>,
+    /// Only contracts linked to this shared state.
+    #[serde(alias = "sharedStateId")]
+    pub shared_state_id: Option<String>,
+    /// 1–500 (default 50).
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// `GET /admin/harness/evidence`. The camelCase names these routes once took
+/// are still accepted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceQuery {
+    /// Only the bundles of this contract.
+    #[serde(alias = "contractId")]
+    pub contract_id: Option<String>,
+    /// Only the bundles of this task.
+    #[serde(alias = "taskId")]
+    pub task_id: Option<String>,
+    /// Only bundles linked to this shared state.
+    #[serde(alias = "sharedStateId")]
+    pub shared_state_id: Option<String>,
+    /// 1–500 (default 50).
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// `GET /admin/harness-states`. The camelCase names these routes once took
+/// are still accepted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StateQuery {
+    /// Only this session's states.
+    #[serde(alias = "sessionId")]
+    pub session_id: Option<String>,
+    /// Only the states of this session's children.
+    #[serde(alias = "parentSessionId")]
+    pub parent_session_id: Option<String>,
+    /// Only states linked to this contract.
+    #[serde(alias = "harnessContractId")]
+    pub harness_contract_id: Option<String>,
+    /// Only states in this status.
+    pub status: Option<String>,
+    /// Only states with this tag.
+    pub tag: Option<String>,
+    /// Created at or after (RFC 3339).
+    #[serde(alias = "createdFrom")]
+    #[schemars(extend("format" = "date-time"))]
+    pub created_from: Option<String>,
+    /// Created before (RFC 3339).
+    #[serde(alias = "createdTo")]
+    #[schemars(extend("format" = "date-time"))]
+    pub created_to: Option<String>,
+    /// 1–500 (default 50).
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<usize>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn pages_and_control_results_read_as_the_server_writes_them() {
+        let page: Page<u32> = serde_json::from_str(r#"{"items":[1,2]}"#).unwrap();
+        assert_eq!(page, Page::new(vec![1, 2], None));
+        assert_eq!(
+            serde_json::to_value(&page).unwrap(),
+            serde_json::json!({ "items": [1, 2], "next_cursor": null })
+        );
+        let applied = ControlResult::Applied {
+            status: TaskStatus::Paused,
+        };
+        let text = serde_json::to_string(&applied).unwrap();
+        assert_eq!(text, r#"{"outcome":"applied","status":"paused"}"#);
+        assert_eq!(
+            serde_json::from_str::<ControlResult>(&text).unwrap(),
+            applied
+        );
+    }
+
+    #[test]
+    fn requests_refuse_fields_they_do_not_know() {
+        let err = serde_json::from_str::<DecisionRequest>(
+            r#"{"decision":"approve","decidedBy":"mallory"}"#,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("decidedBy"), "{err}");
+        let schema = serde_json::to_value(schemars::schema_for!(DecisionRequest)).unwrap();
+        assert_eq!(schema["additionalProperties"], false);
+    }
+
+    #[test]
+    fn generic_bodies_are_named_after_what_they_hold() {
+        use schemars::JsonSchema;
+        assert_eq!(Page::<crate::TaskSummary>::schema_name(), "TaskSummaryPage");
+        assert_eq!(
+            List::<crate::HarnessEvent>::schema_name(),
+            "HarnessEventList"
+        );
+        assert_eq!(ErrorBody::schema_name(), "Error");
+    }
+}
