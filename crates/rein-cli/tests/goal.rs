@@ -460,6 +460,13 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
     );
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("no harness `nope`"), "{body}");
+    // A provider nothing here speaks is the caller's to fix, not the model's.
+    let (status, body) = post(
+        "/admin/completions",
+        r#"{"prompt": "hello", "provider": "mistral"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("speaks the providers"), "{body}");
 }
 
 #[test]

@@ -13,7 +13,9 @@ use rein_core::harness::isolated::{
     AuthProfile, CompletionAuth, CompletionError, CompletionOutput, ContentPart, IsolatedParams,
     IsolatedRequest, OutputTextPolicy, run_isolated,
 };
-use rein_core::harness::{AgentHarness, HarnessRegistry, RuntimePolicy, SelectionRequest, select};
+use rein_core::harness::{
+    AgentHarness, HarnessRegistry, RuntimePolicy, SelectionError, SelectionRequest, select,
+};
 use rein_protocol::{BUILTIN_RUNTIME, Support, SupportContext};
 
 use crate::openai::{ChatConfig, ChatError, Message};
@@ -86,6 +88,16 @@ impl Completer for Completions {
         let selection = select(&self.registry, &self.policy, &wanted).await?;
         let builtin;
         let harness: &dyn AgentHarness = if selection.selected == BUILTIN_RUNTIME {
+            // A provider it does not speak is the caller's mistake, told
+            // before any request is made.
+            if let Err(reason) = crate::provider::speaks(&provider) {
+                return Err(SelectionError::Unsupported {
+                    id: BUILTIN_RUNTIME.to_owned(),
+                    route: format!("{provider}/{model}"),
+                    reason,
+                }
+                .into());
+            }
             builtin = Builtin {
                 provider: provider.clone(),
                 providers: self.providers.clone(),

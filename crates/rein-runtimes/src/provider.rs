@@ -10,6 +10,18 @@ use crate::responses::ResponsesClient;
 /// The providers' names, as steps and routes give them.
 pub const PROVIDERS: &[&str] = &["openai", "openai-responses", "anthropic"];
 
+/// Whether the built-in runtime speaks `provider`; if not, what to tell the
+/// caller.
+pub fn speaks(provider: &str) -> Result<(), String> {
+    if PROVIDERS.contains(&provider) {
+        return Ok(());
+    }
+    Err(format!(
+        "the built-in runtime speaks the providers {}, not `{provider}`; a plugin's harness may serve it (`rein harness explain --provider {provider}`)",
+        PROVIDERS.join(", ")
+    ))
+}
+
 /// The settings of every provider.
 #[derive(Debug, Clone, Default)]
 pub struct Providers {
@@ -44,10 +56,7 @@ impl Providers {
                     ..self.anthropic.clone()
                 },
             ))),
-            other => Err(format!(
-                "the built-in runtime speaks the providers {}, not `{other}`; a plugin's harness may serve it (`rein harness explain --provider {other}`)",
-                PROVIDERS.join(", ")
-            )),
+            other => Err(speaks(other).err().unwrap_or_default()),
         }
     }
 
