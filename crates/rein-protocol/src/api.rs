@@ -260,12 +260,14 @@ pub struct SessionResponse {
 /// (with the `provider` … `max_parallel` keys that go with a goal).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [{ "required": ["plan"] }, { "required": ["goal"] }]))]
 pub struct SubmitTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<TaskDecomposition>,
     /// Instead of a plan: what the task is to achieve, decomposed into steps by
     /// a model at CP2.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"\S"))]
     pub goal: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
@@ -295,7 +297,8 @@ pub struct SubmitTask {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompletionRequest {
-    #[schemars(length(min = 1))]
+    /// Not empty, nor only spaces.
+    #[schemars(regex(pattern = r"\S"))]
     pub prompt: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
@@ -391,6 +394,12 @@ pub struct Health {
     pub alerts: Vec<Alert>,
 }
 
+/// An approval status, or `all`.
+fn approval_status_or_all(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let one = generator.subschema_for::<crate::ApprovalStatus>();
+    schemars::json_schema!({ "anyOf": [one, { "const": "all" }] })
+}
+
 /// `GET /admin/tasks`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -398,6 +407,8 @@ pub struct TaskQuery {
     /// Only this session's tasks.
     pub session_id: Option<String>,
     /// Only tasks in this status.
+    #[serde(default)]
+    #[schemars(with = "TaskStatus")]
     pub status: Option<String>,
     /// Created at or after (RFC 3339).
     #[schemars(extend("format" = "date-time"))]
@@ -408,7 +419,9 @@ pub struct TaskQuery {
     /// 1–500 (default 50).
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (the id of its last task).
+    #[serde(default)]
+    #[schemars(with = "TaskId")]
     pub cursor: Option<String>,
 }
 
@@ -438,8 +451,12 @@ pub struct StreamQuery {
 #[serde(deny_unknown_fields)]
 pub struct ApprovalQuery {
     /// An approval status (`pending`, `approved`, …), or `all` (the default).
+    #[serde(default)]
+    #[schemars(schema_with = "approval_status_or_all")]
     pub status: Option<String>,
     /// Only this task's requests.
+    #[serde(default)]
+    #[schemars(with = "TaskId")]
     pub task_id: Option<String>,
     /// At most this many (at most 500).
     #[schemars(range(max = MAX_SAFE_INTEGER))]
@@ -452,7 +469,7 @@ pub struct ApprovalQuery {
 pub struct VerifyQuery {
     /// `SEQ:HASH`, a head recorded earlier: also check that the ledger still
     /// holds it.
-    #[schemars(length(min = 1))]
+    #[schemars(regex(pattern = r"^0*[1-9][0-9]{0,18}:[0-9a-fA-F]{64}$"))]
     pub head: Option<String>,
 }
 
@@ -474,15 +491,20 @@ pub struct ExplainQuery {
 #[serde(deny_unknown_fields)]
 pub struct SessionQuery {
     /// Only this task's sessions.
+    #[serde(default)]
+    #[schemars(with = "TaskId")]
     pub task_id: Option<String>,
     /// `active` or `ended`.
+    #[serde(default)]
+    #[schemars(with = "crate::SessionStatus")]
     pub status: Option<String>,
     /// The children a session delegated.
     pub parent: Option<String>,
     /// 1–500 (default 50).
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (`TIME|ID`).
+    #[schemars(regex(pattern = r"\|"))]
     pub cursor: Option<String>,
 }
 
@@ -492,6 +514,8 @@ pub struct SessionQuery {
 #[serde(deny_unknown_fields)]
 pub struct ContractQuery {
     /// Only contracts in this status.
+    #[serde(default)]
+    #[schemars(with = "ContractStatus")]
     pub status: Option<String>,
     /// Only this task's contracts.
     #[serde(alias = "taskId")]
@@ -502,7 +526,8 @@ pub struct ContractQuery {
     /// 1–500 (default 50).
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (`TIME|ID`).
+    #[schemars(regex(pattern = r"\|"))]
     pub cursor: Option<String>,
 }
 
@@ -523,7 +548,8 @@ pub struct EvidenceQuery {
     /// 1–500 (default 50).
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (`TIME|ID`).
+    #[schemars(regex(pattern = r"\|"))]
     pub cursor: Option<String>,
 }
 
@@ -542,6 +568,8 @@ pub struct StateQuery {
     #[serde(alias = "harnessContractId")]
     pub harness_contract_id: Option<String>,
     /// Only states in this status.
+    #[serde(default)]
+    #[schemars(with = "crate::WorkStatus")]
     pub status: Option<String>,
     /// Only states with this tag.
     pub tag: Option<String>,
@@ -556,7 +584,8 @@ pub struct StateQuery {
     /// 1–500 (default 50).
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
-    /// `next_cursor` of the previous page.
+    /// `next_cursor` of the previous page (`TIME|ID`).
+    #[schemars(regex(pattern = r"\|"))]
     pub cursor: Option<String>,
 }
 

@@ -104,6 +104,8 @@ pub struct StatusChange {
 pub struct HarnessContract {
     #[serde(default)]
     pub id: String,
+    /// What the work is for: not empty.
+    #[schemars(regex(pattern = r"\S"))]
     pub goal: String,
     #[serde(default)]
     pub status: ContractStatus,

@@ -201,6 +201,7 @@ pub struct Action {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub participant_id: Option<String>,
+    #[schemars(regex(pattern = r"\S"))]
     pub title: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,

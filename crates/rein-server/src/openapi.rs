@@ -30,6 +30,8 @@ pub enum Content {
     PlanOrToml,
     /// Text of this media type.
     Text(&'static str),
+    /// Server-Sent Events whose data is JSON of a type.
+    Events(SchemaFn),
     /// No body (204).
     Empty,
 }
@@ -45,6 +47,11 @@ fn inline<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
 /// A body of JSON of type `T`.
 fn json<T: JsonSchema>() -> Content {
     Content::Json(subschema::<T>)
+}
+
+/// A stream of Server-Sent Events, each one's data JSON of type `T`.
+fn stream<T: JsonSchema>() -> Content {
+    Content::Events(subschema::<T>)
 }
 
 /// The query parameters of an operation: the fields of `T`.
@@ -350,7 +357,7 @@ pub fn table() -> Vec<Route> {
                     "A task's events as Server-Sent Events (id = seq); ends when the task finishes; one `stalled` event (no id) if the task is left in progress by a runner that is gone",
                     V,
                     200,
-                    Content::Text("text/event-stream"),
+                    stream::<HarnessEvent>(),
                 )
             }],
         },
@@ -365,7 +372,7 @@ pub fn table() -> Vec<Route> {
                     "Every task's events as Server-Sent Events (id = global position)",
                     V,
                     200,
-                    Content::Text("text/event-stream"),
+                    stream::<HarnessEvent>(),
                 )
             }],
         },
@@ -768,7 +775,7 @@ pub fn table() -> Vec<Route> {
                     "Audit records as Server-Sent Events (id = position, event = action), live",
                     V,
                     200,
-                    Content::Text("text/event-stream"),
+                    stream::<AuditRecord>(),
                 )
             }],
         },
@@ -864,6 +871,15 @@ fn content(body: Content, g: &mut SchemaGenerator) -> Option<Value> {
             "application/toml": { "schema": { "type": "string", "description": "a plan file" } },
         })),
         Content::Text(media) => Some(json!({ media: { "schema": { "type": "string" } } })),
+        // Each event as a client parses it (the schema applies to one event).
+        Content::Events(data) => Some(json!({ "text/event-stream": { "schema": {
+            "type": "object",
+            "properties": {
+                "id": { "type": "string", "description": "its position: send it back as Last-Event-ID to resume after it" },
+                "event": { "type": "string", "description": "what happened (the event's or record's type; `stalled`: the task's runner is gone; `error`: the stream ends)" },
+                "data": { "type": "string", "contentMediaType": "application/json", "contentSchema": data(g) },
+            },
+        } } })),
         Content::Empty => None,
     }
 }
