@@ -43,6 +43,7 @@ mod agent;
 mod goal;
 mod sse;
 mod takeover;
+mod ui;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -162,6 +163,20 @@ enum Bench {
         /// The rein binary [default: the one beside rein-bench].
         #[arg(long)]
         rein: Option<std::path::PathBuf>,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// The Control UI: the tasks page's server time over many stored tasks,
+    /// and in Chromium, from a click on "approve" to the next step started.
+    Ui {
+        #[arg(long, default_value_t = 100_000)]
+        tasks: usize,
+        /// Requests timed per page.
+        #[arg(long, default_value_t = 200)]
+        requests: usize,
+        /// Approve clicks timed in the browser (0: no browser).
+        #[arg(long, default_value_t = 20)]
+        clicks: usize,
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -1069,6 +1084,20 @@ fn main() -> anyhow::Result<()> {
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
             println!("{}", runtime.block_on(acp::acp(rounds.max(1), rein, &dir))?);
+        }
+        Bench::Ui {
+            tasks,
+            requests,
+            clicks,
+            dir,
+        } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            println!(
+                "{}",
+                runtime.block_on(ui::ui(tasks, requests.max(1), clicks, &dir))?
+            );
         }
         Bench::Takeover { tasks, rein, dir } => {
             let temp = tempfile::tempdir()?;

@@ -119,6 +119,23 @@ impl Auth {
         Ok((id, csrf))
     }
 
+    /// The browser session the request's cookie names: who it is, and the
+    /// CSRF token its changes must carry.
+    pub fn browser_session(&self, headers: &HeaderMap) -> Option<(Principal, String)> {
+        let id = session_cookie(headers)?;
+        let sessions = self.sessions.lock().ok()?;
+        sessions
+            .get(&id)
+            .map(|s| (s.principal.clone(), s.csrf.clone()))
+    }
+
+    /// Ends the browser session the request's cookie names, if there is one.
+    pub fn close_session(&self, headers: &HeaderMap) {
+        if let (Some(id), Ok(mut sessions)) = (session_cookie(headers), self.sessions.lock()) {
+            sessions.remove(&id);
+        }
+    }
+
     /// Who sent the request, checking the CSRF header of cookie mutations.
     pub fn principal(&self, method: &Method, headers: &HeaderMap) -> ApiResult<Principal> {
         if !self.enabled() {

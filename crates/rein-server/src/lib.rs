@@ -21,6 +21,7 @@ pub mod records;
 pub mod routes;
 pub mod sessions;
 pub mod shared_state;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -186,6 +187,7 @@ pub fn router(state: AppState) -> Router {
             ));
             router.route(route.path, handler)
         })
+        .merge(ui::router())
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

@@ -1,0 +1,469 @@
+//! The Control UI in a real browser: Debian's Chromium, headless, driven over
+//! WebDriver by chromedriver (both installed by `.ci/run`), against a real
+//! `rein serve` with an operator's and a viewer's token. Each page it visits
+//! is saved as a screenshot under `target/ui-screens/` for a person to look at.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+const OPERATOR: &str = "ui-operator-token";
+const VIEWER: &str = "ui-viewer-token";
+
+fn sha256(token: &str) -> String {
+    rein_server::auth::hash_token(token)
+}
+
+/// A chromedriver process on a free port; killed when dropped.
+struct Driver(Child, String);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn chromedriver() -> Driver {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver is not installed: apt-get install chromium chromium-driver (.ci/run does)");
+    let addr = format!("127.0.0.1:{port}");
+    common::eventually("chromedriver listening", || {
+        std::net::TcpStream::connect(&addr).ok()
+    });
+    Driver(child, format!("http://{addr}"))
+}
+
+async fn browser(driver: &Driver, profile: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": "/usr/bin/chromium",
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+                "--window-size=1280,1000",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.1)
+        .await
+        .expect("chromium did not start under chromedriver");
+    // A page that does not load in ten seconds fails the test: a browser
+    // whose connections to the server are all taken (by pages it keeps in
+    // its back/forward cache, with their event streams open) waits forever.
+    client
+        .update_timeouts(fantoccini::wd::TimeoutConfiguration::new(
+            Some(Duration::from_secs(10)),
+            Some(Duration::from_secs(10)),
+            Some(Duration::ZERO),
+        ))
+        .await
+        .unwrap();
+    client
+}
+
+/// Saves what the browser shows as `target/ui-screens/NAME.png`.
+async fn screenshot(client: &Client, name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screens");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = client.screenshot().await.unwrap();
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+/// Waits (up to 15 s) until `script` returns true in the page.
+async fn until(client: &Client, what: &str, script: &str) {
+    let started = Instant::now();
+    loop {
+        let ok = client
+            .execute(&format!("return Boolean({script});"), vec![])
+            .await
+            .ok()
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        if ok {
+            return;
+        }
+        if started.elapsed() > Duration::from_secs(15) {
+            let source = client.source().await.unwrap_or_default();
+            panic!("timed out waiting for {what}; the page:\n{source}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn sign_in(client: &Client, base: &str, token: &str) {
+    client.goto(&format!("{base}/")).await.unwrap();
+    let field = client
+        .wait()
+        .for_element(Locator::Id("token"))
+        .await
+        .unwrap();
+    field.send_keys(token).await.unwrap();
+    client
+        .find(Locator::Css("button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        client,
+        "the tasks page",
+        "document.querySelector('h1')?.textContent === 'Tasks'",
+    )
+    .await;
+}
+
+fn approval_plan(name: &str) -> Value {
+    json!({ "plan": { "original_task": name, "steps": [
+        { "id": "build", "checkpoint": "task_exec", "action": { "kind": "command", "run": "echo built" } },
+        { "id": "ship", "depends_on": ["build"], "checkpoint": "user_approval", "action": {
+            "kind": "approval", "title": format!("Ship {name}?"), "options": ["ship", "hold"],
+            "recommended": "ship", "on_expiry": "deny", "trigger": "multiple_options" } },
+        { "id": "publish", "depends_on": ["ship"], "checkpoint": "task_exec", "action": { "kind": "command", "run": "echo published" } },
+    ] } })
+}
+
+/// Submits a plan over the API; its task id.
+fn submit(addr: &str, name: &str) -> String {
+    let (status, body) = common::http(
+        addr,
+        "POST",
+        "/admin/tasks",
+        Some(OPERATOR),
+        Some(("application/json", &approval_plan(name).to_string())),
+    );
+    assert_eq!(status, 201, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    body["task"]["id"].as_str().unwrap().to_owned()
+}
+
+/// The id of the task's pending approval, once the task asks.
+fn pending_approval(addr: &str, task: &str) -> String {
+    common::eventually("the approval request", || {
+        let (_, body) = common::http(
+            addr,
+            "GET",
+            &format!("/admin/approvals?status=pending&task_id={task}"),
+            Some(OPERATOR),
+            None,
+        );
+        let body: Value = serde_json::from_str(&body).ok()?;
+        body["items"][0]["id"].as_str().map(str::to_owned)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "[[tokens]]\nname = \"otto\"\nrole = \"operator\"\nsha256 = \"{}\"\n\n[[tokens]]\nname = \"vera\"\nrole = \"viewer\"\nsha256 = \"{}\"\n",
+            sha256(OPERATOR),
+            sha256(VIEWER)
+        ),
+    )
+    .unwrap();
+    let mut child = common::rein(&data)
+        .args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
+        .arg(&tokens)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let base = format!("http://{addr}");
+    let driver = chromedriver();
+    let client = browser(&driver, &dir.path().join("profile")).await;
+
+    // Signed out, every page leads to the sign-in form.
+    client.goto(&format!("{base}/ui/approvals")).await.unwrap();
+    client
+        .wait()
+        .for_element(Locator::Id("token"))
+        .await
+        .unwrap();
+    screenshot(&client, "sign-in").await;
+    sign_in(&client, &base, OPERATOR).await;
+
+    // The inbox: approve with the recommended option; the card turns.
+    let first = submit(&addr, "alpha");
+    let first_approval = pending_approval(&addr, &first);
+    client.goto(&format!("{base}/ui/tasks")).await.unwrap();
+    until(
+        &client,
+        "the task listed",
+        &format!("document.querySelector('tr[data-task=\"{first}\"]')"),
+    )
+    .await;
+    screenshot(&client, "tasks").await;
+    client.goto(&format!("{base}/ui/approvals")).await.unwrap();
+    let card = format!("#a-{first_approval}");
+    until(
+        &client,
+        "the pending request",
+        &format!("document.querySelector('{card}[data-status=pending]')"),
+    )
+    .await;
+    let recommended = client
+        .execute(
+            &format!("return document.querySelector('{card} select[name=option]').value;"),
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        recommended,
+        json!("ship"),
+        "the recommended option comes first"
+    );
+    screenshot(&client, "approvals").await;
+    click(&client, &format!("{card} button[value=approve]")).await;
+    until(
+        &client,
+        "the card approved",
+        &format!("document.querySelector('{card}[data-status=approved]')"),
+    )
+    .await;
+    let decided = text(&client, &format!("{card} .decided")).await;
+    assert!(decided.contains("otto"), "{decided}");
+
+    // The task page: it turns without a reload.
+    client
+        .goto(&format!("{base}/ui/tasks/{first}"))
+        .await
+        .unwrap();
+    until(&client, "the first task completed", "document.querySelector('tr[data-step=publish][data-state=completed]') && document.querySelector('.meta .badge')?.textContent === 'completed'").await;
+    screenshot(&client, "task").await;
+
+    // A decision made with the CLI while the page is open shows up on it.
+    let second = submit(&addr, "beta");
+    let second_approval = pending_approval(&addr, &second);
+    client
+        .goto(&format!("{base}/ui/tasks/{second}"))
+        .await
+        .unwrap();
+    until(
+        &client,
+        "the step waiting",
+        "document.querySelector('tr[data-step=ship]')?.dataset.state === 'awaiting_approval'",
+    )
+    .await;
+    client
+        .execute("window.reinMarker = 'kept';", vec![])
+        .await
+        .unwrap();
+    let out = common::rein(&dir.path().join("client"))
+        .args([
+            "--url",
+            &base,
+            "--token",
+            OPERATOR,
+            "approvals",
+            "approve",
+            &second_approval,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until(
+        &client,
+        "the second task completed",
+        "document.querySelector('tr[data-step=publish][data-state=completed]')",
+    )
+    .await;
+    let marker = client
+        .execute("return window.reinMarker;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(marker, json!("kept"), "the page was not reloaded");
+
+    // A late click is told who decided first.
+    let third = submit(&addr, "gamma");
+    let third_approval = pending_approval(&addr, &third);
+    client.goto(&format!("{base}/ui/approvals")).await.unwrap();
+    let card = format!("#a-{third_approval}");
+    until(
+        &client,
+        "the third request",
+        &format!("document.querySelector('{card}[data-status=pending]')"),
+    )
+    .await;
+    // Decided elsewhere between the page's render and the click (the live
+    // refresh is held back so the click meets the old card).
+    client
+        .execute(
+            "const el = document.getElementById('approvals'); const copy = el.cloneNode(true);\
+             copy.removeAttribute('hx-trigger'); copy.removeAttribute('hx-get');\
+             el.replaceWith(copy); htmx.process(copy);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let operator_cookie = client
+        .get_named_cookie("rein_session")
+        .await
+        .unwrap()
+        .value()
+        .to_owned();
+
+    // Without the page's CSRF token, the operator's own cookie changes nothing.
+    let (status, body) = raw_post(
+        &addr,
+        &format!("/ui/approvals/{third_approval}/decide"),
+        &operator_cookie,
+        "decision=approve",
+    );
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = raw_post(
+        &addr,
+        &format!("/admin/approvals/{third_approval}/decision"),
+        &operator_cookie,
+        r#"{"decision":"approve"}"#,
+    );
+    assert_eq!(status, 403, "{body}");
+
+    let out = common::rein(&dir.path().join("client"))
+        .args([
+            "--url",
+            &base,
+            "--token",
+            OPERATOR,
+            "approvals",
+            "deny",
+            &third_approval,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    click(&client, &format!("{card} button[value=approve]")).await;
+    until(
+        &client,
+        "the late click answered",
+        &format!("document.querySelector('{card} .note')"),
+    )
+    .await;
+    let note = text(&client, &format!("{card} .note")).await;
+    assert!(note.contains("otto decided it first (deny)"), "{note}");
+
+    // A viewer sees the requests, and no control that would change one.
+    let fourth = submit(&addr, "delta");
+    pending_approval(&addr, &fourth);
+    click(&client, "button.link").await;
+    until(&client, "signed out", "document.getElementById('token')").await;
+    sign_in(&client, &base, VIEWER).await;
+    client.goto(&format!("{base}/ui/approvals")).await.unwrap();
+    until(
+        &client,
+        "the viewer's inbox",
+        "document.querySelector('article.approval[data-status=pending]')",
+    )
+    .await;
+    assert_eq!(controls(&client).await, 0, "a viewer sees controls");
+    screenshot(&client, "approvals-viewer").await;
+    client
+        .goto(&format!("{base}/ui/tasks/{fourth}"))
+        .await
+        .unwrap();
+    until(
+        &client,
+        "the viewer's task page",
+        "document.querySelector('#task')",
+    )
+    .await;
+    assert_eq!(controls(&client).await, 0, "a viewer sees task controls");
+    client.close().await.unwrap();
+}
+
+/// Clicks what `selector` finds, in one step in the page (a live refresh
+/// may replace an element between a lookup and a click).
+async fn click(client: &Client, selector: &str) {
+    let found = client
+        .execute(
+            "const el = document.querySelector(arguments[0]); if (el) { el.click(); } return Boolean(el);",
+            vec![json!(selector)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(found, json!(true), "nothing to click at {selector}");
+}
+
+/// The text of what `selector` finds, read in one step in the page.
+async fn text(client: &Client, selector: &str) -> String {
+    client
+        .execute(
+            "return document.querySelector(arguments[0])?.textContent ?? '';",
+            vec![json!(selector)],
+        )
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// How many controls that would change something the page shows.
+async fn controls(client: &Client) -> u64 {
+    client
+        .execute(
+            "return document.querySelectorAll('main button, main form.decide, main textarea').length;",
+            vec![],
+        )
+        .await
+        .unwrap()
+        .as_u64()
+        .unwrap()
+}
+
+/// A POST with a session cookie and no CSRF token, as a forged form would send.
+fn raw_post(addr: &str, path: &str, cookie: &str, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let content_type = if body.starts_with('{') {
+        "application/json"
+    } else {
+        "application/x-www-form-urlencoded"
+    };
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nCookie: rein_session={cookie}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, response)
+}
