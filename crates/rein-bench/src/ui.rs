@@ -35,7 +35,7 @@ fn approval_then_step() -> anyhow::Result<TaskDecomposition> {
     Ok(serde_json::from_value(plan)?)
 }
 
-/// `tasks` tasks stored (not run), `concurrency` creates at a time.
+/// `tasks` tasks stored (not run), 64 creates at a time.
 async fn seed(engine: &Arc<Engine>, tasks: usize) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut made = 0usize;
@@ -58,7 +58,7 @@ async fn seed(engine: &Arc<Engine>, tasks: usize) -> anyhow::Result<Duration> {
         if let Some(done) = running.join_next().await {
             done??;
         }
-        if made % 10_000 == 0 && running.len() == 63 {
+        if made % 10_000 == 0 && made < tasks {
             eprintln!("ui: {made}/{tasks} tasks stored");
         }
     }
@@ -102,8 +102,14 @@ pub async fn ui(tasks: usize, requests: usize, clicks: usize, dir: &Path) -> any
         Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.join("ws")),
     ));
-    let seeded = seed(&engine, tasks).await?;
-    eprintln!("ui: {tasks} tasks stored in {:.1} s", seeded.as_secs_f64());
+    // A store kept from an earlier run (`--dir`) is topped up, not refilled.
+    let stored = usize::try_from(engine.metrics().await?.tasks.total)?;
+    let seeded = seed(&engine, tasks.saturating_sub(stored)).await?;
+    eprintln!(
+        "ui: {} tasks stored in {:.1} s ({stored} were there)",
+        tasks.saturating_sub(stored),
+        seeded.as_secs_f64()
+    );
     // No tokens: the pages let the local user in, with no sign-in to time.
     let shutdown = tokio_util::sync::CancellationToken::new();
     let app = rein_server::AppState::new(

@@ -7,6 +7,7 @@
 mod common;
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,12 +22,15 @@ fn sha256(token: &str) -> String {
     rein_server::auth::hash_token(token)
 }
 
-/// A chromedriver process on a free port; killed when dropped.
+/// A chromedriver process on a free port, in a process group of its own with
+/// the Chromium it starts: the whole group is killed when dropped, so a test
+/// that fails before closing the browser leaves no Chromium behind.
 struct Driver(Child, String);
 
 impl Drop for Driver {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        let group = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.0.wait();
     }
 }
@@ -39,6 +43,7 @@ fn chromedriver() -> Driver {
         .port();
     let child = Command::new("chromedriver")
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

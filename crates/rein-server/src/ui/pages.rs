@@ -188,10 +188,12 @@ async fn tasks_fragment(state: &AppState, query: &TasksQuery) -> Markup {
 }
 
 /// A part of a page that fetches its content from `source` again whenever
-/// anything changes: one request at a time, the newest one queued.
+/// anything changes: one request at a time, the newest one queued. Nothing of
+/// this is inherited by what it holds: a decision or a control inside it is a
+/// request of its own, never queued behind (and replaced by) a refresh.
 fn live(id: &str, source: &str, content: Markup) -> Markup {
     html! {
-        div id=(id) data-live-part hx-get=(source) hx-trigger="rein:changed" hx-swap="innerHTML" hx-sync="this:queue last" {
+        div id=(id) data-live-part hx-get=(source) hx-trigger="rein:changed" hx-swap="innerHTML" hx-sync="this:queue last" hx-disinherit="*" {
             (content)
         }
     }
