@@ -216,6 +216,31 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
     screenshot(&client, "sign-in").await;
     sign_in(&client, &base, OPERATOR).await;
 
+    // A plan pasted into the tasks page runs; the browser goes to its page.
+    client.goto(&format!("{base}/ui/tasks")).await.unwrap();
+    client
+        .execute(
+            "document.querySelector('details.submit').open = true;\
+             document.getElementById('plan-text').value = arguments[0];",
+            vec![json!(
+                "description = \"pasted\"\n\n[[steps]]\nid = \"hello\"\nrun = \"echo hello from the page\"\n"
+            )],
+        )
+        .await
+        .unwrap();
+    click(&client, "details.submit button[type=submit]").await;
+    until(
+        &client,
+        "the pasted plan's task completed",
+        "location.pathname.startsWith('/ui/tasks/task_') && document.querySelector('tr[data-step=hello][data-state=completed]')",
+    )
+    .await;
+    assert!(
+        text(&client, "tr[data-step=hello] pre")
+            .await
+            .contains("hello from the page")
+    );
+
     // The inbox: approve with the recommended option; the card turns.
     let first = submit(&addr, "alpha");
     let first_approval = pending_approval(&addr, &first);
