@@ -21,6 +21,9 @@ function connect() {
   if (live || !source) return;
   live = new EventSource(source);
   live.addEventListener("changed", liveParts);
+  // What changed between the page's render and the stream's start (or
+  // while it reconnected) sent no event this page heard: fetch once now.
+  live.addEventListener("open", liveParts);
 }
 
 window.addEventListener("pagehide", () => {
