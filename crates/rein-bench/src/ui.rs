@@ -187,22 +187,9 @@ async fn chromium(dir: &Path) -> anyhow::Result<(tokio::process::Child, fantocci
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                format!("--user-data-dir={}", dir.join("chromium").display()),
-            ],
-        }),
-    );
     let client =
         fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-            .capabilities(caps)
+            .capabilities(rein_server::ui::headless_chromium(&dir.join("chromium")))
             .connect(&format!("http://127.0.0.1:{port}"))
             .await?;
     Ok((driver, client))

@@ -13,7 +13,7 @@ use rein_core::{ControlOutcome, Engine};
 use rein_protocol::api::{
     ApprovalEnvelope, ConflictReport, ContractEnvelope, ControlResult, DecisionRequest,
     EvidenceEnvelope, List, PlanEnvelope, Reason, ResumeRequest, ResumeResult, ReviewRequest,
-    SharedStateEnvelope, SnapshotEnvelope, StatusRequest, TakenSnapshot, TaskEnvelope,
+    SharedStateEnvelope, SnapshotEnvelope, StatusRequest, TakenSnapshot, TaskEnvelope, escape,
 };
 use rein_protocol::{
     Action, ApprovalId, ApprovalRequest, ApprovalResponse, Conflict, ContractStatus,
@@ -74,18 +74,6 @@ fn record_query(filter: &RecordFilter) -> Vec<(&'static str, String)> {
         query.push(("limit", l.to_string()));
     }
     query
-}
-
-/// A caller-given id as one URL path segment.
-fn segment(id: &str) -> String {
-    id.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// Turns an empty JSON body (204) into `()`.
@@ -403,7 +391,7 @@ impl Backend {
             Backend::Local(e) => e.shared_state(id).await?,
             Backend::Remote(c) => {
                 c.get::<SharedStateEnvelope>(
-                    &format!("admin/harness/shared-state/{}", segment(id)),
+                    &format!("admin/harness/shared-state/{}", escape(id)),
                     &[],
                 )
                 .await?
@@ -417,7 +405,7 @@ impl Backend {
             Backend::Local(e) => e.session_shared_state(session).await?,
             Backend::Remote(c) => {
                 c.get::<SharedStateEnvelope>(
-                    &format!("admin/sessions/{}/harness-state", segment(session)),
+                    &format!("admin/sessions/{}/harness-state", escape(session)),
                     &[],
                 )
                 .await?
@@ -458,7 +446,7 @@ impl Backend {
             }
             Backend::Remote(c) => {
                 c.post::<SharedStateEnvelope>(
-                    &format!("admin/harness/shared-state/{}/participants", segment(id)),
+                    &format!("admin/harness/shared-state/{}/participants", escape(id)),
                     serde_json::to_value(participant)?,
                 )
                 .await?
@@ -475,7 +463,7 @@ impl Backend {
             }
             Backend::Remote(c) => {
                 c.post::<SharedStateEnvelope>(
-                    &format!("admin/harness/shared-state/{}/actions", segment(id)),
+                    &format!("admin/harness/shared-state/{}/actions", escape(id)),
                     serde_json::to_value(action)?,
                 )
                 .await?
@@ -495,10 +483,7 @@ impl Backend {
             Backend::Remote(c) => {
                 c.call::<ConflictReport>(
                     reqwest::Method::POST,
-                    &format!(
-                        "admin/harness/shared-state/{}/detect-conflicts",
-                        segment(id)
-                    ),
+                    &format!("admin/harness/shared-state/{}/detect-conflicts", escape(id)),
                     &[],
                     None,
                 )
@@ -522,7 +507,7 @@ impl Backend {
         Ok(match self {
             Backend::Local(e) => e.records().contract(id).await?,
             Backend::Remote(c) => {
-                c.get::<ContractEnvelope>(&format!("admin/harness/contracts/{}", segment(id)), &[])
+                c.get::<ContractEnvelope>(&format!("admin/harness/contracts/{}", escape(id)), &[])
                     .await?
                     .contract
             }
@@ -565,7 +550,7 @@ impl Backend {
             }
             Backend::Remote(c) => {
                 c.post::<ContractEnvelope>(
-                    &format!("admin/harness/contracts/{}/status", segment(id)),
+                    &format!("admin/harness/contracts/{}/status", escape(id)),
                     StatusRequest { status: to, reason },
                 )
                 .await?
@@ -588,7 +573,7 @@ impl Backend {
         Ok(match self {
             Backend::Local(e) => e.records().evidence(id).await?,
             Backend::Remote(c) => {
-                c.get::<EvidenceEnvelope>(&format!("admin/harness/evidence/{}", segment(id)), &[])
+                c.get::<EvidenceEnvelope>(&format!("admin/harness/evidence/{}", escape(id)), &[])
                     .await?
                     .evidence
             }
@@ -651,7 +636,7 @@ impl Backend {
                     ),
                 };
                 c.post::<EvidenceEnvelope>(
-                    &format!("admin/harness/evidence/{}/{path}", segment(id)),
+                    &format!("admin/harness/evidence/{}/{path}", escape(id)),
                     body,
                 )
                 .await?
@@ -661,9 +646,9 @@ impl Backend {
     }
 
     /// The health report of `/healthz`: each component probed for real.
-    pub async fn health(&self) -> anyhow::Result<serde_json::Value> {
+    pub async fn health(&self) -> anyhow::Result<rein_protocol::api::Health> {
         Ok(match self {
-            Backend::Local(e) => serde_json::to_value(rein_server::health::check(e).await)?,
+            Backend::Local(e) => rein_server::health::check(e).await,
             Backend::Remote(c) => c.health().await?,
         })
     }

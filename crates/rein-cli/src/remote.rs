@@ -178,7 +178,7 @@ impl Client {
 
     /// `/healthz`, whose body is the report whether the server is healthy (200)
     /// or not (503).
-    pub async fn health(&self) -> Result<Value, RemoteError> {
+    pub async fn health(&self) -> Result<rein_protocol::api::Health, RemoteError> {
         let url = self.url("healthz")?;
         let response = self
             .request(Method::GET, url.clone())

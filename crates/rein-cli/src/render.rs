@@ -227,37 +227,12 @@ pub fn output_tail(output: Option<&serde_json::Value>, lines: usize) -> Vec<Stri
         .collect()
 }
 
-/// An agent's report as one line: a tool call and its status, a plan, or the
-/// kind of update.
+/// An agent's report as one line.
 fn agent_update(update: &serde_json::Value) -> String {
-    let text = |k: &str| update[k].as_str().unwrap_or_default();
-    let what = match text("sessionUpdate") {
-        "tool_call" | "tool_call_update" => {
-            let title = if text("title").is_empty() {
-                text("toolCallId")
-            } else {
-                text("title")
-            };
-            let status = text("status");
-            if status.is_empty() {
-                format!("tool {title}")
-            } else {
-                format!("tool {title}: {status}")
-            }
-        }
-        "plan" => {
-            let steps: Vec<&str> = update["entries"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|e| e["content"].as_str())
-                .collect();
-            format!("plan: {}", steps.join("; "))
-        }
-        "" => update.to_string().chars().take(120).collect(),
-        other => other.replace('_', " "),
-    };
-    format!("agent    {what}")
+    format!(
+        "agent    {}",
+        rein_protocol::event::describe_agent_update(update)
+    )
 }
 
 /// A request as one line: the question, the choices (recommended first), how to

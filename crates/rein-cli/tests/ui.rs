@@ -56,22 +56,8 @@ fn chromedriver() -> Driver {
 }
 
 async fn browser(driver: &Driver, profile: &Path) -> Client {
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                "--no-first-run", "--disable-background-networking",
-                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-                "--window-size=1280,1000",
-                format!("--user-data-dir={}", profile.display()),
-            ],
-        }),
-    );
     let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
+        .capabilities(rein_server::ui::headless_chromium(profile))
         .connect(&driver.1)
         .await
         .expect("chromium did not start under chromedriver");
@@ -435,6 +421,266 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
     )
     .await;
     assert_eq!(controls(&client).await, 0, "a viewer sees task controls");
+    client.close().await.unwrap();
+}
+
+/// A server with one operator token, and a browser signed in to it.
+async fn operator_session(dir: &Path) -> (common::Server, String, String, Driver, Client) {
+    let tokens = dir.join("tokens.toml");
+    std::fs::write(
+        &tokens,
+        format!(
+            "[[tokens]]\nname = \"otto\"\nrole = \"operator\"\nsha256 = \"{}\"\n",
+            sha256(OPERATOR)
+        ),
+    )
+    .unwrap();
+    let mut child = common::rein(&dir.join("data"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
+        .arg(&tokens)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let server = common::Server(child);
+    let base = format!("http://{addr}");
+    let driver = chromedriver();
+    let client = browser(&driver, &dir.join("profile")).await;
+    sign_in(&client, &base, OPERATOR).await;
+    (server, addr, base, driver, client)
+}
+
+fn post_json(addr: &str, path: &str, body: &str) -> Value {
+    let (status, text) = common::http(
+        addr,
+        "POST",
+        path,
+        Some(OPERATOR),
+        Some(("application/json", body)),
+    );
+    assert!(status == 200 || status == 201, "{path}: {status} {text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnesses() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, addr, base, _driver, client) = operator_session(dir.path()).await;
+
+    // A task waiting on a person: its plan drawn as a graph, live.
+    let task = submit(&addr, "graph");
+    let approval = pending_approval(&addr, &task);
+    post_json(
+        &addr,
+        "/admin/harness/contracts",
+        &json!({ "id": "hctr_graph", "goal": "Ship graph", "taskId": task,
+                 "writeSet": [{ "kind": "file", "path": "dist/graph" }],
+                 "successCriteria": ["it ships"] })
+        .to_string(),
+    );
+    client
+        .goto(&format!("{base}/ui/tasks/{task}"))
+        .await
+        .unwrap();
+    until(
+        &client,
+        "the graph, with the approval step waiting",
+        "document.querySelector('figure.graph g[data-step=ship]')?.dataset.state === 'awaiting_approval'\
+         && document.querySelector('figure.graph g[data-step=build]')?.dataset.state === 'completed'",
+    )
+    .await;
+    assert_eq!(
+        client
+            .execute(
+                "return document.querySelectorAll('figure.graph path.edge').length;",
+                vec![]
+            )
+            .await
+            .unwrap(),
+        json!(2),
+        "one arrow per dependency"
+    );
+    let contract = text(&client, "article.contract[data-contract=hctr_graph]").await;
+    assert!(
+        contract.contains("Ship graph") && contract.contains("dist/graph"),
+        "{contract}"
+    );
+    // A snapshot taken from the page is listed on it, and restores as a new task.
+    click(&client, "button[hx-vals*=snapshot]").await;
+    until(
+        &client,
+        "the snapshot listed",
+        "document.querySelector('li[data-snapshot]')",
+    )
+    .await;
+    screenshot(&client, "task-graph").await;
+
+    // Decided with the CLI: the graph turns green without a reload.
+    let out = common::rein(&dir.path().join("client"))
+        .args([
+            "--url",
+            &base,
+            "--token",
+            OPERATOR,
+            "approvals",
+            "approve",
+            &approval,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    until(
+        &client,
+        "every box in the graph completed",
+        "[...document.querySelectorAll('figure.graph g.node')].every(g => g.dataset.state === 'completed')",
+    )
+    .await;
+    client
+        .execute("window.confirm = () => true;", vec![])
+        .await
+        .unwrap();
+    click(&client, "li[data-snapshot] button").await;
+    until(
+        &client,
+        "the restored task's page",
+        &format!(
+            "location.pathname.startsWith('/ui/tasks/task_') && !location.pathname.endsWith('{task}') && document.querySelector('#task h1')"
+        ),
+    )
+    .await;
+
+    // Shared state: a colliding action, detection run from the page.
+    let seed = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../rein-protocol/tests/data/seed-000-shared-state.json"),
+    )
+    .unwrap();
+    post_json(&addr, "/admin/harness/shared-state", &seed);
+    post_json(
+        &addr,
+        "/admin/harness/shared-state/shs_release_docs/actions",
+        r#"{ "id": "edit", "participantId": "manager", "title": "Edit the docs",
+             "writeSet": [{ "kind": "directory", "path": "docs" }] }"#,
+    );
+    client.goto(&format!("{base}/ui/states")).await.unwrap();
+    until(
+        &client,
+        "the shared state listed",
+        "document.querySelector('tr[data-state-id=shs_release_docs]')",
+    )
+    .await;
+    click(&client, "tr[data-state-id=shs_release_docs] a").await;
+    until(
+        &client,
+        "the state's page",
+        "document.querySelector('tr[data-action=edit]')",
+    )
+    .await;
+    let writes = text(&client, "tr[data-action=edit]").await;
+    assert!(writes.contains("docs"), "{writes}");
+    click(&client, "button[hx-post$=detect]").await;
+    until(
+        &client,
+        "the conflict found",
+        "document.querySelector('article.conflict[data-severity]') && document.querySelector('.note')",
+    )
+    .await;
+    let conflict = text(&client, "article.conflict").await;
+    assert!(
+        conflict.contains("write/write") && conflict.contains("edit"),
+        "{conflict}"
+    );
+    screenshot(&client, "shared-state").await;
+
+    // The ledger holds the CLI's decision, and its chain verifies.
+    client.goto(&format!("{base}/ui/ledger")).await.unwrap();
+    until(
+        &client,
+        "the decision in the ledger",
+        "document.querySelector('table.ledger tr[data-seq]')",
+    )
+    .await;
+    let entry = text(&client, "table.ledger tr[data-seq]").await;
+    assert!(
+        entry.contains("approved") && entry.contains("otto"),
+        "{entry}"
+    );
+    click(&client, "form[hx-get='/ui/ledger/verify'] button").await;
+    until(
+        &client,
+        "the verification",
+        "document.querySelector('.verdict[data-intact=true]')",
+    )
+    .await;
+    screenshot(&client, "ledger").await;
+
+    // Health: the components, and the chart counts what ran.
+    client.goto(&format!("{base}/ui/health")).await.unwrap();
+    until(
+        &client,
+        "the health page",
+        "document.querySelector('tr[data-component=task_store]') && Number(document.querySelector('figure.chart')?.dataset.passed) > 0",
+    )
+    .await;
+    let decisions = client
+        .execute(
+            "return Number(document.querySelector('figure.chart').dataset.decisions);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(decisions, json!(1), "the CLI's one decision is charted");
+    screenshot(&client, "health").await;
+
+    // Harnesses: the built-in runtime, and what serves a route.
+    client.goto(&format!("{base}/ui/harnesses")).await.unwrap();
+    until(
+        &client,
+        "the built-in runtime",
+        "document.querySelector('tr[data-harness=rein]')",
+    )
+    .await;
+    client
+        .execute(
+            "document.querySelector('form.explain input[name=provider]').value = 'openai';",
+            vec![],
+        )
+        .await
+        .unwrap();
+    click(&client, "form.explain button").await;
+    until(
+        &client,
+        "the route explained",
+        "document.querySelector('#explain-result [data-selected=rein]')",
+    )
+    .await;
+    screenshot(&client, "harnesses").await;
+
+    // A goal submitted from the tasks page becomes a task of that goal.
+    client.goto(&format!("{base}/ui/tasks")).await.unwrap();
+    client
+        .execute(
+            "document.querySelectorAll('details.submit').forEach(d => d.open = true);\
+             document.getElementById('goal-text').value = 'Write the release notes';",
+            vec![],
+        )
+        .await
+        .unwrap();
+    click(
+        &client,
+        "form[hx-post='/ui/tasks/goal'] button[type=submit]",
+    )
+    .await;
+    until(
+        &client,
+        "the goal's task page",
+        "location.pathname.startsWith('/ui/tasks/task_') && document.querySelector('#task h1')?.textContent === 'Write the release notes'",
+    )
+    .await;
     client.close().await.unwrap();
 }
 

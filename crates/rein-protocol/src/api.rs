@@ -19,6 +19,19 @@ use crate::{
 /// queries stay below it.
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
+/// The characters a URL carries as they are (RFC 3986's unreserved ones).
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// `value` as one path segment or one query value of a URL: everything but
+/// the unreserved characters percent-encoded.
+pub fn escape(value: &str) -> String {
+    percent_encoding::utf8_percent_encode(value, UNRESERVED).to_string()
+}
+
 /// What every 4xx and 5xx answer holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[schemars(rename = "Error")]
@@ -362,6 +375,16 @@ pub enum HealthStatus {
     Unhealthy,
 }
 
+impl HealthStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthStatus::Healthy => "healthy",
+            HealthStatus::Degraded => "degraded",
+            HealthStatus::Unhealthy => "unhealthy",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Component {
     pub status: HealthStatus,
@@ -382,6 +405,18 @@ pub struct Components {
     pub sandbox_manager: Component,
     pub permission_manager: Component,
     pub audit_logger: Component,
+}
+
+impl Components {
+    /// Each component with its name on the wire.
+    pub fn named(&self) -> [(&'static str, &Component); 4] {
+        [
+            ("task_store", &self.task_store),
+            ("sandbox_manager", &self.sandbox_manager),
+            ("permission_manager", &self.permission_manager),
+            ("audit_logger", &self.audit_logger),
+        ]
+    }
 }
 
 /// `/healthz`: each component probed for real (spec §6 rule 23).

@@ -27,6 +27,17 @@ pub enum Priority {
     Critical,
 }
 
+impl Priority {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Low => "low",
+            Priority::Medium => "medium",
+            Priority::High => "high",
+            Priority::Critical => "critical",
+        }
+    }
+}
+
 /// What made rein ask a person (seed 5.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -54,6 +65,20 @@ impl Trigger {
         Trigger::ExternalNetworkCall,
         Trigger::SignificantChange,
     ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::SecurityViolation => "security_violation",
+            Trigger::PermissionDenied => "permission_denied",
+            Trigger::SuspiciousCommand => "suspicious_command",
+            Trigger::AmbiguousTask => "ambiguous_task",
+            Trigger::MultipleOptions => "multiple_options",
+            Trigger::TaskBlocked => "task_blocked",
+            Trigger::DestructiveAction => "destructive_action",
+            Trigger::ExternalNetworkCall => "external_network_call",
+            Trigger::SignificantChange => "significant_change",
+        }
+    }
 
     /// The seed's priority for each trigger.
     pub fn priority(self) -> Priority {
@@ -260,6 +285,39 @@ impl ApprovalRequest {
             status: ApprovalStatus::Pending,
             response: None,
             question: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire<T: Serialize>(value: T) -> String {
+        serde_json::to_value(value)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn names_are_the_wire_names() {
+        for t in Trigger::ALL {
+            assert_eq!(t.as_str(), wire(t));
+            assert_eq!(t.priority().as_str(), wire(t.priority()));
+        }
+        assert_eq!(Priority::Critical.as_str(), wire(Priority::Critical));
+        for s in ApprovalStatus::ALL {
+            assert_eq!(s.as_str(), wire(s));
+        }
+        for d in [
+            Decision::Approve,
+            Decision::Deny,
+            Decision::Skip,
+            Decision::Delegate,
+        ] {
+            assert_eq!(d.as_str(), wire(d));
         }
     }
 }

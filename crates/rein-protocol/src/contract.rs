@@ -206,6 +206,17 @@ pub enum CheckStatus {
     Pending,
 }
 
+impl CheckStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Passed => "passed",
+            CheckStatus::Failed => "failed",
+            CheckStatus::Skipped => "skipped",
+            CheckStatus::Pending => "pending",
+        }
+    }
+}
+
 /// One verification: what was checked, by whom, how it came out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -218,6 +218,38 @@ pub enum TaskChange {
     },
 }
 
+/// What an agent reported ([`TaskChange::AgentUpdate`]), for a person: a tool
+/// call and its status, a plan, or the kind of update.
+pub fn describe_agent_update(update: &serde_json::Value) -> String {
+    let text = |k: &str| update[k].as_str().unwrap_or_default();
+    match text("sessionUpdate") {
+        "tool_call" | "tool_call_update" => {
+            let title = if text("title").is_empty() {
+                text("toolCallId")
+            } else {
+                text("title")
+            };
+            let status = text("status");
+            if status.is_empty() {
+                format!("tool {title}")
+            } else {
+                format!("tool {title}: {status}")
+            }
+        }
+        "plan" => {
+            let steps: Vec<&str> = update["entries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e["content"].as_str())
+                .collect();
+            format!("plan: {}", steps.join("; "))
+        }
+        "" => update.to_string().chars().take(120).collect(),
+        other => other.replace('_', " "),
+    }
+}
+
 impl TaskChange {
     /// The runner took in where `request` stands now (its status and response).
     pub fn approval_received(request: &ApprovalRequest) -> TaskChange {

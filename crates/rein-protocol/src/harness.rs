@@ -67,13 +67,22 @@ pub enum Support {
 }
 
 /// Where a harness's agents work, shown to operators (it grants nothing).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkspaceKind {
     /// The provider hosts the workspace; the agent does not see local files.
     ProviderHosted,
     /// A directory on this machine.
     Local,
+}
+
+impl WorkspaceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkspaceKind::ProviderHosted => "provider_hosted",
+            WorkspaceKind::Local => "local",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -99,6 +108,18 @@ pub enum PolicySource {
     Default,
 }
 
+impl PolicySource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicySource::Session => "session",
+            PolicySource::Step => "step",
+            PolicySource::Model => "model",
+            PolicySource::Provider => "provider",
+            PolicySource::Default => "default",
+        }
+    }
+}
+
 /// Why the selected runtime serves the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -108,6 +129,18 @@ pub enum SelectionReason {
     PluginDeclaredFallback,
     AutoPlugin,
     AutoBuiltin,
+}
+
+impl SelectionReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SelectionReason::ForcedBuiltin => "forced_builtin",
+            SelectionReason::ForcedPlugin => "forced_plugin",
+            SelectionReason::PluginDeclaredFallback => "plugin_declared_fallback",
+            SelectionReason::AutoPlugin => "auto_plugin",
+            SelectionReason::AutoBuiltin => "auto_builtin",
+        }
+    }
 }
 
 /// One harness's answer, as the decision records it.
@@ -143,4 +176,53 @@ pub struct SelectionDecision {
     /// Where the selected runtime's agents work, when it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_environment: Option<WorkspaceEnvironment>,
+}
+
+#[cfg(test)]
+mod names {
+    use super::*;
+
+    fn wire<T: Serialize>(value: T) -> String {
+        serde_json::to_value(value)
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    #[test]
+    fn names_are_the_wire_names() {
+        for k in [WorkspaceKind::ProviderHosted, WorkspaceKind::Local] {
+            assert_eq!(k.as_str(), wire(k));
+        }
+        for s in [
+            PolicySource::Session,
+            PolicySource::Step,
+            PolicySource::Model,
+            PolicySource::Provider,
+            PolicySource::Default,
+        ] {
+            assert_eq!(s.as_str(), wire(s));
+        }
+        for r in [
+            SelectionReason::ForcedBuiltin,
+            SelectionReason::ForcedPlugin,
+            SelectionReason::PluginDeclaredFallback,
+            SelectionReason::AutoPlugin,
+            SelectionReason::AutoBuiltin,
+        ] {
+            assert_eq!(r.as_str(), wire(r));
+        }
+        for k in [
+            crate::LedgerKind::Approved,
+            crate::LedgerKind::Rejected,
+            crate::LedgerKind::Skipped,
+            crate::LedgerKind::Delegated,
+            crate::LedgerKind::Escalated,
+            crate::LedgerKind::Expired,
+            crate::LedgerKind::Revoked,
+        ] {
+            assert_eq!(k.as_str(), wire(k));
+        }
+    }
 }

@@ -20,6 +20,20 @@ pub enum LedgerKind {
     Revoked,
 }
 
+impl LedgerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LedgerKind::Approved => "approved",
+            LedgerKind::Rejected => "rejected",
+            LedgerKind::Skipped => "skipped",
+            LedgerKind::Delegated => "delegated",
+            LedgerKind::Escalated => "escalated",
+            LedgerKind::Expired => "expired",
+            LedgerKind::Revoked => "revoked",
+        }
+    }
+}
+
 /// One recorded decision. `hash` covers every other field and the previous entry's
 /// hash; the first entry's `prev_hash` is 64 zeros.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -254,6 +254,25 @@ pub struct Resource {
     pub sensitive: bool,
 }
 
+impl Resource {
+    /// What names it for a person: its path, key, id or URI, else its kind.
+    pub fn name(&self) -> &str {
+        [&self.path, &self.key, &self.id, &self.uri]
+            .into_iter()
+            .find_map(|v| v.as_deref())
+            .unwrap_or(&self.kind)
+    }
+
+    /// The names of `resources`, comma-separated.
+    pub fn names(resources: &[Resource]) -> String {
+        resources
+            .iter()
+            .map(Resource::name)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Assumption {
@@ -362,6 +381,16 @@ pub enum ConflictStatus {
     Open,
     Resolved,
     Dismissed,
+}
+
+impl ConflictStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConflictStatus::Open => "open",
+            ConflictStatus::Resolved => "resolved",
+            ConflictStatus::Dismissed => "dismissed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -89,6 +89,13 @@ fn the_names_of_statuses_roles_risks_and_policies_are_their_wire_names() {
     ] {
         assert_eq!(p.as_str(), wire(serde_json::to_value(p).unwrap()));
     }
+    for c in [
+        rein_protocol::ConflictStatus::Open,
+        rein_protocol::ConflictStatus::Resolved,
+        rein_protocol::ConflictStatus::Dismissed,
+    ] {
+        assert_eq!(c.as_str(), wire(serde_json::to_value(c).unwrap()));
+    }
     for role in [
         "manager",
         "planner",

@@ -95,12 +95,7 @@ pub async fn check(engine: &Engine) -> Health {
         permission_manager,
         audit_logger,
     };
-    let all = [
-        &components.task_store,
-        &components.sandbox_manager,
-        &components.permission_manager,
-        &components.audit_logger,
-    ];
+    let all = components.named().map(|(_, c)| c);
     let status = all
         .iter()
         .map(|c| c.status)

@@ -9,6 +9,7 @@
 //! built from; [`listen`] is the accept loop (head and idle deadlines, a cap on
 //! connections, a bounded shutdown); [`serve`] runs it.
 
+pub mod activity;
 pub mod auth;
 pub mod error;
 pub mod events;
@@ -55,6 +56,8 @@ pub struct AppState {
     pub hub: Arc<hub::Hub>,
     /// The harnesses this server's runs select from, and its runtime policy.
     pub harnesses: Arc<rein_core::harness::Harnesses>,
+    /// What the server's tasks did lately, per minute (the UI's chart).
+    pub activity: Arc<activity::Activity>,
 }
 
 /// Responses for `GET /admin/tasks/{id}`, kept while the task's log has not moved.
@@ -97,6 +100,7 @@ impl AppState {
                 policy: rein_core::harness::RuntimePolicy::default(),
                 facts: Default::default(),
             }),
+            activity: Arc::default(),
         }
     }
 
@@ -114,6 +118,44 @@ impl AppState {
 }
 
 impl AppState {
+    /// Creates a task of `plan` and starts it here. A caller reaches the
+    /// host's file system only inside the server's --workspace-root
+    /// directories; without any, a task gets a fresh workspace and a plan that
+    /// names a directory is refused (never silently dropped).
+    pub async fn submit(
+        &self,
+        plan: rein_protocol::TaskDecomposition,
+        session_id: Option<String>,
+        workspace: Option<std::path::PathBuf>,
+    ) -> Result<rein_protocol::TaskState, rein_core::EngineError> {
+        let created = self
+            .engine
+            .create(rein_core::CreateTask {
+                plan,
+                session_id,
+                workspace,
+                confined_to: Some(self.workspace_roots.to_vec()),
+            })
+            .await?;
+        // A task just created is run by nobody yet.
+        let _ = self.start(created.id().clone(), RunOptions::default());
+        Ok(created)
+    }
+
+    /// Records `response` as decided by someone of `role`: an admin may decide
+    /// a request delegated to someone else.
+    pub async fn decide(
+        &self,
+        role: auth::Role,
+        response: rein_protocol::ApprovalResponse,
+    ) -> Result<rein_protocol::ApprovalRequest, rein_core::EngineError> {
+        if role >= auth::Role::Admin {
+            self.engine.decide_overriding(response).await
+        } else {
+            self.engine.decide(response).await
+        }
+    }
+
     /// Runs a task in the background (the server owns its runners); `false` if
     /// this server already runs it. The task is claimed before this returns, so
     /// a pause or abort sent right after reaches the run.
@@ -275,6 +317,7 @@ pub async fn serve_with(
     limits: listen::Limits,
 ) -> std::io::Result<()> {
     let shutdown = state.shutdown.clone();
+    state.activity.follow(&state.engine, shutdown.clone());
     let overflow = overflow_router(state.clone());
     listen::serve(listener, router(state), overflow, shutdown, limits).await
 }

@@ -7,8 +7,8 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rein_core::RunOptions;
 use rein_core::store::{ApprovalFilter, ControlKind, TaskFilter};
-use rein_core::{CreateTask, RunOptions};
 use rein_protocol::api::{
     ApprovalEnvelope, ApprovalQuery, CompletionRequest, ControlResult, DecisionRequest,
     ExplainQuery, HarnessInfo, List, LogQuery, Page, PlanEnvelope, Reason, ResumeAllResult,
@@ -22,7 +22,7 @@ use rein_protocol::{
 use serde::de::DeserializeOwned;
 
 use crate::AppState;
-use crate::auth::{Principal, Role, SESSION_COOKIE};
+use crate::auth::{Principal, SESSION_COOKIE};
 use crate::error::{ApiError, ApiResult};
 
 /// The caller, authenticated (and CSRF-checked for cookie mutations).
@@ -132,7 +132,7 @@ pub async fn list_tasks(
 }
 
 /// The plan a submission asks for: the one given, or a goal's (stepless) plan.
-fn into_plan(
+pub(crate) fn into_plan(
     submit: SubmitTask,
 ) -> ApiResult<(
     TaskDecomposition,
@@ -255,20 +255,7 @@ pub async fn submit_task(State(state): State<AppState>, req: Request) -> ApiResu
         let Body(submit) = Body::<SubmitTask>::from_request(req, &()).await?;
         into_plan(submit)?
     };
-    // A caller reaches the host's file system only inside the server's
-    // --workspace-root directories; without any, a task gets a fresh workspace
-    // and a plan that names a directory is refused (never silently dropped).
-    let created = state
-        .engine
-        .create(CreateTask {
-            plan,
-            session_id,
-            workspace,
-            confined_to: Some(state.workspace_roots.to_vec()),
-        })
-        .await?;
-    // A task just created is run by nobody yet.
-    let _ = state.start(created.id().clone(), RunOptions::default());
+    let created = state.submit(plan, session_id, workspace).await?;
     Ok((StatusCode::CREATED, Json(TaskEnvelope { task: created })).into_response())
 }
 
@@ -525,12 +512,7 @@ pub async fn decide(
         delegate_to: body.delegate_to,
         decided_at: chrono::Utc::now(),
     };
-    // An admin may decide a request delegated to someone else.
-    let approval = if caller.role >= Role::Admin {
-        state.engine.decide_overriding(response).await?
-    } else {
-        state.engine.decide(response).await?
-    };
+    let approval = state.decide(caller.role, response).await?;
     Ok(Json(ApprovalEnvelope { approval }))
 }
 

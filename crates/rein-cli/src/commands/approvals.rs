@@ -172,26 +172,21 @@ pub async fn health(target: &Target, json: bool) -> anyhow::Result<u8> {
         }
     };
     let report = backend.health().await?;
-    let status = report["status"].as_str().unwrap_or("unknown").to_owned();
     if json {
         print_json(&report)?;
     } else {
-        say!("{status}");
-        if let Some(components) = report["components"].as_object() {
-            for (name, c) in components {
-                say!(
-                    "  {name:<19} {:<9} {}",
-                    c["status"].as_str().unwrap_or("?"),
-                    c["detail"].as_str().unwrap_or("")
-                );
-            }
+        say!("{}", report.status.as_str());
+        for (name, c) in report.components.named() {
+            say!("  {name:<19} {:<9} {}", c.status.as_str(), c.detail);
         }
     }
-    Ok(if status == "unhealthy" {
-        exit::FAILURE
-    } else {
-        exit::SUCCESS
-    })
+    Ok(
+        if report.status == rein_protocol::api::HealthStatus::Unhealthy {
+            exit::FAILURE
+        } else {
+            exit::SUCCESS
+        },
+    )
 }
 
 pub async fn metrics(target: &Target, json: bool) -> anyhow::Result<u8> {

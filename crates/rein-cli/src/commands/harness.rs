@@ -70,7 +70,6 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
             if json {
                 print_json(&decision)?;
             } else {
-                let reason = serde_json::to_value(decision.reason)?;
                 say!(
                     "{} serves {} ({}; runtime `{}` from the {} setting)",
                     decision.selected,
@@ -78,11 +77,9 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
                         Some(m) => format!("{}/{m}", decision.provider),
                         None => decision.provider.clone(),
                     },
-                    reason.as_str().unwrap_or(""),
+                    decision.reason.as_str(),
                     decision.policy.runtime,
-                    serde_json::to_value(decision.policy.source)?
-                        .as_str()
-                        .unwrap_or("")
+                    decision.policy.source.as_str()
                 );
                 if decision.candidates.is_empty() {
                     say!("  no harness was asked");

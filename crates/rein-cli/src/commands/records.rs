@@ -110,23 +110,11 @@ fn show_contract(c: &HarnessContract, json: bool) -> anyhow::Result<u8> {
     if let (Some(t), Some(s)) = (&c.task_id, &c.step_id) {
         say!("  task {t}, step {s}");
     }
-    let names = |rs: &[rein_protocol::Resource]| -> String {
-        rs.iter()
-            .map(|r| {
-                r.path
-                    .clone()
-                    .or_else(|| r.key.clone())
-                    .or_else(|| r.uri.clone())
-                    .unwrap_or_else(|| r.kind.clone())
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     if !c.read_set.is_empty() {
-        say!("  reads  {}", names(&c.read_set));
+        say!("  reads  {}", rein_protocol::Resource::names(&c.read_set));
     }
     if !c.write_set.is_empty() {
-        say!("  writes {}", names(&c.write_set));
+        say!("  writes {}", rein_protocol::Resource::names(&c.write_set));
     }
     if !c.required_tools.is_empty() {
         say!("  tools  {}", c.required_tools.join(", "));

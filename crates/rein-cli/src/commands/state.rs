@@ -181,19 +181,6 @@ fn show(state: &SharedHarnessState, json: bool) -> anyhow::Result<u8> {
         );
     }
     say!("  actions:");
-    let names = |rs: &[rein_protocol::Resource]| -> String {
-        rs.iter()
-            .map(|r| {
-                r.path
-                    .clone()
-                    .or_else(|| r.key.clone())
-                    .or_else(|| r.id.clone())
-                    .or_else(|| r.uri.clone())
-                    .unwrap_or_else(|| r.kind.clone())
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     for a in &state.actions {
         say!(
             "    {} ({}) {}{}",
@@ -206,10 +193,16 @@ fn show(state: &SharedHarnessState, json: bool) -> anyhow::Result<u8> {
                 .unwrap_or_default()
         );
         if !a.read_set.is_empty() {
-            say!("      reads  {}", names(&a.read_set));
+            say!(
+                "      reads  {}",
+                rein_protocol::Resource::names(&a.read_set)
+            );
         }
         if !a.write_set.is_empty() {
-            say!("      writes {}", names(&a.write_set));
+            say!(
+                "      writes {}",
+                rein_protocol::Resource::names(&a.write_set)
+            );
         }
     }
     if state.conflicts.is_empty() {

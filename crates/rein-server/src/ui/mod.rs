@@ -15,7 +15,10 @@
 //! closes the stream when the page is hidden, so pages kept in a browser's
 //! back/forward cache do not use up its connections to the server.
 
+mod graph;
 mod pages;
+mod states;
+mod system;
 
 use std::convert::Infallible;
 
@@ -38,16 +41,30 @@ pub fn router() -> Router<AppState> {
         .route("/ui", get(|| async { Redirect::to("/ui/tasks") }))
         .route("/ui/login", get(login_page).post(login))
         .route("/ui/logout", post(logout))
-        .route("/ui/live", get(live))
+        .route("/ui/live", get(live_stream))
         .route("/ui/assets/{name}", get(asset))
         .route("/ui/tasks", get(pages::tasks).post(pages::submit))
+        .route("/ui/tasks/goal", post(pages::submit_goal))
         .route("/ui/tasks/table", get(pages::tasks_table))
         .route("/ui/tasks/{id}", get(pages::task))
         .route("/ui/tasks/{id}/body", get(pages::task_body))
         .route("/ui/tasks/{id}/control", post(pages::control))
+        .route("/ui/snapshots/{id}/restore", post(pages::restore))
         .route("/ui/approvals", get(pages::approvals))
         .route("/ui/approvals/list", get(pages::approvals_list))
         .route("/ui/approvals/{id}/decide", post(pages::decide))
+        .route("/ui/states", get(states::states))
+        .route("/ui/states/list", get(states::states_list))
+        .route("/ui/states/{id}", get(states::shared_state))
+        .route("/ui/states/{id}/body", get(states::state_body))
+        .route("/ui/states/{id}/detect", post(states::detect))
+        .route("/ui/ledger", get(system::ledger))
+        .route("/ui/ledger/entries", get(system::ledger_entries))
+        .route("/ui/ledger/verify", get(system::verify))
+        .route("/ui/health", get(system::health))
+        .route("/ui/health/body", get(system::health_body))
+        .route("/ui/harnesses", get(system::harnesses))
+        .route("/ui/harnesses/explain", get(system::explain))
 }
 
 /// Who is looking at a page: signed in (or the local admin of a server with
@@ -134,6 +151,43 @@ pub fn refusal(status: StatusCode, message: &str) -> Response {
     Refusal(status, message.to_owned()).into_response()
 }
 
+/// What the engine refused, said as the API says it.
+fn engine_refusal(e: rein_core::EngineError) -> Response {
+    let e = crate::error::ApiError::from(e);
+    refusal(e.status, &e.message)
+}
+
+/// An id from the path, checked as the API checks one.
+pub fn parse_id<T>(id: &str) -> Result<T, Refusal>
+where
+    T: std::str::FromStr<Err = rein_protocol::ids::InvalidId>,
+{
+    crate::routes::parse_id(id).map_err(Refusal::from)
+}
+
+/// A part of a page that fetches its content from `source` again whenever
+/// anything changes: one request at a time, the newest one queued. Nothing of
+/// this is inherited by what it holds: a decision or a control inside it is a
+/// request of its own, never queued behind (and replaced by) a refresh.
+pub fn live(id: &str, source: &str, content: Markup) -> Markup {
+    html! {
+        div id=(id) data-live-part hx-get=(source) hx-trigger="rein:changed" hx-swap="innerHTML" hx-sync="this:queue last" hx-disinherit="*" {
+            (content)
+        }
+    }
+}
+
+fn time(t: &rein_protocol::Timestamp) -> Markup {
+    html! { time datetime=(t.to_rfc3339()) { (t.format("%Y-%m-%d %H:%M:%S UTC")) } }
+}
+
+fn opt_time(t: Option<&rein_protocol::Timestamp>) -> Markup {
+    match t {
+        Some(t) => time(t),
+        None => html! {},
+    }
+}
+
 /// A whole page: the header with what the user may open and who they are,
 /// then `body`. Changes carry the CSRF token; the page listens to `/ui/live`.
 pub fn page(user: &User, title: &str, body: Markup) -> Markup {
@@ -150,6 +204,10 @@ pub fn page(user: &User, title: &str, body: Markup) -> Markup {
                     nav aria-label="main" {
                         a href="/ui/tasks" { "Tasks" }
                         a href="/ui/approvals" { "Approvals" }
+                        a href="/ui/states" { "Shared states" }
+                        a href="/ui/ledger" { "Ledger" }
+                        a href="/ui/health" { "Health" }
+                        a href="/ui/harnesses" { "Harnesses" }
                     }
                     div.who {
                         span { (user.name) " · " (role_name(user.role)) }
@@ -277,11 +335,32 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Response {
         .into_response()
 }
 
+/// The WebDriver capabilities the UI is tested and measured under: Debian's
+/// Chromium, headless, with its profile in `profile`, and none of the
+/// background connections it would make beyond this machine.
+pub fn headless_chromium(profile: &std::path::Path) -> serde_json::Map<String, serde_json::Value> {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        serde_json::json!({
+            "binary": "/usr/bin/chromium",
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+                "--window-size=1280,1000",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    caps
+}
+
 /// The least time between two `changed` events of one page.
 const LIVE_PACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// One `changed` event each time a task's log or the audit records move.
-async fn live(State(state): State<AppState>, _user: User) -> Response {
+async fn live_stream(State(state): State<AppState>, _user: User) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(4);
     tokio::spawn(async move {
         let mut tasks = state.hub.all();

@@ -9,37 +9,19 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use rein_core::store::{ApprovalFilter, TaskFilter};
-use rein_core::{CreateTask, EngineError, RunOptions};
+use rein_core::{EngineError, RunOptions};
 use rein_protocol::{
     ApprovalRequest, ApprovalResponse, ApprovalStatus, Checkpoint, CheckpointStatus,
-    CheckpointType, Decision, TaskId, TaskState, TaskStatus, TaskSummary, Timestamp,
+    CheckpointType, Decision, TaskId, TaskState, TaskStatus, TaskSummary,
 };
 use serde::Deserialize;
 
-use super::{Refusal, User, changer, page, refusal};
+use super::{User, changer, engine_refusal, live, page, parse_id, refusal, time};
 use crate::AppState;
 use crate::auth::Role;
 
-/// A value as it reads on the wire (`in_progress`, `high`, …).
-fn wire<T: serde::Serialize>(value: &T) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(s)) => s,
-        Ok(other) => other.to_string(),
-        Err(_) => String::new(),
-    }
-}
-
-fn time(t: &Timestamp) -> Markup {
-    html! { time datetime=(t.to_rfc3339()) { (t.format("%Y-%m-%d %H:%M:%S UTC")) } }
-}
-
 fn status_badge(status: TaskStatus) -> Markup {
     html! { span class={"badge s-" (status.as_str())} { (status.as_str()) } }
-}
-
-fn engine_refusal(e: EngineError) -> Response {
-    let e = crate::error::ApiError::from(e);
-    refusal(e.status, &e.message)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -78,23 +60,11 @@ impl TasksQuery {
             ("cursor", cursor),
         ] {
             if let Some(v) = v.filter(|v| !v.is_empty()) {
-                pairs.push(format!("{k}={}", encode(v)));
+                pairs.push(format!("{k}={}", rein_protocol::api::escape(v)));
             }
         }
         pairs.join("&")
     }
-}
-
-fn encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 pub async fn tasks(
@@ -138,6 +108,21 @@ pub async fn tasks(
                         textarea #plan-text name="plan" rows="12" required placeholder="[[steps]]\nid = \"build\"\nrun = \"make\"" {}
                         button type="submit" { "Run" }
                         div #submit-result aria-live="polite" {}
+                    }
+                }
+                details.submit {
+                    summary { "Run a goal" }
+                    form hx-post="/ui/tasks/goal" hx-target="#goal-result" {
+                        label for="goal-text" { "The goal, in a sentence: a model makes it into a plan" }
+                        textarea #goal-text name="goal" rows="3" required placeholder="Add a --version flag to the CLI and test it" {}
+                        div.row {
+                            label { "Provider " input type="text" name="provider" placeholder="the server's default"; }
+                            label { "Model " input type="text" name="model" placeholder="the provider's default"; }
+                            label { "Runtime " input type="text" name="runtime" placeholder="auto"; }
+                        }
+                        label.check { input type="checkbox" name="confirm" checked; " A person confirms the plan before it runs" }
+                        button type="submit" { "Run" }
+                        div #goal-result aria-live="polite" {}
                     }
                 }
             }
@@ -187,18 +172,6 @@ async fn tasks_fragment(state: &AppState, query: &TasksQuery) -> Markup {
     }
 }
 
-/// A part of a page that fetches its content from `source` again whenever
-/// anything changes: one request at a time, the newest one queued. Nothing of
-/// this is inherited by what it holds: a decision or a control inside it is a
-/// request of its own, never queued behind (and replaced by) a refresh.
-fn live(id: &str, source: &str, content: Markup) -> Markup {
-    html! {
-        div id=(id) data-live-part hx-get=(source) hx-trigger="rein:changed" hx-swap="innerHTML" hx-sync="this:queue last" hx-disinherit="*" {
-            (content)
-        }
-    }
-}
-
 fn task_row(t: &TaskSummary) -> Markup {
     html! {
         tr data-task=(t.id) {
@@ -232,36 +205,89 @@ pub async fn submit(
         Ok(spec) => spec,
         Err((message, _)) => return refusal(StatusCode::BAD_REQUEST, &message),
     };
-    let created = state
-        .engine
-        .create(CreateTask {
-            plan: spec.plan,
-            session_id: spec.session,
-            workspace: spec.workspace,
-            confined_to: Some(state.workspace_roots.to_vec()),
-        })
-        .await;
-    match created {
-        Ok(task) => {
-            let id = task.id().clone();
-            let _ = state.start(id.clone(), RunOptions::default());
-            (
-                [("hx-redirect", format!("/ui/tasks/{id}"))],
-                html! { p { "Started " (id) } },
-            )
-                .into_response()
-        }
+    match state.submit(spec.plan, spec.session, spec.workspace).await {
+        Ok(task) => started(task.id()),
         Err(e) => engine_refusal(e),
     }
 }
 
-fn task_id(id: &str) -> Result<TaskId, Refusal> {
-    id.parse()
-        .map_err(|e: rein_protocol::ids::InvalidId| Refusal(StatusCode::BAD_REQUEST, e.to_string()))
+#[derive(Debug, Deserialize)]
+pub struct GoalForm {
+    goal: String,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    runtime: Option<String>,
+    /// A checkbox: present (`on`) when a person confirms the plan made.
+    #[serde(default)]
+    confirm: Option<String>,
+}
+
+/// Runs a goal: a model makes it into a plan at CP2 (a person confirms the
+/// plan first unless the box is cleared); on success, the browser goes to it.
+pub async fn submit_goal(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Form(form): Form<GoalForm>,
+) -> Response {
+    if let Err(refused) = changer(&state, &headers, Role::Operator) {
+        return refused.into_response();
+    }
+    let some = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+    let Some(goal) = some(Some(form.goal)) else {
+        return refusal(StatusCode::BAD_REQUEST, "Say what the goal is.");
+    };
+    let submit = rein_protocol::api::SubmitTask {
+        goal: Some(goal),
+        provider: some(form.provider),
+        model: some(form.model),
+        runtime: some(form.runtime),
+        confirm: Some(form.confirm.is_some()),
+        ..Default::default()
+    };
+    let (plan, session_id, workspace) = match crate::routes::into_plan(submit) {
+        Ok(parts) => parts,
+        Err(e) => return refusal(e.status, &e.message),
+    };
+    match state.submit(plan, session_id, workspace).await {
+        Ok(task) => started(task.id()),
+        Err(e) => engine_refusal(e),
+    }
+}
+
+/// The answer to a submission that made a task: the browser goes to it.
+fn started(id: &TaskId) -> Response {
+    (
+        [("hx-redirect", format!("/ui/tasks/{id}"))],
+        html! { p { "Started " (id) } },
+    )
+        .into_response()
+}
+
+/// Restores a snapshot as a new task, as the signed-in operator; the browser
+/// goes to it.
+pub async fn restore(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Response {
+    if let Err(refused) = changer(&state, &headers, Role::Operator) {
+        return refused.into_response();
+    }
+    let id = match parse_id::<rein_protocol::SnapshotId>(&id) {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(),
+    };
+    match state.engine.restore(&id).await {
+        Ok(task) => started(task.id()),
+        Err(e) => engine_refusal(e),
+    }
 }
 
 pub async fn task(State(state): State<AppState>, user: User, Path(id): Path<String>) -> Response {
-    let id = match task_id(&id) {
+    let id = match parse_id::<TaskId>(&id) {
         Ok(id) => id,
         Err(refused) => return refused.into_response(),
     };
@@ -278,24 +304,24 @@ pub async fn task_body(
     user: User,
     Path(id): Path<String>,
 ) -> Response {
-    match task_id(&id) {
+    match parse_id::<TaskId>(&id) {
         Ok(id) => task_fragment(&state, &user, &id).await.into_response(),
         Err(refused) => refused.into_response(),
     }
 }
 
 /// A step's state, as its newest checkpoint says.
-fn step_state<'a>(task: &'a TaskState, step: &str) -> (String, Option<&'a Checkpoint>) {
+fn step_state<'a>(task: &'a TaskState, step: &str) -> (&'static str, Option<&'a Checkpoint>) {
     match task.latest_for_step(step) {
         // An approval step in progress is a person's to move.
         Some(cp)
             if cp.kind == CheckpointType::UserApproval
                 && cp.status == CheckpointStatus::InProgress =>
         {
-            ("awaiting_approval".to_owned(), Some(cp))
+            ("awaiting_approval", Some(cp))
         }
-        Some(cp) => (wire(&cp.status), Some(cp)),
-        None => ("waiting".to_owned(), None),
+        Some(cp) => (cp.status.as_str(), Some(cp)),
+        None => ("waiting", None),
     }
 }
 
@@ -320,6 +346,147 @@ fn output_tail(cp: &Checkpoint) -> Option<String> {
     (!tail.trim().is_empty()).then_some(tail)
 }
 
+/// Each attempt of a step: its number, how it ended and, for a command, its
+/// exit status.
+fn attempts(task: &TaskState, step: &str) -> Markup {
+    let tries: Vec<&Checkpoint> = task
+        .checkpoints
+        .iter()
+        .filter(|c| c.step_id.as_deref() == Some(step))
+        .collect();
+    html! {
+        @for (i, cp) in tries.iter().enumerate() {
+            @if i > 0 { br; }
+            span.attempt data-attempt=(cp.attempt) {
+                "#" (cp.attempt) " " (cp.status.as_str())
+                @if let Some(code) = cp.output.as_ref().and_then(|o| o.get("exit_code")).and_then(|c| c.as_i64()) {
+                    " (exit " (code) ")"
+                }
+            }
+        }
+    }
+}
+
+/// The most updates shown for one agent step (the newest).
+const AGENT_LINES: usize = 50;
+
+/// What each agent step's runtime reported — which runtime served it, its
+/// tool calls and plans — newest last, by step.
+async fn agent_activity(state: &AppState, task: &TaskState) -> Vec<(String, Vec<String>)> {
+    let step_of = |cp: &rein_protocol::CheckpointId| {
+        task.checkpoints
+            .iter()
+            .find(|c| &c.id == cp)
+            .and_then(|c| c.step_id.clone())
+    };
+    let mut by_step: Vec<(String, Vec<String>)> = Vec::new();
+    let mut after = 0;
+    loop {
+        let Ok(events) = state.engine.events(task.id(), after, 1000).await else {
+            break;
+        };
+        for event in &events {
+            let (cp, line) = match &event.change {
+                rein_protocol::TaskChange::AgentUpdate {
+                    checkpoint_id,
+                    update,
+                } => (
+                    checkpoint_id,
+                    rein_protocol::event::describe_agent_update(update),
+                ),
+                rein_protocol::TaskChange::RuntimeSelected {
+                    checkpoint_id,
+                    decision,
+                } => (
+                    checkpoint_id,
+                    format!(
+                        "served by {} ({})",
+                        decision.selected,
+                        decision.reason.as_str().replace('_', " ")
+                    ),
+                ),
+                _ => continue,
+            };
+            let Some(step) = step_of(cp) else { continue };
+            match by_step.iter_mut().find(|(s, _)| *s == step) {
+                Some((_, lines)) => lines.push(line),
+                None => by_step.push((step, vec![line])),
+            }
+        }
+        match events.last() {
+            Some(last) if events.len() == 1000 => after = last.seq,
+            _ => break,
+        }
+    }
+    for (_, lines) in &mut by_step {
+        let drop = lines.len().saturating_sub(AGENT_LINES);
+        lines.drain(..drop);
+    }
+    by_step
+}
+
+/// The task's harness contracts and evidence bundles.
+async fn task_records(state: &AppState, id: &TaskId) -> Markup {
+    use rein_core::store::{RecordFilter, RecordKind};
+    let filter = |kind| RecordFilter {
+        task_id: Some(id.to_string()),
+        limit: Some(100),
+        ..RecordFilter::new(kind)
+    };
+    let records = state.engine.records();
+    let contracts = records
+        .contracts(&filter(RecordKind::Contract))
+        .await
+        .map(|p| p.items)
+        .unwrap_or_default();
+    let evidence = records
+        .evidence_bundles(&filter(RecordKind::Evidence))
+        .await
+        .map(|p| p.items)
+        .unwrap_or_default();
+    if contracts.is_empty() && evidence.is_empty() {
+        return html! {};
+    }
+    html! {
+        h2 { "Contracts and evidence" }
+        @for c in &contracts {
+            article.contract data-contract=(c.id) {
+                header {
+                    span.badge { (c.status.as_str()) } " " strong { (c.goal) }
+                    @if let Some(risk) = c.risk { " " span class={"badge r-" (risk.as_str())} { "risk " (risk.as_str()) } }
+                }
+                p.meta {
+                    small.id { (c.id) }
+                    @if let Some(step) = &c.step_id { " · step " (step) }
+                    @if !c.write_set.is_empty() { " · writes " (rein_protocol::Resource::names(&c.write_set)) }
+                }
+                @if !c.success_criteria.is_empty() {
+                    ul { @for s in &c.success_criteria { li { (s) } } }
+                }
+            }
+        }
+        @for e in &evidence {
+            @let passed = e.checks.iter().filter(|k| k.status == rein_protocol::CheckStatus::Passed).count();
+            article.evidence data-evidence=(e.id) {
+                header { strong { "Evidence" } " " (e.summary) }
+                p.meta {
+                    small.id { (e.id) }
+                    @if let Some(step) = &e.step_id { " · step " (step) }
+                    " · " (e.items.len()) " item(s) · checks " (passed) "/" (e.checks.len()) " passed · " (e.reviews.len()) " review(s)"
+                    @if let Some(c) = e.confidence { " · confidence " (format!("{c:.2}")) }
+                }
+                @if !e.checks.is_empty() {
+                    ul {
+                        @for k in &e.checks {
+                            li { (k.name) ": " (k.status.as_str()) @if let Some(d) = &k.detail { " — " (d) } }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
     let task = match state.engine.get(id).await {
         Ok(task) => task,
@@ -327,6 +494,14 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
     };
     let plan = state.engine.plan(id).await.ok();
     let head = &task.head;
+    let agent = agent_activity(state, &task).await;
+    let records = task_records(state, id).await;
+    let snapshots = state
+        .engine
+        .store()
+        .list_snapshots(id)
+        .await
+        .unwrap_or_default();
     html! {
         h1 { (head.description) }
         p.meta {
@@ -344,6 +519,14 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
                 span #control-result aria-live="polite" {}
             }
         }
+        h2 { "Plan" }
+        @if let Some(plan) = &plan {
+            @if plan.steps.is_empty() {
+                p.empty { "The goal is made into steps at CP2, when the task runs." }
+            } @else {
+                (super::graph::plan_graph(&plan.steps, |step| step_state(&task, step).0))
+            }
+        }
         h2 { "Steps" }
         @if let Some(plan) = &plan {
             table.steps {
@@ -351,10 +534,10 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
                 tbody {
                     @for step in &plan.steps {
                         @let (st, cp) = step_state(&task, &step.id);
-                        tr data-step=(step.id) data-state=(st) {
+                        tr id={"step-" (step.id)} data-step=(step.id) data-state=(st) {
                             td { strong { (step.id) } br; small { (step.description) } }
                             td { span class={"badge c-" (st)} { (st) } }
-                            td { (cp.map(|c| c.attempt.to_string()).unwrap_or_default()) }
+                            td { (attempts(&task, &step.id)) }
                             td { (cp.and_then(|c| c.duration_ms).map(|ms| format!("{ms} ms")).unwrap_or_default()) }
                             td { (step.depends_on.join(", ")) }
                             td {
@@ -366,12 +549,40 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
                 }
             }
         }
+        @if !agent.is_empty() {
+            h2 { "Agent activity" }
+            @for (step, lines) in &agent {
+                section.agent data-agent-step=(step) {
+                    h3 { (step) }
+                    ol.updates {
+                        @for line in lines { li { (line) } }
+                    }
+                }
+            }
+        }
+        (records)
+        h2 { "Snapshots" }
+        @if snapshots.is_empty() {
+            p.empty { "None taken." }
+        } @else {
+            ul.snapshots {
+                @for snap in snapshots.iter().rev() {
+                    li data-snapshot=(snap.id) {
+                        code { (snap.id) } " · at log position " (snap.seq) " · " (time(&snap.created_at))
+                        @if user.can_change() {
+                            " " button hx-post={"/ui/snapshots/" (snap.id) "/restore"} hx-target="#control-result-restore" hx-confirm="Restore this snapshot as a new task?" { "Restore as a new task" }
+                        }
+                    }
+                }
+            }
+            span #control-result-restore aria-live="polite" {}
+        }
         h2 { "Checkpoints" }
         ol.timeline {
             @for cp in &task.checkpoints {
                 li {
-                    span class={"badge c-" (wire(&cp.status))} { (wire(&cp.status)) } " "
-                    strong { (wire(&cp.kind)) }
+                    span class={"badge c-" (cp.status.as_str())} { (cp.status.as_str()) } " "
+                    strong { (cp.kind.as_str()) }
                     @if let Some(step) = &cp.step_id { " · " (step) }
                     " · attempt " (cp.attempt) " · " (time(&cp.started_at))
                 }
@@ -396,7 +607,7 @@ pub async fn control(
         Ok(who) => who,
         Err(refused) => return refused.into_response(),
     };
-    let id = match task_id(&id) {
+    let id = match parse_id::<TaskId>(&id) {
         Ok(id) => id,
         Err(refused) => return refused.into_response(),
     };
@@ -431,7 +642,13 @@ pub async fn control(
         other => return refusal(StatusCode::BAD_REQUEST, &format!("no action `{other}`")),
     };
     match done {
-        Ok(message) => html! { span.ok { (message) } }.into_response(),
+        // The task's part of the page fetches itself again at once: a
+        // snapshot moves nothing the live stream hears.
+        Ok(message) => (
+            [("hx-trigger", "rein:changed")],
+            html! { span.ok { (message) } },
+        )
+            .into_response(),
         Err(e) => engine_refusal(e),
     }
 }
@@ -507,26 +724,26 @@ fn approval_card(a: &ApprovalRequest, user: &User, note: Option<&str>) -> Markup
     }
     let pending = a.status == ApprovalStatus::Pending;
     html! {
-        article.approval id={"a-" (a.id)} data-approval=(a.id) data-status=(wire(&a.status)) {
+        article.approval id={"a-" (a.id)} data-approval=(a.id) data-status=(a.status.as_str()) {
             header {
-                span class={"badge p-" (wire(&a.priority))} { (wire(&a.priority)) }
+                span class={"badge p-" (a.priority.as_str())} { (a.priority.as_str()) }
                 " " strong { (a.title) }
-                " " span class={"badge a-" (wire(&a.status))} { (wire(&a.status)) }
+                " " span class={"badge a-" (a.status.as_str())} { (a.status.as_str()) }
             }
             @if !a.description.is_empty() { p { (a.description) } }
             @if let Some(q) = &a.question { p.question { (q) } }
             p.meta {
                 "Task " a href={"/ui/tasks/" (a.task_id)} { (a.task_id) }
                 @if let Some(step) = &a.step_id { " · step " (step) }
-                " · trigger " (wire(&a.trigger))
+                " · trigger " (a.trigger.as_str())
                 @if let Some(deadline) = &a.deadline {
                     " · deadline " time.deadline datetime=(deadline.to_rfc3339()) { (deadline.format("%H:%M:%S UTC")) }
-                    " (then " (wire(&a.on_expiry)) ")"
+                    " (then " (a.on_expiry.as_str()) ")"
                 }
             }
             @if let Some(r) = &a.response {
                 p.decided {
-                    (wire(&r.decision)) " by " strong { (r.decided_by) } " at " (time(&r.decided_at))
+                    (r.decision.as_str()) " by " strong { (r.decided_by) } " at " (time(&r.decided_at))
                     @if let Some(o) = &r.selected_option { " · " (o) }
                     @if let Some(reason) = &r.reason { " — " (reason) }
                 }
@@ -585,9 +802,9 @@ pub async fn decide(
         role: who.role,
         csrf: None,
     };
-    let id: rein_protocol::ApprovalId = match id.parse() {
+    let id = match parse_id::<rein_protocol::ApprovalId>(&id) {
         Ok(id) => id,
-        Err(e) => return refusal(StatusCode::BAD_REQUEST, &format!("{e}")),
+        Err(refused) => return refused.into_response(),
     };
     let decision = match form.decision.as_str() {
         "approve" => Decision::Approve,
@@ -610,18 +827,19 @@ pub async fn decide(
         delegate_to: some(form.delegate_to),
         decided_at: chrono::Utc::now(),
     };
-    let decided = if who.role >= Role::Admin {
-        state.engine.decide_overriding(response).await
-    } else {
-        state.engine.decide(response).await
-    };
-    match decided {
+    match state.decide(who.role, response).await {
         Ok(a) => approval_card(&a, &user, None).into_response(),
         Err(EngineError::AlreadyDecided { current }) => {
             let first = current
                 .response
                 .as_ref()
-                .map(|r| format!("{} decided it first ({}).", r.decided_by, wire(&r.decision)))
+                .map(|r| {
+                    format!(
+                        "{} decided it first ({}).",
+                        r.decided_by,
+                        r.decision.as_str()
+                    )
+                })
                 .unwrap_or_else(|| "It was decided first elsewhere.".to_owned());
             approval_card(&current, &user, Some(&first)).into_response()
         }
