@@ -660,6 +660,31 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
     .await;
     screenshot(&client, "harnesses").await;
 
+    // The tasks page filters by creation time (UTC), and names a bad one.
+    for (query, what, script) in [
+        (
+            "created_from=2000-01-01T00:00",
+            "tasks created since 2000",
+            "document.querySelectorAll('tr[data-task]').length >= 2",
+        ),
+        (
+            "created_from=2099-01-01T00:00",
+            "no tasks created since 2099",
+            "document.querySelector('#tasks p.empty') && !document.querySelector('tr[data-task]')",
+        ),
+        (
+            "created_to=yesterday",
+            "the bad time named",
+            "document.querySelector('#tasks .error')?.textContent.includes('`yesterday` is not a time')",
+        ),
+    ] {
+        client
+            .goto(&format!("{base}/ui/tasks?{query}"))
+            .await
+            .unwrap();
+        until(&client, what, script).await;
+    }
+
     // A goal submitted from the tasks page becomes a task of that goal.
     client.goto(&format!("{base}/ui/tasks")).await.unwrap();
     client

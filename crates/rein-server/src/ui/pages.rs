@@ -30,8 +30,29 @@ pub struct TasksQuery {
     status: Option<String>,
     #[serde(default)]
     session_id: Option<String>,
+    /// Created at or after (a form's `datetime-local`, read as UTC).
+    #[serde(default)]
+    created_from: Option<String>,
+    /// Created before.
+    #[serde(default)]
+    created_to: Option<String>,
     #[serde(default)]
     cursor: Option<String>,
+}
+
+/// A time from a form: `YYYY-MM-DDTHH:MM[:SS]` in UTC (what a
+/// `datetime-local` field sends; the pages show times in UTC), or RFC 3339.
+fn form_time(name: &str, value: &str) -> Result<rein_protocol::Timestamp, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(value) {
+        return Ok(t.to_utc());
+    }
+    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(value, f).ok())
+        .map(|t| t.and_utc())
+        .ok_or_else(|| {
+            format!("{name}: `{value}` is not a time; write it as 2026-12-03T14:30 (UTC)")
+        })
 }
 
 impl TasksQuery {
@@ -42,12 +63,15 @@ impl TasksQuery {
             Some(s) => Some(TaskStatus::parse(&s).ok_or(format!("no task status `{s}`"))?),
             None => None,
         };
+        let time =
+            |name: &str, v: &Option<String>| some(v).map(|v| form_time(name, v.trim())).transpose();
         Ok(TaskFilter {
             session_id: some(&self.session_id),
             status,
+            created_from: time("created from", &self.created_from)?,
+            created_to: time("created before", &self.created_to)?,
             limit: Some(50),
             cursor: some(&self.cursor),
-            ..TaskFilter::default()
         })
     }
 
@@ -57,6 +81,8 @@ impl TasksQuery {
         for (k, v) in [
             ("status", self.status.as_deref()),
             ("session_id", self.session_id.as_deref()),
+            ("created_from", self.created_from.as_deref()),
+            ("created_to", self.created_to.as_deref()),
             ("cursor", cursor),
         ] {
             if let Some(v) = v.filter(|v| !v.is_empty()) {
@@ -94,6 +120,12 @@ pub async fn tasks(
                 }
                 label { "Session "
                     input type="text" name="session_id" value=[query.session_id.as_deref()];
+                }
+                label { "Created from (UTC) "
+                    input type="datetime-local" name="created_from" value=[query.created_from.as_deref()];
+                }
+                label { "Created before (UTC) "
+                    input type="datetime-local" name="created_to" value=[query.created_to.as_deref()];
                 }
                 button type="submit" { "Filter" }
             }
