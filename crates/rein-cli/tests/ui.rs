@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod model;
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -424,8 +425,12 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
     client.close().await.unwrap();
 }
 
-/// A server with one operator token, and a browser signed in to it.
-async fn operator_session(dir: &Path) -> (common::Server, String, String, Driver, Client) {
+/// A server with one operator token whose agent steps ask the fake model at
+/// `model`, and a browser signed in to it.
+async fn operator_session(
+    dir: &Path,
+    model: &str,
+) -> (common::Server, String, String, Driver, Client) {
     let tokens = dir.join("tokens.toml");
     std::fs::write(
         &tokens,
@@ -436,6 +441,9 @@ async fn operator_session(dir: &Path) -> (common::Server, String, String, Driver
     )
     .unwrap();
     let mut child = common::rein(&dir.join("data"))
+        .env("OPENAI_BASE_URL", model)
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("REIN_MODEL", "gpt-test")
         .args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
         .arg(&tokens)
         .stdout(Stdio::piped())
@@ -465,7 +473,8 @@ fn post_json(addr: &str, path: &str, body: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnesses() {
     let dir = tempfile::tempdir().unwrap();
-    let (_server, addr, base, _driver, client) = operator_session(dir.path()).await;
+    let (model, _) = model::fake::fake_model().await;
+    let (_server, addr, base, _driver, client) = operator_session(dir.path(), &model).await;
 
     // A task waiting on a person: its plan drawn as a graph, live.
     let task = submit(&addr, "graph");
@@ -552,6 +561,40 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
         ),
     )
     .await;
+
+    // An agent step: its turns and tool calls on its task's page.
+    let agent = post_json(
+        &addr,
+        "/admin/tasks",
+        &json!({ "plan": { "original_task": "look around", "steps": [
+            { "id": "look", "checkpoint": "task_exec",
+              "action": { "kind": "agent", "prompt": "list three times", "tools": ["list_dir"] } },
+        ] } })
+        .to_string(),
+    );
+    let agent = agent["task"]["id"].as_str().unwrap().to_owned();
+    client
+        .goto(&format!("{base}/ui/tasks/{agent}"))
+        .await
+        .unwrap();
+    until(
+        &client,
+        "the agent's turns",
+        "document.querySelector('tr[data-step=look][data-state=completed]')\
+         && document.querySelectorAll('section.agent[data-agent-step=look] li[data-role=tool]').length === 3",
+    )
+    .await;
+    let turns = text(&client, "section.agent[data-agent-step=look] ol.turns").await;
+    assert!(
+        turns.contains("list_dir(") && turns.contains("listed three times"),
+        "{turns}"
+    );
+    let updates = text(&client, "section.agent[data-agent-step=look] ol.updates").await;
+    assert!(
+        updates.contains("served by rein") && updates.contains("tool list_dir"),
+        "{updates}"
+    );
+    screenshot(&client, "task-agent").await;
 
     // Shared state: a colliding action, detection run from the page.
     let seed = std::fs::read_to_string(

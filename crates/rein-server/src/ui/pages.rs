@@ -399,19 +399,103 @@ fn attempts(task: &TaskState, step: &str) -> Markup {
     }
 }
 
-/// The most updates shown for one agent step (the newest).
+/// The most updates and turns shown for one agent step (the newest).
 const AGENT_LINES: usize = 50;
+
+/// What an agent step did: its conversation's turns (from the session's
+/// journal, the built-in runtime's) and what its runtime reported.
+#[derive(Debug, Default)]
+struct AgentWork {
+    turns: Vec<Turn>,
+    updates: Vec<String>,
+}
+
+#[derive(Debug)]
+struct Turn {
+    role: String,
+    text: String,
+    calls: Vec<String>,
+}
+
+/// At most `n` characters of `text`, marked when cut.
+fn cut(text: &str, n: usize) -> String {
+    if text.chars().count() <= n {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(n).collect::<String>())
+    }
+}
+
+/// The turns of the session an agent step's newest attempt worked in (its
+/// output names it), newest last. A session another runtime keeps (an ACP
+/// agent's) has none here.
+async fn turns(state: &AppState, output: Option<&serde_json::Value>) -> Vec<Turn> {
+    let Some(session) = output
+        .and_then(|o| o.get("session"))
+        .and_then(|s| s.as_str())
+    else {
+        return Vec::new();
+    };
+    let sessions = state.engine.sessions();
+    let Ok(info) = sessions.get(session).await else {
+        return Vec::new();
+    };
+    let Ok(entries) = sessions.journal(&info).load().await else {
+        return Vec::new();
+    };
+    let mut turns: Vec<Turn> = entries
+        .iter()
+        .filter_map(|e| e.get("message"))
+        .filter(|m| m["role"] != "system")
+        .map(|m| Turn {
+            role: m["role"].as_str().unwrap_or("?").to_owned(),
+            text: cut(m["content"].as_str().unwrap_or_default(), 400),
+            calls: m["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    let f = &c["function"];
+                    format!(
+                        "{}({})",
+                        f["name"].as_str().unwrap_or("?"),
+                        cut(f["arguments"].as_str().unwrap_or_default(), 120)
+                    )
+                })
+                .collect(),
+        })
+        .collect();
+    let drop = turns.len().saturating_sub(AGENT_LINES);
+    turns.drain(..drop);
+    turns
+}
 
 /// What each agent step's runtime reported — which runtime served it, its
 /// tool calls and plans — newest last, by step.
-async fn agent_activity(state: &AppState, task: &TaskState) -> Vec<(String, Vec<String>)> {
+async fn agent_activity(
+    state: &AppState,
+    task: &TaskState,
+    plan: Option<&rein_protocol::TaskDecomposition>,
+) -> Vec<(String, AgentWork)> {
     let step_of = |cp: &rein_protocol::CheckpointId| {
         task.checkpoints
             .iter()
             .find(|c| &c.id == cp)
             .and_then(|c| c.step_id.clone())
     };
-    let mut by_step: Vec<(String, Vec<String>)> = Vec::new();
+    let mut by_step: Vec<(String, AgentWork)> = Vec::new();
+    for step in plan.map(|p| p.steps.as_slice()).unwrap_or_default() {
+        if matches!(step.action, rein_protocol::StepAction::Agent { .. }) {
+            let output = task
+                .latest_for_step(&step.id)
+                .and_then(|c| c.output.as_ref());
+            let work = AgentWork {
+                turns: turns(state, output).await,
+                updates: Vec::new(),
+            };
+            by_step.push((step.id.clone(), work));
+        }
+    }
     let mut after = 0;
     loop {
         let Ok(events) = state.engine.events(task.id(), after, 1000).await else {
@@ -441,8 +525,14 @@ async fn agent_activity(state: &AppState, task: &TaskState) -> Vec<(String, Vec<
             };
             let Some(step) = step_of(cp) else { continue };
             match by_step.iter_mut().find(|(s, _)| *s == step) {
-                Some((_, lines)) => lines.push(line),
-                None => by_step.push((step, vec![line])),
+                Some((_, work)) => work.updates.push(line),
+                None => by_step.push((
+                    step,
+                    AgentWork {
+                        turns: Vec::new(),
+                        updates: vec![line],
+                    },
+                )),
             }
         }
         match events.last() {
@@ -450,10 +540,11 @@ async fn agent_activity(state: &AppState, task: &TaskState) -> Vec<(String, Vec<
             _ => break,
         }
     }
-    for (_, lines) in &mut by_step {
-        let drop = lines.len().saturating_sub(AGENT_LINES);
-        lines.drain(..drop);
+    for (_, work) in &mut by_step {
+        let drop = work.updates.len().saturating_sub(AGENT_LINES);
+        work.updates.drain(..drop);
     }
+    by_step.retain(|(_, work)| !work.turns.is_empty() || !work.updates.is_empty());
     by_step
 }
 
@@ -526,7 +617,7 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
     };
     let plan = state.engine.plan(id).await.ok();
     let head = &task.head;
-    let agent = agent_activity(state, &task).await;
+    let agent = agent_activity(state, &task, plan.as_ref()).await;
     let records = task_records(state, id).await;
     let snapshots = state
         .engine
@@ -583,11 +674,24 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
         }
         @if !agent.is_empty() {
             h2 { "Agent activity" }
-            @for (step, lines) in &agent {
+            @for (step, work) in &agent {
                 section.agent data-agent-step=(step) {
                     h3 { (step) }
-                    ol.updates {
-                        @for line in lines { li { (line) } }
+                    @if !work.turns.is_empty() {
+                        ol.turns {
+                            @for turn in &work.turns {
+                                li data-role=(turn.role) {
+                                    span.badge { (turn.role) } " "
+                                    @if !turn.text.is_empty() { (turn.text) } @else if turn.role == "tool" { span.none { "(no output)" } }
+                                    @for call in &turn.calls { br; code { "→ " (call) } }
+                                }
+                            }
+                        }
+                    }
+                    @if !work.updates.is_empty() {
+                        ol.updates {
+                            @for line in &work.updates { li { (line) } }
+                        }
                     }
                 }
             }
