@@ -298,6 +298,9 @@ pub struct Helper {
 #[derive(Debug, Default, Clone)]
 pub struct CommandExecutor {
     confine: Confine,
+    /// Unsandboxed: the trampoline that starts `sh` without a fork of rein
+    /// (`rein __confine --unconfined`); none: `sh` is forked.
+    spawner: Option<Arc<rein_sandbox::Trampoline>>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -315,6 +318,7 @@ impl CommandExecutor {
     pub fn sandboxed(sandbox: Sandbox) -> CommandExecutor {
         CommandExecutor {
             confine: Confine::Sandboxed(Arc::new(sandbox)),
+            spawner: None,
         }
     }
 
@@ -322,6 +326,7 @@ impl CommandExecutor {
     pub fn refusing(why: Unavailable) -> CommandExecutor {
         CommandExecutor {
             confine: Confine::Refused(why),
+            spawner: None,
         }
     }
 
@@ -329,6 +334,15 @@ impl CommandExecutor {
     /// the engine that are not about confinement).
     pub fn unsandboxed() -> CommandExecutor {
         CommandExecutor::default()
+    }
+
+    /// The same, each command started by `trampoline` (unconfined), so that
+    /// rein is not forked to start it (see [`rein_sandbox::process`]).
+    pub fn unsandboxed_via(trampoline: rein_sandbox::Trampoline) -> CommandExecutor {
+        CommandExecutor {
+            confine: Confine::Unsandboxed,
+            spawner: Some(Arc::new(trampoline)),
+        }
     }
 
     /// The sandbox in force, as recorded with every run: `bubblewrap` or `none`.
@@ -521,21 +535,48 @@ impl CommandExecutor {
                     ..Confinement::default()
                 };
                 Ok((
-                    sandbox.command(&request.workspace, &script, &vars, &confinement),
+                    dying_with_rein(
+                        sandbox,
+                        sandbox.command(&request.workspace, &script, &vars, &confinement),
+                    ),
                     sandbox.reach(&request.workspace, &confinement),
                 ))
             }
             Confine::Refused(why) => Err(why.to_string()),
-            Confine::Unsandboxed => {
-                let mut command = tokio::process::Command::new("sh");
-                command
-                    .arg("-c")
-                    .arg(&script)
-                    .current_dir(&request.workspace)
-                    .envs(vars);
-                Ok((command, rein_sandbox::Reach::unsandboxed()))
-            }
+            Confine::Unsandboxed => Ok((
+                self.plain_sh(&request.workspace, &script, vars),
+                rein_sandbox::Reach::unsandboxed(),
+            )),
         }
+    }
+
+    /// `sh -c script` in `workspace`, unsandboxed, dying with rein: started
+    /// by the trampoline when there is one, else forked with the parent-death
+    /// signal set before it becomes `sh`.
+    fn plain_sh(
+        &self,
+        workspace: &std::path::Path,
+        script: &str,
+        vars: Vec<(String, String)>,
+    ) -> tokio::process::Command {
+        if let Some(trampoline) = &self.spawner {
+            let mut command = tokio::process::Command::new(&trampoline.program);
+            command
+                .args(&trampoline.args)
+                .args(rein_sandbox::landlock::unconfined_args(
+                    workspace, script, &vars,
+                ))
+                .current_dir(workspace);
+            return command;
+        }
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .arg("-c")
+            .arg(script)
+            .current_dir(workspace)
+            .envs(vars);
+        rein_sandbox::process::die_with_parent(&mut command);
+        command
     }
 
     /// The command for one attempt: `sh -c run` in the workspace, confined as the
@@ -554,19 +595,12 @@ impl CommandExecutor {
                 .map(|(key, value)| (key.to_owned(), value)),
         );
         match &self.confine {
-            Confine::Sandboxed(sandbox) => {
-                Ok(sandbox.command(&request.workspace, run, &vars, confinement))
-            }
+            Confine::Sandboxed(sandbox) => Ok(dying_with_rein(
+                sandbox,
+                sandbox.command(&request.workspace, run, &vars, confinement),
+            )),
             Confine::Refused(why) => Err(why.to_string()),
-            Confine::Unsandboxed => {
-                let mut command = tokio::process::Command::new("sh");
-                command
-                    .arg("-c")
-                    .arg(run)
-                    .current_dir(&request.workspace)
-                    .envs(vars);
-                Ok(command)
-            }
+            Confine::Unsandboxed => Ok(self.plain_sh(&request.workspace, run, vars)),
         }
     }
 
@@ -602,6 +636,20 @@ impl CommandExecutor {
     }
 }
 
+/// `command` of `sandbox`, made to die with rein: bubblewrap is forked with
+/// the parent-death signal set before it starts (its own `--die-with-parent`
+/// comes too late, see ARCHITECTURE.md); the Landlock trampoline asks for
+/// the signal itself (`--parent`), so it starts without a fork of rein.
+fn dying_with_rein(
+    sandbox: &Sandbox,
+    mut command: tokio::process::Command,
+) -> tokio::process::Command {
+    if sandbox.kind() != SandboxKind::Landlock {
+        rein_sandbox::process::die_with_parent(&mut command);
+    }
+    command
+}
+
 /// Runs `command` as one attempt of `request`'s step; `record` holds what the
 /// output records besides the run itself (sandbox, permission, policy).
 async fn run_child(
@@ -616,8 +664,8 @@ async fn run_child(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // Killed with rein, whatever kills rein.
-    rein_sandbox::process::die_with_parent(&mut command);
+    // Killed with rein, whatever kills rein: the launcher saw to it
+    // (`dying_with_rein`, `plain_sh`).
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {

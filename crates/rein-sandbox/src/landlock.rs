@@ -42,7 +42,13 @@ pub fn trampoline_args(
     env: &[(String, String)],
     confinement: &Confinement,
 ) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["--workspace".into(), workspace.into()];
+    // The trampoline dies with the rein building these arguments.
+    let mut args: Vec<OsString> = vec![
+        "--parent".into(),
+        std::process::id().to_string().into(),
+        "--workspace".into(),
+        workspace.into(),
+    ];
     if confinement.network {
         args.push("--network".into());
     }
@@ -67,7 +73,31 @@ pub fn trampoline_args(
     args
 }
 
+/// The trampoline's arguments for running `script` in `workspace` with
+/// nothing confined (`--sandbox none`): it only makes the command die with
+/// rein, and keeps rein's environment with `env` added.
+pub fn unconfined_args(workspace: &Path, script: &str, env: &[(String, String)]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec![
+        "--parent".into(),
+        std::process::id().to_string().into(),
+        "--unconfined".into(),
+        "--workspace".into(),
+        workspace.into(),
+    ];
+    for (key, value) in env {
+        args.push("--env".into());
+        args.push(format!("{key}={value}").into());
+    }
+    args.push("--".into());
+    args.push(script.into());
+    args
+}
+
 struct Parsed {
+    /// The rein that started the trampoline: it dies with it.
+    parent: Option<u32>,
+    /// Nothing confined: `sh` with rein's environment (and `env`).
+    unconfined: bool,
     workspace: PathBuf,
     confinement: Confinement,
     env: Vec<(OsString, OsString)>,
@@ -76,6 +106,8 @@ struct Parsed {
 
 fn parse(args: &[OsString]) -> Result<Parsed, String> {
     let mut workspace = None;
+    let mut parent = None;
+    let mut unconfined = false;
     let mut confinement = Confinement::default();
     let mut env = Vec::new();
     let mut it = args.iter();
@@ -90,6 +122,15 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
         };
         match arg.to_str() {
             Some("--workspace") => workspace = Some(PathBuf::from(value(&mut it, "--workspace")?)),
+            Some("--parent") => {
+                let v = value(&mut it, "--parent")?;
+                parent = Some(
+                    v.to_str()
+                        .and_then(|v| v.parse().ok())
+                        .ok_or("--parent needs a process id")?,
+                );
+            }
+            Some("--unconfined") => unconfined = true,
             Some("--network") => confinement.network = true,
             Some("--memory") => {
                 let v = value(&mut it, "--memory")?;
@@ -126,6 +167,8 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                 let script = value(&mut it, "--")?;
                 let workspace = workspace.ok_or("--workspace is required")?;
                 return Ok(Parsed {
+                    parent,
+                    unconfined,
                     workspace,
                     confinement,
                     env,
@@ -254,6 +297,23 @@ pub fn trampoline(args: &[OsString]) -> i32 {
             return 2;
         }
     };
+    // First: a trampoline whose rein is gone runs nothing.
+    if let Some(parent) = parsed.parent
+        && let Err(e) = crate::process::die_with(parent)
+    {
+        report(&format!("rein sandbox: {e}"));
+        return NOT_CONFINED;
+    }
+    if parsed.unconfined {
+        let err = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&parsed.script)
+            .current_dir(&parsed.workspace)
+            .envs(parsed.env)
+            .exec();
+        report(&format!("rein: cannot run sh: {err}"));
+        return 127;
+    }
     let tmp = parsed.workspace.join(".tmp");
     if let Err(e) = std::fs::create_dir_all(&tmp) {
         report(&format!(

@@ -1,6 +1,17 @@
-//! Step processes that cannot outlive rein: the parent-death signal set inside
+//! Step processes that cannot outlive rein: the parent-death signal set in
 //! the child before it becomes the command, and a record of each process group
 //! precise enough to find — and stop — what a killed rein left behind.
+//!
+//! Where the signal is set decides how a command is started. The Landlock
+//! trampoline asks for it itself (`--parent`, see [`die_with`]; also
+//! unconfined, for `--sandbox none`), so rein starts it without a `fork`
+//! (`posix_spawn`, which shares rein's memory until the `exec`): a `fork` of a
+//! rein holding many tasks copies its page tables, and the forks of one
+//! process wait for each other on its memory map, so a thousand steps taken up
+//! at once took a thousand times that. Bubblewrap must have the signal before
+//! it starts (its own `--die-with-parent` comes too late), so it is forked with
+//! [`die_with_parent`], as are MCP servers and `sh` where no trampoline is
+//! known.
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -8,10 +19,10 @@ use nix::unistd::Pid;
 /// Makes the process `command` starts receive SIGKILL when rein dies.
 ///
 /// The signal is set in the child after `fork` and before `exec` (it survives
-/// `exec` into bubblewrap, the Landlock trampoline or `sh`). If rein died
-/// between the `fork` and that moment, the child has already been handed to
-/// another parent: it checks that its parent is still the process that
-/// started it, and exits instead of running the command if not.
+/// `exec` into `sh`). If rein died between the `fork` and that moment, the
+/// child has already been handed to another parent: it checks that its parent
+/// is still the process that started it, and exits instead of running the
+/// command if not.
 ///
 /// Linux sends the signal when the *thread* that forked the child ends, so
 /// commands must be started from threads that live as long as rein: tokio's
@@ -32,6 +43,19 @@ pub fn die_with_parent(command: &mut tokio::process::Command) {
             Ok(())
         });
     }
+}
+
+/// What [`die_with_parent`] does in the child, for a program rein starts that
+/// then becomes the command (the Landlock trampoline): SIGKILL when `parent`
+/// dies, and an error if it already has (the process was handed to another
+/// parent before it could ask).
+pub fn die_with(parent: u32) -> Result<(), String> {
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)
+        .map_err(|e| format!("cannot ask to die with rein: {e}"))?;
+    if nix::unistd::getppid().as_raw() as u32 != parent {
+        return Err("rein stopped before the command could start".into());
+    }
+    Ok(())
 }
 
 /// This boot of the machine: process ids and start times mean something only

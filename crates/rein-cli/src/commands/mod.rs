@@ -215,18 +215,21 @@ pub const CONFINE: &str = "__confine";
 /// `/healthz`). `none` warns once on stderr.
 pub async fn executor(choice: &str, strict: bool) -> anyhow::Result<CommandExecutor> {
     use rein_sandbox::Sandbox;
-    if choice == "none" {
-        shout!(
-            "warning: --sandbox none: plan steps run unsandboxed, with rein's own permissions; each run is recorded as unsandboxed"
-        );
-        return Ok(CommandExecutor::unsandboxed());
-    }
     let trampoline = std::env::current_exe()
         .ok()
         .map(|program| rein_sandbox::Trampoline {
             program,
             args: vec![CONFINE.into()],
         });
+    if choice == "none" {
+        shout!(
+            "warning: --sandbox none: plan steps run unsandboxed, with rein's own permissions; each run is recorded as unsandboxed"
+        );
+        return Ok(match trampoline {
+            Some(t) => CommandExecutor::unsandboxed_via(t),
+            None => CommandExecutor::unsandboxed(),
+        });
+    }
     let probed = match (choice, trampoline) {
         ("bubblewrap", _) => Sandbox::probe().await,
         ("landlock", Some(t)) => Sandbox::probe_landlock(t).await,

@@ -1,0 +1,116 @@
+//! The trampoline's own duties, with the real `rein-confine` binary: it dies
+//! with the rein that started it (it is started without a fork of rein, so it
+//! asks for that itself), refuses to run anything once that rein is gone, and
+//! unconfined (`--sandbox none`) runs the script with rein's environment.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn confine() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rein-confine"))
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            let after = &stat[stat.rfind(')').unwrap() + 1..];
+            after.split_whitespace().next() != Some("Z")
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn unconfined_it_runs_the_script_in_the_workspace_with_reins_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let args = rein_sandbox::landlock::unconfined_args(
+        &ws,
+        "echo \"$FROM_REIN $ADDED\"; pwd",
+        &[("ADDED".to_owned(), "added".to_owned())],
+    );
+    // The arguments name this process as the one to die with.
+    assert_eq!(args[0], "--parent");
+    assert_eq!(args[1], std::process::id().to_string().as_str());
+    let out = confine()
+        .args(&args)
+        .env("FROM_REIN", "inherited")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("inherited added\n{}\n", ws.display())
+    );
+}
+
+#[test]
+fn a_trampoline_whose_rein_is_gone_runs_nothing() {
+    let ws = tempfile::tempdir().unwrap();
+    let marker = ws.path().join("ran");
+    // Told to die with a process that is not its parent (as when rein died
+    // before the trampoline could ask): it refuses.
+    let out = confine()
+        .args(["--parent", "1", "--unconfined", "--workspace"])
+        .arg(ws.path())
+        .args(["--", &format!("touch {}", marker.display())])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(rein_sandbox::landlock::NOT_CONFINED)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("rein stopped before the command could start"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!marker.exists(), "the script ran");
+}
+
+#[test]
+fn the_command_dies_with_the_process_that_started_the_trampoline() {
+    let ws = tempfile::tempdir().unwrap();
+    let pid_file = ws.path().join("pid");
+    // A stand-in for rein: a shell that starts the trampoline and waits.
+    let script = format!(
+        "{} --parent $$ --unconfined --workspace {} -- 'echo $$ > {}; exec sleep 30' & wait",
+        env!("CARGO_BIN_EXE_rein-confine"),
+        ws.path().display(),
+        pid_file.display()
+    );
+    let mut rein = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let command: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "never started");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(alive(command));
+    rein.kill().unwrap();
+    rein.wait().unwrap();
+    let killed = Instant::now();
+    while alive(command) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "the command outlived the process that started it"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
