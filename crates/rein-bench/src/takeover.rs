@@ -1,6 +1,6 @@
 //! `rein-bench takeover --tasks N`: how long a real `rein serve` on SQLite
 //! takes to be back after `kill -9` with N tasks in flight. N tasks of one
-//! idempotent step (it touches a file named by its attempt, then sleeps) are submitted over the
+//! idempotent step (its shell creates a file named by its attempt, then sleeps) are submitted over the
 //! API; once every step runs, the server is killed with SIGKILL (the steps die
 //! with it) and started again on the same data directory. Timed from that
 //! start: until it answers `/healthz`, and until every interrupted step runs
@@ -41,7 +41,7 @@ fn toml_string(text: &str) -> String {
 }
 
 /// How many tasks' steps have noted an attempt numbered `attempt` or later
-/// (each attempt touches `TASK.ATTEMPT`).
+/// (each attempt creates `TASK.ATTEMPT`).
 fn attempts(marks: &Path, attempt: u32) -> usize {
     let mut tasks = std::collections::HashSet::new();
     if let Ok(entries) = std::fs::read_dir(marks) {
@@ -76,8 +76,10 @@ pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow
     let marks = dir.join("marks");
     std::fs::create_dir_all(&marks)?;
     let (mut server, addr) = start_serve(&rein, &data).await?;
+    // The shell notes the attempt itself (a redirection, no program of its
+    // own), so what is timed is rein starting steps, not coreutils.
     let step = format!(
-        "touch {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
+        ": > {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
         marks.display()
     );
     let plan = format!(
