@@ -324,6 +324,35 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
         .unwrap();
     assert_eq!(marker, json!("kept"), "the page was not reloaded");
 
+    // A click right after a live refresh swapped the list in (before htmx
+    // would have settled it, had it a settle delay) still decides.
+    let raced = submit(&addr, "epsilon");
+    let raced_approval = pending_approval(&addr, &raced);
+    client.goto(&format!("{base}/ui/approvals")).await.unwrap();
+    let card = format!("#a-{raced_approval}");
+    until(
+        &client,
+        "the raced request",
+        &format!("document.querySelector('{card}[data-status=pending]')"),
+    )
+    .await;
+    client
+        .execute(
+            "const card = arguments[0]; const part = document.getElementById('approvals');\
+             part.addEventListener('htmx:afterSwap', () => queueMicrotask(() =>\
+               document.querySelector(card + ' button[value=approve]').click()), { once: true });\
+             htmx.trigger(part, 'rein:changed');",
+            vec![json!(card)],
+        )
+        .await
+        .unwrap();
+    until(
+        &client,
+        "the click after the refresh decided",
+        &format!("document.querySelector('{card}[data-status=approved]')"),
+    )
+    .await;
+
     // A late click is told who decided first.
     let third = submit(&addr, "gamma");
     let third_approval = pending_approval(&addr, &third);

@@ -231,7 +231,10 @@ fn shell(title: &str, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 // htmx adds no <style> of its own (the page has its own
                 // sheet), and swaps in refusals too: they say what went wrong.
-                meta name="htmx-config" content=r#"{"includeIndicatorStyles":false,"responseHandling":[{"code":"204","swap":false},{"code":"[2345]..","swap":true}]}"#;
+                // No settle delay: htmx readies swapped-in content (its forms
+                // and buttons) only when it settles, and a click in between
+                // submitted a decision's form natively, as a GET, and lost it.
+                meta name="htmx-config" content=r#"{"includeIndicatorStyles":false,"defaultSettleDelay":0,"responseHandling":[{"code":"204","swap":false},{"code":"[2345]..","swap":true}]}"#;
                 title { (title) " · rein" }
                 link rel="stylesheet" href="/ui/assets/rein.css";
                 script src="/ui/assets/htmx-2.0.11.min.js" {}
