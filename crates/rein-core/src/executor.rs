@@ -535,10 +535,7 @@ impl CommandExecutor {
                     ..Confinement::default()
                 };
                 Ok((
-                    dying_with_rein(
-                        sandbox,
-                        sandbox.command(&request.workspace, &script, &vars, &confinement),
-                    ),
+                    sandbox.command(&request.workspace, &script, &vars, &confinement),
                     sandbox.reach(&request.workspace, &confinement),
                 ))
             }
@@ -595,10 +592,9 @@ impl CommandExecutor {
                 .map(|(key, value)| (key.to_owned(), value)),
         );
         match &self.confine {
-            Confine::Sandboxed(sandbox) => Ok(dying_with_rein(
-                sandbox,
-                sandbox.command(&request.workspace, run, &vars, confinement),
-            )),
+            Confine::Sandboxed(sandbox) => {
+                Ok(sandbox.command(&request.workspace, run, &vars, confinement))
+            }
             Confine::Refused(why) => Err(why.to_string()),
             Confine::Unsandboxed => Ok(self.plain_sh(&request.workspace, run, vars)),
         }
@@ -636,20 +632,6 @@ impl CommandExecutor {
     }
 }
 
-/// `command` of `sandbox`, made to die with rein: bubblewrap is forked with
-/// the parent-death signal set before it starts (its own `--die-with-parent`
-/// comes too late, see ARCHITECTURE.md); the Landlock trampoline asks for
-/// the signal itself (`--parent`), so it starts without a fork of rein.
-fn dying_with_rein(
-    sandbox: &Sandbox,
-    mut command: tokio::process::Command,
-) -> tokio::process::Command {
-    if sandbox.kind() != SandboxKind::Landlock {
-        rein_sandbox::process::die_with_parent(&mut command);
-    }
-    command
-}
-
 /// Runs `command` as one attempt of `request`'s step; `record` holds what the
 /// output records besides the run itself (sandbox, permission, policy).
 async fn run_child(
@@ -664,8 +646,8 @@ async fn run_child(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    // Killed with rein, whatever kills rein: the launcher saw to it
-    // (`dying_with_rein`, `plain_sh`).
+    // Killed with rein, whatever kills rein: the sandbox's command sees to it
+    // (`Sandbox::command`), as does `plain_sh`.
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {

@@ -364,6 +364,9 @@ impl Sandbox {
             }
         };
         let mut cmd = tokio::process::Command::new(bwrap);
+        // Its own --die-with-parent comes too late (once bwrap runs): the
+        // signal is set before it starts. The trampoline sets it itself.
+        crate::process::die_with_parent(&mut cmd);
         cmd.args(["--die-with-parent", "--new-session", "--unshare-all"]);
         if confinement.network {
             cmd.arg("--share-net");

@@ -42,13 +42,7 @@ pub fn trampoline_args(
     env: &[(String, String)],
     confinement: &Confinement,
 ) -> Vec<OsString> {
-    // The trampoline dies with the rein building these arguments.
-    let mut args: Vec<OsString> = vec![
-        "--parent".into(),
-        std::process::id().to_string().into(),
-        "--workspace".into(),
-        workspace.into(),
-    ];
+    let mut args = head(workspace, false);
     if confinement.network {
         args.push("--network".into());
     }
@@ -64,26 +58,30 @@ pub fn trampoline_args(
         args.push("--read".into());
         args.push(dir.into());
     }
-    for (key, value) in env {
-        args.push("--env".into());
-        args.push(format!("{key}={value}").into());
-    }
-    args.push("--".into());
-    args.push(script.into());
-    args
+    tail(args, script, env)
 }
 
 /// The trampoline's arguments for running `script` in `workspace` with
 /// nothing confined (`--sandbox none`): it only makes the command die with
 /// rein, and keeps rein's environment with `env` added.
 pub fn unconfined_args(workspace: &Path, script: &str, env: &[(String, String)]) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec![
-        "--parent".into(),
-        std::process::id().to_string().into(),
-        "--unconfined".into(),
-        "--workspace".into(),
-        workspace.into(),
-    ];
+    tail(head(workspace, true), script, env)
+}
+
+/// What every trampoline is told first: the rein building the arguments,
+/// which it dies with, and the workspace.
+fn head(workspace: &Path, unconfined: bool) -> Vec<OsString> {
+    let mut args: Vec<OsString> = vec!["--parent".into(), std::process::id().to_string().into()];
+    if unconfined {
+        args.push("--unconfined".into());
+    }
+    args.push("--workspace".into());
+    args.push(workspace.into());
+    args
+}
+
+/// The step's variables and the script, last.
+fn tail(mut args: Vec<OsString>, script: &str, env: &[(String, String)]) -> Vec<OsString> {
     for (key, value) in env {
         args.push("--env".into());
         args.push(format!("{key}={value}").into());

@@ -155,8 +155,17 @@ pub async fn verify(
     .into_response()
 }
 
+/// How often the health page probes again. Not on every change, as other
+/// live parts: a probe runs a sandboxed command, verifies the whole ledger
+/// and aggregates every counter.
+const HEALTH_EVERY: &str = "every 5s";
+
 pub async fn health(State(state): State<AppState>, user: User) -> Response {
-    let body = live("health", "/ui/health/body", health_fragment(&state).await);
+    let body = html! {
+        div #health hx-get="/ui/health/body" hx-trigger=(HEALTH_EVERY) hx-swap="innerHTML" hx-sync="this:replace" {
+            (health_fragment(&state).await)
+        }
+    };
     page(
         &user,
         "Health",
