@@ -427,3 +427,71 @@ fn no_attempt_outlives_a_killed_rein_under_landlock() {
 fn no_attempt_outlives_a_killed_rein_unsandboxed() {
     no_attempt_outlives_a_killed_rein("none");
 }
+
+/// Whether `pid` runs (a zombie does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, after)| after.split_whitespace().next() != Some("Z"))
+    })
+}
+
+/// A server taking tasks over at start stops what their interrupted attempts
+/// left before it runs them again. The parent-death signal reaches only a
+/// step's own process, so a background process of the step outlives a killed
+/// rein; the one look at the processes the server takes at start finds it by
+/// its marks.
+#[test]
+fn a_server_taking_over_stops_what_an_interrupted_attempt_left_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let left = dir.path().join("left.pid");
+    let script = format!(
+        "if [ \"$REIN_ATTEMPT\" = 1 ]; then sleep 300 & echo $! > {}; wait; fi",
+        left.display()
+    );
+    let plan = write_plan(
+        dir.path(),
+        "plan.toml",
+        &format!(
+            "description = \"leaves a process\"\n[[steps]]\nid = \"leaves\"\nidempotent = true\nrun = {}\n",
+            serde_json::to_string(&script).unwrap()
+        ),
+    );
+    let mut first = rein(&data)
+        .args(["--sandbox", "none", "run"])
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid: u32 = common::eventually("the step to start its background process", || {
+        std::fs::read_to_string(&left).ok()?.trim().parse().ok()
+    });
+    common::kill9(&mut first);
+    assert!(running(pid), "the background process outlives rein");
+
+    let mut serve = rein(&data)
+        .args(["--sandbox", "none", "serve", "--listen", "127.0.0.1:0"])
+        .env("REIN_TOKEN", "takeover-token")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _addr = common::listening(&mut serve);
+    let server = common::Server(serve);
+    let id = task_ids(&data)[0].clone();
+    common::eventually("the task to complete on the server", || {
+        (show(&data, &id)["status"] == "completed").then_some(())
+    });
+    drop(server);
+    assert!(!running(pid), "the leftover {pid} was stopped");
+    let events = rein(&data).args(["tasks", "events", &id]).output().unwrap();
+    let events = String::from_utf8_lossy(&events.stdout);
+    assert!(
+        events.contains(
+            "1 process(es) of the interrupted attempt were still running and were stopped first"
+        ),
+        "{events}"
+    );
+}

@@ -102,6 +102,10 @@ pub struct RunOptions {
     pub no_wait: bool,
     /// Who `rerun` and `skip` come from, as recorded in the ledger (empty: "operator").
     pub decided_by: String,
+    /// A look at this machine's processes taken after the task's last runner
+    /// stopped (a take-over of many tasks at once): the interrupted attempts it
+    /// did not see are not looked for again. None: each take-up looks itself.
+    pub sweep: Option<rein_sandbox::process::Sweep>,
 }
 
 /// What a pause or abort did.
@@ -141,10 +145,19 @@ pub struct Engine {
     pub(crate) audited: Arc<tokio::sync::Notify>,
     /// What serves isolated completions: a goal's decomposition, `rein complete`.
     pub(crate) completer: Option<Arc<dyn crate::harness::completion::Completer>>,
+    /// Runs starting or resuming at once, up to their first steps: a thousand
+    /// tasks taken up together go through a few at a time, so whatever else
+    /// the engine's threads serve (a request, a step that ends) waits behind a
+    /// few take-ups, not behind all of them.
+    pub(crate) starting: Arc<tokio::sync::Semaphore>,
 }
 
 /// How many folded task states the engine keeps for reads.
 const STATE_CACHE: usize = 1024;
+
+/// How many runs may be starting at once ([`Engine::starting`]): enough that
+/// their first commits still share transactions.
+const STARTING: usize = 32;
 
 impl Engine {
     pub fn new(
@@ -164,6 +177,7 @@ impl Engine {
             states: std::sync::Mutex::new(std::collections::HashMap::new()),
             audited: Arc::new(tokio::sync::Notify::new()),
             completer: None,
+            starting: Arc::new(tokio::sync::Semaphore::new(STARTING)),
         }
     }
 
@@ -519,6 +533,8 @@ impl Engine {
             controls,
         } = claim;
         let id = &id;
+        // From its first read until its first steps have started.
+        let mut starting = Arc::clone(&self.starting).acquire_owned().await.ok();
         let state = self.get(id).await?;
         let status = state.status();
         if status.is_terminal() {
@@ -562,6 +578,8 @@ impl Engine {
         let cleanup = plan.cleanup;
         let mut controls = controls;
         let run = if crate::goal_run::undecomposed(&plan) {
+            // A model may take its time to plan: others start meanwhile.
+            drop(starting.take());
             let planned = self
                 .decompose_task(state, &plan, &options, &mut controls)
                 .instrument(span.clone())
@@ -575,7 +593,10 @@ impl Engine {
         } else {
             TaskRun::new(self, Recorder::resume(state), plan)?
         };
-        let state = run.drive(options, controls).instrument(span).await?;
+        let state = run
+            .drive(options, controls, starting)
+            .instrument(span)
+            .await?;
         if state.status().is_terminal() {
             self.executor.task_ended(id, &self.sessions()).await;
         }

@@ -14,6 +14,10 @@ pub fn current_runner() -> RunnerInfo {
 
 use rein_sandbox::process::{hostname, process_start};
 
+/// One look at this machine's processes for a take-over of many tasks (see
+/// [`crate::RunOptions::sweep`]).
+pub use rein_sandbox::process::Sweep;
+
 /// Whether the process that recorded `runner` is still running.
 ///
 /// A runner on another host is assumed alive: this host cannot tell. A pid that is

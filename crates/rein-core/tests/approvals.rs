@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rein_core::clock::{Clock, TokioClock};
 use rein_core::store::ApprovalFilter;
-use rein_core::{EngineError, RunOptions};
+use rein_core::{EngineError, RunOptions, Store};
 use rein_protocol::{
     ApprovalRequest, ApprovalStatus, CheckpointStatus, Decision, LedgerKind, StepAction,
     TaskDecomposition, TaskState, TaskStatus, TaskStep, Trigger,
@@ -527,4 +527,47 @@ async fn an_admin_may_decide_a_request_delegated_to_someone_else() {
     assert_eq!(decided.status, ApprovalStatus::Approved);
     assert_eq!(decided.response.unwrap().decided_by, "root");
     assert_eq!(run.await.unwrap().unwrap().status(), TaskStatus::Completed);
+}
+
+/// More tasks waiting on people than may be starting at once: a run gives up
+/// its place among the starting ones when it waits, so every one of them asks,
+/// and a task started after them all still runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_tasks_waiting_on_people_than_may_start_at_once_all_ask() {
+    let h = harness();
+    let mut runs = Vec::new();
+    for _ in 0..40 {
+        let state = h.create(release(&[], None, Decision::Deny)).await;
+        let engine = h.engine.clone();
+        let id = state.id().clone();
+        runs.push(tokio::spawn(async move {
+            engine.run(&id, RunOptions::default()).await
+        }));
+    }
+    let pending = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        ..Default::default()
+    };
+    let asked = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let n = h.store.list_approvals(&pending).await.unwrap().len();
+            if n == 40 {
+                return n;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("all 40 tasks ask for their approval");
+    assert_eq!(asked, 40);
+    let after = tokio::time::timeout(
+        Duration::from_secs(20),
+        h.run(plan(vec![step("after", "true", &[])])),
+    )
+    .await
+    .expect("a task started after them runs");
+    assert_eq!(after.status(), TaskStatus::Completed);
+    for run in runs {
+        run.abort();
+    }
 }

@@ -132,6 +132,40 @@ pub struct Trampoline {
     pub args: Vec<std::ffi::OsString>,
 }
 
+impl Trampoline {
+    /// The name of the small trampoline built beside `rein`.
+    pub const SMALL: &str = "rein-confine";
+
+    /// The trampoline for the `rein` at `rein`: the small `rein-confine`
+    /// beside it when that is of this very build (it answers `--build` with
+    /// [`crate::landlock::BUILD`]), which starts in half the time of the large
+    /// `rein`; else `rein` itself with `args` (`__confine`).
+    pub async fn beside(rein: PathBuf, args: Vec<std::ffi::OsString>) -> Trampoline {
+        let small = rein.with_file_name(Self::SMALL);
+        let answer = tokio::process::Command::new(&small)
+            .arg("--build")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .await;
+        match answer {
+            Ok(out)
+                if out.status.success()
+                    && String::from_utf8_lossy(&out.stdout).trim() == crate::landlock::BUILD =>
+            {
+                Trampoline {
+                    program: small,
+                    args: Vec::new(),
+                }
+            }
+            _ => Trampoline {
+                program: rein,
+                args,
+            },
+        }
+    }
+}
+
 /// Why no sandbox can run here, with what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("no sandbox can run here: {reason}; {remedy}")]

@@ -2,7 +2,7 @@
 //! trampoline process to itself just before it becomes `sh -c SCRIPT`.
 //!
 //! The trampoline is a program that calls [`trampoline`] with its arguments: the
-//! `rein-confine` binary of this crate, or `rein __confine`. It restricts itself
+//! small `rein-confine` binary built beside `rein`, or `rein __confine`. It restricts itself
 //! (Landlock rules: the system directories readable and executable, the workspace
 //! read-write, nothing else; TCP bind and connect denied unless the network is
 //! allowed, and a seccomp filter refusing every other IPv4/IPv6 socket and
@@ -34,6 +34,45 @@ const DEVICES: &[&str] = &[
     "/dev/urandom",
     "/dev/tty",
 ];
+
+/// What a trampoline of this very build answers to `--build` (see
+/// [`crate::Trampoline::beside`]): a hash of this crate's sources, where the
+/// trampoline's whole behaviour is, so a `rein-confine` left from another
+/// build is told apart and not used.
+pub const BUILD: &str = match std::str::from_utf8(&BUILD_HEX) {
+    Ok(text) => text,
+    Err(_) => "unknown",
+};
+
+/// FNV-1a over this crate's sources and version, as 16 hex digits.
+const BUILD_HEX: [u8; 16] = {
+    const SOURCES: &[&[u8]] = &[
+        include_bytes!("landlock.rs"),
+        include_bytes!("process.rs"),
+        include_bytes!("bwrap.rs"),
+        include_bytes!("lib.rs"),
+        env!("CARGO_PKG_VERSION").as_bytes(),
+    ];
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < SOURCES.len() {
+        let mut j = 0;
+        while j < SOURCES[i].len() {
+            hash ^= SOURCES[i][j] as u64;
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            j += 1;
+        }
+        i += 1;
+    }
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 16];
+    let mut k = 0;
+    while k < 16 {
+        out[k] = HEX[((hash >> (60 - 4 * k)) & 0xf) as usize];
+        k += 1;
+    }
+    out
+};
 
 /// The trampoline's arguments for running `script` confined to `workspace`.
 pub fn trampoline_args(
@@ -288,6 +327,13 @@ fn limit_processes(n: u64) -> Result<(), String> {
 /// The trampoline's body: confine this process, then become `sh -c SCRIPT` in
 /// the workspace. Returns only on failure, with the exit status to use.
 pub fn trampoline(args: &[OsString]) -> i32 {
+    if args.len() == 1 && args[0] == "--build" {
+        use std::io::Write;
+        return match writeln!(std::io::stdout(), "{BUILD}") {
+            Ok(()) => 0,
+            Err(_) => 1,
+        };
+    }
     let parsed = match parse(args) {
         Ok(p) => p,
         Err(e) => {

@@ -252,23 +252,8 @@ pub fn stop_leftover(
     marks: &[(&str, &str)],
     wait: std::time::Duration,
 ) -> Leftover {
-    let group = recorded.and_then(|p| {
-        let here = p.host == hostname()
-            && p.boot_id
-                .as_deref()
-                .is_none_or(|b| Some(b) == boot_id().as_deref());
-        let reused = matches!(
-            (p.process_start, process_start(p.pgid)),
-            (Some(recorded), Some(now)) if recorded != now
-        );
-        (here && !reused && p.pgid > 1).then_some(p.pgid)
-    });
-    let find = || {
-        processes_where(|p| {
-            group.is_some_and(|g| p.stat.get(2).and_then(|f| f.parse::<u32>().ok()) == Some(g))
-                || (!marks.is_empty() && p.carries(marks))
-        })
-    };
+    let group = recorded_group(recorded);
+    let find = || processes_where(|p| of_attempt(p, group, marks));
     let first = find();
     if first.is_empty() {
         return Leftover::Gone;
@@ -296,6 +281,63 @@ pub fn stop_leftover(
                 processes: left.len(),
             };
         }
+    }
+}
+
+/// The process group recorded for an attempt, if it is this machine's and
+/// still the attempt's (see [`stop_leftover`]).
+fn recorded_group(recorded: Option<&rein_protocol::StepProcess>) -> Option<u32> {
+    recorded.and_then(|p| {
+        let here = p.host == hostname()
+            && p.boot_id
+                .as_deref()
+                .is_none_or(|b| Some(b) == boot_id().as_deref());
+        let reused = matches!(
+            (p.process_start, process_start(p.pgid)),
+            (Some(recorded), Some(now)) if recorded != now
+        );
+        (here && !reused && p.pgid > 1).then_some(p.pgid)
+    })
+}
+
+/// Whether `p` belongs to the attempt: in its group, or carrying its marks.
+fn of_attempt(p: &Seen, group: Option<u32>, marks: &[(&str, &str)]) -> bool {
+    group.is_some_and(|g| p.stat.get(2).and_then(|f| f.parse::<u32>().ok()) == Some(g))
+        || (!marks.is_empty() && p.carries(marks))
+}
+
+/// One look at this machine's processes for many interrupted attempts at once,
+/// as a take-over at start needs: a thousand tasks taken up then ask one look
+/// instead of sharing a few dozen that grow with the steps started meanwhile.
+///
+/// A sweep answers for attempts whose runner had already stopped when it was
+/// taken: nothing of such an attempt can start afterwards (its processes only
+/// come from the runner and from each other), so an attempt the sweep did not
+/// see is gone for good. An attempt it saw is stopped by [`stop_leftover`],
+/// which looks again.
+#[derive(Clone)]
+pub struct Sweep(std::sync::Arc<Vec<Seen>>);
+
+impl Sweep {
+    /// Looks now.
+    pub fn now() -> Sweep {
+        Sweep(fresh_look())
+    }
+
+    /// Whether any process of the attempt was alive at the sweep.
+    pub fn saw(
+        &self,
+        recorded: Option<&rein_protocol::StepProcess>,
+        marks: &[(&str, &str)],
+    ) -> bool {
+        let group = recorded_group(recorded);
+        self.0.iter().any(|p| of_attempt(p, group, marks))
+    }
+}
+
+impl std::fmt::Debug for Sweep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Sweep({} processes)", self.0.len())
     }
 }
 
@@ -394,6 +436,23 @@ mod tests {
             stop_leftover(Some(&recorded), &[], Duration::ZERO),
             Leftover::Gone
         );
+    }
+
+    #[test]
+    fn a_sweep_answers_for_what_was_alive_when_it_was_taken() {
+        let marks = [("REIN_TASK_ID", "task_sweep_test"), ("REIN_ATTEMPT", "1")];
+        let before = Sweep::now();
+        let mut child = spawn_group("sleep 30", &marks);
+        let recorded = record(&child);
+        until_members(recorded.pgid, 1);
+        // Taken before the attempt started: it saw nothing of it.
+        assert!(!before.saw(Some(&recorded), &marks));
+        let after = Sweep::now();
+        assert!(after.saw(Some(&recorded), &marks), "{after:?}");
+        assert!(after.saw(None, &marks), "found by its marks alone");
+        assert!(!after.saw(None, &[("REIN_TASK_ID", "task_sweep_other")]));
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     #[test]

@@ -394,10 +394,16 @@ pub async fn resume_all(
     Caller(caller): Caller,
 ) -> ApiResult<Response> {
     let heads = state.engine.resumable().await?;
+    // Their runners had stopped when they were listed: one look at the
+    // processes answers for all their interrupted attempts.
+    let sweep = tokio::task::spawn_blocking(rein_core::process::Sweep::now)
+        .await
+        .ok();
     let mut ids = Vec::with_capacity(heads.len());
     for head in heads {
         let options = RunOptions {
             decided_by: caller.name.clone(),
+            sweep: sweep.clone(),
             ..RunOptions::default()
         };
         if state.start(head.id.clone(), options) {

@@ -492,6 +492,7 @@ impl AcpAgent {
             cancel: self.closed.child_token(),
             no_wait: false,
             decided_by: self.actor(),
+            sweep: None,
         };
         let engine = Arc::clone(&self.engine);
         let task = view.task.clone();

@@ -215,12 +215,10 @@ pub const CONFINE: &str = "__confine";
 /// `/healthz`). `none` warns once on stderr.
 pub async fn executor(choice: &str, strict: bool) -> anyhow::Result<CommandExecutor> {
     use rein_sandbox::Sandbox;
-    let trampoline = std::env::current_exe()
-        .ok()
-        .map(|program| rein_sandbox::Trampoline {
-            program,
-            args: vec![CONFINE.into()],
-        });
+    let trampoline = match std::env::current_exe() {
+        Ok(rein) => Some(rein_sandbox::Trampoline::beside(rein, vec![CONFINE.into()]).await),
+        Err(_) => None,
+    };
     if choice == "none" {
         shout!(
             "warning: --sandbox none: plan steps run unsandboxed, with rein's own permissions; each run is recorded as unsandboxed"

@@ -313,11 +313,17 @@ pub async fn resume(target: &Target, args: ResumeArgs) -> anyhow::Result<u8> {
     }
     let steps = plan_steps(&ctx.engine, &states).await?;
     let view = ProgressView::start(ctx.engine.subscribe(), &states, steps, args.output);
+    // Their runners had stopped when they were listed: one look at the
+    // processes answers for all their interrupted attempts.
+    let sweep = rein_sandbox::process::Sweep::now();
     let mut runs = tokio::task::JoinSet::new();
     for state in &states {
         let engine = Arc::clone(&ctx.engine);
         let id = state.id().clone();
-        let options = signals.options(Vec::new(), Vec::new());
+        let options = rein_core::RunOptions {
+            sweep: Some(sweep.clone()),
+            ..signals.options(Vec::new(), Vec::new())
+        };
         runs.spawn(async move { (id.clone(), engine.run(&id, options).await) });
     }
     let mut finals = Vec::new();
@@ -585,6 +591,7 @@ impl Signals {
             cancel: self.cancel.clone(),
             no_wait: self.no_wait,
             decided_by: crate::commands::actor(None),
+            sweep: None,
         }
     }
 }

@@ -388,11 +388,17 @@ impl<'e> TaskRun<'e> {
         mut self,
         options: RunOptions,
         mut controls: mpsc::UnboundedReceiver<RunnerMessage>,
+        starting: Option<tokio::sync::OwnedSemaphorePermit>,
     ) -> Result<TaskState> {
         self.questions.no_wait = options.no_wait;
+        // Held until the run's first steps have started (or it waits).
+        let mut starting = match starting {
+            Some(permit) => Some(permit),
+            None => Arc::clone(&self.engine.starting).acquire_owned().await.ok(),
+        };
         self.reattach_approvals().await?;
         self.decide_operator_choices(&options).await?;
-        let leftovers = self.stop_leftovers().await;
+        let leftovers = self.stop_leftovers(options.sweep.as_ref()).await;
         self.take_up(&options, leftovers)?;
         // Committing the take-up is where two processes resuming the same task meet:
         // the store lets one of them through.
@@ -449,6 +455,7 @@ impl<'e> TaskRun<'e> {
             for i in started {
                 self.spawn(i);
             }
+            drop(starting.take());
             let deadline = [self.next_deadline(), self.next_retry()]
                 .into_iter()
                 .flatten()
@@ -582,9 +589,13 @@ impl<'e> TaskRun<'e> {
     /// process group as recorded, and any process started with its `REIN_*`
     /// marks (which also finds an attempt killed before its group was
     /// recorded). Off the async threads: it looks at `/proc` and may wait.
+    /// An attempt `sweep` (taken after the runner stopped) did not see is gone.
     /// By step: `Ok(what was found)`, or `Err(why the task must pause)` when
     /// some of it is still there after the wait.
-    async fn stop_leftovers(&self) -> HashMap<usize, std::result::Result<Option<String>, String>> {
+    async fn stop_leftovers(
+        &self,
+        sweep: Option<&rein_sandbox::process::Sweep>,
+    ) -> HashMap<usize, std::result::Result<Option<String>, String>> {
         use rein_sandbox::process::{Leftover, stop_leftover};
         let mut out = HashMap::new();
         for i in 0..self.steps.len() {
@@ -603,6 +614,14 @@ impl<'e> TaskRun<'e> {
                 &self.steps[i].id,
                 cp.attempt,
             );
+            if let Some(sweep) = sweep {
+                let marks: Vec<(&str, &str)> =
+                    marks.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                if !sweep.saw(recorded.as_ref(), &marks) {
+                    out.insert(i, Ok(None));
+                    continue;
+                }
+            }
             let looked = tokio::task::spawn_blocking(move || {
                 let marks: Vec<(&str, &str)> =
                     marks.iter().map(|(k, v)| (*k, v.as_str())).collect();

@@ -35,7 +35,7 @@ fn place() -> Place {
 }
 
 /// Both sandboxes: bubblewrap (.ci/run installs it) and the Landlock fallback
-/// (this kernel has Landlock), through this crate's trampoline.
+/// (this kernel has Landlock), through the `rein-confine` trampoline.
 async fn sandboxes() -> Vec<Sandbox> {
     let bwrap = Sandbox::probe().await.expect("bubblewrap runs here");
     let trampoline = Trampoline {

@@ -114,3 +114,38 @@ fn the_command_dies_with_the_process_that_started_the_trampoline() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[tokio::test]
+async fn rein_starts_steps_through_the_small_trampoline_of_its_own_build_only() {
+    use rein_sandbox::Trampoline;
+    let rein = std::path::PathBuf::from(env!("CARGO_BIN_EXE_rein"));
+    let args = vec![std::ffi::OsString::from("__confine")];
+    // Both answer with this build's id.
+    for mut command in [confine(), {
+        let mut c = Command::new(&rein);
+        c.arg("__confine");
+        c
+    }] {
+        let out = command.arg("--build").output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            rein_sandbox::landlock::BUILD
+        );
+    }
+    let chosen = Trampoline::beside(rein.clone(), args.clone()).await;
+    assert_eq!(chosen.program, rein.with_file_name("rein-confine"));
+    assert!(chosen.args.is_empty());
+
+    // A `rein-confine` of another build beside it, or none: `rein __confine`.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("rein");
+    std::os::unix::fs::symlink(&rein, &copy).unwrap();
+    let alone = Trampoline::beside(copy.clone(), args.clone()).await;
+    assert_eq!((alone.program, alone.args), (copy.clone(), args.clone()));
+    let stale = dir.path().join("rein-confine");
+    std::fs::write(&stale, "#!/bin/sh\necho 0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&stale, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let other = Trampoline::beside(copy.clone(), args.clone()).await;
+    assert_eq!((other.program, other.args), (copy, args));
+}
