@@ -49,18 +49,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use clap::{Parser, Subcommand};
-use rein_core::store::{
-    ApprovalFilter, ControlRequest, NewTask, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
-};
-use rein_core::{
-    CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store, StoreResult,
-};
-use rein_protocol::{
-    ApprovalId, ApprovalRequest, HarnessEvent, LedgerEntry, Snapshot, SnapshotId, StepAction,
-    TaskDecomposition, TaskId, TaskStatus, TaskStep, TaskSummary,
-};
+use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
 use rein_store::SqliteStore;
 
 #[derive(Debug, Parser)]
@@ -200,180 +191,6 @@ enum Bench {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
-}
-
-/// A store that times every commit request on its way through.
-#[derive(Debug)]
-struct TimedStore {
-    inner: SqliteStore,
-    latencies: Mutex<Vec<Duration>>,
-}
-
-impl TimedStore {
-    fn record(&self, started: Instant) {
-        if let Ok(mut l) = self.latencies.lock() {
-            l.push(started.elapsed());
-        }
-    }
-}
-
-#[async_trait]
-impl Store for TimedStore {
-    async fn create(&self, task: NewTask) -> StoreResult<()> {
-        self.inner.create(task).await
-    }
-    async fn save(&self, write: TaskWrite) -> StoreResult<()> {
-        let started = Instant::now();
-        let result = self.inner.save(write).await;
-        self.record(started);
-        result
-    }
-    async fn load_summary(&self, id: &TaskId) -> StoreResult<Option<TaskSummary>> {
-        self.inner.load_summary(id).await
-    }
-    async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>> {
-        self.inner.load_plan(id).await
-    }
-    async fn list(&self, filter: &TaskFilter) -> StoreResult<TaskPage> {
-        self.inner.list(filter).await
-    }
-    async fn events(
-        &self,
-        id: &TaskId,
-        after: u64,
-        limit: usize,
-    ) -> StoreResult<Vec<HarnessEvent>> {
-        self.inner.events(id, after, limit).await
-    }
-    async fn positions(&self) -> StoreResult<(u64, u64)> {
-        self.inner.positions().await
-    }
-    async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
-        self.inner.all_events(after, limit).await
-    }
-    async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
-        self.inner.delete(id, expected_seq).await
-    }
-    async fn put_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
-        self.inner.put_snapshot(snapshot).await
-    }
-    async fn get_snapshot(&self, id: &SnapshotId) -> StoreResult<Option<Snapshot>> {
-        self.inner.get_snapshot(id).await
-    }
-    async fn list_snapshots(&self, task_id: &TaskId) -> StoreResult<Vec<SnapshotInfo>> {
-        self.inner.list_snapshots(task_id).await
-    }
-    async fn request_control(&self, request: &ControlRequest) -> StoreResult<()> {
-        self.inner.request_control(request).await
-    }
-    async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>> {
-        self.inner.pending_controls().await
-    }
-    async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
-        self.inner.take_controls(task_id).await
-    }
-    async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>> {
-        self.inner.get_approval(id).await
-    }
-    async fn list_approvals(&self, filter: &ApprovalFilter) -> StoreResult<Vec<ApprovalRequest>> {
-        self.inner.list_approvals(filter).await
-    }
-    async fn settle_approval(
-        &self,
-        updated: &ApprovalRequest,
-        entry: LedgerEntry,
-    ) -> StoreResult<LedgerEntry> {
-        self.inner.settle_approval(updated, entry).await
-    }
-    async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>> {
-        self.inner.ledger(after_seq, limit).await
-    }
-    async fn metrics(&self) -> StoreResult<rein_protocol::HarnessMetrics> {
-        self.inner.metrics().await
-    }
-    async fn probe(&self) -> StoreResult<rein_core::store::StoreProbe> {
-        self.inner.probe().await
-    }
-    async fn insert_shared_state(
-        &self,
-        state: &rein_protocol::SharedHarnessState,
-        audit: &rein_core::store::AuditRecord,
-    ) -> StoreResult<()> {
-        self.inner.insert_shared_state(state, audit).await
-    }
-    async fn audit_records(
-        &self,
-        after: u64,
-        limit: usize,
-    ) -> StoreResult<Vec<rein_core::store::AuditRecord>> {
-        self.inner.audit_records(after, limit).await
-    }
-    async fn insert_record(
-        &self,
-        record: &rein_core::store::Record,
-        audit: &rein_core::store::AuditRecord,
-    ) -> StoreResult<()> {
-        self.inner.insert_record(record, audit).await
-    }
-    async fn load_record(
-        &self,
-        kind: rein_core::store::RecordKind,
-        id: &str,
-    ) -> StoreResult<Option<(rein_core::store::Record, u64)>> {
-        self.inner.load_record(kind, id).await
-    }
-    async fn update_record(
-        &self,
-        record: &rein_core::store::Record,
-        expected: u64,
-        audit: &rein_core::store::AuditRecord,
-    ) -> StoreResult<()> {
-        self.inner.update_record(record, expected, audit).await
-    }
-    async fn list_records(
-        &self,
-        filter: &rein_core::store::RecordFilter,
-    ) -> StoreResult<rein_core::store::RecordPage> {
-        self.inner.list_records(filter).await
-    }
-    async fn append_journal(
-        &self,
-        task_id: &rein_protocol::TaskId,
-        step_id: &str,
-        from: u64,
-        entries: &[serde_json::Value],
-    ) -> StoreResult<()> {
-        self.inner
-            .append_journal(task_id, step_id, from, entries)
-            .await
-    }
-    async fn load_journal(
-        &self,
-        task_id: &rein_protocol::TaskId,
-        step_id: &str,
-    ) -> StoreResult<Vec<serde_json::Value>> {
-        self.inner.load_journal(task_id, step_id).await
-    }
-    async fn load_shared_state(
-        &self,
-        id: &str,
-    ) -> StoreResult<Option<(rein_protocol::SharedHarnessState, u64)>> {
-        self.inner.load_shared_state(id).await
-    }
-    async fn update_shared_state(
-        &self,
-        state: &rein_protocol::SharedHarnessState,
-        expected: u64,
-        audit: &rein_core::store::AuditRecord,
-    ) -> StoreResult<()> {
-        self.inner.update_shared_state(state, expected, audit).await
-    }
-    async fn list_shared_states(
-        &self,
-        filter: &rein_core::store::SharedStateFilter,
-    ) -> StoreResult<rein_core::store::SharedStatePage> {
-        self.inner.list_shared_states(filter).await
-    }
 }
 
 /// `ask` (a person decides) then `next` (a no-op).
@@ -868,10 +685,18 @@ async fn steps(
     cold: bool,
     dir: &Path,
 ) -> anyhow::Result<serde_json::Value> {
-    let store = Arc::new(TimedStore {
-        inner: SqliteStore::open(&dir.join("rein.db"))?,
-        latencies: Mutex::new(Vec::new()),
-    });
+    // Every commit request timed on its way through.
+    let latencies = Arc::new(Mutex::new(Vec::new()));
+    let timed = Arc::clone(&latencies);
+    let options = rein_store::WriterOptions {
+        on_commit: Some(Arc::new(move |took| {
+            if let Ok(mut l) = timed.lock() {
+                l.push(took);
+            }
+        })),
+        ..rein_store::WriterOptions::default()
+    };
+    let store = Arc::new(SqliteStore::open_with(&dir.join("rein.db"), options)?);
     let engine = Arc::new(Engine::new(
         store.clone(),
         Arc::new(CommandExecutor::unsandboxed()),
@@ -907,9 +732,8 @@ async fn steps(
         .then(|| Ceiling::open(dir))
         .transpose()?;
     let ceiling_before = bare.as_mut().map(|c| c.time(first_half)).transpose()?;
-    let before = store.inner.stats();
-    store
-        .latencies
+    let before = store.stats();
+    latencies
         .lock()
         .map_err(|_| anyhow::anyhow!("poisoned"))?
         .clear();
@@ -928,9 +752,8 @@ async fn steps(
         );
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let after = store.inner.stats();
-    let mut latencies = store
-        .latencies
+    let after = store.stats();
+    let mut latencies = latencies
         .lock()
         .map_err(|_| anyhow::anyhow!("poisoned"))?
         .clone();

@@ -11,3 +11,4 @@ pub mod sqlite;
 mod writer;
 
 pub use sqlite::{SqliteStore, StoreStats};
+pub use writer::WriterOptions;

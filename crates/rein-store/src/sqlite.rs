@@ -27,7 +27,7 @@ use rein_protocol::{
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::schema::{self, MigrationError};
-use crate::writer::Writer;
+use crate::writer::{Writer, WriterOptions};
 
 /// The largest page `list` returns.
 pub const MAX_PAGE: usize = 500;
@@ -234,6 +234,11 @@ impl SqliteStore {
     /// file, a file that is not SQLite, or an SQLite file of something else is
     /// refused, saying what it is.
     pub fn open(path: &Path) -> StoreResult<SqliteStore> {
+        SqliteStore::open_with(path, WriterOptions::default())
+    }
+
+    /// [`SqliteStore::open`], its writes waited for as `options` say.
+    pub fn open_with(path: &Path, options: WriterOptions) -> StoreResult<SqliteStore> {
         let dir = store_dir(path);
         std::fs::create_dir_all(dir).map_err(|e| {
             backend(format!(
@@ -272,8 +277,8 @@ impl SqliteStore {
             },
             None => migrated,
         };
-        let writer =
-            Writer::start(conn).map_err(|e| backend(format!("cannot start writer thread: {e}")))?;
+        let writer = Writer::start(conn, options)
+            .map_err(|e| backend(format!("cannot start writer thread: {e}")))?;
         Ok(SqliteStore {
             path: path.to_owned(),
             writer,

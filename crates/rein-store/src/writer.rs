@@ -75,15 +75,39 @@ struct Shared {
     queued: AtomicUsize,
 }
 
+/// How a store's writes are waited for, beyond the defaults.
+#[derive(Clone, Default)]
+pub struct WriterOptions {
+    /// Called once per write with the time from its request until it was
+    /// committed (or failed): commit latency as callers see it, for
+    /// benchmarks.
+    pub on_commit: Option<Arc<dyn Fn(std::time::Duration) + Send + Sync>>,
+    /// Callers wait for a queued write's commit on tokio's blocking pool
+    /// instead of on the runtime. For tests on a paused clock: a runtime
+    /// waiting on the writer thread looks idle, and a paused clock then jumps
+    /// to the next timer; a blocking task under way holds it still.
+    pub wait_blocking: bool,
+}
+
+impl std::fmt::Debug for WriterOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterOptions")
+            .field("on_commit", &self.on_commit.is_some())
+            .field("wait_blocking", &self.wait_blocking)
+            .finish()
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Writer {
     queue: mpsc::Sender<Box<dyn WriteOp>>,
     shared: Arc<Shared>,
     pub counters: Arc<Counters>,
+    options: WriterOptions,
 }
 
 impl Writer {
-    pub fn start(conn: Connection) -> std::io::Result<Writer> {
+    pub fn start(conn: Connection, options: WriterOptions) -> std::io::Result<Writer> {
         let (queue, jobs) = mpsc::channel::<Box<dyn WriteOp>>();
         let counters = Arc::new(Counters::default());
         let shared = Arc::new(Shared {
@@ -99,12 +123,26 @@ impl Writer {
             queue,
             shared,
             counters,
+            options,
         })
     }
 
     /// Commits `work` — itself when nobody else is writing, else in the writer
     /// thread's next transaction — and returns once it is committed.
     pub async fn write<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let requested = std::time::Instant::now();
+        let result = self.commit(work).await;
+        if let Some(hook) = &self.options.on_commit {
+            hook(requested.elapsed());
+        }
+        result
+    }
+
+    async fn commit<T, F>(&self, work: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnMut(&Connection) -> StoreResult<T> + Send + 'static,
@@ -123,6 +161,12 @@ impl Writer {
             return done.try_recv().map_err(|_| stopped())?;
         }
         let done = self.submit(work)?;
+        if self.options.wait_blocking {
+            return tokio::task::spawn_blocking(move || done.blocking_recv())
+                .await
+                .map_err(|_| stopped())?
+                .map_err(|_| stopped())?;
+        }
         done.await.map_err(|_| stopped())?
     }
 
@@ -292,7 +336,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join("w.db")).unwrap();
         conn.execute_batch(schema).unwrap();
-        (dir, Writer::start(conn).unwrap())
+        (dir, Writer::start(conn, WriterOptions::default()).unwrap())
     }
 
     #[tokio::test]
@@ -317,6 +361,54 @@ mod tests {
             2,
             "the ten shared one commit"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hook_times_each_write_and_a_blocking_wait_holds_a_paused_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("w.db")).unwrap();
+        conn.execute_batch("CREATE TABLE t (x INTEGER)").unwrap();
+        let times = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&times);
+        let options = WriterOptions {
+            on_commit: Some(Arc::new(move |took| seen.lock().unwrap().push(took))),
+            wait_blocking: true,
+        };
+        let writer = Writer::start(conn, options).unwrap();
+        let clock = tokio::time::Instant::now();
+        // Queued behind a held commit, so it waits for the writer thread.
+        let (release, blocker) = hold(&writer);
+        let queued = {
+            let writer = writer.clone();
+            tokio::spawn(async move {
+                writer
+                    .write(|c| c.execute("INSERT INTO t VALUES (1)", []).map_err(backend))
+                    .await
+            })
+        };
+        while writer.shared.queued.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // A timer an idle runtime would jump to.
+        let timer = tokio::spawn(tokio::time::sleep(std::time::Duration::from_secs(3600)));
+        tokio::task::yield_now().await;
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        release.send(()).unwrap();
+        blocker.await.unwrap().unwrap();
+        assert_eq!(queued.await.unwrap().unwrap(), 1);
+        writer
+            .write(|c| c.execute("INSERT INTO t VALUES (2)", []).map_err(backend))
+            .await
+            .unwrap();
+        let times = times.lock().unwrap().clone();
+        assert_eq!(times.len(), 2, "one call per write");
+        assert!(
+            times[0] >= std::time::Duration::from_millis(20),
+            "{times:?}"
+        );
+        // The runtime never looked idle while a write was waited for.
+        assert_eq!(clock.elapsed(), std::time::Duration::ZERO);
+        timer.abort();
     }
 
     #[tokio::test]
