@@ -28,9 +28,10 @@ fn steps_prints_one_json_line_with_the_promised_fields() {
     assert_eq!(text.lines().count(), 1, "{text}");
     let line: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(line["total_steps"], 60);
-    // One commit per step, plus the task's start; the last step's result shares
-    // the commit of the task's close.
-    assert_eq!(line["commit_requests"], 3 * 21);
+    // Every write is counted: one per step, plus the task's start and the
+    // run's take of its control requests; the last step's result shares the
+    // commit of the task's close.
+    assert_eq!(line["commit_requests"], 3 * 22);
     for field in [
         "steps_per_s",
         "commit_p50_ms",

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{rein, show, task_ids, write_plan};
 use rand::{Rng, SeedableRng};
-use rein_core::Store;
+use rein_core::TaskStore;
 use rein_protocol::{HarnessEvent, TaskChange, TaskId};
 
 const LAYERS: usize = 50;

@@ -53,4 +53,6 @@ pub mod store;
 pub use engine::{ControlOutcome, CreateTask, Engine, EngineConfig, RunClaim, RunOptions};
 pub use error::{EngineError, ErrorKind, Result};
 pub use executor::{CommandExecutor, ExecutorHealth, StepExecutor, StepOutcome, StepRequest};
-pub use store::{Store, StoreError, StoreResult};
+pub use store::{
+    ApprovalStore, DocumentStore, JournalStore, Store, StoreError, StoreResult, TaskStore,
+};

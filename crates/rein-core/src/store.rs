@@ -251,8 +251,10 @@ pub struct StoreProbe {
     pub last_write_error: Option<String>,
 }
 
+/// Tasks: each one's event log with its summary row and plan, snapshots, the
+/// control requests addressed to its runner, and what is counted over them.
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug {
+pub trait TaskStore: Send + Sync {
     /// Stores a new task; fails with `AlreadyExists` if its id is taken.
     async fn create(&self, task: NewTask) -> StoreResult<()>;
     /// Appends events and updates the state, atomically, if `expected_seq` matches.
@@ -285,6 +287,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>>;
     /// Removes and returns the control requests waiting for a task.
     async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>>;
+    /// The counters of spec §6 rule 21 over the tasks in the store.
+    async fn metrics(&self) -> StoreResult<HarnessMetrics>;
+    /// A write and a read through the store's own file that prove it works
+    /// (for health checks), with what the store can tell about its room.
+    async fn probe(&self) -> StoreResult<StoreProbe>;
+}
+
+/// Approval requests (raised with a task's write) and the hash-chained ledger
+/// their decisions are sealed into.
+#[async_trait]
+pub trait ApprovalStore: Send + Sync {
     async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>>;
     async fn list_approvals(&self, filter: &ApprovalFilter) -> StoreResult<Vec<ApprovalRequest>>;
     /// Replaces a request that is still `pending` with `updated` (compare-and-set on
@@ -298,12 +311,13 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     ) -> StoreResult<LedgerEntry>;
     /// Ledger entries with `seq > after_seq`, oldest first, at most `limit`.
     async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>>;
-    /// The counters of spec §6 rule 21 over the tasks in the store.
-    async fn metrics(&self) -> StoreResult<HarnessMetrics>;
-    /// A write and a read through the store's own file that prove it works
-    /// (for health checks), with what the store can tell about its room.
-    async fn probe(&self) -> StoreResult<StoreProbe>;
+}
 
+/// Versioned documents kept beside tasks — shared harness states, contracts,
+/// evidence bundles — each written with compare-and-set on its version, and
+/// the audit records written with them.
+#[async_trait]
+pub trait DocumentStore: Send + Sync {
     /// Stores a new shared state (version 1) and `audit`, in one transaction;
     /// `SharedStateExists` if its id is taken.
     async fn insert_shared_state(
@@ -327,7 +341,6 @@ pub trait Store: Send + Sync + std::fmt::Debug {
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage>;
     /// Audit records after position `after`, oldest first, at most `limit`.
     async fn audit_records(&self, after: u64, limit: usize) -> StoreResult<Vec<AuditRecord>>;
-
     /// Stores a new contract or evidence bundle (version 1) and `audit`, in one
     /// transaction; `RecordExists` if its id is taken.
     async fn insert_record(&self, record: &Record, audit: &AuditRecord) -> StoreResult<()>;
@@ -342,7 +355,11 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         audit: &AuditRecord,
     ) -> StoreResult<()>;
     async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage>;
+}
 
+/// The agent journal: each step's session entries, appended at fixed positions.
+#[async_trait]
+pub trait JournalStore: Send + Sync {
     /// Appends entries to a step's journal at positions `from`, `from + 1`, …
     /// (`Conflict`-free: a position already written is `JournalMoved`).
     async fn append_journal(
@@ -358,4 +375,17 @@ pub trait Store: Send + Sync + std::fmt::Debug {
         task_id: &TaskId,
         step_id: &str,
     ) -> StoreResult<Vec<serde_json::Value>>;
+}
+
+/// What the engine needs from durable storage: all four parts, from one
+/// backend (SQLite, or any store that passes the conformance suite in
+/// `rein-store/tests/conformance.rs`).
+pub trait Store:
+    TaskStore + ApprovalStore + DocumentStore + JournalStore + std::fmt::Debug
+{
+}
+
+impl<S> Store for S where
+    S: TaskStore + ApprovalStore + DocumentStore + JournalStore + std::fmt::Debug + ?Sized
+{
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rein_core::clock::{Clock, TokioClock};
 use rein_core::store::ApprovalFilter;
-use rein_core::{EngineError, RunOptions, Store};
+use rein_core::{ApprovalStore, EngineError, RunOptions};
 use rein_protocol::{
     ApprovalRequest, ApprovalStatus, CheckpointStatus, Decision, LedgerKind, StepAction,
     TaskDecomposition, TaskState, TaskStatus, TaskStep, Trigger,

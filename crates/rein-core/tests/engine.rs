@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use rein_core::store::{TaskFilter, TaskWrite};
 use rein_core::{
     CommandExecutor, ControlOutcome, EngineError, RunOptions, StepExecutor, StepOutcome,
-    StepRequest, Store, StoreError,
+    StepRequest, StoreError, TaskStore,
 };
 use rein_protocol::{
     CheckpointStatus, CheckpointType, EventType, HarnessEvent, StepAction, TaskDecomposition,

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use rein_core::store::TaskFilter;
 use rein_core::{
-    CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, Store, StoreError,
+    CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, StoreError,
+    TaskStore,
 };
 use rein_protocol::{
     CheckpointStatus, SnapshotId, TaskChange, TaskDecomposition, TaskStatus, TaskStep,

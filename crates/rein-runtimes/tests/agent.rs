@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::harness::{HarnessRegistry, RuntimePolicy};
-use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store};
+use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_core::{JournalStore, TaskStore};
 use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
 use rein_runtimes::AgentExecutor;
 use rein_runtimes::openai::ChatConfig;

@@ -19,7 +19,7 @@ use rein_core::store::{
     ApprovalFilter, AuditRecord, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
     RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
 };
-use rein_core::{Store, StoreError, StoreResult};
+use rein_core::{ApprovalStore, DocumentStore, JournalStore, StoreError, StoreResult, TaskStore};
 use rein_protocol::{
     ApprovalId, ApprovalRequest, HarnessEvent, HarnessMetrics, LedgerEntry, SharedHarnessState,
     Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskSummary, Timestamp,
@@ -556,7 +556,7 @@ fn load_summary(conn: &Connection, id: &str) -> StoreResult<Option<TaskSummary>>
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl TaskStore for SqliteStore {
     async fn create(&self, task: NewTask) -> StoreResult<()> {
         let w = encode(&task.write)?;
         let plan = serde_json::to_string(&task.plan).map_err(backend)?;
@@ -696,17 +696,6 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn positions(&self) -> StoreResult<(u64, u64)> {
-        self.read_inline(|conn| {
-            conn.prepare_cached(
-                "SELECT (SELECT coalesce(max(gseq), 0) FROM events), (SELECT coalesce(max(seq), 0) FROM audit)",
-            )
-            .and_then(|mut s| s.query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))))
-            .map(|(e, a)| (u64::try_from(e).unwrap_or(0), u64::try_from(a).unwrap_or(0)))
-            .map_err(backend)
-        })
-    }
-
     async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
@@ -728,6 +717,17 @@ impl Store for SqliteStore {
             .collect()
         })
         .await
+    }
+
+    async fn positions(&self) -> StoreResult<(u64, u64)> {
+        self.read_inline(|conn| {
+            conn.prepare_cached(
+                "SELECT (SELECT coalesce(max(gseq), 0) FROM events), (SELECT coalesce(max(seq), 0) FROM audit)",
+            )
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))))
+            .map(|(e, a)| (u64::try_from(e).unwrap_or(0), u64::try_from(a).unwrap_or(0)))
+            .map_err(backend)
+        })
     }
 
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
@@ -870,6 +870,58 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn metrics(&self) -> StoreResult<HarnessMetrics> {
+        self.read(crate::metrics::compute).await
+    }
+
+    async fn probe(&self) -> StoreResult<rein_core::store::StoreProbe> {
+        // A row written to a real table of the store's own file and taken
+        // out again in the same transaction: the commit writes its pages to
+        // the file (a full disk fails it), and nobody ever sees the row.
+        let probed = self
+            .writer
+            .write(|conn| {
+                conn.execute(
+                    "INSERT INTO controls (task_id, body) VALUES ('health-probe', '{}')",
+                    [],
+                )
+                .and_then(|_| {
+                    conn.execute("DELETE FROM controls WHERE rowid = last_insert_rowid()", [])
+                })
+                .map(drop)
+                .map_err(backend)
+            })
+            .await;
+        let last_write_error = self
+            .writer
+            .counters
+            .last_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone());
+        probed.map_err(|e| match &last_write_error {
+            Some(last) => backend(format!("{e} (last failed write: {last})")),
+            None => e,
+        })?;
+        self.read(|conn| {
+            conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0))
+                .map_err(backend)?;
+            Ok(())
+        })
+        .await?;
+        let free_bytes = nix::sys::statvfs::statvfs(store_dir(&self.path))
+            .ok()
+            .map(|v| v.blocks_available().saturating_mul(v.fragment_size()));
+        Ok(rein_core::store::StoreProbe {
+            location: self.path.display().to_string(),
+            free_bytes,
+            last_write_error,
+        })
+    }
+}
+
+#[async_trait]
+impl ApprovalStore for SqliteStore {
     async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>> {
         let id = id.to_string();
         self.read(move |conn| {
@@ -980,56 +1032,10 @@ impl Store for SqliteStore {
         })
         .await
     }
+}
 
-    async fn metrics(&self) -> StoreResult<HarnessMetrics> {
-        self.read(crate::metrics::compute).await
-    }
-
-    async fn probe(&self) -> StoreResult<rein_core::store::StoreProbe> {
-        // A row written to a real table of the store's own file and taken
-        // out again in the same transaction: the commit writes its pages to
-        // the file (a full disk fails it), and nobody ever sees the row.
-        let probed = self
-            .writer
-            .write(|conn| {
-                conn.execute(
-                    "INSERT INTO controls (task_id, body) VALUES ('health-probe', '{}')",
-                    [],
-                )
-                .and_then(|_| {
-                    conn.execute("DELETE FROM controls WHERE rowid = last_insert_rowid()", [])
-                })
-                .map(drop)
-                .map_err(backend)
-            })
-            .await;
-        let last_write_error = self
-            .writer
-            .counters
-            .last_error
-            .lock()
-            .ok()
-            .and_then(|e| e.clone());
-        probed.map_err(|e| match &last_write_error {
-            Some(last) => backend(format!("{e} (last failed write: {last})")),
-            None => e,
-        })?;
-        self.read(|conn| {
-            conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0))
-                .map_err(backend)?;
-            Ok(())
-        })
-        .await?;
-        let free_bytes = nix::sys::statvfs::statvfs(store_dir(&self.path))
-            .ok()
-            .map(|v| v.blocks_available().saturating_mul(v.fragment_size()));
-        Ok(rein_core::store::StoreProbe {
-            location: self.path.display().to_string(),
-            free_bytes,
-            last_write_error,
-        })
-    }
-
+#[async_trait]
+impl DocumentStore for SqliteStore {
     async fn insert_shared_state(
         &self,
         state: &SharedHarnessState,
@@ -1039,17 +1045,18 @@ impl Store for SqliteStore {
         let audit = serde_json::to_string(audit).map_err(backend)?;
         self.writer
             .write(move |conn| {
-                let inserted = conn
-                    .execute(
-                        "INSERT INTO shared_states (id, session_id, parent_session_id, harness_contract_id, status, created_at, version, body)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7) ON CONFLICT(id) DO NOTHING",
-                        params![row.id, row.session_id, row.parent_session_id, row.harness_contract_id, row.status, row.created_at, row.body],
-                    )
-                    .map_err(backend)?;
-                if inserted == 0 {
-                    return Err(StoreError::SharedStateExists(row.id.clone()));
+                let inserted = insert_document(
+                    conn,
+                    "INSERT INTO shared_states (id, session_id, parent_session_id, harness_contract_id, status, created_at, version, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1, ?7) ON CONFLICT(id) DO NOTHING",
+                    params![row.id, row.session_id, row.parent_session_id, row.harness_contract_id, row.status, row.created_at, row.body],
+                    &audit,
+                )?;
+                if inserted {
+                    Ok(())
+                } else {
+                    Err(StoreError::SharedStateExists(row.id.clone()))
                 }
-                append_audit(conn, &audit)
             })
             .await
     }
@@ -1085,234 +1092,22 @@ impl Store for SqliteStore {
         let expected_i = i64::try_from(expected).map_err(backend)?;
         self.writer
             .write(move |conn| {
-                let updated = conn
-                    .execute(
-                        "UPDATE shared_states SET session_id = ?2, parent_session_id = ?3, harness_contract_id = ?4,
-                         status = ?5, version = version + 1, body = ?6 WHERE id = ?1 AND version = ?7",
-                        params![row.id, row.session_id, row.parent_session_id, row.harness_contract_id, row.status, row.body, expected_i],
-                    )
-                    .map_err(backend)?;
-                if updated == 0 {
-                    let exists: bool = conn
-                        .query_row("SELECT 1 FROM shared_states WHERE id = ?1", [&row.id], |_| Ok(()))
-                        .optional()
-                        .map_err(backend)?
-                        .is_some();
-                    return Err(if exists {
-                        StoreError::SharedStateMoved { id: row.id.clone(), expected }
-                    } else {
-                        StoreError::SharedStateNotFound(row.id.clone())
-                    });
+                let written = update_document(
+                    conn,
+                    "UPDATE shared_states SET session_id = ?2, parent_session_id = ?3, harness_contract_id = ?4,
+                     status = ?5, version = version + 1, body = ?6 WHERE id = ?1 AND version = ?7",
+                    params![row.id, row.session_id, row.parent_session_id, row.harness_contract_id, row.status, row.body, expected_i],
+                    "SELECT 1 FROM shared_states WHERE id = ?1",
+                    params![row.id],
+                    &audit,
+                )?;
+                match written {
+                    WriteBack::Written => Ok(()),
+                    WriteBack::Moved => Err(StoreError::SharedStateMoved { id: row.id.clone(), expected }),
+                    WriteBack::Missing => Err(StoreError::SharedStateNotFound(row.id.clone())),
                 }
-                append_audit(conn, &audit)
             })
             .await
-    }
-
-    async fn audit_records(&self, after: u64, limit: usize) -> StoreResult<Vec<AuditRecord>> {
-        let after = i64::try_from(after).map_err(backend)?;
-        let limit = i64::try_from(limit.clamp(1, 10_000)).map_err(backend)?;
-        self.read(move |conn| {
-            let mut stmt = conn
-                .prepare_cached("SELECT seq, body FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2")
-                .map_err(backend)?;
-            let rows = stmt
-                .query_map(params![after, limit], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-                })
-                .map_err(backend)?;
-            let mut out = Vec::new();
-            for row in rows {
-                let (seq, body) = row.map_err(backend)?;
-                let mut record: AuditRecord =
-                    serde_json::from_str(&body).map_err(|e| corrupt("audit record", e))?;
-                record.seq = u64::try_from(seq).unwrap_or(0);
-                out.push(record);
-            }
-            Ok(out)
-        })
-        .await
-    }
-
-    async fn insert_record(&self, record: &Record, audit: &AuditRecord) -> StoreResult<()> {
-        let row = RecordRow::of(record)?;
-        let audit = serde_json::to_string(audit).map_err(backend)?;
-        let (kind, id) = (record.kind, record.id.clone());
-        self.writer
-            .write(move |conn| {
-                let inserted = conn
-                    .execute(
-                        "INSERT INTO records (kind, id, status, task_id, shared_state_id, contract_id, created_at, version, body)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8) ON CONFLICT(kind, id) DO NOTHING",
-                        params![row.kind, row.id, row.status, row.task_id, row.shared_state_id, row.contract_id, row.created_at, row.body],
-                    )
-                    .map_err(backend)?;
-                if inserted == 0 {
-                    return Err(StoreError::RecordExists { kind, id: id.clone() });
-                }
-                append_audit(conn, &audit)
-            })
-            .await
-    }
-
-    async fn load_record(&self, kind: RecordKind, id: &str) -> StoreResult<Option<(Record, u64)>> {
-        let id = id.to_owned();
-        self.read(move |conn| {
-            let row = conn
-                .query_row(
-                    "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body, version
-                     FROM records WHERE kind = ?1 AND id = ?2",
-                    params![kind.as_str(), id],
-                    |r| Ok((record_of(kind, r), r.get::<_, i64>(7)?)),
-                )
-                .optional()
-                .map_err(backend)?;
-            row.map(|(record, version)| Ok((record?, u64::try_from(version).unwrap_or(0))))
-                .transpose()
-        })
-        .await
-    }
-
-    async fn update_record(
-        &self,
-        record: &Record,
-        expected: u64,
-        audit: &AuditRecord,
-    ) -> StoreResult<()> {
-        let row = RecordRow::of(record)?;
-        let audit = serde_json::to_string(audit).map_err(backend)?;
-        let expected_i = i64::try_from(expected).map_err(backend)?;
-        let kind = record.kind;
-        self.writer
-            .write(move |conn| {
-                let updated = conn
-                    .execute(
-                        "UPDATE records SET status = ?3, task_id = ?4, shared_state_id = ?5, contract_id = ?6,
-                         version = version + 1, body = ?7 WHERE kind = ?1 AND id = ?2 AND version = ?8",
-                        params![row.kind, row.id, row.status, row.task_id, row.shared_state_id, row.contract_id, row.body, expected_i],
-                    )
-                    .map_err(backend)?;
-                if updated == 0 {
-                    let exists = conn
-                        .query_row("SELECT 1 FROM records WHERE kind = ?1 AND id = ?2", params![row.kind, row.id], |_| Ok(()))
-                        .optional()
-                        .map_err(backend)?
-                        .is_some();
-                    let id = row.id.clone();
-                    return Err(if exists {
-                        StoreError::RecordMoved { kind, id, expected }
-                    } else {
-                        StoreError::RecordNotFound { kind, id }
-                    });
-                }
-                append_audit(conn, &audit)
-            })
-            .await
-    }
-
-    async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage> {
-        let cursor = time_id_cursor(filter.cursor.as_deref())?;
-        let filter = filter.clone();
-        self.read(move |conn| {
-            let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut sql = String::from(
-                "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body FROM records WHERE kind = ?1",
-            );
-            let mut values: Vec<String> = vec![filter.kind.as_str().to_owned()];
-            let mut and = |column: &str, value: String| {
-                values.push(value);
-                sql.push_str(&format!(" AND {column} ?{}", values.len()));
-            };
-            for (column, value) in [
-                ("status =", &filter.status),
-                ("task_id =", &filter.task_id),
-                ("shared_state_id =", &filter.shared_state_id),
-                ("contract_id =", &filter.contract_id),
-            ] {
-                if let Some(v) = value {
-                    and(column, v.clone());
-                }
-            }
-            if let Some((t, id)) = cursor {
-                values.push(t);
-                values.push(id);
-                let (a, b) = (values.len() - 1, values.len());
-                sql.push_str(&format!(" AND (created_at < ?{a} OR (created_at = ?{a} AND id < ?{b}))"));
-            }
-            sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
-            let mut stmt = conn.prepare(&sql).map_err(backend)?;
-            let rows = stmt
-                .query_map(rusqlite::params_from_iter(values.iter()), |r| {
-                    Ok(record_of(filter.kind, r))
-                })
-                .map_err(backend)?;
-            let mut items = Vec::new();
-            for row in rows {
-                items.push(row.map_err(backend)??);
-            }
-            let next_cursor = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|r: &Record| format!("{}|{}", ts(&r.created_at), r.id))
-            } else {
-                None
-            };
-            Ok(RecordPage { items, next_cursor })
-        })
-        .await
-    }
-
-    async fn append_journal(
-        &self,
-        task_id: &TaskId,
-        step_id: &str,
-        from: u64,
-        entries: &[serde_json::Value],
-    ) -> StoreResult<()> {
-        let bodies: Vec<String> = entries
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<_, _>>()
-            .map_err(backend)?;
-        let (task, step) = (task_id.clone(), step_id.to_owned());
-        self.writer
-            .write(move |conn| {
-                for (i, body) in bodies.iter().enumerate() {
-                    let at = from + i as u64;
-                    let inserted = conn
-                        .execute(
-                            "INSERT INTO journal (task_id, step_id, seq, body) VALUES (?1, ?2, ?3, ?4)
-                             ON CONFLICT DO NOTHING",
-                            params![task.as_str(), step, seq(at), body],
-                        )
-                        .map_err(backend)?;
-                    if inserted == 0 {
-                        return Err(StoreError::JournalMoved {
-                            task_id: task.clone(),
-                            step: step.clone(),
-                            seq: at,
-                        });
-                    }
-                }
-                Ok(())
-            })
-            .await
-    }
-
-    async fn load_journal(
-        &self,
-        task_id: &TaskId,
-        step_id: &str,
-    ) -> StoreResult<Vec<serde_json::Value>> {
-        let (task, step) = (task_id.to_string(), step_id.to_owned());
-        self.read(move |conn| {
-            query_json(
-                conn,
-                "SELECT body FROM journal WHERE task_id = ?1 AND step_id = ?2 ORDER BY seq",
-                params![task, step],
-                "journal entry",
-            )
-        })
-        .await
     }
 
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage> {
@@ -1368,6 +1163,210 @@ impl Store for SqliteStore {
                 None
             };
             Ok(SharedStatePage { items, next_cursor })
+        })
+        .await
+    }
+
+    async fn audit_records(&self, after: u64, limit: usize) -> StoreResult<Vec<AuditRecord>> {
+        let after = i64::try_from(after).map_err(backend)?;
+        let limit = i64::try_from(limit.clamp(1, 10_000)).map_err(backend)?;
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached("SELECT seq, body FROM audit WHERE seq > ?1 ORDER BY seq LIMIT ?2")
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![after, limit], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
+                .map_err(backend)?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (seq, body) = row.map_err(backend)?;
+                let mut record: AuditRecord =
+                    serde_json::from_str(&body).map_err(|e| corrupt("audit record", e))?;
+                record.seq = u64::try_from(seq).unwrap_or(0);
+                out.push(record);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn insert_record(&self, record: &Record, audit: &AuditRecord) -> StoreResult<()> {
+        let row = RecordRow::of(record)?;
+        let audit = serde_json::to_string(audit).map_err(backend)?;
+        let (kind, id) = (record.kind, record.id.clone());
+        self.writer
+            .write(move |conn| {
+                let inserted = insert_document(
+                    conn,
+                    "INSERT INTO records (kind, id, status, task_id, shared_state_id, contract_id, created_at, version, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8) ON CONFLICT(kind, id) DO NOTHING",
+                    params![row.kind, row.id, row.status, row.task_id, row.shared_state_id, row.contract_id, row.created_at, row.body],
+                    &audit,
+                )?;
+                if inserted {
+                    Ok(())
+                } else {
+                    Err(StoreError::RecordExists { kind, id: id.clone() })
+                }
+            })
+            .await
+    }
+
+    async fn load_record(&self, kind: RecordKind, id: &str) -> StoreResult<Option<(Record, u64)>> {
+        let id = id.to_owned();
+        self.read(move |conn| {
+            let row = conn
+                .query_row(
+                    "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body, version
+                     FROM records WHERE kind = ?1 AND id = ?2",
+                    params![kind.as_str(), id],
+                    |r| Ok((record_of(kind, r), r.get::<_, i64>(7)?)),
+                )
+                .optional()
+                .map_err(backend)?;
+            row.map(|(record, version)| Ok((record?, u64::try_from(version).unwrap_or(0))))
+                .transpose()
+        })
+        .await
+    }
+
+    async fn update_record(
+        &self,
+        record: &Record,
+        expected: u64,
+        audit: &AuditRecord,
+    ) -> StoreResult<()> {
+        let row = RecordRow::of(record)?;
+        let audit = serde_json::to_string(audit).map_err(backend)?;
+        let expected_i = i64::try_from(expected).map_err(backend)?;
+        let kind = record.kind;
+        self.writer
+            .write(move |conn| {
+                let written = update_document(
+                    conn,
+                    "UPDATE records SET status = ?3, task_id = ?4, shared_state_id = ?5, contract_id = ?6,
+                     version = version + 1, body = ?7 WHERE kind = ?1 AND id = ?2 AND version = ?8",
+                    params![row.kind, row.id, row.status, row.task_id, row.shared_state_id, row.contract_id, row.body, expected_i],
+                    "SELECT 1 FROM records WHERE kind = ?1 AND id = ?2",
+                    params![row.kind, row.id],
+                    &audit,
+                )?;
+                let id = row.id.clone();
+                match written {
+                    WriteBack::Written => Ok(()),
+                    WriteBack::Moved => Err(StoreError::RecordMoved { kind, id, expected }),
+                    WriteBack::Missing => Err(StoreError::RecordNotFound { kind, id }),
+                }
+            })
+            .await
+    }
+
+    async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage> {
+        let cursor = time_id_cursor(filter.cursor.as_deref())?;
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+            let mut sql = String::from(
+                "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body FROM records WHERE kind = ?1",
+            );
+            let mut values: Vec<String> = vec![filter.kind.as_str().to_owned()];
+            let mut and = |column: &str, value: String| {
+                values.push(value);
+                sql.push_str(&format!(" AND {column} ?{}", values.len()));
+            };
+            for (column, value) in [
+                ("status =", &filter.status),
+                ("task_id =", &filter.task_id),
+                ("shared_state_id =", &filter.shared_state_id),
+                ("contract_id =", &filter.contract_id),
+            ] {
+                if let Some(v) = value {
+                    and(column, v.clone());
+                }
+            }
+            if let Some((t, id)) = cursor {
+                values.push(t);
+                values.push(id);
+                let (a, b) = (values.len() - 1, values.len());
+                sql.push_str(&format!(" AND (created_at < ?{a} OR (created_at = ?{a} AND id < ?{b}))"));
+            }
+            sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
+            let mut stmt = conn.prepare(&sql).map_err(backend)?;
+            let rows = stmt
+                .query_map(rusqlite::params_from_iter(values.iter()), |r| {
+                    Ok(record_of(filter.kind, r))
+                })
+                .map_err(backend)?;
+            let mut items = Vec::new();
+            for row in rows {
+                items.push(row.map_err(backend)??);
+            }
+            let next_cursor = if items.len() > limit {
+                items.truncate(limit);
+                items.last().map(|r: &Record| format!("{}|{}", ts(&r.created_at), r.id))
+            } else {
+                None
+            };
+            Ok(RecordPage { items, next_cursor })
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl JournalStore for SqliteStore {
+    async fn append_journal(
+        &self,
+        task_id: &TaskId,
+        step_id: &str,
+        from: u64,
+        entries: &[serde_json::Value],
+    ) -> StoreResult<()> {
+        let bodies: Vec<String> = entries
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<_, _>>()
+            .map_err(backend)?;
+        let (task, step) = (task_id.clone(), step_id.to_owned());
+        self.writer
+            .write(move |conn| {
+                for (i, body) in bodies.iter().enumerate() {
+                    let at = from + i as u64;
+                    let inserted = conn
+                        .execute(
+                            "INSERT INTO journal (task_id, step_id, seq, body) VALUES (?1, ?2, ?3, ?4)
+                             ON CONFLICT DO NOTHING",
+                            params![task.as_str(), step, seq(at), body],
+                        )
+                        .map_err(backend)?;
+                    if inserted == 0 {
+                        return Err(StoreError::JournalMoved {
+                            task_id: task.clone(),
+                            step: step.clone(),
+                            seq: at,
+                        });
+                    }
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn load_journal(
+        &self,
+        task_id: &TaskId,
+        step_id: &str,
+    ) -> StoreResult<Vec<serde_json::Value>> {
+        let (task, step) = (task_id.to_string(), step_id.to_owned());
+        self.read(move |conn| {
+            query_json(
+                conn,
+                "SELECT body FROM journal WHERE task_id = ?1 AND step_id = ?2 ORDER BY seq",
+                params![task, step],
+                "journal entry",
+            )
         })
         .await
     }
@@ -1431,6 +1430,57 @@ impl Where {
 }
 
 /// Appends an audit record (its body without its position, which the row gives).
+/// A versioned document (a shared state, a contract, an evidence bundle)
+/// inserted at version 1 with its audit record, in the caller's transaction;
+/// `false` (and no audit record) if its id is taken. `insert` must do nothing
+/// on a taken id.
+fn insert_document(
+    conn: &Connection,
+    insert: &str,
+    values: &[&dyn rusqlite::ToSql],
+    audit: &str,
+) -> StoreResult<bool> {
+    if conn.execute(insert, values).map_err(backend)? == 0 {
+        return Ok(false);
+    }
+    append_audit(conn, audit)?;
+    Ok(true)
+}
+
+/// What writing a versioned document back found.
+enum WriteBack {
+    Written,
+    /// Someone wrote it since it was read.
+    Moved,
+    Missing,
+}
+
+/// A versioned document written back with its audit record, if `update` (which
+/// checks the version read) changes a row; else whether `exists` finds it.
+fn update_document(
+    conn: &Connection,
+    update: &str,
+    values: &[&dyn rusqlite::ToSql],
+    exists: &str,
+    key: &[&dyn rusqlite::ToSql],
+    audit: &str,
+) -> StoreResult<WriteBack> {
+    if conn.execute(update, values).map_err(backend)? == 0 {
+        let found = conn
+            .query_row(exists, key, |_| Ok(()))
+            .optional()
+            .map_err(backend)?
+            .is_some();
+        return Ok(if found {
+            WriteBack::Moved
+        } else {
+            WriteBack::Missing
+        });
+    }
+    append_audit(conn, audit)?;
+    Ok(WriteBack::Written)
+}
+
 fn append_audit(conn: &Connection, body: &str) -> StoreResult<()> {
     conn.execute("INSERT INTO audit (body) VALUES (?1)", [body])
         .map_err(backend)?;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use rein_core::clock::Clock;
 use rein_core::{
-    CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, StepExecutor, Store,
+    CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, StepExecutor,
+    Store, TaskStore,
 };
 use rein_protocol::{
     ApprovalRequest, HarnessEvent, TaskChange, TaskDecomposition, TaskId, TaskState, TaskStep,

@@ -1,0 +1,649 @@
+//! What every backend of `rein_core::Store` guarantees, written once over any
+//! store and run against each backend (`conformance!` below names them). Tasks
+//! are made by a real engine over the store under test, so the events are the
+//! ones rein writes; the guarantees are then checked on the store itself.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use rein_core::store::{
+    ApprovalFilter, AuditRecord, ControlKind, ControlRequest, Record, RecordFilter, RecordKind,
+    SharedStateFilter, TaskFilter, TaskWrite,
+};
+use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store, StoreError};
+use rein_protocol::{
+    ApprovalStatus, Decision, EventId, HarnessEvent, LedgerEntry, LedgerId, LedgerKind,
+    SharedHarnessState, StepAction, TaskDecomposition, TaskState, TaskStatus, TaskStep, Trigger,
+};
+use serde_json::json;
+
+/// A backend under test: the store, and what keeps it alive (its directory,
+/// its server).
+struct Backend {
+    store: Arc<dyn Store>,
+    engine: Arc<Engine>,
+    _keep: Box<dyn std::any::Any + Send>,
+}
+
+fn with_engine(
+    store: Arc<dyn Store>,
+    dir: &std::path::Path,
+    keep: Box<dyn std::any::Any + Send>,
+) -> Backend {
+    let engine = Arc::new(Engine::new(
+        Arc::clone(&store),
+        Arc::new(CommandExecutor::unsandboxed()),
+        EngineConfig::new(dir.join("workspaces")),
+    ));
+    Backend {
+        store,
+        engine,
+        _keep: keep,
+    }
+}
+
+fn sqlite() -> Backend {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
+    let path = dir.path().to_owned();
+    with_engine(store, &path, Box::new(dir))
+}
+
+fn noop(id: &str, deps: &[&str]) -> TaskStep {
+    TaskStep {
+        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        ..TaskStep::new(id, StepAction::Noop)
+    }
+}
+
+fn approval(id: &str) -> TaskStep {
+    TaskStep::new(
+        id,
+        StepAction::Approval {
+            title: "Go ahead?".into(),
+            description: String::new(),
+            options: Vec::new(),
+            recommended: None,
+            timeout_ms: None,
+            on_expiry: Decision::Deny,
+            trigger: Trigger::SignificantChange,
+            priority: None,
+        },
+    )
+}
+
+async fn create(b: &Backend, steps: Vec<TaskStep>, session: &str) -> TaskState {
+    b.engine
+        .create(CreateTask {
+            plan: TaskDecomposition::new("conformance", steps),
+            session_id: Some(session.to_owned()),
+            workspace: None,
+            confined_to: None,
+        })
+        .await
+        .unwrap()
+}
+
+async fn completed(b: &Backend, steps: usize) -> TaskState {
+    let ids: Vec<String> = (0..steps).map(|i| format!("s{i}")).collect();
+    let plan = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let deps: Vec<&str> = ids[..i].last().map(String::as_str).into_iter().collect();
+            noop(id, &deps)
+        })
+        .collect();
+    let state = create(b, plan, "ses_conformance").await;
+    let done = b
+        .engine
+        .run(state.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status(), TaskStatus::Completed);
+    done
+}
+
+/// One more event after the task's last: what a writer at `last_seq` appends.
+fn next_event(log: &[HarnessEvent]) -> HarnessEvent {
+    let last = log.last().unwrap();
+    HarnessEvent {
+        id: EventId::new(),
+        seq: last.seq + 1,
+        ..last.clone()
+    }
+}
+
+fn write_after(state: &TaskState, log: &[HarnessEvent]) -> TaskWrite {
+    TaskWrite {
+        task_id: state.id().clone(),
+        expected_seq: state.head.last_seq,
+        events: vec![next_event(log)],
+        summary: state.head.summary(),
+        approvals: Vec::new(),
+        ledger: Vec::new(),
+        plan: None,
+    }
+}
+
+fn audit(action: &str, subject: &str) -> AuditRecord {
+    AuditRecord {
+        seq: 0,
+        at: chrono::Utc::now(),
+        who: "conformance".into(),
+        action: action.into(),
+        subject: subject.into(),
+        detail: json!({}),
+    }
+}
+
+// The guarantees, each over any store.
+
+/// A task is stored whole (its summary, plan and log, which folds to its
+/// state), and its id only once.
+async fn a_task_is_stored_whole_and_its_id_only_once(b: Backend) {
+    let state = completed(&b, 3).await;
+    let s = &b.store;
+    assert_eq!(
+        s.load_summary(state.id()).await.unwrap(),
+        Some(state.head.summary())
+    );
+    let plan = s.load_plan(state.id()).await.unwrap().unwrap();
+    assert_eq!(plan.steps.len(), 3);
+    let log = s.events(state.id(), 0, usize::MAX).await.unwrap();
+    assert_eq!(rein_core::fold::fold(&log).unwrap(), state);
+    let again = rein_core::store::NewTask {
+        plan,
+        write: TaskWrite {
+            task_id: state.id().clone(),
+            expected_seq: 0,
+            events: log[..1].to_vec(),
+            summary: state.head.summary(),
+            approvals: Vec::new(),
+            ledger: Vec::new(),
+            plan: None,
+        },
+    };
+    let err = s.create(again).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::AlreadyExists(ref id) if id == state.id()),
+        "{err}"
+    );
+    assert_eq!(s.events(state.id(), 0, usize::MAX).await.unwrap(), log);
+    assert_eq!(
+        s.load_summary(&rein_protocol::TaskId::new()).await.unwrap(),
+        None
+    );
+}
+
+/// Of writers at one position, exactly one wins; the others are told where
+/// the log is, and the log stays gap-free.
+async fn of_writers_at_one_position_exactly_one_wins(b: Backend) {
+    let state = completed(&b, 1).await;
+    let log = b.store.events(state.id(), 0, usize::MAX).await.unwrap();
+    let mut writers = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let store = Arc::clone(&b.store);
+        let write = write_after(&state, &log);
+        writers.spawn(async move { store.save(write).await });
+    }
+    let (mut won, mut refused) = (0, 0);
+    while let Some(result) = writers.join_next().await {
+        match result.unwrap() {
+            Ok(()) => won += 1,
+            Err(StoreError::Conflict {
+                expected, actual, ..
+            }) => {
+                assert_eq!(
+                    (expected, actual),
+                    (state.head.last_seq, state.head.last_seq + 1)
+                );
+                refused += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!((won, refused), (1, 7));
+    let after = b.store.events(state.id(), 0, usize::MAX).await.unwrap();
+    let seqs: Vec<u64> = after.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=state.head.last_seq + 1).collect::<Vec<_>>());
+}
+
+/// Each task's log is gap-free from 1 and pages by position; the feed of all
+/// tasks is in commit order, each task's events in its own order.
+async fn logs_are_gap_free_and_the_feed_is_in_commit_order(b: Backend) {
+    let mut runs = tokio::task::JoinSet::new();
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let state = create(
+            &b,
+            (0..5).map(|i| noop(&format!("s{i}"), &[])).collect(),
+            "ses_feed",
+        )
+        .await;
+        ids.push(state.id().clone());
+        let engine = Arc::clone(&b.engine);
+        runs.spawn(async move { engine.run(state.id(), RunOptions::default()).await });
+    }
+    while let Some(done) = runs.join_next().await {
+        assert_eq!(done.unwrap().unwrap().status(), TaskStatus::Completed);
+    }
+    for id in &ids {
+        let log = b.store.events(id, 0, usize::MAX).await.unwrap();
+        let seqs: Vec<u64> = log.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, (1..=log.len() as u64).collect::<Vec<_>>());
+        let page = b.store.events(id, 3, 4).await.unwrap();
+        assert_eq!(page, log[3..7].to_vec());
+    }
+    let feed = b.store.all_events(0, 100_000).await.unwrap();
+    assert!(feed.windows(2).all(|w| w[0].0 < w[1].0), "positions rise");
+    for id in &ids {
+        let mine: Vec<u64> = feed
+            .iter()
+            .filter(|(_, e)| e.task_id.as_ref() == Some(id))
+            .map(|(_, e)| e.seq)
+            .collect();
+        assert_eq!(mine, (1..=mine.len() as u64).collect::<Vec<_>>());
+    }
+    let (events, _) = b.store.positions().await.unwrap();
+    assert_eq!(events, feed.last().unwrap().0);
+    let tail = b.store.all_events(feed[9].0, 5).await.unwrap();
+    assert_eq!(tail, feed[10..15].to_vec());
+}
+
+/// Listings come newest first, filter and page without losing or repeating a
+/// task, and a cursor that is not one is refused.
+async fn listings_page_newest_first_and_refuse_a_bad_cursor(b: Backend) {
+    let mut made = Vec::new();
+    for i in 0..5 {
+        let session = if i % 2 == 0 { "ses_even" } else { "ses_odd" };
+        made.push(create(&b, vec![noop("s", &[])], session).await.id().clone());
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = b
+            .store
+            .list(&TaskFilter {
+                limit: Some(2),
+                cursor: cursor.clone(),
+                ..TaskFilter::default()
+            })
+            .await
+            .unwrap();
+        assert!(page.items.len() <= 2);
+        seen.extend(page.items.iter().map(|t| t.id.clone()));
+        cursor = page.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    made.reverse();
+    assert_eq!(seen, made, "newest first, each once");
+    let even = b
+        .store
+        .list(&TaskFilter {
+            session_id: Some("ses_even".into()),
+            status: Some(TaskStatus::Pending),
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(even.items.len(), 3);
+    let err = b
+        .store
+        .list(&TaskFilter {
+            cursor: Some("not a cursor".into()),
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::BadCursor(_)), "{err}");
+}
+
+/// Control requests wait until their task's runner takes them, once.
+async fn control_requests_wait_until_taken_once(b: Backend) {
+    let one = create(&b, vec![noop("s", &[])], "ses_c").await;
+    let other = create(&b, vec![noop("s", &[])], "ses_c").await;
+    for (task, kind) in [
+        (&one, ControlKind::Pause),
+        (&other, ControlKind::Abort),
+        (&one, ControlKind::Abort),
+    ] {
+        b.store
+            .request_control(&ControlRequest {
+                task_id: task.id().clone(),
+                kind,
+                by: "conformance".into(),
+                reason: "testing".into(),
+                requested_at: chrono::Utc::now(),
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(b.store.pending_controls().await.unwrap().len(), 3);
+    let taken = b.store.take_controls(one.id()).await.unwrap();
+    let kinds: Vec<ControlKind> = taken.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [ControlKind::Pause, ControlKind::Abort],
+        "oldest first"
+    );
+    assert!(b.store.take_controls(one.id()).await.unwrap().is_empty());
+    let left = b.store.pending_controls().await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(&left[0].task_id, other.id());
+}
+
+/// Deleting needs the log's current position, and takes the summary, plan,
+/// log, snapshots and control requests with it.
+async fn deleting_needs_the_current_position_and_takes_everything(b: Backend) {
+    let state = completed(&b, 2).await;
+    let snapshot = b.engine.snapshot(state.id()).await.unwrap();
+    assert_eq!(b.store.list_snapshots(state.id()).await.unwrap().len(), 1);
+    b.store
+        .request_control(&ControlRequest {
+            task_id: state.id().clone(),
+            kind: ControlKind::Pause,
+            by: "conformance".into(),
+            reason: "testing".into(),
+            requested_at: chrono::Utc::now(),
+        })
+        .await
+        .unwrap();
+    let err = b
+        .store
+        .delete(state.id(), state.head.last_seq - 1)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    assert!(b.store.load_summary(state.id()).await.unwrap().is_some());
+    b.store
+        .delete(state.id(), state.head.last_seq)
+        .await
+        .unwrap();
+    assert_eq!(b.store.load_summary(state.id()).await.unwrap(), None);
+    assert_eq!(b.store.load_plan(state.id()).await.unwrap(), None);
+    assert!(
+        b.store
+            .events(state.id(), 0, usize::MAX)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(b.store.list_snapshots(state.id()).await.unwrap().is_empty());
+    assert_eq!(b.store.get_snapshot(&snapshot.id).await.unwrap(), None);
+    assert!(b.store.pending_controls().await.unwrap().is_empty());
+}
+
+/// Of two decisions on one request, the first wins; the other is told what
+/// the request now is; the winner's entry is sealed onto the ledger's chain.
+async fn the_first_decision_wins_and_is_sealed_onto_the_chain(b: Backend) {
+    let mut asked = Vec::new();
+    for _ in 0..2 {
+        let state = create(&b, vec![approval("ship")], "ses_a").await;
+        let options = RunOptions {
+            no_wait: true,
+            ..RunOptions::default()
+        };
+        let paused = b.engine.run(state.id(), options).await.unwrap();
+        assert_eq!(paused.status(), TaskStatus::Paused);
+        asked.push(state.id().clone());
+    }
+    let pending = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        ..ApprovalFilter::default()
+    };
+    let requests = b.store.list_approvals(&pending).await.unwrap();
+    assert_eq!(requests.len(), 2);
+    let mine = ApprovalFilter {
+        task_id: Some(asked[0].clone()),
+        ..ApprovalFilter::default()
+    };
+    assert_eq!(b.store.list_approvals(&mine).await.unwrap().len(), 1);
+    let mut sealed = Vec::new();
+    for request in &requests {
+        let mut deciders = tokio::task::JoinSet::new();
+        for (status, kind, who) in [
+            (ApprovalStatus::Approved, LedgerKind::Approved, "alice"),
+            (ApprovalStatus::Denied, LedgerKind::Rejected, "bob"),
+        ] {
+            let store = Arc::clone(&b.store);
+            let mut updated = request.clone();
+            updated.status = status;
+            let entry = LedgerEntry {
+                id: LedgerId::new(),
+                seq: 0,
+                kind,
+                request_id: Some(request.id.clone()),
+                task_id: Some(request.task_id.clone()),
+                who: who.into(),
+                at: chrono::Utc::now(),
+                scope: "conformance".into(),
+                reason: None,
+                selected_option: None,
+                prev_hash: String::new(),
+                hash: String::new(),
+            };
+            deciders.spawn(async move { (status, store.settle_approval(&updated, entry).await) });
+        }
+        let mut winner = None;
+        let mut loser = None;
+        while let Some(done) = deciders.join_next().await {
+            match done.unwrap() {
+                (status, Ok(entry)) => winner = Some((status, entry)),
+                (_, Err(StoreError::NotPending { current })) => loser = Some(current),
+                (_, Err(e)) => panic!("{e}"),
+            }
+        }
+        let (status, entry) = winner.expect("one decision wins");
+        assert_eq!(loser.expect("the other is refused").status, status);
+        assert_eq!(
+            b.store
+                .get_approval(&request.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
+            status
+        );
+        sealed.push(entry);
+    }
+    let ledger = b.store.ledger(0, usize::MAX).await.unwrap();
+    assert_eq!(
+        ledger, sealed,
+        "both entries, in the order they were sealed"
+    );
+    assert_eq!(ledger.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2]);
+    assert!(rein_protocol::ledger::verify_chain(&ledger).is_empty());
+    assert_eq!(b.store.ledger(1, 10).await.unwrap(), ledger[1..].to_vec());
+    assert!(b.store.list_approvals(&pending).await.unwrap().is_empty());
+}
+
+/// Shared states and records: an id is taken once; a write back needs the
+/// version it read; each successful write has its audit record and a refused
+/// one has none.
+async fn documents_are_written_back_only_at_the_version_read(b: Backend) {
+    let s = &b.store;
+    let state: SharedHarnessState =
+        serde_json::from_value(json!({ "id": "shs_conf", "goal": "first" })).unwrap();
+    s.insert_shared_state(&state, &audit("shared_state.create", "shs_conf"))
+        .await
+        .unwrap();
+    let err = s
+        .insert_shared_state(&state, &audit("shared_state.create", "shs_conf"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::SharedStateExists(_)), "{err}");
+    let (loaded, version) = s.load_shared_state("shs_conf").await.unwrap().unwrap();
+    assert_eq!((loaded, version), (state.clone(), 1));
+    let mut changed = state.clone();
+    changed.goal = "second".into();
+    s.update_shared_state(&changed, 1, &audit("shared_state.update", "shs_conf"))
+        .await
+        .unwrap();
+    let err = s
+        .update_shared_state(&changed, 1, &audit("shared_state.update", "shs_conf"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::SharedStateMoved { expected: 1, .. }),
+        "{err}"
+    );
+    let mut missing = changed.clone();
+    missing.id = "shs_missing".into();
+    let err = s
+        .update_shared_state(&missing, 1, &audit("shared_state.update", "shs_missing"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::SharedStateNotFound(_)), "{err}");
+    assert_eq!(
+        s.load_shared_state("shs_conf").await.unwrap().unwrap(),
+        (changed, 2)
+    );
+    let listed = s
+        .list_shared_states(&SharedStateFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+
+    let record = Record {
+        kind: RecordKind::Contract,
+        id: "hctr_conf".into(),
+        status: Some("draft".into()),
+        task_id: None,
+        shared_state_id: Some("shs_conf".into()),
+        contract_id: None,
+        created_at: chrono::Utc::now(),
+        body: json!({ "id": "hctr_conf" }),
+    };
+    s.insert_record(&record, &audit("contract.create", "hctr_conf"))
+        .await
+        .unwrap();
+    let err = s
+        .insert_record(&record, &audit("contract.create", "hctr_conf"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::RecordExists {
+                kind: RecordKind::Contract,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The same id of another kind is another record.
+    let evidence = Record {
+        kind: RecordKind::Evidence,
+        ..record.clone()
+    };
+    s.insert_record(&evidence, &audit("evidence.create", "hctr_conf"))
+        .await
+        .unwrap();
+    let signed = Record {
+        status: Some("signed".into()),
+        ..record.clone()
+    };
+    s.update_record(&signed, 1, &audit("contract.sign", "hctr_conf"))
+        .await
+        .unwrap();
+    let err = s
+        .update_record(&signed, 1, &audit("contract.sign", "hctr_conf"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::RecordMoved { expected: 1, .. }),
+        "{err}"
+    );
+    let (loaded, version) = s
+        .load_record(RecordKind::Contract, "hctr_conf")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(version, 2);
+    assert_eq!(loaded.status.as_deref(), Some("signed"));
+    let mut by_status = RecordFilter::new(RecordKind::Contract);
+    by_status.status = Some("signed".into());
+    assert_eq!(s.list_records(&by_status).await.unwrap().items.len(), 1);
+    by_status.status = Some("draft".into());
+    assert!(s.list_records(&by_status).await.unwrap().items.is_empty());
+
+    let actions: Vec<String> = s
+        .audit_records(0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.action)
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "shared_state.create",
+            "shared_state.update",
+            "contract.create",
+            "evidence.create",
+            "contract.sign"
+        ]
+    );
+    let (_, audits) = s.positions().await.unwrap();
+    assert_eq!(s.audit_records(audits - 1, 10).await.unwrap().len(), 1);
+}
+
+/// A step's journal takes each position once and reads back in order.
+async fn a_journal_takes_each_position_once(b: Backend) {
+    let state = create(&b, vec![noop("s", &[])], "ses_j").await;
+    let s = &b.store;
+    s.append_journal(state.id(), "s", 0, &[json!(0), json!(1)])
+        .await
+        .unwrap();
+    let err = s
+        .append_journal(state.id(), "s", 1, &[json!("again")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::JournalMoved { seq: 1, .. }),
+        "{err}"
+    );
+    s.append_journal(state.id(), "s", 2, &[json!(2)])
+        .await
+        .unwrap();
+    s.append_journal(state.id(), "other", 0, &[json!("x")])
+        .await
+        .unwrap();
+    assert_eq!(
+        s.load_journal(state.id(), "s").await.unwrap(),
+        [json!(0), json!(1), json!(2)]
+    );
+    assert!(s.load_journal(state.id(), "none").await.unwrap().is_empty());
+}
+
+/// The suite for one backend: `conformance!(module, constructor)`.
+macro_rules! conformance {
+    ($backend:ident, $make:expr) => {
+        mod $backend {
+            conformance!(@cases $make;
+                a_task_is_stored_whole_and_its_id_only_once,
+                of_writers_at_one_position_exactly_one_wins,
+                logs_are_gap_free_and_the_feed_is_in_commit_order,
+                listings_page_newest_first_and_refuse_a_bad_cursor,
+                control_requests_wait_until_taken_once,
+                deleting_needs_the_current_position_and_takes_everything,
+                the_first_decision_wins_and_is_sealed_onto_the_chain,
+                documents_are_written_back_only_at_the_version_read,
+                a_journal_takes_each_position_once,
+            );
+        }
+    };
+    (@cases $make:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                super::$case($make()).await;
+            }
+        )*
+    };
+}
+
+conformance!(sqlite, super::sqlite);
