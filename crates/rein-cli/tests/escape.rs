@@ -474,3 +474,43 @@ async fn no_udp_either_unless_allowed() {
         assert_eq!(&buf[..got], b"out");
     }
 }
+
+/// A root caller's command runs as the workspace's owner, with that owner's
+/// group and no other: under Landlock the trampoline switches itself (so rein
+/// starts it without a fork), under bubblewrap rein does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_root_callers_command_runs_as_the_workspaces_owner_only() {
+    for sandbox in sandboxes().await {
+        let kind = sandbox.kind();
+        let p = place();
+        let Some(run_as) = unprivileged(&p) else {
+            // Not root: commands run as the caller, which needs no switch.
+            let out = run_in(&sandbox, &p.workspace, "id -u", &Confinement::default()).await;
+            assert_eq!(out.stdout.trim(), nix::unistd::getuid().to_string());
+            continue;
+        };
+        let confinement = Confinement {
+            run_as: Some(run_as),
+            ..Confinement::default()
+        };
+        let out = run_in(
+            &sandbox,
+            &p.workspace,
+            "id -u; id -g; id -G; touch made",
+            &confinement,
+        )
+        .await;
+        assert_eq!(out.code, Some(0), "{kind:?}: {}", out.stderr);
+        assert_eq!(
+            out.stdout.split_whitespace().collect::<Vec<_>>(),
+            ["65534", "65534", "65534"],
+            "{kind:?}"
+        );
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(
+            std::fs::metadata(p.workspace.join("made")).unwrap().uid(),
+            65534,
+            "{kind:?}"
+        );
+    }
+}

@@ -391,9 +391,8 @@ impl Sandbox {
                     ))
                     .env_clear()
                     .current_dir(workspace);
-                if let Some((uid, gid)) = confinement.run_as {
-                    cmd.uid(uid).gid(gid);
-                }
+                // The trampoline becomes `run_as` itself (`--run-as`), so it
+                // starts without a fork of rein.
                 return cmd;
             }
         };

@@ -97,6 +97,10 @@ pub fn trampoline_args(
         args.push("--read".into());
         args.push(dir.into());
     }
+    if let Some((uid, gid)) = confinement.run_as {
+        args.push("--run-as".into());
+        args.push(format!("{uid}:{gid}").into());
+    }
     tail(args, script, env)
 }
 
@@ -188,6 +192,15 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
             Some("--read") => confinement
                 .read_only
                 .push(PathBuf::from(value(&mut it, "--read")?)),
+            Some("--run-as") => {
+                let v = value(&mut it, "--run-as")?;
+                let ids = v
+                    .to_str()
+                    .and_then(|v| v.split_once(':'))
+                    .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)))
+                    .ok_or("--run-as needs UID:GID")?;
+                confinement.run_as = Some(ids);
+            }
             Some("--env") => {
                 let v = value(&mut it, "--env")?;
                 let bytes = v.as_bytes();
@@ -303,6 +316,20 @@ fn no_inet_sockets() -> Result<(), String> {
     Ok(())
 }
 
+/// Becomes user `uid` with group `gid` and no supplementary groups (what
+/// `Command::uid` and `gid` do, which would make rein fork to start the
+/// trampoline).
+fn become_user(uid: u32, gid: u32) -> Result<(), String> {
+    use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
+    setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
+    setgid(Gid::from_raw(gid)).map_err(|e| format!("setgid: {e}"))?;
+    setuid(Uid::from_raw(uid)).map_err(|e| format!("setuid: {e}"))?;
+    // A change of user leaves the process undumpable, its /proc files root's,
+    // until the next exec: the user namespace of a process limit is made by
+    // writing them. Started as the user, it would be dumpable: so it is again.
+    nix::sys::prctl::set_dumpable(true).map_err(|e| format!("prctl: {e}"))
+}
+
 /// Limits this process and its descendants to `n` processes at once. The count
 /// is the user's processes in a user namespace of their own, made here (the same
 /// user inside as outside), so it counts this command's processes only.
@@ -341,6 +368,14 @@ pub fn trampoline(args: &[OsString]) -> i32 {
             return 2;
         }
     };
+    // The user to run as, before anything else: a change of user clears the
+    // parent-death signal, so it is asked for after it.
+    if let Some((uid, gid)) = parsed.confinement.run_as
+        && let Err(e) = become_user(uid, gid)
+    {
+        report(&format!("rein sandbox: cannot run as {uid}:{gid}: {e}"));
+        return NOT_CONFINED;
+    }
     // First: a trampoline whose rein is gone runs nothing.
     if let Some(parent) = parsed.parent
         && let Err(e) = crate::process::die_with(parent)
