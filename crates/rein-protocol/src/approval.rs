@@ -288,36 +288,3 @@ impl ApprovalRequest {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn wire<T: Serialize>(value: T) -> String {
-        serde_json::to_value(value)
-            .unwrap()
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-
-    #[test]
-    fn names_are_the_wire_names() {
-        for t in Trigger::ALL {
-            assert_eq!(t.as_str(), wire(t));
-            assert_eq!(t.priority().as_str(), wire(t.priority()));
-        }
-        assert_eq!(Priority::Critical.as_str(), wire(Priority::Critical));
-        for s in ApprovalStatus::ALL {
-            assert_eq!(s.as_str(), wire(s));
-        }
-        for d in [
-            Decision::Approve,
-            Decision::Deny,
-            Decision::Skip,
-            Decision::Delegate,
-        ] {
-            assert_eq!(d.as_str(), wire(d));
-        }
-    }
-}

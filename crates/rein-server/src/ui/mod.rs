@@ -157,6 +157,11 @@ fn engine_refusal(e: rein_core::EngineError) -> Response {
     refusal(e.status, &e.message)
 }
 
+/// A form field as given, trimmed; none if it was left blank.
+pub fn filled(value: Option<String>) -> Option<String> {
+    value.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
+}
+
 /// An id from the path, checked as the API checks one.
 pub fn parse_id<T>(id: &str) -> Result<T, Refusal>
 where

@@ -267,15 +267,14 @@ pub async fn submit_goal(
     if let Err(refused) = changer(&state, &headers, Role::Operator) {
         return refused.into_response();
     }
-    let some = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
-    let Some(goal) = some(Some(form.goal)) else {
+    let Some(goal) = super::filled(Some(form.goal)) else {
         return refusal(StatusCode::BAD_REQUEST, "Say what the goal is.");
     };
     let submit = rein_protocol::api::SubmitTask {
         goal: Some(goal),
-        provider: some(form.provider),
-        model: some(form.model),
-        runtime: some(form.runtime),
+        provider: super::filled(form.provider),
+        model: super::filled(form.model),
+        runtime: super::filled(form.runtime),
         confirm: Some(form.confirm.is_some()),
         ..Default::default()
     };

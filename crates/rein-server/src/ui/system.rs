@@ -347,14 +347,17 @@ pub async fn explain(
     _user: User,
     Query(form): Query<ExplainForm>,
 ) -> Response {
-    let some = |v: Option<String>| v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
     let provider = form.provider.trim().to_owned();
     if provider.is_empty() {
         return super::refusal(axum::http::StatusCode::BAD_REQUEST, "Name a provider.");
     }
     let decided = state
         .harnesses
-        .explain(provider, some(form.model), some(form.runtime))
+        .explain(
+            provider,
+            super::filled(form.model),
+            super::filled(form.runtime),
+        )
         .await;
     match decided {
         Ok(d) => html! {
