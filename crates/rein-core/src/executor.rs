@@ -632,6 +632,31 @@ impl CommandExecutor {
     }
 }
 
+/// Why a step's command could not start, naming what is missing when the
+/// system only says "not found": the program that starts `sh` (the
+/// trampoline, which is rein itself or `rein-confine` beside it), or the
+/// workspace.
+fn spawn_error(
+    command: &std::process::Command,
+    workspace: &std::path::Path,
+    e: &std::io::Error,
+) -> String {
+    let program = std::path::Path::new(command.get_program());
+    let head = format!("cannot start `sh -c` in workspace {}", workspace.display());
+    if e.kind() == std::io::ErrorKind::NotFound {
+        if program.is_absolute() && !program.exists() {
+            return format!(
+                "{head}: {} is gone ({e}); it starts every step, so rein was moved, replaced or removed while it ran: restart rein",
+                program.display()
+            );
+        }
+        if !workspace.is_dir() {
+            return format!("{head}: the workspace is gone ({e})");
+        }
+    }
+    format!("{head}: {e}")
+}
+
 /// Runs `command` as one attempt of `request`'s step; `record` holds what the
 /// output records besides the run itself (sandbox, permission, policy).
 async fn run_child(
@@ -657,10 +682,7 @@ async fn run_child(
                 _ => Failure::Internal,
             };
             return StepOutcome::Failed {
-                error: format!(
-                    "cannot start `sh -c` in workspace {}: {e}",
-                    request.workspace.display()
-                ),
+                error: spawn_error(command.as_std(), &request.workspace, &e),
                 output: None,
                 failure,
             };
@@ -811,4 +833,30 @@ async fn read_tail(mut stream: impl AsyncRead + Unpin, keep: usize) -> (String, 
     }
     let bytes: Vec<u8> = tail.into_iter().collect();
     (String::from_utf8_lossy(&bytes).into_owned(), dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_step_that_cannot_start_names_what_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let trampoline = std::process::Command::new("/nonexistent/rein-confine");
+        let why = spawn_error(&trampoline, dir.path(), &gone);
+        assert!(why.contains("/nonexistent/rein-confine is gone"), "{why}");
+        assert!(why.contains("restart rein"), "{why}");
+        let sh = std::process::Command::new("sh");
+        let why = spawn_error(&sh, &dir.path().join("missing"), &gone);
+        assert!(why.contains("the workspace is gone"), "{why}");
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let why = spawn_error(&sh, dir.path(), &denied);
+        assert!(
+            why.starts_with("cannot start `sh -c` in workspace"),
+            "{why}"
+        );
+        assert!(!why.contains("gone"), "{why}");
+    }
 }
