@@ -189,6 +189,9 @@ impl AppState {
                     Ok(again) => claim = again,
                     Err(_) => return,
                 }
+                // This run's own attempts came after the sweep, which cannot
+                // answer for them: the take-up looks for itself.
+                options.sweep = None;
                 tracing::info!(task = %id, "the store works again: taking the task up");
             }
         });
