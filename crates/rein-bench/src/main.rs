@@ -197,19 +197,7 @@ enum Bench {
 fn ask_then_next() -> TaskDecomposition {
     let ask = TaskStep {
         checkpoint: rein_protocol::CheckpointType::UserApproval,
-        ..TaskStep::new(
-            "ask",
-            StepAction::Approval {
-                title: "Go on?".into(),
-                description: String::new(),
-                options: Vec::new(),
-                recommended: None,
-                timeout_ms: None,
-                on_expiry: rein_protocol::Decision::Deny,
-                trigger: rein_protocol::Trigger::SignificantChange,
-                priority: None,
-            },
-        )
+        ..TaskStep::new("ask", StepAction::approval("Go on?", ""))
     };
     let next = TaskStep {
         depends_on: vec!["ask".into()],

@@ -21,9 +21,9 @@
 use std::sync::Arc;
 
 use rein_protocol::{
-    Capture, CheckStatus, ContractStatus, Decision, EvidenceBundle, EvidenceCheck, EvidenceItem,
+    Capture, CheckStatus, ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceItem,
     EvidenceKind, HarnessContract, PlannedAction, Risk, RiskLevel, StepAction, StepType,
-    TaskDecomposition, TaskStep, Trigger,
+    TaskDecomposition, TaskStep,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -112,16 +112,10 @@ pub fn expand(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanErro
 fn parts(step: &TaskStep) -> (TaskStep, TaskStep) {
     let mut approve = TaskStep::new(
         approve_id(&step.id),
-        StepAction::Approval {
-            title: format!("Approve the contract of step `{}`?", step.id),
-            description: describe(step),
-            options: Vec::new(),
-            recommended: None,
-            timeout_ms: None,
-            on_expiry: Decision::Deny,
-            trigger: Trigger::SignificantChange,
-            priority: None,
-        },
+        StepAction::approval(
+            format!("Approve the contract of step `{}`?", step.id),
+            describe(step),
+        ),
     );
     approve.description = format!("approval of the contract of `{}`", step.id);
     approve.step_type = StepType::Approve;

@@ -908,16 +908,10 @@ fn with_confirmation(description: &str, mut steps: Vec<TaskStep>) -> Result<Vec<
         checkpoint: CheckpointType::UserApproval,
         ..TaskStep::new(
             CONFIRM_STEP,
-            StepAction::Approval {
-                title: format!("Start this task? {description}"),
-                description: format!("The plan has {} steps: {}.", names.len(), names.join(", ")),
-                options: Vec::new(),
-                recommended: None,
-                timeout_ms: None,
-                on_expiry: Decision::Deny,
-                trigger: Trigger::SignificantChange,
-                priority: None,
-            },
+            StepAction::approval(
+                format!("Start this task? {description}"),
+                format!("The plan has {} steps: {}.", names.len(), names.join(", ")),
+            ),
         )
     };
     for step in &mut steps {

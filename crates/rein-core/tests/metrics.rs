@@ -3,7 +3,6 @@
 
 use rein_protocol::{
     CheckpointType, Decision, ErrorType, RecoveryAction, RecoveryStrategy, StepAction, TaskStep,
-    Trigger,
 };
 
 mod common;
@@ -29,19 +28,7 @@ async fn metrics_count_tasks_checkpoints_recovery_and_people() {
     // Waiting on a person, then approved.
     let ask = TaskStep {
         checkpoint: CheckpointType::UserApproval,
-        ..TaskStep::new(
-            "ask",
-            StepAction::Approval {
-                title: "Go?".into(),
-                description: String::new(),
-                options: vec![],
-                recommended: None,
-                timeout_ms: None,
-                on_expiry: Decision::Deny,
-                trigger: Trigger::SignificantChange,
-                priority: None,
-            },
-        )
+        ..TaskStep::new("ask", StepAction::approval("Go?", ""))
     };
     let asked = h.create(plan(vec![ask])).await;
     h.engine.run(asked.id(), no_wait()).await.unwrap();

@@ -112,6 +112,23 @@ pub enum StepAction {
     Verify { step: String },
 }
 
+impl StepAction {
+    /// A plain question for a person: no options to choose from, no deadline
+    /// (`deny` if one were set and passed), asked as a significant change.
+    pub fn approval(title: impl Into<String>, description: impl Into<String>) -> StepAction {
+        StepAction::Approval {
+            title: title.into(),
+            description: description.into(),
+            options: Vec::new(),
+            recommended: None,
+            timeout_ms: None,
+            on_expiry: Decision::Deny,
+            trigger: Trigger::SignificantChange,
+            priority: None,
+        }
+    }
+}
+
 /// How an agent step's model turns are bounded and steered (the built-in
 /// runtime's; a plugin's harness keeps its own).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -12,8 +12,8 @@ use rein_core::store::{
 };
 use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store, StoreError};
 use rein_protocol::{
-    ApprovalStatus, Decision, EventId, HarnessEvent, LedgerEntry, LedgerId, LedgerKind,
-    SharedHarnessState, StepAction, TaskDecomposition, TaskState, TaskStatus, TaskStep, Trigger,
+    ApprovalStatus, EventId, HarnessEvent, LedgerEntry, LedgerId, LedgerKind, SharedHarnessState,
+    StepAction, TaskDecomposition, TaskState, TaskStatus, TaskStep,
 };
 use serde_json::json;
 
@@ -57,19 +57,7 @@ fn noop(id: &str, deps: &[&str]) -> TaskStep {
 }
 
 fn approval(id: &str) -> TaskStep {
-    TaskStep::new(
-        id,
-        StepAction::Approval {
-            title: "Go ahead?".into(),
-            description: String::new(),
-            options: Vec::new(),
-            recommended: None,
-            timeout_ms: None,
-            on_expiry: Decision::Deny,
-            trigger: Trigger::SignificantChange,
-            priority: None,
-        },
-    )
+    TaskStep::new(id, StepAction::approval("Go ahead?", ""))
 }
 
 async fn create(b: &Backend, steps: Vec<TaskStep>, session: &str) -> TaskState {
