@@ -684,6 +684,24 @@ impl Engine {
         Ok(out)
     }
 
+    /// [`Engine::resumable`], with one look at this machine's processes taken
+    /// after the listing, for a take-over of them all
+    /// ([`RunOptions::sweep`]): their runners had stopped when they were
+    /// listed, so the look answers for all their interrupted attempts. No look
+    /// when there is nothing to take up.
+    pub async fn resumable_swept(
+        &self,
+    ) -> Result<(Vec<TaskSummary>, Option<crate::process::Sweep>)> {
+        let tasks = self.resumable().await?;
+        if tasks.is_empty() {
+            return Ok((tasks, None));
+        }
+        let sweep = tokio::task::spawn_blocking(crate::process::Sweep::now)
+            .await
+            .ok();
+        Ok((tasks, sweep))
+    }
+
     /// Pauses a task: a live runner is asked (it lets running steps finish); a task
     /// nobody runs is paused at once.
     pub async fn pause(&self, id: &TaskId, by: &str, reason: &str) -> Result<ControlOutcome> {

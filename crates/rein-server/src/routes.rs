@@ -393,12 +393,7 @@ pub async fn resume_all(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> ApiResult<Response> {
-    let heads = state.engine.resumable().await?;
-    // Their runners had stopped when they were listed: one look at the
-    // processes answers for all their interrupted attempts.
-    let sweep = tokio::task::spawn_blocking(rein_core::process::Sweep::now)
-        .await
-        .ok();
+    let (heads, sweep) = state.engine.resumable_swept().await?;
     let mut ids = Vec::with_capacity(heads.len());
     for head in heads {
         let options = RunOptions {

@@ -295,7 +295,7 @@ pub async fn resume(target: &Target, args: ResumeArgs) -> anyhow::Result<u8> {
         return Ok(code);
     }
     refuse_steps_with_all(&args)?;
-    let heads = ctx.engine.resumable().await?;
+    let (heads, sweep) = ctx.engine.resumable_swept().await?;
     if heads.is_empty() {
         // Say who runs what is still in progress, so "nothing" is not a puzzle.
         for (task, runner) in ctx.engine.run_elsewhere().await? {
@@ -313,15 +313,12 @@ pub async fn resume(target: &Target, args: ResumeArgs) -> anyhow::Result<u8> {
     }
     let steps = plan_steps(&ctx.engine, &states).await?;
     let view = ProgressView::start(ctx.engine.subscribe(), &states, steps, args.output);
-    // Their runners had stopped when they were listed: one look at the
-    // processes answers for all their interrupted attempts.
-    let sweep = rein_sandbox::process::Sweep::now();
     let mut runs = tokio::task::JoinSet::new();
     for state in &states {
         let engine = Arc::clone(&ctx.engine);
         let id = state.id().clone();
         let options = rein_core::RunOptions {
-            sweep: Some(sweep.clone()),
+            sweep: sweep.clone(),
             ..signals.options(Vec::new(), Vec::new())
         };
         runs.spawn(async move { (id.clone(), engine.run(&id, options).await) });

@@ -93,15 +93,12 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
     if let Some(harnesses) = &ctx.harnesses {
         state = state.with_harnesses(Arc::clone(harnesses));
     }
-    // Take up what a stopped rein left running. Their runners had stopped when
-    // they were listed, so one look at the processes after that answers for all
-    // of their interrupted attempts.
-    let resumable = ctx.engine.resumable().await?;
-    let sweep = rein_sandbox::process::Sweep::now();
+    // Take up what a stopped rein left running.
+    let (resumable, sweep) = ctx.engine.resumable_swept().await?;
     for task in resumable {
         if matches!(task.status, TaskStatus::InProgress | TaskStatus::Pending) {
             let options = rein_core::RunOptions {
-                sweep: Some(sweep.clone()),
+                sweep: sweep.clone(),
                 ..rein_core::RunOptions::default()
             };
             let _ = state.start(task.id, options);
