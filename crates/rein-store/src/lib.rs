@@ -2,13 +2,17 @@
 //!
 //! - [`sqlite`]: the default backend, one SQLite file in WAL mode with
 //!   `synchronous=FULL`, written by a single writer thread that commits batches.
+//! - [`postgres`]: the store several nodes share, on a PostgreSQL server.
 //! - [`schema`]: the schema and its migrations.
 //! - `metrics`: the counters of spec §6, aggregated in SQL.
 
 mod metrics;
+pub mod postgres;
+mod query;
 pub mod schema;
 pub mod sqlite;
 mod writer;
 
+pub use postgres::PostgresStore;
 pub use sqlite::{SqliteStore, StoreStats};
 pub use writer::WriterOptions;

@@ -26,6 +26,7 @@ use rein_protocol::{
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
+use crate::query::{Mark, Where};
 use crate::schema::{self, MigrationError};
 use crate::writer::{Writer, WriterOptions};
 
@@ -643,22 +644,15 @@ impl TaskStore for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut q = Where::new(concat!("SELECT ", current_summary!(), " FROM tasks"));
-            if let Some(s) = &filter.session_id {
-                q.and("session_id =", s.clone());
-            }
-            if let Some(s) = filter.status {
-                q.and("status =", s.as_str().to_owned());
-            }
-            if let Some(t) = &filter.created_from {
-                q.and("created_at >=", ts(t));
-            }
-            if let Some(t) = &filter.created_to {
-                q.and("created_at <", ts(t));
-            }
-            if let Some(c) = &filter.cursor {
-                q.and("id <", c.clone());
-            }
+            let mut q = Where::new(
+                concat!("SELECT ", current_summary!(), " FROM tasks"),
+                Mark::Question,
+            );
+            q.and_some("session_id =", filter.session_id.clone());
+            q.and_some("status =", filter.status.map(|s| s.as_str().to_owned()));
+            q.and_some("created_at >=", filter.created_from.as_ref().map(ts));
+            q.and_some("created_at <", filter.created_to.as_ref().map(ts));
+            q.and_some("id <", filter.cursor.clone());
             let mut items: Vec<TaskSummary> = q.run(
                 conn,
                 &format!(" ORDER BY id DESC LIMIT {}", limit + 1),
@@ -1115,25 +1109,13 @@ impl DocumentStore for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut q = Where::new("SELECT body FROM shared_states");
-            if let Some(s) = &filter.session_id {
-                q.and("session_id =", s.clone());
-            }
-            if let Some(s) = &filter.parent_session_id {
-                q.and("parent_session_id =", s.clone());
-            }
-            if let Some(s) = &filter.harness_contract_id {
-                q.and("harness_contract_id =", s.clone());
-            }
-            if let Some(s) = filter.status {
-                q.and("status =", s.as_str().to_owned());
-            }
-            if let Some(t) = &filter.created_from {
-                q.and("created_at >=", ts(t));
-            }
-            if let Some(t) = &filter.created_to {
-                q.and("created_at <", ts(t));
-            }
+            let mut q = Where::new("SELECT body FROM shared_states", Mark::Question);
+            q.and_some("session_id =", filter.session_id.clone());
+            q.and_some("parent_session_id =", filter.parent_session_id.clone());
+            q.and_some("harness_contract_id =", filter.harness_contract_id.clone());
+            q.and_some("status =", filter.status.map(|s| s.as_str().to_owned()));
+            q.and_some("created_at >=", filter.created_from.as_ref().map(ts));
+            q.and_some("created_at <", filter.created_to.as_ref().map(ts));
             if let Some(t) = &filter.tag {
                 q.and(
                     "EXISTS (SELECT 1 FROM json_each(body, '$.tags') WHERE value = ?)",
@@ -1372,47 +1354,7 @@ impl JournalStore for SqliteStore {
     }
 }
 
-/// A `SELECT` with `AND`-ed conditions and numbered parameters. A condition's
-/// `?`s are numbered in order; one without a `?` gets its parameter at the end.
-struct Where {
-    sql: String,
-    args: Vec<String>,
-}
-
 impl Where {
-    fn new(select: &str) -> Where {
-        Where {
-            sql: format!("{select} WHERE 1 = 1"),
-            args: Vec::new(),
-        }
-    }
-
-    /// `AND cond`, with `value` as its first parameter.
-    fn and(&mut self, cond: &str, value: String) {
-        self.sql.push_str(" AND ");
-        if cond.contains('?') {
-            let mut first = true;
-            let mut n = self.args.len();
-            for part in cond.split('?') {
-                if !first {
-                    n += 1;
-                    self.sql.push_str(&format!("?{n}"));
-                }
-                first = false;
-                self.sql.push_str(part);
-            }
-        } else {
-            self.sql
-                .push_str(&format!("{cond} ?{}", self.args.len() + 1));
-        }
-        self.args.push(value);
-    }
-
-    /// A further parameter of the last condition.
-    fn also(&mut self, value: String) {
-        self.args.push(value);
-    }
-
     /// Runs it with `tail` (ordering, limit) appended; each row one JSON body.
     fn run<T: serde::de::DeserializeOwned>(
         &self,
@@ -1429,7 +1371,6 @@ impl Where {
     }
 }
 
-/// Appends an audit record (its body without its position, which the row gives).
 /// A versioned document (a shared state, a contract, an evidence bundle)
 /// inserted at version 1 with its audit record, in the caller's transaction;
 /// `false` (and no audit record) if its id is taken. `insert` must do nothing

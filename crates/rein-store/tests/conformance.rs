@@ -42,9 +42,19 @@ fn with_engine(
     }
 }
 
-fn sqlite() -> Backend {
+async fn sqlite() -> Backend {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
+    let path = dir.path().to_owned();
+    with_engine(store, &path, Box::new(dir))
+}
+
+/// A database of its own on the suite's throwaway PostgreSQL cluster.
+async fn postgres() -> Backend {
+    let cluster = rein_store::postgres::scratch::shared().unwrap();
+    let url = cluster.database().await.unwrap();
+    let store = Arc::new(rein_store::PostgresStore::connect(&url).await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_owned();
     with_engine(store, &path, Box::new(dir))
 }
@@ -628,10 +638,11 @@ macro_rules! conformance {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $case() {
-                super::$case($make()).await;
+                super::$case($make().await).await;
             }
         )*
     };
 }
 
 conformance!(sqlite, super::sqlite);
+conformance!(postgres, super::postgres);

@@ -1,0 +1,295 @@
+//! A throwaway PostgreSQL cluster, for tests and benchmarks: `initdb` into a
+//! fresh directory, the server on a private loopback port and socket
+//! directory, gone with the process that started it.
+//!
+//! The server runs under a small shell that holds a pipe from this process:
+//! when this process ends, however it ends (a failed test, `kill -9`), the
+//! pipe closes and the shell stops the server and removes its directory. No
+//! cluster outlives its tests.
+//!
+//! PostgreSQL refuses to run as root; a root caller's cluster runs as the
+//! `postgres` user where there is one (Debian's package makes it), else as
+//! `nobody`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Where the server binaries are: `$REIN_PG_BIN`, else the newest of Debian's
+/// `/usr/lib/postgresql/*/bin`, else the directory of `initdb` on `PATH`.
+pub fn binaries() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("REIN_PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut debian: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("initdb").is_file().then_some((version, bin))
+        })
+        .collect();
+    debian.sort();
+    if let Some((_, bin)) = debian.pop() {
+        return Some(bin);
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .find(|d| d.join("initdb").is_file() && d.join("postgres").is_file())
+}
+
+/// A running throwaway cluster. Dropping it stops the server and removes its
+/// directory.
+#[derive(Debug)]
+pub struct Scratch {
+    port: u16,
+    dir: PathBuf,
+    /// The shell's end of the pipe: closing it stops the server.
+    stop: Option<ChildStdin>,
+    shell: Child,
+    databases: AtomicU64,
+}
+
+/// The superuser of a scratch cluster (trusted on loopback, no password).
+pub const SUPERUSER: &str = "rein";
+
+static CLUSTERS: AtomicU64 = AtomicU64::new(0);
+
+/// One cluster for the whole process, started on first use: tests share it
+/// and take a database each ([`Scratch::database`]). It stops when the
+/// process ends.
+pub fn shared() -> std::io::Result<&'static Scratch> {
+    static SHARED: std::sync::OnceLock<Scratch> = std::sync::OnceLock::new();
+    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    if let Some(s) = SHARED.get() {
+        return Ok(s);
+    }
+    let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = SHARED.get() {
+        return Ok(s);
+    }
+    let started = Scratch::start()?;
+    Ok(SHARED.get_or_init(|| started))
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!("scratch PostgreSQL: {what}: {e}"))
+}
+
+/// The user a root caller's server runs as: (uid, gid).
+fn server_user() -> Option<(u32, u32)> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    ["postgres", "nobody"].iter().find_map(|name| {
+        nix::unistd::User::from_name(name)
+            .ok()
+            .flatten()
+            .map(|u| (u.uid.as_raw(), u.gid.as_raw()))
+    })
+}
+
+fn as_server_user(command: &mut Command, user: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = user {
+        // std drops a root caller's supplementary groups with the uid.
+        command.uid(uid).gid(gid);
+    }
+}
+
+/// A port nothing listens on now.
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
+}
+
+impl Scratch {
+    /// Makes a cluster and starts its server; returns once it accepts
+    /// connections (about a second).
+    pub fn start() -> std::io::Result<Scratch> {
+        let bin = binaries().ok_or_else(|| {
+            failed(
+                "no server binaries",
+                "install Debian's `postgresql` package, or set REIN_PG_BIN to the directory holding initdb and postgres",
+            )
+        })?;
+        let user = server_user();
+        let n = CLUSTERS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("rein-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)?;
+        if let Some((uid, gid)) = user {
+            nix::unistd::chown(
+                &dir,
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+            )
+            .map_err(|e| failed("cannot hand its directory to the server's user", e))?;
+        }
+        let data = dir.join("data");
+        let mut initdb = Command::new(bin.join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--locale=C"])
+            .args(["--no-sync", "--no-instructions"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        as_server_user(&mut initdb, user);
+        let made = initdb
+            .output()
+            .map_err(|e| failed("cannot run initdb", e))?;
+        if !made.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(failed(
+                "initdb failed",
+                String::from_utf8_lossy(&made.stderr).trim(),
+            ));
+        }
+        let mut last = None;
+        for _ in 0..5 {
+            match Scratch::serve(&bin, &dir, user) {
+                Ok((shell, stop, port)) => {
+                    return Ok(Scratch {
+                        port,
+                        dir,
+                        stop: Some(stop),
+                        shell,
+                        databases: AtomicU64::new(0),
+                    });
+                }
+                // Another process took the port between the look and the bind.
+                Err(e) => last = Some(e),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        Err(last.unwrap_or_else(|| failed("server did not start", "")))
+    }
+
+    /// Starts the server under its stopping shell and waits for the line that
+    /// says it is ready.
+    fn serve(
+        bin: &Path,
+        dir: &Path,
+        user: Option<(u32, u32)>,
+    ) -> std::io::Result<(Child, ChildStdin, u16)> {
+        let port = free_port()?;
+        let mut shell = Command::new("sh");
+        // The shell reads its stdin until this process closes it, then stops
+        // the server at once (a scratch cluster keeps nothing) and removes it.
+        shell
+            .arg("-c")
+            .arg(
+                r#"bin="$1"; dir="$2"; shift 2
+"$bin/postgres" -D "$dir/data" "$@" </dev/null &
+pid=$!
+cat >/dev/null
+kill -QUIT "$pid" 2>/dev/null
+wait "$pid"
+rm -rf "$dir""#,
+            )
+            .arg("sh")
+            .arg(bin)
+            .arg(dir)
+            .args(["-p", &port.to_string(), "-h", "127.0.0.1", "-k"])
+            .arg(dir)
+            .args(["-c", "max_connections=400", "-c", "shared_buffers=64MB"])
+            .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
+            .args([
+                "-c",
+                "log_min_messages=warning",
+                "-c",
+                "log_min_error_statement=panic",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        as_server_user(&mut shell, user);
+        let mut child = shell
+            .spawn()
+            .map_err(|e| failed("cannot start the server", e))?;
+        let stop = child.stdin.take().ok_or_else(|| failed("no pipe", ""))?;
+        let stderr = child.stderr.take().ok_or_else(|| failed("no pipe", ""))?;
+        let (ready, told) = std::sync::mpsc::channel::<Result<(), String>>();
+        std::thread::spawn(move || {
+            let mut said = Vec::new();
+            let mut ready = Some(ready);
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(tx) = &ready {
+                    if line.contains("ready to accept connections") {
+                        let _ = tx.send(Ok(()));
+                        ready = None;
+                    } else {
+                        said.push(line);
+                    }
+                }
+            }
+            if let Some(tx) = ready {
+                let _ = tx.send(Err(said.join("\n")));
+            }
+        });
+        match told.recv_timeout(Duration::from_secs(60)) {
+            Ok(Ok(())) => Ok((child, stop, port)),
+            Ok(Err(said)) => {
+                let _ = child.wait();
+                Err(failed("the server stopped", said))
+            }
+            Err(e) => {
+                drop(stop);
+                let _ = child.wait();
+                Err(failed("the server did not become ready", e))
+            }
+        }
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL of database `name` on this cluster.
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://{SUPERUSER}@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Makes a new, empty database and returns its URL: one per test, so
+    /// tests share a cluster and nothing else.
+    pub async fn database(&self) -> std::io::Result<String> {
+        let n = self.databases.fetch_add(1, Ordering::Relaxed);
+        let name = format!("t{n}");
+        let (client, connection) =
+            tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls)
+                .await
+                .map_err(|e| failed("cannot connect", e))?;
+        let driver = tokio::spawn(connection);
+        let made = client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .map_err(|e| failed("cannot create a database", e));
+        drop(client);
+        let _ = driver.await;
+        made.map(|()| self.url(&name))
+    }
+
+    /// Stops the server (an immediate shutdown: a scratch cluster keeps
+    /// nothing) and removes its directory.
+    fn stop(&mut self) {
+        if let Some(mut stop) = self.stop.take() {
+            let _ = stop.flush();
+        }
+        let _ = self.shell.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
