@@ -1,0 +1,194 @@
+//! What the PostgreSQL backend adds to the conformance suite: its schema
+//! versions, what it refuses to open, and how it commits. Against a real
+//! server: a throwaway cluster this test process starts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use rein_core::TaskStore;
+use rein_core::store::{ControlKind, ControlRequest};
+use rein_store::PostgresStore;
+use rein_store::postgres::{schema, scratch};
+
+async fn database() -> String {
+    scratch::shared().unwrap().database().await.unwrap()
+}
+
+/// A plain client on `url`, for what the store would never do itself.
+async fn client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+fn error(result: Result<PostgresStore, rein_core::StoreError>) -> String {
+    result.expect_err("the store should be refused").to_string()
+}
+
+#[tokio::test]
+async fn a_new_database_is_migrated_once_and_an_old_one_brought_up_to_date() {
+    let url = database().await;
+    let old = PostgresStore::connect_to(&url, 0).await.unwrap();
+    assert_eq!((old.migrated().from, old.migrated().to), (0, 0));
+    drop(old);
+    let store = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(
+        (store.migrated().from, store.migrated().to),
+        (0, schema::CURRENT_VERSION)
+    );
+    let again = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(again.migrated().applied(), 0);
+}
+
+#[tokio::test]
+async fn nodes_opening_a_new_database_at_once_migrate_it_once() {
+    let url = database().await;
+    let opened = futures_util::future::join_all((0..4).map(|_| PostgresStore::connect(&url))).await;
+    let applied: Vec<i64> = opened
+        .into_iter()
+        .map(|s| s.unwrap().migrated().applied())
+        .collect();
+    assert_eq!(applied.iter().filter(|&&n| n > 0).count(), 1, "{applied:?}");
+}
+
+#[tokio::test]
+async fn a_database_a_newer_rein_migrated_is_refused_naming_both_versions() {
+    let url = database().await;
+    drop(PostgresStore::connect(&url).await.unwrap());
+    let newer = schema::CURRENT_VERSION + 1;
+    client(&url)
+        .await
+        .execute("UPDATE rein_schema SET version = $1", &[&newer])
+        .await
+        .unwrap();
+    let message = error(PostgresStore::connect(&url).await);
+    assert!(
+        message.contains(&format!("schema version {newer}"))
+            && message.contains(&format!("supports ({})", schema::CURRENT_VERSION))
+            && message.contains("upgrade rein"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_database_of_something_else_is_refused_and_left_alone() {
+    let url = database().await;
+    let other = client(&url).await;
+    other
+        .batch_execute("CREATE TABLE invoices (id int); INSERT INTO invoices VALUES (7)")
+        .await
+        .unwrap();
+    let message = error(PostgresStore::connect(&url).await);
+    assert!(
+        message.contains("not a rein store") && message.contains("invoices"),
+        "{message}"
+    );
+    let tables: i64 = other
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 1, "nothing was added to someone else's database");
+}
+
+#[tokio::test]
+async fn an_unreachable_server_and_a_bad_url_say_what_to_do() {
+    let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let message =
+        error(PostgresStore::connect(&format!("postgres://rein:secret@127.0.0.1:{port}/db")).await);
+    assert!(
+        message.contains(&format!("postgres://rein@127.0.0.1:{port}/db"))
+            && message.contains("REIN_STORE")
+            && !message.contains("secret"),
+        "{message}"
+    );
+    let message = error(PostgresStore::connect("postgres://rein@127.0.0.1:notaport/db").await);
+    assert!(
+        message.contains("invalid PostgreSQL URL") && message.contains("postgres://USER@HOST"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_queued_behind_a_commit_share_the_next_one() {
+    let store = PostgresStore::connect(&database().await).await.unwrap();
+    let task = rein_protocol::TaskId::new();
+    let writes = (0..200).map(|i| {
+        let store = store.clone();
+        let task = task.clone();
+        async move {
+            store
+                .request_control(&ControlRequest {
+                    task_id: task,
+                    kind: ControlKind::Pause,
+                    by: format!("w{i}"),
+                    reason: String::new(),
+                    requested_at: chrono::Utc::now(),
+                })
+                .await
+        }
+    });
+    for result in futures_util::future::join_all(writes).await {
+        result.unwrap();
+    }
+    let stats = store.stats();
+    assert_eq!(stats.writes, 200);
+    assert!(
+        stats.commits < 100,
+        "200 queued writes took {} commits",
+        stats.commits
+    );
+    let taken = store.take_controls(&task).await.unwrap();
+    assert_eq!(taken.len(), 200);
+    assert!(store.take_controls(&task).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_fails_in_a_shared_commit_fails_alone() {
+    use rein_core::JournalStore;
+    let store = PostgresStore::connect(&database().await).await.unwrap();
+    let task = rein_protocol::TaskId::new();
+    // Forty writers at once: half race for position 0 of one step, half write
+    // steps of their own.
+    let writes = (0..40).map(|i| {
+        let store = store.clone();
+        let task = task.clone();
+        async move {
+            let step = if i % 2 == 0 {
+                "shared".to_owned()
+            } else {
+                format!("own{i}")
+            };
+            let entry = serde_json::json!({ "by": i });
+            (i, store.append_journal(&task, &step, 0, &[entry]).await)
+        }
+    });
+    let results = futures_util::future::join_all(writes).await;
+    let won: Vec<i32> = results
+        .iter()
+        .filter(|(i, r)| i % 2 == 0 && r.is_ok())
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(won.len(), 1, "exactly one writer takes the position");
+    for (i, result) in &results {
+        match result {
+            Ok(()) => {}
+            Err(rein_core::StoreError::JournalMoved { seq: 0, .. }) if i % 2 == 0 => {}
+            Err(e) => panic!("writer {i}: {e}"),
+        }
+    }
+    for i in (1..40).step_by(2) {
+        let own = store.load_journal(&task, &format!("own{i}")).await.unwrap();
+        assert_eq!(own, [serde_json::json!({ "by": i })]);
+    }
+    let shared = store.load_journal(&task, "shared").await.unwrap();
+    assert_eq!(shared, [serde_json::json!({ "by": won[0] })]);
+    assert!(store.stats().commits < 40, "{:?}", store.stats());
+}
