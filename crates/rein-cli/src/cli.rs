@@ -21,6 +21,18 @@ pub struct Cli {
     #[arg(long, global = true, env = "REIN_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
+    /// The store: a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE), which
+    /// several `rein serve` nodes may share [default: the SQLite file rein.db in
+    /// the data directory].
+    #[arg(
+        long,
+        global = true,
+        env = "REIN_STORE",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
+
     /// Talk to a running `rein serve` at this URL (e.g. http://127.0.0.1:7433)
     /// instead of opening the store here.
     #[arg(long, global = true, env = "REIN_URL", value_name = "URL")]
@@ -82,6 +94,7 @@ pub struct Cli {
 /// variable.
 pub const GLOBAL_SETTINGS: &[(&str, &str, &str)] = &[
     ("data_dir", "--data-dir", "REIN_DATA_DIR"),
+    ("store", "--store", "REIN_STORE"),
     ("url", "--url", "REIN_URL"),
     ("sandbox", "--sandbox", "REIN_SANDBOX"),
     ("policy", "--policy", "REIN_POLICY"),

@@ -19,6 +19,7 @@ use crate::exit::UsageError;
 #[serde(deny_unknown_fields)]
 struct File {
     data_dir: Option<PathBuf>,
+    store: Option<String>,
     url: Option<String>,
     sandbox: Option<String>,
     policy: Option<PathBuf>,
@@ -65,6 +66,7 @@ pub struct Shown {
 #[derive(Debug, Default, Clone)]
 pub struct FromCommandLine {
     pub data_dir: Option<PathBuf>,
+    pub store: Option<String>,
     pub url: Option<String>,
     pub sandbox: Option<String>,
     pub policy: Option<PathBuf>,
@@ -79,6 +81,8 @@ pub struct FromCommandLine {
 pub struct Config {
     pub file: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
+    /// A PostgreSQL URL; `None` is SQLite in the data directory.
+    pub store: Option<String>,
     pub url: Option<String>,
     pub sandbox: String,
     pub policy: Option<PathBuf>,
@@ -168,6 +172,24 @@ impl Config {
             "data_dir",
             display(&data_dir).or_else(|| Some("(the XDG data directory)/rein".into())),
             source_of("data_dir", file.data_dir.is_some()),
+        );
+        let store = given.store.clone().or(file.store.clone());
+        if let Some(s) = &store
+            && !(s.starts_with("postgres://") || s.starts_with("postgresql://"))
+        {
+            let from = source_of("store", file.store.is_some());
+            return Err(UsageError(format!(
+                "store `{}` ({from}) is not a PostgreSQL URL: write postgres://USER@HOST:PORT/DATABASE, or leave it unset for SQLite in the data directory",
+                rein_store::postgres::redacted(s)
+            )));
+        }
+        show(
+            "store",
+            Some(store.as_deref().map_or(
+                "(SQLite: rein.db in the data directory)".to_owned(),
+                rein_store::postgres::redacted,
+            )),
+            source_of("store", file.store.is_some()),
         );
         let url = given.url.clone().or(file.url.clone());
         show("url", url.clone(), source_of("url", file.url.is_some()));
@@ -381,6 +403,7 @@ impl Config {
         Ok(Config {
             file: file_path,
             data_dir,
+            store,
             url,
             sandbox,
             policy,

@@ -44,22 +44,38 @@ fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         .context("cannot find a data directory (no $HOME or $XDG_DATA_HOME); pass --data-dir DIR or set REIN_DATA_DIR")
 }
 
+/// Where the engine keeps its state: the data directory (task workspaces, and
+/// the SQLite store unless `store` names a PostgreSQL one).
+#[derive(Debug, Clone, Default)]
+pub struct Place {
+    pub data_dir: Option<PathBuf>,
+    pub store: Option<String>,
+}
+
+/// The store `place` names: PostgreSQL at its URL, else SQLite in `dir`.
+fn open_store(place: &Place, dir: &std::path::Path) -> anyhow::Result<Arc<dyn rein_core::Store>> {
+    Ok(match &place.store {
+        None => Arc::new(SqliteStore::open(&dir.join("rein.db"))?),
+        Some(url) => {
+            // Opening is async (a pool, its first connection) and this caller
+            // is not: it waits here, off the runtime's other tasks.
+            let connect = rein_store::PostgresStore::connect(url);
+            let store = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(connect)
+            })?;
+            Arc::new(store)
+        }
+    })
+}
+
 impl Context {
     /// The engine over the store, for commands that run no steps.
-    pub fn open(data_dir_flag: Option<PathBuf>, max_parallel: usize) -> anyhow::Result<Context> {
+    pub fn open(place: Place, max_parallel: usize) -> anyhow::Result<Context> {
         let why = rein_sandbox::Unavailable {
             reason: "this command does not run steps".into(),
             remedy: "run the task with `rein run` or `rein tasks resume`".into(),
         };
-        Context::with_executor(data_dir_flag, max_parallel, CommandExecutor::refusing(why))
-    }
-
-    pub fn with_executor(
-        data_dir_flag: Option<PathBuf>,
-        max_parallel: usize,
-        executor: CommandExecutor,
-    ) -> anyhow::Result<Context> {
-        Context::running(data_dir_flag, max_parallel, executor, None)
+        Context::running(place, max_parallel, CommandExecutor::refusing(why), None)
     }
 
     /// The engine for commands that run steps as `target` says: under its
@@ -82,7 +98,7 @@ impl Context {
             .with_anthropic(providers.anthropic)
             .with_mcp_servers(target.mcp_servers.clone());
         let mut ctx = Context::running_with(
-            target.data_dir.clone(),
+            target.place(),
             max_parallel,
             Arc::new(agent),
             target.policy.as_deref(),
@@ -106,7 +122,7 @@ impl Context {
             remedy: "run the task with `rein run` or `rein tasks resume`".into(),
         };
         Context::running_with(
-            target.data_dir.clone(),
+            target.place(),
             1,
             Arc::new(CommandExecutor::refusing(why)),
             target.policy.as_deref(),
@@ -116,33 +132,27 @@ impl Context {
 
     /// The engine for commands that run steps, under `policy`'s rules.
     pub fn running(
-        data_dir_flag: Option<PathBuf>,
+        place: Place,
         max_parallel: usize,
         executor: CommandExecutor,
         policy: Option<&std::path::Path>,
     ) -> anyhow::Result<Context> {
-        Context::running_with(
-            data_dir_flag,
-            max_parallel,
-            Arc::new(executor),
-            policy,
-            None,
-        )
+        Context::running_with(place, max_parallel, Arc::new(executor), policy, None)
     }
 
     fn running_with(
-        data_dir_flag: Option<PathBuf>,
+        place: Place,
         max_parallel: usize,
         executor: Arc<dyn rein_core::StepExecutor>,
         policy: Option<&std::path::Path>,
         completer: Option<Arc<dyn rein_core::harness::completion::Completer>>,
     ) -> anyhow::Result<Context> {
-        let dir = data_dir(data_dir_flag)?;
-        let store = SqliteStore::open(&dir.join("rein.db"))?;
+        let dir = data_dir(place.data_dir.clone())?;
+        let store = open_store(&place, &dir)?;
         let mut config = engine_config(dir);
         config.max_parallel = max_parallel;
         config.policy = Arc::new(load_policy(policy)?);
-        let mut engine = Engine::new(Arc::new(store), executor, config);
+        let mut engine = Engine::new(store, executor, config);
         if let Some(completer) = completer {
             engine = engine.with_completer(completer);
         }
@@ -252,6 +262,8 @@ pub async fn executor(choice: &str, strict: bool) -> anyhow::Result<CommandExecu
 #[derive(Debug, Clone)]
 pub struct Target {
     pub data_dir: Option<PathBuf>,
+    /// `--store`: a PostgreSQL URL, or SQLite in the data directory.
+    pub store: Option<String>,
     pub url: Option<String>,
     pub token: Option<String>,
     /// `--sandbox`: auto, bubblewrap, landlock or none.
@@ -296,6 +308,14 @@ fn show_config(config: &crate::config::Config, json: bool) -> anyhow::Result<u8>
 }
 
 impl Target {
+    /// Where the engine keeps its state.
+    pub fn place(&self) -> Place {
+        Place {
+            data_dir: self.data_dir.clone(),
+            store: self.store.clone(),
+        }
+    }
+
     /// The harnesses of `--plugin` with the runtime policy and how each
     /// provider's requests are prepared: what selection reads.
     pub fn harnesses(&self) -> anyhow::Result<rein_core::harness::Harnesses> {
@@ -328,7 +348,7 @@ impl Target {
     pub fn open(&self, max_parallel: usize) -> anyhow::Result<Backend> {
         Ok(match &self.url {
             Some(url) => Backend::Remote(Client::new(url, self.token.clone())?),
-            None => Backend::Local(Context::open(self.data_dir.clone(), max_parallel)?.engine),
+            None => Backend::Local(Context::open(self.place(), max_parallel)?.engine),
         })
     }
 }
@@ -404,6 +424,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         cli.config.as_deref(),
         crate::config::FromCommandLine {
             data_dir: cli.data_dir,
+            store: cli.store.filter(|s| !s.trim().is_empty()),
             url: cli.url.filter(|u| !u.trim().is_empty()),
             sandbox: cli.sandbox,
             policy: cli.policy,
@@ -414,6 +435,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     )?;
     let target = Target {
         data_dir: config.data_dir.clone(),
+        store: config.store.clone(),
         url: config.url.clone().filter(|u| !u.trim().is_empty()),
         token: cli.token,
         sandbox: config.sandbox.clone(),

@@ -19,7 +19,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
         None => None,
     };
     let local = || -> anyhow::Result<rein_core::sessions::Sessions> {
-        Ok(Context::open(target.data_dir.clone(), 1)?.engine.sessions())
+        Ok(Context::open(target.place(), 1)?.engine.sessions())
     };
     let harnesses = || target.harnesses();
     match cmd {

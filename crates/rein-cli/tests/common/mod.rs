@@ -13,9 +13,10 @@ pub fn rein_bin() -> PathBuf {
 }
 
 /// The settings a test's `rein` must not inherit from the environment.
-const REIN_SETTINGS: [&str; 13] = [
+const REIN_SETTINGS: [&str; 14] = [
     "REIN_CONFIG",
     "REIN_DATA_DIR",
+    "REIN_STORE",
     "REIN_URL",
     "REIN_TOKEN",
     "REIN_SANDBOX",
