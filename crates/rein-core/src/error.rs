@@ -143,7 +143,8 @@ impl EngineError {
                 | StoreError::SharedStateMoved { .. }
                 | StoreError::RecordExists { .. }
                 | StoreError::RecordMoved { .. }
-                | StoreError::JournalMoved { .. } => ErrorKind::Conflict,
+                | StoreError::JournalMoved { .. }
+                | StoreError::LeaseLost { .. } => ErrorKind::Conflict,
                 StoreError::BadCursor(_) => ErrorKind::Invalid,
                 StoreError::Backend(_) | StoreError::Corrupt(_) => ErrorKind::Internal,
             },

@@ -54,5 +54,6 @@ pub use engine::{ControlOutcome, CreateTask, Engine, EngineConfig, RunClaim, Run
 pub use error::{EngineError, ErrorKind, Result};
 pub use executor::{CommandExecutor, ExecutorHealth, StepExecutor, StepOutcome, StepRequest};
 pub use store::{
-    ApprovalStore, DocumentStore, JournalStore, Store, StoreError, StoreResult, TaskStore,
+    ApprovalStore, DocumentStore, JournalStore, LeaseStore, Store, StoreError, StoreResult,
+    TaskStore,
 };

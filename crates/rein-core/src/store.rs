@@ -63,6 +63,13 @@ pub enum StoreError {
         step: String,
         seq: u64,
     },
+    /// This node's lease on the task was taken over by another node (it
+    /// expired while this node was paused or cut off): the write is refused,
+    /// and this node stops touching the task.
+    #[error(
+        "task {task_id} is now run by {holder}: this node's lease on it expired and was taken over, so it no longer writes to the task"
+    )]
+    LeaseLost { task_id: TaskId, holder: String },
     #[error("store error: {0}")]
     Backend(String),
     #[error("stored data is corrupt: {0}")]
@@ -292,6 +299,51 @@ pub trait TaskStore: Send + Sync {
     /// A write and a read through the store's own file that prove it works
     /// (for health checks), with what the store can tell about its room.
     async fn probe(&self) -> StoreResult<StoreProbe>;
+    /// Task ownership by lease, where several nodes share the store
+    /// (PostgreSQL); `None` for a store one machine owns (SQLite), where a
+    /// runner's process tells whether it is alive.
+    fn leases(&self) -> Option<&dyn LeaseStore> {
+        None
+    }
+}
+
+/// A node's hold on a task. Every new holder gets a larger `token`; a write
+/// for a task whose lease this node held under a token that is no longer the
+/// task's is refused (`LeaseLost`): fencing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub task_id: TaskId,
+    /// The node holding it.
+    pub runner: rein_protocol::RunnerInfo,
+    pub token: u64,
+    pub expires_at: Timestamp,
+}
+
+/// Tasks owned by lease across the nodes sharing a store. The store holds
+/// this node's leases and renews them while the node lives (every third of
+/// the lease, or more often); a node that dies stops renewing, and when its
+/// leases expire other nodes may claim its tasks.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// This node, as its leases name it.
+    fn node(&self) -> &rein_protocol::RunnerInfo;
+    /// How long a lease lasts unless it is renewed.
+    fn lease_duration(&self) -> std::time::Duration;
+    /// Claims `task` for this node: `Ok(lease)` if nobody else holds a live
+    /// lease on it (a lease this node holds is kept), else `Err(holder's lease)`.
+    async fn claim(&self, task: &TaskId) -> StoreResult<Result<Lease, Lease>>;
+    /// Claims up to `n` tasks that are pending or in progress and that no
+    /// live lease holds, oldest first; each is skipped if another node is
+    /// claiming it at the same moment.
+    async fn claim_free(&self, n: usize) -> StoreResult<Vec<Lease>>;
+    /// Gives a task's lease up (the run ended); nothing if it was lost.
+    async fn release(&self, task: &TaskId) -> StoreResult<()>;
+    /// Every live lease, any node's.
+    async fn live(&self) -> StoreResult<Vec<Lease>>;
+    /// Resolves when another node may have written something this node
+    /// waits for (a new task, a pause or abort, a decision): a notification
+    /// from the store, so waiters need not wait for their next poll.
+    async fn changed(&self);
 }
 
 /// Approval requests (raised with a task's write) and the hash-chained ledger

@@ -192,3 +192,174 @@ async fn a_write_that_fails_in_a_shared_commit_fails_alone() {
     assert_eq!(shared, [serde_json::json!({ "by": won[0] })]);
     assert!(store.stats().commits < 40, "{:?}", store.stats());
 }
+
+/// A node of its own on `url`: the store as another process would open it.
+async fn node(url: &str, pid: u32) -> PostgresStore {
+    let options = rein_store::postgres::PostgresOptions {
+        lease: std::time::Duration::from_secs(30),
+        node: Some(rein_protocol::RunnerInfo {
+            host: "test".into(),
+            pid,
+            process_start: Some(1),
+        }),
+        ..Default::default()
+    };
+    PostgresStore::connect_with(url, options).await.unwrap()
+}
+
+/// Tasks made by an engine over `store`, left pending.
+async fn pending_tasks(store: &PostgresStore, n: usize) -> Vec<rein_protocol::TaskId> {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = rein_core::Engine::new(
+        std::sync::Arc::new(store.clone()),
+        std::sync::Arc::new(rein_core::CommandExecutor::unsandboxed()),
+        rein_core::EngineConfig::new(dir.path().join("workspaces")),
+    );
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let plan = rein_protocol::TaskDecomposition::new(
+            "leased",
+            vec![rein_protocol::TaskStep::new(
+                "s",
+                rein_protocol::StepAction::Noop,
+            )],
+        );
+        let created = engine
+            .create(rein_core::CreateTask {
+                plan,
+                session_id: None,
+                workspace: None,
+                confined_to: None,
+            })
+            .await
+            .unwrap();
+        ids.push(created.id().clone());
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_is_leased_to_one_node_and_a_node_that_lost_its_lease_cannot_write() {
+    use rein_core::LeaseStore;
+    let url = database().await;
+    let (a, b) = (node(&url, 1).await, node(&url, 2).await);
+    let task = pending_tasks(&a, 1).await.remove(0);
+    let held = a.claim(&task).await.unwrap().unwrap();
+    assert_eq!(held.runner.pid, 1);
+    let refused = b.claim(&task).await.unwrap().unwrap_err();
+    assert_eq!((refused.runner.pid, refused.token), (1, held.token));
+    assert_eq!(
+        a.claim(&task).await.unwrap().unwrap().token,
+        held.token,
+        "a holder keeps its token"
+    );
+
+    // A write by the holder goes through; one by the other node is refused.
+    let summary = a.load_summary(&task).await.unwrap().unwrap();
+    let write = |from: u64| rein_core::store::TaskWrite {
+        task_id: task.clone(),
+        expected_seq: from,
+        events: Vec::new(),
+        summary: summary.clone(),
+        approvals: Vec::new(),
+        ledger: Vec::new(),
+        plan: None,
+    };
+    a.save(write(summary.last_seq)).await.unwrap();
+    let e = b.save(write(summary.last_seq)).await.unwrap_err();
+    assert!(matches!(e, rein_core::StoreError::LeaseLost { .. }), "{e}");
+
+    // A's lease runs out (A was paused): B takes the task over, with the next
+    // token, and A's writes are refused from then on.
+    client(&url)
+        .await
+        .execute(
+            "UPDATE leases SET expires_at = now() - interval '1 second'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let taken = b.claim(&task).await.unwrap().unwrap();
+    assert_eq!((taken.runner.pid, taken.token), (2, held.token + 1));
+    let e = a.save(write(summary.last_seq)).await.unwrap_err();
+    assert!(
+        matches!(&e, rein_core::StoreError::LeaseLost { holder, .. } if holder.contains("pid 2")),
+        "{e}"
+    );
+    b.save(write(summary.last_seq)).await.unwrap();
+    assert_eq!(a.live().await.unwrap(), vec![taken.clone()]);
+    // Giving it up frees it for anyone.
+    b.release(&task).await.unwrap();
+    assert!(a.live().await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn free_tasks_are_shared_out_once_and_renewed_leases_stay_live() {
+    use rein_core::LeaseStore;
+    let url = database().await;
+    let short = rein_store::postgres::PostgresOptions {
+        lease: std::time::Duration::from_millis(300),
+        node: Some(rein_protocol::RunnerInfo {
+            host: "test".into(),
+            pid: 3,
+            process_start: Some(1),
+        }),
+        ..Default::default()
+    };
+    let (a, b) = (
+        PostgresStore::connect_with(&url, short).await.unwrap(),
+        node(&url, 4).await,
+    );
+    let tasks = pending_tasks(&a, 5).await;
+    let (first, second) = tokio::join!(a.claim_free(3), b.claim_free(10));
+    let (first, second) = (first.unwrap(), second.unwrap());
+    assert_eq!(first.len() + second.len(), 5, "{first:?} {second:?}");
+    let mut all: Vec<_> = first
+        .iter()
+        .chain(&second)
+        .map(|l| l.task_id.clone())
+        .collect();
+    all.sort();
+    let mut expected = tasks.clone();
+    expected.sort();
+    assert_eq!(all, expected, "each task went to exactly one node");
+    assert!(a.claim_free(10).await.unwrap().is_empty());
+    // A's leases last 300 ms and are renewed every 100 ms: after a second
+    // they are still A's.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert!(b.claim_free(10).await.unwrap().is_empty());
+    let live = b.live().await.unwrap();
+    assert_eq!(
+        live.iter().filter(|l| l.runner.pid == 3).count(),
+        first.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_on_one_node_wakes_a_waiter_on_another_at_once() {
+    use rein_core::LeaseStore;
+    let url = database().await;
+    let (a, b) = (node(&url, 5).await, node(&url, 6).await);
+    // Let B's listener connect.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let waiting = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        b.changed().await;
+        started.elapsed()
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    a.request_control(&ControlRequest {
+        task_id: rein_protocol::TaskId::new(),
+        kind: ControlKind::Abort,
+        by: "a".into(),
+        reason: String::new(),
+        requested_at: chrono::Utc::now(),
+    })
+    .await
+    .unwrap();
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+        .await
+        .expect("the notification arrives")
+        .unwrap();
+    assert!(waited < std::time::Duration::from_secs(1), "{waited:?}");
+}

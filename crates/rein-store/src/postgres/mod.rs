@@ -7,12 +7,15 @@
 //! sequence numbers are gap-free per task, the global feed is in commit
 //! order, and the first decision on an approval wins.
 
+mod leases;
 mod metrics;
 pub mod schema;
 pub mod scratch;
 mod writer;
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::SecondsFormat;
@@ -47,6 +50,33 @@ pub struct PostgresStore {
     /// `postgres://user@host:port/db`, without a password.
     location: String,
     migrated: schema::Migrated,
+    leases: Arc<leases::Leases>,
+}
+
+/// How a store is opened.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// How long a task's lease lasts unless renewed (it is renewed every
+    /// third of that): how long a dead node's tasks wait before another node
+    /// takes them over.
+    pub lease: Duration,
+    /// Migrate only up to this schema version (how migrations are tested).
+    pub target: i64,
+    /// The node its leases name [default: this process].
+    pub node: Option<rein_protocol::RunnerInfo>,
+}
+
+/// The lease a node holds on the tasks it runs, unless set otherwise.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            lease: DEFAULT_LEASE,
+            target: schema::CURRENT_VERSION,
+            node: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -129,12 +159,22 @@ impl PostgresStore {
     /// and migrates its schema. A database with tables but no rein schema, or
     /// one migrated by a newer rein, is refused, saying so.
     pub async fn connect(url: &str) -> StoreResult<PostgresStore> {
-        PostgresStore::connect_to(url, schema::CURRENT_VERSION).await
+        PostgresStore::connect_with(url, PostgresOptions::default()).await
     }
 
     /// [`PostgresStore::connect`], migrating only up to `target` (how the
     /// migrations and the version check are tested).
     pub async fn connect_to(url: &str, target: i64) -> StoreResult<PostgresStore> {
+        let options = PostgresOptions {
+            target,
+            ..PostgresOptions::default()
+        };
+        PostgresStore::connect_with(url, options).await
+    }
+
+    /// [`PostgresStore::connect`] as `options` say.
+    pub async fn connect_with(url: &str, options: PostgresOptions) -> StoreResult<PostgresStore> {
+        let target = options.target;
         let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
             backend(format!(
                 "invalid PostgreSQL URL `{}`: {e}; write it as postgres://USER@HOST:PORT/DATABASE",
@@ -144,17 +184,18 @@ impl PostgresStore {
         let location = location(&config);
         // Durable commits whatever the server's default: a write rein has
         // answered for is on the server's disk.
-        let options = match config.get_options() {
+        let settings = match config.get_options() {
             Some(o) => format!("{o} -c synchronous_commit=on"),
             None => "-c synchronous_commit=on".to_owned(),
         };
-        config.options(&options);
+        config.options(&settings);
         if config.get_application_name().is_none() {
             config.application_name("rein");
         }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(std::time::Duration::from_secs(10));
         }
+        let listen_config = config.clone();
         let manager = Manager::from_config(
             config,
             tokio_postgres::NoTls,
@@ -187,11 +228,15 @@ impl PostgresStore {
                 }
             })?;
         drop(client);
+        let writer = Writer::start(pool.clone());
+        let leases =
+            leases::Leases::start(pool.clone(), listen_config, options.lease, options.node);
         Ok(PostgresStore {
-            writer: Writer::start(pool.clone()),
+            writer,
             pool,
             location,
             migrated,
+            leases,
         })
     }
 
@@ -433,7 +478,9 @@ impl TaskStore for PostgresStore {
                     let tkey: i64 = row.get(0);
                     let stmt = prepared!(c, "INSERT INTO plans (task_id, plan) VALUES ($1, $2)");
                     c.execute(&stmt, &[&w.task_id, &plan]).await.map_err(pg)?;
-                    append(c, tkey, &w).await
+                    append(c, tkey, &w).await?;
+                    // A new task for whichever node has room.
+                    leases::notify(c, "task").await
                 })
             })
             .await
@@ -442,10 +489,12 @@ impl TaskStore for PostgresStore {
     async fn save(&self, write: TaskWrite) -> StoreResult<()> {
         let w = encode(&write)?;
         let task_id = write.task_id;
+        let leases = Arc::clone(&self.leases);
         self.writer
             .write(move |c| {
                 Box::pin(async move {
                     let task = task_at(c, &task_id, w.expected_seq).await?;
+                    leases::fenced(c, &leases, &task_id).await?;
                     if w.seqs.is_empty() {
                         return Ok(());
                     }
@@ -473,7 +522,12 @@ impl TaskStore for PostgresStore {
                         .await
                         .map_err(pg)?;
                     }
-                    append(c, task.tkey, &w).await
+                    append(c, task.tkey, &w).await?;
+                    if !w.approvals.is_empty() {
+                        // A question other nodes' people may answer.
+                        leases::notify(c, "approval").await?;
+                    }
+                    Ok(())
                 })
             })
             .await
@@ -561,17 +615,26 @@ impl TaskStore for PostgresStore {
     async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
         let task_id = id.clone();
         let expected = seq(expected_seq);
+        let leases = Arc::clone(&self.leases);
         self.writer
             .write(move |c| {
                 Box::pin(async move {
                     let tkey = task_at(c, &task_id, expected).await?.tkey;
+                    leases::fenced(c, &leases, &task_id).await?;
                     for table in ["tasks", "events"] {
                         c.execute(&format!("DELETE FROM {table} WHERE tkey = $1"), &[&tkey])
                             .await
                             .map_err(pg)?;
                     }
                     let id = task_id.as_str();
-                    for table in ["snapshots", "controls", "plans", "approvals", "journal"] {
+                    for table in [
+                        "snapshots",
+                        "controls",
+                        "plans",
+                        "approvals",
+                        "journal",
+                        "leases",
+                    ] {
                         c.execute(&format!("DELETE FROM {table} WHERE task_id = $1"), &[&id])
                             .await
                             .map_err(pg)?;
@@ -662,7 +725,8 @@ impl TaskStore for PostgresStore {
                     )
                     .await
                     .map_err(pg)?;
-                    Ok(())
+                    // For the node that runs the task.
+                    leases::notify(c, "control").await
                 })
             })
             .await
@@ -738,6 +802,10 @@ impl TaskStore for PostgresStore {
             last_write_error,
         })
     }
+
+    fn leases(&self) -> Option<&dyn rein_core::LeaseStore> {
+        Some(self)
+    }
 }
 
 #[async_trait]
@@ -789,7 +857,10 @@ impl ApprovalStore for PostgresStore {
                             None => StoreError::ApprovalNotFound(id.clone()),
                         });
                     }
-                    append_ledger(c, entry).await
+                    let sealed = append_ledger(c, entry).await?;
+                    // For the node whose task waits on the decision.
+                    leases::notify(c, "decision").await?;
+                    Ok(sealed)
                 })
             })
             .await

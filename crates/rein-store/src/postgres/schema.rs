@@ -107,6 +107,18 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (task_id, step_id, seq)
     );
     ",
+    // 2: task leases, for several nodes sharing the store. `token` grows with
+    //    every new holder: a write under an older one is refused (fencing).
+    "
+    CREATE TABLE leases (
+        task_id    TEXT PRIMARY KEY,
+        node       TEXT NOT NULL,
+        runner     TEXT NOT NULL,
+        token      BIGINT NOT NULL,
+        expires_at TIMESTAMPTZ NOT NULL
+    );
+    CREATE INDEX leases_by_node ON leases(node);
+    ",
 ];
 
 /// The schema version this build writes.

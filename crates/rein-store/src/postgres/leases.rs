@@ -1,0 +1,376 @@
+//! Task leases on PostgreSQL: which node runs which task, renewed while the
+//! node lives, taken over when it stops renewing, and fenced by a token; and
+//! the notifications (`LISTEN/NOTIFY` on channel `rein`) that tell the other
+//! nodes something was written that they may wait for.
+//!
+//! Claims run in the writer's transactions, under its lock, as every write
+//! does: a task write's lease check (see [`fenced`]) and a claim never
+//! interleave. Renewals only extend a lease this node holds and run on their
+//! own connection.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use deadpool_postgres::{Object, Pool};
+use futures_util::StreamExt;
+use rein_core::store::Lease;
+use rein_core::{LeaseStore, StoreError, StoreResult};
+use rein_protocol::{RunnerInfo, TaskId, Timestamp};
+use tokio::sync::{Notify, watch};
+
+use super::{PostgresStore, backend, pg};
+
+/// The notification channel.
+pub(super) const CHANNEL: &str = "rein";
+
+/// This node's side of the leases.
+#[derive(Debug)]
+pub(super) struct Leases {
+    pub node: RunnerInfo,
+    /// `host/pid/start`: how the `leases` table names a node.
+    pub key: String,
+    pub ttl: Duration,
+    /// The token of each lease this node claimed (kept after a loss, so a
+    /// write under it is refused).
+    pub held: Mutex<HashMap<TaskId, i64>>,
+    /// Woken by every notification from the store.
+    pub wake: Arc<Notify>,
+    /// Dropped with the store: its renewal and listening tasks end.
+    _alive: watch::Sender<()>,
+}
+
+fn key_of(node: &RunnerInfo) -> String {
+    format!(
+        "{}/{}/{}",
+        node.host,
+        node.pid,
+        node.process_start
+            .map_or(String::from("-"), |s| s.to_string())
+    )
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn timestamp(micros: i64) -> Timestamp {
+    chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default()
+}
+
+impl Leases {
+    /// This node's leases, renewed every third of `ttl` by a task that ends
+    /// with the store, and a listener for the store's notifications.
+    pub fn start(
+        pool: Pool,
+        config: tokio_postgres::Config,
+        ttl: Duration,
+        node: Option<RunnerInfo>,
+    ) -> Arc<Leases> {
+        let node = node.unwrap_or_else(rein_core::process::current_runner);
+        let (alive, stopped) = watch::channel(());
+        let leases = Arc::new(Leases {
+            key: key_of(&node),
+            node,
+            ttl,
+            held: Mutex::new(HashMap::new()),
+            wake: Arc::new(Notify::new()),
+            _alive: alive,
+        });
+        tokio::spawn(renew(pool, Arc::downgrade(&leases), stopped.clone()));
+        tokio::spawn(listen(config, Arc::clone(&leases.wake), stopped));
+        leases
+    }
+
+    fn hold(&self, task: &TaskId, token: i64) {
+        if let Ok(mut held) = self.held.lock() {
+            held.insert(task.clone(), token);
+        }
+    }
+}
+
+/// Extends this node's leases every third of their length while the store
+/// lives; a failed renewal is tried again at the next turn (the lease lasts
+/// three turns).
+async fn renew(pool: Pool, leases: std::sync::Weak<Leases>, mut stopped: watch::Receiver<()>) {
+    let Some((key, ttl)) = leases.upgrade().map(|l| (l.key.clone(), l.ttl)) else {
+        return;
+    };
+    let every = (ttl / 3).max(Duration::from_millis(20));
+    loop {
+        tokio::select! {
+            changed = stopped.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(every) => {}
+        }
+        let Some(leases) = leases.upgrade() else {
+            return;
+        };
+        let any = leases.held.lock().map(|h| !h.is_empty()).unwrap_or(false);
+        drop(leases);
+        if !any {
+            continue;
+        }
+        let renewed = async {
+            let client = pool.get().await.map_err(backend)?;
+            client
+                .execute(
+                    "UPDATE leases SET expires_at = now() + $2::bigint * interval '1 millisecond' WHERE node = $1",
+                    &[&key, &millis(ttl)],
+                )
+                .await
+                .map_err(pg)
+        }
+        .await;
+        if let Err(e) = renewed {
+            tracing::warn!(error = %e, "cannot renew this node's task leases; trying again");
+        }
+    }
+}
+
+/// Listens on the store's channel and wakes [`Leases::wake`]'s waiters for
+/// every notification, reconnecting when the connection drops (and waking
+/// them then too: something may have been missed).
+async fn listen(
+    config: tokio_postgres::Config,
+    wake: Arc<Notify>,
+    mut stopped: watch::Receiver<()>,
+) {
+    loop {
+        let session = async {
+            let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+            let (heard, mut notes) = tokio::sync::mpsc::unbounded_channel();
+            // The connection is driven by reading its messages; it ends when
+            // the client is dropped.
+            let driver = tokio::spawn(async move {
+                let mut messages =
+                    futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                while let Some(message) = messages.next().await {
+                    match message {
+                        Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
+                            let _ = heard.send(());
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(())
+            });
+            client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+            wake.notify_waiters();
+            while notes.recv().await.is_some() {
+                wake.notify_waiters();
+            }
+            drop(client);
+            driver.await.unwrap_or(Ok(()))
+        };
+        tokio::select! {
+            changed = stopped.changed() => if changed.is_err() { return },
+            ended = session => {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "the store's notification connection dropped; reconnecting");
+                }
+            }
+        }
+        wake.notify_waiters();
+        tokio::select! {
+            changed = stopped.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
+/// Refuses a write to `task` this node may no longer make: one under a lease
+/// that another node has since taken over, or to a task another node holds a
+/// live lease on. Runs in the writer's transaction.
+pub(super) async fn fenced(c: &Object, leases: &Leases, task: &TaskId) -> StoreResult<()> {
+    let mine = leases.held.lock().ok().and_then(|h| h.get(task).copied());
+    let stmt = c
+        .prepare_cached(
+            "SELECT node, token, expires_at > now(), runner FROM leases WHERE task_id = $1",
+        )
+        .await
+        .map_err(pg)?;
+    let row = c.query_opt(&stmt, &[&task.as_str()]).await.map_err(pg)?;
+    let holder = |row: &tokio_postgres::Row| {
+        serde_json::from_str::<RunnerInfo>(row.get::<_, &str>(3))
+            .map(|r| format!("pid {} on {}", r.pid, r.host))
+            .unwrap_or_else(|_| row.get::<_, String>(0))
+    };
+    let lost = |holder: String| StoreError::LeaseLost {
+        task_id: task.clone(),
+        holder,
+    };
+    match (mine, row) {
+        (Some(token), Some(row)) => {
+            if row.get::<_, &str>(0) == leases.key && row.get::<_, i64>(1) == token {
+                Ok(())
+            } else {
+                Err(lost(holder(&row)))
+            }
+        }
+        (Some(_), None) => Err(lost("no node".into())),
+        (None, Some(row)) if row.get::<_, bool>(2) && row.get::<_, &str>(0) != leases.key => {
+            Err(lost(holder(&row)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Takes or keeps the lease of each task `rows` returned.
+fn claimed(leases: &Leases, rows: &[tokio_postgres::Row]) -> Vec<Lease> {
+    rows.iter()
+        .filter_map(|r| {
+            let task = TaskId::parse(r.get::<_, &str>(0)).ok()?;
+            let token: i64 = r.get(1);
+            leases.hold(&task, token);
+            Some(Lease {
+                task_id: task,
+                runner: leases.node.clone(),
+                token: u64::try_from(token).unwrap_or(0),
+                expires_at: timestamp(r.get(2)),
+            })
+        })
+        .collect()
+}
+
+/// What a claim's upsert sets: a lease this node holds keeps its token, one
+/// taken over from another node gets the next.
+const UPSERT: &str = "
+    ON CONFLICT (task_id) DO UPDATE SET node = EXCLUDED.node, runner = EXCLUDED.runner,
+        token = CASE WHEN leases.node = EXCLUDED.node THEN leases.token ELSE leases.token + 1 END,
+        expires_at = EXCLUDED.expires_at
+    WHERE leases.node = EXCLUDED.node OR leases.expires_at < now()
+    RETURNING task_id, token, (extract(epoch FROM expires_at) * 1000000)::bigint";
+
+fn lease_of(row: &tokio_postgres::Row) -> StoreResult<Lease> {
+    Ok(Lease {
+        task_id: TaskId::parse(row.get::<_, &str>(0)).map_err(backend)?,
+        runner: serde_json::from_str(row.get::<_, &str>(1)).map_err(backend)?,
+        token: u64::try_from(row.get::<_, i64>(2)).unwrap_or(0),
+        expires_at: timestamp(row.get(3)),
+    })
+}
+
+#[async_trait]
+impl LeaseStore for PostgresStore {
+    fn node(&self) -> &RunnerInfo {
+        &self.leases.node
+    }
+
+    fn lease_duration(&self) -> Duration {
+        self.leases.ttl
+    }
+
+    async fn claim(&self, task: &TaskId) -> StoreResult<Result<Lease, Lease>> {
+        let leases = Arc::clone(&self.leases);
+        let runner = serde_json::to_string(&leases.node).map_err(backend)?;
+        let task = task.clone();
+        self.writer
+            .write(move |c| {
+                Box::pin(async move {
+                    let sql = format!(
+                        "INSERT INTO leases (task_id, node, runner, token, expires_at)
+                         VALUES ($1, $2, $3, 1, now() + $4::bigint * interval '1 millisecond') {UPSERT}"
+                    );
+                    let rows = c
+                        .query(&sql, &[&task.as_str(), &leases.key, &runner, &millis(leases.ttl)])
+                        .await
+                        .map_err(pg)?;
+                    if let Some(lease) = claimed(&leases, &rows).pop() {
+                        return Ok(Ok(lease));
+                    }
+                    let holder = c
+                        .query_one(
+                            "SELECT task_id, runner, token, (extract(epoch FROM expires_at) * 1000000)::bigint
+                             FROM leases WHERE task_id = $1",
+                            &[&task.as_str()],
+                        )
+                        .await
+                        .map_err(pg)?;
+                    Ok(Err(lease_of(&holder)?))
+                })
+            })
+            .await
+    }
+
+    async fn claim_free(&self, n: usize) -> StoreResult<Vec<Lease>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let leases = Arc::clone(&self.leases);
+        let runner = serde_json::to_string(&leases.node).map_err(backend)?;
+        let n = i64::try_from(n).unwrap_or(i64::MAX);
+        self.writer
+            .write(move |c| {
+                Box::pin(async move {
+                    let sql = format!(
+                        "WITH free AS (
+                             SELECT t.id FROM tasks t
+                             WHERE t.status IN ('pending', 'in_progress')
+                               AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.task_id = t.id AND l.expires_at >= now())
+                             ORDER BY t.tkey LIMIT $1
+                             FOR UPDATE OF t SKIP LOCKED)
+                         INSERT INTO leases (task_id, node, runner, token, expires_at)
+                         SELECT id, $2, $3, 1, now() + $4::bigint * interval '1 millisecond' FROM free {UPSERT}"
+                    );
+                    let rows = c
+                        .query(&sql, &[&n, &leases.key, &runner, &millis(leases.ttl)])
+                        .await
+                        .map_err(pg)?;
+                    Ok(claimed(&leases, &rows))
+                })
+            })
+            .await
+    }
+
+    async fn release(&self, task: &TaskId) -> StoreResult<()> {
+        let token = self
+            .leases
+            .held
+            .lock()
+            .ok()
+            .and_then(|mut h| h.remove(task));
+        let Some(token) = token else {
+            return Ok(());
+        };
+        let (key, task) = (self.leases.key.clone(), task.clone());
+        self.writer
+            .write(move |c| {
+                Box::pin(async move {
+                    c.execute(
+                        "DELETE FROM leases WHERE task_id = $1 AND node = $2 AND token = $3",
+                        &[&task.as_str(), &key, &token],
+                    )
+                    .await
+                    .map_err(pg)?;
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn live(&self) -> StoreResult<Vec<Lease>> {
+        let rows = self
+            .rows(
+                "SELECT task_id, runner, token, (extract(epoch FROM expires_at) * 1000000)::bigint
+                 FROM leases WHERE expires_at >= now() ORDER BY task_id",
+                &[],
+            )
+            .await?;
+        rows.iter().map(lease_of).collect()
+    }
+
+    async fn changed(&self) {
+        self.leases.wake.notified().await;
+    }
+}
+
+/// Tells the other nodes, when the transaction commits, that something they
+/// may wait for was written.
+pub(super) async fn notify(c: &Object, what: &str) -> StoreResult<()> {
+    c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &what])
+        .await
+        .map_err(pg)?;
+    Ok(())
+}
