@@ -771,6 +771,26 @@ pub struct ServeArgs {
     /// the server exits (event streams end at once).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub shutdown_grace: std::time::Duration,
+
+    /// With a PostgreSQL --store: the most tasks this node runs at once;
+    /// others wait for a node with room.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub max_tasks: u32,
+
+    /// With a PostgreSQL --store: how long this node's hold on a task lasts
+    /// unless renewed (every third of it). When a node dies, other nodes take
+    /// its tasks over within this much (plus a fraction of a second).
+    #[arg(long, default_value = "10s", value_parser = lease_duration, value_name = "DURATION")]
+    pub lease: std::time::Duration,
+}
+
+/// A lease: long enough to be renewed on a busy machine (at least 300ms).
+fn lease_duration(text: &str) -> Result<std::time::Duration, String> {
+    match humantime::parse_duration(text) {
+        Ok(d) if d >= std::time::Duration::from_millis(300) => Ok(d),
+        Ok(_) => Err("must be at least 300ms (it is renewed every third of it)".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// A duration above zero, as `10s`, `500ms` or `2m`.

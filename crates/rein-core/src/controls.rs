@@ -94,6 +94,10 @@ impl ControlHub {
         }
     }
 
+    pub fn running(&self) -> usize {
+        self.state.lock().map(|s| s.runs.len()).unwrap_or(0)
+    }
+
     pub fn is_running(&self, id: &TaskId) -> bool {
         self.state
             .lock()
@@ -104,7 +108,18 @@ impl ControlHub {
 
 async fn watch(hub: Arc<ControlHub>) {
     loop {
-        tokio::time::sleep(hub.poll).await;
+        // A store several nodes share says when a request was written
+        // anywhere; the poll catches what a notification missed.
+        let notified = async {
+            match hub.store.leases() {
+                Some(leases) => leases.changed(crate::store::Change::Controls).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(hub.poll) => {}
+            () = notified => {}
+        }
         {
             let Ok(mut state) = hub.state.lock() else {
                 return;

@@ -43,7 +43,13 @@ pub struct EngineConfig {
     /// rein's data directory, which no task may be given as (or around) its
     /// workspace or read, and which the sandbox hides from every step.
     pub data_dir: Option<PathBuf>,
+    /// Where nodes share the store: the most tasks this node runs at once;
+    /// others wait for a node with room.
+    pub max_tasks: usize,
 }
+
+/// [`EngineConfig::max_tasks`] unless set.
+pub const DEFAULT_MAX_TASKS: usize = 1000;
 
 impl EngineConfig {
     pub fn new(workspace_root: PathBuf) -> EngineConfig {
@@ -56,6 +62,7 @@ impl EngineConfig {
             clock: Arc::new(SystemClock),
             policy: Arc::default(),
             data_dir: None,
+            max_tasks: DEFAULT_MAX_TASKS,
         }
     }
 
@@ -302,6 +309,15 @@ impl Engine {
         Ok(state)
     }
 
+    /// Resolves when another node may have written `what` (a store several
+    /// nodes share notifies); never, for a store only this machine writes.
+    pub async fn changed_elsewhere(&self, what: crate::store::Change) {
+        match self.store.leases() {
+            Some(leases) => leases.changed(what).await,
+            None => std::future::pending().await,
+        }
+    }
+
     fn forget(&self, id: &TaskId) {
         if let Ok(mut cache) = self.states.lock() {
             cache.remove(id);
@@ -339,6 +355,32 @@ impl Engine {
     /// Validates a plan and records a new task for it, through CP1 (confirmed by
     /// policy) and CP2 (the plan). The task is `pending` until it is run.
     pub async fn create(&self, request: CreateTask) -> Result<TaskState> {
+        self.create_as(TaskId::new(), request).await
+    }
+
+    /// [`Engine::create`], for a task this engine runs next. Where nodes
+    /// share the store, the new task's lease is taken before the task exists,
+    /// so no other node takes it up first.
+    pub async fn create_here(&self, request: CreateTask) -> Result<TaskState> {
+        let task_id = TaskId::new();
+        let Some(leases) = self.store.leases() else {
+            return self.create_as(task_id, request).await;
+        };
+        if let Err(holder) = leases.claim(&task_id).await? {
+            return Err(EngineError::Busy {
+                task_id,
+                pid: holder.runner.pid,
+                host: holder.runner.host,
+            });
+        }
+        let created = self.create_as(task_id.clone(), request).await;
+        if created.is_err() {
+            leases.release(&task_id).await?;
+        }
+        created
+    }
+
+    async fn create_as(&self, task_id: TaskId, request: CreateTask) -> Result<TaskState> {
         let goal = request.plan.goal.is_some();
         let mut plan = if goal {
             // A goal: its steps come at CP2, when it runs.
@@ -360,7 +402,6 @@ impl Engine {
         };
         let guard = self.config.protected(request.confined_to);
         let asked = crate::paths::check(&mut plan, request.workspace.as_deref(), &guard)?;
-        let task_id = TaskId::new();
         // A fresh workspace is rein's own: the submitter's roots do not bind it.
         let (workspace, guard) = match asked {
             Some(dir) => (dir, guard),
@@ -519,13 +560,33 @@ impl Engine {
         self.executor.probe().await
     }
 
+    /// How many tasks this engine runs (or has claimed) right now.
+    pub fn running(&self) -> usize {
+        self.controls.running()
+    }
+
     /// Whether this engine runs (or has claimed) the task right now.
     pub fn runs_here(&self, id: &TaskId) -> bool {
         self.controls.is_running(id)
     }
 
     /// Runs a task claimed with [`Engine::claim`]; see [`Engine::run`].
+    /// Where nodes share the store, the run holds the task's lease (taking
+    /// it over if its holder stopped renewing it) and gives it up when it
+    /// ends.
     pub async fn run_claimed(&self, claim: RunClaim, options: RunOptions) -> Result<TaskState> {
+        let id = claim.id.clone();
+        let ran = self.run_leased(claim, options).await;
+        if let Some(leases) = self.store.leases()
+            && let Err(e) = leases.release(&id).await
+        {
+            // It runs out by itself.
+            tracing::warn!(task = %id, error = %e, "cannot give the task's lease up");
+        }
+        ran
+    }
+
+    async fn run_leased(&self, claim: RunClaim, options: RunOptions) -> Result<TaskState> {
         let RunClaim {
             id,
             claimed_at,
@@ -535,6 +596,19 @@ impl Engine {
         let id = &id;
         // From its first read until its first steps have started.
         let mut starting = Arc::clone(&self.starting).acquire_owned().await.ok();
+        if let Some(leases) = self.store.leases() {
+            // The lease decides, whatever the runner's process looks like
+            // from here (a node on another host, one paused past its lease),
+            // and it is taken before the task is read: from then on the node
+            // that held it can no longer write.
+            if let Err(holder) = leases.claim(id).await? {
+                return Err(EngineError::Busy {
+                    task_id: id.clone(),
+                    pid: holder.runner.pid,
+                    host: holder.runner.host,
+                });
+            }
+        }
         let state = self.get(id).await?;
         let status = state.status();
         if status.is_terminal() {
@@ -544,7 +618,8 @@ impl Engine {
                 what: "there is nothing left to run".into(),
             });
         }
-        if status == TaskStatus::InProgress
+        if self.store.leases().is_none()
+            && status == TaskStatus::InProgress
             && let Some(runner) = &state.head.runner
             && !is_current(runner)
             && runner_alive(runner)
@@ -717,7 +792,7 @@ impl Engine {
             }
             _ => {}
         }
-        if let Some(runner) = self.live_runner(&state) {
+        if let Some(runner) = self.live_runner(&state).await? {
             self.request(id, ControlKind::Pause, by, reason).await?;
             return Ok(ControlOutcome::Requested { runner });
         }
@@ -752,7 +827,7 @@ impl Engine {
             }
             _ => {}
         }
-        if let Some(runner) = self.live_runner(&state) {
+        if let Some(runner) = self.live_runner(&state).await? {
             self.request(id, ControlKind::Abort, by, reason).await?;
             return Ok(ControlOutcome::Requested { runner });
         }
@@ -891,19 +966,25 @@ impl Engine {
         }
     }
 
-    fn live_runner(&self, state: &TaskState) -> Option<RunnerInfo> {
+    async fn live_runner(&self, state: &TaskState) -> Result<Option<RunnerInfo>> {
         // Claimed here (the run may not have started yet): the run takes the request.
         if self.controls.is_running(state.id()) {
-            return Some(self.runner.clone());
+            return Ok(Some(self.runner.clone()));
+        }
+        // Where nodes share the store, the runner is the node holding the
+        // task's lease, on whatever host.
+        if let Some(leases) = self.store.leases() {
+            let holder = leases.holder(state.id()).await?;
+            return Ok(holder.map(|l| l.runner).filter(|r| *r != self.runner));
         }
         if state.status() != TaskStatus::InProgress {
-            return None;
+            return Ok(None);
         }
-        state
+        Ok(state
             .head
             .runner
             .clone()
-            .filter(|r| !is_current(r) && runner_alive(r))
+            .filter(|r| !is_current(r) && runner_alive(r)))
     }
 
     async fn request(&self, id: &TaskId, kind: ControlKind, by: &str, reason: &str) -> Result<()> {

@@ -340,10 +340,45 @@ pub trait LeaseStore: Send + Sync {
     async fn release(&self, task: &TaskId) -> StoreResult<()>;
     /// Every live lease, any node's.
     async fn live(&self) -> StoreResult<Vec<Lease>>;
-    /// Resolves when another node may have written something this node
-    /// waits for (a new task, a pause or abort, a decision): a notification
-    /// from the store, so waiters need not wait for their next poll.
-    async fn changed(&self);
+    /// The live lease on `task`, if any node holds one.
+    async fn holder(&self, task: &TaskId) -> StoreResult<Option<Lease>>;
+    /// Resolves when some node (this one included) may have written `what`:
+    /// a notification from the store, so waiters need not wait for their
+    /// next poll. A notification can be missed (a connection that dropped);
+    /// waiters still poll, less often.
+    async fn changed(&self, what: Change);
+}
+
+/// What a store's notification says was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// A new task, for whichever node has room.
+    Tasks,
+    /// A pause or abort request, for the node that runs the task.
+    Controls,
+    /// A decision on an approval request, for the node whose task waits.
+    Decisions,
+    /// Events appended to some task's log, for event streams.
+    Events,
+}
+
+impl Change {
+    pub const ALL: [Change; 4] = [
+        Change::Tasks,
+        Change::Controls,
+        Change::Decisions,
+        Change::Events,
+    ];
+
+    /// How a notification names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Tasks => "tasks",
+            Change::Controls => "controls",
+            Change::Decisions => "decisions",
+            Change::Events => "events",
+        }
+    }
 }
 
 /// Approval requests (raised with a task's write) and the hash-chained ledger

@@ -427,6 +427,24 @@ pub struct Health {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<HarnessMetrics>,
     pub alerts: Vec<Alert>,
+    /// This node and the tasks it holds by lease, where several nodes share
+    /// the store (PostgreSQL); absent on a store one machine owns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeHealth>,
+}
+
+/// One node of several sharing a store: `/healthz`'s `node`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct NodeHealth {
+    /// The node, as its leases name it.
+    pub runner: crate::RunnerInfo,
+    /// How long a lease lasts unless renewed (it is renewed every third of it).
+    pub lease_ms: u64,
+    /// The tasks this node holds a live lease on, by id.
+    pub leases: Vec<crate::TaskId>,
+    /// Tasks running here now, and the most this node takes at once.
+    pub running: usize,
+    pub max_tasks: usize,
 }
 
 /// An approval status, or `all`.

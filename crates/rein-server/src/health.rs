@@ -60,6 +60,30 @@ fn store(probed: rein_core::StoreResult<rein_core::store::StoreProbe>) -> Compon
     }
 }
 
+/// This node and its leases, where nodes share the store.
+async fn node(engine: &Engine) -> Option<rein_protocol::api::NodeHealth> {
+    let leases = engine.store().leases()?;
+    let me = leases.node().clone();
+    let held = match leases.live().await {
+        Ok(live) => live
+            .into_iter()
+            .filter(|l| l.runner == me)
+            .map(|l| l.task_id)
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the task leases");
+            Vec::new()
+        }
+    };
+    Some(rein_protocol::api::NodeHealth {
+        runner: me,
+        lease_ms: u64::try_from(leases.lease_duration().as_millis()).unwrap_or(u64::MAX),
+        leases: held,
+        running: engine.running(),
+        max_tasks: engine.config().max_tasks,
+    })
+}
+
 pub async fn check(engine: &Engine) -> Health {
     let task_store = store(engine.store().probe().await);
     // The manager is healthy if a command runs the way steps run: sandboxed.
@@ -120,5 +144,6 @@ pub async fn check(engine: &Engine) -> Health {
         components,
         metrics,
         alerts,
+        node: node(engine).await,
     }
 }

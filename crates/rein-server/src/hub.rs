@@ -123,6 +123,8 @@ impl Hub {
                 () = self.shutdown.cancelled() => return,
                 _ = published.recv() => {}
                 () = self.engine.audited() => {}
+                // Another node's commit, where nodes share the store.
+                () = self.engine.changed_elsewhere(rein_core::store::Change::Events) => {}
                 () = tokio::time::sleep(POLL) => {}
             }
         }

@@ -58,7 +58,13 @@ pub struct AppState {
     pub harnesses: Arc<rein_core::harness::Harnesses>,
     /// What the server's tasks did lately, per minute (the UI's chart).
     pub activity: Arc<activity::Activity>,
+    /// Woken when a run this server started ends (room for another).
+    pub run_ended: Arc<tokio::sync::Notify>,
 }
+
+/// How often a node sharing its store looks for free tasks besides when it
+/// is told: what bounds a take-over after a node dies to its lease plus this.
+pub const SHARE_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Responses for `GET /admin/tasks/{id}`, kept while the task's log has not moved.
 #[derive(Debug, Default)]
@@ -101,6 +107,7 @@ impl AppState {
                 facts: Default::default(),
             }),
             activity: Arc::default(),
+            run_ended: Arc::default(),
         }
     }
 
@@ -128,18 +135,66 @@ impl AppState {
         session_id: Option<String>,
         workspace: Option<std::path::PathBuf>,
     ) -> Result<rein_protocol::TaskState, rein_core::EngineError> {
-        let created = self
-            .engine
-            .create(rein_core::CreateTask {
-                plan,
-                session_id,
-                workspace,
-                confined_to: Some(self.workspace_roots.to_vec()),
-            })
-            .await?;
-        // A task just created is run by nobody yet.
+        let request = rein_core::CreateTask {
+            plan,
+            session_id,
+            workspace,
+            confined_to: Some(self.workspace_roots.to_vec()),
+        };
+        // Where nodes share the store, a node without room leaves a new task
+        // to one with room; else it runs the task, which no other node takes
+        // up first.
+        if self.engine.store().leases().is_some() && self.room() == 0 {
+            return self.engine.create(request).await;
+        }
+        let created = self.engine.create_here(request).await?;
         let _ = self.start(created.id().clone(), RunOptions::default());
         Ok(created)
+    }
+
+    /// How many more tasks this node may take up now.
+    fn room(&self) -> usize {
+        self.engine
+            .config()
+            .max_tasks
+            .saturating_sub(self.engine.running())
+    }
+
+    /// Where nodes share the store: takes up free tasks — new ones, and
+    /// those of nodes that stopped renewing their leases — while this node has
+    /// room, until shutdown. Looks when the store says a task was created,
+    /// when one of this node's runs ends, and every [`SHARE_POLL`]; does
+    /// nothing on a store one machine owns.
+    pub fn share_work(&self) {
+        if self.engine.store().leases().is_none() {
+            return;
+        }
+        let state = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let room = state.room();
+                if room > 0 {
+                    let leases = state.engine.store().leases();
+                    match leases.map(|l| l.claim_free(room)) {
+                        Some(claim) => match claim.await {
+                            Ok(claimed) => {
+                                for lease in claimed {
+                                    let _ = state.start(lease.task_id, RunOptions::default());
+                                }
+                            }
+                            Err(e) => tracing::warn!(error = %e, "cannot claim free tasks"),
+                        },
+                        None => return,
+                    }
+                }
+                tokio::select! {
+                    () = state.shutdown.cancelled() => return,
+                    () = state.engine.changed_elsewhere(rein_core::store::Change::Tasks) => {}
+                    () = state.run_ended.notified() => {}
+                    () = tokio::time::sleep(SHARE_POLL) => {}
+                }
+            }
+        });
     }
 
     /// Records `response` as decided by someone of `role`: an admin may decide
@@ -166,7 +221,9 @@ impl AppState {
         let engine = Arc::clone(&self.engine);
         options.cancel = self.shutdown.child_token();
         let shutdown = self.shutdown.clone();
+        let ended = Arc::clone(&self.run_ended);
         tokio::spawn(async move {
+            let _ended = NotifyOnDrop(ended);
             let mut claim = claim;
             loop {
                 let Err(e) = engine.run_claimed(claim, options.clone()).await else {
@@ -196,6 +253,15 @@ impl AppState {
             }
         });
         true
+    }
+}
+
+/// Wakes a waiter when dropped: a run's end, however it ends.
+struct NotifyOnDrop(Arc<tokio::sync::Notify>);
+
+impl Drop for NotifyOnDrop {
+    fn drop(&mut self) {
+        self.0.notify_one();
     }
 }
 

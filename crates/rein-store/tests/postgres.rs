@@ -344,7 +344,7 @@ async fn a_write_on_one_node_wakes_a_waiter_on_another_at_once() {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let waiting = tokio::spawn(async move {
         let started = std::time::Instant::now();
-        b.changed().await;
+        b.changed(rein_core::store::Change::Controls).await;
         started.elapsed()
     });
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;

@@ -446,7 +446,7 @@ impl AcpAgent {
             plan.goal = Some(goal);
             let created = self
                 .engine
-                .create(CreateTask {
+                .create_here(CreateTask {
                     plan,
                     session_id: Some(id.clone()),
                     workspace: Some(session.cwd.clone()),

@@ -50,7 +50,15 @@ fn data_dir(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 pub struct Place {
     pub data_dir: Option<PathBuf>,
     pub store: Option<String>,
+    /// A PostgreSQL store's lease on the tasks this process runs.
+    pub lease: Option<std::time::Duration>,
+    /// With a PostgreSQL store: the most tasks this node runs at once.
+    pub max_tasks: Option<usize>,
 }
+
+/// How often a process on a PostgreSQL store looks for pause, abort and
+/// decisions from other nodes besides when it is notified.
+const SHARED_STORE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The store `place` names: PostgreSQL at its URL, else SQLite in `dir`.
 fn open_store(place: &Place, dir: &std::path::Path) -> anyhow::Result<Arc<dyn rein_core::Store>> {
@@ -59,7 +67,11 @@ fn open_store(place: &Place, dir: &std::path::Path) -> anyhow::Result<Arc<dyn re
         Some(url) => {
             // Opening is async (a pool, its first connection) and this caller
             // is not: it waits here, off the runtime's other tasks.
-            let connect = rein_store::PostgresStore::connect(url);
+            let mut options = rein_store::postgres::PostgresOptions::default();
+            if let Some(lease) = place.lease {
+                options.lease = lease;
+            }
+            let connect = rein_store::PostgresStore::connect_with(url, options);
             let store = tokio::task::block_in_place(|| {
                 tokio::runtime::Handle::current().block_on(connect)
             })?;
@@ -151,6 +163,14 @@ impl Context {
         let store = open_store(&place, &dir)?;
         let mut config = engine_config(dir);
         config.max_parallel = max_parallel;
+        if place.store.is_some() {
+            // Requests and decisions from other nodes arrive by notification;
+            // the poll only catches one that was missed.
+            config.control_poll = SHARED_STORE_POLL;
+        }
+        if let Some(n) = place.max_tasks {
+            config.max_tasks = n;
+        }
         config.policy = Arc::new(load_policy(policy)?);
         let mut engine = Engine::new(store, executor, config);
         if let Some(completer) = completer {
@@ -264,6 +284,10 @@ pub struct Target {
     pub data_dir: Option<PathBuf>,
     /// `--store`: a PostgreSQL URL, or SQLite in the data directory.
     pub store: Option<String>,
+    /// `rein serve --lease`.
+    pub lease: Option<std::time::Duration>,
+    /// `rein serve --max-tasks`.
+    pub max_tasks: Option<usize>,
     pub url: Option<String>,
     pub token: Option<String>,
     /// `--sandbox`: auto, bubblewrap, landlock or none.
@@ -313,6 +337,8 @@ impl Target {
         Place {
             data_dir: self.data_dir.clone(),
             store: self.store.clone(),
+            lease: self.lease,
+            max_tasks: self.max_tasks,
         }
     }
 
@@ -436,6 +462,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let target = Target {
         data_dir: config.data_dir.clone(),
         store: config.store.clone(),
+        lease: None,
+        max_tasks: None,
         url: config.url.clone().filter(|u| !u.trim().is_empty()),
         token: cli.token,
         sandbox: config.sandbox.clone(),

@@ -58,7 +58,7 @@ pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
     let ctx = Context::for_target(target, args.max_parallel as usize, executor)?;
     let state = ctx
         .engine
-        .create(CreateTask {
+        .create_here(CreateTask {
             plan: spec.plan,
             session_id: args.session.or(spec.session),
             workspace: args.workspace.or(spec.workspace),

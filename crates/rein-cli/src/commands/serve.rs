@@ -67,6 +67,11 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
         .into());
     }
     let executor = crate::commands::executor(&target.sandbox, false).await?;
+    let target = &Target {
+        lease: Some(args.lease),
+        max_tasks: Some(args.max_tasks as usize),
+        ..target.clone()
+    };
     let ctx = Context::for_target(target, 4, executor)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -93,8 +98,17 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
     if let Some(harnesses) = &ctx.harnesses {
         state = state.with_harnesses(Arc::clone(harnesses));
     }
-    // Take up what a stopped rein left running.
-    let (resumable, sweep) = ctx.engine.resumable_swept().await?;
+    // Take up what a stopped rein left running: where nodes share the store,
+    // whatever no live node holds, as this node has room (and from then on,
+    // new tasks and those of nodes that die); else every task this machine
+    // was running.
+    let shared = ctx.engine.store().leases().is_some();
+    state.share_work();
+    let (resumable, sweep) = if shared {
+        (Vec::new(), None)
+    } else {
+        ctx.engine.resumable_swept().await?
+    };
     for task in resumable {
         if matches!(task.status, TaskStatus::InProgress | TaskStatus::Pending) {
             let options = rein_core::RunOptions {

@@ -492,6 +492,9 @@ impl<'e> TaskRun<'e> {
                     self.release_due();
                 }
                 _ = poll.tick(), if self.awaiting_any() || self.questions.any() => self.poll_approvals().await?,
+                // A decision made on another node, at once.
+                () = self.engine.changed_elsewhere(crate::store::Change::Decisions),
+                    if self.awaiting_any() || self.questions.any() => self.poll_approvals().await?,
             }
         }
     }

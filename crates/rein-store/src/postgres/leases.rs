@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
 use futures_util::StreamExt;
-use rein_core::store::Lease;
+use rein_core::store::{Change, Lease};
 use rein_core::{LeaseStore, StoreError, StoreResult};
 use rein_protocol::{RunnerInfo, TaskId, Timestamp};
 use tokio::sync::{Notify, watch};
@@ -35,8 +35,8 @@ pub(super) struct Leases {
     /// The token of each lease this node claimed (kept after a loss, so a
     /// write under it is refused).
     pub held: Mutex<HashMap<TaskId, i64>>,
-    /// Woken by every notification from the store.
-    pub wake: Arc<Notify>,
+    /// Woken by the store's notifications, one for each kind of change.
+    pub wake: Arc<Wakes>,
     /// Dropped with the store: its renewal and listening tasks end.
     _alive: watch::Sender<()>,
 }
@@ -75,7 +75,7 @@ impl Leases {
             node,
             ttl,
             held: Mutex::new(HashMap::new()),
-            wake: Arc::new(Notify::new()),
+            wake: Arc::new(Wakes::default()),
             _alive: alive,
         });
         tokio::spawn(renew(pool, Arc::downgrade(&leases), stopped.clone()));
@@ -133,7 +133,7 @@ async fn renew(pool: Pool, leases: std::sync::Weak<Leases>, mut stopped: watch::
 /// them then too: something may have been missed).
 async fn listen(
     config: tokio_postgres::Config,
-    wake: Arc<Notify>,
+    wake: Arc<Wakes>,
     mut stopped: watch::Receiver<()>,
 ) {
     loop {
@@ -147,8 +147,8 @@ async fn listen(
                     futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
                 while let Some(message) = messages.next().await {
                     match message {
-                        Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
-                            let _ = heard.send(());
+                        Ok(tokio_postgres::AsyncMessage::Notification(note)) => {
+                            let _ = heard.send(note.payload().to_owned());
                         }
                         Ok(_) => {}
                         Err(e) => return Err(e),
@@ -157,9 +157,9 @@ async fn listen(
                 Ok(())
             });
             client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
-            wake.notify_waiters();
-            while notes.recv().await.is_some() {
-                wake.notify_waiters();
+            wake.all();
+            while let Some(payload) = notes.recv().await {
+                wake.heard(&payload);
             }
             drop(client);
             driver.await.unwrap_or(Ok(()))
@@ -172,7 +172,7 @@ async fn listen(
                 }
             }
         }
-        wake.notify_waiters();
+        wake.all();
         tokio::select! {
             changed = stopped.changed() => if changed.is_err() { return },
             () = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -361,16 +361,65 @@ impl LeaseStore for PostgresStore {
         rows.iter().map(lease_of).collect()
     }
 
-    async fn changed(&self) {
-        self.leases.wake.notified().await;
+    async fn holder(&self, task: &TaskId) -> StoreResult<Option<Lease>> {
+        let rows = self
+            .rows(
+                "SELECT task_id, runner, token, (extract(epoch FROM expires_at) * 1000000)::bigint
+                 FROM leases WHERE task_id = $1 AND expires_at >= now()",
+                &[&task.as_str()],
+            )
+            .await?;
+        rows.first().map(lease_of).transpose()
+    }
+
+    async fn changed(&self, what: Change) {
+        self.leases.wake.of(what).notified().await;
     }
 }
 
-/// Tells the other nodes, when the transaction commits, that something they
-/// may wait for was written.
-pub(super) async fn notify(c: &Object, what: &str) -> StoreResult<()> {
-    c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &what])
+/// Tells every node, when the transaction commits, that `what` was written
+/// (one notification per kind and transaction: the server folds repeats).
+pub(super) async fn notify(c: &Object, what: Change) -> StoreResult<()> {
+    let stmt = c
+        .prepare_cached("SELECT pg_notify($1, $2)")
+        .await
+        .map_err(pg)?;
+    c.execute(&stmt, &[&CHANNEL, &what.as_str()])
         .await
         .map_err(pg)?;
     Ok(())
+}
+
+/// One waker per kind of change.
+#[derive(Debug, Default)]
+pub(super) struct Wakes {
+    tasks: Notify,
+    controls: Notify,
+    decisions: Notify,
+    events: Notify,
+}
+
+impl Wakes {
+    fn of(&self, what: Change) -> &Notify {
+        match what {
+            Change::Tasks => &self.tasks,
+            Change::Controls => &self.controls,
+            Change::Decisions => &self.decisions,
+            Change::Events => &self.events,
+        }
+    }
+
+    fn heard(&self, payload: &str) {
+        match Change::ALL.iter().find(|c| c.as_str() == payload) {
+            Some(what) => self.of(*what).notify_waiters(),
+            None => self.all(),
+        }
+    }
+
+    /// Everyone looks again (something may have been missed).
+    fn all(&self) {
+        for what in Change::ALL {
+            self.of(what).notify_waiters();
+        }
+    }
 }

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use chrono::SecondsFormat;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use rein_core::store::{
-    ApprovalFilter, AuditRecord, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
+    ApprovalFilter, AuditRecord, Change, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
     RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, StoreProbe, TaskFilter, TaskPage,
     TaskWrite,
 };
@@ -184,9 +184,16 @@ impl PostgresStore {
         let location = location(&config);
         // Durable commits whatever the server's default: a write rein has
         // answered for is on the server's disk.
+        // A node stopped in the middle of a transaction (paused, cut off)
+        // would hold the write lock, and every node's writes with it: the
+        // server ends such a session once it has been idle for a lease, and
+        // its locks go with it (by then the node's leases are gone too).
+        let idle = options.lease.max(Duration::from_secs(1)).as_millis();
+        let ours =
+            format!("-c synchronous_commit=on -c idle_in_transaction_session_timeout={idle}");
         let settings = match config.get_options() {
-            Some(o) => format!("{o} -c synchronous_commit=on"),
-            None => "-c synchronous_commit=on".to_owned(),
+            Some(o) => format!("{o} {ours}"),
+            None => ours,
         };
         config.options(&settings);
         if config.get_application_name().is_none() {
@@ -480,7 +487,7 @@ impl TaskStore for PostgresStore {
                     c.execute(&stmt, &[&w.task_id, &plan]).await.map_err(pg)?;
                     append(c, tkey, &w).await?;
                     // A new task for whichever node has room.
-                    leases::notify(c, "task").await
+                    leases::notify(c, Change::Tasks).await
                 })
             })
             .await
@@ -493,8 +500,10 @@ impl TaskStore for PostgresStore {
         self.writer
             .write(move |c| {
                 Box::pin(async move {
-                    let task = task_at(c, &task_id, w.expected_seq).await?;
+                    // A node that lost the task's lease hears so, whatever
+                    // else changed since it read the task.
                     leases::fenced(c, &leases, &task_id).await?;
+                    let task = task_at(c, &task_id, w.expected_seq).await?;
                     if w.seqs.is_empty() {
                         return Ok(());
                     }
@@ -523,11 +532,8 @@ impl TaskStore for PostgresStore {
                         .map_err(pg)?;
                     }
                     append(c, task.tkey, &w).await?;
-                    if !w.approvals.is_empty() {
-                        // A question other nodes' people may answer.
-                        leases::notify(c, "approval").await?;
-                    }
-                    Ok(())
+                    // For event streams on every node.
+                    leases::notify(c, Change::Events).await
                 })
             })
             .await
@@ -619,8 +625,8 @@ impl TaskStore for PostgresStore {
         self.writer
             .write(move |c| {
                 Box::pin(async move {
-                    let tkey = task_at(c, &task_id, expected).await?.tkey;
                     leases::fenced(c, &leases, &task_id).await?;
+                    let tkey = task_at(c, &task_id, expected).await?.tkey;
                     for table in ["tasks", "events"] {
                         c.execute(&format!("DELETE FROM {table} WHERE tkey = $1"), &[&tkey])
                             .await
@@ -726,7 +732,7 @@ impl TaskStore for PostgresStore {
                     .await
                     .map_err(pg)?;
                     // For the node that runs the task.
-                    leases::notify(c, "control").await
+                    leases::notify(c, Change::Controls).await
                 })
             })
             .await
@@ -773,13 +779,16 @@ impl TaskStore for PostgresStore {
             .writer
             .write(|c| {
                 Box::pin(async move {
-                    c.execute(
-                        "WITH probe AS (INSERT INTO controls (task_id, body) VALUES ('health-probe', '{}') RETURNING id)
-                         DELETE FROM controls WHERE id IN (SELECT id FROM probe)",
-                        &[],
-                    )
-                    .await
-                    .map_err(pg)?;
+                    let row = c
+                        .query_one(
+                            "INSERT INTO controls (task_id, body) VALUES ('health-probe', '{}') RETURNING id",
+                            &[],
+                        )
+                        .await
+                        .map_err(pg)?;
+                    c.execute("DELETE FROM controls WHERE id = $1", &[&row.get::<_, i64>(0)])
+                        .await
+                        .map_err(pg)?;
                     Ok(())
                 })
             })
@@ -859,7 +868,7 @@ impl ApprovalStore for PostgresStore {
                     }
                     let sealed = append_ledger(c, entry).await?;
                     // For the node whose task waits on the decision.
-                    leases::notify(c, "decision").await?;
+                    leases::notify(c, Change::Decisions).await?;
                     Ok(sealed)
                 })
             })

@@ -1,0 +1,408 @@
+//! Several `rein serve` nodes sharing one PostgreSQL store: tasks shared out
+//! by lease, a node killed with -9 mid-run and its tasks taken over, a
+//! decision on one node reaching a task on another, and a node paused past
+//! its lease that finds, when it comes back, that it may no longer write.
+//! Real nodes (the `rein` binary), a real server (a throwaway cluster).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{Server, http, kill9, listening, rein};
+use rein_core::{Engine, EngineConfig};
+use serde_json::Value;
+
+const TOKEN: &str = "nodes-token";
+
+fn database() -> String {
+    let cluster = rein_store::postgres::scratch::shared().unwrap();
+    runtime().block_on(cluster.database()).unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A node on `url` with its own data directory.
+struct Node {
+    server: Server,
+    addr: String,
+}
+
+fn node(dir: &Path, name: &str, url: &str, extra: &[&str]) -> Node {
+    let mut child = rein(&dir.join(name))
+        .args([
+            "--store",
+            url,
+            "--sandbox",
+            "none",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--lease", "1s"])
+        .args(extra)
+        .env("REIN_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = listening(&mut child);
+    Node {
+        server: Server(child),
+        addr,
+    }
+}
+
+fn get(node: &Node, path: &str) -> Value {
+    let (status, body) = http(&node.addr, "GET", path, Some(TOKEN), None);
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn submit(node: &Node, plan: &str) -> String {
+    let (status, body) = http(
+        &node.addr,
+        "POST",
+        "/admin/tasks",
+        Some(TOKEN),
+        Some(("application/toml", plan)),
+    );
+    assert_eq!(status, 201, "{body}");
+    serde_json::from_str::<Value>(&body).unwrap()["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// How many tasks are in `status`, as `node` sees them.
+fn count(node: &Node, status: &str) -> usize {
+    let mut n = 0;
+    let mut cursor = String::new();
+    loop {
+        let page = get(
+            node,
+            &format!("/admin/tasks?status={status}&limit=500{cursor}"),
+        );
+        n += page["items"].as_array().unwrap().len();
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return n,
+        }
+    }
+}
+
+fn leases(node: &Node) -> Vec<String> {
+    let health = get(node, "/healthz");
+    health["node"]["leases"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no node in {health}"))
+        .iter()
+        .map(|t| t.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn until<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every task's folded state, read from the store itself.
+fn states(url: &str) -> Vec<rein_protocol::TaskState> {
+    runtime().block_on(async {
+        let store = std::sync::Arc::new(rein_store::PostgresStore::connect(url).await.unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let engine = Engine::new(
+            store,
+            std::sync::Arc::new(rein_core::CommandExecutor::unsandboxed()),
+            EngineConfig::new(dir.path().join("w")),
+        );
+        let mut filter = rein_core::store::TaskFilter {
+            limit: Some(500),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        loop {
+            let page = engine.list(&filter).await.unwrap();
+            for summary in &page.items {
+                out.push(engine.get(&summary.id).await.unwrap());
+            }
+            match page.next_cursor {
+                Some(c) => filter.cursor = Some(c),
+                None => return out,
+            }
+        }
+    })
+}
+
+/// Two steps that write to `log` as each attempt starts and ends.
+fn marking_plan(log: &Path) -> String {
+    let mut plan = String::from("description = \"shared\"\n");
+    for (step, deps) in [("first", ""), ("second", "\"first\"")] {
+        plan.push_str(&format!(
+            "[[steps]]\nid = \"{step}\"\nidempotent = true\ndepends_on = [{deps}]\n\
+             run = \"t=$(basename \\\"$PWD\\\"); echo \\\"start $t {step}\\\" >> {log}; sleep 0.1; echo \\\"end $t {step}\\\" >> {log}\"\n",
+            log = log.display()
+        ));
+    }
+    plan
+}
+
+#[test]
+fn three_nodes_share_300_tasks_and_lose_none_when_one_is_killed() {
+    let url = database();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("attempts.log");
+    std::fs::write(&log, "").unwrap();
+    let max = ["--max-tasks", "40"];
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|n| node(dir.path(), n, &url, &max))
+        .collect();
+    let plan = marking_plan(&log);
+    let ids: Vec<String> = (0..300).map(|i| submit(&nodes[i % 3], &plan)).collect();
+    // Mid-run, with tasks running on the node: it dies.
+    until(
+        "a third of the tasks to complete",
+        Duration::from_secs(120),
+        || (count(&nodes[1], "completed") >= 100).then_some(()),
+    );
+    let held = leases(&nodes[0]);
+    assert!(!held.is_empty(), "node a runs nothing to take over");
+    assert!(
+        held.len() <= 40,
+        "node a runs {} tasks, above --max-tasks",
+        held.len()
+    );
+    let mut a = nodes.remove(0);
+    kill9(&mut a.server.0);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"killed\n"))
+        .unwrap();
+    let killed_at = Instant::now();
+    // Its tasks run again elsewhere within the lease (1 s) and a little.
+    let first_taken = until(
+        "a's tasks to be taken over",
+        Duration::from_secs(30),
+        || {
+            let now: Vec<String> = nodes.iter().flat_map(leases).collect();
+            held.iter()
+                .any(|t| now.contains(t))
+                .then(|| killed_at.elapsed())
+        },
+    );
+    until("every task to complete", Duration::from_secs(180), || {
+        (count(&nodes[0], "completed") == 300).then_some(())
+    });
+    eprintln!("node a's first task ran again on another node {first_taken:?} after the kill");
+
+    // Each step completed once, in every task.
+    let states = states(&url);
+    assert_eq!(states.len(), 300);
+    for state in &states {
+        assert_eq!(state.status(), rein_protocol::TaskStatus::Completed);
+        let mut passed: BTreeMap<&str, usize> = BTreeMap::new();
+        for cp in &state.checkpoints {
+            if let (Some(step), rein_protocol::CheckpointStatus::Completed) =
+                (cp.step_id.as_deref(), cp.status)
+                && cp.kind == rein_protocol::CheckpointType::TaskExec
+            {
+                *passed.entry(step).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            passed,
+            BTreeMap::from([("first", 1), ("second", 1)]),
+            "task {}",
+            state.id()
+        );
+    }
+    let mut all: Vec<String> = states.iter().map(|s| s.id().to_string()).collect();
+    all.sort();
+    let mut submitted = ids.clone();
+    submitted.sort();
+    assert_eq!(all, submitted);
+
+    // No two attempts of a step at once; a step ran again only if it was
+    // running on the killed node.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut open: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut runs: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut after_kill = false;
+    for line in text.lines() {
+        if line == "killed" {
+            after_kill = true;
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let (what, task, step) = (
+            words.next().unwrap(),
+            words.next().unwrap().to_owned(),
+            words.next().unwrap().to_owned(),
+        );
+        let key = (task, step);
+        match what {
+            "start" => {
+                let running = open.entry(key.clone()).or_default();
+                // An attempt the dead node left unfinished does not count.
+                assert!(
+                    *running == 0 || after_kill,
+                    "two attempts of {key:?} at once: {line}"
+                );
+                *running = 1;
+                *runs.entry(key).or_default() += 1;
+            }
+            _ => {
+                open.insert(key, 0);
+            }
+        }
+    }
+    let again: Vec<_> = runs.iter().filter(|(_, n)| **n > 1).collect();
+    for ((task, _), n) in &again {
+        assert!(*n <= &2, "{task} ran {n} times");
+        assert!(
+            held.contains(task),
+            "{task} ran again but was not on the killed node"
+        );
+    }
+    eprintln!(
+        "{} step(s) of the killed node's tasks ran again",
+        again.len()
+    );
+}
+
+const ASKING: &str = r#"
+description = "asks"
+[[steps]]
+id = "ask"
+kind = "approve"
+title = "Go ahead?"
+[[steps]]
+id = "after"
+run = "true"
+depends_on = ["ask"]
+"#;
+
+#[test]
+fn a_decision_on_one_node_wakes_its_task_on_another_at_once() {
+    let url = database();
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), "a", &url, &[]);
+    let b = node(dir.path(), "b", &url, &[]);
+    let id = submit(&a, ASKING);
+    let approval = until("the question", Duration::from_secs(30), || {
+        let listed = get(&b, &format!("/admin/approvals?task_id={id}&status=pending"));
+        let items = listed["items"].as_array().or(listed.as_array())?.clone();
+        items.first().map(|r| r["id"].as_str().unwrap().to_owned())
+    });
+    assert_eq!(
+        leases(&a),
+        vec![id.clone()],
+        "node a runs the task: {} {}",
+        get(&a, "/healthz")["node"],
+        get(&a, &format!("/admin/tasks/{id}"))["task"]["status"]
+    );
+    let asked = Instant::now();
+    let (status, body) = http(
+        &b.addr,
+        "POST",
+        &format!("/admin/approvals/{approval}/decision"),
+        Some(TOKEN),
+        Some((
+            "application/json",
+            r#"{"decision":"approve","reason":"decided on node b"}"#,
+        )),
+    );
+    assert_eq!(status, 200, "{body}");
+    until(
+        "the task to complete on node a",
+        Duration::from_secs(30),
+        || (get(&a, &format!("/admin/tasks/{id}"))["task"]["status"] == "completed").then_some(()),
+    );
+    let took = asked.elapsed();
+    // Node a polls for decisions every 2 s on a shared store: the
+    // notification is what brings this one sooner.
+    assert!(
+        took < Duration::from_millis(1500),
+        "the decision took {took:?} to reach node a"
+    );
+    eprintln!("a decision on node b completed the task on node a in {took:?}");
+}
+
+const LONG: &str = r#"
+description = "long"
+[[steps]]
+id = "long"
+idempotent = true
+run = "sleep 2; echo done > done.txt"
+"#;
+
+#[test]
+fn a_node_paused_past_its_lease_finds_it_gone_and_does_not_write() {
+    let url = database();
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), "a", &url, &[]);
+    let id = submit(&a, LONG);
+    until("node a to run it", Duration::from_secs(30), || {
+        leases(&a).contains(&id).then_some(())
+    });
+    let a_pid = nix::unistd::Pid::from_raw(a.server.0.id() as i32);
+    nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let b = node(dir.path(), "b", &url, &[]);
+    until("node b to take it over", Duration::from_secs(30), || {
+        leases(&b).contains(&id).then_some(())
+    });
+    nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    until("the task to complete", Duration::from_secs(60), || {
+        (get(&b, &format!("/admin/tasks/{id}"))["task"]["status"] == "completed").then_some(())
+    });
+    // Node a found its lease gone at its first write, and let the task go.
+    until("node a to stop running it", Duration::from_secs(30), || {
+        (get(&a, "/healthz")["node"]["running"] == 0).then_some(())
+    });
+    assert!(leases(&a).is_empty(), "node a still holds {:?}", leases(&a));
+    let state = states(&url).pop().unwrap();
+    // The runners that took the task up, in order: a, then b, and nobody after.
+    let events = runtime().block_on(async {
+        use rein_core::TaskStore;
+        let store = rein_store::PostgresStore::connect(&url).await.unwrap();
+        store.events(state.id(), 0, usize::MAX).await.unwrap()
+    });
+    let runners: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match &e.change {
+            rein_protocol::TaskChange::TaskStarted { runner }
+            | rein_protocol::TaskChange::TaskResumed { runner, .. } => {
+                runner.as_ref().map(|r| r.pid)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runners, [a.server.0.id(), b.server.0.id()]);
+    let done: Vec<_> = state
+        .checkpoints
+        .iter()
+        .filter(|c| {
+            c.step_id.as_deref() == Some("long")
+                && c.status == rein_protocol::CheckpointStatus::Completed
+        })
+        .collect();
+    assert_eq!(done.len(), 1, "{:?}", state.checkpoints);
+    let pids: Vec<u32> = [&a, &b].iter().map(|n| n.server.0.id()).collect();
+    eprintln!("nodes {pids:?}: the paused node wrote nothing after the take-over");
+}
