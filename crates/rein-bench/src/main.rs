@@ -33,6 +33,10 @@
 //! flight (`kill -9`) and times its restart: until it answers, and until every
 //! interrupted step runs again.
 //!
+//! `rein-bench postgres` runs `--tasks` × `--steps` durable steps on a
+//! PostgreSQL store against that server's bare commit ceiling, and times how
+//! long a killed node's tasks take to run again on another node.
+//!
 //! `rein-bench sse --clients N` measures what N idle event-stream clients cost a
 //! real `rein serve` process: CPU while they idle, memory, files and threads
 //! before, with and after them.
@@ -41,6 +45,7 @@
 mod acp;
 mod agent;
 mod goal;
+mod postgres;
 mod sse;
 mod takeover;
 mod ui;
@@ -140,6 +145,31 @@ enum Bench {
     Acp {
         #[arg(long, default_value_t = 50)]
         rounds: usize,
+        /// The rein binary [default: the one beside rein-bench].
+        #[arg(long)]
+        rein: Option<std::path::PathBuf>,
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// rein on PostgreSQL: durable steps/s against the server's bare commit
+    /// ceiling, and the fail-over of a killed node's tasks to another node.
+    Postgres {
+        /// A database to use (empty or rein's) [default: a throwaway local
+        /// cluster the bench starts].
+        #[arg(long)]
+        url: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        tasks: usize,
+        #[arg(long, default_value_t = 100)]
+        steps: usize,
+        #[arg(long, default_value_t = 2000)]
+        ceiling_commits: usize,
+        /// Tasks in flight on the node that is killed (0 to skip the fail-over).
+        #[arg(long, default_value_t = 100)]
+        failover_tasks: usize,
+        /// The nodes' lease (`rein serve --lease`).
+        #[arg(long, default_value = "2s")]
+        lease: String,
         /// The rein binary [default: the one beside rein-bench].
         #[arg(long)]
         rein: Option<std::path::PathBuf>,
@@ -909,6 +939,31 @@ fn main() -> anyhow::Result<()> {
                 "{}",
                 runtime.block_on(ui::ui(tasks, requests.max(1), clicks, &dir))?
             );
+        }
+        Bench::Postgres {
+            url,
+            tasks,
+            steps,
+            ceiling_commits,
+            failover_tasks,
+            lease,
+            rein,
+            dir,
+        } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            let line = runtime.block_on(postgres::postgres(
+                url,
+                tasks,
+                steps,
+                ceiling_commits,
+                failover_tasks,
+                &lease,
+                rein,
+                &dir,
+            ))?;
+            println!("{line}");
         }
         Bench::Takeover { tasks, rein, dir } => {
             let temp = tempfile::tempdir()?;

@@ -17,7 +17,12 @@ use crate::sse::{TOKEN, start_serve};
 
 /// One HTTP/1.1 request (the connection closed after it), with a plan file
 /// as its body if any; the status.
-async fn request(addr: &str, method: &str, path: &str, plan: Option<&str>) -> anyhow::Result<u16> {
+pub(crate) async fn request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    plan: Option<&str>,
+) -> anyhow::Result<u16> {
     let mut s = tokio::net::TcpStream::connect(addr).await?;
     let body = plan.unwrap_or_default();
     let head = format!(
@@ -36,13 +41,13 @@ async fn request(addr: &str, method: &str, path: &str, plan: Option<&str>) -> an
 }
 
 /// `text` as a TOML basic string.
-fn toml_string(text: &str) -> String {
+pub(crate) fn toml_string(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_default()
 }
 
 /// How many tasks' steps have noted an attempt numbered `attempt` or later
 /// (each attempt creates `TASK.ATTEMPT`).
-fn attempts(marks: &Path, attempt: u32) -> usize {
+pub(crate) fn attempts(marks: &Path, attempt: u32) -> usize {
     let mut tasks = std::collections::HashSet::new();
     if let Ok(entries) = std::fs::read_dir(marks) {
         for entry in entries.filter_map(Result::ok) {
@@ -57,7 +62,7 @@ fn attempts(marks: &Path, attempt: u32) -> usize {
     tasks.len()
 }
 
-async fn wait_for(
+pub(crate) async fn wait_for(
     what: &str,
     limit: Duration,
     mut done: impl FnMut() -> bool,
