@@ -299,7 +299,7 @@ depends_on = ["ask"]
 "#;
 
 #[test]
-fn a_decision_on_one_node_wakes_its_task_on_another_at_once() {
+fn a_decision_on_one_node_wakes_its_task_on_another_at_once_and_streams_there() {
     let url = database();
     let dir = tempfile::tempdir().unwrap();
     let a = node(dir.path(), "a", &url, &[]);
@@ -317,6 +317,20 @@ fn a_decision_on_one_node_wakes_its_task_on_another_at_once() {
         get(&a, "/healthz")["node"],
         get(&a, &format!("/admin/tasks/{id}"))["task"]["status"]
     );
+    // Node b streams the events of the task node a runs.
+    let mut stream = std::net::TcpStream::connect(&b.addr).unwrap();
+    std::io::Write::write_all(
+        &mut stream,
+        format!(
+            "GET /admin/tasks/{id}/events/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n",
+            b.addr
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
     let asked = Instant::now();
     let (status, body) = http(
         &b.addr,
@@ -335,6 +349,22 @@ fn a_decision_on_one_node_wakes_its_task_on_another_at_once() {
         || (get(&a, &format!("/admin/tasks/{id}"))["task"]["status"] == "completed").then_some(()),
     );
     let took = asked.elapsed();
+    let mut seen = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("task_completed") {
+        let n = std::io::Read::read(&mut stream, &mut chunk).expect("node b's stream goes on");
+        assert!(
+            n > 0,
+            "node b's stream ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&seen);
+    assert!(
+        text.contains("human_approval_received"),
+        "the decision streamed too: {text}"
+    );
     // Node a polls for decisions every 2 s on a shared store: the
     // notification is what brings this one sooner.
     assert!(
