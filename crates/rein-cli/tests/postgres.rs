@@ -121,3 +121,59 @@ fn an_unreachable_store_fails_naming_it() {
         "{said}"
     );
 }
+
+#[test]
+fn a_node_restarted_after_kill_9_takes_its_tasks_up_without_waiting_out_its_leases() {
+    let url = database();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let serve = || {
+        let mut child = rein(&data)
+            .args([
+                "--store",
+                &url,
+                "--sandbox",
+                "none",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            // A lease far longer than the test may wait.
+            .args(["--lease", "60s"])
+            .env("REIN_TOKEN", "t")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let addr = common::listening(&mut child);
+        (common::Server(child), addr)
+    };
+    let (mut first, addr) = serve();
+    let plan = format!(
+        "description = \"in flight\"\n[[steps]]\nid = \"wait\"\nidempotent = true\nrun = \": > {}/$REIN_ATTEMPT; exec sleep 60\"\n",
+        marks.display()
+    );
+    let (status, body) = common::http(
+        &addr,
+        "POST",
+        "/admin/tasks",
+        Some("t"),
+        Some(("application/toml", &plan)),
+    );
+    assert_eq!(status, 201, "{body}");
+    common::eventually("the first attempt", || {
+        marks.join("1").exists().then_some(())
+    });
+    common::kill9(&mut first.0);
+    let restarted = std::time::Instant::now();
+    let (_again, _) = serve();
+    common::eventually("the second attempt", || {
+        marks.join("2").exists().then_some(())
+    });
+    let took = restarted.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "the restarted node waited {took:?}: its old lease lasts 60 s"
+    );
+}

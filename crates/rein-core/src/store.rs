@@ -336,6 +336,11 @@ pub trait LeaseStore: Send + Sync {
     /// live lease holds, oldest first; each is skipped if another node is
     /// claiming it at the same moment.
     async fn claim_free(&self, n: usize) -> StoreResult<Vec<Lease>>;
+    /// Takes `lease` over for this node if it is still the task's (the same
+    /// holder, the same token), live or not: for a holder this node knows to
+    /// be dead (a process of this machine that is gone). `None` if the lease
+    /// moved on meanwhile.
+    async fn claim_from(&self, lease: &Lease) -> StoreResult<Option<Lease>>;
     /// Gives a task's lease up (the run ended); nothing if it was lost.
     async fn release(&self, task: &TaskId) -> StoreResult<()>;
     /// Every live lease, any node's.

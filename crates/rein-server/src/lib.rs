@@ -160,6 +160,44 @@ impl AppState {
             .saturating_sub(self.engine.running())
     }
 
+    /// Takes over, at once, the leases of processes of this machine that
+    /// are gone (this node before a restart, a node killed beside it): they
+    /// would otherwise wait out their leases. A holder on another machine
+    /// cannot be checked from here, and a live one is left alone.
+    async fn take_up_the_dead(&self) {
+        let Some(leases) = self.engine.store().leases() else {
+            return;
+        };
+        let me = leases.node().clone();
+        let live = match leases.live().await {
+            Ok(live) => live,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the task leases");
+                return;
+            }
+        };
+        for lease in live {
+            if self.room() == 0 {
+                return;
+            }
+            let dead = lease.runner.host == me.host
+                && lease.runner != me
+                && !rein_core::process::runner_alive(&lease.runner);
+            if !dead {
+                continue;
+            }
+            match leases.claim_from(&lease).await {
+                Ok(Some(taken)) => {
+                    let _ = self.start(taken.task_id, RunOptions::default());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(task = %lease.task_id, error = %e, "cannot take the lease over")
+                }
+            }
+        }
+    }
+
     /// Where nodes share the store: takes up free tasks — new ones, and
     /// those of nodes that stopped renewing their leases — while this node has
     /// room, until shutdown. Looks when the store says a task was created,
@@ -171,6 +209,7 @@ impl AppState {
         }
         let state = self.clone();
         tokio::spawn(async move {
+            state.take_up_the_dead().await;
             loop {
                 let room = state.room();
                 if room > 0 {

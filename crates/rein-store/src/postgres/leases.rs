@@ -324,6 +324,33 @@ impl LeaseStore for PostgresStore {
             .await
     }
 
+    async fn claim_from(&self, lease: &Lease) -> StoreResult<Option<Lease>> {
+        let leases = Arc::clone(&self.leases);
+        let runner = serde_json::to_string(&leases.node).map_err(backend)?;
+        let holder = serde_json::to_string(&lease.runner).map_err(backend)?;
+        let (task, token) = (
+            lease.task_id.clone(),
+            i64::try_from(lease.token).unwrap_or(i64::MAX),
+        );
+        self.writer
+            .write(move |c| {
+                Box::pin(async move {
+                    let rows = c
+                        .query(
+                            "UPDATE leases SET node = $2, runner = $3, token = token + 1,
+                                 expires_at = now() + $4::bigint * interval '1 millisecond'
+                             WHERE task_id = $1 AND token = $5 AND runner = $6
+                             RETURNING task_id, token, (extract(epoch FROM expires_at) * 1000000)::bigint",
+                            &[&task.as_str(), &leases.key, &runner, &millis(leases.ttl), &token, &holder],
+                        )
+                        .await
+                        .map_err(pg)?;
+                    Ok(claimed(&leases, &rows).pop())
+                })
+            })
+            .await
+    }
+
     async fn release(&self, task: &TaskId) -> StoreResult<()> {
         let token = self
             .leases
