@@ -436,3 +436,43 @@ fn a_node_paused_past_its_lease_finds_it_gone_and_does_not_write() {
     let pids: Vec<u32> = [&a, &b].iter().map(|n| n.server.0.id()).collect();
     eprintln!("nodes {pids:?}: the paused node wrote nothing after the take-over");
 }
+
+#[test]
+fn the_cli_on_any_node_aborts_a_task_another_node_runs() {
+    let url = database();
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), "a", &url, &[]);
+    let b = node(dir.path(), "b", &url, &[]);
+    let id = submit(
+        &a,
+        "description = \"long\"\n[[steps]]\nid = \"wait\"\nrun = \"sleep 30\"\n",
+    );
+    until("node a to run it", Duration::from_secs(30), || {
+        leases(&a).contains(&id).then_some(())
+    });
+    let asked = Instant::now();
+    let out = rein(&dir.path().join("cli"))
+        .args(["--url", &format!("http://{}", b.addr), "--token", TOKEN])
+        .args(["tasks", "abort", &id])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Node b hands the request to node a, which runs the task.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&a.server.0.id().to_string()), "{said}");
+    until(
+        "the task to be cancelled on node a",
+        Duration::from_secs(10),
+        || (get(&b, &format!("/admin/tasks/{id}"))["task"]["status"] == "cancelled").then_some(()),
+    );
+    let took = asked.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "the abort took {took:?} to reach node a"
+    );
+    assert!(leases(&a).is_empty());
+}
