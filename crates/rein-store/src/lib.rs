@@ -9,6 +9,7 @@
 mod metrics;
 pub mod postgres;
 mod query;
+mod rows;
 pub mod schema;
 pub mod sqlite;
 mod writer;

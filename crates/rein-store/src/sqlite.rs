@@ -14,7 +14,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::SecondsFormat;
 use rein_core::store::{
     ApprovalFilter, AuditRecord, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
     RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
@@ -22,16 +21,19 @@ use rein_core::store::{
 use rein_core::{ApprovalStore, DocumentStore, JournalStore, StoreError, StoreResult, TaskStore};
 use rein_protocol::{
     ApprovalId, ApprovalRequest, HarnessEvent, HarnessMetrics, LedgerEntry, SharedHarnessState,
-    Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskSummary, Timestamp,
+    Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskSummary,
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::query::{Mark, Where};
+pub use crate::rows::MAX_PAGE;
+pub(crate) use crate::rows::backend;
+use crate::rows::{
+    RecordRow, SharedRow, WriteBack, page, record_cursor, seq, shared_state_cursor, time_id_cursor,
+    ts,
+};
 use crate::schema::{self, MigrationError};
 use crate::writer::{Writer, WriterOptions};
-
-/// The largest page `list` returns.
-pub const MAX_PAGE: usize = 500;
 
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -60,17 +62,8 @@ pub struct StoreStats {
     pub busy_ns: u64,
 }
 
-pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
-
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))
-}
-
-/// Timestamps as stored: fixed-width RFC 3339, so text order is time order.
-fn ts(t: &Timestamp) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
 /// Opens a connection, waiting out other processes' locks. SQLite does not call the
@@ -379,10 +372,6 @@ struct Encoded {
     plan: Option<String>,
 }
 
-fn seq(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
     let events = write
         .events
@@ -653,17 +642,12 @@ impl TaskStore for SqliteStore {
             q.and_some("created_at >=", filter.created_from.as_ref().map(ts));
             q.and_some("created_at <", filter.created_to.as_ref().map(ts));
             q.and_some("id <", filter.cursor.clone());
-            let mut items: Vec<TaskSummary> = q.run(
+            let items: Vec<TaskSummary> = q.run(
                 conn,
                 &format!(" ORDER BY id DESC LIMIT {}", limit + 1),
                 "task summary",
             )?;
-            let next_cursor = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|h| h.id.to_string())
-            } else {
-                None
-            };
+            let (items, next_cursor) = page(items, limit, |h| h.id.to_string());
             Ok(TaskPage { items, next_cursor })
         })
         .await
@@ -1127,23 +1111,12 @@ impl DocumentStore for SqliteStore {
                 q.also(t);
                 q.also(id);
             }
-            let mut items: Vec<SharedHarnessState> = q.run(
+            let items: Vec<SharedHarnessState> = q.run(
                 conn,
                 &format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1),
                 "shared state",
             )?;
-            let next_cursor = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|s| {
-                    format!(
-                        "{}|{}",
-                        s.created_at.as_ref().map(ts).unwrap_or_default(),
-                        s.id
-                    )
-                })
-            } else {
-                None
-            };
+            let (items, next_cursor) = page(items, limit, shared_state_cursor);
             Ok(SharedStatePage { items, next_cursor })
         })
         .await
@@ -1285,12 +1258,7 @@ impl DocumentStore for SqliteStore {
             for row in rows {
                 items.push(row.map_err(backend)??);
             }
-            let next_cursor = if items.len() > limit {
-                items.truncate(limit);
-                items.last().map(|r: &Record| format!("{}|{}", ts(&r.created_at), r.id))
-            } else {
-                None
-            };
+            let (items, next_cursor) = page(items, limit, record_cursor);
             Ok(RecordPage { items, next_cursor })
         })
         .await
@@ -1388,14 +1356,6 @@ fn insert_document(
     Ok(true)
 }
 
-/// What writing a versioned document back found.
-enum WriteBack {
-    Written,
-    /// Someone wrote it since it was read.
-    Moved,
-    Missing,
-}
-
 /// A versioned document written back with its audit record, if `update` (which
 /// checks the version read) changes a row; else whether `exists` finds it.
 fn update_document(
@@ -1428,55 +1388,6 @@ fn append_audit(conn: &Connection, body: &str) -> StoreResult<()> {
     Ok(())
 }
 
-/// The columns of a shared state's row.
-struct SharedRow {
-    id: String,
-    session_id: Option<String>,
-    parent_session_id: Option<String>,
-    harness_contract_id: Option<String>,
-    status: String,
-    created_at: String,
-    body: String,
-}
-
-/// A `created_at|id` page cursor, split.
-fn time_id_cursor(cursor: Option<&str>) -> StoreResult<Option<(String, String)>> {
-    cursor
-        .map(|c| {
-            c.split_once('|')
-                .map(|(t, id)| (t.to_owned(), id.to_owned()))
-                .ok_or_else(|| StoreError::BadCursor(c.to_owned()))
-        })
-        .transpose()
-}
-
-/// A contract's or evidence bundle's row, ready to bind.
-struct RecordRow {
-    kind: &'static str,
-    id: String,
-    status: Option<String>,
-    task_id: Option<String>,
-    shared_state_id: Option<String>,
-    contract_id: Option<String>,
-    created_at: String,
-    body: String,
-}
-
-impl RecordRow {
-    fn of(r: &Record) -> StoreResult<RecordRow> {
-        Ok(RecordRow {
-            kind: r.kind.as_str(),
-            id: r.id.clone(),
-            status: r.status.clone(),
-            task_id: r.task_id.clone(),
-            shared_state_id: r.shared_state_id.clone(),
-            contract_id: r.contract_id.clone(),
-            created_at: ts(&r.created_at),
-            body: serde_json::to_string(&r.body).map_err(backend)?,
-        })
-    }
-}
-
 /// A record from a row of `id, status, task_id, shared_state_id, contract_id,
 /// created_at, body`.
 fn record_of(kind: RecordKind, r: &rusqlite::Row<'_>) -> StoreResult<Record> {
@@ -1496,20 +1407,6 @@ fn record_of(kind: RecordKind, r: &rusqlite::Row<'_>) -> StoreResult<Record> {
         created_at,
         body: serde_json::from_str(&body).map_err(|e| corrupt(kind.noun(), e))?,
     })
-}
-
-impl SharedRow {
-    fn of(state: &SharedHarnessState) -> StoreResult<SharedRow> {
-        Ok(SharedRow {
-            id: state.id.clone(),
-            session_id: state.session_id.clone(),
-            parent_session_id: state.parent_session_id.clone(),
-            harness_contract_id: state.harness_contract_id.clone(),
-            status: state.status.as_str().to_owned(),
-            created_at: state.created_at.as_ref().map(ts).unwrap_or_default(),
-            body: serde_json::to_string(state).map_err(backend)?,
-        })
-    }
 }
 
 /// Runs a query whose single column is a JSON body, decoding each row as a `T`

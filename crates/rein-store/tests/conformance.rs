@@ -617,6 +617,67 @@ async fn a_journal_takes_each_position_once(b: Backend) {
     assert!(s.load_journal(state.id(), "none").await.unwrap().is_empty());
 }
 
+/// The counters of spec §6 rule 21, aggregated by the store: tasks by
+/// status, checkpoints by type, approvals by outcome, with their averages.
+async fn the_counters_count_what_the_store_holds(b: Backend) {
+    completed(&b, 3).await;
+    completed(&b, 3).await;
+    let mut asked = Vec::new();
+    for _ in 0..2 {
+        let state = create(&b, vec![approval("ship")], "ses_m").await;
+        let options = RunOptions {
+            no_wait: true,
+            ..RunOptions::default()
+        };
+        b.engine.run(state.id(), options).await.unwrap();
+        asked.push(state.id().clone());
+    }
+    let request = b
+        .store
+        .list_approvals(&ApprovalFilter {
+            task_id: Some(asked[0].clone()),
+            ..ApprovalFilter::default()
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    b.engine
+        .decide(rein_protocol::ApprovalResponse {
+            request_id: request.id.clone(),
+            decision: rein_protocol::Decision::Approve,
+            selected_option: None,
+            reason: None,
+            decided_by: "ana".into(),
+            delegate_to: None,
+            decided_at: chrono::Utc::now(),
+        })
+        .await
+        .unwrap();
+    let m = b.store.metrics().await.unwrap();
+    assert_eq!(
+        (m.tasks.total, m.tasks.completed, m.tasks.paused),
+        (4, 2, 2)
+    );
+    assert!(m.tasks.average_duration_ms.is_some_and(|ms| ms >= 0.0));
+    assert_eq!(m.checkpoints.by_type.get("task_exec"), Some(&8), "{m:?}");
+    assert!(m.checkpoints.passed >= 6 && m.checkpoints.total >= m.checkpoints.passed);
+    assert!(
+        m.checkpoints
+            .average_duration_ms
+            .is_some_and(|ms| ms >= 0.0)
+    );
+    assert_eq!(
+        (
+            m.human_loop.requests,
+            m.human_loop.pending,
+            m.human_loop.approvals
+        ),
+        (2, 1, 1)
+    );
+    assert!(m.human_loop.average_response_ms.is_some_and(|ms| ms >= 0.0));
+    assert_eq!((m.recovery.attempts, m.recovery.failures), (0, 0));
+}
+
 /// The suite for one backend: `conformance!(module, constructor)`.
 macro_rules! conformance {
     ($backend:ident, $make:expr) => {
@@ -631,6 +692,7 @@ macro_rules! conformance {
                 the_first_decision_wins_and_is_sealed_onto_the_chain,
                 documents_are_written_back_only_at_the_version_read,
                 a_journal_takes_each_position_once,
+                the_counters_count_what_the_store_holds,
             );
         }
     };

@@ -18,7 +18,6 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::SecondsFormat;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use rein_core::store::{
     ApprovalFilter, AuditRecord, Change, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
@@ -28,17 +27,18 @@ use rein_core::store::{
 use rein_core::{ApprovalStore, DocumentStore, JournalStore, StoreError, StoreResult, TaskStore};
 use rein_protocol::{
     ApprovalId, ApprovalRequest, HarnessEvent, HarnessMetrics, LedgerEntry, SharedHarnessState,
-    Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskSummary, Timestamp,
+    Snapshot, SnapshotId, TaskDecomposition, TaskId, TaskSummary,
 };
 use tokio_postgres::types::ToSql;
 
 use crate::StoreStats;
 use crate::query::{Mark, Where};
+use crate::rows::{
+    MAX_PAGE, RecordRow, SharedRow, WriteBack, backend, page, record_cursor, seq,
+    shared_state_cursor, time_id_cursor, ts,
+};
 use schema::MigrationError;
 use writer::Writer;
-
-/// The largest page a listing returns.
-const MAX_PAGE: usize = 500;
 
 /// Connections in the pool (reads, and the writer's one at a time).
 const POOL_SIZE: usize = 16;
@@ -87,10 +87,6 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
-}
-
 /// A PostgreSQL error with what the server said (`Display` alone says only
 /// "db error").
 fn pg(e: tokio_postgres::Error) -> StoreError {
@@ -102,14 +98,6 @@ fn pg(e: tokio_postgres::Error) -> StoreError {
 
 fn corrupt(what: &str, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("{what}: {e}"))
-}
-
-fn ts(t: &Timestamp) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Micros, true)
-}
-
-fn seq(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 fn unseq(v: i64) -> u64 {
@@ -566,13 +554,8 @@ impl TaskStore for PostgresStore {
         q.and_some("id <", filter.cursor.clone());
         let sql = format!("{} ORDER BY id DESC LIMIT {}", q.sql, limit + 1);
         let rows = self.rows(&sql, &params(&q.args)).await?;
-        let mut items: Vec<TaskSummary> = bodies(&rows, "task summary")?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|h| h.id.to_string())
-        } else {
-            None
-        };
+        let items: Vec<TaskSummary> = bodies(&rows, "task summary")?;
+        let (items, next_cursor) = page(items, limit, |h| h.id.to_string());
         Ok(TaskPage { items, next_cursor })
     }
 
@@ -896,14 +879,6 @@ impl ApprovalStore for PostgresStore {
     }
 }
 
-/// What writing a versioned document back found.
-enum WriteBack {
-    Written,
-    /// Someone wrote it since it was read.
-    Moved,
-    Missing,
-}
-
 /// A versioned document inserted at version 1 with its audit record; `false`
 /// (and no audit record) if its id is taken. `insert` must do nothing on a
 /// taken id.
@@ -948,69 +923,6 @@ async fn append_audit(c: &Object, body: &str) -> StoreResult<()> {
         .await
         .map_err(pg)?;
     Ok(())
-}
-
-/// A `created_at|id` page cursor, split.
-fn time_id_cursor(cursor: Option<&str>) -> StoreResult<Option<(String, String)>> {
-    cursor
-        .map(|c| {
-            c.split_once('|')
-                .map(|(t, id)| (t.to_owned(), id.to_owned()))
-                .ok_or_else(|| StoreError::BadCursor(c.to_owned()))
-        })
-        .transpose()
-}
-
-/// The columns a shared state is found by, and its body.
-struct SharedRow {
-    id: String,
-    session_id: Option<String>,
-    parent_session_id: Option<String>,
-    harness_contract_id: Option<String>,
-    status: String,
-    created_at: String,
-    body: String,
-}
-
-impl SharedRow {
-    fn of(state: &SharedHarnessState) -> StoreResult<SharedRow> {
-        Ok(SharedRow {
-            id: state.id.clone(),
-            session_id: state.session_id.clone(),
-            parent_session_id: state.parent_session_id.clone(),
-            harness_contract_id: state.harness_contract_id.clone(),
-            status: state.status.as_str().to_owned(),
-            created_at: state.created_at.as_ref().map(ts).unwrap_or_default(),
-            body: serde_json::to_string(state).map_err(backend)?,
-        })
-    }
-}
-
-/// A contract's or evidence bundle's columns, and its body.
-struct RecordRow {
-    kind: &'static str,
-    id: String,
-    status: Option<String>,
-    task_id: Option<String>,
-    shared_state_id: Option<String>,
-    contract_id: Option<String>,
-    created_at: String,
-    body: String,
-}
-
-impl RecordRow {
-    fn of(r: &Record) -> StoreResult<RecordRow> {
-        Ok(RecordRow {
-            kind: r.kind.as_str(),
-            id: r.id.clone(),
-            status: r.status.clone(),
-            task_id: r.task_id.clone(),
-            shared_state_id: r.shared_state_id.clone(),
-            contract_id: r.contract_id.clone(),
-            created_at: ts(&r.created_at),
-            body: serde_json::to_string(&r.body).map_err(backend)?,
-        })
-    }
 }
 
 /// A record from a row of `id, status, task_id, shared_state_id, contract_id,
@@ -1132,19 +1044,8 @@ impl DocumentStore for PostgresStore {
             limit + 1
         );
         let rows = self.rows(&sql, &params(&q.args)).await?;
-        let mut items: Vec<SharedHarnessState> = bodies(&rows, "shared state")?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|s| {
-                format!(
-                    "{}|{}",
-                    s.created_at.as_ref().map(ts).unwrap_or_default(),
-                    s.id
-                )
-            })
-        } else {
-            None
-        };
+        let items: Vec<SharedHarnessState> = bodies(&rows, "shared state")?;
+        let (items, next_cursor) = page(items, limit, shared_state_cursor);
         Ok(SharedStatePage { items, next_cursor })
     }
 
@@ -1261,18 +1162,11 @@ impl DocumentStore for PostgresStore {
             limit + 1
         );
         let rows = self.rows(&sql, &params(&q.args)).await?;
-        let mut items = rows
+        let items = rows
             .iter()
             .map(|r| record_of(filter.kind, r))
             .collect::<StoreResult<Vec<_>>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items
-                .last()
-                .map(|r: &Record| format!("{}|{}", ts(&r.created_at), r.id))
-        } else {
-            None
-        };
+        let (items, next_cursor) = page(items, limit, record_cursor);
         Ok(RecordPage { items, next_cursor })
     }
 }
