@@ -23,7 +23,7 @@ use rein_store::PostgresStore;
 use serde_json::{Value, json};
 
 use crate::sse::start_serve_with;
-use crate::takeover::{attempts, request, toml_string, wait_for};
+use crate::takeover::{attempts, in_flight, request, wait_for};
 
 /// Bare sequential commits on their own connection.
 struct Ceiling {
@@ -140,14 +140,7 @@ async fn failover(
     let more = ["--store", url, "--lease", lease];
     let (mut a, a_addr) = start_serve_with(rein, &dir.join("a"), &more).await?;
     let (mut b, _) = start_serve_with(rein, &dir.join("b"), &more).await?;
-    let step = format!(
-        ": > {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
-        marks.display()
-    );
-    let plan = format!(
-        "description = \"a step in flight\"\n[[steps]]\nid = \"wait\"\nrun = {}\nidempotent = true\n",
-        toml_string(&step)
-    );
+    let plan = in_flight(&marks);
     for _ in 0..tasks {
         let status = request(&a_addr, "POST", "/admin/tasks", Some(&plan)).await?;
         anyhow::ensure!(status == 201, "submitting a task got {status}");

@@ -41,7 +41,7 @@ pub(crate) async fn request(
 }
 
 /// `text` as a TOML basic string.
-pub(crate) fn toml_string(text: &str) -> String {
+fn toml_string(text: &str) -> String {
     serde_json::to_string(text).unwrap_or_default()
 }
 
@@ -60,6 +60,21 @@ pub(crate) fn attempts(marks: &Path, attempt: u32) -> usize {
         }
     }
     tasks.len()
+}
+
+/// A plan of one idempotent step that notes its attempt in `marks`
+/// (`TASK.ATTEMPT`) and then sleeps: a step in flight.
+pub(crate) fn in_flight(marks: &Path) -> String {
+    // The shell notes the attempt itself (a redirection, no program of its
+    // own), so what is timed is rein starting steps, not coreutils.
+    let step = format!(
+        ": > {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
+        marks.display()
+    );
+    format!(
+        "description = \"a step in flight\"\n[[steps]]\nid = \"wait\"\nrun = {}\nidempotent = true\n",
+        toml_string(&step)
+    )
 }
 
 pub(crate) async fn wait_for(
@@ -81,16 +96,7 @@ pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow
     let marks = dir.join("marks");
     std::fs::create_dir_all(&marks)?;
     let (mut server, addr) = start_serve(&rein, &data).await?;
-    // The shell notes the attempt itself (a redirection, no program of its
-    // own), so what is timed is rein starting steps, not coreutils.
-    let step = format!(
-        ": > {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
-        marks.display()
-    );
-    let plan = format!(
-        "description = \"a step in flight\"\n[[steps]]\nid = \"wait\"\nrun = {}\nidempotent = true\n",
-        toml_string(&step)
-    );
+    let plan = in_flight(&marks);
     for _ in 0..tasks {
         let status = request(&addr, "POST", "/admin/tasks", Some(&plan)).await?;
         anyhow::ensure!(status == 201, "submitting a task got {status}");

@@ -120,8 +120,11 @@ fn until<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -
     }
 }
 
-/// Every task's folded state, read from the store itself.
-fn states(url: &str) -> Vec<rein_protocol::TaskState> {
+/// Every task in the store at `url`, each with what `read` makes of it.
+fn each_task<T>(
+    url: &str,
+    read: impl AsyncFn(&Engine, &rein_protocol::TaskSummary) -> T,
+) -> Vec<T> {
     runtime().block_on(async {
         let store = std::sync::Arc::new(rein_store::PostgresStore::connect(url).await.unwrap());
         let dir = tempfile::tempdir().unwrap();
@@ -138,7 +141,7 @@ fn states(url: &str) -> Vec<rein_protocol::TaskState> {
         loop {
             let page = engine.list(&filter).await.unwrap();
             for summary in &page.items {
-                out.push(engine.get(&summary.id).await.unwrap());
+                out.push(read(&engine, summary).await);
             }
             match page.next_cursor {
                 Some(c) => filter.cursor = Some(c),
@@ -148,39 +151,36 @@ fn states(url: &str) -> Vec<rein_protocol::TaskState> {
     })
 }
 
+/// Every task's folded state, read from the store itself.
+fn states(url: &str) -> Vec<rein_protocol::TaskState> {
+    each_task(url, async |engine, task| {
+        engine.get(&task.id).await.unwrap()
+    })
+}
+
 /// The pids of the nodes that took each task up (started or resumed it), in
 /// order, read from the store.
 fn runners(url: &str) -> BTreeMap<String, Vec<u32>> {
-    runtime().block_on(async {
-        use rein_core::TaskStore;
-        let store = rein_store::PostgresStore::connect(url).await.unwrap();
-        let mut out = BTreeMap::new();
-        let mut filter = rein_core::store::TaskFilter {
-            limit: Some(500),
-            ..Default::default()
-        };
-        loop {
-            let page = store.list(&filter).await.unwrap();
-            for summary in &page.items {
-                let events = store.events(&summary.id, 0, usize::MAX).await.unwrap();
-                let pids = events
-                    .iter()
-                    .filter_map(|e| match &e.change {
-                        rein_protocol::TaskChange::TaskStarted { runner }
-                        | rein_protocol::TaskChange::TaskResumed { runner, .. } => {
-                            runner.as_ref().map(|r| r.pid)
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                out.insert(summary.id.to_string(), pids);
-            }
-            match page.next_cursor {
-                Some(c) => filter.cursor = Some(c),
-                None => return out,
-            }
-        }
+    each_task(url, async |engine, task| {
+        let events = engine
+            .store()
+            .events(&task.id, 0, usize::MAX)
+            .await
+            .unwrap();
+        let pids = events
+            .iter()
+            .filter_map(|e| match &e.change {
+                rein_protocol::TaskChange::TaskStarted { runner }
+                | rein_protocol::TaskChange::TaskResumed { runner, .. } => {
+                    runner.as_ref().map(|r| r.pid)
+                }
+                _ => None,
+            })
+            .collect();
+        (task.id.to_string(), pids)
     })
+    .into_iter()
+    .collect()
 }
 
 /// Two steps that write to `log` as each attempt starts and ends.
@@ -421,23 +421,26 @@ fn a_decision_on_one_node_wakes_its_task_on_another_at_once_and_streams_there() 
     eprintln!("a decision on node b completed the task on node a in {took:?}");
 }
 
-const LONG: &str = r#"
-description = "long"
-[[steps]]
-id = "long"
-idempotent = true
-run = "sleep 2; echo done > done.txt"
-"#;
+/// One idempotent step that notes its attempt in `marks`, then takes a while.
+fn long(marks: &Path) -> String {
+    format!(
+        "description = \"long\"\n[[steps]]\nid = \"long\"\nidempotent = true\nrun = \": > {}/$REIN_ATTEMPT; sleep 2\"\n",
+        marks.display()
+    )
+}
 
 #[test]
 fn a_node_paused_past_its_lease_finds_it_gone_and_does_not_write() {
     let url = database();
     let dir = tempfile::tempdir().unwrap();
     let a = node(dir.path(), "a", &url, &[]);
-    let id = submit(&a, LONG);
-    until("node a to run it", Duration::from_secs(30), || {
-        leases(&a).contains(&id).then_some(())
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let id = submit(&a, &long(&marks));
+    until("node a to run its step", Duration::from_secs(30), || {
+        marks.join("1").exists().then_some(())
     });
+    assert!(leases(&a).contains(&id));
     let a_pid = nix::unistd::Pid::from_raw(a.server.0.id() as i32);
     nix::sys::signal::kill(a_pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
     let b = node(dir.path(), "b", &url, &[]);
@@ -471,6 +474,10 @@ fn a_node_paused_past_its_lease_finds_it_gone_and_does_not_write() {
         })
         .collect();
     assert_eq!(runners, [a.server.0.id(), b.server.0.id()]);
+    assert!(
+        marks.join("2").exists(),
+        "node b ran the interrupted step again"
+    );
     let done: Vec<_> = state
         .checkpoints
         .iter()

@@ -264,6 +264,17 @@ impl PostgresStore {
         })
     }
 
+    /// The JSON body of the one row `sql` finds by `key`, if any.
+    async fn body<T: serde::de::DeserializeOwned>(
+        &self,
+        sql: &str,
+        key: &str,
+        what: &str,
+    ) -> StoreResult<Option<T>> {
+        let rows = self.rows(sql, &[&key]).await?;
+        Ok(bodies(&rows, what)?.pop())
+    }
+
     /// Rows of a read on a pooled connection.
     async fn rows(
         &self,
@@ -528,17 +539,21 @@ impl TaskStore for PostgresStore {
     }
 
     async fn load_summary(&self, id: &TaskId) -> StoreResult<Option<TaskSummary>> {
-        let rows = self
-            .rows("SELECT summary FROM tasks WHERE id = $1", &[&id.as_str()])
-            .await?;
-        Ok(bodies(&rows, "task summary")?.pop())
+        self.body(
+            "SELECT summary FROM tasks WHERE id = $1",
+            id.as_str(),
+            "task summary",
+        )
+        .await
     }
 
     async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>> {
-        let rows = self
-            .rows("SELECT plan FROM plans WHERE task_id = $1", &[&id.as_str()])
-            .await?;
-        Ok(bodies(&rows, "plan")?.pop())
+        self.body(
+            "SELECT plan FROM plans WHERE task_id = $1",
+            id.as_str(),
+            "plan",
+        )
+        .await
     }
 
     async fn list(&self, filter: &TaskFilter) -> StoreResult<TaskPage> {
@@ -673,10 +688,12 @@ impl TaskStore for PostgresStore {
     }
 
     async fn get_snapshot(&self, id: &SnapshotId) -> StoreResult<Option<Snapshot>> {
-        let rows = self
-            .rows("SELECT body FROM snapshots WHERE id = $1", &[&id.as_str()])
-            .await?;
-        Ok(bodies(&rows, "snapshot")?.pop())
+        self.body(
+            "SELECT body FROM snapshots WHERE id = $1",
+            id.as_str(),
+            "snapshot",
+        )
+        .await
     }
 
     async fn list_snapshots(&self, task_id: &TaskId) -> StoreResult<Vec<SnapshotInfo>> {
@@ -803,10 +820,12 @@ impl TaskStore for PostgresStore {
 #[async_trait]
 impl ApprovalStore for PostgresStore {
     async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>> {
-        let rows = self
-            .rows("SELECT body FROM approvals WHERE id = $1", &[&id.as_str()])
-            .await?;
-        Ok(bodies(&rows, "approval request")?.pop())
+        self.body(
+            "SELECT body FROM approvals WHERE id = $1",
+            id.as_str(),
+            "approval request",
+        )
+        .await
     }
 
     async fn list_approvals(&self, filter: &ApprovalFilter) -> StoreResult<Vec<ApprovalRequest>> {
