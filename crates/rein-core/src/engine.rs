@@ -632,13 +632,17 @@ impl Engine {
         }
         let plan = self.plan(id).await?;
         // Requests from before the claim were addressed to a runner that is gone;
-        // those since are this run's (sent while it was starting).
+        // those since are this run's (sent while it was starting). Where nodes
+        // share the store, a request is for whichever node holds the task, and
+        // the lease was taken before this claim: one sent in between, or left
+        // by a holder that died before it took it, is this run's too.
+        let shared = self.store.leases().is_some();
         let fresh = self
             .store
             .take_controls(id)
             .await?
             .into_iter()
-            .filter(|r| r.requested_at >= claimed_at)
+            .filter(|r| shared || r.requested_at >= claimed_at)
             .collect();
         self.controls.send_controls(id, fresh);
         // One span per task run, carrying the ids its events carry, so logs and

@@ -363,3 +363,33 @@ async fn a_write_on_one_node_wakes_a_waiter_on_another_at_once() {
         .unwrap();
     assert!(waited < std::time::Duration::from_secs(1), "{waited:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abort_sent_before_a_node_took_the_task_up_reaches_its_run() {
+    use rein_core::store::ControlRequest;
+    let store = node(&database().await, 7).await;
+    let task = pending_tasks(&store, 1).await.remove(0);
+    // Sent to the task before any node ran it (between another node's lease
+    // and its run, say): on a shared store it is the run's.
+    store
+        .request_control(&ControlRequest {
+            task_id: task.clone(),
+            kind: ControlKind::Abort,
+            by: "ana".into(),
+            reason: "wrong plan".into(),
+            requested_at: chrono::Utc::now() - chrono::Duration::seconds(5),
+        })
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let engine = rein_core::Engine::new(
+        std::sync::Arc::new(store.clone()),
+        std::sync::Arc::new(rein_core::CommandExecutor::unsandboxed()),
+        rein_core::EngineConfig::new(dir.path().join("workspaces")),
+    );
+    let ran = engine
+        .run(&task, rein_core::RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(ran.status(), rein_protocol::TaskStatus::Cancelled);
+}
