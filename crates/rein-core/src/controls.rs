@@ -110,15 +110,9 @@ async fn watch(hub: Arc<ControlHub>) {
     loop {
         // A store several nodes share says when a request was written
         // anywhere; the poll catches what a notification missed.
-        let notified = async {
-            match hub.store.leases() {
-                Some(leases) => leases.changed(crate::store::Change::Controls).await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             () = tokio::time::sleep(hub.poll) => {}
-            () = notified => {}
+            () = crate::store::changed_elsewhere(hub.store.as_ref(), crate::store::Change::Controls) => {}
         }
         {
             let Ok(mut state) = hub.state.lock() else {

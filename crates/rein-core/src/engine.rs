@@ -312,10 +312,7 @@ impl Engine {
     /// Resolves when another node may have written `what` (a store several
     /// nodes share notifies); never, for a store only this machine writes.
     pub async fn changed_elsewhere(&self, what: crate::store::Change) {
-        match self.store.leases() {
-            Some(leases) => leases.changed(what).await,
-            None => std::future::pending().await,
-        }
+        crate::store::changed_elsewhere(self.store.as_ref(), what).await;
     }
 
     fn forget(&self, id: &TaskId) {

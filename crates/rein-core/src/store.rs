@@ -354,6 +354,15 @@ pub trait LeaseStore: Send + Sync {
     async fn changed(&self, what: Change);
 }
 
+/// Resolves when another node may have written `what` to `store` (a store
+/// several nodes share notifies); never, for a store only this machine writes.
+pub async fn changed_elsewhere(store: &dyn Store, what: Change) {
+    match store.leases() {
+        Some(leases) => leases.changed(what).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// What a store's notification says was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Change {

@@ -209,21 +209,21 @@ impl AppState {
         }
         let state = self.clone();
         tokio::spawn(async move {
+            let store = Arc::clone(state.engine.store());
+            let Some(leases) = store.leases() else {
+                return;
+            };
             state.take_up_the_dead().await;
             loop {
                 let room = state.room();
                 if room > 0 {
-                    let leases = state.engine.store().leases();
-                    match leases.map(|l| l.claim_free(room)) {
-                        Some(claim) => match claim.await {
-                            Ok(claimed) => {
-                                for lease in claimed {
-                                    let _ = state.start(lease.task_id, RunOptions::default());
-                                }
+                    match leases.claim_free(room).await {
+                        Ok(claimed) => {
+                            for lease in claimed {
+                                let _ = state.start(lease.task_id, RunOptions::default());
                             }
-                            Err(e) => tracing::warn!(error = %e, "cannot claim free tasks"),
-                        },
-                        None => return,
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot claim free tasks"),
                     }
                 }
                 tokio::select! {

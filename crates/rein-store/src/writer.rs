@@ -45,15 +45,22 @@ impl<T: Send, F: FnMut(&Connection) -> StoreResult<T> + Send> WriteOp for Op<T, 
     }
 
     fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
-        let result = match (self.result, commit) {
-            (Some(Ok(value)), Ok(())) => Ok(value),
-            (Some(Ok(_)), Err(e)) => Err(e),
-            (Some(Err(e)), _) => Err(e),
-            (None, Err(e)) => Err(e),
-            (None, Ok(())) => Err(StoreError::Backend("write was never applied".into())),
-        };
         // The caller may have gone away; the write is committed either way.
-        let _ = self.reply.send(result);
+        let _ = self.reply.send(outcome(self.result, commit));
+    }
+}
+
+/// What a write's caller hears: its own failure, else the transaction's.
+pub(crate) fn outcome<T>(
+    applied: Option<StoreResult<T>>,
+    commit: Result<(), StoreError>,
+) -> StoreResult<T> {
+    match (applied, commit) {
+        (Some(Ok(value)), Ok(())) => Ok(value),
+        (Some(Ok(_)), Err(e)) => Err(e),
+        (Some(Err(e)), _) => Err(e),
+        (None, Err(e)) => Err(e),
+        (None, Ok(())) => Err(StoreError::Backend("write was never applied".into())),
     }
 }
 
@@ -66,6 +73,15 @@ pub(crate) struct Counters {
     pub busy_ns: AtomicU64,
     /// The last transaction that failed, and when (for health reports).
     pub last_error: Mutex<Option<String>>,
+}
+
+impl Counters {
+    /// Notes a transaction that failed, and when.
+    pub fn failed(&self, e: &StoreError) {
+        if let Ok(mut last) = self.last_error.lock() {
+            *last = Some(format!("{} at {}", e, chrono::Utc::now().to_rfc3339()));
+        }
+    }
 }
 
 /// The write connection and how many writes wait for the writer thread.
@@ -243,10 +259,8 @@ fn commit_and_finish(conn: &Connection, mut batch: Vec<Box<dyn WriteOp>>, counte
     counters
         .writes
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
-    if let Err(e) = &commit
-        && let Ok(mut last) = counters.last_error.lock()
-    {
-        *last = Some(format!("{} at {}", e, chrono::Utc::now().to_rfc3339()));
+    if let Err(e) = &commit {
+        counters.failed(e);
     }
     for op in batch {
         op.finish(commit.clone());

@@ -243,6 +243,11 @@ const UPSERT: &str = "
     WHERE leases.node = EXCLUDED.node OR leases.expires_at < now()
     RETURNING task_id, token, (extract(epoch FROM expires_at) * 1000000)::bigint";
 
+/// The leases as [`lease_of`] reads them.
+const LEASES: &str =
+    "SELECT task_id, runner, token, (extract(epoch FROM expires_at) * 1000000)::bigint FROM leases";
+
+/// A lease from a row of [`LEASES`].
 fn lease_of(row: &tokio_postgres::Row) -> StoreResult<Lease> {
     Ok(Lease {
         task_id: TaskId::parse(row.get::<_, &str>(0)).map_err(backend)?,
@@ -282,8 +287,7 @@ impl LeaseStore for PostgresStore {
                     }
                     let holder = c
                         .query_one(
-                            "SELECT task_id, runner, token, (extract(epoch FROM expires_at) * 1000000)::bigint
-                             FROM leases WHERE task_id = $1",
+                            &format!("{LEASES} WHERE task_id = $1"),
                             &[&task.as_str()],
                         )
                         .await
@@ -380,8 +384,7 @@ impl LeaseStore for PostgresStore {
     async fn live(&self) -> StoreResult<Vec<Lease>> {
         let rows = self
             .rows(
-                "SELECT task_id, runner, token, (extract(epoch FROM expires_at) * 1000000)::bigint
-                 FROM leases WHERE expires_at >= now() ORDER BY task_id",
+                &format!("{LEASES} WHERE expires_at >= now() ORDER BY task_id"),
                 &[],
             )
             .await?;
@@ -391,8 +394,7 @@ impl LeaseStore for PostgresStore {
     async fn holder(&self, task: &TaskId) -> StoreResult<Option<Lease>> {
         let rows = self
             .rows(
-                "SELECT task_id, runner, token, (extract(epoch FROM expires_at) * 1000000)::bigint
-                 FROM leases WHERE task_id = $1 AND expires_at >= now()",
+                &format!("{LEASES} WHERE task_id = $1 AND expires_at >= now()"),
                 &[&task.as_str()],
             )
             .await?;

@@ -11,12 +11,14 @@
 //! (a conflict, a taken id) is rolled back alone and the rest commit.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use deadpool_postgres::{Object, Pool};
 use futures_util::future::BoxFuture;
 use rein_core::{StoreError, StoreResult};
 use tokio::sync::{mpsc, oneshot};
+
+use crate::writer::{Counters, outcome};
 
 /// The advisory lock every write transaction holds until it commits.
 const WRITE_LOCK: i64 = 0x7265_696e_0002;
@@ -59,24 +61,8 @@ impl<T: Send, F: Work<T>> Job for Op<T, F> {
     }
 
     fn finish(self: Box<Self>, commit: Result<(), StoreError>) {
-        let result = match (self.result, commit) {
-            (Some(Err(e)), _) => Err(e),
-            (Some(Ok(_)), Err(e)) => Err(e),
-            (Some(Ok(v)), Ok(())) => Ok(v),
-            (None, Err(e)) => Err(e),
-            (None, Ok(())) => Err(StoreError::Backend("the write did not run".into())),
-        };
-        let _ = self.reply.send(result);
+        let _ = self.reply.send(outcome(self.result, commit));
     }
-}
-
-/// Commits and writes counted since the store was opened.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub commits: AtomicU64,
-    pub writes: AtomicU64,
-    pub busy_ns: AtomicU64,
-    pub last_error: std::sync::Mutex<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -152,11 +138,7 @@ async fn run(
                 counters.commits.fetch_add(1, Ordering::Relaxed);
                 counters.writes.fetch_add(n, Ordering::Relaxed);
             }
-            Err(e) => {
-                if let Ok(mut last) = counters.last_error.lock() {
-                    *last = Some(format!("{e} (at {})", chrono::Utc::now().to_rfc3339()));
-                }
-            }
+            Err(e) => counters.failed(e),
         }
         for job in batch {
             job.finish(committed.clone());
