@@ -498,6 +498,45 @@ async fn http(connections: usize, seconds: u64, dir: &Path) -> anyhow::Result<se
 }
 
 /// A chain of `n` no-op steps, each depending on the one before.
+/// `tasks` new tasks, each a [`chain`] of `steps`.
+async fn chains(
+    engine: &Engine,
+    tasks: usize,
+    steps: usize,
+) -> anyhow::Result<Vec<rein_protocol::TaskId>> {
+    let mut ids = Vec::with_capacity(tasks);
+    for _ in 0..tasks {
+        let created = engine
+            .create(CreateTask {
+                plan: chain(steps),
+                session_id: None,
+                workspace: None,
+                confined_to: None,
+            })
+            .await?;
+        ids.push(created.id().clone());
+    }
+    Ok(ids)
+}
+
+/// Runs every task of `ids` at once; an error unless all complete.
+async fn run_all(engine: &Arc<Engine>, ids: Vec<rein_protocol::TaskId>) -> anyhow::Result<()> {
+    let mut runs = tokio::task::JoinSet::new();
+    for id in ids {
+        let engine = Arc::clone(engine);
+        runs.spawn(async move { engine.run(&id, RunOptions::default()).await });
+    }
+    while let Some(done) = runs.join_next().await {
+        let state = done??;
+        anyhow::ensure!(
+            state.status() == TaskStatus::Completed,
+            "a task ended {}",
+            state.status()
+        );
+    }
+    Ok(())
+}
+
 fn chain(n: usize) -> TaskDecomposition {
     let steps = (0..n)
         .map(|i| TaskStep {
@@ -726,22 +765,10 @@ async fn steps(
     // is a one-off of a fresh store (about 1,000 WAL pages), so the run and the
     // ceiling are both timed past it, unless --cold asks for the fresh store.
     let warm_up = if cold { 0 } else { WARM_UP_STEPS };
-    let create_chain = |steps| {
-        engine.create(CreateTask {
-            plan: chain(steps),
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
-    };
     if warm_up > 0 {
-        let warm = create_chain(warm_up).await?;
-        engine.run(warm.id(), RunOptions::default()).await?;
+        run_all(&engine, chains(&engine, 1, warm_up).await?).await?;
     }
-    let mut ids = Vec::with_capacity(tasks);
-    for _ in 0..tasks {
-        ids.push(create_chain(steps).await?.id().clone());
-    }
+    let ids = chains(&engine, tasks, steps).await?;
     // The ceiling is measured in two halves, just before the run and just
     // after it: the disk's speed drifts over seconds, and bracketing the run
     // averages the drift out instead of comparing against one side of it.
@@ -756,19 +783,7 @@ async fn steps(
         .map_err(|_| anyhow::anyhow!("poisoned"))?
         .clear();
     let started = Instant::now();
-    let mut runs = tokio::task::JoinSet::new();
-    for id in ids {
-        let engine = engine.clone();
-        runs.spawn(async move { engine.run(&id, RunOptions::default()).await });
-    }
-    while let Some(done) = runs.join_next().await {
-        let state = done??;
-        anyhow::ensure!(
-            state.status() == TaskStatus::Completed,
-            "a task ended {}",
-            state.status()
-        );
-    }
+    run_all(&engine, ids).await?;
     let elapsed = started.elapsed().as_secs_f64();
     let after = store.stats();
     let mut latencies = latencies

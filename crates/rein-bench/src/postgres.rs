@@ -17,8 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
-use rein_protocol::TaskStatus;
+use rein_core::{CommandExecutor, Engine, EngineConfig};
 use rein_store::PostgresStore;
 use serde_json::{Value, json};
 
@@ -78,36 +77,13 @@ async fn steps(
         Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.join("ws")),
     ));
-    let mut ids = Vec::with_capacity(tasks);
-    for _ in 0..tasks {
-        let created = engine
-            .create(CreateTask {
-                plan: crate::chain(steps),
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
-            .await?;
-        ids.push(created.id().clone());
-    }
+    let ids = crate::chains(&engine, tasks, steps).await?;
     let (first, second) = (ceiling_commits / 2, ceiling_commits - ceiling_commits / 2);
     let mut bare = Ceiling::open(url).await?;
     let before_run = bare.time(first).await?;
     let stats_before = store.stats();
     let started = Instant::now();
-    let mut runs = tokio::task::JoinSet::new();
-    for id in ids {
-        let engine = engine.clone();
-        runs.spawn(async move { engine.run(&id, RunOptions::default()).await });
-    }
-    while let Some(done) = runs.join_next().await {
-        let state = done??;
-        anyhow::ensure!(
-            state.status() == TaskStatus::Completed,
-            "a task ended {}",
-            state.status()
-        );
-    }
+    crate::run_all(&engine, ids).await?;
     let elapsed = started.elapsed();
     let stats_after = store.stats();
     let after_run = bare.time(second).await?;
