@@ -31,7 +31,7 @@
 //!
 //! `rein-bench takeover --tasks N` kills a real `rein serve` with N tasks in
 //! flight (`kill -9`) and times its restart: until it answers, and until every
-//! interrupted step runs again.
+//! interrupted step runs again, against the same steps' scripts started bare.
 //!
 //! `rein-bench postgres` runs `--tasks` × `--steps` durable steps on a
 //! PostgreSQL store against that server's bare commit ceiling, and times how

@@ -5,7 +5,8 @@
 //! with it) and started again on the same data directory. Timed from that
 //! start: until it answers a read (a page of tasks), then `/healthz`, and until every interrupted step runs
 //! again (its second attempt has noted itself). Steps run unsandboxed, so the
-//! time is rein's, not the sandbox's.
+//! time is rein's, not the sandbox's. Before that, the floor: the same N
+//! scripts started by the bench alone (see [`bare_starts`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -65,16 +66,104 @@ pub(crate) fn attempts(marks: &Path, attempt: u32) -> usize {
 /// A plan of one idempotent step that notes its attempt in `marks`
 /// (`TASK.ATTEMPT`) and then sleeps: a step in flight.
 pub(crate) fn in_flight(marks: &Path) -> String {
-    // The shell notes the attempt itself (a redirection, no program of its
-    // own), so what is timed is rein starting steps, not coreutils.
-    let step = format!(
-        ": > {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
-        marks.display()
-    );
     format!(
         "description = \"a step in flight\"\n[[steps]]\nid = \"wait\"\nrun = {}\nidempotent = true\n",
-        toml_string(&step)
+        toml_string(&step_script(marks))
     )
+}
+
+/// The script of [`in_flight`]'s step. The shell notes the attempt itself (a
+/// redirection, no program of its own), so what is timed is starting steps,
+/// not coreutils.
+fn step_script(marks: &Path) -> String {
+    format!(
+        ": > {}/\"$REIN_TASK_ID.$REIN_ATTEMPT\"; exec sleep 3600",
+        marks.display()
+    )
+}
+
+/// The floor under a take-over on this machine: `tasks` copies of the step's
+/// script started by this process itself, with no rein and no store, from
+/// as many threads as there are cores (each start waits for its `exec`), and
+/// timed until every one has noted itself. `through`, if given, is the
+/// trampoline rein starts steps through (`rein-confine`): then each start is
+/// the same three programs as one of rein's steps. The processes are killed
+/// before it returns.
+fn bare_starts(tasks: usize, through: Option<&Path>, dir: &Path) -> anyhow::Result<Duration> {
+    let marks = dir.join(if through.is_some() {
+        "bare-trampoline"
+    } else {
+        "bare-sh"
+    });
+    std::fs::create_dir_all(&marks)?;
+    let script = step_script(&marks);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let me = std::process::id().to_string();
+    let start = |i: usize| {
+        let mut command = match through {
+            Some(trampoline) => {
+                let mut c = std::process::Command::new(trampoline);
+                c.args(["--parent", &me, "--unconfined", "--workspace"])
+                    .arg(dir)
+                    .args(["--", &script]);
+                c
+            }
+            None => {
+                let mut c = std::process::Command::new("sh");
+                c.args(["-c", &script]).current_dir(dir);
+                c
+            }
+        };
+        command
+            .env("REIN_TASK_ID", format!("bare{i}"))
+            .env("REIN_ATTEMPT", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+    };
+    let started = Instant::now();
+    let (sent, started_children) = std::sync::mpsc::channel();
+    // The trampoline dies with the thread that started it, so the threads
+    // live until the processes are killed.
+    let (done, until_done) = std::sync::mpsc::channel::<()>();
+    let until_done = std::sync::Mutex::new(until_done);
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (start, sent, until_done) = (&start, sent.clone(), &until_done);
+            scope.spawn(move || {
+                for i in (t..tasks).step_by(threads) {
+                    let _ = sent.send(start(i));
+                }
+                drop(sent);
+                // Every thread waits for the one message (or the sender's end).
+                let _ = until_done.lock().map(|r| r.recv());
+            });
+        }
+        drop(sent);
+        let mut children = Vec::with_capacity(tasks);
+        let mut all = Ok(());
+        for child in started_children.iter().take(tasks) {
+            match child {
+                Ok(child) => children.push(child),
+                Err(e) => all = Err(anyhow::anyhow!("cannot start a bare step: {e}")),
+            }
+        }
+        let until = started + Duration::from_secs(120);
+        while all.is_ok() && attempts(&marks, 1) < tasks {
+            if Instant::now() > until {
+                all = Err(anyhow::anyhow!("timed out waiting for the bare steps"));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let took = started.elapsed();
+        for child in &mut children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        drop(done);
+        all.map(|()| took)
+    })
 }
 
 pub(crate) async fn wait_for(
@@ -92,6 +181,13 @@ pub(crate) async fn wait_for(
 
 pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow::Result<Value> {
     let rein = crate::sse::rein_binary(rein)?;
+    let trampoline = rein.with_file_name("rein-confine");
+    let bare_sh = bare_starts(tasks, None, dir)?;
+    let bare_trampoline = if trampoline.exists() {
+        Some(bare_starts(tasks, Some(&trampoline), dir)?)
+    } else {
+        None
+    };
     let data = dir.join("data");
     let marks = dir.join("marks");
     std::fs::create_dir_all(&marks)?;
@@ -144,5 +240,9 @@ pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow
         "reading_ms": ms(reading),
         "answering_ms": ms(answering),
         "all_running_again_ms": ms(all_running),
+        "bare_sh_ms": ms(bare_sh),
+        "bare_trampoline_ms": bare_trampoline.map(ms),
+        "over_bare_trampoline": bare_trampoline
+            .map(|b| (all_running.as_secs_f64() / b.as_secs_f64() * 100.0).round() / 100.0),
     }))
 }
