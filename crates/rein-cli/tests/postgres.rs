@@ -177,3 +177,46 @@ fn a_node_restarted_after_kill_9_takes_its_tasks_up_without_waiting_out_its_leas
         "the restarted node waited {took:?}: its old lease lasts 60 s"
     );
 }
+
+#[test]
+fn a_store_over_tls_is_checked_as_the_url_says() {
+    use rein_store::postgres::scratch::{Certificates, Scratch};
+    let dir = tempfile::tempdir().unwrap();
+    let certs = Certificates::make(dir.path()).unwrap();
+    let cluster = Scratch::start_tls(&certs).unwrap();
+    let db = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(cluster.database_named())
+        .unwrap();
+    let url = |root: &std::path::Path| {
+        format!(
+            "postgres://rein@localhost:{}/{db}?sslmode=verify-full&sslrootcert={}",
+            cluster.port(),
+            root.display()
+        )
+    };
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "plan.toml", PLAN);
+    let checked = url(&certs.authority);
+    run_ok(
+        rein(&data)
+            .args(["--store", &checked, "--sandbox", "none", "run"])
+            .arg(&plan),
+    );
+    let listed = json(&run_ok(
+        rein(&data).args(["--store", &checked, "tasks", "list", "--json"]),
+    ));
+    assert_eq!(listed[0]["status"], "completed", "{listed}");
+    let out = rein(&data)
+        .args(["--store", &url(&certs.other_authority), "tasks", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("invalid peer certificate") && said.contains("sslrootcert"),
+        "{said}"
+    );
+}

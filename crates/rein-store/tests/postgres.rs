@@ -393,3 +393,117 @@ async fn an_abort_sent_before_a_node_took_the_task_up_reaches_its_run() {
         .unwrap();
     assert_eq!(ran.status(), rein_protocol::TaskStatus::Cancelled);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_negotiated_and_checked_as_sslmode_says() {
+    use rein_core::LeaseStore;
+    let dir = tempfile::tempdir().unwrap();
+    let certs = scratch::Certificates::make(dir.path()).unwrap();
+    let cluster = scratch::Scratch::start_tls(&certs).unwrap();
+    let db = cluster.database_named().await.unwrap();
+    let port = cluster.port();
+    // The cluster lets TCP clients in only over TLS: a store that opens is
+    // one whose connections are encrypted.
+    let url = |host: &str, query: &str| format!("postgres://rein@{host}:{port}/{db}?{query}");
+    let (ca, other) = (
+        certs.authority.display().to_string(),
+        certs.other_authority.display().to_string(),
+    );
+    for (host, query) in [
+        ("localhost", String::new()),
+        ("localhost", "sslmode=prefer".into()),
+        ("localhost", "sslmode=require".into()),
+        ("127.0.0.1", "sslmode=require".into()),
+        ("localhost", format!("sslmode=verify-full&sslrootcert={ca}")),
+        ("localhost", format!("sslmode=verify-ca&sslrootcert={ca}")),
+        ("127.0.0.1", format!("sslmode=verify-ca&sslrootcert={ca}")),
+        ("localhost", format!("sslmode=require&sslrootcert={ca}")),
+    ] {
+        let opened = PostgresStore::connect(&url(host, &query)).await;
+        assert!(opened.is_ok(), "{host} {query}: {:?}", opened.err());
+    }
+    for (host, query, says) in [
+        ("localhost", "sslmode=disable".to_owned(), "no encryption"),
+        (
+            "localhost",
+            format!("sslmode=verify-full&sslrootcert={other}"),
+            "UnknownIssuer",
+        ),
+        (
+            "localhost",
+            format!("sslmode=verify-ca&sslrootcert={other}"),
+            "UnknownIssuer",
+        ),
+        // libpq's rule: `require` with a root certificate checks the chain.
+        (
+            "localhost",
+            format!("sslmode=require&sslrootcert={other}"),
+            "UnknownIssuer",
+        ),
+        // The certificate names localhost, not the address.
+        (
+            "127.0.0.1",
+            format!("sslmode=verify-full&sslrootcert={ca}"),
+            "not valid for name \"127.0.0.1\"",
+        ),
+    ] {
+        let message = error(PostgresStore::connect(&url(host, &query)).await);
+        assert!(
+            message.contains(says) && message.contains("cannot connect to PostgreSQL"),
+            "{host} {query}: {message}"
+        );
+    }
+    // The checked store works: a write, a read, and the notifications'
+    // connection (TLS too) wakes a waiter.
+    let checked = url(
+        "localhost",
+        &format!("sslmode=verify-full&sslrootcert={ca}"),
+    );
+    let node = |pid| {
+        let checked = checked.clone();
+        async move {
+            let options = rein_store::postgres::PostgresOptions {
+                node: Some(rein_protocol::RunnerInfo {
+                    host: "test".into(),
+                    pid,
+                    process_start: Some(1),
+                }),
+                ..Default::default()
+            };
+            PostgresStore::connect_with(&checked, options)
+                .await
+                .unwrap()
+        }
+    };
+    let (a, b) = (node(7).await, node(8).await);
+    let ids = pending_tasks(&a, 1).await;
+    assert!(b.load_summary(&ids[0]).await.unwrap().is_some());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let waiting = tokio::spawn(async move { b.changed(rein_core::store::Change::Controls).await });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    a.request_control(&ControlRequest {
+        task_id: ids[0].clone(),
+        kind: ControlKind::Pause,
+        by: "a".into(),
+        reason: String::new(),
+        requested_at: chrono::Utc::now(),
+    })
+    .await
+    .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), waiting)
+        .await
+        .expect("the notification arrives over TLS")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_server_without_tls_is_refused_when_tls_is_required() {
+    let url = database().await;
+    assert!(
+        PostgresStore::connect(&format!("{url}?sslmode=prefer"))
+            .await
+            .is_ok()
+    );
+    let message = error(PostgresStore::connect(&format!("{url}?sslmode=require")).await);
+    assert!(message.contains("sslmode=require"), "{message}");
+}

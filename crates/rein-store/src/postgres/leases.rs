@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Object, Pool};
@@ -65,6 +66,7 @@ impl Leases {
     pub fn start(
         pool: Pool,
         config: tokio_postgres::Config,
+        tls: MakeRustlsConnect,
         ttl: Duration,
         node: Option<RunnerInfo>,
     ) -> Arc<Leases> {
@@ -79,7 +81,7 @@ impl Leases {
             _alive: alive,
         });
         tokio::spawn(renew(pool, Arc::downgrade(&leases), stopped.clone()));
-        tokio::spawn(listen(config, Arc::clone(&leases.wake), stopped));
+        tokio::spawn(listen(config, tls, Arc::clone(&leases.wake), stopped));
         leases
     }
 
@@ -133,12 +135,13 @@ async fn renew(pool: Pool, leases: std::sync::Weak<Leases>, mut stopped: watch::
 /// them then too: something may have been missed).
 async fn listen(
     config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
     wake: Arc<Wakes>,
     mut stopped: watch::Receiver<()>,
 ) {
     loop {
         let session = async {
-            let (client, mut connection) = config.connect(tokio_postgres::NoTls).await?;
+            let (client, mut connection) = config.connect(tls.clone()).await?;
             let (heard, mut notes) = tokio::sync::mpsc::unbounded_channel();
             // The connection is driven by reading its messages; it ends when
             // the client is dropped.

@@ -11,6 +11,7 @@ mod leases;
 mod metrics;
 pub mod schema;
 pub mod scratch;
+mod tls;
 mod writer;
 
 use std::sync::Arc;
@@ -163,9 +164,13 @@ impl PostgresStore {
     /// [`PostgresStore::connect`] as `options` say.
     pub async fn connect_with(url: &str, options: PostgresOptions) -> StoreResult<PostgresStore> {
         let target = options.target;
-        let mut config: tokio_postgres::Config = url.parse().map_err(|e| {
+        let tls::Secured {
+            mut config,
+            connector,
+            mode,
+        } = tls::secure(url).map_err(|e| {
             backend(format!(
-                "invalid PostgreSQL URL `{}`: {e}; write it as postgres://USER@HOST:PORT/DATABASE",
+                "invalid PostgreSQL URL `{}`: {e}; write it as postgres://USER@HOST:PORT/DATABASE[?sslmode=verify-full&sslrootcert=FILE]",
                 redacted(url)
             ))
         })?;
@@ -193,7 +198,7 @@ impl PostgresStore {
         let listen_config = config.clone();
         let manager = Manager::from_config(
             config,
-            tokio_postgres::NoTls,
+            connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -203,9 +208,15 @@ impl PostgresStore {
             .build()
             .map_err(backend)?;
         let mut client = pool.get().await.map_err(|e| {
+            let why = pool_error(&e);
+            let next = if why.contains("certificate") {
+                "check that sslrootcert holds the authority that signed the server's certificate, and (verify-full) that the URL's host is a name the certificate holds"
+            } else {
+                "check that the server runs and that --store (or REIN_STORE) names it"
+            };
             backend(format!(
-                "cannot connect to PostgreSQL at {location}: {}; check that the server runs and that --store (or REIN_STORE) names it",
-                pool_error(&e)
+                "cannot connect to PostgreSQL at {location} (sslmode={}): {why}; {next}",
+                mode.as_str(),
             ))
         })?;
         let migrated = schema::migrate_to(&mut client, target)
@@ -224,8 +235,13 @@ impl PostgresStore {
             })?;
         drop(client);
         let writer = Writer::start(pool.clone());
-        let leases =
-            leases::Leases::start(pool.clone(), listen_config, options.lease, options.node);
+        let leases = leases::Leases::start(
+            pool.clone(),
+            listen_config,
+            connector,
+            options.lease,
+            options.node,
+        );
         Ok(PostgresStore {
             writer,
             pool,

@@ -111,6 +111,17 @@ impl Scratch {
     /// Makes a cluster and starts its server; returns once it accepts
     /// connections (about a second).
     pub fn start() -> std::io::Result<Scratch> {
+        Scratch::start_with(None)
+    }
+
+    /// [`Scratch::start`] with TLS on, the server's certificate and key
+    /// those of `certs`, and connections over TCP accepted only with TLS
+    /// (`hostssl` in `pg_hba.conf`; the socket stays open without).
+    pub fn start_tls(certs: &Certificates) -> std::io::Result<Scratch> {
+        Scratch::start_with(Some((&certs.server, &certs.key)))
+    }
+
+    fn start_with(tls: Option<(&Path, &Path)>) -> std::io::Result<Scratch> {
         let bin = binaries().ok_or_else(|| {
             failed(
                 "no server binaries",
@@ -150,9 +161,15 @@ impl Scratch {
                 String::from_utf8_lossy(&made.stderr).trim(),
             ));
         }
+        if let Some((cert, key)) = tls
+            && let Err(e) = Scratch::secure(&data, cert, key, user)
+        {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
         let mut last = None;
         for _ in 0..5 {
-            match Scratch::serve(&bin, &dir, user) {
+            match Scratch::serve(&bin, &dir, user, tls.is_some()) {
                 Ok((shell, stop, port)) => {
                     return Ok(Scratch {
                         port,
@@ -170,12 +187,46 @@ impl Scratch {
         Err(last.unwrap_or_else(|| failed("server did not start", "")))
     }
 
+    /// Puts the certificate and key in the cluster's directory (the key the
+    /// server user's alone, as PostgreSQL insists) and lets TCP clients in
+    /// only over TLS.
+    fn secure(
+        data: &Path,
+        cert: &Path,
+        key: &Path,
+        user: Option<(u32, u32)>,
+    ) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let copy = |from: &Path, name: &str, mode: u32| -> std::io::Result<()> {
+            let to = data.join(name);
+            std::fs::copy(from, &to)
+                .map_err(|e| failed(&format!("cannot copy {}", from.display()), e))?;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))?;
+            if let Some((uid, gid)) = user {
+                nix::unistd::chown(
+                    &to,
+                    Some(nix::unistd::Uid::from_raw(uid)),
+                    Some(nix::unistd::Gid::from_raw(gid)),
+                )
+                .map_err(|e| failed("cannot hand the key to the server's user", e))?;
+            }
+            Ok(())
+        };
+        copy(cert, "server.crt", 0o644)?;
+        copy(key, "server.key", 0o600)?;
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+        )
+    }
+
     /// Starts the server under its stopping shell and waits for the line that
     /// says it is ready.
     fn serve(
         bin: &Path,
         dir: &Path,
         user: Option<(u32, u32)>,
+        tls: bool,
     ) -> std::io::Result<(Child, ChildStdin, u16)> {
         let port = free_port()?;
         let mut shell = Command::new("sh");
@@ -199,6 +250,7 @@ rm -rf "$dir""#,
             .arg(dir)
             .args(["-c", "max_connections=400", "-c", "shared_buffers=64MB"])
             .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
+            .args(["-c", if tls { "ssl=on" } else { "ssl=off" }])
             .args([
                 "-c",
                 "log_min_messages=warning",
@@ -261,12 +313,23 @@ rm -rf "$dir""#,
     /// Makes a new, empty database and returns its URL: one per test, so
     /// tests share a cluster and nothing else.
     pub async fn database(&self) -> std::io::Result<String> {
+        let name = self.database_named().await?;
+        Ok(self.url(&name))
+    }
+
+    /// [`Scratch::database`], returning the new database's name.
+    pub async fn database_named(&self) -> std::io::Result<String> {
         let n = self.databases.fetch_add(1, Ordering::Relaxed);
         let name = format!("t{n}");
-        let (client, connection) =
-            tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls)
-                .await
-                .map_err(|e| failed("cannot connect", e))?;
+        // Over the socket, which takes no TLS whatever the cluster's TCP wants.
+        let (client, connection) = tokio_postgres::Config::new()
+            .host_path(&self.dir)
+            .port(self.port)
+            .user(SUPERUSER)
+            .dbname("postgres")
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| failed("cannot connect", e))?;
         let driver = tokio::spawn(connection);
         let made = client
             .batch_execute(&format!("CREATE DATABASE {name}"))
@@ -274,7 +337,7 @@ rm -rf "$dir""#,
             .map_err(|e| failed("cannot create a database", e));
         drop(client);
         let _ = driver.await;
-        made.map(|()| self.url(&name))
+        made.map(|()| name)
     }
 
     /// Stops the server (an immediate shutdown: a scratch cluster keeps
@@ -291,5 +354,82 @@ rm -rf "$dir""#,
 impl Drop for Scratch {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Certificates for a TLS cluster, made by `openssl` (Debian's `openssl`
+/// package): an authority, a server certificate it signed for `localhost`
+/// only (not for `127.0.0.1`), its key, and a second authority that signed
+/// nothing. All PEM files in one directory.
+#[derive(Debug)]
+pub struct Certificates {
+    pub authority: PathBuf,
+    pub other_authority: PathBuf,
+    pub server: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Certificates {
+    pub fn make(dir: &Path) -> std::io::Result<Certificates> {
+        let openssl = |args: &[&str]| -> std::io::Result<()> {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .map_err(|e| failed("cannot run openssl (install Debian's `openssl`)", e))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(failed(
+                    &format!("openssl {}", args.join(" ")),
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                ))
+            }
+        };
+        let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+        for (ca, name) in [
+            ("ca", "/CN=rein test authority"),
+            ("other", "/CN=another authority"),
+        ] {
+            let (key, crt) = (format!("{ca}.key"), format!("{ca}.crt"));
+            let mut args = vec!["req", "-x509", "-nodes", "-days", "2"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &crt, "-subj", name]);
+            args.extend(["-addext", "basicConstraints=critical,CA:TRUE"]);
+            args.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
+            openssl(&args)?;
+        }
+        let mut args = vec!["req", "-nodes"];
+        args.extend(ec);
+        args.extend(["-keyout", "server.key", "-out", "server.csr"]);
+        args.extend(["-subj", "/CN=localhost"]);
+        openssl(&args)?;
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "server.crt",
+            "-extfile",
+            "server.ext",
+        ])?;
+        Ok(Certificates {
+            authority: dir.join("ca.crt"),
+            other_authority: dir.join("other.crt"),
+            server: dir.join("server.crt"),
+            key: dir.join("server.key"),
+        })
     }
 }
