@@ -205,6 +205,18 @@ async fn of_writers_at_one_position_exactly_one_wins(b: Backend) {
     let after = b.store.events(state.id(), 0, usize::MAX).await.unwrap();
     let seqs: Vec<u64> = after.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (1..=state.head.last_seq + 1).collect::<Vec<_>>());
+    // A write with no events still checks the position; a write to a task
+    // that is not there says so.
+    let mut empty = write_after(&state, &log);
+    empty.events.clear();
+    let stale = b.store.save(empty.clone()).await.unwrap_err();
+    assert!(matches!(stale, StoreError::Conflict { .. }), "{stale}");
+    empty.expected_seq += 1;
+    b.store.save(empty).await.unwrap();
+    let mut unknown = write_after(&state, &log);
+    unknown.task_id = rein_protocol::TaskId::new();
+    let missing = b.store.save(unknown).await.unwrap_err();
+    assert!(matches!(missing, StoreError::TaskNotFound(_)), "{missing}");
 }
 
 /// Each task's log is gap-free from 1 and pages by position; the feed of all

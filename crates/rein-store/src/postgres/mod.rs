@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use futures_util::future::{join, join3};
 use rein_core::store::{
     ApprovalFilter, AuditRecord, Change, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
     RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, StoreProbe, TaskFilter, TaskPage,
@@ -399,6 +400,16 @@ fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
     })
 }
 
+/// A task write in one statement: the task's row brought to the write's
+/// last event if its log is still where the write read it (`$2`), and the
+/// write's events appended. It changes no row, and appends none, otherwise.
+const ADVANCE: &str = "WITH t AS (
+        UPDATE tasks SET last_seq = $3, summary = $4, status = $5,
+            status_at = CASE WHEN status = $5 THEN status_at ELSE $6 END
+        WHERE id = $1 AND last_seq = $2 RETURNING tkey)
+    INSERT INTO events (tkey, seq, type, body)
+    SELECT t.tkey, e.* FROM t, UNNEST($7::bigint[], $8::text[], $9::text[]) AS e";
+
 /// Appends a write's events, approvals and ledger entries.
 async fn append(c: &Object, tkey: i64, w: &Encoded) -> StoreResult<()> {
     if !w.seqs.is_empty() {
@@ -411,6 +422,11 @@ async fn append(c: &Object, tkey: i64, w: &Encoded) -> StoreResult<()> {
             .await
             .map_err(pg)?;
     }
+    append_rest(c, w).await
+}
+
+/// Appends a write's approvals and ledger entries.
+async fn append_rest(c: &Object, w: &Encoded) -> StoreResult<()> {
     for (id, status, created_at, body) in &w.approvals {
         let insert = prepared!(
             c,
@@ -449,17 +465,16 @@ async fn append_ledger(c: &Object, entry: LedgerEntry) -> StoreResult<LedgerEntr
 /// A task's row as a write finds it.
 struct TaskRow {
     tkey: i64,
-    status: String,
 }
 
 /// The row of a task whose log is at `expected`; a write that read the task
 /// at another position is refused.
 async fn task_at(c: &Object, task_id: &TaskId, expected: i64) -> StoreResult<TaskRow> {
-    let stmt = prepared!(c, "SELECT tkey, status, last_seq FROM tasks WHERE id = $1");
+    let stmt = prepared!(c, "SELECT tkey, last_seq FROM tasks WHERE id = $1");
     let Some(row) = c.query_opt(&stmt, &[&task_id.as_str()]).await.map_err(pg)? else {
         return Err(StoreError::TaskNotFound(task_id.clone()));
     };
-    let actual: i64 = row.get(2);
+    let actual: i64 = row.get(1);
     if actual != expected {
         return Err(StoreError::Conflict {
             task_id: task_id.clone(),
@@ -467,10 +482,7 @@ async fn task_at(c: &Object, task_id: &TaskId, expected: i64) -> StoreResult<Tas
             actual: unseq(actual),
         });
     }
-    Ok(TaskRow {
-        tkey: row.get(0),
-        status: row.get(1),
-    })
+    Ok(TaskRow { tkey: row.get(0) })
 }
 
 #[async_trait]
@@ -517,27 +529,49 @@ impl TaskStore for PostgresStore {
                 Box::pin(async move {
                     // A node that lost the task's lease hears so, whatever
                     // else changed since it read the task.
-                    leases::fenced(c, &leases, &task_id).await?;
-                    let task = task_at(c, &task_id, w.expected_seq).await?;
+                    // The fence, the write and the notification go out
+                    // together (tokio-postgres pipelines what is awaited at
+                    // once) and are judged in that order: what a failed
+                    // check let through is undone with the write's savepoint.
+                    let fence = leases::fenced(c, &leases, &task_id);
                     if w.seqs.is_empty() {
-                        return Ok(());
+                        let (fenced, task) =
+                            join(fence, task_at(c, &task_id, w.expected_seq)).await;
+                        fenced?;
+                        return task.map(|_| ());
                     }
-                    let status_at = if task.status == w.status {
-                        None
-                    } else {
-                        Some(&w.updated_at)
+                    let advance = async {
+                        let stmt = prepared!(c, ADVANCE);
+                        c.execute(
+                            &stmt,
+                            &[
+                                &w.task_id,
+                                &w.expected_seq,
+                                &w.last_seq,
+                                &w.summary,
+                                &w.status,
+                                &w.updated_at,
+                                &w.seqs,
+                                &w.types,
+                                &w.bodies,
+                            ],
+                        )
+                        .await
+                        .map_err(pg)
                     };
-                    let stmt = prepared!(
-                        c,
-                        "UPDATE tasks SET last_seq = $2, summary = $3, status = $4,
-                         status_at = COALESCE($5, status_at) WHERE tkey = $1"
-                    );
-                    c.execute(
-                        &stmt,
-                        &[&task.tkey, &w.last_seq, &w.summary, &w.status, &status_at],
-                    )
-                    .await
-                    .map_err(pg)?;
+                    // For event streams on every node.
+                    let notify = leases::notify(c, Change::Events);
+                    let (fenced, advanced, notified) = join3(fence, advance, notify).await;
+                    fenced?;
+                    if advanced? == 0 {
+                        // Not where the write read it: say where it is.
+                        task_at(c, &task_id, w.expected_seq).await?;
+                        return Err(backend(format!(
+                            "task {task_id} was at {} but took no write",
+                            w.expected_seq
+                        )));
+                    }
+                    notified?;
                     if let Some(plan) = &w.plan {
                         c.execute(
                             "UPDATE plans SET plan = $2 WHERE task_id = $1",
@@ -546,9 +580,7 @@ impl TaskStore for PostgresStore {
                         .await
                         .map_err(pg)?;
                     }
-                    append(c, task.tkey, &w).await?;
-                    // For event streams on every node.
-                    leases::notify(c, Change::Events).await
+                    append_rest(c, &w).await
                 })
             })
             .await

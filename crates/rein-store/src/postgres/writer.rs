@@ -159,20 +159,22 @@ async fn commit(pool: &Pool, batch: &mut [Box<dyn Job>]) -> Result<(), StoreErro
         ))
         .await
         .map_err(backend)?;
-    let alone = batch.len() == 1;
+    let last = batch.len() - 1;
     let applied: Result<bool, StoreError> = async {
+        if last == 0 {
+            return Ok(batch[0].apply(&client).await);
+        }
         let mut any = false;
-        for job in batch.iter_mut() {
-            if alone {
-                return Ok(job.apply(&client).await);
-            }
-            client.batch_execute("SAVEPOINT w").await.map_err(backend)?;
+        client.batch_execute("SAVEPOINT w").await.map_err(backend)?;
+        for (i, job) in batch.iter_mut().enumerate() {
             let ok = job.apply(&client).await;
             any |= ok;
-            let end = if ok {
-                "RELEASE SAVEPOINT w"
-            } else {
-                "ROLLBACK TO SAVEPOINT w; RELEASE SAVEPOINT w"
+            // One round trip ends this write's savepoint and opens the next's.
+            let end = match (ok, i == last) {
+                (true, true) => "RELEASE SAVEPOINT w",
+                (true, false) => "RELEASE SAVEPOINT w; SAVEPOINT w",
+                (false, true) => "ROLLBACK TO SAVEPOINT w; RELEASE SAVEPOINT w",
+                (false, false) => "ROLLBACK TO SAVEPOINT w; RELEASE SAVEPOINT w; SAVEPOINT w",
             };
             client.batch_execute(end).await.map_err(backend)?;
         }
