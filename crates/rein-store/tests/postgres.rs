@@ -453,6 +453,25 @@ async fn tls_is_negotiated_and_checked_as_sslmode_says() {
             "{host} {query}: {message}"
         );
     }
+    // A database that wants a client certificate takes the one its
+    // authority signed for the user, and no client without one.
+    cluster.create_database(scratch::CERTIFIED).await.unwrap();
+    let certified = format!(
+        "postgres://rein@localhost:{port}/{}?sslmode=verify-full&sslrootcert={ca}",
+        scratch::CERTIFIED
+    );
+    let message = error(PostgresStore::connect(&certified).await);
+    assert!(
+        message.contains("requires a valid client certificate") && message.contains("sslkey"),
+        "{message}"
+    );
+    let with_cert = format!(
+        "{certified}&sslcert={}&sslkey={}",
+        certs.client.display(),
+        certs.client_key.display()
+    );
+    let opened = PostgresStore::connect(&with_cert).await;
+    assert!(opened.is_ok(), "{:?}", opened.err());
     // The checked store works: a write, a read, and the notifications'
     // connection (TLS too) wakes a waiter.
     let checked = url(

@@ -210,7 +210,9 @@ impl PostgresStore {
             .map_err(backend)?;
         let mut client = pool.get().await.map_err(|e| {
             let why = pool_error(&e);
-            let next = if why.contains("certificate") {
+            let next = if why.contains("client certificate") {
+                "give the certificate the server's authority signed for this user as sslcert, and its key as sslkey"
+            } else if why.contains("peer certificate") {
                 "check that sslrootcert holds the authority that signed the server's certificate, and (verify-full) that the URL's host is a name the certificate holds"
             } else {
                 "check that the server runs and that --store (or REIN_STORE) names it"

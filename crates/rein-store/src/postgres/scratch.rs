@@ -57,6 +57,9 @@ pub struct Scratch {
 /// The superuser of a scratch cluster (trusted on loopback, no password).
 pub const SUPERUSER: &str = "rein";
 
+/// The database of a TLS cluster that takes only clients with a certificate.
+pub const CERTIFIED: &str = "certified";
+
 static CLUSTERS: AtomicU64 = AtomicU64::new(0);
 
 /// One cluster for the whole process, started on first use: tests share it
@@ -117,11 +120,13 @@ impl Scratch {
     /// [`Scratch::start`] with TLS on, the server's certificate and key
     /// those of `certs`, and connections over TCP accepted only with TLS
     /// (`hostssl` in `pg_hba.conf`; the socket stays open without).
+    /// The database [`CERTIFIED`] takes only clients with a certificate its
+    /// authority signed for their user name.
     pub fn start_tls(certs: &Certificates) -> std::io::Result<Scratch> {
-        Scratch::start_with(Some((&certs.server, &certs.key)))
+        Scratch::start_with(Some(certs))
     }
 
-    fn start_with(tls: Option<(&Path, &Path)>) -> std::io::Result<Scratch> {
+    fn start_with(tls: Option<&Certificates>) -> std::io::Result<Scratch> {
         let bin = binaries().ok_or_else(|| {
             failed(
                 "no server binaries",
@@ -161,8 +166,8 @@ impl Scratch {
                 String::from_utf8_lossy(&made.stderr).trim(),
             ));
         }
-        if let Some((cert, key)) = tls
-            && let Err(e) = Scratch::secure(&data, cert, key, user)
+        if let Some(certs) = tls
+            && let Err(e) = Scratch::secure(&data, certs, user)
         {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(e);
@@ -187,15 +192,10 @@ impl Scratch {
         Err(last.unwrap_or_else(|| failed("server did not start", "")))
     }
 
-    /// Puts the certificate and key in the cluster's directory (the key the
+    /// Puts the certificates and key in the cluster's directory (the key the
     /// server user's alone, as PostgreSQL insists) and lets TCP clients in
-    /// only over TLS.
-    fn secure(
-        data: &Path,
-        cert: &Path,
-        key: &Path,
-        user: Option<(u32, u32)>,
-    ) -> std::io::Result<()> {
+    /// only over TLS, to [`CERTIFIED`] only with a client certificate.
+    fn secure(data: &Path, certs: &Certificates, user: Option<(u32, u32)>) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let copy = |from: &Path, name: &str, mode: u32| -> std::io::Result<()> {
             let to = data.join(name);
@@ -212,11 +212,19 @@ impl Scratch {
             }
             Ok(())
         };
-        copy(cert, "server.crt", 0o644)?;
-        copy(key, "server.key", 0o600)?;
+        copy(&certs.server, "server.crt", 0o644)?;
+        copy(&certs.key, "server.key", 0o600)?;
+        copy(&certs.authority, "root.crt", 0o644)?;
         std::fs::write(
             data.join("pg_hba.conf"),
-            "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+            format!(
+                "local all all trust
+hostssl {CERTIFIED} all 127.0.0.1/32 cert
+hostssl {CERTIFIED} all ::1/128 cert
+hostssl all all 127.0.0.1/32 trust
+hostssl all all ::1/128 trust
+"
+            ),
         )
     }
 
@@ -250,7 +258,11 @@ rm -rf "$dir""#,
             .arg(dir)
             .args(["-c", "max_connections=400", "-c", "shared_buffers=64MB"])
             .args(["-c", "fsync=on", "-c", "synchronous_commit=on"])
-            .args(["-c", if tls { "ssl=on" } else { "ssl=off" }])
+            .args(if tls {
+                &["-c", "ssl=on", "-c", "ssl_ca_file=root.crt"][..]
+            } else {
+                &["-c", "ssl=off"][..]
+            })
             .args([
                 "-c",
                 "log_min_messages=warning",
@@ -321,6 +333,12 @@ rm -rf "$dir""#,
     pub async fn database_named(&self) -> std::io::Result<String> {
         let n = self.databases.fetch_add(1, Ordering::Relaxed);
         let name = format!("t{n}");
+        self.create_database(&name).await?;
+        Ok(name)
+    }
+
+    /// Makes the database `name` (a plain identifier).
+    pub async fn create_database(&self, name: &str) -> std::io::Result<()> {
         // Over the socket, which takes no TLS whatever the cluster's TCP wants.
         let (client, connection) = tokio_postgres::Config::new()
             .host_path(&self.dir)
@@ -337,7 +355,7 @@ rm -rf "$dir""#,
             .map_err(|e| failed("cannot create a database", e));
         drop(client);
         let _ = driver.await;
-        made.map(|()| name)
+        made
     }
 
     /// Stops the server (an immediate shutdown: a scratch cluster keeps
@@ -359,14 +377,17 @@ impl Drop for Scratch {
 
 /// Certificates for a TLS cluster, made by `openssl` (Debian's `openssl`
 /// package): an authority, a server certificate it signed for `localhost`
-/// only (not for `127.0.0.1`), its key, and a second authority that signed
-/// nothing. All PEM files in one directory.
+/// only (not for `127.0.0.1`), its key, a client certificate it signed for
+/// [`SUPERUSER`] and its key, and a second authority that signed nothing.
+/// All PEM files in one directory.
 #[derive(Debug)]
 pub struct Certificates {
     pub authority: PathBuf,
     pub other_authority: PathBuf,
     pub server: PathBuf,
     pub key: PathBuf,
+    pub client: PathBuf,
+    pub client_key: PathBuf,
 }
 
 impl Certificates {
@@ -425,11 +446,41 @@ impl Certificates {
             "-extfile",
             "server.ext",
         ])?;
+        // A client certificate for the superuser, from the same authority.
+        let mut args = vec!["req", "-nodes"];
+        args.extend(ec);
+        args.extend(["-keyout", "client.key", "-out", "client.csr"]);
+        let subject = format!("/CN={SUPERUSER}");
+        args.extend(["-subj", &subject]);
+        openssl(&args)?;
+        std::fs::write(
+            dir.join("client.ext"),
+            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+        )?;
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "client.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-out",
+            "client.crt",
+            "-extfile",
+            "client.ext",
+        ])?;
         Ok(Certificates {
             authority: dir.join("ca.crt"),
             other_authority: dir.join("other.crt"),
             server: dir.join("server.crt"),
             key: dir.join("server.key"),
+            client: dir.join("client.crt"),
+            client_key: dir.join("client.key"),
         })
     }
 }

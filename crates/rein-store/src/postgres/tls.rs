@@ -14,8 +14,9 @@
 //! A certificate that is "not checked" still proves the handshake (the
 //! server holds its key), so the connection is private against anyone who
 //! only listens, but not against one who stands in the middle; that is what
-//! libpq's `prefer` and `require` promise too. Client certificates
-//! (`sslcert`, `sslkey`) are refused with a message that says so.
+//! libpq's `prefer` and `require` promise too. A client certificate is
+//! presented when `sslcert` and `sslkey` (PEM files, the key not encrypted)
+//! name one; unlike libpq, rein does not look for one in `~/.postgresql`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
 };
@@ -97,6 +98,7 @@ pub(crate) struct Secured {
 pub(crate) fn secure(url: &str) -> Result<Secured, String> {
     let mut mode = Mode::Prefer;
     let mut root: Option<String> = None;
+    let (mut cert, mut cert_key): (Option<String>, Option<String>) = (None, None);
     let is_url = url.starts_with("postgres://") || url.starts_with("postgresql://");
     let rest = match url.split_once('?') {
         Some((base, query)) if is_url => {
@@ -113,9 +115,11 @@ pub(crate) fn secure(url: &str) -> Result<Secured, String> {
                 match key {
                     "sslmode" => mode = Mode::parse(&decoded())?,
                     "sslrootcert" => root = Some(decoded()),
-                    "sslcert" | "sslkey" | "sslpassword" | "sslcrl" | "sslcrldir" => {
+                    "sslcert" => cert = Some(decoded()),
+                    "sslkey" => cert_key = Some(decoded()),
+                    "sslpassword" | "sslcrl" | "sslcrldir" => {
                         return Err(format!(
-                            "`{key}` is not supported yet: rein does not present client certificates or read revocation lists"
+                            "`{key}` is not supported yet: rein reads neither encrypted keys nor revocation lists"
                         ));
                     }
                     _ => kept.push(piece),
@@ -145,7 +149,13 @@ pub(crate) fn secure(url: &str) -> Result<Secured, String> {
         // libpq: with a root certificate given, `require` checks like `verify-ca`.
         mode = Mode::VerifyCa;
     }
-    let connector = MakeRustlsConnect::new(client_config(mode, root.as_deref())?);
+    let client = match (cert, cert_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some(client_identity(&cert, &key)?),
+        (Some(_), None) => return Err("sslcert needs sslkey, the key of that certificate".into()),
+        (None, Some(_)) => return Err("sslkey needs sslcert, the certificate of that key".into()),
+    };
+    let connector = MakeRustlsConnect::new(client_config(mode, root.as_deref(), client)?);
     Ok(Secured {
         config,
         connector,
@@ -157,7 +167,27 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn client_config(mode: Mode, root: Option<&str>) -> Result<ClientConfig, String> {
+/// A client certificate (with the chain after it, if the file holds one) and
+/// its key.
+type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+fn client_identity(cert: &str, key: &str) -> Result<Identity, String> {
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("cannot read sslcert {cert}: {e}"))?;
+    if chain.is_empty() {
+        return Err(format!("sslcert {cert} holds no PEM certificate"));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("cannot read sslkey {key}: {e}; it must be an unencrypted PEM key"))?;
+    Ok((chain, key))
+}
+
+fn client_config(
+    mode: Mode,
+    root: Option<&str>,
+    client: Option<Identity>,
+) -> Result<ClientConfig, String> {
     let provider = provider();
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -176,10 +206,15 @@ fn client_config(mode: Mode, root: Option<&str>) -> Result<ClientConfig, String>
             }
         }
     };
-    Ok(builder
+    let builder = builder
         .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth())
+        .with_custom_certificate_verifier(verifier);
+    match client {
+        None => Ok(builder.with_no_client_auth()),
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("cannot use sslcert and sslkey: {e}")),
+    }
 }
 
 /// The authorities a checked certificate must come from.
@@ -333,8 +368,14 @@ mod tests {
         assert!(e.contains("unknown sslmode `sometimes`"), "{e}");
         let e = secure("postgres://u@h/db?sslmode=allow").err().unwrap();
         assert!(e.contains("allow is not supported"), "{e}");
+        let e = secure("postgres://u@h/db?sslpassword=x").err().unwrap();
+        assert!(e.contains("`sslpassword` is not supported yet"), "{e}");
         let e = secure("postgres://u@h/db?sslcert=/c.pem").err().unwrap();
-        assert!(e.contains("`sslcert` is not supported yet"), "{e}");
+        assert!(e.contains("sslcert needs sslkey"), "{e}");
+        let e = secure("postgres://u@h/db?sslcert=/no/c.pem&sslkey=/no/k.pem")
+            .err()
+            .unwrap();
+        assert!(e.contains("cannot read sslcert /no/c.pem"), "{e}");
         let e = secure("postgres://u@h/db?sslmode=verify-ca&sslrootcert=/no/such.pem")
             .err()
             .unwrap();
