@@ -32,9 +32,14 @@ struct Ceiling {
 
 impl Ceiling {
     async fn open(url: &str) -> anyhow::Result<Ceiling> {
-        let mut config: tokio_postgres::Config = url.parse()?;
+        // Connected as the store connects, TLS and all.
+        let rein_store::postgres::tls::Secured {
+            mut config,
+            connector,
+            ..
+        } = rein_store::postgres::tls::secure(url).map_err(anyhow::Error::msg)?;
         config.options("-c synchronous_commit=on");
-        let (client, connection) = config.connect(tokio_postgres::NoTls).await?;
+        let (client, connection) = config.connect(connector).await?;
         tokio::spawn(connection);
         client
             .batch_execute("CREATE TABLE IF NOT EXISTS bench_ceiling (x BIGINT)")

@@ -11,7 +11,7 @@ mod leases;
 mod metrics;
 pub mod schema;
 pub mod scratch;
-mod tls;
+pub mod tls;
 mod writer;
 
 use std::sync::Arc;

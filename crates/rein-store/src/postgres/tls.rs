@@ -34,7 +34,7 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// How much of TLS a store's connections insist on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
     Disable,
     Prefer,
     Require,
@@ -65,7 +65,7 @@ impl Mode {
     }
 
     /// How the URL spells it.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Mode::Disable => "disable",
             Mode::Prefer => "prefer",
@@ -86,16 +86,24 @@ impl Mode {
 }
 
 /// A store URL taken apart: the connection settings, and how TLS is made.
-pub(crate) struct Secured {
+pub struct Secured {
     pub config: tokio_postgres::Config,
     pub connector: MakeRustlsConnect,
     pub mode: Mode,
 }
 
+impl std::fmt::Debug for Secured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secured")
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Parses `url`, with the TLS settings tokio-postgres does not know taken out
 /// of its query string and turned into a connector. Errors name what is wrong
 /// (never the password: the caller says which URL).
-pub(crate) fn secure(url: &str) -> Result<Secured, String> {
+pub fn secure(url: &str) -> Result<Secured, String> {
     let mut mode = Mode::Prefer;
     let mut root: Option<String> = None;
     let (mut cert, mut cert_key): (Option<String>, Option<String>) = (None, None);
