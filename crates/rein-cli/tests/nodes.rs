@@ -530,3 +530,81 @@ fn the_cli_on_any_node_aborts_a_task_another_node_runs() {
     );
     assert!(leases(&a).is_empty());
 }
+
+/// Whether process `pid` is gone (or only a zombie waiting to be reaped).
+fn gone(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            == Some("Z")
+    })
+}
+
+#[test]
+fn a_node_cut_off_from_the_store_stops_its_steps_before_another_node_runs_them() {
+    let url = database();
+    let port: u16 = url
+        .rsplit(':')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    // Node a reaches the database through a relay the test can cut.
+    let relaying = runtime();
+    let relay = relaying
+        .block_on(rein_store::postgres::scratch::Relay::to(port))
+        .unwrap();
+    let through = url.replace(&format!(":{port}/"), &format!(":{}/", relay.port()));
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), "a", &through, &[]);
+    let marks = dir.path().join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    // The first attempt notes its process and sleeps; a second ends at once.
+    let plan = format!(
+        "description = \"cut off\"\n[[steps]]\nid = \"s\"\nidempotent = true\nrun = \"echo $$ > {}/$REIN_ATTEMPT; [ $REIN_ATTEMPT = 1 ] && exec sleep 60; true\"\n",
+        marks.display()
+    );
+    let id = submit(&a, &plan);
+    let first: u32 = until("node a to run the step", Duration::from_secs(30), || {
+        std::fs::read_to_string(marks.join("1"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    });
+    let b = node(dir.path(), "b", &url, &[]);
+    assert!(leases(&a).contains(&id));
+    relay.cut();
+    let cut = Instant::now();
+    // Node a stops its step before its lease can run out; node b takes the
+    // task up only after that, and never while the first attempt runs.
+    let mut stopped = None;
+    until(
+        "node b to run the step again",
+        Duration::from_secs(30),
+        || {
+            if stopped.is_none() && gone(first) {
+                stopped = Some(cut.elapsed());
+            }
+            marks.join("2").exists().then_some(())
+        },
+    );
+    let stopped = stopped.expect("the first attempt was still running when the second started");
+    let again = cut.elapsed();
+    until("the task to complete", Duration::from_secs(30), || {
+        (get(&b, &format!("/admin/tasks/{id}"))["task"]["status"] == "completed").then_some(())
+    });
+    assert!(stopped < Duration::from_secs(1), "{stopped:?}");
+    let state = states(&url).pop().unwrap();
+    let done = state
+        .checkpoints
+        .iter()
+        .filter(|c| {
+            c.step_id.as_deref() == Some("s")
+                && c.status == rein_protocol::CheckpointStatus::Completed
+        })
+        .count();
+    assert_eq!(done, 1, "{:?}", state.checkpoints);
+    eprintln!(
+        "cut off: node a stopped its step {stopped:?} after the cut, node b ran it again after {again:?}"
+    );
+}

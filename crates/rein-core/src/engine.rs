@@ -669,10 +669,26 @@ impl Engine {
         } else {
             TaskRun::new(self, Recorder::resume(state), plan)?
         };
-        let state = run
-            .drive(options, controls, starting)
-            .instrument(span)
-            .await?;
+        // A node cut off from a shared store stops the run, and with it the
+        // steps' processes, before its lease can run out and another node
+        // take the task over; it writes nothing (it could not), and the task
+        // is taken up again as after a crash.
+        let lost = async {
+            match self.store.leases() {
+                Some(leases) => leases.lost(id).await,
+                None => std::future::pending().await,
+            }
+        };
+        let state = tokio::select! {
+            state = run.drive(options, controls, starting).instrument(span) => state?,
+            () = lost => {
+                tracing::warn!(task = %id, "cannot renew the task's lease; stopping its run before another node takes it over");
+                return Err(EngineError::Store(crate::StoreError::LeaseLost {
+                    task_id: id.clone(),
+                    holder: "no node: this node could not renew its lease in time".into(),
+                }));
+            }
+        };
         if state.status().is_terminal() {
             self.executor.task_ended(id, &self.sessions()).await;
         }

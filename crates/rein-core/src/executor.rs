@@ -657,6 +657,23 @@ fn spawn_error(
     format!("{head}: {e}")
 }
 
+/// A step's process group, killed when dropped unless already killed.
+struct Group(Option<Pid>);
+
+impl Group {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.0.take() {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// Runs `command` as one attempt of `request`'s step; `record` holds what the
 /// output records besides the run itself (sandbox, permission, policy).
 async fn run_child(
@@ -701,6 +718,9 @@ async fn run_child(
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
+    // A step dropped before it ends (its run stopped from outside) takes its
+    // whole group with it, not only the process it started.
+    let mut group = Group(pgid);
     let tail = request.output_tail_bytes;
     let stdout = child
         .stdout
@@ -739,9 +759,7 @@ async fn run_child(
         }
     };
     // Whatever the command left running in its group ends with the step.
-    if let Some(pgid) = pgid {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
+    group.kill();
     let status = match status {
         Some(s) => s,
         None => child.wait().await,

@@ -347,6 +347,14 @@ pub trait LeaseStore: Send + Sync {
     async fn live(&self) -> StoreResult<Vec<Lease>>;
     /// The live lease on `task`, if any node holds one.
     async fn holder(&self, task: &TaskId) -> StoreResult<Option<Lease>>;
+    /// Resolves once this node can no longer count on holding `task`'s
+    /// lease: its renewals have not gone through for nearly a lease, so the
+    /// lease may have run out and another node may take the task over. The
+    /// run of the task stops its steps then, before that can happen
+    /// (self-fencing: a node cut off from the store stops touching the task,
+    /// where fencing only refuses its writes). Never, for a task this node
+    /// holds no lease on.
+    async fn lost(&self, task: &TaskId);
     /// Resolves when some node (this one included) may have written `what`:
     /// a notification from the store, so waiters need not wait for their
     /// next poll. A notification can be missed (a connection that dropped);

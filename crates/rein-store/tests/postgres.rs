@@ -526,3 +526,68 @@ async fn a_server_without_tls_is_refused_when_tls_is_required() {
     let message = error(PostgresStore::connect(&format!("{url}?sslmode=require")).await);
     assert!(message.contains("sslmode=require"), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_the_store_lets_its_lease_go_before_another_can_take_it() {
+    use rein_core::LeaseStore;
+    let url = database().await;
+    let port: u16 = url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let relay = scratch::Relay::to(port).await.unwrap();
+    let lease = std::time::Duration::from_secs(1);
+    let through = |url: &str, pid: u32| {
+        let options = rein_store::postgres::PostgresOptions {
+            lease,
+            node: Some(rein_protocol::RunnerInfo {
+                host: "test".into(),
+                pid,
+                process_start: Some(1),
+            }),
+            ..Default::default()
+        };
+        let url = url.to_owned();
+        async move { PostgresStore::connect_with(&url, options).await.unwrap() }
+    };
+    let a = through(
+        &url.replace(&format!(":{port}/"), &format!(":{}/", relay.port())),
+        21,
+    )
+    .await;
+    let b = through(&url, 22).await;
+    let task = pending_tasks(&b, 1).await.pop().unwrap();
+    assert!(a.claim(&task).await.unwrap().is_ok());
+    // Renewed, the lease stays counted on well past its length.
+    let held = tokio::time::timeout(lease * 3, a.lost(&task)).await;
+    assert!(held.is_err(), "a node that renews keeps its lease");
+    assert!(b.claim(&task).await.unwrap().is_err());
+    relay.cut();
+    let cut = std::time::Instant::now();
+    // When the lease runs out on the server (no renewal can reach it now).
+    let expiry = b.holder(&task).await.unwrap().unwrap().expires_at;
+    tokio::time::timeout(lease * 2, a.lost(&task))
+        .await
+        .expect("the cut-off node stops counting on its lease");
+    let (gave_up, at) = (cut.elapsed(), chrono::Utc::now());
+    // It gave up before the lease could run out, so before another node
+    // could take the task.
+    assert!(
+        at < expiry,
+        "gave up at {at}, the lease ran out at {expiry}"
+    );
+    let taken = loop {
+        if b.claim(&task).await.unwrap().is_ok() {
+            break cut.elapsed();
+        }
+        assert!(cut.elapsed() < lease * 3, "b never took the task");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert!(chrono::Utc::now() >= expiry);
+    eprintln!("cut off: gave the lease up after {gave_up:?}; another node took it after {taken:?}");
+}

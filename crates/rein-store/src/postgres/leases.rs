@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use async_trait::async_trait;
-use deadpool_postgres::{Object, Pool};
+use deadpool_postgres::Object;
 use futures_util::StreamExt;
 use rein_core::store::{Change, Lease};
 use rein_core::{LeaseStore, StoreError, StoreResult};
@@ -36,6 +36,10 @@ pub(super) struct Leases {
     /// The token of each lease this node claimed (kept after a loss, so a
     /// write under it is refused).
     pub held: Mutex<HashMap<TaskId, i64>>,
+    /// Until when, on this node's clock, each held lease is surely this
+    /// node's: a lease lasts `ttl` from the moment the server took its
+    /// claim or last renewal, which is after this node sent it.
+    until: Mutex<HashMap<TaskId, tokio::time::Instant>>,
     /// Woken by the store's notifications, one for each kind of change.
     pub wake: Arc<Wakes>,
     /// Dropped with the store: its renewal and listening tasks end.
@@ -61,10 +65,9 @@ fn timestamp(micros: i64) -> Timestamp {
 }
 
 impl Leases {
-    /// This node's leases, renewed every third of `ttl` by a task that ends
+    /// This node's leases, renewed every quarter of `ttl` by a task that ends
     /// with the store, and a listener for the store's notifications.
     pub fn start(
-        pool: Pool,
         config: tokio_postgres::Config,
         tls: MakeRustlsConnect,
         ttl: Duration,
@@ -77,29 +80,67 @@ impl Leases {
             node,
             ttl,
             held: Mutex::new(HashMap::new()),
+            until: Mutex::new(HashMap::new()),
             wake: Arc::new(Wakes::default()),
             _alive: alive,
         });
-        tokio::spawn(renew(pool, Arc::downgrade(&leases), stopped.clone()));
+        tokio::spawn(renew(
+            (config.clone(), tls.clone()),
+            Arc::downgrade(&leases),
+            stopped.clone(),
+        ));
         tokio::spawn(listen(config, tls, Arc::clone(&leases.wake), stopped));
         leases
     }
 
-    fn hold(&self, task: &TaskId, token: i64) {
+    fn hold(&self, task: &TaskId, token: i64, sent: tokio::time::Instant) {
         if let Ok(mut held) = self.held.lock() {
             held.insert(task.clone(), token);
         }
+        self.extend(std::slice::from_ref(task), sent);
+    }
+
+    /// `tasks`' leases were claimed or renewed by a statement sent at `sent`.
+    fn extend(&self, tasks: &[TaskId], sent: tokio::time::Instant) {
+        if let Ok(mut until) = self.until.lock() {
+            for task in tasks {
+                let at = until.entry(task.clone()).or_insert(sent + self.ttl);
+                *at = (*at).max(sent + self.ttl);
+            }
+        }
+    }
+
+    /// Stops counting on `task`'s lease (released, or let go).
+    fn forget(&self, task: &TaskId) -> Option<i64> {
+        if let Ok(mut until) = self.until.lock() {
+            until.remove(task);
+        }
+        self.held.lock().ok().and_then(|mut h| h.remove(task))
+    }
+
+    /// When this node stops counting on `task`'s lease: a tenth of a lease
+    /// before it may have run out, time to stop the task's steps.
+    fn counted_until(&self, task: &TaskId) -> Option<tokio::time::Instant> {
+        let until = self.until.lock().ok()?.get(task).copied()?;
+        Some(until - self.ttl / 10)
     }
 }
 
-/// Extends this node's leases every third of their length while the store
-/// lives; a failed renewal is tried again at the next turn (the lease lasts
-/// three turns).
-async fn renew(pool: Pool, leases: std::sync::Weak<Leases>, mut stopped: watch::Receiver<()>) {
+/// Extends this node's leases every quarter of their length while the store
+/// lives, on a connection of its own (a busy pool does not hold a renewal
+/// up); a failed renewal is tried again at the next turn, on a new
+/// connection. A lease not renewed for nine tenths of its length is given up
+/// by its run (see [`Leases::counted_until`]): two turns may fail first.
+async fn renew(
+    (config, tls): (tokio_postgres::Config, MakeRustlsConnect),
+    leases: std::sync::Weak<Leases>,
+    mut stopped: watch::Receiver<()>,
+) {
     let Some((key, ttl)) = leases.upgrade().map(|l| (l.key.clone(), l.ttl)) else {
         return;
     };
-    let every = (ttl / 3).max(Duration::from_millis(20));
+    let every = (ttl / 4).max(Duration::from_millis(20));
+    let mut client: Option<tokio_postgres::Client> = None;
     loop {
         tokio::select! {
             changed = stopped.changed() => if changed.is_err() { return },
@@ -108,25 +149,60 @@ async fn renew(pool: Pool, leases: std::sync::Weak<Leases>, mut stopped: watch::
         let Some(leases) = leases.upgrade() else {
             return;
         };
-        let any = leases.held.lock().map(|h| !h.is_empty()).unwrap_or(false);
-        drop(leases);
-        if !any {
+        // Only the leases of runs under way: one given up, even if the store
+        // could not be told, runs out.
+        let held: Vec<TaskId> = leases
+            .held
+            .lock()
+            .map(|h| h.keys().cloned().collect())
+            .unwrap_or_default();
+        if held.is_empty() {
             continue;
         }
+        let sent = tokio::time::Instant::now();
+        let ids: Vec<&str> = held.iter().map(TaskId::as_str).collect();
         let renewed = async {
-            let client = pool.get().await.map_err(backend)?;
-            client
-                .execute(
-                    "UPDATE leases SET expires_at = now() + $2::bigint * interval '1 millisecond' WHERE node = $1",
-                    &[&key, &millis(ttl)],
-                )
-                .await
-                .map_err(pg)
+            if client
+                .as_ref()
+                .is_none_or(tokio_postgres::Client::is_closed)
+            {
+                let (fresh, connection) = tokio::time::timeout(every, config.connect(tls.clone()))
+                    .await
+                    .map_err(|_| backend("connecting took longer than a turn"))?
+                    .map_err(pg)?;
+                tokio::spawn(connection);
+                client = Some(fresh);
+            }
+            let Some(c) = client.as_ref() else {
+                return Err(backend("no connection"));
+            };
+            c.query(
+                "UPDATE leases SET expires_at = now() + $2::bigint * interval '1 millisecond'
+                 WHERE node = $1 AND task_id = ANY($3::text[]) RETURNING task_id",
+                &[&key, &millis(ttl), &ids],
+            )
+            .await
+            .map_err(pg)
+        };
+        // A connection that went quiet (a network cut drops no packets back)
+        // is given up on after half a lease.
+        let renewed = tokio::time::timeout(ttl / 2, renewed)
+            .await
+            .unwrap_or_else(|_| Err(backend("no answer within half a lease")));
+        match renewed {
+            Ok(rows) => {
+                let renewed: Vec<TaskId> = rows
+                    .iter()
+                    .filter_map(|r| TaskId::parse(r.get::<_, &str>(0)).ok())
+                    .collect();
+                leases.extend(&renewed, sent);
+            }
+            Err(e) => {
+                client = None;
+                tracing::warn!(error = %e, "cannot renew this node's task leases; trying again");
+            }
         }
-        .await;
-        if let Err(e) = renewed {
-            tracing::warn!(error = %e, "cannot renew this node's task leases; trying again");
-        }
+        drop(leases);
     }
 }
 
@@ -220,13 +296,18 @@ pub(super) async fn fenced(c: &Object, leases: &Leases, task: &TaskId) -> StoreR
     }
 }
 
-/// Takes or keeps the lease of each task `rows` returned.
-fn claimed(leases: &Leases, rows: &[tokio_postgres::Row]) -> Vec<Lease> {
+/// Takes or keeps the lease of each task `rows` returned, claimed by a
+/// statement sent at `sent`.
+fn claimed(
+    leases: &Leases,
+    rows: &[tokio_postgres::Row],
+    sent: tokio::time::Instant,
+) -> Vec<Lease> {
     rows.iter()
         .filter_map(|r| {
             let task = TaskId::parse(r.get::<_, &str>(0)).ok()?;
             let token: i64 = r.get(1);
-            leases.hold(&task, token);
+            leases.hold(&task, token, sent);
             Some(Lease {
                 task_id: task,
                 runner: leases.node.clone(),
@@ -272,6 +353,8 @@ impl LeaseStore for PostgresStore {
 
     async fn claim(&self, task: &TaskId) -> StoreResult<Result<Lease, Lease>> {
         let leases = Arc::clone(&self.leases);
+        // Before the server's `now()`, which the lease runs from.
+        let sent = tokio::time::Instant::now();
         let runner = serde_json::to_string(&leases.node).map_err(backend)?;
         let task = task.clone();
         self.writer
@@ -285,7 +368,7 @@ impl LeaseStore for PostgresStore {
                         .query(&sql, &[&task.as_str(), &leases.key, &runner, &millis(leases.ttl)])
                         .await
                         .map_err(pg)?;
-                    if let Some(lease) = claimed(&leases, &rows).pop() {
+                    if let Some(lease) = claimed(&leases, &rows, sent).pop() {
                         return Ok(Ok(lease));
                     }
                     let holder = c
@@ -306,6 +389,8 @@ impl LeaseStore for PostgresStore {
             return Ok(Vec::new());
         }
         let leases = Arc::clone(&self.leases);
+        // Before the server's `now()`, which the lease runs from.
+        let sent = tokio::time::Instant::now();
         let runner = serde_json::to_string(&leases.node).map_err(backend)?;
         let n = i64::try_from(n).unwrap_or(i64::MAX);
         self.writer
@@ -325,7 +410,7 @@ impl LeaseStore for PostgresStore {
                         .query(&sql, &[&n, &leases.key, &runner, &millis(leases.ttl)])
                         .await
                         .map_err(pg)?;
-                    Ok(claimed(&leases, &rows))
+                    Ok(claimed(&leases, &rows, sent))
                 })
             })
             .await
@@ -333,6 +418,8 @@ impl LeaseStore for PostgresStore {
 
     async fn claim_from(&self, lease: &Lease) -> StoreResult<Option<Lease>> {
         let leases = Arc::clone(&self.leases);
+        // Before the server's `now()`, which the lease runs from.
+        let sent = tokio::time::Instant::now();
         let runner = serde_json::to_string(&leases.node).map_err(backend)?;
         let holder = serde_json::to_string(&lease.runner).map_err(backend)?;
         let (task, token) = (
@@ -352,20 +439,14 @@ impl LeaseStore for PostgresStore {
                         )
                         .await
                         .map_err(pg)?;
-                    Ok(claimed(&leases, &rows).pop())
+                    Ok(claimed(&leases, &rows, sent).pop())
                 })
             })
             .await
     }
 
     async fn release(&self, task: &TaskId) -> StoreResult<()> {
-        let token = self
-            .leases
-            .held
-            .lock()
-            .ok()
-            .and_then(|mut h| h.remove(task));
-        let Some(token) = token else {
+        let Some(token) = self.leases.forget(task) else {
             return Ok(());
         };
         let (key, task) = (self.leases.key.clone(), task.clone());
@@ -402,6 +483,23 @@ impl LeaseStore for PostgresStore {
             )
             .await?;
         rows.first().map(lease_of).transpose()
+    }
+
+    async fn lost(&self, task: &TaskId) {
+        loop {
+            let Some(until) = self.leases.counted_until(task) else {
+                return std::future::pending().await;
+            };
+            tokio::time::sleep_until(until).await;
+            // Renewed meanwhile: count on it to the new end.
+            if self
+                .leases
+                .counted_until(task)
+                .is_none_or(|later| later <= tokio::time::Instant::now())
+            {
+                return;
+            }
+        }
     }
 
     async fn changed(&self, what: Change) {

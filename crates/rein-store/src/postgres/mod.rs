@@ -238,13 +238,7 @@ impl PostgresStore {
             })?;
         drop(client);
         let writer = Writer::start(pool.clone());
-        let leases = leases::Leases::start(
-            pool.clone(),
-            listen_config,
-            connector,
-            options.lease,
-            options.node,
-        );
+        let leases = leases::Leases::start(listen_config, connector, options.lease, options.node);
         Ok(PostgresStore {
             writer,
             pool,

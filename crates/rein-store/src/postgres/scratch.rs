@@ -484,3 +484,54 @@ impl Certificates {
         })
     }
 }
+
+/// A TCP relay on loopback to a server's port that can be cut: what a node
+/// sees when the network between it and the database fails (its
+/// connections drop, new ones are refused). It runs on the runtime it was
+/// made on.
+#[derive(Debug)]
+pub struct Relay {
+    port: u16,
+    tasks: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Relay {
+    pub async fn to(server: u16) -> std::io::Result<Relay> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let port = listener.local_addr()?.port();
+        let tasks = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&tasks);
+        let accepting = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let relayed = tokio::spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", server)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                if let Ok(mut kept) = kept.lock() {
+                    kept.push(relayed);
+                }
+            }
+        });
+        if let Ok(mut tasks) = tasks.lock() {
+            tasks.push(accepting);
+        }
+        Ok(Relay { port, tasks })
+    }
+
+    /// The relay's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Drops every connection and refuses new ones.
+    pub fn cut(&self) {
+        if let Ok(mut tasks) = self.tasks.lock() {
+            for task in tasks.drain(..) {
+                task.abort();
+            }
+        }
+    }
+}
