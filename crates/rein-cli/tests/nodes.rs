@@ -478,15 +478,7 @@ fn a_node_paused_past_its_lease_finds_it_gone_and_does_not_write() {
         marks.join("2").exists(),
         "node b ran the interrupted step again"
     );
-    let done: Vec<_> = state
-        .checkpoints
-        .iter()
-        .filter(|c| {
-            c.step_id.as_deref() == Some("long")
-                && c.status == rein_protocol::CheckpointStatus::Completed
-        })
-        .collect();
-    assert_eq!(done.len(), 1, "{:?}", state.checkpoints);
+    assert_eq!(completions(&state, "long"), 1, "{:?}", state.checkpoints);
     let pids: Vec<u32> = [&a, &b].iter().map(|n| n.server.0.id()).collect();
     eprintln!("nodes {pids:?}: the paused node wrote nothing after the take-over");
 }
@@ -529,6 +521,18 @@ fn the_cli_on_any_node_aborts_a_task_another_node_runs() {
         "the abort took {took:?} to reach node a"
     );
     assert!(leases(&a).is_empty());
+}
+
+/// How many attempts of `step` completed.
+fn completions(state: &rein_protocol::TaskState, step: &str) -> usize {
+    state
+        .checkpoints
+        .iter()
+        .filter(|c| {
+            c.step_id.as_deref() == Some(step)
+                && c.status == rein_protocol::CheckpointStatus::Completed
+        })
+        .count()
 }
 
 /// Whether process `pid` is gone (or only a zombie waiting to be reaped).
@@ -595,15 +599,7 @@ fn a_node_cut_off_from_the_store_stops_its_steps_before_another_node_runs_them()
     });
     assert!(stopped < Duration::from_secs(1), "{stopped:?}");
     let state = states(&url).pop().unwrap();
-    let done = state
-        .checkpoints
-        .iter()
-        .filter(|c| {
-            c.step_id.as_deref() == Some("s")
-                && c.status == rein_protocol::CheckpointStatus::Completed
-        })
-        .count();
-    assert_eq!(done, 1, "{:?}", state.checkpoints);
+    assert_eq!(completions(&state, "s"), 1, "{:?}", state.checkpoints);
     eprintln!(
         "cut off: node a stopped its step {stopped:?} after the cut, node b ran it again after {again:?}"
     );

@@ -420,60 +420,49 @@ impl Certificates {
             args.extend(["-addext", "keyUsage=critical,keyCertSign,cRLSign"]);
             openssl(&args)?;
         }
-        let mut args = vec!["req", "-nodes"];
-        args.extend(ec);
-        args.extend(["-keyout", "server.key", "-out", "server.csr"]);
-        args.extend(["-subj", "/CN=localhost"]);
-        openssl(&args)?;
-        std::fs::write(
-            dir.join("server.ext"),
+        // A key and a certificate for it that the authority signed, with
+        // the extensions `ext` lists.
+        let signed = |name: &str, subject: &str, ext: &str| -> std::io::Result<()> {
+            let (key, csr, crt, extfile) = (
+                format!("{name}.key"),
+                format!("{name}.csr"),
+                format!("{name}.crt"),
+                format!("{name}.ext"),
+            );
+            let mut args = vec!["req", "-nodes"];
+            args.extend(ec);
+            args.extend(["-keyout", &key, "-out", &csr, "-subj", subject]);
+            openssl(&args)?;
+            std::fs::write(dir.join(&extfile), ext)?;
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &crt,
+                "-extfile",
+                &extfile,
+            ])
+        };
+        signed(
+            "server",
+            "/CN=localhost",
             "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
         )?;
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            "server.crt",
-            "-extfile",
-            "server.ext",
-        ])?;
-        // A client certificate for the superuser, from the same authority.
-        let mut args = vec!["req", "-nodes"];
-        args.extend(ec);
-        args.extend(["-keyout", "client.key", "-out", "client.csr"]);
-        let subject = format!("/CN={SUPERUSER}");
-        args.extend(["-subj", &subject]);
-        openssl(&args)?;
-        std::fs::write(
-            dir.join("client.ext"),
+        // A client certificate for the superuser.
+        signed(
+            "client",
+            &format!("/CN={SUPERUSER}"),
             "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
         )?;
-        openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "client.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-out",
-            "client.crt",
-            "-extfile",
-            "client.ext",
-        ])?;
         Ok(Certificates {
             authority: dir.join("ca.crt"),
             other_authority: dir.join("other.crt"),

@@ -200,20 +200,19 @@ fn client_config(
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("cannot set up TLS: {e}"))?;
-    let verifier: Arc<dyn ServerCertVerifier> = match mode {
-        Mode::Disable | Mode::Prefer | Mode::Require => Arc::new(Unchecked(provider)),
-        Mode::VerifyCa | Mode::VerifyFull => {
-            let roots = Arc::new(roots(root)?);
-            let chain = WebPkiServerVerifier::builder_with_provider(roots, provider)
+    let chain = match mode {
+        Mode::Disable | Mode::Prefer | Mode::Require => None,
+        Mode::VerifyCa | Mode::VerifyFull => Some(
+            WebPkiServerVerifier::builder_with_provider(Arc::new(roots(root)?), provider.clone())
                 .build()
-                .map_err(|e| format!("cannot set up TLS: {e}"))?;
-            if mode == Mode::VerifyFull {
-                chain
-            } else {
-                Arc::new(AnyName(chain))
-            }
-        }
+                .map_err(|e| format!("cannot set up TLS: {e}"))?,
+        ),
     };
+    let verifier = Arc::new(Verifier {
+        chain,
+        names: mode == Mode::VerifyFull,
+        provider,
+    });
     let builder = builder
         .dangerous()
         .with_custom_certificate_verifier(verifier);
@@ -256,21 +255,36 @@ fn roots(root: Option<&str>) -> Result<RootCertStore, String> {
     Ok(store)
 }
 
-/// Accepts any certificate but checks that the server signed the handshake
-/// with its key (`prefer`, `require`).
+/// How a server's certificate is checked: against `chain`'s authorities, if
+/// any (`verify-ca`, `verify-full`), and its names too if `names`
+/// (`verify-full`); the handshake's signature always, so the server holds
+/// the key of the certificate it sent (`prefer` and `require` check nothing
+/// else).
 #[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
+struct Verifier {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    names: bool,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for Unchecked {
+impl ServerCertVerifier for Verifier {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+            )) if !self.names => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
     fn verify_tls12_signature(
@@ -283,7 +297,7 @@ impl ServerCertVerifier for Unchecked {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -297,59 +311,14 @@ impl ServerCertVerifier for Unchecked {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// The chain checked, the host name not (`verify-ca`).
-#[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
