@@ -683,10 +683,7 @@ impl Engine {
             state = run.drive(options, controls, starting).instrument(span) => state?,
             () = lost => {
                 tracing::warn!(task = %id, "cannot renew the task's lease; stopping its run before another node takes it over");
-                return Err(EngineError::Store(crate::StoreError::LeaseLost {
-                    task_id: id.clone(),
-                    holder: "no node: this node could not renew its lease in time".into(),
-                }));
+                return Err(EngineError::CutOff { task_id: id.clone() });
             }
         };
         if state.status().is_terminal() {

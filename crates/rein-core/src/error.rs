@@ -35,6 +35,12 @@ pub enum EngineError {
         "task {task_id} was taken up by another process at the same moment; see `rein tasks show {task_id}`"
     )]
     Raced { task_id: TaskId },
+    /// This node could not renew its lease on a task it ran on a shared
+    /// store and stopped the run before another node could take it over.
+    #[error(
+        "stopped task {task_id}: this node could not reach the store to renew its lease on it, so it stopped the task's steps before another node could take it over; whichever node takes it up next resumes it"
+    )]
+    CutOff { task_id: TaskId },
     #[error("{}", already_decided(.current))]
     AlreadyDecided { current: Box<ApprovalRequest> },
     #[error("approval request {0} not found")]
@@ -128,6 +134,7 @@ impl EngineError {
             | EngineError::IllegalTransition { .. }
             | EngineError::Busy { .. }
             | EngineError::Raced { .. }
+            | EngineError::CutOff { .. }
             | EngineError::SessionRefused(_) => ErrorKind::Conflict,
             EngineError::Workspace { .. } | EngineError::Corrupt { .. } => ErrorKind::Internal,
             EngineError::Store(e) => match e {
