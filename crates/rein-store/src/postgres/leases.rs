@@ -97,15 +97,20 @@ impl Leases {
         if let Ok(mut held) = self.held.lock() {
             held.insert(task.clone(), token);
         }
-        self.extend(std::slice::from_ref(task), sent);
+        if let Ok(mut until) = self.until.lock() {
+            let at = until.entry(task.clone()).or_insert(sent + self.ttl);
+            *at = (*at).max(sent + self.ttl);
+        }
     }
 
-    /// `tasks`' leases were claimed or renewed by a statement sent at `sent`.
+    /// `tasks`' leases were renewed by a statement sent at `sent` (those
+    /// still held: one given up meanwhile stays given up).
     fn extend(&self, tasks: &[TaskId], sent: tokio::time::Instant) {
         if let Ok(mut until) = self.until.lock() {
             for task in tasks {
-                let at = until.entry(task.clone()).or_insert(sent + self.ttl);
-                *at = (*at).max(sent + self.ttl);
+                if let Some(at) = until.get_mut(task) {
+                    *at = (*at).max(sent + self.ttl);
+                }
             }
         }
     }
@@ -146,16 +151,17 @@ async fn renew(
             changed = stopped.changed() => if changed.is_err() { return },
             () = tokio::time::sleep(every) => {}
         }
-        let Some(leases) = leases.upgrade() else {
+        let Some(mine) = leases.upgrade() else {
             return;
         };
         // Only the leases of runs under way: one given up, even if the store
         // could not be told, runs out.
-        let held: Vec<TaskId> = leases
+        let held: Vec<TaskId> = mine
             .held
             .lock()
             .map(|h| h.keys().cloned().collect())
             .unwrap_or_default();
+        drop(mine);
         if held.is_empty() {
             continue;
         }
@@ -195,14 +201,15 @@ async fn renew(
                     .iter()
                     .filter_map(|r| TaskId::parse(r.get::<_, &str>(0)).ok())
                     .collect();
-                leases.extend(&renewed, sent);
+                if let Some(mine) = leases.upgrade() {
+                    mine.extend(&renewed, sent);
+                }
             }
             Err(e) => {
                 client = None;
                 tracing::warn!(error = %e, "cannot renew this node's task leases; trying again");
             }
         }
-        drop(leases);
     }
 }
 
