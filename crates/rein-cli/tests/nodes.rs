@@ -1,8 +1,10 @@
 //! Several `rein serve` nodes sharing one PostgreSQL store: tasks shared out
 //! by lease, a node killed with -9 mid-run and its tasks taken over, a
-//! decision on one node reaching a task on another, and a node paused past
-//! its lease that finds, when it comes back, that it may no longer write.
-//! Real nodes (the `rein` binary), a real server (a throwaway cluster).
+//! decision on one node reaching a task on another, a node paused past its
+//! lease that finds, when it comes back, that it may no longer write, and a
+//! node cut off from the database that stops its steps before another node
+//! runs them. Real nodes (the `rein` binary), a real server (a throwaway
+//! cluster).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

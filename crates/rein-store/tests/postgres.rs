@@ -1,5 +1,6 @@
 //! What the PostgreSQL backend adds to the conformance suite: its schema
-//! versions, what it refuses to open, and how it commits. Against a real
+//! versions, what it refuses to open, how it commits, its leases (a node cut
+//! off from the server among them), and TLS. Against a real
 //! server: a throwaway cluster this test process starts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -5,7 +5,8 @@
 //! hold unchanged: a change is one transaction with its events, commits are
 //! durable (`synchronous_commit = on` on every connection rein opens),
 //! sequence numbers are gap-free per task, the global feed is in commit
-//! order, and the first decision on an approval wins.
+//! order, and the first decision on an approval wins. Connections are
+//! secured as the URL's `sslmode` says ([`tls`]).
 
 mod leases;
 mod metrics;
