@@ -778,7 +778,7 @@ pub struct ServeArgs {
     pub max_tasks: u32,
 
     /// With a PostgreSQL --store: how long this node's hold on a task lasts
-    /// unless renewed (every third of it). When a node dies, other nodes take
+    /// unless renewed (every quarter of it). When a node dies, other nodes take
     /// its tasks over within this much (plus a fraction of a second).
     #[arg(long, default_value = "10s", value_parser = lease_duration, value_name = "DURATION")]
     pub lease: std::time::Duration,
@@ -788,7 +788,7 @@ pub struct ServeArgs {
 fn lease_duration(text: &str) -> Result<std::time::Duration, String> {
     match humantime::parse_duration(text) {
         Ok(d) if d >= std::time::Duration::from_millis(300) => Ok(d),
-        Ok(_) => Err("must be at least 300ms (it is renewed every third of it)".into()),
+        Ok(_) => Err("must be at least 300ms (it is renewed every quarter of it)".into()),
         Err(e) => Err(e.to_string()),
     }
 }

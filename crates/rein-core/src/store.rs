@@ -320,7 +320,7 @@ pub struct Lease {
 }
 
 /// Tasks owned by lease across the nodes sharing a store. The store holds
-/// this node's leases and renews them while the node lives (every third of
+/// this node's leases and renews them while the node lives (every quarter of
 /// the lease, or more often); a node that dies stops renewing, and when its
 /// leases expire other nodes may claim its tasks.
 #[async_trait]

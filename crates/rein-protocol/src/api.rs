@@ -438,7 +438,7 @@ pub struct Health {
 pub struct NodeHealth {
     /// The node, as its leases name it.
     pub runner: crate::RunnerInfo,
-    /// How long a lease lasts unless renewed (it is renewed every third of it).
+    /// How long a lease lasts unless renewed (it is renewed every quarter of it).
     pub lease_ms: u64,
     /// The tasks this node holds a live lease on, by id.
     pub leases: Vec<crate::TaskId>,

@@ -60,7 +60,7 @@ pub struct PostgresStore {
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
     /// How long a task's lease lasts unless renewed (it is renewed every
-    /// third of that): how long a dead node's tasks wait before another node
+    /// quarter of that): how long a dead node's tasks wait before another node
     /// takes them over.
     pub lease: Duration,
     /// Migrate only up to this schema version (how migrations are tested).
