@@ -34,18 +34,23 @@ fn place() -> Place {
     }
 }
 
-/// Both sandboxes: bubblewrap (.ci/run installs it) and the Landlock fallback
-/// (this kernel has Landlock), through the `rein-confine` trampoline.
-async fn sandboxes() -> Vec<Sandbox> {
-    let bwrap = Sandbox::probe().await.expect("bubblewrap runs here");
-    let trampoline = Trampoline {
+fn trampoline() -> Trampoline {
+    Trampoline {
         program: PathBuf::from(env!("CARGO_BIN_EXE_rein-confine")),
         args: Vec::new(),
-    };
-    let landlock = Sandbox::probe_landlock(trampoline)
+    }
+}
+
+/// Both sandboxes: bubblewrap (.ci/run installs it) and the Landlock fallback
+/// (this kernel has Landlock), through the `rein-confine` trampoline; and
+/// bubblewrap again, started through the trampoline as `rein` starts it.
+async fn sandboxes() -> Vec<Sandbox> {
+    let bwrap = Sandbox::probe().await.expect("bubblewrap runs here");
+    let landlock = Sandbox::probe_landlock(trampoline())
         .await
         .expect("Landlock is enabled in this kernel");
-    vec![bwrap, landlock]
+    let started = bwrap.clone().started_by(trampoline()).await;
+    vec![bwrap, landlock, started]
 }
 
 async fn run_in(sandbox: &Sandbox, ws: &Path, script: &str, confinement: &Confinement) -> Run {
@@ -74,13 +79,52 @@ async fn the_probes_find_each_sandbox_and_say_so() {
     );
     assert_eq!(found[1].kind(), SandboxKind::Landlock);
     assert!(found[1].detail.contains("Landlock"), "{}", found[1].detail);
+    // Bubblewrap through the trampoline: it passed its trial, and its
+    // commands are the trampoline's, which becomes bwrap.
+    assert_eq!(found[2].kind(), SandboxKind::Bubblewrap);
+    assert!(
+        found[2].detail.contains("started through"),
+        "{}",
+        found[2].detail
+    );
+    let ws = tempfile::tempdir().unwrap();
+    let command = found[2].command(ws.path(), "true", &[], &Confinement::default());
+    assert_eq!(
+        command.as_std().get_program(),
+        env!("CARGO_BIN_EXE_rein-confine")
+    );
+    let args: Vec<_> = command.as_std().get_args().collect();
+    let exec = args.iter().position(|a| *a == "--exec").unwrap();
+    assert_eq!(args[exec + 1], "--");
+    assert!(
+        args[exec + 2].to_string_lossy().ends_with("bwrap"),
+        "{args:?}"
+    );
     // A trampoline that is not there is a reason, not a panic.
     let missing = Trampoline {
         program: PathBuf::from("/nonexistent/rein-confine"),
         args: Vec::new(),
     };
-    let why = Sandbox::probe_landlock(missing).await.unwrap_err();
+    let why = Sandbox::probe_landlock(missing.clone()).await.unwrap_err();
     assert!(why.to_string().contains("cannot be started"), "{why}");
+    // For bubblewrap it is a fork of rein instead, and the detail says why.
+    let forked = found[0].clone().started_by(missing).await;
+    assert!(
+        forked.detail.contains("started by a fork of rein")
+            && forked.detail.contains("cannot be started"),
+        "{}",
+        forked.detail
+    );
+    assert!(
+        found[0]
+            .command(ws.path(), "true", &[], &Confinement::default())
+            .as_std()
+            .get_program()
+            .to_string_lossy()
+            .ends_with("bwrap")
+    );
+    let out = run_in(&forked, ws.path(), "echo $MARK", &Confinement::default()).await;
+    assert_eq!(out.stdout.trim(), "rein-test", "{}", out.stderr);
 }
 
 /// Refusals read differently: an absent path under bubblewrap, a denied one

@@ -75,15 +75,113 @@ fn a_trampoline_whose_rein_is_gone_runs_nothing() {
 }
 
 #[test]
+fn with_exec_it_becomes_the_program_as_given_in_its_environment_and_directory() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws = ws.path().canonicalize().unwrap();
+    let me = std::process::id().to_string();
+    let out = confine()
+        .args(["--parent", &me, "--exec", "--", "sh", "-c"])
+        .arg("echo \"$FROM_REIN|$0|$1\"; pwd")
+        .args(["zero", "one  two"])
+        .current_dir(&ws)
+        .env("FROM_REIN", "inherited")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("inherited|zero|one  two\n{}\n", ws.display())
+    );
+    // A program that is not there is named.
+    let out = confine()
+        .args(["--parent", &me, "--exec", "--", "/nonexistent/bwrap"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot run /nonexistent/bwrap"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn with_exec_it_refuses_what_it_would_not_do() {
+    let ws = tempfile::tempdir().unwrap();
+    let marker = ws.path().join("ran");
+    let touch = ["touch".to_owned(), marker.display().to_string()];
+    // Its rein gone: nothing runs.
+    let out = confine()
+        .args(["--parent", "1", "--exec", "--"])
+        .args(&touch)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(rein_sandbox::landlock::NOT_CONFINED)
+    );
+    assert!(!marker.exists(), "the program ran");
+    // Confinement asked of a program run as given would confine nothing: refused.
+    let me = std::process::id().to_string();
+    for extra in [
+        vec!["--network"],
+        vec!["--memory", "1000000"],
+        vec!["--unconfined"],
+        vec!["--env", "A=b"],
+        vec!["--workspace", "/tmp"],
+    ] {
+        let out = confine()
+            .args(["--parent", &me])
+            .args(&extra)
+            .args(["--exec", "--"])
+            .args(&touch)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("--exec takes only --parent and --run-as"),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!marker.exists(), "{extra:?}: the program ran");
+    }
+    let out = confine()
+        .args(["--parent", &me, "--exec", "--"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
 fn the_command_dies_with_the_process_that_started_the_trampoline() {
+    // Unconfined (a script) and --exec (a program, as bubblewrap is started).
+    for how in [
+        "--unconfined --workspace {ws} -- '{body}'",
+        "--exec -- sh -c '{body}'",
+    ] {
+        dies_with_its_starter(how);
+    }
+}
+
+fn dies_with_its_starter(how: &str) {
     let ws = tempfile::tempdir().unwrap();
     let pid_file = ws.path().join("pid");
     // A stand-in for rein: a shell that starts the trampoline and waits.
+    let how = how
+        .replace("{ws}", &ws.path().display().to_string())
+        .replace(
+            "{body}",
+            &format!("echo $$ > {}; exec sleep 30", pid_file.display()),
+        );
     let script = format!(
-        "{} --parent $$ --unconfined --workspace {} -- 'echo $$ > {}; exec sleep 30' & wait",
+        "{} --parent $$ {how} & wait",
         env!("CARGO_BIN_EXE_rein-confine"),
-        ws.path().display(),
-        pid_file.display()
     );
     let mut rein = Command::new("sh")
         .arg("-c")

@@ -187,6 +187,9 @@ enum How {
     Bubblewrap {
         bwrap: PathBuf,
         prlimit: Option<PathBuf>,
+        /// What starts bwrap without a fork of rein (`--exec`), when one
+        /// passed a trial; else rein forks to start it.
+        starter: Option<Trampoline>,
     },
     Landlock(Trampoline),
 }
@@ -260,7 +263,11 @@ impl Sandbox {
             as_root()
         );
         Ok(Sandbox {
-            how: How::Bubblewrap { bwrap, prlimit },
+            how: How::Bubblewrap {
+                bwrap,
+                prlimit,
+                starter: None,
+            },
             detail,
         })
     }
@@ -268,18 +275,7 @@ impl Sandbox {
     /// Checks that `trampoline` can confine a command with Landlock here, by
     /// running `true` through it in a scratch workspace.
     pub async fn probe_landlock(trampoline: Trampoline) -> Result<Sandbox, Unavailable> {
-        let scratch = std::env::temp_dir().join(format!(
-            "rein-landlock-probe-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
-        ));
         let remedy = "use a kernel with Landlock enabled (Linux 5.13 or later, `lsm=landlock`), or install bubblewrap, or run with --sandbox none".to_owned();
-        std::fs::create_dir_all(&scratch).map_err(|e| Unavailable {
-            reason: format!("cannot create {}: {e}", scratch.display()),
-            remedy: remedy.clone(),
-        })?;
         let sandbox = Sandbox {
             how: How::Landlock(trampoline.clone()),
             detail: format!(
@@ -288,7 +284,65 @@ impl Sandbox {
                 as_root()
             ),
         };
-        let mut check = sandbox.command(&scratch, "true", &[], &Confinement::default());
+        sandbox
+            .trial("landlock")
+            .await
+            .map(|()| sandbox)
+            .map_err(|reason| Unavailable { reason, remedy })
+    }
+
+    /// Bubblewrap started through `trampoline` (`--exec`), which sets the
+    /// parent-death signal itself, instead of by a fork of rein: a fork
+    /// copies the page tables of a rein holding many tasks, and the forks of
+    /// one process wait for each other. Kept only if a trial command runs
+    /// that way; else bwrap is forked as before, and the detail says why.
+    /// Any other sandbox is returned as it is.
+    pub async fn started_by(self, trampoline: Trampoline) -> Sandbox {
+        let How::Bubblewrap {
+            bwrap,
+            prlimit,
+            starter: None,
+        } = self.how
+        else {
+            return self;
+        };
+        let program = trampoline.program.display().to_string();
+        let through = Sandbox {
+            how: How::Bubblewrap {
+                bwrap: bwrap.clone(),
+                prlimit: prlimit.clone(),
+                starter: Some(trampoline),
+            },
+            detail: format!("{}; started through {program}", self.detail),
+        };
+        match through.trial("bubblewrap").await {
+            Ok(()) => through,
+            Err(why) => Sandbox {
+                how: How::Bubblewrap {
+                    bwrap,
+                    prlimit,
+                    starter: None,
+                },
+                detail: format!(
+                    "{}; started by a fork of rein ({program} failed a trial: {why})",
+                    self.detail
+                ),
+            },
+        }
+    }
+
+    /// Runs `true` as a step would, in a scratch workspace; why not, if it fails.
+    async fn trial(&self, name: &str) -> Result<(), String> {
+        let scratch = std::env::temp_dir().join(format!(
+            "rein-{name}-probe-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        ));
+        std::fs::create_dir_all(&scratch)
+            .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
+        let mut check = self.command(&scratch, "true", &[], &Confinement::default());
         check
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -297,27 +351,24 @@ impl Sandbox {
         let ran = tokio::time::timeout(PROBE_TIMEOUT, check.output()).await;
         let _ = std::fs::remove_dir_all(&scratch);
         match ran {
-            Ok(Ok(out)) if out.status.success() => Ok(sandbox),
-            Ok(Ok(out)) => Err(Unavailable {
-                reason: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-                remedy,
-            }),
-            Ok(Err(e)) => Err(Unavailable {
-                reason: format!("{} cannot be started: {e}", trampoline.program.display()),
-                remedy,
-            }),
-            Err(_) => Err(Unavailable {
-                reason: "the Landlock trial did not finish".into(),
-                remedy,
-            }),
+            Ok(Ok(out)) if out.status.success() => Ok(()),
+            Ok(Ok(out)) => Err(String::from_utf8_lossy(&out.stderr).trim().to_owned()),
+            Ok(Err(e)) => Err(format!(
+                "{} cannot be started: {e}",
+                check.as_std().get_program().to_string_lossy()
+            )),
+            Err(_) => Err(format!("the {name} trial did not finish")),
         }
     }
 
-    /// Bubblewrap if it runs here, else Landlock through `trampoline` if given.
+    /// Bubblewrap if it runs here (started through `trampoline` if given and
+    /// it can, see [`Sandbox::started_by`]), else Landlock through
+    /// `trampoline` if given.
     pub async fn probe_any(trampoline: Option<Trampoline>) -> Result<Sandbox, Unavailable> {
-        let bwrap = match Sandbox::probe().await {
-            Ok(sandbox) => return Ok(sandbox),
-            Err(why) => why,
+        let bwrap = match (Sandbox::probe().await, &trampoline) {
+            (Ok(sandbox), Some(t)) => return Ok(sandbox.started_by(t.clone()).await),
+            (Ok(sandbox), None) => return Ok(sandbox),
+            (Err(why), _) => why,
         };
         let Some(trampoline) = trampoline else {
             return Err(bwrap);
@@ -378,8 +429,12 @@ impl Sandbox {
         env: &[(String, String)],
         confinement: &Confinement,
     ) -> tokio::process::Command {
-        let (bwrap, prlimit) = match &self.how {
-            How::Bubblewrap { bwrap, prlimit } => (bwrap, prlimit),
+        let (bwrap, prlimit, starter) = match &self.how {
+            How::Bubblewrap {
+                bwrap,
+                prlimit,
+                starter,
+            } => (bwrap, prlimit, starter),
             How::Landlock(trampoline) => {
                 let mut cmd = tokio::process::Command::new(&trampoline.program);
                 cmd.args(&trampoline.args)
@@ -396,71 +451,119 @@ impl Sandbox {
                 return cmd;
             }
         };
-        let mut cmd = tokio::process::Command::new(bwrap);
+        let args = bwrap_args(workspace, script, env, confinement, prlimit.as_deref());
         // Its own --die-with-parent comes too late (once bwrap runs): the
-        // signal is set before it starts. The trampoline sets it itself.
-        crate::process::die_with_parent(&mut cmd);
-        cmd.args(["--die-with-parent", "--new-session", "--unshare-all"]);
-        if confinement.network {
-            cmd.arg("--share-net");
-        }
-        for dir in READ_ONLY.iter().map(Path::new) {
-            if dir.exists() {
-                cmd.arg("--ro-bind").arg(dir).arg(dir);
+        // signal is set before it starts, by the trampoline if there is one
+        // (which becomes `run_as` itself, then bwrap), else in a fork of rein.
+        let mut cmd = match starter {
+            Some(trampoline) => {
+                let mut cmd = tokio::process::Command::new(&trampoline.program);
+                cmd.args(&trampoline.args).args(crate::landlock::exec_args(
+                    bwrap,
+                    args,
+                    confinement.run_as,
+                ));
+                cmd
             }
-        }
-        for file in MASKED {
-            if Path::new(file).exists() {
-                cmd.args(["--ro-bind", "/dev/null", file]);
+            None => {
+                let mut cmd = tokio::process::Command::new(bwrap);
+                crate::process::die_with_parent(&mut cmd);
+                cmd.args(args);
+                if let Some((uid, gid)) = confinement.run_as {
+                    cmd.uid(uid).gid(gid);
+                }
+                cmd
             }
-        }
-        // Mounts stack in order: what goes inside the fresh /tmp comes after it.
-        cmd.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
-        for dir in &confinement.read_only {
-            if dir.exists() {
-                cmd.arg("--ro-bind").arg(dir).arg(dir);
-            }
-        }
-        // What a mounted directory shows of a hidden one is covered, before
-        // the workspace is bound (so a workspace inside it is still there).
-        let covered = covered(workspace, confinement);
-        for dir in &covered {
-            cmd.arg("--tmpfs").arg(dir);
-        }
-        cmd.arg("--bind").arg(workspace).arg(workspace);
-        // A hidden directory inside the workspace (the checks refuse such a
-        // workspace; this is the second line) is covered once more.
-        for dir in covered.iter().filter(|h| h.starts_with(workspace)) {
-            cmd.arg("--tmpfs").arg(dir);
-        }
-        cmd.arg("--chdir").arg(workspace);
-        cmd.arg("--clearenv");
-        let path = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
-        cmd.args(["--setenv", "PATH", path]);
-        cmd.arg("--setenv").arg("HOME").arg(workspace);
-        cmd.args(["--setenv", "LANG", "C.UTF-8"]);
-        for (key, value) in env {
-            cmd.arg("--setenv").arg(key).arg(value);
-        }
-        cmd.arg("--");
-        if let Some(prlimit) = prlimit
-            && (confinement.memory_bytes.is_some() || confinement.processes.is_some())
-        {
-            cmd.arg(prlimit);
-            if let Some(bytes) = confinement.memory_bytes {
-                cmd.arg(format!("--as={bytes}"));
-            }
-            if let Some(n) = confinement.processes {
-                cmd.arg(format!("--nproc={n}"));
-            }
-            cmd.arg("--");
-        }
-        cmd.args(["sh", "-c", script]);
+        };
         cmd.env_clear();
         cmd.current_dir(workspace);
-        if let Some((uid, gid)) = confinement.run_as {
-            cmd.uid(uid).gid(gid);
-        }
         cmd
+    }
+}
+
+/// bwrap's arguments for running `sh -c script` confined to `workspace` (see
+/// [`Sandbox::command`]).
+fn bwrap_args(
+    workspace: &Path,
+    script: &str,
+    env: &[(String, String)],
+    confinement: &Confinement,
+    prlimit: Option<&Path>,
+) -> Vec<std::ffi::OsString> {
+    let mut cmd = Args::default();
+    cmd.args(["--die-with-parent", "--new-session", "--unshare-all"]);
+    if confinement.network {
+        cmd.arg("--share-net");
+    }
+    for dir in READ_ONLY.iter().map(Path::new) {
+        if dir.exists() {
+            cmd.arg("--ro-bind").arg(dir).arg(dir);
+        }
+    }
+    for file in MASKED {
+        if Path::new(file).exists() {
+            cmd.args(["--ro-bind", "/dev/null", file]);
+        }
+    }
+    // Mounts stack in order: what goes inside the fresh /tmp comes after it.
+    cmd.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+    for dir in &confinement.read_only {
+        if dir.exists() {
+            cmd.arg("--ro-bind").arg(dir).arg(dir);
+        }
+    }
+    // What a mounted directory shows of a hidden one is covered, before
+    // the workspace is bound (so a workspace inside it is still there).
+    let covered = covered(workspace, confinement);
+    for dir in &covered {
+        cmd.arg("--tmpfs").arg(dir);
+    }
+    cmd.arg("--bind").arg(workspace).arg(workspace);
+    // A hidden directory inside the workspace (the checks refuse such a
+    // workspace; this is the second line) is covered once more.
+    for dir in covered.iter().filter(|h| h.starts_with(workspace)) {
+        cmd.arg("--tmpfs").arg(dir);
+    }
+    cmd.arg("--chdir").arg(workspace);
+    cmd.arg("--clearenv");
+    let path = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+    cmd.args(["--setenv", "PATH", path]);
+    cmd.arg("--setenv").arg("HOME").arg(workspace);
+    cmd.args(["--setenv", "LANG", "C.UTF-8"]);
+    for (key, value) in env {
+        cmd.arg("--setenv").arg(key).arg(value);
+    }
+    cmd.arg("--");
+    if let Some(prlimit) = prlimit
+        && (confinement.memory_bytes.is_some() || confinement.processes.is_some())
+    {
+        cmd.arg(prlimit);
+        if let Some(bytes) = confinement.memory_bytes {
+            cmd.arg(format!("--as={bytes}"));
+        }
+        if let Some(n) = confinement.processes {
+            cmd.arg(format!("--nproc={n}"));
+        }
+        cmd.arg("--");
+    }
+    cmd.args(["sh", "-c", script]);
+    cmd.0
+}
+
+/// Arguments gathered as [`tokio::process::Command`] takes them.
+#[derive(Default)]
+struct Args(Vec<std::ffi::OsString>);
+
+impl Args {
+    fn arg(&mut self, arg: impl AsRef<std::ffi::OsStr>) -> &mut Args {
+        self.0.push(arg.as_ref().to_owned());
+        self
+    }
+
+    fn args(&mut self, args: impl IntoIterator<Item = impl AsRef<std::ffi::OsStr>>) -> &mut Args {
+        for arg in args {
+            self.arg(arg);
+        }
+        self
     }
 }

@@ -9,6 +9,11 @@
 //! io_uring; `no_new_privs`), sets the memory limit, clears the environment, and
 //! executes the script. Landlock has no PID namespace: the step's process group is
 //! stopped when it ends, but a process that leaves the group can outlive it.
+//!
+//! The same trampoline starts every step, so that rein never forks to start
+//! one (see [`crate::process`]): unconfined under `--sandbox none`
+//! ([`unconfined_args`]), and as bubblewrap's starter ([`exec_args`]: it only
+//! becomes the user and asks to die with rein, then becomes bwrap).
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -97,10 +102,7 @@ pub fn trampoline_args(
         args.push("--read".into());
         args.push(dir.into());
     }
-    if let Some((uid, gid)) = confinement.run_as {
-        args.push("--run-as".into());
-        args.push(format!("{uid}:{gid}").into());
-    }
+    run_as_arg(&mut args, confinement.run_as);
     tail(args, script, env)
 }
 
@@ -111,10 +113,41 @@ pub fn unconfined_args(workspace: &Path, script: &str, env: &[(String, String)])
     tail(head(workspace, true), script, env)
 }
 
+/// The trampoline's arguments for starting `program` with `args` as they are
+/// (bubblewrap, which confines the command itself), as user `run_as` if
+/// given: it only makes the program die with rein, so that rein need not
+/// fork to set the parent-death signal. The program gets the trampoline's
+/// environment and working directory, which rein sets.
+pub fn exec_args(
+    program: &Path,
+    args: impl IntoIterator<Item = OsString>,
+    run_as: Option<(u32, u32)>,
+) -> Vec<OsString> {
+    let mut all = parent();
+    run_as_arg(&mut all, run_as);
+    all.extend(["--exec".into(), "--".into(), program.into()]);
+    all.extend(args);
+    all
+}
+
+/// `--run-as UID:GID`, if the command runs as another user.
+fn run_as_arg(args: &mut Vec<OsString>, run_as: Option<(u32, u32)>) {
+    if let Some((uid, gid)) = run_as {
+        args.push("--run-as".into());
+        args.push(format!("{uid}:{gid}").into());
+    }
+}
+
 /// What every trampoline is told first: the rein building the arguments,
-/// which it dies with, and the workspace.
+/// which it dies with.
+fn parent() -> Vec<OsString> {
+    vec!["--parent".into(), std::process::id().to_string().into()]
+}
+
+/// What a trampoline that runs a script is told first: [`parent`], then the
+/// workspace.
 fn head(workspace: &Path, unconfined: bool) -> Vec<OsString> {
-    let mut args: Vec<OsString> = vec!["--parent".into(), std::process::id().to_string().into()];
+    let mut args = parent();
     if unconfined {
         args.push("--unconfined".into());
     }
@@ -139,16 +172,27 @@ struct Parsed {
     parent: Option<u32>,
     /// Nothing confined: `sh` with rein's environment (and `env`).
     unconfined: bool,
-    workspace: PathBuf,
     confinement: Confinement,
     env: Vec<(OsString, OsString)>,
-    script: OsString,
+    body: Body,
+}
+
+/// What the trampoline becomes.
+enum Body {
+    /// `sh -c SCRIPT` in the workspace.
+    Script {
+        workspace: PathBuf,
+        script: OsString,
+    },
+    /// A program and its arguments, as given (`--exec`).
+    Program(Vec<OsString>),
 }
 
 fn parse(args: &[OsString]) -> Result<Parsed, String> {
     let mut workspace = None;
     let mut parent = None;
     let mut unconfined = false;
+    let mut exec = false;
     let mut confinement = Confinement::default();
     let mut env = Vec::new();
     let mut it = args.iter();
@@ -172,6 +216,7 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                 );
             }
             Some("--unconfined") => unconfined = true,
+            Some("--exec") => exec = true,
             Some("--network") => confinement.network = true,
             Some("--memory") => {
                 let v = value(&mut it, "--memory")?;
@@ -213,16 +258,41 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                     OsStr::from_bytes(&bytes[eq + 1..]).to_owned(),
                 ));
             }
+            Some("--") if exec => {
+                let program: Vec<OsString> = it.cloned().collect();
+                if program.is_empty() {
+                    return Err("--exec needs `-- PROGRAM [ARGS…]`".into());
+                }
+                // Only who runs it and what it dies with apply to a program
+                // run as given: anything else would confine nothing.
+                let run_as_only = Confinement {
+                    run_as: confinement.run_as,
+                    ..Confinement::default()
+                };
+                if unconfined
+                    || workspace.is_some()
+                    || !env.is_empty()
+                    || confinement != run_as_only
+                {
+                    return Err("--exec takes only --parent and --run-as".into());
+                }
+                return Ok(Parsed {
+                    parent,
+                    unconfined,
+                    confinement,
+                    env,
+                    body: Body::Program(program),
+                });
+            }
             Some("--") => {
                 let script = value(&mut it, "--")?;
                 let workspace = workspace.ok_or("--workspace is required")?;
                 return Ok(Parsed {
                     parent,
                     unconfined,
-                    workspace,
                     confinement,
                     env,
-                    script,
+                    body: Body::Script { workspace, script },
                 });
             }
             _ => return Err(format!("unknown argument {arg:?}")),
@@ -352,7 +422,9 @@ fn limit_processes(n: u64) -> Result<(), String> {
 }
 
 /// The trampoline's body: confine this process, then become `sh -c SCRIPT` in
-/// the workspace. Returns only on failure, with the exit status to use.
+/// the workspace; or (`--exec`) only run as the user and die with rein, then
+/// become the program given. Returns only on failure, with the exit status to
+/// use.
 pub fn trampoline(args: &[OsString]) -> i32 {
     if args.len() == 1 && args[0] == "--build" {
         use std::io::Write;
@@ -383,17 +455,30 @@ pub fn trampoline(args: &[OsString]) -> i32 {
         report(&format!("rein sandbox: {e}"));
         return NOT_CONFINED;
     }
+    let (workspace, script) = match parsed.body {
+        Body::Program(program) => {
+            let err = std::process::Command::new(&program[0])
+                .args(&program[1..])
+                .exec();
+            report(&format!(
+                "rein sandbox: cannot run {}: {err}",
+                Path::new(&program[0]).display()
+            ));
+            return 127;
+        }
+        Body::Script { workspace, script } => (workspace, script),
+    };
     if parsed.unconfined {
         let err = std::process::Command::new("sh")
             .arg("-c")
-            .arg(&parsed.script)
-            .current_dir(&parsed.workspace)
+            .arg(&script)
+            .current_dir(&workspace)
             .envs(parsed.env)
             .exec();
         report(&format!("rein: cannot run sh: {err}"));
         return 127;
     }
-    let tmp = parsed.workspace.join(".tmp");
+    let tmp = workspace.join(".tmp");
     if let Err(e) = std::fs::create_dir_all(&tmp) {
         report(&format!(
             "rein sandbox: cannot create {}: {e}",
@@ -409,18 +494,18 @@ pub fn trampoline(args: &[OsString]) -> i32 {
         ));
         return NOT_CONFINED;
     }
-    if let Err(e) = confine_self(&parsed.workspace, &parsed.confinement) {
+    if let Err(e) = confine_self(&workspace, &parsed.confinement) {
         report(&format!("rein sandbox: cannot confine the command: {e}"));
         return NOT_CONFINED;
     }
     let path = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
     let err = std::process::Command::new("sh")
         .arg("-c")
-        .arg(&parsed.script)
-        .current_dir(&parsed.workspace)
+        .arg(&script)
+        .current_dir(&workspace)
         .env_clear()
         .env("PATH", path)
-        .env("HOME", &parsed.workspace)
+        .env("HOME", &workspace)
         .env("LANG", "C.UTF-8")
         .env("TMPDIR", &tmp)
         .envs(parsed.env)

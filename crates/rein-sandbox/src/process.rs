@@ -2,16 +2,17 @@
 //! the child before it becomes the command, and a record of each process group
 //! precise enough to find — and stop — what a killed rein left behind.
 //!
-//! Where the signal is set decides how a command is started. The Landlock
-//! trampoline asks for it itself (`--parent`, see [`die_with`]; also
-//! unconfined, for `--sandbox none`), so rein starts it without a `fork`
-//! (`posix_spawn`, which shares rein's memory until the `exec`): a `fork` of a
-//! rein holding many tasks copies its page tables, and the forks of one
-//! process wait for each other on its memory map, so a thousand steps taken up
-//! at once took a thousand times that. Bubblewrap must have the signal before
-//! it starts (its own `--die-with-parent` comes too late), so it is forked with
-//! [`die_with_parent`], as are MCP servers and `sh` where no trampoline is
-//! known.
+//! Where the signal is set decides how a command is started. The trampoline
+//! asks for it itself (`--parent`, see [`die_with`]) and then confines itself
+//! with Landlock, or (`--unconfined`, for `--sandbox none`) does not, or
+//! (`--exec`) becomes bubblewrap, which must have the signal before it starts
+//! (its own `--die-with-parent` comes too late). So rein starts it without a
+//! `fork` (`posix_spawn`, which shares rein's memory until the `exec`): a
+//! `fork` of a rein holding many tasks copies its page tables, and the forks
+//! of one process wait for each other on its memory map, so a thousand steps
+//! taken up at once took a thousand times that. Where no trampoline is known
+//! (a library caller's sandbox), and for MCP servers, rein forks with
+//! [`die_with_parent`].
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
