@@ -181,6 +181,10 @@ enum Bench {
     Takeover {
         #[arg(long, default_value_t = 1000)]
         tasks: usize,
+        /// The server's `--sandbox` (`none`: the time is rein's; `auto`,
+        /// `bubblewrap`, `landlock`: a user's default, confinement included).
+        #[arg(long, default_value = "none")]
+        sandbox: String,
         /// The rein binary [default: the one beside rein-bench].
         #[arg(long)]
         rein: Option<std::path::PathBuf>,
@@ -614,20 +618,24 @@ fn conflicts(n: usize, runs: usize) -> anyhow::Result<serde_json::Value> {
     }))
 }
 
-/// Times `runs` runs of `true`, plainly, under bubblewrap, and under Landlock
-/// (through the `rein-confine` trampoline beside this binary, when it is built:
-/// `cargo build --release -p rein-sandbox`), one of each in turn.
+/// Times `runs` runs of `true`, plainly, under bubblewrap (forked from this
+/// process, and started through the trampoline as `rein` starts it), and
+/// under Landlock (through the `rein-confine` trampoline beside this binary,
+/// when it is built: `cargo build --release -p rein-cli`), one of each in turn.
 async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
     let bwrap = rein_sandbox::Sandbox::probe().await?;
     let trampoline = std::env::current_exe()?.with_file_name("rein-confine");
-    let landlock = if trampoline.exists() {
+    let (landlock, bwrap_started) = if trampoline.exists() {
         let t = rein_sandbox::Trampoline {
             program: trampoline,
             args: Vec::new(),
         };
-        Some(rein_sandbox::Sandbox::probe_landlock(t).await?)
+        (
+            Some(rein_sandbox::Sandbox::probe_landlock(t.clone()).await?),
+            Some(bwrap.clone().started_by(t).await),
+        )
     } else {
-        None
+        (None, None)
     };
     let dir = tempfile::tempdir()?;
     let workspace = dir.path().canonicalize()?;
@@ -635,6 +643,7 @@ async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
     let mut plain = Vec::with_capacity(runs);
     let mut boxed = Vec::with_capacity(runs);
     let mut locked = Vec::with_capacity(runs);
+    let mut through = Vec::with_capacity(runs);
     for _ in 0..runs {
         let started = Instant::now();
         let status = tokio::process::Command::new("sh")
@@ -644,7 +653,11 @@ async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
             .await?;
         anyhow::ensure!(status.success(), "plain `true` failed");
         plain.push(started.elapsed());
-        for (sandbox, times) in [(Some(&bwrap), &mut boxed), (landlock.as_ref(), &mut locked)] {
+        for (sandbox, times) in [
+            (Some(&bwrap), &mut boxed),
+            (landlock.as_ref(), &mut locked),
+            (bwrap_started.as_ref(), &mut through),
+        ] {
             let Some(sandbox) = sandbox else { continue };
             let started = Instant::now();
             let status = sandbox
@@ -658,9 +671,9 @@ async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
     plain.sort();
     boxed.sort();
     locked.sort();
+    through.sort();
     let ms = |d: f64| (d * 1000.0).round() / 1000.0;
-    let landlock_p50 = (!locked.is_empty()).then(|| ms(percentile(&locked, 0.50)));
-    let landlock_p99 = (!locked.is_empty()).then(|| ms(percentile(&locked, 0.99)));
+    let at = |times: &[Duration], p: f64| (!times.is_empty()).then(|| ms(percentile(times, p)));
     Ok(serde_json::json!({
         "bench": "sandbox",
         "runs": runs,
@@ -670,8 +683,10 @@ async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
         "sandboxed_p50_ms": ms(percentile(&boxed, 0.50)),
         "sandboxed_p99_ms": ms(percentile(&boxed, 0.99)),
         "overhead_p50_ms": ms(percentile(&boxed, 0.50) - percentile(&plain, 0.50)),
-        "landlock_p50_ms": landlock_p50,
-        "landlock_p99_ms": landlock_p99,
+        "started_through_trampoline_p50_ms": at(&through, 0.50),
+        "started_through_trampoline_p99_ms": at(&through, 0.99),
+        "landlock_p50_ms": at(&locked, 0.50),
+        "landlock_p99_ms": at(&locked, 0.99),
     }))
 }
 
@@ -980,13 +995,18 @@ fn main() -> anyhow::Result<()> {
             ))?;
             println!("{line}");
         }
-        Bench::Takeover { tasks, rein, dir } => {
+        Bench::Takeover {
+            tasks,
+            sandbox,
+            rein,
+            dir,
+        } => {
             let temp = tempfile::tempdir()?;
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
             println!(
                 "{}",
-                runtime.block_on(takeover::takeover(tasks.max(1), rein, &dir))?
+                runtime.block_on(takeover::takeover(tasks.max(1), &sandbox, rein, &dir))?
             );
         }
         Bench::Goal { steps, runs, dir } => {

@@ -119,8 +119,8 @@ async fn failover(
     let marks = dir.join("marks");
     std::fs::create_dir_all(&marks)?;
     let more = ["--store", url, "--lease", lease];
-    let (mut a, a_addr) = start_serve_with(rein, &dir.join("a"), &more).await?;
-    let (mut b, _) = start_serve_with(rein, &dir.join("b"), &more).await?;
+    let (mut a, a_addr) = start_serve_with(rein, &dir.join("a"), "none", &more).await?;
+    let (mut b, _) = start_serve_with(rein, &dir.join("b"), "none", &more).await?;
     let plan = in_flight(&marks);
     for _ in 0..tasks {
         let status = request(&a_addr, "POST", "/admin/tasks", Some(&plan)).await?;

@@ -73,19 +73,21 @@ pub(crate) async fn start_serve(
     rein: &Path,
     data: &Path,
 ) -> anyhow::Result<(tokio::process::Child, String)> {
-    start_serve_with(rein, data, &[]).await
+    start_serve_with(rein, data, "none", &[]).await
 }
 
-/// [`start_serve`] with more arguments (`--store`, `--lease`, …).
+/// [`start_serve`] under `sandbox` (`--sandbox`), with more arguments
+/// (`--store`, `--lease`, …).
 pub(crate) async fn start_serve_with(
     rein: &Path,
     data: &Path,
+    sandbox: &str,
     more: &[&str],
 ) -> anyhow::Result<(tokio::process::Child, String)> {
     let mut server = tokio::process::Command::new(rein)
         .arg("--data-dir")
         .arg(data)
-        .args(["--sandbox", "none", "serve", "--listen", "127.0.0.1:0"])
+        .args(["--sandbox", sandbox, "serve", "--listen", "127.0.0.1:0"])
         .args(more)
         .env("REIN_TOKEN", TOKEN)
         .stdout(std::process::Stdio::piped())

@@ -4,9 +4,12 @@
 //! API; once every step runs, the server is killed with SIGKILL (the steps die
 //! with it) and started again on the same data directory. Timed from that
 //! start: until it answers a read (a page of tasks), then `/healthz`, and until every interrupted step runs
-//! again (its second attempt has noted itself). Steps run unsandboxed, so the
-//! time is rein's, not the sandbox's. Before that, the floor: the same N
-//! scripts started by the bench alone (see [`bare_starts`]).
+//! again (its second attempt has noted itself). Steps run unsandboxed by
+//! default, so the time is rein's, not the sandbox's; `--sandbox bubblewrap`
+//! (or `auto`, `landlock`) times a user's default instead, each task's
+//! workspace the marks directory. Before that, the floor: the same N scripts
+//! started by the bench alone (see [`bare_starts`]), under bubblewrap also as
+//! bwrap commands.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::sse::{TOKEN, start_serve};
+use crate::sse::{TOKEN, start_serve_with};
 
 /// One HTTP/1.1 request (the connection closed after it), with a plan file
 /// as its body if any; the status.
@@ -66,8 +69,23 @@ pub(crate) fn attempts(marks: &Path, attempt: u32) -> usize {
 /// A plan of one idempotent step that notes its attempt in `marks`
 /// (`TASK.ATTEMPT`) and then sleeps: a step in flight.
 pub(crate) fn in_flight(marks: &Path) -> String {
+    in_flight_at(marks, false)
+}
+
+/// [`in_flight`], run in `marks` as its workspace if `there` (a sandboxed
+/// step reaches nothing outside its workspace; the server needs `marks`
+/// inside a `--workspace-root`).
+fn in_flight_at(marks: &Path, there: bool) -> String {
+    let workspace = if there {
+        format!(
+            "workspace = {}\n",
+            toml_string(&marks.display().to_string())
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "description = \"a step in flight\"\n[[steps]]\nid = \"wait\"\nrun = {}\nidempotent = true\n",
+        "description = \"a step in flight\"\n{workspace}[[steps]]\nid = \"wait\"\nrun = {}\nidempotent = true\n",
         toml_string(&step_script(marks))
     )
 }
@@ -82,41 +100,64 @@ fn step_script(marks: &Path) -> String {
     )
 }
 
+/// How the bench starts a step's script itself, for the floor.
+enum Bare<'a> {
+    /// `sh -c SCRIPT`.
+    Sh,
+    /// Through the trampoline rein starts steps with (`rein-confine`,
+    /// unconfined): the same three programs as one of rein's steps.
+    Trampoline(&'a Path),
+    /// As `sandbox` starts it, in `marks` as the workspace.
+    Sandboxed(&'a rein_sandbox::Sandbox),
+}
+
 /// The floor under a take-over on this machine: `tasks` copies of the step's
-/// script started by this process itself, with no rein and no store, from
-/// as many threads as there are cores (each start waits for its `exec`), and
-/// timed until every one has noted itself. `through`, if given, is the
-/// trampoline rein starts steps through (`rein-confine`): then each start is
-/// the same three programs as one of rein's steps. The processes are killed
-/// before it returns.
-fn bare_starts(tasks: usize, through: Option<&Path>, dir: &Path) -> anyhow::Result<Duration> {
-    let marks = dir.join(if through.is_some() {
-        "bare-trampoline"
-    } else {
-        "bare-sh"
+/// script started by this process itself, as `how` says, with no rein and no
+/// store, from as many threads as there are cores (each start waits for its
+/// `exec`), and timed until every one has noted itself. The processes are
+/// killed before it returns.
+fn bare_starts(tasks: usize, how: &Bare<'_>, dir: &Path) -> anyhow::Result<Duration> {
+    let marks = dir.join(match how {
+        Bare::Sh => "bare-sh",
+        Bare::Trampoline(_) => "bare-trampoline",
+        Bare::Sandboxed(_) => "bare-sandboxed",
     });
     std::fs::create_dir_all(&marks)?;
+    let marks = marks.canonicalize()?;
     let script = step_script(&marks);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let me = std::process::id().to_string();
     let start = |i: usize| {
-        let mut command = match through {
-            Some(trampoline) => {
+        let env = [
+            ("REIN_TASK_ID".to_owned(), format!("bare{i}")),
+            ("REIN_ATTEMPT".to_owned(), "1".to_owned()),
+        ];
+        let mut command = match how {
+            Bare::Trampoline(trampoline) => {
                 let mut c = std::process::Command::new(trampoline);
                 c.args(["--parent", &me, "--unconfined", "--workspace"])
                     .arg(dir)
                     .args(["--", &script]);
                 c
             }
-            None => {
+            Bare::Sh => {
                 let mut c = std::process::Command::new("sh");
                 c.args(["-c", &script]).current_dir(dir);
                 c
             }
+            Bare::Sandboxed(sandbox) => {
+                // The sandbox's own command, started from this thread.
+                let made = sandbox.command(&marks, &script, &env, &Default::default());
+                let made = made.as_std();
+                let mut c = std::process::Command::new(made.get_program());
+                c.args(made.get_args()).env_clear().current_dir(&marks);
+                c
+            }
         };
+        if !matches!(how, Bare::Sandboxed(_)) {
+            command.envs(env);
+        }
         command
-            .env("REIN_TASK_ID", format!("bare{i}"))
-            .env("REIN_ATTEMPT", "1")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -179,20 +220,46 @@ pub(crate) async fn wait_for(
     Ok(())
 }
 
-pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow::Result<Value> {
+pub async fn takeover(
+    tasks: usize,
+    sandbox: &str,
+    rein: Option<PathBuf>,
+    dir: &Path,
+) -> anyhow::Result<Value> {
     let rein = crate::sse::rein_binary(rein)?;
     let trampoline = rein.with_file_name("rein-confine");
-    let bare_sh = bare_starts(tasks, None, dir)?;
+    let bare_sh = bare_starts(tasks, &Bare::Sh, dir)?;
     let bare_trampoline = if trampoline.exists() {
-        Some(bare_starts(tasks, Some(&trampoline), dir)?)
+        Some(bare_starts(tasks, &Bare::Trampoline(&trampoline), dir)?)
+    } else {
+        None
+    };
+    // Under bubblewrap, also the same bwrap commands rein makes, started
+    // through the trampoline as rein starts them.
+    let bare_sandboxed = if sandbox == "bubblewrap" && trampoline.exists() {
+        let made = rein_sandbox::Sandbox::probe()
+            .await?
+            .started_by(rein_sandbox::Trampoline {
+                program: trampoline.clone(),
+                args: Vec::new(),
+            })
+            .await;
+        Some(bare_starts(tasks, &Bare::Sandboxed(&made), dir)?)
     } else {
         None
     };
     let data = dir.join("data");
     let marks = dir.join("marks");
     std::fs::create_dir_all(&marks)?;
-    let (mut server, addr) = start_serve(&rein, &data).await?;
-    let plan = in_flight(&marks);
+    let sandboxed = sandbox != "none";
+    let root = marks.display().to_string();
+    let more: &[&str] = if sandboxed {
+        &["--workspace-root", &root]
+    } else {
+        &[]
+    };
+    let (mut server, addr) = start_serve_with(&rein, &data, sandbox, more).await?;
+    let plan = in_flight_at(&marks, sandboxed);
     for _ in 0..tasks {
         let status = request(&addr, "POST", "/admin/tasks", Some(&plan)).await?;
         anyhow::ensure!(status == 201, "submitting a task got {status}");
@@ -205,7 +272,7 @@ pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow
     server.start_kill()?;
     server.wait().await?;
     let started = Instant::now();
-    let (mut again, addr) = start_serve(&rein, &data).await?;
+    let (mut again, addr) = start_serve_with(&rein, &data, sandbox, more).await?;
     let listening = started.elapsed();
     // A read first (a page of the task list), then a health check (which
     // writes to the store, runs a trial command, verifies the ledger).
@@ -236,13 +303,17 @@ pub async fn takeover(tasks: usize, rein: Option<PathBuf>, dir: &Path) -> anyhow
     Ok(json!({
         "bench": "takeover",
         "tasks": tasks,
+        "sandbox": sandbox,
         "listening_ms": ms(listening),
         "reading_ms": ms(reading),
         "answering_ms": ms(answering),
         "all_running_again_ms": ms(all_running),
         "bare_sh_ms": ms(bare_sh),
         "bare_trampoline_ms": bare_trampoline.map(ms),
+        "bare_sandboxed_ms": bare_sandboxed.map(ms),
         "over_bare_trampoline": bare_trampoline
+            .map(|b| (all_running.as_secs_f64() / b.as_secs_f64() * 100.0).round() / 100.0),
+        "over_bare_sandboxed": bare_sandboxed
             .map(|b| (all_running.as_secs_f64() / b.as_secs_f64() * 100.0).round() / 100.0),
     }))
 }
