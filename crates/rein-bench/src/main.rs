@@ -34,8 +34,9 @@
 //! interrupted step runs again, against the same steps' scripts started bare.
 //!
 //! `rein-bench postgres` runs `--tasks` × `--steps` durable steps on a
-//! PostgreSQL store against that server's bare commit ceiling, and times how
-//! long a killed node's tasks take to run again on another node.
+//! PostgreSQL store against that server's bare commit ceiling, times how
+//! long a killed node's tasks take to run again on another node, and, in the
+//! same run, a single node's take-over on SQLite (`--takeover-tasks`).
 //!
 //! `rein-bench sse --clients N` measures what N idle event-stream clients cost a
 //! real `rein serve` process: CPU while they idle, memory, files and threads
@@ -170,6 +171,10 @@ enum Bench {
         /// The nodes' lease (`rein serve --lease`).
         #[arg(long, default_value = "2s")]
         lease: String,
+        /// Tasks in flight for the single node's take-over on SQLite, timed
+        /// in the same run (0 to skip; `rein-bench takeover` runs it alone).
+        #[arg(long, default_value_t = 1000)]
+        takeover_tasks: usize,
         /// The rein binary [default: the one beside rein-bench].
         #[arg(long)]
         rein: Option<std::path::PathBuf>,
@@ -977,6 +982,7 @@ fn main() -> anyhow::Result<()> {
             ceiling_commits,
             failover_tasks,
             lease,
+            takeover_tasks,
             rein,
             dir,
         } => {
@@ -990,6 +996,7 @@ fn main() -> anyhow::Result<()> {
                 ceiling_commits,
                 failover_tasks,
                 &lease,
+                takeover_tasks,
                 rein,
                 &dir,
             ))?;

@@ -9,6 +9,9 @@
 //!   of one idempotent step in flight on the first; it is killed with -9, and
 //!   the time is taken from the kill until the second node runs every
 //!   interrupted step again, with the lease it was given (`--lease`).
+//! - The single node's take-over on SQLite, beside it: `--takeover-tasks`
+//!   tasks in flight, `kill -9`, and the time until they all run again (see
+//!   [`crate::takeover`]; `rein-bench takeover` runs it alone).
 //!
 //! The server is a throwaway cluster the bench starts (`initdb`, a private
 //! port), unless `--url` names one: its database must be empty or rein's.
@@ -165,6 +168,7 @@ pub async fn postgres(
     ceiling_commits: usize,
     failover_tasks: usize,
     lease: &str,
+    takeover_tasks: usize,
     rein: Option<PathBuf>,
     dir: &Path,
 ) -> anyhow::Result<Value> {
@@ -189,9 +193,16 @@ pub async fn postgres(
     let steps_url = database("steps").await?;
     let steps = steps(&steps_url, tasks, n, ceiling_commits, dir).await?;
     let failover = if failover_tasks > 0 {
-        let rein = crate::sse::rein_binary(rein)?;
+        let rein = crate::sse::rein_binary(rein.clone())?;
         let url = database("failover").await?;
         failover(&url, failover_tasks, lease, &rein, dir).await?
+    } else {
+        Value::Null
+    };
+    let takeover = if takeover_tasks > 0 {
+        let own = dir.join("takeover");
+        std::fs::create_dir_all(&own)?;
+        crate::takeover::takeover(takeover_tasks, "none", rein, &own).await?
     } else {
         Value::Null
     };
@@ -200,5 +211,6 @@ pub async fn postgres(
         "server": cluster.as_ref().map_or("given by --url", |_| "a throwaway local cluster"),
         "steps": steps,
         "failover": failover,
+        "sqlite_takeover": takeover,
     }))
 }
