@@ -783,15 +783,34 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
 
 /// Clicks what `selector` finds, in one step in the page (a live refresh
 /// may replace an element between a lookup and a click).
+/// Clicks what `selector` finds. An element htmx acts for (its own `hx-get`
+/// or `hx-post`) is clicked once htmx has made it live: a live refresh swaps
+/// new elements in, and a click before htmx has processed one does nothing,
+/// as a person's would (they click again); waiting (up to 15 s) keeps the
+/// test from losing its click in that moment under load.
 async fn click(client: &Client, selector: &str) {
-    let found = client
-        .execute(
-            "const el = document.querySelector(arguments[0]); if (el) { el.click(); } return Boolean(el);",
-            vec![json!(selector)],
-        )
-        .await
-        .unwrap();
-    assert_eq!(found, json!(true), "nothing to click at {selector}");
+    let started = Instant::now();
+    loop {
+        let clicked = client
+            .execute(
+                "const el = document.querySelector(arguments[0]);\
+                 if (!el) { return 'missing'; }\
+                 const acts = el.hasAttribute('hx-get') || el.hasAttribute('hx-post');\
+                 if (acts && !el['htmx-internal-data']?.initHash) { return 'unbound'; }\
+                 el.click(); return 'clicked';",
+                vec![json!(selector)],
+            )
+            .await
+            .unwrap();
+        if clicked == json!("clicked") {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "nothing to click at {selector} ({clicked})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The text of what `selector` finds, read in one step in the page.
