@@ -237,13 +237,11 @@ pub async fn takeover(
     // Under bubblewrap, also the same bwrap commands rein makes, started
     // through the trampoline as rein starts them.
     let bare_sandboxed = if sandbox == "bubblewrap" && trampoline.exists() {
-        let made = rein_sandbox::Sandbox::probe()
-            .await?
-            .started_by(rein_sandbox::Trampoline {
-                program: trampoline.clone(),
-                args: Vec::new(),
-            })
-            .await;
+        let made = rein_sandbox::Sandbox::probe_started_by(Some(rein_sandbox::Trampoline {
+            program: trampoline.clone(),
+            args: Vec::new(),
+        }))
+        .await?;
         Some(bare_starts(tasks, &Bare::Sandboxed(&made), dir)?)
     } else {
         None
@@ -300,6 +298,8 @@ pub async fn takeover(
     let all_running = started.elapsed();
     let _ = again.start_kill();
     let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1000.0;
+    let over =
+        |floor: Duration| (all_running.as_secs_f64() / floor.as_secs_f64() * 100.0).round() / 100.0;
     Ok(json!({
         "bench": "takeover",
         "tasks": tasks,
@@ -311,9 +311,7 @@ pub async fn takeover(
         "bare_sh_ms": ms(bare_sh),
         "bare_trampoline_ms": bare_trampoline.map(ms),
         "bare_sandboxed_ms": bare_sandboxed.map(ms),
-        "over_bare_trampoline": bare_trampoline
-            .map(|b| (all_running.as_secs_f64() / b.as_secs_f64() * 100.0).round() / 100.0),
-        "over_bare_sandboxed": bare_sandboxed
-            .map(|b| (all_running.as_secs_f64() / b.as_secs_f64() * 100.0).round() / 100.0),
+        "over_bare_trampoline": bare_trampoline.map(over),
+        "over_bare_sandboxed": bare_sandboxed.map(over),
     }))
 }

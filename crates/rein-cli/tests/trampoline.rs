@@ -11,6 +11,17 @@ fn confine() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rein-confine"))
 }
 
+/// What a run that must exit 0 printed; its stderr if it did not.
+fn stdout_of_success(out: &std::process::Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| {
@@ -38,13 +49,7 @@ fn unconfined_it_runs_the_script_in_the_workspace_with_reins_environment() {
         .output()
         .unwrap();
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        stdout_of_success(&out),
         format!("inherited added\n{}\n", ws.display())
     );
 }
@@ -88,13 +93,7 @@ fn with_exec_it_becomes_the_program_as_given_in_its_environment_and_directory() 
         .output()
         .unwrap();
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        stdout_of_success(&out),
         format!("inherited|zero|one  two\n{}\n", ws.display())
     );
     // A program that is not there is named.

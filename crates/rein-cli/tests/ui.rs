@@ -782,12 +782,12 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
 }
 
 /// Clicks what `selector` finds, in one step in the page (a live refresh
-/// may replace an element between a lookup and a click).
-/// Clicks what `selector` finds. An element htmx acts for (its own `hx-get`
-/// or `hx-post`) is clicked once htmx has made it live: a live refresh swaps
-/// new elements in, and a click before htmx has processed one does nothing,
-/// as a person's would (they click again); waiting (up to 15 s) keeps the
-/// test from losing its click in that moment under load.
+/// may replace an element between a lookup and a click). An element htmx
+/// acts for (its own `hx-get` or `hx-post`) is clicked once htmx has made it
+/// live: a live refresh swaps new elements in, and a click before htmx has
+/// processed one does nothing, as a person's would (they click again);
+/// waiting (up to 15 s) keeps the test from losing its click in that moment
+/// under load. Nothing at `selector` fails at once.
 async fn click(client: &Client, selector: &str) {
     let started = Instant::now();
     loop {
@@ -805,9 +805,10 @@ async fn click(client: &Client, selector: &str) {
         if clicked == json!("clicked") {
             return;
         }
+        assert_ne!(clicked, json!("missing"), "nothing to click at {selector}");
         assert!(
             started.elapsed() < Duration::from_secs(15),
-            "nothing to click at {selector} ({clicked})"
+            "htmx never made {selector} live"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

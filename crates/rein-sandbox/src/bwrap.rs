@@ -302,7 +302,7 @@ impl Sandbox {
             bwrap,
             prlimit,
             starter: None,
-        } = self.how
+        } = &self.how
         else {
             return self;
         };
@@ -318,17 +318,23 @@ impl Sandbox {
         match through.trial("bubblewrap").await {
             Ok(()) => through,
             Err(why) => Sandbox {
-                how: How::Bubblewrap {
-                    bwrap,
-                    prlimit,
-                    starter: None,
-                },
                 detail: format!(
                     "{}; started by a fork of rein ({program} failed a trial: {why})",
                     self.detail
                 ),
+                ..self
             },
         }
+    }
+
+    /// Bubblewrap if it runs here, started through `trampoline` if one is
+    /// given and passes its trial (see [`Sandbox::started_by`]).
+    pub async fn probe_started_by(trampoline: Option<Trampoline>) -> Result<Sandbox, Unavailable> {
+        let sandbox = Sandbox::probe().await?;
+        Ok(match trampoline {
+            Some(t) => sandbox.started_by(t).await,
+            None => sandbox,
+        })
     }
 
     /// Runs `true` as a step would, in a scratch workspace; why not, if it fails.
@@ -361,14 +367,12 @@ impl Sandbox {
         }
     }
 
-    /// Bubblewrap if it runs here (started through `trampoline` if given and
-    /// it can, see [`Sandbox::started_by`]), else Landlock through
-    /// `trampoline` if given.
+    /// Bubblewrap if it runs here (see [`Sandbox::probe_started_by`]), else
+    /// Landlock through `trampoline` if given.
     pub async fn probe_any(trampoline: Option<Trampoline>) -> Result<Sandbox, Unavailable> {
-        let bwrap = match (Sandbox::probe().await, &trampoline) {
-            (Ok(sandbox), Some(t)) => return Ok(sandbox.started_by(t.clone()).await),
-            (Ok(sandbox), None) => return Ok(sandbox),
-            (Err(why), _) => why,
+        let bwrap = match Sandbox::probe_started_by(trampoline.clone()).await {
+            Ok(sandbox) => return Ok(sandbox),
+            Err(why) => why,
         };
         let Some(trampoline) = trampoline else {
             return Err(bwrap);

@@ -259,11 +259,7 @@ pub async fn executor(choice: &str, strict: bool) -> anyhow::Result<CommandExecu
         });
     }
     let probed = match (choice, trampoline) {
-        ("bubblewrap", Some(t)) => match Sandbox::probe().await {
-            Ok(sandbox) => Ok(sandbox.started_by(t).await),
-            Err(why) => Err(why),
-        },
-        ("bubblewrap", None) => Sandbox::probe().await,
+        ("bubblewrap", trampoline) => Sandbox::probe_started_by(trampoline).await,
         ("landlock", Some(t)) => Sandbox::probe_landlock(t).await,
         ("landlock", None) => Err(rein_sandbox::Unavailable {
             reason: "cannot find the rein executable to confine steps with".into(),
