@@ -644,6 +644,7 @@ async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
     };
     let dir = tempfile::tempdir()?;
     let workspace = dir.path().canonicalize()?;
+    let pinned = rein_sandbox::Pinned::pin(&workspace)?;
     let confinement = rein_sandbox::Confinement::default();
     let mut plain = Vec::with_capacity(runs);
     let mut boxed = Vec::with_capacity(runs);
@@ -666,7 +667,7 @@ async fn sandbox(runs: usize) -> anyhow::Result<serde_json::Value> {
             let Some(sandbox) = sandbox else { continue };
             let started = Instant::now();
             let status = sandbox
-                .command(&workspace, "true", &[], &confinement)
+                .command(&pinned, "true", &[], &confinement)
                 .status()
                 .await?;
             anyhow::ensure!(status.success(), "sandboxed `true` failed");

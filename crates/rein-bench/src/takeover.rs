@@ -124,6 +124,7 @@ fn bare_starts(tasks: usize, how: &Bare<'_>, dir: &Path) -> anyhow::Result<Durat
     });
     std::fs::create_dir_all(&marks)?;
     let marks = marks.canonicalize()?;
+    let pinned = rein_sandbox::Pinned::pin(&marks)?;
     let script = step_script(&marks);
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let me = std::process::id().to_string();
@@ -147,7 +148,7 @@ fn bare_starts(tasks: usize, how: &Bare<'_>, dir: &Path) -> anyhow::Result<Durat
             }
             Bare::Sandboxed(sandbox) => {
                 // The sandbox's own command, started from this thread.
-                let made = sandbox.command(&marks, &script, &env, &Default::default());
+                let made = sandbox.command(&pinned, &script, &env, &Default::default());
                 let made = made.as_std();
                 let mut c = std::process::Command::new(made.get_program());
                 c.args(made.get_args()).env_clear().current_dir(&marks);

@@ -25,6 +25,9 @@ struct File {
     policy: Option<PathBuf>,
     plugins: Option<Vec<PathBuf>>,
     runtime_policy: Option<PathBuf>,
+    /// Directories declared for workspaces: a root rein accepts root's
+    /// directories inside them (see `rein_sandbox::guard`).
+    workspace_roots: Option<Vec<PathBuf>>,
     #[serde(default)]
     openai: OpenAiFile,
     #[serde(default)]
@@ -88,6 +91,9 @@ pub struct Config {
     pub policy: Option<PathBuf>,
     pub plugins: Vec<PathBuf>,
     pub runtime_policy: Option<PathBuf>,
+    /// Directories declared for workspaces (`workspace_roots`,
+    /// `REIN_WORKSPACE_ROOTS`).
+    pub workspace_roots: Vec<PathBuf>,
     pub providers: Providers,
     /// The declared MCP servers, by name.
     pub mcp_servers: rein_runtimes::mcp::McpServers,
@@ -251,6 +257,40 @@ impl Config {
             display(&runtime_policy),
             source_of("runtime_policy", file.runtime_policy.is_some()),
         );
+        let (workspace_roots, roots_from): (Vec<PathBuf>, String) =
+            match std::env::var_os("REIN_WORKSPACE_ROOTS").filter(|v| !v.is_empty()) {
+                Some(v) => (
+                    std::env::split_paths(&v)
+                        .filter(|p| !p.as_os_str().is_empty())
+                        .collect(),
+                    "env REIN_WORKSPACE_ROOTS".to_owned(),
+                ),
+                None => match &file.workspace_roots {
+                    Some(roots) => (
+                        roots.iter().cloned().map(anchored).collect(),
+                        in_file.clone(),
+                    ),
+                    None => (Vec::new(), "default".to_owned()),
+                },
+            };
+        if let Some(relative) = workspace_roots.iter().find(|p| !p.is_absolute()) {
+            return Err(UsageError(format!(
+                "workspace_roots ({roots_from}): `{}` is not an absolute path",
+                relative.display()
+            )));
+        }
+        show(
+            "workspace_roots",
+            Some(
+                workspace_roots
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":"),
+            )
+            .filter(|s| !s.is_empty()),
+            roots_from,
+        );
 
         // A provider setting: its variable, else the file, else the default.
         let mut setting = |key: &str,
@@ -409,6 +449,7 @@ impl Config {
             policy,
             plugins,
             runtime_policy,
+            workspace_roots,
             providers: Providers { openai, anthropic },
             mcp_servers,
             shown,

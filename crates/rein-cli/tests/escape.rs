@@ -53,10 +53,15 @@ async fn sandboxes() -> Vec<Sandbox> {
     vec![bwrap, landlock, started]
 }
 
+/// `dir` pinned as a task's workspace is.
+fn pin(dir: &Path) -> rein_sandbox::Pinned {
+    rein_sandbox::Pinned::pin(&dir.canonicalize().unwrap()).unwrap()
+}
+
 async fn run_in(sandbox: &Sandbox, ws: &Path, script: &str, confinement: &Confinement) -> Run {
     let env = vec![("MARK".to_owned(), "rein-test".to_owned())];
     let out = sandbox
-        .command(ws, script, &env, confinement)
+        .command(&pin(ws), script, &env, confinement)
         .stdin(Stdio::null())
         .output()
         .await
@@ -88,7 +93,7 @@ async fn the_probes_find_each_sandbox_and_say_so() {
         found[2].detail
     );
     let ws = tempfile::tempdir().unwrap();
-    let command = found[2].command(ws.path(), "true", &[], &Confinement::default());
+    let command = found[2].command(&pin(ws.path()), "true", &[], &Confinement::default());
     assert_eq!(
         command.as_std().get_program(),
         env!("CARGO_BIN_EXE_rein-confine")
@@ -117,7 +122,7 @@ async fn the_probes_find_each_sandbox_and_say_so() {
     );
     assert!(
         found[0]
-            .command(ws.path(), "true", &[], &Confinement::default())
+            .command(&pin(ws.path()), "true", &[], &Confinement::default())
             .as_std()
             .get_program()
             .to_string_lossy()
@@ -555,6 +560,73 @@ async fn a_root_callers_command_runs_as_the_workspaces_owner_only() {
             std::fs::metadata(p.workspace.join("made")).unwrap().uid(),
             65534,
             "{kind:?}"
+        );
+    }
+}
+
+/// The directory a command gets is the one pinned, not what the path names
+/// when it starts: swapped for a symlink out, or for another directory,
+/// between the pin and the start, the command is refused under every sandbox
+/// and every way of starting one, and nothing is written anywhere. Put back,
+/// it runs there, and no handle on the workspace is left open in it.
+#[tokio::test]
+async fn a_workspace_swapped_after_it_was_pinned_is_refused_as_the_command_starts() {
+    for sandbox in sandboxes().await {
+        let kind = sandbox.kind();
+        let detail = sandbox.detail.clone();
+        let p = place();
+        let pinned = pin(&p.workspace);
+        let old = p.workspace.with_file_name("ws.old");
+        std::fs::rename(&p.workspace, &old).unwrap();
+        let start = |script: &'static str| {
+            let mut command = sandbox.command(&pinned, script, &[], &Confinement::default());
+            command.stdin(Stdio::null());
+            command
+        };
+        for swapped in ["symlink", "directory"] {
+            if swapped == "symlink" {
+                std::os::unix::fs::symlink(&p.outside, &p.workspace).unwrap();
+            } else {
+                std::fs::remove_file(&p.workspace).unwrap();
+                std::fs::create_dir(&p.workspace).unwrap();
+            }
+            match start("touch escaped").output().await {
+                // Refused by the trampoline that opened it.
+                Ok(out) => {
+                    let said = String::from_utf8_lossy(&out.stderr);
+                    assert_eq!(out.status.code(), Some(125), "{detail}: {swapped}: {said}");
+                    let named = if swapped == "symlink" {
+                        "symlink"
+                    } else {
+                        "another directory"
+                    };
+                    assert!(said.contains(named), "{kind:?}: {swapped}: {said}");
+                }
+                // Refused by rein before bwrap was forked.
+                Err(e) => assert_eq!(e.raw_os_error(), Some(nix::libc::ESTALE), "{e}"),
+            }
+            for dir in [&p.outside, &old, &p.workspace] {
+                assert!(!dir.join("escaped").exists(), "{detail}: {swapped}");
+            }
+        }
+        std::fs::remove_dir(&p.workspace).unwrap();
+        std::fs::rename(&old, &p.workspace).unwrap();
+        let out = start(
+            "touch made; for f in /proc/$$/fd/*; do [ -d \"$f\" ] && echo \"dir $f\"; done; true",
+        )
+        .output()
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{detail}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(p.workspace.join("made").exists(), "{detail}");
+        let open = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !open.contains("dir "),
+            "{detail}: handles left open: {open}"
         );
     }
 }

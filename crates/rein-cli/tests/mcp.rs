@@ -608,3 +608,137 @@ fn plan_naming(dir: &Path, server: &str) -> PathBuf {
         ),
     )
 }
+
+/// An MCP server's `allow_read` goes through the guard a step's does: a
+/// plan's server that would read `/`, root's home or its keys is refused by
+/// `rein plan check` and `rein run` before anything exists, naming the
+/// server and the rule; a configured one is refused as the step starts it.
+#[test]
+fn an_mcp_servers_allow_read_is_guarded_at_check_and_at_start() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for reach in ["/", "/root", "/root/.ssh", "/etc/shadow"] {
+        let plan = write_plan(
+            dir.path(),
+            "reach.toml",
+            &format!(
+                "description = 'reach'\n\
+                 [mcp_servers.peek]\ncommand = 'cat'\nargs = ['/etc/shadow']\nallow_read = ['{reach}']\n\
+                 [[steps]]\nid = 'agent'\nkind = 'agent'\nprompt = 'mcp: echo'\nmcp = ['peek']\n"
+            ),
+        );
+        for command in ["plan check", "run"] {
+            let out = model
+                .rein(&data)
+                .args(command.split(' '))
+                .arg(&plan)
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{reach}: {command}: {said}");
+            assert!(
+                said.contains(&format!("allow_read `{reach}`"))
+                    && said.contains("MCP server `peek`")
+                    && said.contains("refused"),
+                "{reach}: {command}: {said}"
+            );
+        }
+    }
+    assert!(task_ids(&data).is_empty(), "nothing was made");
+    // Declared in the configuration: refused as the step starts it.
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        "[mcp_servers.cpeek]\ncommand = \"cat\"\nargs = [\"/root/.ssh/id_ed25519\"]\nallow_read = [\"/root\"]\n",
+    )
+    .unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "configured.toml",
+        "description = 'configured'\n\
+         [[steps]]\nid = 'agent'\nkind = 'agent'\nprompt = 'mcp: echo'\nmcp = ['cpeek']\n",
+    );
+    let out = model
+        .rein(&data)
+        .arg("--config")
+        .arg(&config)
+        .args(["run", "--no-wait", "--json"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let state: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let said = state.to_string();
+    assert!(
+        said.contains("refused to start") && said.contains("root's home"),
+        "{state:#}"
+    );
+}
+
+/// A step's own `permissions` govern its agent's MCP calls as the policy
+/// file's do: a step-level `deny` refuses the call, a step-level `ask`
+/// waits for a person.
+#[test]
+fn a_steps_own_rules_govern_its_mcp_calls() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let denied = plan(
+        dir.path(),
+        "mcp: write",
+        "mcp = [\"fs\"]\npermissions = [{ verdict = \"deny\", mcp = \"fs/write_file\", reason = \"read only\" }]",
+        "",
+    );
+    let state = json(&run_ok(
+        model.rein(&data).args(["run", "--json"]).arg(&denied),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    let output = agent_output(&state);
+    let text = output["text"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains("refused by the permission rules") && text.contains("step `agent`"),
+        "{text}"
+    );
+    assert!(!dir.path().join("ws/x.txt").exists());
+    assert!(
+        output["policy"]
+            .as_str()
+            .unwrap()
+            .contains("1 from step `agent`"),
+        "{output:#}"
+    );
+
+    let asked = tempfile::tempdir().unwrap();
+    let data = asked.path().join("data");
+    let asking = plan(
+        asked.path(),
+        "mcp: write",
+        "mcp = [\"fs\"]\npermissions = [{ verdict = \"ask\", mcp = \"fs/write_file\" }]",
+        "",
+    );
+    let out = model
+        .rein(&data)
+        .args(["run", "--no-wait", "--json"])
+        .arg(&asking)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(!asked.path().join("ws/x.txt").exists(), "nothing ran yet");
+    let pending = common::all_approvals(&data);
+    let pending: Vec<&Value> = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["status"] == "pending")
+        .collect();
+    assert_eq!(pending.len(), 1, "{pending:#?}");
+    assert!(
+        pending[0]["description"]
+            .as_str()
+            .unwrap()
+            .contains("fs/write_file"),
+        "{:#}",
+        pending[0]
+    );
+}

@@ -5,7 +5,12 @@
 
 mod common;
 
-use common::{json, rein, run_ok, show, task_ids, write_plan};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{
+    eventually, json, rein, run_ok, show, step_status, task_ids, until_exists, write_plan,
+};
 
 /// The `output` of a step's newest checkpoint.
 fn step_output(state: &serde_json::Value, step: &str) -> serde_json::Value {
@@ -421,6 +426,9 @@ fn rein_at_home(home: &std::path::Path) -> std::process::Command {
         cmd.env_remove(setting);
     }
     cmd.env("HOME", home);
+    // The test's home is declared for workspaces: a test run as root gives
+    // its steps directories of root's there.
+    cmd.env("REIN_WORKSPACE_ROOTS", home);
     cmd
 }
 
@@ -486,4 +494,111 @@ fn a_plan_in_a_home_directory_cannot_touch_the_default_data_directory() {
         reach["writable"],
         serde_json::json!([home.join("project").canonicalize().unwrap()])
     );
+}
+
+/// The attack of a workspace swapped while its task runs, as another user
+/// runs it: the workspace `outer/inner` lies in a directory of theirs
+/// (`nobody`'s, when the test runs as root); while step `a` runs, they move
+/// `inner` away and put a symlink to `/` in its place. Step `b` would then
+/// have run with `/` as its workspace, writable. Instead the task pauses,
+/// naming what changed, and `b` never starts; once the directory is back,
+/// a resume runs `b` in it.
+#[test]
+fn a_workspace_swapped_for_a_symlink_while_its_task_runs_pauses_the_task() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = nix::unistd::geteuid().is_root();
+    for sandbox in ["bubblewrap", "landlock"] {
+        let dir = tempfile::tempdir().unwrap();
+        let place = dir.path().canonicalize().unwrap();
+        std::fs::set_permissions(&place, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let data = place.join("data");
+        let outer = place.join("outer");
+        let inner = outer.join("inner");
+        std::fs::create_dir_all(&inner).unwrap();
+        if root {
+            // The attacker's directory; the workspace in it stays root's.
+            std::os::unix::fs::chown(&outer, Some(65534), Some(65534)).unwrap();
+        }
+        // What step `b` writes in its working directory: in `/` had it
+        // been given the symlink's target.
+        let name = format!("rein-swap-{}-{sandbox}", std::process::id());
+        let escaped = Path::new("/").join(&name);
+        let stolen = Path::new("/").join(format!("{name}.db"));
+        let plan = write_plan(
+            &place,
+            "p.toml",
+            &format!(
+                "description = 'swap'\n\
+                 [[steps]]\nid = 'a'\nrun = 'touch a-started; {}'\n\
+                 [[steps]]\nid = 'b'\ndepends_on = ['a']\n\
+                 run = 'echo ran > {name}; cat {db} > {name}.db 2>/dev/null; true'\n",
+                until_exists(Path::new("go")),
+                db = data.join("rein.db").display(),
+            ),
+        );
+        let run = rein(&data)
+            .args(["--sandbox", sandbox, "run", "--json", "--workspace"])
+            .arg(&inner)
+            .arg(&plan)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        eventually("step a runs", || {
+            inner.join("a-started").exists().then_some(())
+        });
+        // The other user swaps the workspace for a symlink to `/`.
+        let swap = "mv inner inner.old && ln -s / inner";
+        let mut attacker = Command::new("sh");
+        attacker.args(["-c", swap]).current_dir(&outer);
+        if root {
+            attacker = Command::new("setpriv");
+            attacker
+                .args([
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "sh",
+                    "-c",
+                    swap,
+                ])
+                .current_dir(&outer);
+        }
+        assert!(attacker.status().unwrap().success(), "{sandbox}: the swap");
+        std::fs::write(outer.join("inner.old/go"), "").unwrap();
+        let out = run.wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        let wrote = [&escaped, &stolen].map(|p| p.exists());
+        for p in [&escaped, &stolen] {
+            let _ = std::fs::remove_file(p);
+        }
+        assert_eq!(
+            wrote,
+            [false, false],
+            "{sandbox}: step b wrote in `/`: {said}"
+        );
+        assert_eq!(out.status.code(), Some(3), "{sandbox}: paused: {said}");
+        let id = task_ids(&data)[0].clone();
+        let state = show(&data, &id);
+        assert_eq!(state["status"], "paused", "{sandbox}: {state}");
+        let reason = state["context"]["blocked_reason"].as_str().unwrap();
+        assert!(
+            reason.contains(&inner.display().to_string()) && reason.contains("symlink"),
+            "{sandbox}: {reason}"
+        );
+        assert_eq!(step_status(&state, "b"), None, "{sandbox}: b never started");
+        // Resumed while the symlink is still there: paused again.
+        let out = rein(&data)
+            .args(["--sandbox", sandbox, "tasks", "resume", &id])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3), "{sandbox}");
+        assert_eq!(step_status(&show(&data, &id), "b"), None);
+        // The directory put back: b runs, in it.
+        std::fs::remove_file(&inner).unwrap();
+        std::fs::rename(outer.join("inner.old"), &inner).unwrap();
+        run_ok(rein(&data).args(["--sandbox", sandbox, "tasks", "resume", &id]));
+        assert_eq!(std::fs::read_to_string(inner.join(&name)).unwrap(), "ran\n");
+        assert!(!escaped.exists() && !stolen.exists(), "{sandbox}");
+    }
 }

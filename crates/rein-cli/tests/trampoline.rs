@@ -4,6 +4,7 @@
 //! unconfined (`--sandbox none`) runs the script with rein's environment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -36,7 +37,7 @@ fn unconfined_it_runs_the_script_in_the_workspace_with_reins_environment() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
     let args = rein_sandbox::landlock::unconfined_args(
-        &ws,
+        &rein_sandbox::Pinned::pin(&ws).unwrap(),
         "echo \"$FROM_REIN $ADDED\"; pwd",
         &[("ADDED".to_owned(), "added".to_owned())],
     );
@@ -52,6 +53,34 @@ fn unconfined_it_runs_the_script_in_the_workspace_with_reins_environment() {
         stdout_of_success(&out),
         format!("inherited added\n{}\n", ws.display())
     );
+}
+
+#[test]
+fn unconfined_too_it_runs_only_in_the_directory_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let pinned = rein_sandbox::Pinned::pin(&ws).unwrap();
+    let args = rein_sandbox::landlock::unconfined_args(&pinned, "touch made; pwd", &[]);
+    // Swapped for a symlink to `/`: refused before anything runs.
+    std::fs::rename(&ws, base.join("ws.old")).unwrap();
+    std::os::unix::fs::symlink("/", &ws).unwrap();
+    let out = confine().args(&args).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(rein_sandbox::landlock::NOT_CONFINED),
+        "{said}"
+    );
+    assert!(said.contains("symlink"), "{said}");
+    assert!(!Path::new("/made").exists() && !base.join("ws.old/made").exists());
+    // Put back, it runs there.
+    std::fs::remove_file(&ws).unwrap();
+    std::fs::rename(base.join("ws.old"), &ws).unwrap();
+    let out = confine().args(&args).output().unwrap();
+    assert_eq!(stdout_of_success(&out), format!("{}\n", ws.display()));
+    assert!(ws.join("made").exists());
 }
 
 #[test]
@@ -132,7 +161,6 @@ fn with_exec_it_refuses_what_it_would_not_do() {
         vec!["--memory", "1000000"],
         vec!["--unconfined"],
         vec!["--env", "A=b"],
-        vec!["--workspace", "/tmp"],
     ] {
         let out = confine()
             .args(["--parent", &me])
@@ -144,7 +172,7 @@ fn with_exec_it_refuses_what_it_would_not_do() {
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
         assert!(
             String::from_utf8_lossy(&out.stderr)
-                .contains("--exec takes only --parent and --run-as"),
+                .contains("--exec takes only --parent, --run-as, --workspace and --pin"),
             "{extra:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );

@@ -46,6 +46,10 @@ pub struct EngineConfig {
     /// Where nodes share the store: the most tasks this node runs at once;
     /// others wait for a node with room.
     pub max_tasks: usize,
+    /// Directories the operator declared for workspaces (`workspace_roots`,
+    /// a server's `--workspace-root`): a root rein accepts root's
+    /// directories inside them as workspaces (see [`rein_sandbox::guard`]).
+    pub workspace_roots: Vec<PathBuf>,
 }
 
 /// [`EngineConfig::max_tasks`] unless set.
@@ -63,6 +67,7 @@ impl EngineConfig {
             policy: Arc::default(),
             data_dir: None,
             max_tasks: DEFAULT_MAX_TASKS,
+            workspace_roots: Vec::new(),
         }
     }
 
@@ -70,10 +75,19 @@ impl EngineConfig {
     /// directory (but for the task workspaces in it) and, for a submission
     /// confined to `roots`, everything outside them.
     pub fn protected(&self, roots: Option<Vec<PathBuf>>) -> rein_sandbox::Protected {
+        // A server's roots were declared by its operator, as configured ones are.
+        let declared = self
+            .workspace_roots
+            .iter()
+            .chain(roots.iter().flatten())
+            .cloned()
+            .collect();
         rein_sandbox::Protected {
             data_dir: self.data_dir.clone(),
             task_workspaces: Some(self.workspace_root.clone()),
             roots,
+            declared,
+            as_root: nix::unistd::geteuid().is_root(),
         }
     }
 }
@@ -407,15 +421,20 @@ impl Engine {
                 self.config.protected(None),
             ),
         };
-        std::fs::create_dir_all(&workspace).map_err(|error| EngineError::Workspace {
+        crate::paths::make_workspace(&workspace).map_err(|error| EngineError::Workspace {
             path: workspace.display().to_string(),
             error,
         })?;
         // Made now, it is resolved and checked again as it is (a symlink put
-        // in its place meanwhile is followed).
+        // in its place meanwhile is followed), and pinned: every step gets
+        // this directory, run as its owner, whatever the path names later.
         let workspace = guard
             .check_workspace(&workspace)
             .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
+        let pinned = rein_sandbox::Pinned::pin(&workspace).map_err(|e| EngineError::Workspace {
+            path: workspace.display().to_string(),
+            error: std::io::Error::other(e.to_string()),
+        })?;
         let requested_session = request.session_id.clone();
         let session_id = request
             .session_id
@@ -435,6 +454,7 @@ impl Engine {
                 description: plan.original_task.clone(),
                 session_id: session_id.clone(),
                 workspace_path: Some(workspace.display().to_string()),
+                workspace_pin: Some(pinned.pin),
                 pending_steps: plan.steps.iter().map(|s| s.id.clone()).collect(),
                 trace_id: trace_id.clone(),
                 span_id: span_id.clone(),

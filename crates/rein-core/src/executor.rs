@@ -26,7 +26,9 @@ pub struct StepRequest {
     pub task_id: TaskId,
     pub step: Arc<TaskStep>,
     pub attempt: u32,
-    pub workspace: PathBuf,
+    /// The task's workspace: the directory it was given, by identity (a
+    /// path that leads elsewhere by now is refused, not followed).
+    pub workspace: rein_sandbox::Pinned,
     /// How many bytes of the end of stdout and of stderr to keep.
     pub output_tail_bytes: usize,
     /// The permission rules in force.
@@ -41,6 +43,10 @@ pub struct StepRequest {
     pub asker: Option<Asker>,
     /// rein's data directory, which the sandbox keeps out of the step's reach.
     pub data_dir: Option<PathBuf>,
+    /// What every directory the step may read must keep clear of: each is
+    /// checked again as the step starts what reads it (see
+    /// [`rein_sandbox::guard`]).
+    pub guard: Arc<rein_sandbox::Protected>,
     /// The agent sessions of the store (for agent steps).
     pub sessions: Option<crate::sessions::Sessions>,
 }
@@ -210,16 +216,26 @@ pub fn attempt_marks(task: &TaskId, step: &str, attempt: u32) -> [(&'static str,
     ]
 }
 
-/// Who a sandboxed command runs as: a root rein runs it as the owner of its
-/// workspace when that is someone else (so its files stay theirs and its limits
-/// bind); anyone else runs it as themselves.
-fn run_as(workspace: &std::path::Path) -> Option<(u32, u32)> {
-    use std::os::unix::fs::MetadataExt;
-    if !nix::unistd::geteuid().is_root() {
-        return None;
+/// The directories `paths` a step may read, each checked again as it starts
+/// (they were checked when the task was made; a declaration from the
+/// configuration, or a symlink put in place since, is checked here), as
+/// they resolve; `Err` names every one refused and the rule.
+fn readable(
+    request: &StepRequest,
+    paths: impl Iterator<Item = PathBuf>,
+) -> Result<Vec<PathBuf>, String> {
+    let (ok, refused): (Vec<_>, Vec<_>) = paths
+        .map(|p| request.guard.check_readable(&p))
+        .partition(Result::is_ok);
+    if refused.is_empty() {
+        return Ok(ok.into_iter().filter_map(Result::ok).collect());
     }
-    let meta = std::fs::metadata(workspace).ok()?;
-    (meta.uid() != 0).then(|| (meta.uid(), meta.gid()))
+    let why: Vec<String> = refused
+        .into_iter()
+        .filter_map(Result::err)
+        .map(|r| r.to_string())
+        .collect();
+    Err(format!("refused to start: {}", why.join("; ")))
 }
 
 /// How an attempt ended.
@@ -360,7 +376,15 @@ const KILL_GRACE: Duration = Duration::from_secs(2);
 #[async_trait]
 impl StepExecutor for CommandExecutor {
     async fn probe(&self) -> ExecutorHealth {
-        let dir = std::env::temp_dir();
+        let dir = rein_sandbox::guard::real_path(&std::env::temp_dir())
+            .map_err(|e| e.to_string())
+            .and_then(|dir| rein_sandbox::Pinned::pin(&dir).map_err(|e| e.to_string()));
+        let dir = match dir {
+            Ok(dir) => dir,
+            Err(e) => {
+                return ExecutorHealth::Unhealthy(format!("no directory to try a command in: {e}"));
+            }
+        };
         let env = std::collections::BTreeMap::new();
         let request = StepRequest {
             task_id: TaskId::new(),
@@ -373,6 +397,7 @@ impl StepExecutor for CommandExecutor {
             approved_by: None,
             asker: None,
             data_dir: None,
+            guard: Arc::default(),
             sessions: None,
         };
         let ran = self
@@ -445,7 +470,7 @@ impl StepExecutor for CommandExecutor {
                 }
                 let sandboxed = self.sandbox_kind() != SandboxKind::None;
                 let run_as = if sandboxed {
-                    run_as(&request.workspace)
+                    request.workspace.run_as()
                 } else {
                     None
                 };
@@ -463,10 +488,20 @@ impl StepExecutor for CommandExecutor {
                         note,
                     }
                 });
+                let read_only = match readable(&request, allow_read.iter().map(PathBuf::from)) {
+                    Ok(dirs) => dirs,
+                    Err(refused) => {
+                        return StepOutcome::Failed {
+                            error: refused,
+                            output: None,
+                            failure: Failure::SandboxDenied { security: true },
+                        };
+                    }
+                };
                 let confinement = Confinement {
                     network: *network,
                     memory_bytes: memory_mb.map(|mb| mb.saturating_mul(1024 * 1024)),
-                    read_only: allow_read.iter().map(PathBuf::from).collect(),
+                    read_only,
                     processes: process_limit
                         .as_ref()
                         .filter(|l| l.enforced)
@@ -529,14 +564,14 @@ impl CommandExecutor {
             Confine::Sandboxed(sandbox) => {
                 let confinement = Confinement {
                     network: helper.network,
-                    read_only: helper.allow_read.clone(),
-                    run_as: run_as(&request.workspace),
+                    read_only: readable(request, helper.allow_read.iter().cloned())?,
+                    run_as: request.workspace.run_as(),
                     hidden: request.data_dir.iter().cloned().collect(),
                     ..Confinement::default()
                 };
                 Ok((
                     sandbox.command(&request.workspace, &script, &vars, &confinement),
-                    sandbox.reach(&request.workspace, &confinement),
+                    sandbox.reach(&request.workspace.path, &confinement),
                 ))
             }
             Confine::Refused(why) => Err(why.to_string()),
@@ -552,7 +587,7 @@ impl CommandExecutor {
     /// signal set before it becomes `sh`.
     fn plain_sh(
         &self,
-        workspace: &std::path::Path,
+        workspace: &rein_sandbox::Pinned,
         script: &str,
         vars: Vec<(String, String)>,
     ) -> tokio::process::Command {
@@ -563,16 +598,13 @@ impl CommandExecutor {
                 .args(rein_sandbox::landlock::unconfined_args(
                     workspace, script, &vars,
                 ))
-                .current_dir(workspace);
+                .current_dir("/");
             return command;
         }
         let mut command = tokio::process::Command::new("sh");
-        command
-            .arg("-c")
-            .arg(script)
-            .current_dir(workspace)
-            .envs(vars);
+        command.arg("-c").arg(script).envs(vars);
         rein_sandbox::process::die_with_parent(&mut command);
+        rein_sandbox::process::enter_pinned(&mut command, workspace);
         command
     }
 
@@ -609,6 +641,16 @@ impl CommandExecutor {
         record: CommandOutput,
         cancel: CancellationToken,
     ) -> StepOutcome {
+        // The workspace must still be the directory the task was given; the
+        // process that starts the command checks it again, and from then on
+        // uses the directory it opened, not the path.
+        if let Err(changed) = request.workspace.verify() {
+            return StepOutcome::Failed {
+                error: format!("refused to start the command: {changed}"),
+                output: None,
+                failure: Failure::SandboxDenied { security: true },
+            };
+        }
         let command = match self.launcher(request, run, env, confinement) {
             Ok(command) => command,
             Err(why) => {
@@ -620,7 +662,7 @@ impl CommandExecutor {
             }
         };
         let reach = match &self.confine {
-            Confine::Sandboxed(sandbox) => sandbox.reach(&request.workspace, confinement),
+            Confine::Sandboxed(sandbox) => sandbox.reach(&request.workspace.path, confinement),
             Confine::Refused(_) | Confine::Unsandboxed => rein_sandbox::Reach::unsandboxed(),
         };
         let record = CommandOutput {
@@ -699,7 +741,7 @@ async fn run_child(
                 _ => Failure::Internal,
             };
             return StepOutcome::Failed {
-                error: spawn_error(command.as_std(), &request.workspace, &e),
+                error: spawn_error(command.as_std(), &request.workspace.path, &e),
                 output: None,
                 failure,
             };

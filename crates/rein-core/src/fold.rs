@@ -75,6 +75,7 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
             description,
             session_id,
             workspace_path,
+            workspace_pin,
             pending_steps,
             trace_id,
             span_id,
@@ -93,6 +94,7 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
                 },
                 resources: TaskResources {
                     workspace_path: workspace_path.clone(),
+                    workspace_pin: *workspace_pin,
                     container_id: None,
                     started_at: None,
                     last_active_at: Some(event.timestamp),
@@ -431,6 +433,7 @@ mod tests {
                 description: "d".into(),
                 session_id: "s".into(),
                 workspace_path: None,
+                workspace_pin: None,
                 pending_steps: vec!["a".into(), "b".into()],
                 trace_id: new_trace_id(),
                 span_id: new_span_id(),

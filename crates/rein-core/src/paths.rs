@@ -9,8 +9,10 @@ use rein_protocol::{StepAction, TaskDecomposition};
 use rein_sandbox::{Protected, Refused};
 
 /// Every path of the plan (and the workspace asked for) that `guard` refuses,
-/// all at once; on success the plan's `allow_read` paths are replaced by what
-/// they resolve to, and the workspace asked for is returned resolved.
+/// all at once: the workspace, the directories command steps may read, and
+/// those the MCP servers the plan declares may read. On success those
+/// `allow_read` paths are replaced by what they resolve to, and the
+/// workspace asked for is returned resolved.
 pub fn check(
     plan: &mut TaskDecomposition,
     workspace: Option<&Path>,
@@ -25,14 +27,26 @@ pub fn check(
         }
     });
     for step in &mut plan.steps {
-        let StepAction::Command { allow_read, .. } = &mut step.action else {
-            continue;
-        };
-        for path in allow_read.iter_mut() {
+        let mut readable: Vec<(String, &mut String)> = Vec::new();
+        match &mut step.action {
+            StepAction::Command { allow_read, .. } => {
+                readable.extend(allow_read.iter_mut().map(|p| (String::new(), p)));
+            }
+            StepAction::Agent { mcp, .. } => {
+                for server in mcp.iter_mut() {
+                    let name = format!(", MCP server `{}`", server.name);
+                    if let Some(declared) = &mut server.server {
+                        readable.extend(declared.allow_read.iter_mut().map(|p| (name.clone(), p)));
+                    }
+                }
+            }
+            StepAction::Noop | StepAction::Approval { .. } | StepAction::Verify { .. } => {}
+        }
+        for (whose, path) in readable {
             match guard.check_readable(Path::new(path.as_str())) {
                 Ok(resolved) => *path = resolved.display().to_string(),
                 Err(why) => refused.push(Refused {
-                    rule: format!("{} (step `{}`)", why.rule, step.id),
+                    rule: format!("{} (step `{}`{whose})", why.rule, step.id),
                     ..why
                 }),
             }
@@ -43,6 +57,37 @@ pub fn check(
     } else {
         Err(PathsRefused(refused))
     }
+}
+
+/// Makes the workspace directory `dir` and any directories above it that are
+/// missing. A root rein gives what it makes to the owner of the nearest
+/// directory that was there, so the workspace is that user's (and its steps
+/// run as them), as if they had made it.
+pub fn make_workspace(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let mut missing = Vec::new();
+    let mut at = dir;
+    let owner = loop {
+        match at.symlink_metadata() {
+            Ok(meta) => break Some((meta.uid(), meta.gid())),
+            Err(_) => {
+                missing.push(at.to_owned());
+                match at.parent() {
+                    Some(parent) => at = parent,
+                    None => break None,
+                }
+            }
+        }
+    };
+    std::fs::create_dir_all(dir)?;
+    if let Some((uid, gid)) = owner.filter(|(uid, _)| *uid != 0)
+        && nix::unistd::geteuid().is_root()
+    {
+        for made in missing.iter().rev() {
+            std::os::unix::fs::lchown(made, Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
 }
 
 /// Directories a task may not be given, each with the rule that refuses it.

@@ -80,6 +80,10 @@ pub enum TaskChange {
         session_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         workspace_path: Option<String>,
+        /// Which directory the workspace is, and whose (absent in tasks
+        /// made before rein recorded it: pinned when they next run).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace_pin: Option<crate::task::WorkspacePin>,
         pending_steps: Vec<String>,
         trace_id: String,
         span_id: String,

@@ -82,6 +82,7 @@ pub use snapshot::Snapshot;
 pub use task::{
     ApprovedBy, Approver, Checkpoint, CheckpointStatus, CheckpointType, Phase, RunnerInfo,
     StepProcess, TaskContext, TaskHead, TaskResources, TaskState, TaskStatus, TaskSummary,
+    WorkspacePin,
 };
 
 /// Timestamps are UTC, RFC 3339 on the wire.

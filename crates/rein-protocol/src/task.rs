@@ -304,12 +304,28 @@ pub struct TaskContext {
 pub struct TaskResources {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_path: Option<String>,
+    /// Which directory the workspace is, and whose: recorded when the task
+    /// was given it, checked before every step starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_pin: Option<WorkspacePin>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Timestamp>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_active_at: Option<Timestamp>,
+}
+
+/// A task's workspace as it was when the task was given it: the directory
+/// (device and inode, so a directory moved or swapped for a symlink is told
+/// apart from it) and its owner, as whom a root rein runs the task's steps.
+/// Decided once, when the task is created; never re-read from the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkspacePin {
+    pub device: u64,
+    pub inode: u64,
+    pub owner_uid: u32,
+    pub owner_gid: u32,
 }
 
 /// The process running a task, so another process can tell whether it is still alive.

@@ -43,7 +43,9 @@ use async_trait::async_trait;
 use rein_core::executor::{Asker, Question};
 use rein_core::harness::{AgentHarness, AttemptEvent, AttemptParams, AttemptResult, HarnessError};
 use rein_protocol::plugin::HarnessDeclaration;
-use rein_protocol::{ApprovalContext, ApprovalStatus, Decision, Support, SupportContext, Trigger};
+use rein_protocol::{
+    ApprovalContext, ApprovalStatus, Decision, Support, SupportContext, Trigger, Verdict,
+};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
@@ -349,7 +351,8 @@ impl AgentHarness for AcpHarness {
     }
 
     async fn run_attempt(&self, params: AttemptParams) -> Result<AttemptResult, HarnessError> {
-        let workspace = std::path::absolute(&params.workspace)
+        let pinned = params.workspace.clone();
+        let workspace = std::path::absolute(&pinned.path)
             .map_err(|e| self.failed(format!("the workspace has no absolute path: {e}")))?;
         let mut process = self.spawn()?;
         let (Some(stdin), Some(stdout)) = (process.child.stdin.take(), process.child.stdout.take())
@@ -412,7 +415,7 @@ impl AgentHarness for AcpHarness {
                 .on_receive_request(
                     {
                         let turn = Arc::clone(&turn);
-                        let workspace = workspace.clone();
+                        let workspace = pinned.clone();
                         async move |request: WriteTextFileRequest, responder, _cx| {
                             match write_text_file(&workspace, &request.path, &request.content) {
                                 Ok(()) => {
@@ -438,7 +441,7 @@ impl AgentHarness for AcpHarness {
                 )
                 .on_receive_request(
                     {
-                        let workspace = workspace.clone();
+                        let workspace = pinned.clone();
                         async move |request: ReadTextFileRequest, responder, _cx| {
                             match read_text_file(
                                 &workspace,
@@ -467,6 +470,7 @@ impl AgentHarness for AcpHarness {
                         prompt: params.prompt.clone(),
                         agent: self.decl.id.clone(),
                         mcp: params.mcp_servers.clone(),
+                        policy: Arc::clone(&params.policy),
                     };
                     let asker = params.asker.clone();
                     let cancel = cancel.clone();
@@ -543,6 +547,8 @@ struct Opening {
     prompt: String,
     agent: String,
     mcp: Vec<rein_protocol::McpUse>,
+    /// The step's permission rules, which decide a request before a person.
+    policy: Arc<rein_sandbox::Policy>,
 }
 
 /// Initialize, open (or load) the session, and run the prompt turn, answering
@@ -563,6 +569,7 @@ async fn prompt_turn(
         prompt,
         agent,
         mcp,
+        policy,
     } = opening;
     let setup = |what: &str| {
         agent_client_protocol::Error::new(
@@ -636,7 +643,7 @@ async fn prompt_turn(
                     RequestPermissionOutcome::Cancelled
                 } else {
                     tokio::select! {
-                        (o, skip) = decide(asker.as_ref(), &request, &turn, &agent) => {
+                        (o, skip) = decide(asker.as_ref(), &policy, &request, &turn, &agent) => {
                             // Skip cancels the turn: `session/cancel` first,
                             // then the `cancelled` outcome (the ACP spec).
                             if let Some(title) = skip {
@@ -732,6 +739,7 @@ fn acp_mcp_servers(uses: &[rein_protocol::McpUse], http: bool) -> Result<Vec<Mcp
 /// anyone to ask, the request is refused.
 async fn decide(
     asker: Option<&Asker>,
+    policy: &rein_sandbox::Policy,
     request: &RequestPermissionRequest,
     turn: &Shared,
     agent: &str,
@@ -750,8 +758,19 @@ async fn decide(
         })
         .collect();
     let question = question_of(call, &options, agent);
-    let (status, selected, who) = match asker {
-        Some(asker) => match asker.ask(question.clone()).await {
+    let ruled = rules_on(call, policy);
+    let (status, selected, who) = match (&ruled, asker) {
+        (Some((Verdict::Deny, rule)), _) => (
+            ApprovalStatus::Denied,
+            None,
+            format!("the permission rules ({rule})"),
+        ),
+        (Some((Verdict::Allow, rule)), _) => (
+            ApprovalStatus::Approved,
+            None,
+            format!("the permission rules ({rule})"),
+        ),
+        (_, Some(asker)) => match asker.ask(question.clone()).await {
             Ok(settled) => {
                 let response = settled.response.clone();
                 let effective = match settled.status {
@@ -766,7 +785,7 @@ async fn decide(
             }
             Err(e) => (ApprovalStatus::Denied, None, format!("nobody ({e})")),
         },
-        None => (
+        (_, None) => (
             ApprovalStatus::Denied,
             None,
             "nobody (no person can be asked here)".to_owned(),
@@ -805,6 +824,55 @@ async fn decide(
         None => RequestPermissionOutcome::Cancelled,
     };
     (outcome, skipped)
+}
+
+/// What the permission rules say of a tool call an agent asks about: the
+/// strictest verdict over what it does (the command it executes, the files
+/// it reads or changes, the host it fetches from) and the rule that gave
+/// it. `None` leaves it to a person: nothing in it the rules can judge, a
+/// rule that asks, or an allow that is only the rules' default (an agent
+/// that asks wants consent, and no rule gave it).
+fn rules_on(call: &Value, policy: &rein_sandbox::Policy) -> Option<(Verdict, String)> {
+    let raw = &call["rawInput"];
+    let mut decisions = Vec::new();
+    match call["kind"].as_str().unwrap_or("other") {
+        "execute" => {
+            let command = match &raw["command"] {
+                Value::String(s) => Some(s.clone()),
+                Value::Array(words) => {
+                    let words: Vec<&str> = words.iter().filter_map(Value::as_str).collect();
+                    (!words.is_empty()).then(|| shell_words::join(words))
+                }
+                _ => None,
+            };
+            decisions.extend(command.map(|c| policy.check_script(&c)));
+        }
+        "read" => decisions.extend(
+            locations(call)
+                .into_iter()
+                .map(|p| policy.check_path(Path::new(p), rein_sandbox::Access::Read)),
+        ),
+        "edit" | "delete" | "move" => decisions.extend(
+            locations(call)
+                .into_iter()
+                .map(|p| policy.check_path(Path::new(p), rein_sandbox::Access::Write)),
+        ),
+        "fetch" => {
+            let host = raw["url"]
+                .as_str()
+                .and_then(|u| reqwest::Url::parse(u).ok())
+                .and_then(|u| u.host_str().map(str::to_owned));
+            decisions.push(policy.check_network(host.as_deref()));
+        }
+        _ => {}
+    }
+    let worst = decisions.iter().max_by_key(|d| d.verdict)?;
+    match worst.verdict {
+        Verdict::Deny => Some((Verdict::Deny, worst.rule.clone())),
+        Verdict::Ask => None,
+        Verdict::Allow if decisions.iter().any(|d| policy.is_default(d)) => None,
+        Verdict::Allow => Some((Verdict::Allow, worst.rule.clone())),
+    }
 }
 
 /// The question a permission request puts to a person. Its key names the tool
@@ -930,26 +998,31 @@ fn describe(e: &agent_client_protocol::Error) -> String {
 }
 
 /// `fs/write_text_file`: inside the workspace only.
-fn write_text_file(workspace: &Path, path: &Path, content: &str) -> Result<(), String> {
+fn write_text_file(
+    workspace: &rein_sandbox::Pinned,
+    path: &Path,
+    content: &str,
+) -> Result<(), String> {
     let target = inside(workspace, path)?;
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-    }
-    std::fs::write(&target, content).map_err(|e| format!("cannot write {}: {e}", target.display()))
+    workspace
+        .write(&target, content.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// `fs/read_text_file`: inside the workspace only; `line` (1-based) and
 /// `limit` select lines.
 fn read_text_file(
-    workspace: &Path,
+    workspace: &rein_sandbox::Pinned,
     path: &Path,
     line: Option<u32>,
     limit: Option<u32>,
 ) -> Result<String, String> {
     let target = inside(workspace, path)?;
-    let text = std::fs::read_to_string(&target)
-        .map_err(|e| format!("cannot read {}: {e}", target.display()))?;
+    let bytes = workspace
+        .read(&target)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("cannot read {}: it is not UTF-8 text", path.display()))?;
     if line.is_none() && limit.is_none() {
         return Ok(text);
     }
@@ -963,18 +1036,20 @@ fn read_text_file(
         .join("\n"))
 }
 
-/// An absolute path the agent gave, if it lies in the workspace.
-fn inside(workspace: &Path, path: &Path) -> Result<PathBuf, String> {
+/// An absolute path the agent gave, if it lies in the workspace: relative to
+/// it, to be opened beneath the pinned directory.
+fn inside(workspace: &rein_sandbox::Pinned, path: &Path) -> Result<PathBuf, String> {
     let relative = if path.is_absolute() {
-        path.strip_prefix(workspace).map_err(|_| {
+        path.strip_prefix(&workspace.path).map_err(|_| {
             format!(
                 "{} is outside the task's workspace {}",
                 path.display(),
-                workspace.display()
+                workspace.path.display()
             )
         })?
     } else {
         path
     };
-    rein_sandbox::resolve(workspace, &relative.to_string_lossy()).map_err(|e| e.to_string())
+    rein_sandbox::workspace::relative(workspace, &relative.to_string_lossy())
+        .map_err(|e| e.to_string())
 }

@@ -8,7 +8,6 @@
 //! reads it back: turns and tool calls already in it are not repeated; a tool
 //! call that was running when rein stopped runs again.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -102,7 +101,28 @@ impl AgentExecutor {
 impl StepExecutor for AgentExecutor {
     async fn execute(&self, request: StepRequest, cancel: CancellationToken) -> StepOutcome {
         match &request.step.action {
-            StepAction::Agent { .. } => self.run_agent(&request, &cancel).await,
+            StepAction::Agent { .. } => {
+                // One rule set governs every action the step takes, whoever
+                // asks for it: the configured rules and the step's own, for
+                // its commands, its MCP calls, its runtime's permission
+                // requests.
+                let policy = match rein_core::permissions::for_step(&request.step, &request.policy)
+                {
+                    Ok(policy) => policy,
+                    Err(detail) => {
+                        return failed(
+                            format!("the step's permissions are invalid: {detail}"),
+                            Failure::PermissionDenied,
+                            None,
+                        );
+                    }
+                };
+                let request = StepRequest {
+                    policy: Arc::new(policy),
+                    ..request
+                };
+                self.run_agent(&request, &cancel).await
+            }
             _ => self.commands.execute(request, cancel).await,
         }
     }
@@ -201,20 +221,12 @@ impl AgentExecutor {
         };
         // What the step is given is decided again as it runs, the configured
         // servers included (the plan's were decided when the task was made).
-        let permission = match rein_core::permissions::for_step(&request.step, &request.policy) {
-            Ok(policy) => rein_core::permissions::decide_agent(
-                *network,
-                servers.iter().filter_map(|u| u.server.as_ref()),
-                &policy,
-            ),
-            Err(detail) => {
-                return failed(
-                    format!("the step's permissions are invalid: {detail}"),
-                    Failure::PermissionDenied,
-                    None,
-                );
-            }
-        };
+        // `request.policy` holds the step's own rules already (`execute`).
+        let permission = rein_core::permissions::decide_agent(
+            *network,
+            servers.iter().filter_map(|u| u.server.as_ref()),
+            &request.policy,
+        );
         if let Some(refusal) = rein_core::permissions::refusal(&request.step, permission.as_ref()) {
             return failed(
                 refusal,
@@ -415,6 +427,7 @@ impl AgentExecutor {
             asker: request.asker.clone(),
             journal: request.journal.clone(),
             mcp_servers,
+            policy: Arc::clone(&request.policy),
         });
         // Agent events go into the task's log as they come (with a run to
         // record them); the partial reply is kept for a failure's output.
@@ -973,7 +986,7 @@ impl AgentExecutor {
         let ws = &request.workspace;
         match name {
             "read_file" => match text("path").map(|p| resolve(ws, &p)) {
-                Some(Ok(path)) => match std::fs::read(&path) {
+                Some(Ok(path)) => match ws.read(&path) {
                     Ok(bytes) => {
                         let shown = &bytes[..bytes.len().min(READ_LIMIT)];
                         let mut out = String::from_utf8_lossy(shown).into_owned();
@@ -988,35 +1001,16 @@ impl AgentExecutor {
                 None => "error: `path` is required".into(),
             },
             "write_file" => match (text("path").map(|p| resolve(ws, &p)), text("content")) {
-                (Some(Ok(path)), Some(content)) => {
-                    if let Some(parent) = path.parent() {
-                        let _ = std::fs::create_dir_all(parent);
-                    }
-                    match std::fs::write(&path, content.as_bytes()) {
-                        Ok(()) => format!("wrote {} bytes", content.len()),
-                        Err(e) => format!("error: cannot write it: {e}"),
-                    }
-                }
+                (Some(Ok(path)), Some(content)) => match ws.write(&path, content.as_bytes()) {
+                    Ok(()) => format!("wrote {} bytes", content.len()),
+                    Err(e) => format!("error: cannot write it: {e}"),
+                },
                 (Some(Err(e)), _) => format!("error: {e}"),
                 _ => "error: `path` and `content` are required".into(),
             },
             "list_dir" => match text("path").map(|p| resolve(ws, &p)) {
-                Some(Ok(path)) => match std::fs::read_dir(&path) {
-                    Ok(entries) => {
-                        let mut names: Vec<String> = entries
-                            .filter_map(Result::ok)
-                            .map(|e| {
-                                let dir = e.file_type().is_ok_and(|t| t.is_dir());
-                                format!(
-                                    "{}{}",
-                                    e.file_name().to_string_lossy(),
-                                    if dir { "/" } else { "" }
-                                )
-                            })
-                            .collect();
-                        names.sort();
-                        names.join("\n")
-                    }
+                Some(Ok(path)) => match ws.list(&path) {
+                    Ok(names) => names.join("\n"),
                     Err(e) => format!("error: cannot list it: {e}"),
                 },
                 Some(Err(e)) => format!("error: {e}"),
@@ -1307,9 +1301,10 @@ pub async fn builtin_isolated_completion(
 }
 
 /// A path the model gave, inside the workspace (`..`, absolute paths
-/// elsewhere and symlinks out are refused).
-fn resolve(workspace: &Path, path: &str) -> Result<std::path::PathBuf, String> {
-    rein_sandbox::resolve(workspace, path).map_err(|e| e.to_string())
+/// elsewhere and symlinks out are refused), relative to it: the file tools
+/// open it beneath the pinned workspace ([`rein_sandbox::Pinned`]).
+fn resolve(workspace: &rein_sandbox::Pinned, path: &str) -> Result<std::path::PathBuf, String> {
+    rein_sandbox::workspace::relative(workspace, path).map_err(|e| e.to_string())
 }
 
 /// The tool calls of the last model turn that have no answer yet.

@@ -648,7 +648,7 @@ impl AgentHarness for PluginHarness {
             prompt: params.prompt.clone(),
             tools: params.tools.clone(),
             session_key: params.session_key.clone(),
-            workspace: params.workspace.display().to_string(),
+            workspace: params.workspace.path.display().to_string(),
             deadline_ms: u64::try_from(params.deadline.as_millis()).unwrap_or(u64::MAX),
             mcp_servers: params.mcp_servers.clone(),
         });

@@ -136,6 +136,20 @@ async fn attempt(
     cancel: CancellationToken,
     deadline: Duration,
 ) -> Attempt {
+    let policy = std::sync::Arc::default();
+    attempt_under(registry, workspace, prompt, asker, cancel, deadline, policy).await
+}
+
+/// [`attempt`] under the permission rules `policy`.
+async fn attempt_under(
+    registry: &HarnessRegistry,
+    workspace: &Path,
+    prompt: &str,
+    asker: Option<Asker>,
+    cancel: CancellationToken,
+    deadline: Duration,
+    policy: std::sync::Arc<rein_sandbox::Policy>,
+) -> Attempt {
     let harness = &registry.get("acp-test").unwrap().harness;
     let (events, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let result = harness
@@ -144,13 +158,14 @@ async fn attempt(
             prompt: prompt.into(),
             tools: Vec::new(),
             session_key: "task-1".into(),
-            workspace: workspace.to_path_buf(),
+            workspace: rein_sandbox::Pinned::pin(&workspace.canonicalize().unwrap()).unwrap(),
             deadline,
             cancel,
             events,
             asker,
             journal: None,
             mcp_servers: Vec::new(),
+            policy,
         })
         .await;
     let mut seen = Vec::new();
@@ -353,6 +368,72 @@ async fn a_chosen_option_goes_back_as_that_option() {
     assert!(!ws.join("notes.md").exists());
 }
 
+/// The step's permission rules decide an agent's permission request before
+/// any person: a rule that denies the write rejects it (the person, who
+/// would approve, is not asked); a rule that allows it grants it with nobody
+/// to ask.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_steps_rules_decide_a_permission_request_before_a_person() {
+    for verdict in ["deny", "allow"] {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = workspace(dir.path());
+        let registry = sdk_agent(dir.path(), &[]);
+        let mut policy = rein_sandbox::Policy::default();
+        policy
+            .add_rules(
+                &[rein_protocol::PermissionRule {
+                    verdict: Some(if verdict == "deny" {
+                        rein_protocol::Verdict::Deny
+                    } else {
+                        rein_protocol::Verdict::Allow
+                    }),
+                    path: Some("**/notes.md".into()),
+                    access: Some(rein_protocol::Access::Write),
+                    ..Default::default()
+                }],
+                "step `draft`",
+            )
+            .unwrap();
+        let (asker, asked) = if verdict == "deny" {
+            let (asker, asked) = person(Decision::Approve, None);
+            (Some(asker), Some(asked))
+        } else {
+            (None, None)
+        };
+        let run = attempt_under(
+            &registry,
+            &ws,
+            "write notes.md: by the rules",
+            asker,
+            CancellationToken::new(),
+            LONG,
+            std::sync::Arc::new(policy),
+        )
+        .await;
+        let result = run.result.unwrap();
+        let decided = &result.details["permissions"][0];
+        assert!(
+            decided["decided_by"]
+                .as_str()
+                .unwrap()
+                .starts_with("the permission rules (rule 1 of step `draft`"),
+            "{verdict}: {}",
+            result.details
+        );
+        if verdict == "deny" {
+            assert!(!ws.join("notes.md").exists());
+            assert_eq!(decided["option"], "opt-reject", "{}", result.details);
+            let seen = asked.unwrap().await.unwrap();
+            assert!(seen.asked.is_empty(), "nobody was asked: {:?}", seen.asked);
+        } else {
+            assert_eq!(
+                std::fs::read_to_string(ws.join("notes.md")).unwrap(),
+                "by the rules"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_anyone_to_ask_permission_is_refused() {
     let Answered { dir: _dir, ws, run } = answered(&[], None, "write notes.md: nobody asked").await;
@@ -421,13 +502,14 @@ async fn cancelling_the_attempt_sends_session_cancel_and_the_agent_ends_its_turn
             prompt: "write notes.md: slow".into(),
             tools: Vec::new(),
             session_key: "k".into(),
-            workspace: ws.clone(),
+            workspace: rein_sandbox::Pinned::pin(&ws.canonicalize().unwrap()).unwrap(),
             deadline: LONG,
             cancel,
             events,
             asker: Some(asker),
             journal: None,
             mcp_servers: Vec::new(),
+            policy: std::sync::Arc::default(),
         })
         .await;
     assert_eq!(result.unwrap_err(), HarnessError::Cancelled);

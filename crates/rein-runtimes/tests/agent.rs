@@ -59,6 +59,9 @@ async fn engine_with(
     let mut config = EngineConfig::new(dir.join("workspaces"));
     config.control_poll = Duration::from_millis(20);
     config.policy = Arc::new(policy);
+    // The test's own directory is declared for workspaces (its directories
+    // are root's when the tests run as root).
+    config.workspace_roots = vec![dir.to_owned()];
     (Engine::new(store.clone(), Arc::new(agent), config), store)
 }
 
@@ -795,4 +798,77 @@ async fn an_agent_step_on_the_responses_api_writes_a_file() {
         ),
         "{err:?}"
     );
+}
+
+/// A step's own `permissions` govern the commands its agent asks for, as the
+/// policy file's do: `deny` on every command refuses `run_command` (and the
+/// output names the step's rule), `ask` waits for a person.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steps_own_rules_govern_its_agents_commands() {
+    let (base, _seen) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    for verdict in ["deny", "ask"] {
+        let ws = dir.path().join(format!("ws-{verdict}"));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("old.txt"), "old").unwrap();
+        let mut step = agent_step("risky");
+        step.permissions = vec![rein_protocol::PermissionRule {
+            verdict: Some(if verdict == "deny" {
+                rein_protocol::Verdict::Deny
+            } else {
+                rein_protocol::Verdict::Ask
+            }),
+            command: Some("**".into()),
+            ..Default::default()
+        }];
+        let state = create(&engine, step, Some(ws.clone())).await;
+        let no_wait = RunOptions {
+            no_wait: true,
+            ..RunOptions::default()
+        };
+        let ran = engine.run(state.id(), no_wait).await.unwrap();
+        assert!(
+            ws.join("old.txt").exists(),
+            "{verdict}: the command did not run: {:#?}",
+            ran.latest_for_step("draft").map(|c| c.output.clone())
+        );
+        if verdict == "deny" {
+            assert_eq!(ran.status(), TaskStatus::Completed, "{:?}", ran.head.error);
+            let output = ran
+                .latest_for_step("draft")
+                .unwrap()
+                .output
+                .clone()
+                .unwrap();
+            let text = output["text"].as_str().unwrap();
+            assert!(
+                text.contains("refused by the permission rules") && text.contains("step `draft`"),
+                "{text}"
+            );
+            assert!(
+                output["policy"]
+                    .as_str()
+                    .unwrap()
+                    .contains("1 from step `draft`"),
+                "{output}"
+            );
+        } else {
+            assert_eq!(ran.status(), TaskStatus::Paused);
+            let pending = engine
+                .approvals(&rein_core::store::ApprovalFilter {
+                    status: Some(rein_protocol::ApprovalStatus::Pending),
+                    task_id: Some(state.id().clone()),
+                    limit: None,
+                })
+                .await
+                .unwrap();
+            assert_eq!(pending.len(), 1);
+            assert!(
+                pending[0].description.contains("rm -f old.txt"),
+                "{:?}",
+                pending[0]
+            );
+        }
+    }
 }

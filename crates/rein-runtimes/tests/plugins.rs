@@ -91,13 +91,14 @@ async fn an_attempt_streams_its_partial_replies_and_events_before_its_result() {
             prompt: "write the notes".into(),
             tools: vec!["read_file".into()],
             session_key: "agent:main".into(),
-            workspace: dir.path().to_path_buf(),
+            workspace: rein_sandbox::Pinned::pin(&dir.path().canonicalize().unwrap()).unwrap(),
             deadline: Duration::from_secs(5),
             cancel: CancellationToken::new(),
             events,
             asker: None,
             journal: None,
             mcp_servers: Vec::new(),
+            policy: std::sync::Arc::default(),
         })
         .await
         .unwrap();

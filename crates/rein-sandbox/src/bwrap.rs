@@ -5,8 +5,11 @@
 //! environment; limits on memory. When the command ends, its PID namespace ends with
 //! it, and with it anything it left running in the background.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+
+use crate::pin::{Changed, Pinned};
 use std::time::Duration;
 
 /// System directories a command may read (those that exist on this host).
@@ -15,7 +18,7 @@ pub(crate) const READ_ONLY: &[&str] = &[
 ];
 
 /// Files under the read-only directories that stay hidden (masked with /dev/null).
-const MASKED: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/sudoers"];
+pub(crate) const MASKED: &[&str] = &["/etc/shadow", "/etc/gshadow", "/etc/sudoers"];
 
 /// What a health report adds when rein runs as root.
 fn as_root() -> &'static str {
@@ -348,7 +351,17 @@ impl Sandbox {
         ));
         std::fs::create_dir_all(&scratch)
             .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
-        let mut check = self.command(&scratch, "true", &[], &Confinement::default());
+        let pinned = crate::guard::real_path(&scratch)
+            .map_err(|e| e.to_string())
+            .and_then(|real| Pinned::pin(&real).map_err(|e| e.to_string()));
+        let pinned = match pinned {
+            Ok(pinned) => pinned,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&scratch);
+                return Err(e);
+            }
+        };
+        let mut check = self.command(&pinned, "true", &[], &Confinement::default());
         check
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -426,9 +439,15 @@ impl Sandbox {
     /// `sh -c script` confined to `workspace` (its working directory), with only
     /// `env` in its environment (plus PATH, HOME = the workspace, and LANG). The
     /// caller adds stdio and process-group settings.
+    ///
+    /// The workspace is the pinned directory, not whatever its path names
+    /// when the command starts: the process that starts the command opens
+    /// the path with no symlink followed and refuses to go on unless it is
+    /// the directory pinned (see [`crate::pin`]); the sandbox is then made
+    /// from that open directory.
     pub fn command(
         &self,
-        workspace: &Path,
+        workspace: &Pinned,
         script: &str,
         env: &[(String, String)],
         confinement: &Confinement,
@@ -449,30 +468,50 @@ impl Sandbox {
                         confinement,
                     ))
                     .env_clear()
-                    .current_dir(workspace);
+                    // The trampoline enters the workspace it opened itself.
+                    .current_dir("/");
                 // The trampoline becomes `run_as` itself (`--run-as`), so it
                 // starts without a fork of rein.
                 return cmd;
             }
         };
-        let args = bwrap_args(workspace, script, env, confinement, prlimit.as_deref());
         // Its own --die-with-parent comes too late (once bwrap runs): the
         // signal is set before it starts, by the trampoline if there is one
         // (which becomes `run_as` itself, then bwrap), else in a fork of rein.
+        // Whichever starts bwrap hands it the workspace open (`--bind-fd`).
         let mut cmd = match starter {
             Some(trampoline) => {
+                let args = bwrap_args(
+                    crate::pin::PINNED_FD,
+                    &workspace.path,
+                    script,
+                    env,
+                    confinement,
+                    prlimit.as_deref(),
+                );
                 let mut cmd = tokio::process::Command::new(&trampoline.program);
                 cmd.args(&trampoline.args).args(crate::landlock::exec_args(
                     bwrap,
                     args,
                     confinement.run_as,
+                    Some(workspace),
                 ));
                 cmd
             }
             None => {
                 let mut cmd = tokio::process::Command::new(bwrap);
                 crate::process::die_with_parent(&mut cmd);
-                cmd.args(args);
+                let opened = workspace.open();
+                let fd = opened.as_ref().map_or(-1, AsRawFd::as_raw_fd);
+                cmd.args(bwrap_args(
+                    fd,
+                    &workspace.path,
+                    script,
+                    env,
+                    confinement,
+                    prlimit.as_deref(),
+                ));
+                hand_to_child(&mut cmd, opened);
                 if let Some((uid, gid)) = confinement.run_as {
                     cmd.uid(uid).gid(gid);
                 }
@@ -480,14 +519,36 @@ impl Sandbox {
             }
         };
         cmd.env_clear();
-        cmd.current_dir(workspace);
+        cmd.current_dir("/");
         cmd
     }
 }
 
-/// bwrap's arguments for running `sh -c script` confined to `workspace` (see
-/// [`Sandbox::command`]).
+/// Keeps the workspace open as `opened` says across the `exec` of
+/// `command`'s program (forked by rein), or makes the start fail with the
+/// reason it could not be opened as pinned (the caller checked it just
+/// before, so this is a swap in between).
+pub(crate) fn hand_to_child(
+    command: &mut tokio::process::Command,
+    opened: Result<OwnedFd, Changed>,
+) {
+    // SAFETY: the closure runs in the child between fork and exec: one
+    // fcntl, or returning an error made before the fork; no allocation.
+    #[allow(unsafe_code)]
+    unsafe {
+        match opened {
+            Ok(fd) => command.pre_exec(move || crate::pin::keep_across_exec(fd.as_raw_fd())),
+            Err(_changed) => {
+                command.pre_exec(|| Err(std::io::Error::from_raw_os_error(nix::libc::ESTALE)))
+            }
+        };
+    }
+}
+
+/// bwrap's arguments for running `sh -c script` confined to the directory
+/// open as descriptor `fd`, mounted at `workspace` (see [`Sandbox::command`]).
 fn bwrap_args(
+    fd: i32,
     workspace: &Path,
     script: &str,
     env: &[(String, String)],
@@ -522,7 +583,7 @@ fn bwrap_args(
     for dir in &covered {
         cmd.arg("--tmpfs").arg(dir);
     }
-    cmd.arg("--bind").arg(workspace).arg(workspace);
+    cmd.arg("--bind-fd").arg(fd.to_string()).arg(workspace);
     // A hidden directory inside the workspace (the checks refuse such a
     // workspace; this is the second line) is covered once more.
     for dir in covered.iter().filter(|h| h.starts_with(workspace)) {

@@ -15,10 +15,21 @@
 //! - rein's data directory, anything containing it, and anything inside it are
 //!   not, except rein's own task workspaces below it;
 //! - where roots are given (a server's `--workspace-root`), the path must lie
-//!   inside one of them; with an empty list, no path is accepted at all.
+//!   inside one of them; with an empty list, no path is accepted at all;
+//! - when rein runs as root, a path outside rein's own task workspaces and
+//!   outside the directories the operator declared for workspaces
+//!   (`workspace_roots`, a server's `--workspace-root`) must belong to
+//!   another user: what exists of it (the path, else the nearest directory
+//!   above it) may not be root's. A root rein runs steps as the owner of
+//!   their workspace, so a root-owned one (`/var/lib`, `/root/.cache`) would
+//!   give its steps root's reach.
 //!
-//! The directories a step may read follow the data-directory and root rules
-//! (the system trees are readable to every step anyway).
+//! The directories a step, or an MCP server it starts, may read follow the
+//! data-directory and root rules, and their own: never `/`, nor a shared
+//! top-level directory itself (`/home`, `/var`, …), nor root's home (`/root`
+//! and anything inside it), nor the files every sandbox masks (`/etc/shadow`,
+//! `/etc/gshadow`, `/etc/sudoers`). The system trees are readable to every
+//! step anyway.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -43,6 +54,13 @@ pub struct Protected {
     /// When set, the only directories the paths may lie in (a server started
     /// with `--workspace-root DIR`); empty: no path is accepted.
     pub roots: Option<Vec<PathBuf>>,
+    /// Directories the operator declared for workspaces (`workspace_roots`,
+    /// a server's `--workspace-root`): inside them a root-owned path is
+    /// accepted even when rein runs as root.
+    pub declared: Vec<PathBuf>,
+    /// rein runs as root: paths outside its task workspaces and `declared`
+    /// must belong to another user.
+    pub as_root: bool,
 }
 
 /// What a refused path was for.
@@ -211,8 +229,65 @@ impl Protected {
                 ));
             }
         }
-        None
+        match used {
+            Use::Workspace => self.owner_rule(resolved),
+            Use::Read => read_rule(resolved),
+        }
     }
+}
+
+impl Protected {
+    /// The owner rule (see the module's doc), if `resolved` breaks it.
+    fn owner_rule(&self, resolved: &Path) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        if !self.as_root {
+            return None;
+        }
+        let inside = |dirs: &mut dyn Iterator<Item = &PathBuf>| {
+            dirs.map(|d| real_or_same(d))
+                .any(|d| resolved.starts_with(d))
+        };
+        if inside(&mut self.task_workspaces.iter()) || inside(&mut self.declared.iter()) {
+            return None;
+        }
+        // What exists of it: the path, else the nearest directory above.
+        let mut at = resolved;
+        let owner = loop {
+            match at.symlink_metadata() {
+                Ok(meta) => break meta.uid(),
+                Err(_) => at = at.parent()?,
+            }
+        };
+        (owner == 0).then(|| {
+            let whose = if at == resolved {
+                "it belongs to root".to_owned()
+            } else {
+                format!("it would be made in {}, which belongs to root", at.display())
+            };
+            format!(
+                "{whose}, and rein runs as root: steps there would run as root; give the directory to the user whose work it is (chown), or declare a directory for such workspaces (`workspace_roots` in rein.toml, REIN_WORKSPACE_ROOTS, or a server's --workspace-root)"
+            )
+        })
+    }
+}
+
+/// The rule a directory to read breaks, if any (see the module's doc).
+fn read_rule(resolved: &Path) -> Option<String> {
+    if resolved == Path::new("/") {
+        return Some("`/` is the whole file system, secrets included".into());
+    }
+    if resolved.starts_with("/root") {
+        return Some("`/root` is root's home: its keys and tokens are no step's to read".into());
+    }
+    if let Some(top) = SHARED_TOPS.iter().find(|t| resolved == Path::new(t)) {
+        return Some(format!(
+            "`{top}` itself holds everybody's files; name the directory inside it that is needed"
+        ));
+    }
+    crate::bwrap::MASKED
+        .iter()
+        .find(|m| resolved.starts_with(m))
+        .map(|m| format!("`{m}` is hidden from every step"))
 }
 
 /// The system tree `path` is (in), if any: the named ones and `/lib*`.
@@ -254,6 +329,7 @@ mod tests {
             data_dir: Some(data.clone()),
             task_workspaces: Some(data.join("workspaces")),
             roots: None,
+            ..Protected::default()
         };
         Place {
             _dir: dir,
@@ -355,6 +431,86 @@ mod tests {
                 .check_workspace(&p.root.join("home/ana/project/db")),
         );
         assert!(refused.contains("data directory"), "{refused}");
+    }
+
+    #[test]
+    fn a_root_rein_refuses_what_belongs_to_root_outside_declared_directories() {
+        use std::os::unix::fs::MetadataExt;
+        let mut p = place();
+        p.protected.as_root = true;
+        for dir in [
+            "/var/lib",
+            "/var/spool",
+            "/var/lib/dpkg",
+            "/root/.cache",
+            "/srv/x",
+        ] {
+            let refused = rule(p.protected.check_workspace(Path::new(dir)));
+            assert!(
+                refused.contains("rein runs as root") && refused.contains("chown"),
+                "{dir}: {refused}"
+            );
+        }
+        // Reading is not about whose a directory is (a toolchain is root's).
+        assert!(p.protected.check_readable(Path::new("/usr/share")).is_ok());
+        assert!(p.protected.check_readable(Path::new("/var/lib")).is_ok());
+        // Someone else's directory is fine (the test's own, given away first
+        // when the test runs as root).
+        let project = p.root.join("home/ana/project");
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&project, Some(65534), Some(65534)).unwrap();
+        }
+        assert_ne!(project.metadata().unwrap().uid(), 0);
+        assert!(p.protected.check_workspace(&project).is_ok());
+        assert!(
+            p.protected
+                .check_workspace(&project.join("new/deeper"))
+                .is_ok()
+        );
+        // rein's own task workspaces are root's and fine.
+        let data = p.protected.data_dir.clone().unwrap();
+        assert!(
+            p.protected
+                .check_workspace(&data.join("workspaces/task_1"))
+                .is_ok()
+        );
+        // A declared directory takes root's workspaces.
+        let refused = rule(p.protected.check_workspace(Path::new("/var/lib/dpkg")));
+        assert!(refused.contains("workspace_roots"), "{refused}");
+        p.protected.declared = vec![PathBuf::from("/var/lib")];
+        assert!(
+            p.protected
+                .check_workspace(Path::new("/var/lib/dpkg"))
+                .is_ok()
+        );
+        // Not root: none of this applies.
+        p.protected.declared.clear();
+        p.protected.as_root = false;
+        assert!(
+            p.protected
+                .check_workspace(Path::new("/var/lib/dpkg"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn what_no_step_may_read_is_refused_naming_the_rule() {
+        // Without a data directory to refuse them first.
+        let p = Place {
+            protected: Protected::default(),
+            ..place()
+        };
+        for (dir, named) in [
+            ("/", "whole file system"),
+            ("/root", "root's home"),
+            ("/root/.ssh", "root's home"),
+            ("/home", "`/home` itself"),
+            ("/etc/shadow", "hidden from every step"),
+        ] {
+            let refused = rule(p.protected.check_readable(Path::new(dir)));
+            assert!(refused.contains(named), "{dir}: {refused}");
+        }
+        assert!(p.protected.check_readable(Path::new("/etc/ssl")).is_ok());
     }
 
     #[test]

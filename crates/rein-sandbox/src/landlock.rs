@@ -20,12 +20,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
+use std::os::fd::{AsFd, OwnedFd};
+
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
-    path_beneath_rules,
+    ABI, Access, AccessFs, AccessNet, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, path_beneath_rules,
 };
 
 use crate::bwrap::{Confinement, READ_ONLY};
+use crate::pin::Pinned;
 
 /// Exit status of a trampoline that could not confine itself.
 pub const NOT_CONFINED: i32 = 125;
@@ -55,6 +58,7 @@ const BUILD_HEX: [u8; 16] = {
         include_bytes!("landlock.rs"),
         include_bytes!("process.rs"),
         include_bytes!("bwrap.rs"),
+        include_bytes!("pin.rs"),
         include_bytes!("lib.rs"),
         env!("CARGO_PKG_VERSION").as_bytes(),
     ];
@@ -81,7 +85,7 @@ const BUILD_HEX: [u8; 16] = {
 
 /// The trampoline's arguments for running `script` confined to `workspace`.
 pub fn trampoline_args(
-    workspace: &Path,
+    workspace: &Pinned,
     script: &str,
     env: &[(String, String)],
     confinement: &Confinement,
@@ -109,7 +113,11 @@ pub fn trampoline_args(
 /// The trampoline's arguments for running `script` in `workspace` with
 /// nothing confined (`--sandbox none`): it only makes the command die with
 /// rein, and keeps rein's environment with `env` added.
-pub fn unconfined_args(workspace: &Path, script: &str, env: &[(String, String)]) -> Vec<OsString> {
+pub fn unconfined_args(
+    workspace: &Pinned,
+    script: &str,
+    env: &[(String, String)],
+) -> Vec<OsString> {
     tail(head(workspace, true), script, env)
 }
 
@@ -117,14 +125,20 @@ pub fn unconfined_args(workspace: &Path, script: &str, env: &[(String, String)])
 /// (bubblewrap, which confines the command itself), as user `run_as` if
 /// given: it only makes the program die with rein, so that rein need not
 /// fork to set the parent-death signal. The program gets the trampoline's
-/// environment and working directory, which rein sets.
+/// environment and working directory, which rein sets. With `workspace`, the
+/// trampoline opens it, checks it is the pinned directory, and hands it on
+/// as descriptor [`crate::pin::PINNED_FD`] (for bubblewrap's `--bind-fd`).
 pub fn exec_args(
     program: &Path,
     args: impl IntoIterator<Item = OsString>,
     run_as: Option<(u32, u32)>,
+    workspace: Option<&Pinned>,
 ) -> Vec<OsString> {
     let mut all = parent();
     run_as_arg(&mut all, run_as);
+    if let Some(workspace) = workspace {
+        pin_args(&mut all, workspace);
+    }
     all.extend(["--exec".into(), "--".into(), program.into()]);
     all.extend(args);
     all
@@ -146,14 +160,22 @@ fn parent() -> Vec<OsString> {
 
 /// What a trampoline that runs a script is told first: [`parent`], then the
 /// workspace.
-fn head(workspace: &Path, unconfined: bool) -> Vec<OsString> {
+fn head(workspace: &Pinned, unconfined: bool) -> Vec<OsString> {
     let mut args = parent();
     if unconfined {
         args.push("--unconfined".into());
     }
-    args.push("--workspace".into());
-    args.push(workspace.into());
+    pin_args(&mut args, workspace);
     args
+}
+
+/// `--workspace PATH --pin DEV:INO`: the workspace, and which directory it
+/// must be.
+fn pin_args(args: &mut Vec<OsString>, workspace: &Pinned) {
+    args.push("--workspace".into());
+    args.push(workspace.path.clone().into());
+    args.push("--pin".into());
+    args.push(workspace.arg().into());
 }
 
 /// The step's variables and the script, last.
@@ -170,6 +192,7 @@ fn tail(mut args: Vec<OsString>, script: &str, env: &[(String, String)]) -> Vec<
 struct Parsed {
     /// The rein that started the trampoline: it dies with it.
     parent: Option<u32>,
+    pinned: Option<Told>,
     /// Nothing confined: `sh` with rein's environment (and `env`).
     unconfined: bool,
     confinement: Confinement,
@@ -180,16 +203,14 @@ struct Parsed {
 /// What the trampoline becomes.
 enum Body {
     /// `sh -c SCRIPT` in the workspace.
-    Script {
-        workspace: PathBuf,
-        script: OsString,
-    },
+    Script { script: OsString },
     /// A program and its arguments, as given (`--exec`).
     Program(Vec<OsString>),
 }
 
 fn parse(args: &[OsString]) -> Result<Parsed, String> {
     let mut workspace = None;
+    let mut pin = None;
     let mut parent = None;
     let mut unconfined = false;
     let mut exec = false;
@@ -213,6 +234,15 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                     v.to_str()
                         .and_then(|v| v.parse().ok())
                         .ok_or("--parent needs a process id")?,
+                );
+            }
+            Some("--pin") => {
+                let v = value(&mut it, "--pin")?;
+                pin = Some(
+                    v.to_str()
+                        .and_then(|v| v.split_once(':'))
+                        .and_then(|(d, i)| Some((d.parse().ok()?, i.parse().ok()?)))
+                        .ok_or("--pin needs DEVICE:INODE")?,
                 );
             }
             Some("--unconfined") => unconfined = true,
@@ -259,6 +289,7 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                 ));
             }
             Some("--") if exec => {
+                let pinned = pinned(workspace, pin)?;
                 let program: Vec<OsString> = it.cloned().collect();
                 if program.is_empty() {
                     return Err("--exec needs `-- PROGRAM [ARGS…]`".into());
@@ -269,15 +300,14 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                     run_as: confinement.run_as,
                     ..Confinement::default()
                 };
-                if unconfined
-                    || workspace.is_some()
-                    || !env.is_empty()
-                    || confinement != run_as_only
-                {
-                    return Err("--exec takes only --parent and --run-as".into());
+                if unconfined || !env.is_empty() || confinement != run_as_only {
+                    return Err(
+                        "--exec takes only --parent, --run-as, --workspace and --pin".into(),
+                    );
                 }
                 return Ok(Parsed {
                     parent,
+                    pinned,
                     unconfined,
                     confinement,
                     env,
@@ -286,13 +316,17 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
             }
             Some("--") => {
                 let script = value(&mut it, "--")?;
-                let workspace = workspace.ok_or("--workspace is required")?;
+                if workspace.is_none() {
+                    return Err("--workspace is required".into());
+                }
+                let pinned = pinned(workspace, pin)?;
                 return Ok(Parsed {
                     parent,
+                    pinned,
                     unconfined,
                     confinement,
                     env,
-                    body: Body::Script { workspace, script },
+                    body: Body::Script { script },
                 });
             }
             _ => return Err(format!("unknown argument {arg:?}")),
@@ -300,8 +334,46 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
     }
 }
 
-/// Restricts this process as `confinement` says, with `workspace` read-write.
-pub fn confine_self(workspace: &Path, confinement: &Confinement) -> Result<RulesetStatus, String> {
+/// The workspace a trampoline is told, and which directory it must be
+/// (device, inode), if told (rein always tells).
+type Told = (PathBuf, Option<(u64, u64)>);
+
+/// The workspace and its pin (a pin needs a workspace).
+fn pinned(workspace: Option<PathBuf>, pin: Option<(u64, u64)>) -> Result<Option<Told>, String> {
+    match (workspace, pin) {
+        (Some(w), pin) => Ok(Some((w, pin))),
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err("--pin needs --workspace".into()),
+    }
+}
+
+/// Opens the workspace, following no symlink on its path, and checks it is
+/// the directory pinned, if one is.
+fn open_pinned(path: &Path, pin: Option<(u64, u64)>) -> Result<OwnedFd, String> {
+    let Some((device, inode)) = pin else {
+        return Pinned::pin(path)
+            .and_then(|pinned| pinned.open())
+            .map_err(|e| e.to_string());
+    };
+    let pinned = Pinned::new(
+        path.to_owned(),
+        rein_protocol::WorkspacePin {
+            device,
+            inode,
+            // Only the directory is compared here; who runs is `--run-as`.
+            owner_uid: 0,
+            owner_gid: 0,
+        },
+    );
+    pinned.open().map_err(|e| e.to_string())
+}
+
+/// Restricts this process as `confinement` says, with the directory open as
+/// `workspace` read-write.
+pub fn confine_self(
+    workspace: &impl AsFd,
+    confinement: &Confinement,
+) -> Result<RulesetStatus, String> {
     let abi = ABI::V5;
     let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
     let mut ruleset = Ruleset::default()
@@ -325,7 +397,7 @@ pub fn confine_self(workspace: &Path, confinement: &Confinement) -> Result<Rules
         .map_err(fail)?
         .add_rules(path_beneath_rules(DEVICES, AccessFs::from_all(abi)))
         .map_err(fail)?
-        .add_rules(path_beneath_rules([workspace], AccessFs::from_all(abi)))
+        .add_rule(PathBeneath::new(workspace.as_fd(), AccessFs::from_all(abi)))
         .map_err(fail)?
         .restrict_self()
         .map_err(fail)?;
@@ -440,6 +512,19 @@ pub fn trampoline(args: &[OsString]) -> i32 {
             return 2;
         }
     };
+    // The workspace, opened while the trampoline may still traverse every
+    // directory on its way, and checked to be the one pinned: from here on
+    // the open directory is what is used, not the path.
+    let workspace = match &parsed.pinned {
+        Some((path, pin)) => match open_pinned(path, *pin) {
+            Ok(fd) => Some((path.clone(), fd)),
+            Err(e) => {
+                report(&format!("rein sandbox: refused: {e}"));
+                return NOT_CONFINED;
+            }
+        },
+        None => None,
+    };
     // The user to run as, before anything else: a change of user clears the
     // parent-death signal, so it is asked for after it.
     if let Some((uid, gid)) = parsed.confinement.run_as
@@ -455,8 +540,14 @@ pub fn trampoline(args: &[OsString]) -> i32 {
         report(&format!("rein sandbox: {e}"));
         return NOT_CONFINED;
     }
-    let (workspace, script) = match parsed.body {
+    let script = match parsed.body {
         Body::Program(program) => {
+            if let Some((_, fd)) = workspace
+                && let Err(e) = crate::pin::hand_on(fd)
+            {
+                report(&format!("rein sandbox: cannot hand on the workspace: {e}"));
+                return NOT_CONFINED;
+            }
             let err = std::process::Command::new(&program[0])
                 .args(&program[1..])
                 .exec();
@@ -466,20 +557,43 @@ pub fn trampoline(args: &[OsString]) -> i32 {
             ));
             return 127;
         }
-        Body::Script { workspace, script } => (workspace, script),
+        Body::Script { script } => script,
     };
+    let Some((workspace, dir)) = workspace else {
+        report("rein sandbox: --workspace is required");
+        return 2;
+    };
+    // The working directory is the directory opened, whatever the path
+    // names by now.
+    if let Err(e) = nix::unistd::fchdir(&dir) {
+        report(&format!(
+            "rein sandbox: cannot enter {}: {e}",
+            workspace.display()
+        ));
+        return NOT_CONFINED;
+    }
     if parsed.unconfined {
         let err = std::process::Command::new("sh")
             .arg("-c")
             .arg(&script)
-            .current_dir(&workspace)
             .envs(parsed.env)
             .exec();
         report(&format!("rein: cannot run sh: {err}"));
         return 127;
     }
     let tmp = workspace.join(".tmp");
-    if let Err(e) = std::fs::create_dir_all(&tmp) {
+    if let Err(e) = nix::sys::stat::mkdirat(
+        &dir,
+        ".tmp",
+        nix::sys::stat::Mode::from_bits_truncate(0o755),
+    )
+    .or_else(|e| {
+        if e == nix::errno::Errno::EEXIST {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }) {
         report(&format!(
             "rein sandbox: cannot create {}: {e}",
             tmp.display()
@@ -494,7 +608,7 @@ pub fn trampoline(args: &[OsString]) -> i32 {
         ));
         return NOT_CONFINED;
     }
-    if let Err(e) = confine_self(&workspace, &parsed.confinement) {
+    if let Err(e) = confine_self(&dir, &parsed.confinement) {
         report(&format!("rein sandbox: cannot confine the command: {e}"));
         return NOT_CONFINED;
     }
@@ -502,7 +616,6 @@ pub fn trampoline(args: &[OsString]) -> i32 {
     let err = std::process::Command::new("sh")
         .arg("-c")
         .arg(&script)
-        .current_dir(&workspace)
         .env_clear()
         .env("PATH", path)
         .env("HOME", &workspace)

@@ -3,7 +3,10 @@
 //! Layout: [`guard`] decides which directories a task may be given (its
 //! workspace, the directories it may read): never `/`, a system directory or
 //! rein's own data; [`workspace`] confines paths to a task's workspace (`..`, absolute
-//! paths elsewhere and symlinks out are refused, naming the path); [`bwrap`] runs
+//! paths elsewhere and symlinks out are refused, naming the path); [`pin`]
+//! holds a task's workspace to the directory it was given (device and inode,
+//! checked by opening the path with no symlink followed, and then used by
+//! its open handle); [`bwrap`] runs
 //! commands under bubblewrap with the workspace writable, the system read-only,
 //! the rest of the file system absent, no network unless allowed, a fresh PID
 //! namespace and a memory limit, after a real probe that says whether it can;
@@ -18,12 +21,14 @@
 pub mod bwrap;
 pub mod guard;
 pub mod landlock;
+pub mod pin;
 pub mod policy;
 pub mod process;
 pub mod workspace;
 
 pub use bwrap::{Confinement, Reach, Sandbox, SandboxKind, Trampoline, Unavailable};
 pub use guard::{Protected, Refused};
+pub use pin::{Changed, Pinned, WorkspacePin};
 pub use policy::{
     Access, AskTrigger, Decision, PermissionRule, Policy, PolicyError, Verdict, simple_commands,
 };

@@ -211,6 +211,11 @@ impl Policy {
         }
     }
 
+    /// Whether `decision` is only the policy's default: no rule matched.
+    pub fn is_default(&self, decision: &Decision) -> bool {
+        decision.rule == self.default_origin
+    }
+
     /// How many rules the policy has.
     pub fn len(&self) -> usize {
         self.rules.len()
@@ -376,7 +381,7 @@ impl Rule {
             let Some((program, args)) = words.split_first() else {
                 return Err("`command` is empty".into());
             };
-            let args = args
+            let mut args = args
                 .iter()
                 .map(|a| {
                     if a == "**" {
@@ -386,6 +391,10 @@ impl Rule {
                     }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            // `**` alone is every command: any program, any arguments.
+            if program == "**" && args.is_empty() {
+                args.push(ArgPattern::Any);
+            }
             (
                 Matcher::Command {
                     program: glob(program, false)?,
@@ -638,6 +647,19 @@ mod tests {
             p.check_command(&words("git status")).verdict,
             Verdict::Allow
         );
+    }
+
+    #[test]
+    fn double_star_alone_is_every_command() {
+        let p = policy("[[rules]]\nverdict = 'deny'\ncommand = '**'\n");
+        for command in ["rm -f old.txt", "ls", "/usr/bin/env python3 -c 1"] {
+            assert_eq!(
+                p.check_command(&words(command)).verdict,
+                Verdict::Deny,
+                "{command}"
+            );
+        }
+        assert_eq!(p.check_script("echo a | wc -c").verdict, Verdict::Deny);
     }
 
     #[test]

@@ -86,6 +86,25 @@ pub fn resolve(workspace: &Path, requested: &str) -> Result<PathBuf, PathError> 
     Ok(resolved)
 }
 
+/// [`resolve`] inside the pinned `workspace`, as a path relative to it (for
+/// [`crate::Pinned::read`] and its kin, which open it beneath the pinned
+/// directory). A workspace that is no longer the pinned directory is refused.
+pub fn relative(workspace: &crate::Pinned, requested: &str) -> Result<PathBuf, PathError> {
+    let changed = |e: crate::Changed| PathError::Workspace {
+        workspace: workspace.path.clone(),
+        detail: e.to_string(),
+    };
+    workspace.verify().map_err(changed)?;
+    let resolved = resolve(&workspace.path, requested)?;
+    resolved
+        .strip_prefix(&workspace.path)
+        .map(Path::to_owned)
+        .map_err(|_| PathError::Workspace {
+            workspace: workspace.path.clone(),
+            detail: "it is not where the task was given it".into(),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

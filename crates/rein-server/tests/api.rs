@@ -628,11 +628,20 @@ async fn a_callers_plan_reaches_host_directories_only_inside_the_servers_roots()
         json!({ "id": "a", "checkpoint": "task_exec", "action": {
             "kind": "command", "run": "true", "allow_read": [dir] } })
     };
+    // An agent step's MCP server reads through the same guard.
+    let serves = |dir: &str| {
+        json!({ "id": "a", "checkpoint": "task_exec", "action": {
+            "kind": "agent", "prompt": "p",
+            "mcp": [{ "name": "peek", "server": {
+                "command": "cat", "args": ["/etc/shadow"], "allow_read": [dir] } }] } })
+    };
     // No --workspace-root: a plan that names a directory is refused, never
     // run with the directory dropped.
     for body in [
         json!({ "plan": plan(json!([command("a", "true")])), "workspace": inside }),
         json!({ "plan": plan(json!([reads("/root")])) }),
+        json!({ "plan": plan(json!([serves("/")])) }),
+        json!({ "plan": plan(json!([serves(inside.to_str().unwrap())])) }),
     ] {
         let r = api
             .call(Method::POST, "/admin/tasks", Some(OPERATOR), Some(body))
@@ -664,6 +673,7 @@ async fn a_callers_plan_reaches_host_directories_only_inside_the_servers_roots()
     std::os::unix::fs::symlink("/root", root.join("link")).unwrap();
     for body in [
         json!({ "plan": plan(json!([reads("/root")])) }),
+        json!({ "plan": plan(json!([serves("/root")])) }),
         json!({ "plan": plan(json!([reads(root.join("link").to_str().unwrap())])) }),
         json!({ "plan": plan(json!([command("a", "true")])), "workspace": host.path() }),
         json!({ "plan": plan(json!([command("a", "true")])), "workspace": "relative/dir" }),

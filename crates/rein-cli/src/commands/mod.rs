@@ -54,6 +54,8 @@ pub struct Place {
     pub lease: Option<std::time::Duration>,
     /// With a PostgreSQL store: the most tasks this node runs at once.
     pub max_tasks: Option<usize>,
+    /// Directories declared for workspaces.
+    pub workspace_roots: Vec<PathBuf>,
 }
 
 /// How often a process on a PostgreSQL store looks for pause, abort and
@@ -171,6 +173,7 @@ impl Context {
         if let Some(n) = place.max_tasks {
             config.max_tasks = n;
         }
+        config.workspace_roots = place.workspace_roots.clone();
         config.policy = Arc::new(load_policy(policy)?);
         let mut engine = Engine::new(store, executor, config);
         if let Some(completer) = completer {
@@ -193,7 +196,9 @@ fn engine_config(dir: PathBuf) -> EngineConfig {
 
 /// What the directories of a plan run here must keep clear of (`--data-dir`).
 pub fn protected(target: &Target) -> anyhow::Result<rein_sandbox::Protected> {
-    Ok(engine_config(data_dir(target.data_dir.clone())?).protected(None))
+    let mut config = engine_config(data_dir(target.data_dir.clone())?);
+    config.workspace_roots = target.workspace_roots.clone();
+    Ok(config.protected(None))
 }
 
 /// The harnesses of the plugins named by `--plugin` (or `REIN_PLUGINS`). A
@@ -288,6 +293,9 @@ pub struct Target {
     pub lease: Option<std::time::Duration>,
     /// `rein serve --max-tasks`.
     pub max_tasks: Option<usize>,
+    /// Directories declared for workspaces (`workspace_roots`, and a
+    /// server's `--workspace-root`).
+    pub workspace_roots: Vec<PathBuf>,
     pub url: Option<String>,
     pub token: Option<String>,
     /// `--sandbox`: auto, bubblewrap, landlock or none.
@@ -339,6 +347,7 @@ impl Target {
             store: self.store.clone(),
             lease: self.lease,
             max_tasks: self.max_tasks,
+            workspace_roots: self.workspace_roots.clone(),
         }
     }
 
@@ -464,6 +473,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         store: config.store.clone(),
         lease: None,
         max_tasks: None,
+        workspace_roots: config.workspace_roots.clone(),
         url: config.url.clone().filter(|u| !u.trim().is_empty()),
         token: cli.token,
         sandbox: config.sandbox.clone(),

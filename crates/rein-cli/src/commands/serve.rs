@@ -67,16 +67,6 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
         .into());
     }
     let executor = crate::commands::executor(&target.sandbox, false).await?;
-    let target = &Target {
-        lease: Some(args.lease),
-        max_tasks: Some(args.max_tasks as usize),
-        ..target.clone()
-    };
-    let ctx = Context::for_target(target, 4, executor)?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
-    let shutdown = CancellationToken::new();
     let mut roots = Vec::new();
     for root in &args.workspace_roots {
         let real = root.canonicalize().map_err(|e| {
@@ -85,14 +75,31 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
                 root.display()
             ))
         })?;
-        // A root is where workspaces go: it obeys the workspace rules itself.
-        ctx.engine
-            .config()
-            .protected(None)
+        // A root is where workspaces go: it obeys the workspace rules
+        // itself (but for whose it is: the operator declared it).
+        let mut guard = crate::commands::protected(target)?;
+        guard.declared.push(real.clone());
+        guard
             .check_workspace(&real)
             .map_err(|why| UsageError(format!("--workspace-root: {why}")))?;
         roots.push(real);
     }
+    let target = &Target {
+        lease: Some(args.lease),
+        max_tasks: Some(args.max_tasks as usize),
+        workspace_roots: target
+            .workspace_roots
+            .iter()
+            .chain(&roots)
+            .cloned()
+            .collect(),
+        ..target.clone()
+    };
+    let ctx = Context::for_target(target, 4, executor)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let shutdown = CancellationToken::new();
     let mut state =
         AppState::new(Arc::clone(&ctx.engine), auth, shutdown.clone()).with_workspace_roots(roots);
     if let Some(harnesses) = &ctx.harnesses {

@@ -13,8 +13,9 @@ pub fn rein_bin() -> PathBuf {
 }
 
 /// The settings a test's `rein` must not inherit from the environment.
-const REIN_SETTINGS: [&str; 14] = [
+const REIN_SETTINGS: [&str; 15] = [
     "REIN_CONFIG",
+    "REIN_WORKSPACE_ROOTS",
     "REIN_DATA_DIR",
     "REIN_STORE",
     "REIN_URL",
@@ -38,8 +39,11 @@ pub fn rein(data_dir: &Path) -> Command {
     for setting in REIN_SETTINGS {
         cmd.env_remove(setting);
     }
-    let xdg = data_dir.parent().unwrap_or(data_dir).join("xdg-config");
-    cmd.env("XDG_CONFIG_HOME", xdg);
+    let place = data_dir.parent().unwrap_or(data_dir);
+    cmd.env("XDG_CONFIG_HOME", place.join("xdg-config"));
+    // The test's own directory is declared for workspaces: a test run as
+    // root gives its steps directories of root's there.
+    cmd.env("REIN_WORKSPACE_ROOTS", place);
     cmd.arg("--data-dir").arg(data_dir);
     cmd
 }

@@ -96,7 +96,9 @@ pub struct AttemptParams {
     pub prompt: String,
     pub tools: Vec<String>,
     pub session_key: String,
-    pub workspace: std::path::PathBuf,
+    /// The task's workspace, pinned: files the runtime reads or writes for
+    /// the agent are opened beneath the directory the task was given.
+    pub workspace: rein_sandbox::Pinned,
     pub deadline: std::time::Duration,
     pub cancel: tokio_util::sync::CancellationToken,
     pub events: tokio::sync::mpsc::UnboundedSender<AttemptEvent>,
@@ -112,6 +114,10 @@ pub struct AttemptParams {
     /// The MCP servers the step names, each with its declaration, for a
     /// runtime that connects to them itself (an ACP agent's `mcpServers`).
     pub mcp_servers: Vec<rein_protocol::McpUse>,
+    /// The permission rules in force for the step (the configured ones and
+    /// the step's own): they decide an agent's permission requests before
+    /// any person is asked.
+    pub policy: std::sync::Arc<rein_sandbox::Policy>,
 }
 
 /// What an attempt reports while it runs.

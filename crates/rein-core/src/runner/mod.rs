@@ -193,7 +193,11 @@ pub(crate) struct TaskRun<'e> {
     limit: usize,
     fail_fast: bool,
     first_failure: Option<usize>,
-    workspace: PathBuf,
+    /// The task's workspace, by identity: checked before steps start.
+    workspace: rein_sandbox::Pinned,
+    /// What the task's directories must keep clear of, checked again as
+    /// each step starts what reads them.
+    guard: Arc<rein_sandbox::Protected>,
     pausing: Option<String>,
     /// Who aborted the task and why, once an abort request arrived.
     abort_by: Option<(String, String)>,
@@ -331,13 +335,23 @@ impl<'e> TaskRun<'e> {
                     .workspace_root
                     .join(rec.state.head.id.as_str())
             });
-        // Checked again on every run, as it is now: a symlink put in its place
-        // since the task was made (or a task an older rein made) is refused.
-        let workspace = engine
-            .config
-            .protected(None)
-            .check_workspace(&workspace)
-            .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
+        let guard = Arc::new(engine.config.protected(None));
+        let workspace = match rec.state.head.resources.workspace_pin {
+            // Pinned when the task was made: the path as it was resolved
+            // then, the directory by identity, checked before steps start.
+            Some(pin) => rein_sandbox::Pinned::new(workspace, pin),
+            // A task an older rein made: checked as it is now (a symlink put
+            // in its place is refused) and pinned for this run.
+            None => {
+                let checked = guard
+                    .check_workspace(&workspace)
+                    .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
+                rein_sandbox::Pinned::pin(&checked).map_err(|e| EngineError::Workspace {
+                    path: checked.display().to_string(),
+                    error: std::io::Error::other(e.to_string()),
+                })?
+            }
+        };
         let first_failure = None;
         let contracts = steps
             .iter()
@@ -368,6 +382,7 @@ impl<'e> TaskRun<'e> {
             fail_fast: plan.fail_fast,
             first_failure,
             workspace,
+            guard,
             pausing: None,
             abort_by: None,
             recoveries,
@@ -684,6 +699,23 @@ impl<'e> TaskRun<'e> {
     /// Opens checkpoints for ready steps, up to the limit; they start after the commit.
     fn start_ready(&mut self) -> Result<Vec<usize>> {
         let mut started = Vec::new();
+        // Nothing starts in a workspace that is no longer the directory the
+        // task was given: the task pauses, saying what changed.
+        let starts_work = self
+            .ready
+            .iter()
+            .any(|&i| !matches!(self.steps[i].action, StepAction::Approval { .. }));
+        if self.scheduling()
+            && starts_work
+            && self.running.len() < self.limit
+            && let Err(changed) = self.workspace.verify()
+        {
+            tracing::warn!(task_id = %self.rec.state.head.id, "{changed}");
+            self.pausing = Some(format!(
+                "{changed}. Nothing more runs there: put the directory back and resume the task (`rein tasks resume`), or abort it"
+            ));
+            return Ok(started);
+        }
         while self.scheduling() && self.running.len() + started.len() < self.limit {
             let Some(i) = self.ready.pop_first() else {
                 break;
@@ -806,6 +838,7 @@ impl<'e> TaskRun<'e> {
             approved_by: self.approved_rerun(i),
             asker: Some(crate::executor::Asker::new(i, self.asks_tx.clone())),
             data_dir: self.engine.config.data_dir.clone(),
+            guard: Arc::clone(&self.guard),
             sessions: matches!(self.steps[i].action, StepAction::Agent { .. })
                 .then(|| self.engine.sessions()),
         };
