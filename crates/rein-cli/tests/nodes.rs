@@ -18,7 +18,7 @@ use common::{Server, http, kill9, listening, rein};
 use rein_core::{Engine, EngineConfig};
 use serde_json::Value;
 
-const TOKEN: &str = "nodes-token";
+const TOKEN: &str = "nodes-token-0123456";
 
 fn database() -> String {
     let cluster = rein_store::postgres::scratch::shared().unwrap();
@@ -605,4 +605,150 @@ fn a_node_cut_off_from_the_store_stops_its_steps_before_another_node_runs_them()
     eprintln!(
         "cut off: node a stopped its step {stopped:?} after the cut, node b ran it again after {again:?}"
     );
+}
+
+/// A node as if on a machine of its own: a PID, mount and UTS namespace of
+/// its own (its own `/proc`, its own host name), so no other node can see,
+/// or stop, its processes. The node's rein and its host pid.
+fn node_apart(dir: &Path, name: &str, url: &str) -> (Node, nix::unistd::Pid) {
+    let home = dir.join(name);
+    let command = rein(&home);
+    let program = command.get_program().to_owned();
+    let args: Vec<std::ffi::OsString> = command.get_args().map(ToOwned::to_owned).collect();
+    let mut wrapped = std::process::Command::new("unshare");
+    wrapped
+        .args([
+            "--pid",
+            "--mount",
+            "--uts",
+            "--mount-proc",
+            "--fork",
+            "--kill-child",
+        ])
+        .args([
+            "sh",
+            "-c",
+            "printf %s \"$0\" > /proc/sys/kernel/hostname && exec \"$@\"",
+        ])
+        .arg(format!("rein-node-{name}"))
+        .arg(program)
+        .args(args)
+        .args([
+            "--store",
+            url,
+            "--sandbox",
+            "none",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--lease", "1s"]);
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapped.env(key, value),
+            None => wrapped.env_remove(key),
+        };
+    }
+    let mut child = wrapped
+        .env("REIN_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare (util-linux) starts a node in namespaces of its own");
+    let addr = listening(&mut child);
+    let unshare = child.id();
+    let rein_pid: i32 = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .expect("unshare's child is the node")
+        .parse()
+        .unwrap();
+    (
+        Node {
+            server: Server(child),
+            addr,
+        },
+        nix::unistd::Pid::from_raw(rein_pid),
+    )
+}
+
+/// A node frozen past its lease (SIGSTOP) has its steps' processes stopped
+/// by their supervisors — half a lease without rein's heartbeat — before
+/// another node takes the steps over: no two attempts of a step ever ran at
+/// once. Each node is on a machine of its own (namespaces), so the node
+/// taking over cannot stop the frozen node's processes itself.
+#[test]
+fn a_frozen_nodes_steps_stop_before_another_node_runs_them() {
+    let url = database();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, a_rein) = node_apart(dir.path(), "a", &url);
+    let marks = dir.path().join("marks.log");
+    let mut plan = String::from("description = \"held\"\nmax_parallel = 6\n");
+    for i in 0..6 {
+        plan.push_str(&format!(
+            "[[steps]]\nid = \"h{i}\"\nidempotent = true\n\
+             run = '''a=$(cat /proc/sys/kernel/random/uuid); i=0; while [ $i -lt 300 ]; do echo \"$REIN_STEP_ID $a $(date +%s%N)\" >> {}; i=$((i+1)); sleep 0.01; done'''\n",
+            marks.display()
+        ));
+    }
+    let id = submit(&a, &plan);
+    until(
+        "node a to run all six steps",
+        Duration::from_secs(30),
+        || {
+            let text = std::fs::read_to_string(&marks).unwrap_or_default();
+            (0..6)
+                .all(|i| text.contains(&format!("h{i} ")))
+                .then_some(())
+        },
+    );
+    nix::sys::signal::kill(a_rein, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    // Node b on a machine of its own too: it cannot see node a's processes
+    // (from the host's PID namespace it could, and would stop them).
+    let (b, _) = node_apart(dir.path(), "b", &url);
+    until(
+        "node b to take the task over",
+        Duration::from_secs(30),
+        || leases(&b).contains(&id).then_some(()),
+    );
+    until("the task to complete", Duration::from_secs(90), || {
+        (get(&b, &format!("/admin/tasks/{id}"))["task"]["status"] == "completed").then_some(())
+    });
+    nix::sys::signal::kill(a_rein, nix::sys::signal::Signal::SIGCONT).unwrap();
+    // (step, attempt) → (first mark, last mark).
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let mut spans: BTreeMap<(String, String), (u128, u128)> = BTreeMap::new();
+    for line in text.lines() {
+        let mut parts = line.split(' ');
+        let (Some(step), Some(attempt), Some(Ok(at))) = (
+            parts.next(),
+            parts.next(),
+            parts.next().map(str::parse::<u128>),
+        ) else {
+            continue;
+        };
+        let span = spans
+            .entry((step.to_owned(), attempt.to_owned()))
+            .or_insert((at, at));
+        span.0 = span.0.min(at);
+        span.1 = span.1.max(at);
+    }
+    let mut overlaps = Vec::new();
+    for ((step, one), (a0, a1)) in &spans {
+        for ((other_step, two), (b0, b1)) in &spans {
+            if step == other_step && one < two && a0 <= b1 && b0 <= a1 {
+                overlaps.push(format!(
+                    "{step}: {} ms",
+                    (a1.min(b1) - a0.max(b0)) / 1_000_000
+                ));
+            }
+        }
+    }
+    let reran = spans.len() - 6;
+    eprintln!(
+        "{reran} steps ran again on node b; {} overlapping",
+        overlaps.len()
+    );
+    assert_eq!(reran, 6, "every held step ran again on node b: {spans:?}");
+    assert!(overlaps.is_empty(), "attempts ran at once: {overlaps:?}");
 }

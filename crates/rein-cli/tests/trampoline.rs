@@ -40,6 +40,7 @@ fn unconfined_it_runs_the_script_in_the_workspace_with_reins_environment() {
         &rein_sandbox::Pinned::pin(&ws).unwrap(),
         "echo \"$FROM_REIN $ADDED\"; pwd",
         &[("ADDED".to_owned(), "added".to_owned())],
+        None,
     );
     // The arguments name this process as the one to die with.
     assert_eq!(args[0], "--parent");
@@ -62,7 +63,7 @@ fn unconfined_too_it_runs_only_in_the_directory_pinned() {
     let ws = base.join("ws");
     std::fs::create_dir(&ws).unwrap();
     let pinned = rein_sandbox::Pinned::pin(&ws).unwrap();
-    let args = rein_sandbox::landlock::unconfined_args(&pinned, "touch made; pwd", &[]);
+    let args = rein_sandbox::landlock::unconfined_args(&pinned, "touch made; pwd", &[], None);
     // Swapped for a symlink to `/`: refused before anything runs.
     std::fs::rename(&ws, base.join("ws.old")).unwrap();
     std::os::unix::fs::symlink("/", &ws).unwrap();
@@ -171,8 +172,9 @@ fn with_exec_it_refuses_what_it_would_not_do() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
         assert!(
-            String::from_utf8_lossy(&out.stderr)
-                .contains("--exec takes only --parent, --run-as, --workspace and --pin"),
+            String::from_utf8_lossy(&out.stderr).contains(
+                "--exec takes only --parent, --heartbeat, --run-as, --workspace and --pin"
+            ),
             "{extra:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
@@ -273,4 +275,149 @@ async fn rein_starts_steps_through_the_small_trampoline_of_its_own_build_only() 
     std::fs::set_permissions(&stale, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let other = Trampoline::beside(copy.clone(), args.clone()).await;
     assert_eq!((other.program, other.args), (copy, args));
+}
+
+/// The live processes that carry `TREE_MARK=token` in their environment.
+fn marked(token: &str) -> Vec<u32> {
+    let needle = format!("TREE_MARK={token}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| alive(*pid))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// A step that leaves everything a step can leave: a compound command's
+/// child, a background job, a daemon that left the session; it writes
+/// `started` once they all run.
+const SPREADING: &str = "setsid sleep 60 & (sleep 60; echo late) & sh -c 'sleep 60' & \
+                         sleep 0.2; touch started; sleep 60; echo done >> f";
+
+/// Starts the trampoline (unconfined) from a stand-in for rein, a shell
+/// that waits for it, with `extra` arguments; returns the stand-in and the
+/// step's token once the step's tree is all there. The trampoline shares
+/// the stand-in's stdin (a shell gives a background job `/dev/null`
+/// otherwise).
+fn spread(ws: &std::path::Path, extra: &str, script: &str) -> (std::process::Child, String) {
+    let token = format!("{}-{}", std::process::id(), ws.display()).replace('/', "_");
+    let pinned = rein_sandbox::Pinned::pin(&ws.canonicalize().unwrap()).unwrap();
+    let shell = format!(
+        "exec 3<&0; {} --parent $$ {extra} --unconfined --workspace {} --pin {} --env TREE_MARK={token} -- \"$1\" <&3 & wait",
+        env!("CARGO_BIN_EXE_rein-confine"),
+        pinned.path.display(),
+        pinned.arg(),
+    );
+    let rein = Command::new("sh")
+        .args(["-c", &shell, "rein", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !ws.join("started").exists() {
+        assert!(started.elapsed() < Duration::from_secs(10), "never started");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (rein, token)
+}
+
+/// Waits up to `limit` for every process of the step to be gone; what is
+/// left if some is not.
+fn gone_within(token: &str, limit: Duration) -> Vec<u32> {
+    let since = Instant::now();
+    loop {
+        let left = marked(token);
+        if left.is_empty() || since.elapsed() > limit {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The supervisor outlives nothing of the step: killed with `kill -9`, the
+/// stand-in for rein takes every process of the step with it — the
+/// compound command's child, the background job, the daemon that called
+/// `setsid` — within half a second.
+#[test]
+fn a_killed_rein_takes_the_steps_whole_tree_with_it() {
+    let ws = tempfile::tempdir().unwrap();
+    let (mut rein, token) = spread(ws.path(), "", SPREADING);
+    let before = marked(&token);
+    assert!(before.len() >= 6, "the step's tree: {before:?}");
+    rein.kill().unwrap();
+    rein.wait().unwrap();
+    let left = gone_within(&token, Duration::from_millis(500));
+    assert!(left.is_empty(), "left after the kill: {left:?}");
+}
+
+/// When the command ends, what it left running goes with it, and the
+/// supervisor ends as the command did: its exit status, or its signal.
+#[test]
+fn when_the_command_ends_what_it_left_goes_and_its_status_is_passed_on() {
+    use std::os::unix::process::ExitStatusExt;
+    let ws = tempfile::tempdir().unwrap();
+    let quick = "setsid sleep 60 & sleep 60 & sleep 0.2; touch started; exit 7";
+    let (rein, token) = spread(ws.path(), "", quick);
+    let out = rein.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "the stand-in waited");
+    let left = gone_within(&token, Duration::from_millis(500));
+    assert!(left.is_empty(), "left after the command ended: {left:?}");
+    // The status, straight from the trampoline.
+    let dir = tempfile::tempdir().unwrap();
+    let pinned = rein_sandbox::Pinned::pin(&dir.path().canonicalize().unwrap()).unwrap();
+    for (script, code, signal) in [("exit 7", Some(7), None), ("kill -TERM $$", None, Some(15))] {
+        let status = confine()
+            .args(["--unconfined", "--workspace"])
+            .arg(&pinned.path)
+            .args(["--pin", &pinned.arg(), "--", script])
+            .status()
+            .unwrap();
+        assert_eq!((status.code(), status.signal()), (code, signal), "{script}");
+    }
+}
+
+/// With a heartbeat, the supervisor kills the step's tree once rein falls
+/// silent for that long (a frozen node), and at once when the heartbeat's
+/// pipe closes; beating, the step runs on.
+#[test]
+fn a_silent_rein_has_its_steps_tree_killed() {
+    use std::io::Write;
+    // Silent: nothing is written on the stand-in's stdin, which the
+    // trampoline shares.
+    let ws = tempfile::tempdir().unwrap();
+    let (mut rein, token) = spread(ws.path(), "--heartbeat 400", SPREADING);
+    let silent = Instant::now();
+    let left = gone_within(&token, Duration::from_secs(3));
+    assert!(
+        left.is_empty(),
+        "left after the heartbeat stopped: {left:?}"
+    );
+    assert!(
+        silent.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        silent.elapsed()
+    );
+    rein.wait().unwrap();
+    // Beating: it runs on past many heartbeats' length.
+    let ws = tempfile::tempdir().unwrap();
+    let (mut rein, token) = spread(ws.path(), "--heartbeat 400", SPREADING);
+    let mut beat = rein.stdin.take().unwrap();
+    for _ in 0..15 {
+        beat.write_all(b".").unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(marked(&token).len() >= 6, "the step ran on while rein beat");
+    // The pipe closes (rein is gone): at once.
+    drop(beat);
+    let left = gone_within(&token, Duration::from_millis(500));
+    assert!(
+        left.is_empty(),
+        "left after the heartbeat's pipe closed: {left:?}"
+    );
+    rein.wait().unwrap();
 }

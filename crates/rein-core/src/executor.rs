@@ -317,6 +317,9 @@ pub struct CommandExecutor {
     /// Unsandboxed: the trampoline that starts `sh` without a fork of rein
     /// (`rein __confine --unconfined`); none: `sh` is forked.
     spawner: Option<Arc<rein_sandbox::Trampoline>>,
+    /// How long a step's supervisor waits for rein's heartbeat before it
+    /// kills the step's tree (a node sharing its tasks: half its lease).
+    heartbeat: Option<Duration>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -335,6 +338,7 @@ impl CommandExecutor {
         CommandExecutor {
             confine: Confine::Sandboxed(Arc::new(sandbox)),
             spawner: None,
+            heartbeat: None,
         }
     }
 
@@ -343,6 +347,7 @@ impl CommandExecutor {
         CommandExecutor {
             confine: Confine::Refused(why),
             spawner: None,
+            heartbeat: None,
         }
     }
 
@@ -358,6 +363,17 @@ impl CommandExecutor {
         CommandExecutor {
             confine: Confine::Unsandboxed,
             spawner: Some(Arc::new(trampoline)),
+            heartbeat: None,
+        }
+    }
+
+    /// Each step's supervisor kills the step's tree when rein's heartbeat
+    /// stops for `silence` (rein writes every quarter of it): a node frozen
+    /// past its lease has its steps stopped before another node takes them.
+    pub fn with_heartbeat(self, silence: Duration) -> CommandExecutor {
+        CommandExecutor {
+            heartbeat: Some(silence),
+            ..self
         }
     }
 
@@ -508,6 +524,7 @@ impl StepExecutor for CommandExecutor {
                         .map(|l| l.limit),
                     run_as,
                     hidden: request.data_dir.iter().cloned().collect(),
+                    heartbeat: self.heartbeat,
                 };
                 let record = CommandOutput {
                     permission,
@@ -576,7 +593,7 @@ impl CommandExecutor {
             }
             Confine::Refused(why) => Err(why.to_string()),
             Confine::Unsandboxed => Ok((
-                self.plain_sh(&request.workspace, &script, vars),
+                self.plain_sh(&request.workspace, &script, vars, None),
                 rein_sandbox::Reach::unsandboxed(),
             )),
         }
@@ -590,13 +607,14 @@ impl CommandExecutor {
         workspace: &rein_sandbox::Pinned,
         script: &str,
         vars: Vec<(String, String)>,
+        heartbeat: Option<Duration>,
     ) -> tokio::process::Command {
         if let Some(trampoline) = &self.spawner {
             let mut command = tokio::process::Command::new(&trampoline.program);
             command
                 .args(&trampoline.args)
                 .args(rein_sandbox::landlock::unconfined_args(
-                    workspace, script, &vars,
+                    workspace, script, &vars, heartbeat,
                 ))
                 .current_dir("/");
             return command;
@@ -628,7 +646,9 @@ impl CommandExecutor {
                 Ok(sandbox.command(&request.workspace, run, &vars, confinement))
             }
             Confine::Refused(why) => Err(why.to_string()),
-            Confine::Unsandboxed => Ok(self.plain_sh(&request.workspace, run, vars)),
+            Confine::Unsandboxed => {
+                Ok(self.plain_sh(&request.workspace, run, vars, self.heartbeat))
+            }
         }
     }
 
@@ -670,7 +690,13 @@ impl CommandExecutor {
             reach: Some(reach),
             ..record
         };
-        run_child(request, command, record, cancel).await
+        // Only a supervisor (the trampoline) reads a heartbeat.
+        let heartbeat = match (&self.confine, &self.spawner) {
+            (Confine::Sandboxed(sandbox), _) if sandbox.supervised() => self.heartbeat,
+            (Confine::Unsandboxed, Some(_)) => self.heartbeat,
+            _ => None,
+        };
+        run_child(request, command, record, heartbeat, cancel).await
     }
 }
 
@@ -699,6 +725,28 @@ fn spawn_error(
     format!("{head}: {e}")
 }
 
+/// Writes a heartbeat to a step's supervisor every `every` until the step
+/// ends (the task is aborted) or the supervisor stops reading.
+async fn beat(mut stdin: tokio::process::ChildStdin, every: Duration) {
+    use tokio::io::AsyncWriteExt;
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(1)));
+    loop {
+        tick.tick().await;
+        if stdin.write_all(b".").await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The heartbeat task, stopped when the step ends.
+struct Beating(tokio::task::JoinHandle<()>);
+
+impl Drop for Beating {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A step's process group, killed when dropped unless already killed.
 struct Group(Option<Pid>);
 
@@ -722,10 +770,15 @@ async fn run_child(
     request: &StepRequest,
     mut command: tokio::process::Command,
     record: CommandOutput,
+    heartbeat: Option<Duration>,
     cancel: CancellationToken,
 ) -> StepOutcome {
     command
-        .stdin(Stdio::null())
+        .stdin(if heartbeat.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -763,6 +816,11 @@ async fn run_child(
     // A step dropped before it ends (its run stopped from outside) takes its
     // whole group with it, not only the process it started.
     let mut group = Group(pgid);
+    // rein's heartbeat to the step's supervisor, while the step runs.
+    let _beating = match (heartbeat, child.stdin.take()) {
+        (Some(silence), Some(stdin)) => Some(Beating(tokio::spawn(beat(stdin, silence / 4)))),
+        _ => None,
+    };
     let tail = request.output_tail_bytes;
     let stdout = child
         .stdout

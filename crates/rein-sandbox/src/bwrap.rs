@@ -54,6 +54,10 @@ pub struct Confinement {
     /// it lies inside. Landlock cannot carve a sub-tree out of a rule, so
     /// there it is the workspace checks ([`crate::guard`]) that keep them out.
     pub hidden: Vec<PathBuf>,
+    /// rein writes to the command's stdin while it runs it; the supervisor
+    /// kills the command's tree when nothing comes for this long (see
+    /// [`crate::supervise`]); the command itself reads `/dev/null`.
+    pub heartbeat: Option<Duration>,
 }
 
 /// The hidden directories that a directory mounted into a bubblewrap sandbox
@@ -398,6 +402,16 @@ impl Sandbox {
             })
     }
 
+    /// Whether its commands start under a supervisor (the trampoline, see
+    /// [`crate::supervise`]): Landlock's always, bubblewrap's when started
+    /// through the trampoline.
+    pub fn supervised(&self) -> bool {
+        match &self.how {
+            How::Bubblewrap { starter, .. } => starter.is_some(),
+            How::Landlock(_) => true,
+        }
+    }
+
     /// Which sandbox this is.
     pub fn kind(&self) -> SandboxKind {
         match self.how {
@@ -493,7 +507,7 @@ impl Sandbox {
                 cmd.args(&trampoline.args).args(crate::landlock::exec_args(
                     bwrap,
                     args,
-                    confinement.run_as,
+                    confinement,
                     Some(workspace),
                 ));
                 cmd

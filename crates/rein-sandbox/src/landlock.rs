@@ -59,6 +59,7 @@ const BUILD_HEX: [u8; 16] = {
         include_bytes!("process.rs"),
         include_bytes!("bwrap.rs"),
         include_bytes!("pin.rs"),
+        include_bytes!("supervise.rs"),
         include_bytes!("lib.rs"),
         env!("CARGO_PKG_VERSION").as_bytes(),
     ];
@@ -90,7 +91,7 @@ pub fn trampoline_args(
     env: &[(String, String)],
     confinement: &Confinement,
 ) -> Vec<OsString> {
-    let mut args = head(workspace, false);
+    let mut args = head(workspace, false, confinement.heartbeat);
     if confinement.network {
         args.push("--network".into());
     }
@@ -117,8 +118,9 @@ pub fn unconfined_args(
     workspace: &Pinned,
     script: &str,
     env: &[(String, String)],
+    heartbeat: Option<std::time::Duration>,
 ) -> Vec<OsString> {
-    tail(head(workspace, true), script, env)
+    tail(head(workspace, true, heartbeat), script, env)
 }
 
 /// The trampoline's arguments for starting `program` with `args` as they are
@@ -131,11 +133,11 @@ pub fn unconfined_args(
 pub fn exec_args(
     program: &Path,
     args: impl IntoIterator<Item = OsString>,
-    run_as: Option<(u32, u32)>,
+    confinement: &Confinement,
     workspace: Option<&Pinned>,
 ) -> Vec<OsString> {
-    let mut all = parent();
-    run_as_arg(&mut all, run_as);
+    let mut all = parent(confinement.heartbeat);
+    run_as_arg(&mut all, confinement.run_as);
     if let Some(workspace) = workspace {
         pin_args(&mut all, workspace);
     }
@@ -153,15 +155,24 @@ fn run_as_arg(args: &mut Vec<OsString>, run_as: Option<(u32, u32)>) {
 }
 
 /// What every trampoline is told first: the rein building the arguments,
-/// which it dies with.
-fn parent() -> Vec<OsString> {
-    vec!["--parent".into(), std::process::id().to_string().into()]
+/// which it dies with, and the heartbeat rein keeps up, if any.
+fn parent(heartbeat: Option<std::time::Duration>) -> Vec<OsString> {
+    let mut args = vec!["--parent".into(), std::process::id().to_string().into()];
+    if let Some(every) = heartbeat {
+        args.push("--heartbeat".into());
+        args.push(every.as_millis().max(1).to_string().into());
+    }
+    args
 }
 
 /// What a trampoline that runs a script is told first: [`parent`], then the
 /// workspace.
-fn head(workspace: &Pinned, unconfined: bool) -> Vec<OsString> {
-    let mut args = parent();
+fn head(
+    workspace: &Pinned,
+    unconfined: bool,
+    heartbeat: Option<std::time::Duration>,
+) -> Vec<OsString> {
+    let mut args = parent(heartbeat);
     if unconfined {
         args.push("--unconfined".into());
     }
@@ -192,6 +203,9 @@ fn tail(mut args: Vec<OsString>, script: &str, env: &[(String, String)]) -> Vec<
 struct Parsed {
     /// The rein that started the trampoline: it dies with it.
     parent: Option<u32>,
+    /// rein writes to stdin while it runs the step; silent this long, the
+    /// step's tree is killed (`--heartbeat MS`).
+    heartbeat: Option<std::time::Duration>,
     pinned: Option<Told>,
     /// Nothing confined: `sh` with rein's environment (and `env`).
     unconfined: bool,
@@ -212,6 +226,7 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
     let mut workspace = None;
     let mut pin = None;
     let mut parent = None;
+    let mut heartbeat = None;
     let mut unconfined = false;
     let mut exec = false;
     let mut confinement = Confinement::default();
@@ -244,6 +259,15 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                         .and_then(|(d, i)| Some((d.parse().ok()?, i.parse().ok()?)))
                         .ok_or("--pin needs DEVICE:INODE")?,
                 );
+            }
+            Some("--heartbeat") => {
+                let v = value(&mut it, "--heartbeat")?;
+                let ms: u64 = v
+                    .to_str()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|ms| *ms > 0)
+                    .ok_or("--heartbeat needs a number of milliseconds")?;
+                heartbeat = Some(std::time::Duration::from_millis(ms));
             }
             Some("--unconfined") => unconfined = true,
             Some("--exec") => exec = true,
@@ -302,11 +326,13 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                 };
                 if unconfined || !env.is_empty() || confinement != run_as_only {
                     return Err(
-                        "--exec takes only --parent, --run-as, --workspace and --pin".into(),
+                        "--exec takes only --parent, --heartbeat, --run-as, --workspace and --pin"
+                            .into(),
                     );
                 }
                 return Ok(Parsed {
                     parent,
+                    heartbeat,
                     pinned,
                     unconfined,
                     confinement,
@@ -322,6 +348,7 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                 let pinned = pinned(workspace, pin)?;
                 return Ok(Parsed {
                     parent,
+                    heartbeat,
                     pinned,
                     unconfined,
                     confinement,
@@ -525,18 +552,25 @@ pub fn trampoline(args: &[OsString]) -> i32 {
         },
         None => None,
     };
-    // The user to run as, before anything else: a change of user clears the
-    // parent-death signal, so it is asked for after it.
+    // The supervisor stays; its child goes on to be the command. A
+    // trampoline whose rein is gone runs nothing.
+    let supervisor = match crate::supervise::start(parsed.parent, parsed.heartbeat) {
+        Ok(crate::supervise::Role::Done(code)) => return code,
+        Ok(crate::supervise::Role::Command { supervisor }) => supervisor,
+        Err(e) => {
+            report(&format!("rein sandbox: {e}"));
+            return NOT_CONFINED;
+        }
+    };
+    // The user to run as: a change of user clears the parent-death signal,
+    // so it is asked for after it.
     if let Some((uid, gid)) = parsed.confinement.run_as
         && let Err(e) = become_user(uid, gid)
     {
         report(&format!("rein sandbox: cannot run as {uid}:{gid}: {e}"));
         return NOT_CONFINED;
     }
-    // First: a trampoline whose rein is gone runs nothing.
-    if let Some(parent) = parsed.parent
-        && let Err(e) = crate::process::die_with(parent)
-    {
+    if let Err(e) = crate::process::die_with(supervisor) {
         report(&format!("rein sandbox: {e}"));
         return NOT_CONFINED;
     }

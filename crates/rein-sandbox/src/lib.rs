@@ -15,7 +15,10 @@
 //! holds the permission rules (allow / ask / deny for commands, paths and network)
 //! and says which rule decided; [`process`] makes step processes die with rein
 //! (the parent-death signal, set before `exec`) and stops what a killed rein
-//! left behind, found by its recorded process group.
+//! left behind, found by its recorded process group; [`supervise`] keeps the
+//! trampoline as the step's supervisor, a subreaper that kills the step's
+//! whole tree when the command ends, rein dies, rein's heartbeat stops, or
+//! rein stops the step.
 //! This crate decides nothing about people: asking for approval is the engine's.
 
 pub mod bwrap;
@@ -24,6 +27,7 @@ pub mod landlock;
 pub mod pin;
 pub mod policy;
 pub mod process;
+pub mod supervise;
 pub mod workspace;
 
 pub use bwrap::{Confinement, Reach, Sandbox, SandboxKind, Trampoline, Unavailable};

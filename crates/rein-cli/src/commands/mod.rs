@@ -103,6 +103,18 @@ impl Context {
     ) -> anyhow::Result<Context> {
         let harnesses = Arc::new(target.harnesses()?);
         let (registry, policy) = (Arc::clone(&harnesses.registry), harnesses.policy.clone());
+        // Where nodes share tasks, a step's supervisor kills the step's tree
+        // when this node falls silent for half its lease: before another
+        // node may take the step over.
+        let executor = match &target.store {
+            Some(_) => {
+                let lease = target
+                    .lease
+                    .unwrap_or(rein_store::postgres::PostgresOptions::default().lease);
+                executor.with_heartbeat(lease / 2)
+            }
+            None => executor,
+        };
         let providers = target.providers.clone();
         let chat = providers.openai.clone();
         let completions =
