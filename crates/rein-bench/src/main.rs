@@ -444,7 +444,7 @@ async fn http(connections: usize, seconds: u64, dir: &Path) -> anyhow::Result<se
         })
         .await?;
     engine.run(state.id(), RunOptions::default()).await?;
-    let token = "bench-token";
+    let token = "bench-token-0123456";
     let auth = rein_server::Auth::new(vec![rein_server::TokenEntry {
         name: "bench".into(),
         role: rein_server::Role::Viewer,

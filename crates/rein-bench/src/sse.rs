@@ -65,7 +65,7 @@ pub(crate) fn rein_binary(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
 }
 
 /// The token the servers the benchmarks start take.
-pub(crate) const TOKEN: &str = "bench-token";
+pub(crate) const TOKEN: &str = "bench-token-0123456";
 
 /// `rein serve` on `data` (steps unsandboxed, token [`TOKEN`], a free
 /// loopback port), and the address it says it listens on.

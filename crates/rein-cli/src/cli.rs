@@ -767,6 +767,10 @@ pub struct ServeArgs {
     /// it only `/healthz` is answered, everything else gets 503.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     pub max_connections: u32,
+    /// Most connections one client address may hold at once; past it a
+    /// connection gets 429 (a health probe is still answered).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub max_connections_per_client: u32,
     /// On SIGTERM or Ctrl-C: how long requests in flight get to finish before
     /// the server exits (event streams end at once).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]

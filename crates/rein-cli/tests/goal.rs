@@ -402,7 +402,7 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
         .rein(&data)
         .args(["serve", "--listen", "127.0.0.1:0", "--workspace-root"])
         .arg(&ws)
-        .env("REIN_TOKEN", "s3cret")
+        .env("REIN_TOKEN", "s3cret-operator-token")
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -411,7 +411,8 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
     let url = format!("http://{addr}");
     let client = |args: &[&str]| {
         let mut cmd = rein(&dir.path().join("client"));
-        cmd.args(["--url", &url, "--token", "s3cret"]).args(args);
+        cmd.args(["--url", &url, "--token", "s3cret-operator-token"])
+            .args(args);
         cmd
     };
 
@@ -428,7 +429,7 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
             &addr,
             "POST",
             path,
-            Some("s3cret"),
+            Some("s3cret-operator-token"),
             Some(("application/json", body)),
         )
     };

@@ -201,7 +201,7 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
     let mut child = rein(&dir.path().join("data"))
         .args(["--plugin", manifest.to_str().unwrap()])
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", "s3cret")
+        .env("REIN_TOKEN", "s3cret-operator-token")
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -211,7 +211,8 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
     // This client names no plugin: what it lists is the server's.
     let remote = |args: &[&str]| {
         let mut cmd = rein(&dir.path().join("client"));
-        cmd.args(["--url", &url, "--token", "s3cret"]).args(args);
+        cmd.args(["--url", &url, "--token", "s3cret-operator-token"])
+            .args(args);
         cmd
     };
     let listed = json(&run_ok(&mut remote(&["harness", "list", "--json"])));
@@ -265,7 +266,7 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
         &addr,
         "GET",
         "/admin/harnesses/explain",
-        Some("s3cret"),
+        Some("s3cret-operator-token"),
         None,
     );
     assert_eq!(status, 400, "provider is required");

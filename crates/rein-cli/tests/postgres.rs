@@ -142,7 +142,7 @@ fn a_node_restarted_after_kill_9_takes_its_tasks_up_without_waiting_out_its_leas
             ])
             // A lease far longer than the test may wait.
             .args(["--lease", "60s"])
-            .env("REIN_TOKEN", "t")
+            .env("REIN_TOKEN", "postgres-test-token")
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -158,7 +158,7 @@ fn a_node_restarted_after_kill_9_takes_its_tasks_up_without_waiting_out_its_leas
         &addr,
         "POST",
         "/admin/tasks",
-        Some("t"),
+        Some("postgres-test-token"),
         Some(("application/toml", &plan)),
     );
     assert_eq!(status, 201, "{body}");

@@ -28,7 +28,7 @@ fn every_operation_answers_as_the_document_says() {
     let mut child = m
         .rein(&data)
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", "st-admin-token")
+        .env("REIN_TOKEN", "st-admin-token-0123")
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -42,7 +42,7 @@ fn every_operation_answers_as_the_document_says() {
         .arg(format!("http://{addr}"))
         .args([
             "--header",
-            "Authorization: Bearer st-admin-token",
+            "Authorization: Bearer st-admin-token-0123",
             "--max-examples",
             "5",
             "--seed",

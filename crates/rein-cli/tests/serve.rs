@@ -18,7 +18,7 @@ use common::{
 #[test]
 fn the_server_runs_a_plan_and_serves_health_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let (server, addr) = start(&dir.path().join("data"), "s3cret");
+    let (server, addr) = start(&dir.path().join("data"), "s3cret-operator-token");
     let (status, body) = http(&addr, "GET", "/healthz", None, None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"task_store\""), "{body}");
@@ -33,7 +33,7 @@ fn the_server_runs_a_plan_and_serves_health_and_metrics() {
         &addr,
         "POST",
         "/admin/tasks",
-        Some("s3cret"),
+        Some("s3cret-operator-token"),
         Some(("application/toml", plan)),
     );
     assert_eq!(status, 201, "{body}");
@@ -45,7 +45,7 @@ fn the_server_runs_a_plan_and_serves_health_and_metrics() {
             &addr,
             "GET",
             &format!("/admin/tasks/{id}"),
-            Some("s3cret"),
+            Some("s3cret-operator-token"),
             None,
         );
         let task: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -58,7 +58,13 @@ fn the_server_runs_a_plan_and_serves_health_and_metrics() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (status, metrics) = http(&addr, "GET", "/metrics", Some("s3cret"), None);
+    let (status, metrics) = http(
+        &addr,
+        "GET",
+        "/metrics",
+        Some("s3cret-operator-token"),
+        None,
+    );
     assert_eq!(status, 200);
     assert!(
         metrics.contains("rein_tasks{status=\"completed\"} 1"),
@@ -88,6 +94,26 @@ fn without_a_token_the_server_only_listens_on_loopback() {
         said.contains("refusing to listen on 0.0.0.0") && said.contains("REIN_TOKEN"),
         "{said}"
     );
+}
+
+#[test]
+fn a_short_operator_token_is_refused_at_start_naming_the_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    for token in ["a", "s3cret", "fifteen-chars15"] {
+        let out = rein(&dir.path().join("data"))
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .env("REIN_TOKEN", token)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{token}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            said.contains(&format!("is {} characters", token.len()))
+                && said.contains("at least 16")
+                && (token.len() < 3 || !said.contains(token)),
+            "{said}"
+        );
+    }
 }
 
 /// Ends the server with SIGTERM and checks that it stopped cleanly.
@@ -168,10 +194,10 @@ impl Remote {
 
 /// A server on a fresh data directory under `dir`, and the CLI pointed at it.
 fn served(dir: &Path) -> (Server, String, Remote) {
-    let (server, addr) = start(&dir.join("data"), "s3cret");
+    let (server, addr) = start(&dir.join("data"), "s3cret-operator-token");
     let remote = Remote {
         url: format!("http://{addr}"),
-        token: "s3cret".into(),
+        token: "s3cret-operator-token".into(),
         unused: dir.join("client"),
     };
     (server, addr, remote)
@@ -285,7 +311,13 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
     let (status, body) = http(&addr, "GET", "/healthz", None, None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"task_store\""), "{body}");
-    let (status, metrics) = http(&addr, "GET", "/metrics", Some("s3cret"), None);
+    let (status, metrics) = http(
+        &addr,
+        "GET",
+        "/metrics",
+        Some("s3cret-operator-token"),
+        None,
+    );
     assert_eq!(status, 200);
     assert!(
         metrics.contains("rein_tasks{status=\"completed\"} 1"),
@@ -546,7 +578,7 @@ fn start_on_small_disk(dir: &Path, size: &str) -> (Server, String, std::path::Pa
         .args(["--user", "--map-root-user", "--mount", "sh", "-c", &script])
         .env_remove("REIN_DATA_DIR")
         .env_remove("REIN_URL")
-        .env("REIN_TOKEN", "s3cret")
+        .env("REIN_TOKEN", "s3cret-operator-token")
         .stdout(Stdio::piped())
         .spawn()
         .expect("unshare (util-linux) starts rein in a mount namespace of its own");
@@ -595,7 +627,7 @@ fn a_full_disk_makes_the_store_unhealthy_and_the_server_takes_its_tasks_up_when_
         &addr,
         "POST",
         "/admin/tasks",
-        Some("s3cret"),
+        Some("s3cret-operator-token"),
         Some(("application/toml", &plan)),
     );
     assert_eq!(status, 201, "{body}");
@@ -608,7 +640,7 @@ fn a_full_disk_makes_the_store_unhealthy_and_the_server_takes_its_tasks_up_when_
             addr,
             "GET",
             &format!("/admin/tasks/{id}"),
-            Some("s3cret"),
+            Some("s3cret-operator-token"),
             None,
         );
         serde_json::from_str::<serde_json::Value>(&body).unwrap()["task"].clone()
@@ -668,7 +700,7 @@ fn start_with(data: &Path, files: u32, args: &[&str]) -> (Server, String) {
         .args(args)
         .env_remove("REIN_DATA_DIR")
         .env_remove("REIN_URL")
-        .env("REIN_TOKEN", "s3cret")
+        .env("REIN_TOKEN", "s3cret-operator-token")
         .stdout(Stdio::piped())
         .spawn()
         .expect("prlimit (util-linux) starts rein serve");
@@ -734,7 +766,13 @@ fn slow_connections_are_cut_and_healthz_answers_while_a_thousand_are_open() {
     assert_eq!(cut, 1000, "every slow connection was closed by the server");
     drop(slow);
     // And the server serves as before.
-    let (status, _) = http(&addr, "GET", "/admin/tasks", Some("s3cret"), None);
+    let (status, _) = http(
+        &addr,
+        "GET",
+        "/admin/tasks",
+        Some("s3cret-operator-token"),
+        None,
+    );
     assert_eq!(status, 200);
     stop(server);
 }
@@ -746,7 +784,7 @@ fn sigterm_stops_the_server_within_its_grace_with_a_stream_and_a_half_sent_reque
     let mut stream = TcpStream::connect(&addr).unwrap();
     stream
         .write_all(
-            format!("GET /admin/events/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer s3cret\r\n\r\n")
+            format!("GET /admin/events/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer s3cret-operator-token\r\n\r\n")
                 .as_bytes(),
         )
         .unwrap();
@@ -782,4 +820,134 @@ fn sigterm_stops_the_server_within_its_grace_with_a_stream_and_a_half_sent_reque
         "{:?}",
         asked.elapsed()
     );
+}
+
+/// A connection to `addr` from the loopback address `from` (127.0.0.0/8 is
+/// all this machine's): another client, as the server sees it.
+fn connect_from(from: &str, addr: &str) -> TcpStream {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let stream = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+        socket.connect(addr.parse().unwrap()).await.unwrap()
+    });
+    let stream = stream.into_std().unwrap();
+    stream.set_nonblocking(false).unwrap();
+    stream
+}
+
+/// One request on a connection from `from`: its status, its head and body.
+fn request_from(from: &str, addr: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = connect_from(from, addr);
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{auth}\r\n"
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, answer)
+}
+
+/// Wrong tokens from one address: after ten, that address gets 429 with
+/// `Retry-After` (the right token too), while the right token from another
+/// address is served.
+#[test]
+fn failed_sign_ins_are_throttled_per_client_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr) = start(&dir.path().join("data"), "s3cret-operator-token");
+    let mut statuses = Vec::new();
+    for i in 0..15 {
+        let (status, _) = request_from(
+            "127.0.0.1",
+            &addr,
+            "/admin/tasks",
+            Some(&format!("guess-{i:012}")),
+        );
+        statuses.push(status);
+    }
+    assert_eq!(&statuses[..10], &[401; 10], "{statuses:?}");
+    assert_eq!(&statuses[10..], &[429; 5], "{statuses:?}");
+    let (status, answer) = request_from(
+        "127.0.0.1",
+        &addr,
+        "/admin/tasks",
+        Some("s3cret-operator-token"),
+    );
+    assert_eq!(status, 429, "{answer}");
+    let retry: u64 = answer
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("retry-after: ")
+                .map(|v| v.trim().to_owned())
+        })
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After header");
+    assert!((1..=60).contains(&retry), "{answer}");
+    assert!(answer.contains("too_many_failed_sign_ins"), "{answer}");
+    // Another address, the right token: served.
+    let (status, answer) = request_from(
+        "127.0.0.2",
+        &addr,
+        "/admin/tasks",
+        Some("s3cret-operator-token"),
+    );
+    assert_eq!(status, 200, "{answer}");
+    // Health needs no sign-in and is not throttled.
+    assert_eq!(request_from("127.0.0.1", &addr, "/healthz", None).0, 200);
+    stop(server);
+}
+
+/// One client holding its cap of idle connections gets 429 for the next
+/// (a health probe still answered); another client is served.
+#[test]
+fn one_client_cannot_hold_every_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr) = start_with(
+        &dir.path().join("data"),
+        4096,
+        &["--max-connections-per-client", "50"],
+    );
+    let idle: Vec<TcpStream> = (0..50).map(|_| connect_from("127.0.0.1", &addr)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let (status, answer) = request_from("127.0.0.1", &addr, "/admin/tasks", None);
+    assert_eq!(status, 429, "{answer}");
+    assert!(
+        answer.contains("too_many_connections_from_client") && answer.contains("50 connections"),
+        "{answer}"
+    );
+    assert_eq!(request_from("127.0.0.1", &addr, "/healthz", None).0, 200);
+    let (status, answer) = request_from(
+        "127.0.0.2",
+        &addr,
+        "/admin/tasks",
+        Some("s3cret-operator-token"),
+    );
+    assert_eq!(status, 200, "{answer}");
+    // Its connections closed, the client is served again.
+    drop(idle);
+    eventually("the first client is served again", || {
+        (request_from(
+            "127.0.0.1",
+            &addr,
+            "/admin/tasks",
+            Some("s3cret-operator-token"),
+        )
+        .0 == 200)
+            .then_some(())
+    });
+    stop(server);
 }

@@ -142,12 +142,12 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
     assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
 
     // The same through the API, and `--url`.
-    let (_server, addr) = common::start(&data, "tok");
+    let (_server, addr) = common::start(&data, "session-test-token");
     let url = format!("http://{addr}");
     let remote = |args: &[&str]| {
         json(&run_ok(
             rein(&data)
-                .args(["--url", &url, "--token", "tok", "sessions"])
+                .args(["--url", &url, "--token", "session-test-token", "sessions"])
                 .args(args),
         ))
     };
@@ -159,7 +159,7 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
         &addr,
         "POST",
         &format!("/admin/agent-sessions/{id}/pin"),
-        Some("tok"),
+        Some("session-test-token"),
         Some(("application/json", r#"{"runtime": "codex"}"#)),
     );
     assert_eq!(status, 400, "{body}");
@@ -168,7 +168,7 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
         &addr,
         "GET",
         "/admin/agent-sessions/ses_01JAAAAAAAAAAAAAAAAAAAAAAA",
-        Some("tok"),
+        Some("session-test-token"),
         None,
     );
     assert_eq!(status, 404);
@@ -177,7 +177,7 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
         ("GET", "/admin/agent-sessions/ses_nope"),
         ("POST", "/admin/agent-sessions/ses_nope/reset"),
     ] {
-        let (status, body) = common::http(&addr, method, path, Some("tok"), None);
+        let (status, body) = common::http(&addr, method, path, Some("session-test-token"), None);
         assert_eq!(status, 400, "{method} {path}: {body}");
         assert!(body.contains("expected `ses_`"), "{body}");
     }

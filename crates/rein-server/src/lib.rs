@@ -7,7 +7,8 @@
 //! over SSE, woken by [`hub`], the one watcher of the store for every stream;
 //! [`openapi`] is the route table the router and the OpenAPI document are both
 //! built from; [`listen`] is the accept loop (head and idle deadlines, a cap on
-//! connections, a bounded shutdown); [`serve`] runs it.
+//! connections and on each client address's, a bounded shutdown); [`throttle`]
+//! slows an address down after too many failed sign-ins; [`serve`] runs it.
 
 pub mod activity;
 pub mod auth;
@@ -22,6 +23,7 @@ pub mod records;
 pub mod routes;
 pub mod sessions;
 pub mod shared_state;
+pub mod throttle;
 pub mod ui;
 
 use std::sync::Arc;
@@ -60,6 +62,8 @@ pub struct AppState {
     pub activity: Arc<activity::Activity>,
     /// Woken when a run this server started ends (room for another).
     pub run_ended: Arc<tokio::sync::Notify>,
+    /// Failed sign-ins by client address.
+    pub throttle: Arc<throttle::Throttle>,
 }
 
 /// How often a node sharing its store looks for free tasks besides when it
@@ -108,6 +112,7 @@ impl AppState {
             }),
             activity: Arc::default(),
             run_ended: Arc::default(),
+            throttle: Arc::default(),
         }
     }
 
@@ -341,6 +346,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            throttle::throttle,
+        ))
         .layer(axum::middleware::from_fn(request_span))
         .with_state(state)
 }

@@ -11,8 +11,16 @@
 //! `GET /healthz` is still answered; any other gets that 503 and is closed.
 //! Both pools together stay inside the process's file limit, which is raised
 //! to its hard maximum first.
+//!
+//! One client address holds at most `max_per_client` connections at once, so
+//! that one client cannot take the pools from everyone; a connection past it
+//! is answered as one past both pools (a health probe still gets through),
+//! with 429 and a message naming the cap. Every request carries its
+//! connection's address ([`crate::throttle::ClientAddr`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -29,6 +37,8 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Most connections served at once (the file limit may lower it).
     pub max_connections: usize,
+    /// Most connections one client address may hold at once.
+    pub max_per_client: usize,
     /// How long a shutdown waits for requests in flight before it returns.
     pub shutdown_grace: Duration,
 }
@@ -38,7 +48,62 @@ impl Default for Limits {
         Limits {
             header_timeout: Duration::from_secs(10),
             max_connections: 4096,
+            max_per_client: DEFAULT_MAX_PER_CLIENT,
             shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// [`Limits::max_per_client`] unless set.
+pub const DEFAULT_MAX_PER_CLIENT: usize = 512;
+
+/// The refusal written to a connection past its address's cap.
+fn per_client_refusal(cap: usize) -> Vec<u8> {
+    let body = format!(
+        "{{\"error\":{{\"code\":\"too_many_connections_from_client\",\"message\":\"this address holds {cap} connections already, the most one client may; close some, or try again shortly\"}}}}"
+    );
+    format!(
+        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nconnection: close\r\nretry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Connections held, by client address.
+#[derive(Debug, Default)]
+struct Clients(Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection of a client, counted until dropped.
+struct Held {
+    clients: Arc<Clients>,
+    addr: IpAddr,
+}
+
+impl Clients {
+    /// A connection for `addr`, unless it holds `cap` already.
+    fn hold(self: &Arc<Self>, addr: IpAddr, cap: usize) -> Option<Held> {
+        let mut held = self.0.lock().ok()?;
+        let count = held.entry(addr).or_insert(0);
+        if *count >= cap {
+            return None;
+        }
+        *count += 1;
+        Some(Held {
+            clients: Arc::clone(self),
+            addr,
+        })
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Ok(mut held) = self.clients.0.lock()
+            && let Some(count) = held.get_mut(&self.addr)
+        {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.addr);
+            }
         }
     }
 }
@@ -92,13 +157,14 @@ pub async fn serve(
     let main = Arc::new(Semaphore::new(main_size));
     let overflow = Arc::new(Semaphore::new(overflow_size));
     let peekers = Arc::new(Semaphore::new(PEEKERS));
+    let clients = Arc::new(Clients::default());
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
-        let stream = tokio::select! {
+        let (stream, addr) = tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, peer)) => (stream, peer.ip()),
                 Err(e) => {
                     // Out of files or a connection reset before it was taken:
                     // breathe, and go on.
@@ -109,6 +175,19 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
+        let Some(held) = clients.hold(addr, limits.max_per_client.max(1)) else {
+            let refusal = per_client_refusal(limits.max_per_client);
+            match Arc::clone(&peekers).try_acquire_owned() {
+                Ok(p) => {
+                    let app = with_addr(overflow_app.clone(), addr);
+                    tokio::spawn(probe_or_refuse(stream, app, p, refusal));
+                }
+                Err(_) => {
+                    tokio::spawn(refuse(stream, refusal));
+                }
+            }
+            continue;
+        };
         let (permit, service, head, keep_alive) =
             if let Ok(p) = Arc::clone(&main).try_acquire_owned() {
                 (p, app.clone(), limits.header_timeout, true)
@@ -116,10 +195,11 @@ pub async fn serve(
                 (p, overflow_app.clone(), OVERFLOW_HEADER_TIMEOUT, false)
             } else if let Ok(p) = Arc::clone(&peekers).try_acquire_owned() {
                 // Both pools full: a health probe still gets its answer.
-                tokio::spawn(probe_or_refuse(stream, overflow_app.clone(), p));
+                let app = with_addr(overflow_app.clone(), addr);
+                tokio::spawn(probe_or_refuse(stream, app, p, REFUSAL.to_vec()));
                 continue;
             } else {
-                tokio::spawn(refuse(stream));
+                tokio::spawn(refuse(stream, REFUSAL.to_vec()));
                 continue;
             };
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -127,12 +207,13 @@ pub async fn serve(
             .timer(TokioTimer::new())
             .header_read_timeout(head)
             .keep_alive(keep_alive);
-        let service = hyper_util::service::TowerToHyperService::new(service);
+        let service = hyper_util::service::TowerToHyperService::new(with_addr(service, addr));
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             let _ = connection.await;
             drop(permit);
+            drop(held);
         });
     }
     drop(listener);
@@ -148,13 +229,47 @@ pub async fn serve(
     Ok(())
 }
 
-/// A connection past both pools: served if it is a health probe (its request
-/// line, seen within [`PEEK`], is `GET /healthz`), refused otherwise.
-async fn probe_or_refuse(
+/// `app` with every request marked with the address of its connection.
+fn with_addr(
+    app: Router,
+    addr: IpAddr,
+) -> impl tower::Service<
+    axum::http::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Send,
+> + Clone
++ Send
++ 'static {
+    tower::ServiceExt::map_request(
+        app,
+        move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            request
+                .extensions_mut()
+                .insert(crate::throttle::ClientAddr(addr));
+            request
+        },
+    )
+}
+
+/// A connection past both pools (or its address's cap): served if it is a
+/// health probe (its request line, seen within [`PEEK`], is `GET
+/// /healthz`), refused with `refusal` otherwise.
+async fn probe_or_refuse<S>(
     stream: tokio::net::TcpStream,
-    overflow_app: Router,
+    overflow_app: S,
     permit: tokio::sync::OwnedSemaphorePermit,
-) {
+    refusal: Vec<u8>,
+) where
+    S: tower::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
     const PROBE: &[u8] = b"GET /healthz ";
     let mut head = [0u8; PROBE.len()];
     let seen = tokio::time::timeout(PEEK, async {
@@ -170,7 +285,7 @@ async fn probe_or_refuse(
     .unwrap_or(0);
     if seen < PROBE.len() || head != PROBE {
         drop(permit);
-        return refuse(stream).await;
+        return refuse(stream, refusal).await;
     }
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -185,9 +300,9 @@ async fn probe_or_refuse(
 }
 
 /// Writes the refusal and closes.
-async fn refuse(mut stream: tokio::net::TcpStream) {
+async fn refuse(mut stream: tokio::net::TcpStream, refusal: Vec<u8>) {
     use tokio::io::AsyncWriteExt;
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(REFUSAL)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&refusal)).await;
     let _ = stream.shutdown().await;
 }
 

@@ -703,6 +703,57 @@ async fn a_callers_plan_reaches_host_directories_only_inside_the_servers_roots()
     assert!(inside.join("made").exists());
 }
 
+/// Every page of the Control UI — signed in or not, a page, a fragment or
+/// an asset — forbids being framed and inline script.
+#[tokio::test]
+async fn ui_pages_may_not_be_framed_and_run_no_inline_script() {
+    let api = api();
+    let login = Request::post("/auth/session")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "token": VIEWER }).to_string()))
+        .unwrap();
+    let cookie = api.send(login).await.headers[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    for (path, signed_in) in [
+        ("/ui/login", false),
+        ("/ui/tasks", false),
+        ("/ui/tasks", true),
+        ("/ui/approvals/list", true),
+        ("/ui/assets/rein.js", false),
+    ] {
+        let mut req = Request::get(path);
+        if signed_in {
+            req = req.header(header::COOKIE, &cookie);
+        }
+        let r = api.send(req.body(Body::empty()).unwrap()).await;
+        let token = signed_in.then_some(());
+        let csp = r.headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(
+            csp.contains("frame-ancestors 'none'") && csp.contains("script-src 'self';"),
+            "{path}: {csp}"
+        );
+        assert!(
+            !csp.contains("unsafe-inline") && !csp.contains("unsafe-eval"),
+            "{csp}"
+        );
+        assert_eq!(r.headers[header::X_FRAME_OPTIONS], "DENY", "{path}");
+        if token.is_some() && path == "/ui/tasks" {
+            assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+            // The page itself holds no inline script or style for the policy to break.
+            assert!(
+                !r.text.contains("<script>") && !r.text.contains(" style="),
+                "{}",
+                r.text
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn pause_and_abort_over_the_api() {
     let api = api();

@@ -21,6 +21,9 @@ struct TokensFile {
     tokens: Vec<TokenEntry>,
 }
 
+/// The fewest characters an operator token given to `rein serve` may have.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
 fn tokens(args: &ServeArgs, admin: Option<&str>) -> anyhow::Result<Vec<TokenEntry>> {
     let mut tokens = Vec::new();
     if let Some(path) = &args.tokens {
@@ -41,6 +44,13 @@ fn tokens(args: &ServeArgs, admin: Option<&str>) -> anyhow::Result<Vec<TokenEntr
         tokens.extend(file.tokens);
     }
     if let Some(token) = admin.filter(|t| !t.is_empty()) {
+        let length = token.chars().count();
+        if length < MIN_TOKEN_CHARS {
+            return Err(UsageError(format!(
+                "the operator token (REIN_TOKEN or --token) is {length} characters: it must be at least {MIN_TOKEN_CHARS}, so that it cannot be guessed; make one with `openssl rand -hex 16`"
+            ))
+            .into());
+        }
         tokens.push(TokenEntry {
             name: "admin".into(),
             role: Role::Admin,
@@ -152,6 +162,7 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
     let limits = rein_server::listen::Limits {
         header_timeout: args.header_timeout,
         max_connections: args.max_connections as usize,
+        max_per_client: args.max_connections_per_client as usize,
         shutdown_grace: args.shutdown_grace,
     };
     rein_server::serve_with(listener, state, limits).await?;

@@ -65,6 +65,35 @@ pub fn router() -> Router<AppState> {
         .route("/ui/health/body", get(system::health_body))
         .route("/ui/harnesses", get(system::harnesses))
         .route("/ui/harnesses/explain", get(system::explain))
+        .layer(axum::middleware::map_response(page_headers))
+}
+
+/// What every UI answer says about where it may run: scripts and styles
+/// from rein's own assets only (the pages hold no inline script or style),
+/// never inside a frame (`frame-ancestors 'none'`, and `X-Frame-Options:
+/// DENY` for browsers that predate it), so another site — or another port
+/// of the same host — cannot frame a signed-in page and steer clicks on it.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+    style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
+    base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+async fn page_headers(mut response: Response) -> Response {
+    use axum::http::{HeaderValue, header};
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
 }
 
 /// Who is looking at a page: signed in (or the local admin of a server with
