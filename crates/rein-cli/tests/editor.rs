@@ -419,3 +419,121 @@ fn rein_acp_refuses_a_server_url_and_names_what_is_wrong_with_a_cwd() {
         "rein acp ends when its client does"
     );
 }
+
+/// A client speaking raw JSON-RPC lines to `rein acp`.
+struct Raw {
+    stdin: std::process::ChildStdin,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Raw {
+    fn read(&mut self) -> Value {
+        serde_json::from_str(&self.lines.next().unwrap().unwrap()).unwrap()
+    }
+
+    /// Sends `request` and returns its answer (notifications skipped).
+    fn ask(&mut self, request: Value) -> Value {
+        use std::io::Write;
+        writeln!(self.stdin, "{request}").unwrap();
+        loop {
+            let line = self.read();
+            if line.get("id") == request.get("id") {
+                return line;
+            }
+        }
+    }
+}
+
+/// `rein acp` takes what a client sends within bounds, and goes on: a line
+/// that is not UTF-8 gets a parse error; `session/load` of an id rein did
+/// not issue (`../../etc`, 10,000 characters, a well-formed one it does not
+/// know) is refused; a prompt past its size and a session past the most it
+/// holds are refused naming the cap.
+#[test]
+fn rein_acp_refuses_what_it_cannot_take_and_goes_on() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let mut child = rein(&data)
+        .arg("acp")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut raw = Raw {
+        stdin: child.stdin.take().unwrap(),
+        lines: std::io::BufReader::new(child.stdout.take().unwrap()).lines(),
+    };
+    raw.stdin
+        .write_all(b"{\"jsonrpc\": \"2.0\", \"id\": 1, \xff\xfe}\n")
+        .unwrap();
+    let parse = raw.read();
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    assert!(parse.to_string().contains("not UTF-8"), "{parse}");
+    let init = raw.ask(json!({ "jsonrpc": "2.0", "id": 2, "method": "initialize",
+        "params": { "protocolVersion": 1, "clientCapabilities": {} } }));
+    assert_eq!(init["result"]["agentInfo"]["name"], "rein", "{init}");
+    for (n, id) in [
+        "../../etc".to_owned(),
+        "x".repeat(10_000),
+        format!("acp_{}", "0".repeat(26)),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let refused = raw.ask(
+            json!({ "jsonrpc": "2.0", "id": 10 + n, "method": "session/load",
+            "params": { "sessionId": id, "cwd": ws, "mcpServers": [] } }),
+        );
+        assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        let said = refused["error"]["data"].as_str().unwrap();
+        assert!(
+            said.contains("is not one rein issued") || said.contains("is known here"),
+            "{said}"
+        );
+        assert!(
+            said.len() < 400,
+            "the id is not echoed whole: {} bytes",
+            said.len()
+        );
+    }
+    let opened = raw.ask(json!({ "jsonrpc": "2.0", "id": 20, "method": "session/new",
+        "params": { "cwd": ws, "mcpServers": [] } }));
+    let session = opened["result"]["sessionId"].as_str().unwrap().to_owned();
+    let refused = raw.ask(
+        json!({ "jsonrpc": "2.0", "id": 21, "method": "session/prompt",
+        "params": { "sessionId": session,
+            "prompt": [{ "type": "text", "text": "x".repeat(300 * 1024) }] } }),
+    );
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["data"]
+            .as_str()
+            .unwrap()
+            .contains("more than the 262144"),
+        "{refused}"
+    );
+    // Sessions up to the cap (one is open already), then refused.
+    for n in 0..63 {
+        let opened = raw.ask(
+            json!({ "jsonrpc": "2.0", "id": 100 + n, "method": "session/new",
+            "params": { "cwd": ws, "mcpServers": [] } }),
+        );
+        assert!(opened["result"]["sessionId"].is_string(), "{opened}");
+    }
+    let refused = raw.ask(
+        json!({ "jsonrpc": "2.0", "id": 200, "method": "session/new",
+        "params": { "cwd": ws, "mcpServers": [] } }),
+    );
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["data"]
+            .as_str()
+            .unwrap()
+            .contains("the most one rein acp holds (64)"),
+        "{refused}"
+    );
+    drop(raw);
+    assert!(child.wait().unwrap().success());
+}

@@ -11,6 +11,13 @@
 //! replays a session's tasks from the store and takes up one left unfinished,
 //! asking its pending questions again. `/resume` resumes the session's paused
 //! task.
+//!
+//! What it takes is bounded: lines that are not UTF-8 or too long get a
+//! parse error ([`input`]); at most [`MOST_SESSIONS`] sessions are open at
+//! once and a prompt has at most [`MOST_PROMPT_BYTES`]; `session/load` takes
+//! only ids rein issued (`acp_` and a ULID) that it knows.
+
+mod input;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -44,6 +51,12 @@ use crate::exit::UsageError;
 
 /// The prompt that resumes a session's paused task instead of starting one.
 const RESUME: &str = "/resume";
+
+/// The most sessions one `rein acp` holds open at once.
+pub const MOST_SESSIONS: usize = 64;
+
+/// The most bytes of text a prompt may have.
+pub const MOST_PROMPT_BYTES: usize = 256 * 1024;
 
 pub async fn serve(target: &Target, args: AcpArgs) -> anyhow::Result<u8> {
     if target.url.is_some() {
@@ -132,7 +145,7 @@ pub async fn serve(target: &Target, args: AcpArgs) -> anyhow::Result<u8> {
         )
         .connect_to(ByteStreams::new(
             tokio::io::stdout().compat_write(),
-            tokio::io::stdin().compat(),
+            input::checked(tokio::io::stdin()).compat(),
         ))
         .await;
     // The client is gone: running steps stop now and their tasks stay
@@ -287,6 +300,13 @@ impl AcpAgent {
             .into_iter()
             .map(mcp_use)
             .collect::<Result<Vec<_>, _>>()?;
+        let open = self.sessions.lock().map_or(0, |s| s.len());
+        let again = id.as_ref().is_some_and(|id| self.session(id).is_some());
+        if open >= MOST_SESSIONS && !again {
+            return Err(format!(
+                "{open} sessions are open here, the most one rein acp holds ({MOST_SESSIONS}): start another rein acp for more"
+            ));
+        }
         let id = id.unwrap_or_else(|| format!("acp_{}", ulid::Ulid::new()));
         let session = Arc::new(Session {
             id: id.clone(),
@@ -341,6 +361,29 @@ impl AcpAgent {
         cx: ConnectionTo<Client>,
     ) -> Result<(), agent_client_protocol::Error> {
         let id = request.session_id.0.to_string();
+        // Only an id rein issued, of a session it knows: open here, or with
+        // tasks filed under it.
+        let issued = id
+            .strip_prefix("acp_")
+            .is_some_and(|ulid| ulid.len() == 26 && ulid::Ulid::from_string(ulid).is_ok());
+        if !issued {
+            let shown: String = id.chars().take(64).collect();
+            return responder.respond_with_error(invalid(format!(
+                "session `{shown}`{} is not one rein issued: a session id is `acp_` and a ULID, from session/new",
+                if id.chars().count() > 64 { "…" } else { "" }
+            )));
+        }
+        if self.session(&id).is_none() {
+            match self.tasks_of(&id).await {
+                Ok(tasks) if tasks.is_empty() => {
+                    return responder.respond_with_error(invalid(format!(
+                        "no session {id} is known here: it has no tasks in this store; open one with session/new"
+                    )));
+                }
+                Ok(_) => {}
+                Err(e) => return responder.respond_with_error(internal(&e.to_string())),
+            }
+        }
         if self.session(&id).is_some_and(|s| s.running().is_some()) {
             return responder.respond_with_error(invalid(format!(
                 "session {id} is open here and runs a task: cancel it first"
@@ -399,6 +442,19 @@ impl AcpAgent {
                 "no session {id} here: open it with session/new or session/load"
             )));
         };
+        let size: usize = request
+            .prompt
+            .iter()
+            .map(|block| match block {
+                ContentBlock::Text(t) => t.text.len(),
+                _ => 0,
+            })
+            .sum();
+        if size > MOST_PROMPT_BYTES {
+            return responder.respond_with_error(invalid(format!(
+                "the prompt has {size} bytes of text, more than the {MOST_PROMPT_BYTES} rein acp takes: put the material in a file of the workspace and name it"
+            )));
+        }
         let busy = match session.begin() {
             Ok(b) => b,
             Err(why) => return responder.respond_with_error(invalid(why)),
