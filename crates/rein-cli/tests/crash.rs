@@ -471,33 +471,34 @@ fn a_server_taking_over_stops_what_an_interrupted_attempt_left_running() {
     // rein and the step's supervisor killed together (the OOM killer taking
     // both, say): nothing is left to take the step's background process
     // with them.
-    let supervisor: i32 = std::fs::read_to_string(format!(
-        "/proc/{0}/task/{0}/children",
-        first.id()
-    ))
-    .ok()
-    .and_then(|c| c.split_whitespace().next()?.parse().ok())
-    .or_else(|| {
-        std::fs::read_dir(format!("/proc/{}/task", first.id()))
-            .ok()?
-            .flatten()
-            .find_map(|t| {
-                std::fs::read_to_string(t.path().join("children"))
+    let supervisor: i32 =
+        std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", first.id()))
+            .ok()
+            .and_then(|c| c.split_whitespace().next()?.parse().ok())
+            .or_else(|| {
+                std::fs::read_dir(format!("/proc/{}/task", first.id()))
                     .ok()?
-                    .split_whitespace()
-                    .next()?
-                    .parse()
-                    .ok()
+                    .flatten()
+                    .find_map(|t| {
+                        std::fs::read_to_string(t.path().join("children"))
+                            .ok()?
+                            .split_whitespace()
+                            .next()?
+                            .parse()
+                            .ok()
+                    })
             })
-    })
-    .expect("the step's supervisor");
+            .expect("the step's supervisor");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(supervisor),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
     common::kill9(&mut first);
-    assert!(running(pid), "the background process outlives rein and its supervisor");
+    assert!(
+        running(pid),
+        "the background process outlives rein and its supervisor"
+    );
 
     let mut serve = rein(&data)
         .args(["--sandbox", "none", "serve", "--listen", "127.0.0.1:0"])
