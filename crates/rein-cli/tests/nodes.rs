@@ -39,18 +39,25 @@ struct Node {
     addr: String,
 }
 
+/// What every node is started with: the store at `url`, steps unsandboxed,
+/// a free loopback port, a lease of a second.
+fn serve_args(url: &str) -> [&str; 9] {
+    [
+        "--store",
+        url,
+        "--sandbox",
+        "none",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--lease",
+        "1s",
+    ]
+}
+
 fn node(dir: &Path, name: &str, url: &str, extra: &[&str]) -> Node {
     let mut child = rein(&dir.join(name))
-        .args([
-            "--store",
-            url,
-            "--sandbox",
-            "none",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--lease", "1s"])
+        .args(serve_args(url))
         .args(extra)
         .env("REIN_TOKEN", TOKEN)
         .stdout(Stdio::piped())
@@ -633,16 +640,7 @@ fn node_apart(dir: &Path, name: &str, url: &str) -> (Node, nix::unistd::Pid) {
         .arg(format!("rein-node-{name}"))
         .arg(program)
         .args(args)
-        .args([
-            "--store",
-            url,
-            "--sandbox",
-            "none",
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--lease", "1s"]);
+        .args(serve_args(url));
     for (key, value) in command.get_envs() {
         match value {
             Some(value) => wrapped.env(key, value),

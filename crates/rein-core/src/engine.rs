@@ -431,10 +431,7 @@ impl Engine {
         let workspace = guard
             .check_workspace(&workspace)
             .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
-        let pinned = rein_sandbox::Pinned::pin(&workspace).map_err(|e| EngineError::Workspace {
-            path: workspace.display().to_string(),
-            error: std::io::Error::other(e.to_string()),
-        })?;
+        let pinned = crate::paths::pin(&workspace)?;
         let requested_session = request.session_id.clone();
         let session_id = request
             .session_id

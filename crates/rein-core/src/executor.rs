@@ -224,18 +224,19 @@ fn readable(
     request: &StepRequest,
     paths: impl Iterator<Item = PathBuf>,
 ) -> Result<Vec<PathBuf>, String> {
-    let (ok, refused): (Vec<_>, Vec<_>) = paths
-        .map(|p| request.guard.check_readable(&p))
-        .partition(Result::is_ok);
-    if refused.is_empty() {
-        return Ok(ok.into_iter().filter_map(Result::ok).collect());
+    let mut readable = Vec::new();
+    let mut refused = Vec::new();
+    for path in paths {
+        match request.guard.check_readable(&path) {
+            Ok(resolved) => readable.push(resolved),
+            Err(why) => refused.push(why.to_string()),
+        }
     }
-    let why: Vec<String> = refused
-        .into_iter()
-        .filter_map(Result::err)
-        .map(|r| r.to_string())
-        .collect();
-    Err(format!("refused to start: {}", why.join("; ")))
+    if refused.is_empty() {
+        Ok(readable)
+    } else {
+        Err(format!("refused to start: {}", refused.join("; ")))
+    }
 }
 
 /// How an attempt ended.
@@ -377,6 +378,17 @@ impl CommandExecutor {
         }
     }
 
+    /// The heartbeat a step's command is started with: only a supervisor
+    /// (the trampoline) reads one.
+    fn supervised_heartbeat(&self) -> Option<Duration> {
+        let supervised = match &self.confine {
+            Confine::Sandboxed(sandbox) => sandbox.supervised(),
+            Confine::Unsandboxed => self.spawner.is_some(),
+            Confine::Refused(_) => false,
+        };
+        self.heartbeat.filter(|_| supervised)
+    }
+
     /// The sandbox in force, as recorded with every run: `bubblewrap` or `none`.
     pub fn sandbox_kind(&self) -> SandboxKind {
         match &self.confine {
@@ -392,10 +404,7 @@ const KILL_GRACE: Duration = Duration::from_secs(2);
 #[async_trait]
 impl StepExecutor for CommandExecutor {
     async fn probe(&self) -> ExecutorHealth {
-        let dir = rein_sandbox::guard::real_path(&std::env::temp_dir())
-            .map_err(|e| e.to_string())
-            .and_then(|dir| rein_sandbox::Pinned::pin(&dir).map_err(|e| e.to_string()));
-        let dir = match dir {
+        let dir = match rein_sandbox::Pinned::pin_resolved(&std::env::temp_dir()) {
             Ok(dir) => dir,
             Err(e) => {
                 return ExecutorHealth::Unhealthy(format!("no directory to try a command in: {e}"));
@@ -524,7 +533,7 @@ impl StepExecutor for CommandExecutor {
                         .map(|l| l.limit),
                     run_as,
                     hidden: request.data_dir.iter().cloned().collect(),
-                    heartbeat: self.heartbeat,
+                    heartbeat: self.supervised_heartbeat(),
                 };
                 let record = CommandOutput {
                     permission,
@@ -647,7 +656,7 @@ impl CommandExecutor {
             }
             Confine::Refused(why) => Err(why.to_string()),
             Confine::Unsandboxed => {
-                Ok(self.plain_sh(&request.workspace, run, vars, self.heartbeat))
+                Ok(self.plain_sh(&request.workspace, run, vars, self.supervised_heartbeat()))
             }
         }
     }
@@ -690,13 +699,14 @@ impl CommandExecutor {
             reach: Some(reach),
             ..record
         };
-        // Only a supervisor (the trampoline) reads a heartbeat.
-        let heartbeat = match (&self.confine, &self.spawner) {
-            (Confine::Sandboxed(sandbox), _) if sandbox.supervised() => self.heartbeat,
-            (Confine::Unsandboxed, Some(_)) => self.heartbeat,
-            _ => None,
-        };
-        run_child(request, command, record, heartbeat, cancel).await
+        run_child(
+            request,
+            command,
+            record,
+            self.supervised_heartbeat(),
+            cancel,
+        )
+        .await
     }
 }
 

@@ -65,22 +65,16 @@ pub fn check(
 /// run as them), as if they had made it.
 pub fn make_workspace(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let mut missing = Vec::new();
-    let mut at = dir;
-    let owner = loop {
-        match at.symlink_metadata() {
-            Ok(meta) => break Some((meta.uid(), meta.gid())),
-            Err(_) => {
-                missing.push(at.to_owned());
-                match at.parent() {
-                    Some(parent) => at = parent,
-                    None => break None,
-                }
-            }
-        }
-    };
+    let there = rein_sandbox::guard::existing_part(dir).map(|(at, meta)| {
+        let missing: Vec<PathBuf> = dir
+            .ancestors()
+            .take_while(|a| *a != at)
+            .map(Path::to_owned)
+            .collect();
+        (missing, meta.uid(), meta.gid())
+    });
     std::fs::create_dir_all(dir)?;
-    if let Some((uid, gid)) = owner.filter(|(uid, _)| *uid != 0)
+    if let Some((missing, uid, gid)) = there.filter(|(_, uid, _)| *uid != 0)
         && nix::unistd::geteuid().is_root()
     {
         for made in missing.iter().rev() {
@@ -88,6 +82,14 @@ pub fn make_workspace(dir: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The workspace at `dir` (resolved and checked) pinned as it is now.
+pub fn pin(dir: &Path) -> crate::error::Result<rein_sandbox::Pinned> {
+    rein_sandbox::Pinned::pin(dir).map_err(|e| crate::error::EngineError::Workspace {
+        path: dir.display().to_string(),
+        error: std::io::Error::other(e.to_string()),
+    })
 }
 
 /// Directories a task may not be given, each with the rule that refuses it.

@@ -91,7 +91,7 @@ pub fn decide_agent<'a>(
 }
 
 /// The first of the strictest of `decisions`.
-fn strictest(decisions: Vec<PermissionDecision>) -> Option<PermissionDecision> {
+pub fn strictest(decisions: Vec<PermissionDecision>) -> Option<PermissionDecision> {
     let mut worst: Option<PermissionDecision> = None;
     for d in decisions {
         if worst.as_ref().is_none_or(|w| d.verdict > w.verdict) {

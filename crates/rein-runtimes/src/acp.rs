@@ -866,12 +866,13 @@ fn rules_on(call: &Value, policy: &rein_sandbox::Policy) -> Option<(Verdict, Str
         }
         _ => {}
     }
-    let worst = decisions.iter().max_by_key(|d| d.verdict)?;
+    let by_default = decisions.iter().any(|d| policy.is_default(d));
+    let worst = rein_core::permissions::strictest(decisions)?;
     match worst.verdict {
-        Verdict::Deny => Some((Verdict::Deny, worst.rule.clone())),
+        Verdict::Deny => Some((Verdict::Deny, worst.rule)),
         Verdict::Ask => None,
-        Verdict::Allow if decisions.iter().any(|d| policy.is_default(d)) => None,
-        Verdict::Allow => Some((Verdict::Allow, worst.rule.clone())),
+        Verdict::Allow if by_default => None,
+        Verdict::Allow => Some((Verdict::Allow, worst.rule)),
     }
 }
 

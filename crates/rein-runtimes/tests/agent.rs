@@ -307,14 +307,7 @@ async fn a_command_the_rules_ask_about_waits_for_a_person_and_runs_once_approved
         ws.join("old.txt").exists(),
         "nothing ran before a person said so"
     );
-    let pending = engine
-        .approvals(&rein_core::store::ApprovalFilter {
-            status: Some(rein_protocol::ApprovalStatus::Pending),
-            task_id: Some(state.id().clone()),
-            limit: None,
-        })
-        .await
-        .unwrap();
+    let pending = pending(&engine, state.id()).await;
     assert_eq!(pending.len(), 1);
     assert!(
         pending[0].description.contains("rm -f old.txt"),
@@ -353,6 +346,21 @@ async fn a_command_the_rules_ask_about_waits_for_a_person_and_runs_once_approved
     assert!(text.contains("(approved by ana)"), "{text}");
     // The model's turn was not asked for again.
     assert_eq!(seen.0.lock().unwrap().len(), 2);
+}
+
+/// The task's pending approval requests.
+async fn pending(
+    engine: &Engine,
+    task: &rein_protocol::TaskId,
+) -> Vec<rein_protocol::ApprovalRequest> {
+    engine
+        .approvals(&rein_core::store::ApprovalFilter {
+            status: Some(rein_protocol::ApprovalStatus::Pending),
+            task_id: Some(task.clone()),
+            limit: None,
+        })
+        .await
+        .unwrap()
 }
 
 /// A file of the task's workspace.
@@ -855,14 +863,7 @@ async fn a_steps_own_rules_govern_its_agents_commands() {
             );
         } else {
             assert_eq!(ran.status(), TaskStatus::Paused);
-            let pending = engine
-                .approvals(&rein_core::store::ApprovalFilter {
-                    status: Some(rein_protocol::ApprovalStatus::Pending),
-                    task_id: Some(state.id().clone()),
-                    limit: None,
-                })
-                .await
-                .unwrap();
+            let pending = pending(&engine, state.id()).await;
             assert_eq!(pending.len(), 1);
             assert!(
                 pending[0].description.contains("rm -f old.txt"),

@@ -5,12 +5,12 @@
 //! environment; limits on memory. When the command ends, its PID namespace ends with
 //! it, and with it anything it left running in the background.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-
-use crate::pin::{Changed, Pinned};
 use std::time::Duration;
+
+use crate::pin::{InChild, Pinned};
 
 /// System directories a command may read (those that exist on this host).
 pub(crate) const READ_ONLY: &[&str] = &[
@@ -355,10 +355,7 @@ impl Sandbox {
         ));
         std::fs::create_dir_all(&scratch)
             .map_err(|e| format!("cannot create {}: {e}", scratch.display()))?;
-        let pinned = crate::guard::real_path(&scratch)
-            .map_err(|e| e.to_string())
-            .and_then(|real| Pinned::pin(&real).map_err(|e| e.to_string()));
-        let pinned = match pinned {
+        let pinned = match Pinned::pin_resolved(&scratch) {
             Ok(pinned) => pinned,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&scratch);
@@ -525,7 +522,7 @@ impl Sandbox {
                     confinement,
                     prlimit.as_deref(),
                 ));
-                hand_to_child(&mut cmd, opened);
+                crate::pin::in_child(&mut cmd, opened, InChild::KeepOpen);
                 if let Some((uid, gid)) = confinement.run_as {
                     cmd.uid(uid).gid(gid);
                 }
@@ -535,27 +532,6 @@ impl Sandbox {
         cmd.env_clear();
         cmd.current_dir("/");
         cmd
-    }
-}
-
-/// Keeps the workspace open as `opened` says across the `exec` of
-/// `command`'s program (forked by rein), or makes the start fail with the
-/// reason it could not be opened as pinned (the caller checked it just
-/// before, so this is a swap in between).
-pub(crate) fn hand_to_child(
-    command: &mut tokio::process::Command,
-    opened: Result<OwnedFd, Changed>,
-) {
-    // SAFETY: the closure runs in the child between fork and exec: one
-    // fcntl, or returning an error made before the fork; no allocation.
-    #[allow(unsafe_code)]
-    unsafe {
-        match opened {
-            Ok(fd) => command.pre_exec(move || crate::pin::keep_across_exec(fd.as_raw_fd())),
-            Err(_changed) => {
-                command.pre_exec(|| Err(std::io::Error::from_raw_os_error(nix::libc::ESTALE)))
-            }
-        };
     }
 }
 

@@ -243,22 +243,16 @@ impl Protected {
         if !self.as_root {
             return None;
         }
-        let inside = |dirs: &mut dyn Iterator<Item = &PathBuf>| {
-            dirs.map(|d| real_or_same(d))
-                .any(|d| resolved.starts_with(d))
-        };
-        if inside(&mut self.task_workspaces.iter()) || inside(&mut self.declared.iter()) {
+        let exempt = self
+            .task_workspaces
+            .iter()
+            .chain(&self.declared)
+            .any(|d| resolved.starts_with(real_or_same(d)));
+        if exempt {
             return None;
         }
-        // What exists of it: the path, else the nearest directory above.
-        let mut at = resolved;
-        let owner = loop {
-            match at.symlink_metadata() {
-                Ok(meta) => break meta.uid(),
-                Err(_) => at = at.parent()?,
-            }
-        };
-        (owner == 0).then(|| {
+        let (at, meta) = existing_part(resolved)?;
+        (meta.uid() == 0).then(|| {
             let whose = if at == resolved {
                 "it belongs to root".to_owned()
             } else {
@@ -269,6 +263,13 @@ impl Protected {
             )
         })
     }
+}
+
+/// What exists of `path`: the path itself, else the nearest directory above
+/// it that does, with its metadata (symlinks not followed).
+pub fn existing_part(path: &Path) -> Option<(&Path, std::fs::Metadata)> {
+    path.ancestors()
+        .find_map(|at| at.symlink_metadata().ok().map(|meta| (at, meta)))
 }
 
 /// The rule a directory to read breaks, if any (see the module's doc).

@@ -20,7 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 
 use landlock::{
     ABI, Access, AccessFs, AccessNet, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
@@ -374,27 +374,6 @@ fn pinned(workspace: Option<PathBuf>, pin: Option<(u64, u64)>) -> Result<Option<
     }
 }
 
-/// Opens the workspace, following no symlink on its path, and checks it is
-/// the directory pinned, if one is.
-fn open_pinned(path: &Path, pin: Option<(u64, u64)>) -> Result<OwnedFd, String> {
-    let Some((device, inode)) = pin else {
-        return Pinned::pin(path)
-            .and_then(|pinned| pinned.open())
-            .map_err(|e| e.to_string());
-    };
-    let pinned = Pinned::new(
-        path.to_owned(),
-        rein_protocol::WorkspacePin {
-            device,
-            inode,
-            // Only the directory is compared here; who runs is `--run-as`.
-            owner_uid: 0,
-            owner_gid: 0,
-        },
-    );
-    pinned.open().map_err(|e| e.to_string())
-}
-
 /// Restricts this process as `confinement` says, with the directory open as
 /// `workspace` read-write.
 pub fn confine_self(
@@ -543,7 +522,7 @@ pub fn trampoline(args: &[OsString]) -> i32 {
     // directory on its way, and checked to be the one pinned: from here on
     // the open directory is what is used, not the path.
     let workspace = match &parsed.pinned {
-        Some((path, pin)) => match open_pinned(path, *pin) {
+        Some((path, pin)) => match crate::pin::open_expecting(path, *pin) {
             Ok(fd) => Some((path.clone(), fd)),
             Err(e) => {
                 report(&format!("rein sandbox: refused: {e}"));

@@ -82,6 +82,23 @@ fn open_dir(path: &Path) -> Result<OwnedFd, Changed> {
     })
 }
 
+/// Opens the directory at `path` as [`open_dir`] does and, if `expected`
+/// (device, inode) is given, checks it is that directory.
+pub fn open_expecting(path: &Path, expected: Option<(u64, u64)>) -> Result<OwnedFd, Changed> {
+    let fd = open_dir(path)?;
+    if let Some(was) = expected {
+        let now = identify(path, &fd)?;
+        if (now.device, now.inode) != was {
+            return Err(Changed::Replaced {
+                path: path.to_owned(),
+                was,
+                now: (now.device, now.inode),
+            });
+        }
+    }
+    Ok(fd)
+}
+
 fn identify(path: &Path, fd: &OwnedFd) -> Result<WorkspacePin, Changed> {
     let stat = fstat(fd).map_err(|e| Changed::Unreadable {
         path: path.to_owned(),
@@ -106,6 +123,13 @@ impl Pinned {
         })
     }
 
+    /// Pins the directory `path` leads to now, symlinks followed (a scratch
+    /// directory of rein's own, as for a trial command).
+    pub fn pin_resolved(path: &Path) -> Result<Pinned, String> {
+        let real = crate::guard::real_path(path).map_err(|e| e.to_string())?;
+        Pinned::pin(&real).map_err(|e| e.to_string())
+    }
+
     /// The workspace at `path` that was `pin`.
     pub fn new(path: PathBuf, pin: WorkspacePin) -> Pinned {
         Pinned { path, pin }
@@ -114,16 +138,7 @@ impl Pinned {
     /// A handle on the pinned directory, if the path still leads to it with
     /// no symlink on the way; else what changed.
     pub fn open(&self) -> Result<OwnedFd, Changed> {
-        let fd = open_dir(&self.path)?;
-        let now = identify(&self.path, &fd)?;
-        if (now.device, now.inode) != (self.pin.device, self.pin.inode) {
-            return Err(Changed::Replaced {
-                path: self.path.clone(),
-                was: (self.pin.device, self.pin.inode),
-                now: (now.device, now.inode),
-            });
-        }
-        Ok(fd)
+        open_expecting(&self.path, Some((self.pin.device, self.pin.inode)))
     }
 
     /// Whether the path still leads to the pinned directory.
@@ -247,10 +262,45 @@ fn beneath(dir: &impl AsFd, relative: &Path, flags: OFlag, mode: Mode) -> std::i
     })
 }
 
-/// Makes `fd` survive `exec` (clears its close-on-exec flag), for a program
-/// that is told its number. Async-signal-safe: one system call, no
-/// allocation, so it may run between `fork` and `exec`.
-pub fn keep_across_exec(fd: i32) -> std::io::Result<()> {
+/// What a forked child does with the workspace's handle before it becomes
+/// its program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InChild {
+    /// Keep it open across `exec` (clear its close-on-exec flag), for a
+    /// program told its number (bubblewrap's `--bind-fd`).
+    KeepOpen,
+    /// Make it the working directory (`fchdir`).
+    Enter,
+}
+
+/// Has the child that `command` forks do `what` with `opened` (the
+/// workspace opened as pinned, before the fork), or fail to start with
+/// `ESTALE` if it could not be opened so (the caller checked it just before,
+/// so this is a swap in between).
+pub fn in_child(
+    command: &mut tokio::process::Command,
+    opened: Result<OwnedFd, Changed>,
+    what: InChild,
+) {
+    // SAFETY: the closure runs in the child between fork and exec: one
+    // system call (fcntl or fchdir) on a descriptor opened before the fork,
+    // or an error made before it; nothing is allocated.
+    #[allow(unsafe_code)]
+    unsafe {
+        match opened {
+            Ok(fd) => command.pre_exec(move || match what {
+                InChild::KeepOpen => keep_across_exec(fd.as_raw_fd()),
+                InChild::Enter => nix::unistd::fchdir(&fd).map_err(std::io::Error::from),
+            }),
+            Err(_changed) => {
+                command.pre_exec(|| Err(std::io::Error::from_raw_os_error(nix::libc::ESTALE)))
+            }
+        };
+    }
+}
+
+/// Makes `fd` survive `exec` (clears its close-on-exec flag).
+fn keep_across_exec(fd: i32) -> std::io::Result<()> {
     // SAFETY: fcntl on a descriptor number; it neither reads nor writes memory.
     #[allow(unsafe_code)]
     let done = unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) };

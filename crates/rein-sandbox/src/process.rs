@@ -51,25 +51,7 @@ pub fn die_with_parent(command: &mut tokio::process::Command) {
 /// it by its handle (`fchdir`), so a path swapped meanwhile leads nowhere.
 /// If it is not the pinned directory, the start fails (`ESTALE`).
 pub fn enter_pinned(command: &mut tokio::process::Command, workspace: &crate::Pinned) {
-    use std::os::fd::AsRawFd;
-    let opened = workspace.open();
-    // SAFETY: the closure runs in the child between fork and exec: one
-    // system call (fchdir) on a descriptor opened before the fork, or an
-    // error made before it; nothing is allocated.
-    #[allow(unsafe_code)]
-    unsafe {
-        match opened {
-            Ok(fd) => command.pre_exec(move || {
-                if nix::libc::fchdir(fd.as_raw_fd()) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            }),
-            Err(_changed) => {
-                command.pre_exec(|| Err(std::io::Error::from_raw_os_error(nix::libc::ESTALE)))
-            }
-        };
-    }
+    crate::pin::in_child(command, workspace.open(), crate::pin::InChild::Enter);
 }
 
 /// What [`die_with_parent`] does in the child, for a program rein starts that

@@ -158,7 +158,7 @@ fn supervise(child: Pid, signals: &SignalFd, heartbeat: Option<Duration>) -> i32
         while let Ok(Some(info)) = signals.read_signal() {
             match Signal::try_from(info.ssi_signo as i32) {
                 Ok(Signal::SIGCHLD) => {
-                    if let Some(status) = reap(child) {
+                    if let Some(status) = reap(Some(child)) {
                         break 'watch End::Exited(status);
                     }
                 }
@@ -190,14 +190,16 @@ fn supervise(child: Pid, signals: &SignalFd, heartbeat: Option<Duration>) -> i32
     }
 }
 
-/// Reaps every child that has ended; the main child's status, if it was one.
-fn reap(main: Pid) -> Option<WaitStatus> {
+/// Reaps every child that has ended; the `main` child's status, if it was
+/// one.
+fn reap(main: Option<Pid>) -> Option<WaitStatus> {
     let mut ended = None;
     loop {
         match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(_) => return ended,
             Ok(status) => {
-                if status.pid() == Some(main)
+                if main.is_some()
+                    && status.pid() == main
                     && matches!(status, WaitStatus::Exited(..) | WaitStatus::Signaled(..))
                 {
                     ended = Some(status);
@@ -242,12 +244,9 @@ pub fn kill_tree() {
         }
         match waitpid(None, None) {
             // One reaped: the rest that have died too, then look again.
-            Ok(_) => loop {
-                match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-                    Ok(WaitStatus::StillAlive) | Err(_) => break,
-                    Ok(_) => {}
-                }
-            },
+            Ok(_) => {
+                reap(None);
+            }
             Err(Errno::EINTR) => {}
             // No child left: below this process there is nothing.
             Err(_) => return,

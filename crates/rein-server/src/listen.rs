@@ -58,7 +58,7 @@ impl Default for Limits {
 pub const DEFAULT_MAX_PER_CLIENT: usize = 512;
 
 /// The refusal written to a connection past its address's cap.
-fn per_client_refusal(cap: usize) -> Vec<u8> {
+fn per_client_refusal(cap: usize) -> Arc<[u8]> {
     let body = format!(
         "{{\"error\":{{\"code\":\"too_many_connections_from_client\",\"message\":\"this address holds {cap} connections already, the most one client may; close some, or try again shortly\"}}}}"
     );
@@ -67,6 +67,7 @@ fn per_client_refusal(cap: usize) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
+    .into()
 }
 
 /// Connections held, by client address.
@@ -158,6 +159,9 @@ pub async fn serve(
     let overflow = Arc::new(Semaphore::new(overflow_size));
     let peekers = Arc::new(Semaphore::new(PEEKERS));
     let clients = Arc::new(Clients::default());
+    // Written whole to refused connections, made once.
+    let refusal: Arc<[u8]> = REFUSAL.into();
+    let per_client = per_client_refusal(limits.max_per_client);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let (stream, addr) = tokio::select! {
@@ -176,7 +180,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let Some(held) = clients.hold(addr, limits.max_per_client.max(1)) else {
-            let refusal = per_client_refusal(limits.max_per_client);
+            let refusal = Arc::clone(&per_client);
             match Arc::clone(&peekers).try_acquire_owned() {
                 Ok(p) => {
                     let app = with_addr(overflow_app.clone(), addr);
@@ -196,10 +200,10 @@ pub async fn serve(
             } else if let Ok(p) = Arc::clone(&peekers).try_acquire_owned() {
                 // Both pools full: a health probe still gets its answer.
                 let app = with_addr(overflow_app.clone(), addr);
-                tokio::spawn(probe_or_refuse(stream, app, p, REFUSAL.to_vec()));
+                tokio::spawn(probe_or_refuse(stream, app, p, Arc::clone(&refusal)));
                 continue;
             } else {
-                tokio::spawn(refuse(stream, REFUSAL.to_vec()));
+                tokio::spawn(refuse(stream, Arc::clone(&refusal)));
                 continue;
             };
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -259,7 +263,7 @@ async fn probe_or_refuse<S>(
     stream: tokio::net::TcpStream,
     overflow_app: S,
     permit: tokio::sync::OwnedSemaphorePermit,
-    refusal: Vec<u8>,
+    refusal: Arc<[u8]>,
 ) where
     S: tower::Service<
             axum::http::Request<hyper::body::Incoming>,
@@ -300,7 +304,7 @@ async fn probe_or_refuse<S>(
 }
 
 /// Writes the refusal and closes.
-async fn refuse(mut stream: tokio::net::TcpStream, refusal: Vec<u8>) {
+async fn refuse(mut stream: tokio::net::TcpStream, refusal: Arc<[u8]>) {
     use tokio::io::AsyncWriteExt;
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&refusal)).await;
     let _ = stream.shutdown().await;

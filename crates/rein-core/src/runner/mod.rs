@@ -346,10 +346,7 @@ impl<'e> TaskRun<'e> {
                 let checked = guard
                     .check_workspace(&workspace)
                     .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
-                rein_sandbox::Pinned::pin(&checked).map_err(|e| EngineError::Workspace {
-                    path: checked.display().to_string(),
-                    error: std::io::Error::other(e.to_string()),
-                })?
+                crate::paths::pin(&checked)?
             }
         };
         let first_failure = None;
@@ -700,11 +697,14 @@ impl<'e> TaskRun<'e> {
     fn start_ready(&mut self) -> Result<Vec<usize>> {
         let mut started = Vec::new();
         // Nothing starts in a workspace that is no longer the directory the
-        // task was given: the task pauses, saying what changed.
-        let starts_work = self
-            .ready
-            .iter()
-            .any(|&i| !matches!(self.steps[i].action, StepAction::Approval { .. }));
+        // task was given: the task pauses, saying what changed. (A person's
+        // step and a no-op do nothing there: no look is needed for them.)
+        let starts_work = self.ready.iter().any(|&i| {
+            !matches!(
+                self.steps[i].action,
+                StepAction::Approval { .. } | StepAction::Noop
+            )
+        });
         if self.scheduling()
             && starts_work
             && self.running.len() < self.limit
