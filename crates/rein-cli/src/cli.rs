@@ -771,6 +771,10 @@ pub struct ServeArgs {
     /// connection gets 429 (a health probe is still answered).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
     pub max_connections_per_client: u32,
+    /// Failed sign-ins (wrong tokens, stale sessions) one client address may
+    /// make in a minute; past it, its requests get 429 until the minute is over.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..), value_name = "N")]
+    pub sign_in_failures: u32,
     /// On SIGTERM or Ctrl-C: how long requests in flight get to finish before
     /// the server exits (event streams end at once).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]

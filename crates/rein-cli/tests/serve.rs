@@ -911,6 +911,23 @@ fn failed_sign_ins_are_throttled_per_client_address() {
     stop(server);
 }
 
+/// `--sign-in-failures` sets how many wrong tokens an address may send.
+#[test]
+fn the_number_of_failed_sign_ins_is_the_operators() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr) = start_with(&dir.path().join("data"), 4096, &["--sign-in-failures", "3"]);
+    let statuses: Vec<u16> = (0..5)
+        .map(|i| {
+            let token = format!("guess-{i:012}");
+            request_from("127.0.0.1", &addr, "/admin/tasks", Some(&token)).0
+        })
+        .collect();
+    assert_eq!(statuses, [401, 401, 401, 429, 429]);
+    let (_, answer) = request_from("127.0.0.1", &addr, "/admin/tasks", Some("guess-again-0000"));
+    assert!(answer.contains("3 failed sign-ins"), "{answer}");
+    stop(server);
+}
+
 /// One client holding its cap of idle connections gets 429 for the next
 /// (a health probe still answered); another client is served.
 #[test]

@@ -253,6 +253,7 @@ pub struct ReviewRequest {
 pub struct PinRequest {
     /// `rein` or a harness id; `null` (or absent) unpins.
     #[serde(default)]
+    #[schemars(regex(pattern = r"\S"))]
     pub runtime: Option<String>,
 }
 
@@ -273,7 +274,25 @@ pub struct SessionResponse {
 /// (with the `provider` … `max_parallel` keys that go with a goal).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[schemars(extend("oneOf" = [{ "required": ["plan"] }, { "required": ["goal"] }]))]
+#[schemars(extend("oneOf" = [
+    {
+        "required": ["plan"],
+        "properties": {
+            "plan": { "type": "object" },
+            "goal": { "type": "null" },
+            "provider": { "type": "null" },
+            "model": { "type": "null" },
+            "runtime": { "type": "null" },
+            "confirm": { "type": "null" },
+            "attempts": { "type": "null" },
+            "max_parallel": { "type": "null" },
+        },
+    },
+    {
+        "required": ["goal"],
+        "properties": { "goal": { "type": "string" }, "plan": { "type": "null" } },
+    },
+]))]
 pub struct SubmitTask {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<TaskDecomposition>,
@@ -288,14 +307,23 @@ pub struct SubmitTask {
     pub model: Option<String>,
     /// `auto`, `rein` or a harness id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"\S"))]
     pub runtime: Option<String>,
     /// Whether a person confirms the decomposed plan before it runs (default true).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     #[schemars(range(min = 1, max = 10))]
     pub attempts: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     #[schemars(range(min = 1))]
     pub max_parallel: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -319,10 +347,16 @@ pub struct CompletionRequest {
     pub provider: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// `auto`, `rein` or a harness id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"\S"))]
     pub runtime: Option<String>,
     /// Milliseconds for the whole completion (default 120000).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     #[schemars(range(min = 1, max = 1_800_000))]
     pub timeout_ms: Option<u64>,
     /// A JSON Schema the answer must match.
@@ -470,6 +504,7 @@ pub struct TaskQuery {
     #[schemars(extend("format" = "date-time"))]
     pub created_to: Option<String>,
     /// 1–500 (default 50).
+    #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page (the id of its last task).
@@ -483,10 +518,15 @@ pub struct TaskQuery {
 #[serde(deny_unknown_fields)]
 pub struct LogQuery {
     /// Only entries after this position.
+    #[serde(
+        default,
+        deserialize_with = "crate::de::within::<_, _, 0, MAX_SAFE_INTEGER>"
+    )]
     #[schemars(range(max = MAX_SAFE_INTEGER))]
     pub after: Option<u64>,
-    /// At most this many (default 1000, at most 10000).
-    #[schemars(range(max = MAX_SAFE_INTEGER))]
+    /// 1–10000 (default 1000).
+    #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 10_000>")]
+    #[schemars(range(min = 1, max = 10_000))]
     pub limit: Option<usize>,
 }
 
@@ -495,6 +535,10 @@ pub struct LogQuery {
 #[serde(deny_unknown_fields)]
 pub struct StreamQuery {
     /// Resume after this position (or send `Last-Event-ID`).
+    #[serde(
+        default,
+        deserialize_with = "crate::de::within::<_, _, 0, MAX_SAFE_INTEGER>"
+    )]
     #[schemars(range(max = MAX_SAFE_INTEGER))]
     pub after: Option<u64>,
 }
@@ -511,8 +555,9 @@ pub struct ApprovalQuery {
     #[serde(default)]
     #[schemars(with = "TaskId")]
     pub task_id: Option<String>,
-    /// At most this many (at most 500).
-    #[schemars(range(max = MAX_SAFE_INTEGER))]
+    /// 1–500 (default 50).
+    #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
+    #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
 }
 
@@ -554,6 +599,7 @@ pub struct SessionQuery {
     /// The children a session delegated.
     pub parent: Option<String>,
     /// 1–500 (default 50).
+    #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page (`TIME|ID`).
@@ -577,6 +623,7 @@ pub struct ContractQuery {
     #[serde(alias = "sharedStateId")]
     pub shared_state_id: Option<String>,
     /// 1–500 (default 50).
+    #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page (`TIME|ID`).
@@ -599,6 +646,7 @@ pub struct EvidenceQuery {
     #[serde(alias = "sharedStateId")]
     pub shared_state_id: Option<String>,
     /// 1–500 (default 50).
+    #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page (`TIME|ID`).
@@ -635,6 +683,7 @@ pub struct StateQuery {
     #[schemars(extend("format" = "date-time"))]
     pub created_to: Option<String>,
     /// 1–500 (default 50).
+    #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
     #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page (`TIME|ID`).

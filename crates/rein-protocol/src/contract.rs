@@ -184,10 +184,16 @@ pub struct EvidenceItem {
     #[serde(default)]
     pub id: String,
     pub kind: EvidenceKind,
+    /// Not empty, nor only spaces.
+    #[schemars(regex(pattern = r"\S"))]
     pub title: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub capture: Capture,
@@ -223,6 +229,8 @@ impl CheckStatus {
 pub struct EvidenceCheck {
     #[serde(default)]
     pub id: String,
+    /// Not empty, nor only spaces.
+    #[schemars(regex(pattern = r"\S"))]
     pub name: String,
     pub status: CheckStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -31,6 +31,7 @@
 pub mod api;
 pub mod approval;
 pub mod contract;
+pub mod de;
 pub mod event;
 pub mod harness;
 pub mod ids;

@@ -48,11 +48,19 @@ pub enum StepAction {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         network: bool,
         /// Most address space, in MiB, each of the command's processes may map.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::de::integral"
+        )]
         memory_mb: Option<u64>,
         /// Most processes the command may have running at once (its own
         /// included), counted inside its sandbox.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::de::integral"
+        )]
         processes: Option<u32>,
         /// Directories beyond the workspace the command may read.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -70,7 +78,11 @@ pub enum StepAction {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         recommended: Option<String>,
         /// How long a person has; no deadline if `None`.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            deserialize_with = "crate::de::integral"
+        )]
         timeout_ms: Option<u64>,
         /// What the deadline passing means (`deny` unless set).
         on_expiry: Decision,
@@ -141,7 +153,11 @@ pub struct AgentLimits {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub require_tool_call: bool,
     /// The most model turns per attempt's budget (default 32).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     pub max_turns: Option<u32>,
     /// At `finish_reason: "length"`, ask the model to go on instead of failing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -189,7 +205,11 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// How long one tool call may take (default 60 s).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     pub timeout_ms: Option<u64>,
 }
 
@@ -231,7 +251,11 @@ pub struct TaskStep {
     pub risk_description: Option<String>,
     pub action: StepAction,
     /// Longest the step may run before it is stopped and fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     pub timeout_ms: Option<u64>,
     /// Whether running the step twice is harmless, so an interrupted run may be redone.
     #[serde(default)]
@@ -300,12 +324,20 @@ impl TaskStep {
 pub struct TaskDecomposition {
     pub original_task: String,
     pub steps: Vec<TaskStep>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     pub estimated_duration_s: Option<u64>,
     #[serde(default)]
     pub risk_level: RiskLevel,
     /// Most steps running at once; `None` takes the engine's default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     pub max_parallel: Option<u32>,
     /// Stop starting steps after the first failure (otherwise only dependants stop).
     #[serde(default)]
@@ -344,7 +376,11 @@ pub struct Goal {
     pub confirm: bool,
     /// How many answers the model may give before the task fails (an invalid
     /// one is sent back with what was wrong with it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     pub attempts: Option<u32>,
     /// MCP servers every agent step of the plan is given, beside those it
     /// names (an ACP client's `mcpServers`, for the tasks of its session).
@@ -362,7 +398,11 @@ pub struct DecompositionAnswer {
     #[schemars(length(min = 1))]
     pub steps: Vec<DecomposedStep>,
     /// Seconds the whole task should take.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
     pub estimated_duration_s: Option<u64>,
     pub risk_level: RiskLevel,
 }

@@ -123,6 +123,13 @@ impl AppState {
     }
 
     /// The same, accepting plans whose directories lie inside `roots`.
+    /// The same, letting each client address make `failures` failed
+    /// sign-ins a minute before it is made to wait.
+    pub fn with_sign_in_failures(mut self, failures: u32) -> AppState {
+        self.throttle = Arc::new(throttle::Throttle::new(failures));
+        self
+    }
+
     pub fn with_workspace_roots(mut self, roots: Vec<std::path::PathBuf>) -> AppState {
         self.workspace_roots = Arc::new(roots);
         self

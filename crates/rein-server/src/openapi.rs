@@ -70,6 +70,24 @@ fn name() -> Option<SchemaFn> {
     Some(|_| json_schema!({ "type": "string", "minLength": 1 }))
 }
 
+/// A contract as created: a [`HarnessContract`] that starts as `draft` or
+/// `proposed` (it moves on with a status change).
+fn new_contract(g: &mut SchemaGenerator) -> Schema {
+    let contract = g.subschema_for::<HarnessContract>();
+    json_schema!({
+        "allOf": [contract, { "properties": { "status": { "enum": ["draft", "proposed"] } } }],
+    })
+}
+
+/// An evidence item as a client sends it: any [`EvidenceItem`] but one
+/// claiming rein captured it (only rein records those).
+fn reported_item(g: &mut SchemaGenerator) -> Schema {
+    let item = g.subschema_for::<EvidenceItem>();
+    json_schema!({
+        "allOf": [item, { "properties": { "capture": { "not": { "const": "rein" } } } }],
+    })
+}
+
 /// One operation of a route, as documented.
 #[derive(Debug, Clone)]
 pub struct Operation {
@@ -621,7 +639,7 @@ pub fn table() -> Vec<Route> {
                     )
                 },
                 Operation {
-                    request: Some(json::<HarnessContract>()),
+                    request: Some(Content::Json(new_contract)),
                     errors: &[400, 401, 403, 409, 413],
                     ..op(
                         "post",
@@ -706,7 +724,7 @@ pub fn table() -> Vec<Route> {
             param: name(),
             handler: post(crate::records::add_item),
             operations: vec![Operation {
-                request: Some(json::<EvidenceItem>()),
+                request: Some(Content::Json(reported_item)),
                 errors: &[400, 401, 403, 404, 413],
                 ..op(
                     "post",
@@ -897,6 +915,31 @@ fn operation(path: &str, param: Option<SchemaFn>, o: &Operation, g: &mut SchemaG
     for code in o.errors.iter().chain(unsupported) {
         responses.insert(code.to_string(), error.clone());
     }
+    // A path whose `{id}` is followed by more names another route when a
+    // client fills in an empty id and drops the empty segment
+    // (`/admin/harness/evidence/items`: the bundle named `items`), and that
+    // route may not take this method.
+    if path.contains("}/") {
+        let mut other = error.clone();
+        other["description"] = json!(
+            "the path, sent with an empty id and without its empty segment, names another route, which does not take this method"
+        );
+        responses.insert("405".to_owned(), other);
+    }
+    // Any request but a health probe may meet the cap on one client's
+    // connections, and one that signs in, the throttle on failed sign-ins:
+    // both 429 with `Retry-After` or a message naming the cap.
+    if path != "/healthz" {
+        let mut throttled = error.clone();
+        throttled["description"] = json!(
+            "too many connections from this client address, or too many failed sign-ins from it (then with Retry-After)"
+        );
+        throttled["headers"] = json!({ "Retry-After": {
+            "description": "seconds to wait, with too many failed sign-ins",
+            "schema": { "type": "integer", "minimum": 1 },
+        } });
+        responses.insert("429".to_owned(), throttled);
+    }
     let mut out = json!({
         "summary": o.summary,
         "parameters": parameters(path, param, o, g),
@@ -947,5 +990,31 @@ pub fn document() -> Value {
             },
         },
     });
-    rein_protocol::schema::canonical(doc)
+    let mut doc = rein_protocol::schema::canonical(doc);
+    split_nullable_formats(&mut doc);
+    doc
+}
+
+/// `{"type": ["string", "null"], "format": F}` as `anyOf` a string of format
+/// F or `null`: the same set of values, spelled so that a generator which
+/// reads a format only beside a single type (schemathesis's does) does not
+/// take an empty string for a valid date-time.
+fn split_nullable_formats(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            let nullable_string = map
+                .get("type")
+                .is_some_and(|t| *t == json!(["string", "null"]));
+            if nullable_string && let Some(format) = map.remove("format") {
+                map.remove("type");
+                map.insert(
+                    "anyOf".to_owned(),
+                    json!([{ "type": "string", "format": format }, { "type": "null" }]),
+                );
+            }
+            map.values_mut().for_each(split_nullable_formats);
+        }
+        Value::Array(items) => items.iter_mut().for_each(split_nullable_formats),
+        _ => {}
+    }
 }

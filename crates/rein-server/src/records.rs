@@ -31,9 +31,6 @@ struct Filter {
 }
 
 fn filter(kind: RecordKind, q: Filter) -> ApiResult<RecordFilter> {
-    if q.limit.is_some_and(|l| l == 0 || l > 500) {
-        return Err(ApiError::bad_request("limit must be between 1 and 500"));
-    }
     if let Some(s) = &q.status {
         parse_status(s)?;
     }

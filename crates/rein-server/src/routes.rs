@@ -117,9 +117,6 @@ pub async fn list_tasks(
         })?),
         None => None,
     };
-    if q.limit.is_some_and(|l| l == 0 || l > 500) {
-        return Err(ApiError::bad_request("limit must be between 1 and 500"));
-    }
     let filter = TaskFilter {
         session_id: q.session_id,
         status,
@@ -170,6 +167,15 @@ pub(crate) fn into_plan(
             }
             if submit.max_parallel == Some(0) {
                 return Err(ApiError::bad_request("max_parallel must be at least 1"));
+            }
+            if submit
+                .runtime
+                .as_deref()
+                .is_some_and(|r| r.trim().is_empty())
+            {
+                return Err(ApiError::bad_request(
+                    "runtime must not be empty: name `auto`, `rein` or a harness id, or leave it out",
+                ));
             }
             let mut plan = TaskDecomposition::new(goal.trim(), Vec::new());
             plan.max_parallel = submit.max_parallel;
@@ -291,11 +297,7 @@ pub async fn task_events(
     state.engine.summary(&id).await?;
     let events = state
         .engine
-        .events(
-            &id,
-            q.after.unwrap_or(0),
-            q.limit.unwrap_or(1000).clamp(1, 10_000),
-        )
+        .events(&id, q.after.unwrap_or(0), q.limit.unwrap_or(1000))
         .await?;
     Ok(Json(List::new(events)))
 }

@@ -19,9 +19,6 @@ pub async fn list_sessions(
     query: Result<Query<SessionQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<AgentSessionInfo>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    if q.limit.is_some_and(|l| l == 0 || l > 500) {
-        return Err(ApiError::bad_request("limit must be between 1 and 500"));
-    }
     let task = q.task_id.as_deref().map(parse_id::<TaskId>).transpose()?;
     let status = q.status.as_deref().map(parse_status).transpose()?;
     let page = state

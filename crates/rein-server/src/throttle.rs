@@ -1,7 +1,7 @@
 //! Failed sign-ins throttled per client address: a wrong bearer token, a
 //! stale session cookie, a wrong token at `POST /auth/session` or the UI's
-//! sign-in form. After [`FAILURES`] of them from one address within
-//! [`WINDOW`], every request from that address that needs a sign-in gets 429
+//! sign-in form. After [`FAILURES`] of them (or the number the server was
+//! started with) from one address within [`WINDOW`], every request from that address that needs a sign-in gets 429
 //! with `Retry-After` until the window is over — the right token included,
 //! so guessing stops paying — while other addresses are served as before.
 //! The address comes from the accept loop ([`ClientAddr`]); a request
@@ -20,7 +20,8 @@ use axum::response::{IntoResponse, Response};
 use crate::AppState;
 use crate::error::ApiError;
 
-/// Failed sign-ins one address may make within [`WINDOW`].
+/// Failed sign-ins one address may make within [`WINDOW`], unless the
+/// server is started with another number (`rein serve --sign-in-failures`).
 pub const FAILURES: u32 = 10;
 /// How long failed sign-ins are counted, and how long an address that made
 /// too many waits.
@@ -33,9 +34,17 @@ const REMEMBERED: usize = 65_536;
 pub struct ClientAddr(pub IpAddr);
 
 /// Failed sign-ins by address.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Throttle {
     windows: Mutex<HashMap<IpAddr, Window>>,
+    /// Failed sign-ins an address may make within [`WINDOW`].
+    failures: u32,
+}
+
+impl Default for Throttle {
+    fn default() -> Throttle {
+        Throttle::new(FAILURES)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -45,13 +54,27 @@ struct Window {
 }
 
 impl Throttle {
+    /// A throttle letting each address make `failures` failed sign-ins
+    /// within [`WINDOW`] (at least one).
+    pub fn new(failures: u32) -> Throttle {
+        Throttle {
+            windows: Mutex::default(),
+            failures: failures.max(1),
+        }
+    }
+
+    /// Failed sign-ins an address may make within [`WINDOW`].
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
     /// How long `addr` still has to wait, if it made too many failed
     /// sign-ins lately.
     pub fn waiting(&self, addr: IpAddr, now: Instant) -> Option<Duration> {
         let windows = self.windows.lock().ok()?;
         let window = windows.get(&addr)?;
         let ends = window.started + WINDOW;
-        (window.failures >= FAILURES && ends > now).then(|| ends - now)
+        (window.failures >= self.failures && ends > now).then(|| ends - now)
     }
 
     /// Counts a failed sign-in from `addr`.
@@ -99,7 +122,8 @@ pub async fn throttle(State(state): State<AppState>, request: Request, next: Nex
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_failed_sign_ins",
             format!(
-                "{FAILURES} failed sign-ins from {addr} within {} s: try again in {seconds} s",
+                "{} failed sign-ins from {addr} within {} s: try again in {seconds} s",
+                state.throttle.failures(),
                 WINDOW.as_secs()
             ),
         )
@@ -136,5 +160,18 @@ mod tests {
         assert_eq!(throttle.waiting(a, start + WINDOW), None);
         throttle.failed(a, start + WINDOW);
         assert_eq!(throttle.waiting(a, start + WINDOW), None);
+    }
+
+    #[test]
+    fn the_number_of_failures_is_the_servers_own() {
+        let throttle = Throttle::new(3);
+        let a = IpAddr::from([10, 0, 0, 1]);
+        let start = Instant::now();
+        for _ in 0..2 {
+            throttle.failed(a, start);
+        }
+        assert_eq!(throttle.waiting(a, start), None);
+        throttle.failed(a, start);
+        assert!(throttle.waiting(a, start).is_some());
     }
 }

@@ -493,6 +493,27 @@ async fn bad_bodies_are_400_or_413_naming_the_problem() {
         .call(Method::GET, "/admin/tasks?limit=9000", Some(VIEWER), None)
         .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    // Every bounded number is refused past the bounds the document gives,
+    // naming them: never quietly clamped.
+    for (path, bounds) in [
+        ("/admin/approvals?limit=9007199254740992", "from 1 to 500"),
+        ("/admin/approvals?limit=0", "from 1 to 500"),
+        ("/admin/audit?limit=9007199254740992", "from 1 to 10000"),
+        ("/admin/audit?limit=10001", "from 1 to 10000"),
+        (
+            "/admin/audit?after=9007199254740992",
+            "from 0 to 9007199254740991",
+        ),
+        ("/admin/agent-sessions?limit=501", "from 1 to 500"),
+    ] {
+        let r = api.call(Method::GET, path, Some(VIEWER), None).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(r.text.contains(bounds), "{path}: {}", r.text);
+    }
+    let r = api
+        .call(Method::GET, "/admin/audit?limit=10000", Some(VIEWER), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
     let r = api
         .call(
             Method::GET,

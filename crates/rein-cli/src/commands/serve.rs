@@ -110,8 +110,9 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
         .await
         .with_context(|| format!("cannot listen on {addr}"))?;
     let shutdown = CancellationToken::new();
-    let mut state =
-        AppState::new(Arc::clone(&ctx.engine), auth, shutdown.clone()).with_workspace_roots(roots);
+    let mut state = AppState::new(Arc::clone(&ctx.engine), auth, shutdown.clone())
+        .with_workspace_roots(roots)
+        .with_sign_in_failures(args.sign_in_failures);
     if let Some(harnesses) = &ctx.harnesses {
         state = state.with_harnesses(Arc::clone(harnesses));
     }
