@@ -158,6 +158,11 @@ pub enum Command {
     Health {
         #[arg(long)]
         json: bool,
+        /// Say you know the store lost committed writes (its write-ahead log
+        /// was deleted, or an older copy restored): the store is healthy
+        /// again, and the ledger still names the entries that were lost.
+        #[arg(long)]
+        acknowledge_lost_writes: bool,
     },
     /// Counters over the tasks in the store: tasks, checkpoints, recovery, the human loop.
     Metrics {

@@ -657,3 +657,129 @@ fn no_step_process_outlives_a_killed_rein_under_any_sandbox_on_a_busy_machine() 
         no_step_process_outlives_a_killed_rein(sandbox);
     }
 }
+
+/// Committed writes live in the store's write-ahead log (`rein.db-wal`) until
+/// SQLite copies them into `rein.db`. A server killed with a task created and
+/// its approval answered leaves them there; deleting the log then takes them
+/// away, and SQLite opens what is left as a whole store. rein finds it at
+/// open (stderr), in `rein health` (unhealthy, exit 1) and in `rein ledger
+/// verify` (the answered approval's entry is gone), until acknowledged —
+/// and the ledger keeps saying so after. The same store with its log kept
+/// says nothing: no false alarm after a crash.
+#[test]
+fn a_deleted_write_ahead_log_is_found_at_open_in_health_and_by_ledger_verify() {
+    const TOKEN: &str = "wal-operator-token-0123";
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (mut server, addr) = common::start(&data, TOKEN);
+    let plan = "description = \"ask first\"\n\n[[steps]]\nid = \"ask\"\nkind = \"approve\"\ntitle = \"go?\"\n";
+    let (status, body) = common::http(
+        &addr,
+        "POST",
+        "/admin/tasks",
+        Some(TOKEN),
+        Some(("application/toml", plan)),
+    );
+    assert!(status == 201 || status == 202, "{status} {body}");
+    let task = serde_json::from_str::<serde_json::Value>(&body).unwrap()["task"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let approval = common::eventually("the approval request", || {
+        let (_, body) = common::http(
+            &addr,
+            "GET",
+            "/admin/approvals?status=pending",
+            Some(TOKEN),
+            None,
+        );
+        let list: serde_json::Value = serde_json::from_str(&body).ok()?;
+        list["items"][0]["id"].as_str().map(str::to_owned)
+    });
+    let (status, body) = common::http(
+        &addr,
+        "POST",
+        &format!("/admin/approvals/{approval}/decision"),
+        Some(TOKEN),
+        Some(("application/json", r#"{"decision":"approve"}"#)),
+    );
+    assert_eq!(status, 200, "{body}");
+    common::eventually("the task to complete", || {
+        let (_, body) = common::http(
+            &addr,
+            "GET",
+            &format!("/admin/tasks/{task}"),
+            Some(TOKEN),
+            None,
+        );
+        let shown: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (shown["task"]["status"] == "completed").then_some(())
+    });
+    common::kill9(&mut server.0);
+    let wal = data.join("rein.db-wal");
+    assert!(
+        std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0),
+        "the killed server left its commits in the write-ahead log"
+    );
+    // The same store, log kept: the control.
+    let kept = dir.path().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    for name in ["rein.db", "rein.db-wal", "rein.db-shm", "rein.db-head"] {
+        std::fs::copy(data.join(name), kept.join(name)).unwrap();
+    }
+    std::fs::remove_file(&wal).unwrap();
+    let _ = std::fs::remove_file(data.join("rein.db-shm"));
+
+    let health = rein(&data).arg("health").output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&health.stdout),
+        String::from_utf8_lossy(&health.stderr),
+    );
+    assert_eq!(health.status.code(), Some(1), "{out}{err}");
+    assert!(
+        out.contains("task_store          unhealthy") && out.contains("lost committed writes"),
+        "{out}"
+    );
+    assert!(
+        err.contains("WARNING: the store lost committed writes"),
+        "{err}"
+    );
+    // It is true: the task is gone.
+    assert!(
+        !task_ids(&data).contains(&task),
+        "the task survived the lost log"
+    );
+    let verify = rein(&data).args(["ledger", "verify"]).output().unwrap();
+    let said = String::from_utf8_lossy(&verify.stdout);
+    assert_ne!(verify.status.code(), Some(0), "{said}");
+    assert!(said.contains("were lost with committed writes"), "{said}");
+
+    let ack = rein(&data)
+        .args(["health", "--acknowledge-lost-writes"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&ack.stdout);
+    assert_eq!(ack.status.code(), Some(0), "{said}");
+    assert!(said.contains("acknowledged 1 loss"), "{said}");
+    let health = rein(&data).arg("health").output().unwrap();
+    assert_eq!(health.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&health.stderr).contains("WARNING"));
+    // The ledger's entries are still gone, and it still says so.
+    let verify = rein(&data).args(["ledger", "verify"]).output().unwrap();
+    assert_ne!(verify.status.code(), Some(0));
+
+    // The control: nothing lost, nothing said.
+    let health = rein(&kept).arg("health").output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&health.stdout),
+        String::from_utf8_lossy(&health.stderr),
+    );
+    assert_eq!(health.status.code(), Some(0), "{out}{err}");
+    assert!(
+        !err.contains("WARNING") && !out.contains("lost"),
+        "{out}{err}"
+    );
+    assert!(task_ids(&kept).contains(&task));
+    let verify = rein(&kept).args(["ledger", "verify"]).output().unwrap();
+    assert_eq!(verify.status.code(), Some(0));
+}

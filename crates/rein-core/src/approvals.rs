@@ -160,7 +160,24 @@ impl Engine {
             }
             Err(e) => return Err(e),
         };
-        let problems = verify_against(&entries, head);
+        let mut problems = verify_against(&entries, head);
+        // Entries the store lost with committed writes: the ledger is checked
+        // against its head as recorded then, for good.
+        for lost in self.store.lost_writes().await? {
+            let Some(head) = lost.ledger_head else {
+                continue;
+            };
+            if !entries
+                .iter()
+                .any(|e| e.seq == head.seq && e.hash == head.hash)
+            {
+                problems.push(ChainBreak::Lost {
+                    head,
+                    detected_at: lost.detected_at.to_rfc3339(),
+                    acknowledged: lost.acknowledged_at.is_some(),
+                });
+            }
+        }
         Ok((entries.len(), problems, LedgerHead::of(&entries)))
     }
 

@@ -256,6 +256,44 @@ pub struct StoreProbe {
     pub free_bytes: Option<u64>,
     /// The last write that failed since the store was opened, and when.
     pub last_write_error: Option<String>,
+    /// Committed writes the store found missing, nobody has acknowledged yet.
+    pub lost_writes: Vec<LostWrites>,
+}
+
+/// Committed writes a store found missing when it was opened: the count of
+/// commits recorded beside the store (after each commit) is past the one the
+/// store holds, because its write-ahead log was deleted or an older copy of
+/// it was put in its place. What was committed after `found` is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostWrites {
+    pub detected_at: Timestamp,
+    /// Commits recorded beside the store.
+    pub recorded: u64,
+    /// Commits the store held when it was opened.
+    pub found: u64,
+    /// The ledger's head as recorded beside the store then: the ledger is
+    /// checked against it for good, as its entries after it are gone.
+    pub ledger_head: Option<rein_protocol::LedgerHead>,
+    /// When a person said they know (`rein health --acknowledge-lost-writes`).
+    pub acknowledged_at: Option<Timestamp>,
+}
+
+impl std::fmt::Display for LostWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the store lost committed writes: {} commits were recorded beside it, it held {} when opened on {} \
+             (its write-ahead log, the `-wal` file beside it, was deleted, or an older copy was put in its place); \
+             tasks, approvals and ledger entries committed after that are gone",
+            self.recorded,
+            self.found,
+            self.detected_at.format("%Y-%m-%d %H:%M:%S UTC"),
+        )?;
+        if let Some(head) = &self.ledger_head {
+            write!(f, " (the ledger's recorded head was {head})")?;
+        }
+        Ok(())
+    }
 }
 
 /// Tasks: each one's event log with its summary row and plan, snapshots, the
@@ -299,6 +337,15 @@ pub trait TaskStore: Send + Sync {
     /// A write and a read through the store's own file that prove it works
     /// (for health checks), with what the store can tell about its room.
     async fn probe(&self) -> StoreResult<StoreProbe>;
+    /// Every loss of committed writes the store has detected, acknowledged
+    /// or not (a store that cannot lose them: none).
+    async fn lost_writes(&self) -> StoreResult<Vec<LostWrites>> {
+        Ok(Vec::new())
+    }
+    /// Marks every detected loss acknowledged; answers how many were not yet.
+    async fn acknowledge_lost_writes(&self) -> StoreResult<usize> {
+        Ok(0)
+    }
     /// Task ownership by lease, where several nodes share the store
     /// (PostgreSQL); `None` for a store one machine owns (SQLite), where a
     /// runner's process tells whether it is alive.

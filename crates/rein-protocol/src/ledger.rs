@@ -169,6 +169,16 @@ pub enum ChainBreak {
     HeadChanged { head: LedgerHead, found: String },
     /// An entry's stored bytes cannot be read as an entry.
     Damaged { detail: String },
+    /// The store lost committed writes, and with them the ledger's entries
+    /// up to `head` (its head as recorded beside the store): the ledger ends
+    /// before it, or holds another entry in its place.
+    Lost {
+        head: LedgerHead,
+        /// When the loss was found (RFC 3339).
+        detected_at: String,
+        /// Whether a person has said they know.
+        acknowledged: bool,
+    },
 }
 
 impl std::fmt::Display for ChainBreak {
@@ -197,6 +207,14 @@ impl std::fmt::Display for ChainBreak {
                 head.seq
             ),
             ChainBreak::Damaged { detail } => write!(f, "{detail}"),
+            ChainBreak::Lost {
+                head, detected_at, ..
+            } => write!(
+                f,
+                "entries up to {head}, the ledger's head recorded beside the store, were lost with committed writes \
+                 (found {detected_at}: the store's write-ahead log was deleted or an older copy restored); \
+                 the ledger does not hold that entry any more"
+            ),
         }
     }
 }

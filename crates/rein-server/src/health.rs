@@ -43,6 +43,15 @@ fn store(probed: rein_core::StoreResult<rein_core::store::StoreProbe>) -> Compon
         .as_deref()
         .map(|e| format!("; a write failed earlier: {e}"))
         .unwrap_or_default();
+    if let Some(lost) = probe.lost_writes.first() {
+        return bad(
+            Status::Unhealthy,
+            format!(
+                "{}: {lost}; see what is left, then run `rein health --acknowledge-lost-writes` on its machine{past}",
+                probe.location
+            ),
+        );
+    }
     match probe.free_bytes {
         Some(free) if free < LOW_DISK_BYTES => bad(
             Status::Degraded,
@@ -103,6 +112,27 @@ pub async fn check(engine: &Engine) -> Health {
     ));
     let audit_logger = match engine.verify_ledger().await {
         Ok((n, breaks)) if breaks.is_empty() => ok(format!("ledger intact ({n} entries)")),
+        // Entries lost with committed writes a person has acknowledged: the
+        // ledger is short of them for good, and says so, but works.
+        Ok((n, breaks))
+            if breaks.iter().all(|b| {
+                matches!(
+                    b,
+                    rein_protocol::ledger::ChainBreak::Lost {
+                        acknowledged: true,
+                        ..
+                    }
+                )
+            }) =>
+        {
+            bad(
+                Status::Degraded,
+                format!(
+                    "ledger intact ({n} entries) but short of entries lost with committed writes, acknowledged: {}",
+                    breaks.first().map(ToString::to_string).unwrap_or_default()
+                ),
+            )
+        }
         Ok((_, breaks)) => bad(
             Status::Unhealthy,
             format!(

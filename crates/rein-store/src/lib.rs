@@ -6,6 +6,7 @@
 //! - [`schema`]: the schema and its migrations.
 //! - `metrics`: the counters of spec §6, aggregated in SQL.
 
+mod head;
 mod metrics;
 pub mod postgres;
 mod query;

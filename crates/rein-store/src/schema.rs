@@ -131,6 +131,30 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE tasks DROP COLUMN last_seq;
     ALTER TABLE tasks RENAME COLUMN updated_at TO status_at;
     ",
+    // 8: the store's head: how many transactions rein's writers committed and
+    //    the ledger's newest entry, counted in every commit and recorded beside
+    //    the store after it (`rein.db-head`), so that commits lost with a
+    //    deleted write-ahead log are found at open; and each loss found.
+    "
+    CREATE TABLE store_head (
+        id          INTEGER PRIMARY KEY CHECK (id = 0),
+        commits     INTEGER NOT NULL,
+        ledger_seq  INTEGER,
+        ledger_hash TEXT
+    ) STRICT;
+    INSERT INTO store_head (id, commits, ledger_seq, ledger_hash)
+    SELECT 0, 0, (SELECT seq FROM ledger ORDER BY seq DESC LIMIT 1),
+           (SELECT json_extract(body, '$.hash') FROM ledger ORDER BY seq DESC LIMIT 1);
+    CREATE TABLE lost_writes (
+        id              INTEGER PRIMARY KEY,
+        detected_at     TEXT NOT NULL,
+        recorded        INTEGER NOT NULL,
+        found           INTEGER NOT NULL,
+        ledger_seq      INTEGER,
+        ledger_hash     TEXT,
+        acknowledged_at TEXT
+    ) STRICT;
+    ",
 ];
 
 /// The schema version this build writes.

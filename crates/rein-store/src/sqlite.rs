@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rein_core::store::{
-    ApprovalFilter, AuditRecord, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
-    RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage, TaskWrite,
+    ApprovalFilter, AuditRecord, ControlRequest, LostWrites, NewTask, Record, RecordFilter,
+    RecordKind, RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage,
+    TaskWrite,
 };
 use rein_core::{ApprovalStore, DocumentStore, JournalStore, StoreError, StoreResult, TaskStore};
 use rein_protocol::{
@@ -25,7 +26,9 @@ use rein_protocol::{
 };
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
+use crate::head::{self, Head, HeadFile};
 use crate::query::{Mark, Where};
+use crate::rows;
 pub use crate::rows::MAX_PAGE;
 pub(crate) use crate::rows::backend;
 use crate::rows::{
@@ -48,6 +51,8 @@ pub struct SqliteStore {
     read_slots: Arc<tokio::sync::Semaphore>,
     /// What opening it migrated.
     migrated: schema::Migrated,
+    /// Losses of committed writes nobody had acknowledged when it was opened.
+    unacknowledged: Vec<LostWrites>,
 }
 
 /// Most reads running at once, and most read connections kept open.
@@ -221,6 +226,108 @@ fn create(path: &Path) -> StoreResult<Option<schema::Migrated>> {
     made
 }
 
+/// Compares the head recorded beside the store with the one inside it, and
+/// records a loss when the recorded one is ahead: committed writes are gone.
+/// The recorded head is read first: another process's commit may land
+/// between the two reads, and then only the store's head has moved on. A
+/// store just made has nothing to lose: whatever is recorded is of a store
+/// that is no longer there, and is written over.
+fn check_head(conn: &Connection, file: &HeadFile, created: bool) -> StoreResult<()> {
+    let recorded = file.recorded();
+    let held = Head::read(conn).map_err(backend)?;
+    match recorded {
+        Some(recorded) if !created && recorded.commits > held.commits => {
+            let now = rows::ts(&chrono::Utc::now());
+            let seq = recorded.ledger.as_ref().map(|h| rows::seq(h.seq));
+            let hash = recorded.ledger.as_ref().map(|h| h.hash.clone());
+            let counted = (|| {
+                conn.execute_batch("BEGIN IMMEDIATE")?;
+                conn.execute(
+                    "INSERT INTO lost_writes (detected_at, recorded, found, ledger_seq, ledger_hash)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![
+                        now,
+                        rows::seq(recorded.commits),
+                        rows::seq(held.commits),
+                        seq,
+                        hash
+                    ],
+                )?;
+                let counted = Head::count_commit(conn)?;
+                conn.execute_batch("COMMIT")?;
+                Ok(counted)
+            })()
+            .map_err(|e: rusqlite::Error| {
+                let _ = conn.execute_batch("ROLLBACK");
+                backend(format!("cannot record the lost writes: {e}"))
+            })?;
+            tracing::error!(
+                recorded = recorded.commits,
+                found = held.commits,
+                "the store lost committed writes: its write-ahead log was deleted or an older copy restored"
+            );
+            file.record(&counted);
+        }
+        Some(recorded) if recorded == held => {}
+        _ => file.record(&held),
+    }
+    Ok(())
+}
+
+/// A `lost_writes` row as stored.
+struct LostRow {
+    detected_at: String,
+    recorded: i64,
+    found: i64,
+    ledger_seq: Option<i64>,
+    ledger_hash: Option<String>,
+    acknowledged_at: Option<String>,
+}
+
+/// The losses of committed writes the store has recorded.
+fn lost_writes(conn: &Connection) -> StoreResult<Vec<LostWrites>> {
+    let parse = |t: String| {
+        chrono::DateTime::parse_from_rfc3339(&t)
+            .map(|t| t.with_timezone(&chrono::Utc))
+            .map_err(|e| StoreError::Corrupt(format!("a lost-writes time `{t}`: {e}")))
+    };
+    let rows: Vec<LostRow> = conn
+        .prepare_cached(
+            "SELECT detected_at, recorded, found, ledger_seq, ledger_hash, acknowledged_at
+             FROM lost_writes ORDER BY id",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map([], |r| {
+                Ok(LostRow {
+                    detected_at: r.get(0)?,
+                    recorded: r.get(1)?,
+                    found: r.get(2)?,
+                    ledger_seq: r.get(3)?,
+                    ledger_hash: r.get(4)?,
+                    acknowledged_at: r.get(5)?,
+                })
+            })?
+            .collect()
+        })
+        .map_err(backend)?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(LostWrites {
+                detected_at: parse(row.detected_at)?,
+                recorded: u64::try_from(row.recorded).unwrap_or(0),
+                found: u64::try_from(row.found).unwrap_or(0),
+                ledger_head: row.ledger_seq.zip(row.ledger_hash).map(|(seq, hash)| {
+                    rein_protocol::LedgerHead {
+                        seq: u64::try_from(seq).unwrap_or(0),
+                        hash,
+                    }
+                }),
+                acknowledged_at: row.acknowledged_at.map(parse).transpose()?,
+            })
+        })
+        .collect()
+}
+
 impl SqliteStore {
     /// Opens the store file at `path`, migrating its schema. Only a missing
     /// file becomes a new store (made whole under another name, then linked
@@ -271,7 +378,17 @@ impl SqliteStore {
             },
             None => migrated,
         };
-        let writer = Writer::start(conn, options)
+        let head = HeadFile::open(path).map_err(|e| {
+            backend(format!(
+                "cannot open {} (the store's head, recorded beside it): {}",
+                head::path_of(path).display(),
+                io_reason(&e)
+            ))
+        })?;
+        check_head(&conn, &head, created.is_some())?;
+        let mut unacknowledged = lost_writes(&conn)?;
+        unacknowledged.retain(|l| l.acknowledged_at.is_none());
+        let writer = Writer::start_recording(conn, options, Some(head))
             .map_err(|e| backend(format!("cannot start writer thread: {e}")))?;
         Ok(SqliteStore {
             path: path.to_owned(),
@@ -279,7 +396,14 @@ impl SqliteStore {
             readers: Arc::new(Mutex::new(Vec::new())),
             read_slots: Arc::new(tokio::sync::Semaphore::new(READERS)),
             migrated,
+            unacknowledged,
         })
+    }
+
+    /// Losses of committed writes nobody had acknowledged when the store was
+    /// opened (the one found opening it included): for the opener to say.
+    pub fn unacknowledged_lost_writes(&self) -> &[LostWrites] {
+        &self.unacknowledged
     }
 
     /// What opening this store migrated (a new store: every migration).
@@ -476,6 +600,9 @@ fn append_ledger(conn: &Connection, entry: LedgerEntry) -> StoreResult<LedgerEnt
         params![seq(sealed.seq), sealed.id.as_str(), sealed_body],
     )
     .map_err(backend)?;
+    conn.prepare_cached("UPDATE store_head SET ledger_seq = ?1, ledger_hash = ?2 WHERE id = 0")
+        .and_then(|mut stmt| stmt.execute(params![seq(sealed.seq), sealed.hash.as_str()]))
+        .map_err(backend)?;
     Ok(sealed)
 }
 
@@ -890,11 +1017,31 @@ impl TaskStore for SqliteStore {
         let free_bytes = nix::sys::statvfs::statvfs(store_dir(&self.path))
             .ok()
             .map(|v| v.blocks_available().saturating_mul(v.fragment_size()));
+        let mut lost = self.read(lost_writes).await?;
+        lost.retain(|l| l.acknowledged_at.is_none());
         Ok(rein_core::store::StoreProbe {
             location: self.path.display().to_string(),
             free_bytes,
             last_write_error,
+            lost_writes: lost,
         })
+    }
+
+    async fn lost_writes(&self) -> StoreResult<Vec<LostWrites>> {
+        self.read(lost_writes).await
+    }
+
+    async fn acknowledge_lost_writes(&self) -> StoreResult<usize> {
+        let now = rows::ts(&chrono::Utc::now());
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE lost_writes SET acknowledged_at = ?1 WHERE acknowledged_at IS NULL",
+                    [&now],
+                )
+                .map_err(backend)
+            })
+            .await
     }
 }
 

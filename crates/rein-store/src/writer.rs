@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 use rein_core::{StoreError, StoreResult};
+
+use crate::head::{Head, HeadFile};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
@@ -89,6 +91,8 @@ impl Counters {
 struct Shared {
     conn: Mutex<Connection>,
     queued: AtomicUsize,
+    /// Where each commit's head is recorded (a store's writer; not a test's).
+    head: Option<HeadFile>,
 }
 
 /// How a store's writes are waited for, beyond the defaults.
@@ -123,12 +127,24 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    #[cfg(test)]
     pub fn start(conn: Connection, options: WriterOptions) -> std::io::Result<Writer> {
+        Writer::start_recording(conn, options, None)
+    }
+
+    /// [`Writer::start`], counting every commit in the store's head and
+    /// recording the head in `head` once the commit is durable.
+    pub fn start_recording(
+        conn: Connection,
+        options: WriterOptions,
+        head: Option<HeadFile>,
+    ) -> std::io::Result<Writer> {
         let (queue, jobs) = mpsc::channel::<Box<dyn WriteOp>>();
         let counters = Arc::new(Counters::default());
         let shared = Arc::new(Shared {
             conn: Mutex::new(conn),
             queued: AtomicUsize::new(0),
+            head,
         });
         let thread_counters = Arc::clone(&counters);
         let thread_shared = Arc::clone(&shared);
@@ -172,7 +188,7 @@ impl Writer {
                 result: None,
                 reply,
             });
-            commit_and_finish(&conn, vec![op], &self.counters);
+            commit_and_finish(&conn, vec![op], &self.counters, self.shared.head.as_ref());
             drop(conn);
             return done.try_recv().map_err(|_| stopped())?;
         }
@@ -245,14 +261,19 @@ fn run(shared: &Shared, jobs: mpsc::Receiver<Box<dyn WriteOp>>, counters: &Count
             }
         }
         shared.queued.fetch_sub(batch.len(), Ordering::SeqCst);
-        commit_and_finish(&conn, batch, counters);
+        commit_and_finish(&conn, batch, counters, shared.head.as_ref());
     }
 }
 
 /// Commits `batch` in one transaction and tells each write how it went.
-fn commit_and_finish(conn: &Connection, mut batch: Vec<Box<dyn WriteOp>>, counters: &Counters) {
+fn commit_and_finish(
+    conn: &Connection,
+    mut batch: Vec<Box<dyn WriteOp>>,
+    counters: &Counters,
+    head: Option<&HeadFile>,
+) {
     let started = std::time::Instant::now();
-    let commit = commit_batch(conn, &mut batch);
+    let commit = commit_batch(conn, &mut batch, head);
     let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     counters.busy_ns.fetch_add(busy, Ordering::Relaxed);
     counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -267,7 +288,11 @@ fn commit_and_finish(conn: &Connection, mut batch: Vec<Box<dyn WriteOp>>, counte
     }
 }
 
-fn commit_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(), StoreError> {
+fn commit_batch(
+    conn: &Connection,
+    batch: &mut [Box<dyn WriteOp>],
+    head: Option<&HeadFile>,
+) -> Result<(), StoreError> {
     let backend = |e: rusqlite::Error| StoreError::Backend(e.to_string());
     // Every transaction runs these: prepared once, not parsed each time.
     let run = |sql: &str| {
@@ -301,10 +326,24 @@ fn commit_batch(conn: &Connection, batch: &mut [Box<dyn WriteOp>]) -> Result<(),
         // The one write failed: commit nothing.
         return conn.execute_batch("ROLLBACK").map_err(backend);
     }
+    let counted = match head {
+        Some(_) => match Head::count_commit(conn) {
+            Ok(counted) => Some(counted),
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(backend(e));
+            }
+        },
+        None => None,
+    };
     run("COMMIT").map_err(|e| {
         let _ = conn.execute_batch("ROLLBACK");
         backend(e)
-    })
+    })?;
+    if let (Some(file), Some(counted)) = (head, counted) {
+        file.record(&counted);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

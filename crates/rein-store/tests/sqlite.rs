@@ -132,3 +132,79 @@ fn a_data_directory_that_cannot_be_created_is_named() {
         .to_string();
     assert!(err.contains("not-a-dir"), "{err}");
 }
+
+/// Every file of the store at `path` copied to `to` (the same names).
+fn copy_store(path: &std::path::Path, to: &std::path::Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let from = std::path::PathBuf::from(format!("{}{suffix}", path.display()));
+        let into = std::path::PathBuf::from(format!("{}{suffix}", to.display()));
+        let _ = std::fs::remove_file(&into);
+        if from.exists() {
+            std::fs::copy(&from, &into).unwrap();
+        }
+    }
+}
+
+/// An older copy of the store put in its place (or its write-ahead log
+/// deleted: the same to the store) is found at open, kept until
+/// acknowledged, and found once; commits from two handles at once, and a
+/// new store beside the head of a deleted one, are no loss.
+#[tokio::test(flavor = "multi_thread")]
+async fn committed_writes_gone_are_found_at_open_and_nothing_else_is() {
+    use rein_core::TaskStore;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let old = dir.path().join("old.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.probe().await.unwrap();
+    drop(store);
+    copy_store(&path, &old);
+    // Two handles on one store (two processes, as far as SQLite knows),
+    // committing at once: the head recorded lags, never leads.
+    let (a, b) = (
+        SqliteStore::open(&path).unwrap(),
+        SqliteStore::open(&path).unwrap(),
+    );
+    let writes = (0..50).map(|i| {
+        let store = if i % 2 == 0 { &a } else { &b };
+        store.probe()
+    });
+    for probed in futures_util::future::join_all(writes).await {
+        probed.unwrap();
+    }
+    drop((a, b));
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.unacknowledged_lost_writes().is_empty());
+    assert!(store.lost_writes().await.unwrap().is_empty());
+    drop(store);
+
+    copy_store(&old, &path);
+    let store = SqliteStore::open(&path).unwrap();
+    let lost = store.unacknowledged_lost_writes().to_vec();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert!(lost[0].recorded >= lost[0].found + 50, "{lost:?}");
+    assert_eq!(store.probe().await.unwrap().lost_writes, lost);
+    drop(store);
+    // Found once, kept until acknowledged.
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.unacknowledged_lost_writes(), lost.as_slice());
+    assert_eq!(store.acknowledge_lost_writes().await.unwrap(), 1);
+    assert!(store.probe().await.unwrap().lost_writes.is_empty());
+    let all = store.lost_writes().await.unwrap();
+    assert!(all[0].acknowledged_at.is_some(), "{all:?}");
+    drop(store);
+    assert!(
+        SqliteStore::open(&path)
+            .unwrap()
+            .unacknowledged_lost_writes()
+            .is_empty()
+    );
+
+    // The store deleted, its head left: a new store has lost nothing.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.unacknowledged_lost_writes().is_empty());
+    assert!(store.lost_writes().await.unwrap().is_empty());
+}

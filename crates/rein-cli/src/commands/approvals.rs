@@ -160,7 +160,26 @@ pub async fn ledger(target: &Target, cmd: LedgerCommand) -> anyhow::Result<u8> {
 
 /// `rein health`: the report of `/healthz`, from this store and sandbox or from
 /// a server.
-pub async fn health(target: &Target, json: bool) -> anyhow::Result<u8> {
+pub async fn health(target: &Target, json: bool, acknowledge: bool) -> anyhow::Result<u8> {
+    if acknowledge {
+        if target.url.is_some() {
+            return Err(crate::exit::UsageError(
+                "--acknowledge-lost-writes changes the store itself: run it on the store's machine, without --url"
+                    .into(),
+            )
+            .into());
+        }
+        let store = crate::commands::open_target_store(target)?;
+        let n = store.acknowledge_lost_writes().await?;
+        say!(
+            "{}",
+            match n {
+                0 => "no loss of committed writes waited to be acknowledged".to_owned(),
+                1 => "acknowledged 1 loss of committed writes".to_owned(),
+                n => format!("acknowledged {n} losses of committed writes"),
+            }
+        );
+    }
     // Embedded, the sandbox is probed as `rein run` would (not strictly: a
     // sandbox that cannot run is what the report is for).
     let backend = match &target.url {

@@ -62,10 +62,26 @@ pub struct Place {
 /// decisions from other nodes besides when it is notified.
 const SHARED_STORE_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The store `target` names, opened on its own (no engine).
+pub(crate) fn open_target_store(target: &Target) -> anyhow::Result<Arc<dyn rein_core::Store>> {
+    let place = target.place();
+    let dir = data_dir(place.data_dir.clone())?;
+    open_store(&place, &dir)
+}
+
 /// The store `place` names: PostgreSQL at its URL, else SQLite in `dir`.
 fn open_store(place: &Place, dir: &std::path::Path) -> anyhow::Result<Arc<dyn rein_core::Store>> {
     Ok(match &place.store {
-        None => Arc::new(SqliteStore::open(&dir.join("rein.db"))?),
+        None => {
+            let store = SqliteStore::open(&dir.join("rein.db"))?;
+            for lost in store.unacknowledged_lost_writes() {
+                crate::output::shout!(
+                    "rein: WARNING: {lost}. `rein health` says more; \
+                     `rein health --acknowledge-lost-writes` says you know."
+                );
+            }
+            Arc::new(store)
+        }
         Some(url) => {
             // Opening is async (a pool, its first connection) and this caller
             // is not: it waits here, off the runtime's other tasks.
@@ -510,7 +526,10 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,
         Command::Metrics { json } => approvals::metrics(&target, json).await,
-        Command::Health { json } => approvals::health(&target, json).await,
+        Command::Health {
+            json,
+            acknowledge_lost_writes,
+        } => approvals::health(&target, json, acknowledge_lost_writes).await,
         Command::Acp(args) => acp::serve(&target, args).await,
         Command::Serve(args) => {
             if target.url.is_some() {

@@ -854,6 +854,8 @@ impl TaskStore for PostgresStore {
             location: self.location.clone(),
             free_bytes: None,
             last_write_error,
+            // PostgreSQL keeps its own write-ahead log, and says when it is lost.
+            lost_writes: Vec::new(),
         })
     }
 
