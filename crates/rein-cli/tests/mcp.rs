@@ -742,3 +742,75 @@ fn a_steps_own_rules_govern_its_mcp_calls() {
         pending[0]
     );
 }
+
+/// Tool answers past the step's cap are cut for the model, which is told
+/// where all of it is kept (and reads on from there); an answer past what
+/// rein reads from a server at all is refused at once, not timed out.
+#[test]
+fn big_tool_answers_are_cut_kept_and_never_taken_for_a_timeout() {
+    let model = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = npm_packages::mcp_servers_dir().join("big_answer.py");
+    let plan = plan(
+        dir.path(),
+        "mcp: big answers",
+        "mcp = [\"big\"]\ntools = [\"read_file\"]",
+        &format!(
+            "[mcp_servers.big]\ncommand = \"python3\"\nargs = [\"{}\"]\ntimeout = \"30s\"\nallow_read = [\"{}\"]\n",
+            server.display(),
+            npm_packages::mcp_servers_dir().display()
+        ),
+    );
+    let started = std::time::Instant::now();
+    let state = json(&run_ok(
+        model.rein(&data).args(["run", "--json"]).arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state:#}");
+    let text = agent_output(&state)["text"].as_str().unwrap().to_owned();
+    let answers: Vec<&str> = text.split(" | ").collect();
+    assert_eq!(answers.len(), 4, "{}", clip(&text));
+    for (answer, bytes) in [(answers[0], 300_000), (answers[1], 20_000_000)] {
+        assert!(
+            answer.starts_with("BEGINxxx") && !answer.contains("END"),
+            "{}",
+            clip(answer)
+        );
+        assert!(
+            answer.contains(&format!(
+                "cut at 262144 of its {bytes} bytes (the step's max_tool_answer_bytes is 262144)"
+            )) && answer.contains(".rein/tool-answers/agent-call_b"),
+            "{}",
+            clip(answer)
+        );
+    }
+    let kept = dir.path().join("ws/.rein/tool-answers/agent-call_b1.txt");
+    assert_eq!(std::fs::metadata(&kept).unwrap().len(), 20_000_000);
+    assert!(
+        answers[2]
+            .starts_with("error: MCP server `big` answered `emit` with a message over 64 MiB")
+            && !answers[2].contains("did not answer"),
+        "{}",
+        answers[2]
+    );
+    // The kept file, read on from an offset: its end.
+    assert_eq!(answers[3], "xxxxxxxEND");
+    // What the model was sent stayed small: no request carried a whole answer.
+    let biggest = model
+        .requests()
+        .iter()
+        .map(|r| r.to_string().len())
+        .max()
+        .unwrap();
+    assert!(biggest < 1024 * 1024, "a request of {biggest} bytes");
+    // Refused at once, not after the server's 30 s timeout.
+    assert!(started.elapsed() < std::time::Duration::from_secs(25));
+}
+
+fn clip(text: &str) -> String {
+    let mut end = text.len().min(300);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}

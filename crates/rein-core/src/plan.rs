@@ -863,6 +863,9 @@ struct StepFile {
     /// its token limit.
     #[serde(default)]
     on_token_limit: Option<String>,
+    /// Agent steps: the most bytes of one tool answer the model is sent.
+    #[serde(default)]
+    max_tool_answer_bytes: Option<u64>,
     /// Agent steps: the MCP servers whose tools the step is offered.
     #[serde(default)]
     mcp: Option<Vec<String>>,
@@ -995,6 +998,7 @@ fn step_from_file(
         ("require_tool_call", s.require_tool_call.is_some()),
         ("max_turns", s.max_turns.is_some()),
         ("on_token_limit", s.on_token_limit.is_some()),
+        ("max_tool_answer_bytes", s.max_tool_answer_bytes.is_some()),
         ("mcp", s.mcp.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
@@ -1043,11 +1047,19 @@ fn step_from_file(
                 ));
             }
         };
+        if s.max_tool_answer_bytes
+            .is_some_and(|n| !(1024..=16 * 1024 * 1024).contains(&n))
+        {
+            return Err(format!(
+                "step `{id}`: `max_tool_answer_bytes` is between 1024 and 16777216 (16 MiB)"
+            ));
+        }
         let limits = rein_protocol::AgentLimits {
             tool_choice: s.tool_choice,
             require_tool_call: s.require_tool_call.unwrap_or(false),
             max_turns: s.max_turns,
             continue_at_length,
+            max_tool_answer_bytes: s.max_tool_answer_bytes,
         };
         let mut mcp = Vec::new();
         for name in s.mcp.unwrap_or_default() {

@@ -563,6 +563,7 @@ tool_choice = "write_file"
 require_tool_call = true
 max_turns = 5
 on_token_limit = "continue"
+max_tool_answer_bytes = 65536
 "#,
     )
     .unwrap();
@@ -576,6 +577,7 @@ on_token_limit = "continue"
             require_tool_call: true,
             max_turns: Some(5),
             continue_at_length: true,
+            max_tool_answer_bytes: Some(65536),
         }
     );
     let bad = |extra: &str| {
@@ -590,6 +592,7 @@ on_token_limit = "continue"
     );
     assert!(bad("max_turns = 0").contains("`max_turns` is between 1 and 1000"));
     assert!(bad("on_token_limit = \"shrug\"").contains("write \"fail\" or \"continue\""));
+    assert!(bad("max_tool_answer_bytes = 100").contains("between 1024 and 16777216"));
     // Only agent steps take them.
     let err = parse("description = \"x\"\n[[steps]]\nid = \"a\"\nrun = \"true\"\nmax_turns = 3\n")
         .unwrap_err();

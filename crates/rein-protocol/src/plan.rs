@@ -162,9 +162,32 @@ pub struct AgentLimits {
     /// At `finish_reason: "length"`, ask the model to go on instead of failing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_at_length: bool,
+    /// The most bytes of one tool answer the model is sent (default
+    /// [`AgentLimits::TOOL_ANSWER_BYTES`]); the rest is kept as a file in the
+    /// workspace, and the model told where.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
+    #[schemars(range(min = 1024, max = 16_777_216))]
+    pub max_tool_answer_bytes: Option<u64>,
 }
 
 impl AgentLimits {
+    /// The most bytes of one tool answer sent to the model, unless the step
+    /// says (`max_tool_answer_bytes`).
+    pub const TOOL_ANSWER_BYTES: u64 = 256 * 1024;
+
+    /// The most bytes of one tool answer this step's model is sent.
+    pub fn tool_answer_bytes(&self) -> usize {
+        usize::try_from(
+            self.max_tool_answer_bytes
+                .unwrap_or(Self::TOOL_ANSWER_BYTES),
+        )
+        .unwrap_or(usize::MAX)
+    }
+
     pub fn is_default(&self) -> bool {
         *self == AgentLimits::default()
     }

@@ -172,7 +172,13 @@ fn tool_specs(names: &[String]) -> Vec<ToolSpec> {
         .iter()
         .filter_map(|name| {
             let (description, parameters) = match name.as_str() {
-                "read_file" => ("Read a file of the workspace", path.clone()),
+                "read_file" => (
+                    "Read a file of the workspace (64 KiB at a time: give `offset` to read on)",
+                    json!({ "type": "object", "properties": {
+                        "path": { "type": "string", "description": "a path inside the workspace" },
+                        "offset": { "type": "integer", "minimum": 0, "description": "the byte to start at (default 0)" } },
+                        "required": ["path"] }),
+                ),
                 "list_dir" => ("List a directory of the workspace", path.clone()),
                 "write_file" => (
                     "Write a file of the workspace (replacing it)",
@@ -673,6 +679,7 @@ impl AgentExecutor {
                     };
                     let result = match outcome {
                         ToolOutcome::Answer(text) => {
+                            let text = bounded(request, call, text, limits.tool_answer_bytes());
                             report_result(request, call, &text);
                             text
                         }
@@ -988,10 +995,17 @@ impl AgentExecutor {
             "read_file" => match text("path").map(|p| resolve(ws, &p)) {
                 Some(Ok(path)) => match ws.read(&path) {
                     Ok(bytes) => {
-                        let shown = &bytes[..bytes.len().min(READ_LIMIT)];
-                        let mut out = String::from_utf8_lossy(shown).into_owned();
-                        if bytes.len() > READ_LIMIT {
-                            out.push_str(&format!("\n[… {} more bytes]", bytes.len() - READ_LIMIT));
+                        let from = args["offset"]
+                            .as_u64()
+                            .map_or(0, |o| usize::try_from(o).unwrap_or(usize::MAX))
+                            .min(bytes.len());
+                        let to = (from + READ_LIMIT).min(bytes.len());
+                        let mut out = String::from_utf8_lossy(&bytes[from..to]).into_owned();
+                        if to < bytes.len() {
+                            out.push_str(&format!(
+                                "\n[… {} more bytes: read on with offset {to}]",
+                                bytes.len() - to
+                            ));
                         }
                         out
                     }
@@ -1393,6 +1407,49 @@ fn report_call(request: &StepRequest, call: &ToolCall) {
         "status": "in_progress",
         "rawInput": input,
     }));
+}
+
+/// Where, inside the workspace, tool answers too long for the model are kept.
+pub const TOOL_ANSWERS: &str = ".rein/tool-answers";
+
+/// A tool answer as the model is sent it (and the journal keeps it): whole
+/// up to `limit` bytes; past that, its first `limit` bytes and a note that
+/// says it was cut and where all of it is: a file of the workspace, under
+/// [`TOOL_ANSWERS`], that `read_file` reads on from an `offset`.
+fn bounded(request: &StepRequest, call: &ToolCall, text: String, limit: usize) -> String {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let safe = |s: &str| -> String {
+        s.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .take(64)
+            .collect()
+    };
+    let name = format!("{}-{}.txt", safe(&request.step.id), safe(&call.id));
+    let relative = std::path::Path::new(TOOL_ANSWERS).join(name);
+    let kept = match request.workspace.write(&relative, text.as_bytes()) {
+        Ok(()) => format!(
+            "all of it is in the workspace file `{0}`: read on with read_file {{\"path\": \"{0}\", \"offset\": {cut}}}",
+            relative.display()
+        ),
+        Err(e) => format!("the rest could not be kept ({e})"),
+    };
+    format!(
+        "{}\n[rein: this answer was cut at {cut} of its {} bytes (the step's max_tool_answer_bytes is {limit}); {kept}]",
+        &text[..cut],
+        text.len()
+    )
 }
 
 /// Reports how a tool call ended: `failed` when its answer is an error.

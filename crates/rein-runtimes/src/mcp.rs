@@ -37,6 +37,79 @@ const STDERR_LINES_LOGGED: usize = 200;
 const STDERR_LINES_KEPT: usize = 12;
 /// Between a server's name and its tool's in the names the model sees.
 pub const SEPARATOR: &str = "__";
+/// The longest message rein reads from a stdio server (one JSON-RPC line).
+/// A tool answer up to it reaches the agent loop, which sends the model its
+/// first part and keeps the rest as a file; a longer one is dropped as it
+/// streams in (never held in memory) and the call answered at once with
+/// what happened, not left to time out.
+pub const MESSAGE_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Messages a stdio server sent that were longer than [`MESSAGE_LIMIT`].
+#[derive(Debug, Default)]
+struct Oversized {
+    lines: std::sync::atomic::AtomicU64,
+    notify: tokio::sync::Notify,
+}
+
+impl Oversized {
+    /// Once a message longer than the limit arrives after `seen` of them.
+    async fn after(&self, seen: u64) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lines.load(std::sync::atomic::Ordering::SeqCst) != seen {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// A server's stdout as the transport reads it, measuring each line on the
+/// way: the transport drops a line past the limit without a word to its
+/// caller, and this says so.
+struct Watched<R> {
+    inner: R,
+    line: usize,
+    over: bool,
+    oversized: Arc<Oversized>,
+}
+
+impl<R> Watched<R> {
+    fn grow(&mut self, n: usize) {
+        self.line = self.line.saturating_add(n);
+        if !self.over && self.line > MESSAGE_LIMIT {
+            self.over = true;
+            self.oversized
+                .lines
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.oversized.notify.notify_waiters();
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            let mut rest = &buf.filled()[before..];
+            while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+                self.grow(i);
+                self.line = 0;
+                self.over = false;
+                rest = &rest[i + 1..];
+            }
+            self.grow(rest.len());
+        }
+        polled
+    }
+}
 
 /// The servers the configuration declares (`[mcp_servers.NAME]` in
 /// `rein.toml`), for steps whose plan does not declare the ones they name.
@@ -58,6 +131,8 @@ struct Connection {
     tools: Vec<rmcp::model::Tool>,
     live: tokio::sync::Mutex<Option<Live>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Messages of its server's too long to read.
+    oversized: Arc<Oversized>,
     /// What the sandbox let the server reach (stdio servers).
     reach: Option<rein_sandbox::Reach>,
 }
@@ -130,6 +205,7 @@ impl StepMcp {
                 tools: Vec::new(),
                 live: tokio::sync::Mutex::new(None),
                 stderr: Arc::default(),
+                oversized: Arc::default(),
                 reach: None,
             };
             let (live, tools, reach) = mcp.connect(&connection).await?;
@@ -195,11 +271,12 @@ impl StepMcp {
                 })?;
                 headers.insert(name, value);
             }
-            let config =
+            let mut config =
                 rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
                     url.as_str(),
                 )
                 .custom_headers(headers);
+            config.max_sse_event_size = MESSAGE_LIMIT;
             let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
             let client = client_config().serve(transport).await.map_err(|e| {
                 (
@@ -245,7 +322,15 @@ impl StepMcp {
         if let Some(stderr) = child.stderr.take() {
             self.forward_stderr(c, stderr);
         }
-        match client_config().serve((stdout, stdin)).await {
+        let stdout = Watched {
+            inner: stdout,
+            line: 0,
+            over: false,
+            oversized: Arc::clone(&c.oversized),
+        };
+        let transport = rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin)
+            .with_max_line_length(MESSAGE_LIMIT);
+        match client_config().serve(transport).await {
             Ok(client) => Ok((
                 Live {
                     client,
@@ -376,7 +461,16 @@ impl StepMcp {
             .server
             .timeout_ms
             .map_or(CALL_TIMEOUT, Duration::from_millis);
-        let answer = tokio::time::timeout(limit, current.client.call_tool(params)).await;
+        let seen = c.oversized.lines.load(std::sync::atomic::Ordering::SeqCst);
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(limit, current.client.call_tool(params)) => answer,
+            () = c.oversized.after(seen) => {
+                return CallOutcome::Answer(format!(
+                    "error: MCP server `{server}` answered `{tool}` with a message over {} MiB, more than rein reads from an MCP server; the answer was dropped as it came (the server still runs): ask it for less at a time",
+                    MESSAGE_LIMIT / (1024 * 1024)
+                ));
+            }
+        };
         match answer {
             Ok(Ok(result)) => CallOutcome::Answer(result_text(
                 &serde_json::to_value(&result).unwrap_or(Value::Null),

@@ -208,6 +208,23 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
                 json!({ "message": "after the stall" }),
             );
         }
+        // Answers of 300 kB, 20 MB and 70 MB from `big` (big_answer.py), then
+        // the end of the first one's kept file read with an offset.
+        ("mcp: big answers", n) if n < 3 => {
+            let bytes = [300_000, 20_000_000, 70_000_000][n];
+            return call(
+                &format!("call_b{n}"),
+                "big__emit",
+                json!({ "bytes": bytes }),
+            );
+        }
+        ("mcp: big answers", 3) => {
+            return call(
+                "call_r",
+                "read_file",
+                json!({ "path": ".rein/tool-answers/agent-call_b0.txt", "offset": 299_990 }),
+            );
+        }
         ("mcp: work twice", n) if n < 2 => {
             return call(&format!("call_w{n}"), "cr__work", json!({}));
         }
