@@ -339,6 +339,8 @@ pub fn task_details(state: &TaskState) -> String {
         out.push_str(&format!("  runner: pid {} on {}\n", r.pid, r.host));
     }
     out.push_str("  checkpoints:\n");
+    let mut total = rein_protocol::Usage::default();
+    let mut metered = false;
     for cp in &state.checkpoints {
         let what = match &cp.step_id {
             Some(step) if cp.attempt > 1 => format!("{step} (attempt {})", cp.attempt),
@@ -366,6 +368,11 @@ pub fn task_details(state: &TaskState) -> String {
         if let Some(by) = &cp.approved_by {
             line.push_str(&format!(" by {}", by.who));
         }
+        if let Some(used) = step_usage(cp) {
+            line.push_str(&format!(" {}", tokens(&used)));
+            total.add(&used);
+            metered = true;
+        }
         if let Some(e) = &cp.error {
             line.push_str(&format!(" — {e}"));
         }
@@ -376,6 +383,44 @@ pub fn task_details(state: &TaskState) -> String {
                 out.push_str(&format!("         | {tail}\n"));
             }
         }
+    }
+    if metered {
+        out.push_str(&format!("  model usage: {}\n", tokens(&total)));
+    }
+    out
+}
+
+/// What a step's model turns used, from its output.
+fn step_usage(cp: &rein_protocol::Checkpoint) -> Option<rein_protocol::Usage> {
+    let usage = cp.output.as_ref()?.get("usage")?;
+    serde_json::from_value(usage.clone()).ok()
+}
+
+/// Tokens as a person reads them: `1,234 in (200 cached) / 56 out`, marked
+/// `~` when estimated.
+pub fn tokens(u: &rein_protocol::Usage) -> String {
+    let about = if u.estimated { "~" } else { "" };
+    let cached = if u.cached_input_tokens > 0 {
+        format!(" ({} cached)", thousands(u.cached_input_tokens))
+    } else {
+        String::new()
+    };
+    format!(
+        "{about}{} in{cached} / {about}{} out tokens",
+        thousands(u.input_tokens),
+        thousands(u.output_tokens)
+    )
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
     }
     out
 }

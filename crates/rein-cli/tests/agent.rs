@@ -84,6 +84,68 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
         .clone();
     assert_eq!(output["text"], "both ran");
     assert_eq!(output["selection"]["selected"], "rein");
+    // Metered: what the server reported for its three turns, token for
+    // token — the two before the kill read back from the journal, none
+    // counted twice.
+    let reported = |field: &str| -> u64 {
+        requests
+            .iter()
+            .map(|r| {
+                r["reported_usage"]
+                    .pointer(field)
+                    .unwrap()
+                    .as_u64()
+                    .unwrap()
+            })
+            .sum()
+    };
+    let usage = &output["usage"];
+    assert_eq!(usage["input_tokens"], reported("/prompt_tokens"), "{usage}");
+    assert_eq!(
+        usage["cached_input_tokens"],
+        reported("/prompt_tokens_details/cached_tokens")
+    );
+    assert_eq!(usage["output_tokens"], reported("/completion_tokens"));
+    assert_eq!(usage["reasoning_tokens"], 0);
+    assert!(usage.get("estimated").is_none(), "{usage}");
+    assert_eq!(
+        usage["by_model"]["openai/gpt-test"]["input_tokens"],
+        usage["input_tokens"]
+    );
+    assert!(reported("/prompt_tokens") > 0);
+    // Each turn's usage is journaled with it, with the model that served it.
+    let turns: Vec<serde_json::Value> = requests
+        .iter()
+        .map(|r| r["stream_options"].clone())
+        .collect();
+    assert!(
+        turns.iter().all(|o| o["include_usage"] == true),
+        "{turns:?}"
+    );
+    // `rein tasks show` says it, per step and in all.
+    let mut show = rein(&data);
+    let shown = run_ok(show.args(["tasks", "show", &task]));
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let line = format!(
+        "model usage: {} in ({} cached) / {} out tokens",
+        group(reported("/prompt_tokens")),
+        group(reported("/prompt_tokens_details/cached_tokens")),
+        group(reported("/completion_tokens"))
+    );
+    assert!(shown.contains(&line), "{line}\n{shown}");
+}
+
+/// `1234567` as `1,234,567`.
+fn group(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 #[test]

@@ -46,6 +46,7 @@ pub mod session;
 pub mod shared_state;
 pub mod snapshot;
 pub mod task;
+pub mod usage;
 
 pub use approval::{
     ApprovalContext, ApprovalRequest, ApprovalResponse, ApprovalStatus, ApprovalType, Decision,
@@ -85,6 +86,7 @@ pub use task::{
     StepProcess, TaskContext, TaskHead, TaskResources, TaskState, TaskStatus, TaskSummary,
     WorkspacePin,
 };
+pub use usage::{TurnUsage, Usage};
 
 /// Timestamps are UTC, RFC 3339 on the wire.
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

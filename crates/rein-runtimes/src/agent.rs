@@ -21,14 +21,14 @@ use rein_core::recovery::Failure;
 use rein_core::sessions::{SessionName, Sessions, TASK_ACTOR};
 use rein_core::{ExecutorHealth, StepExecutor};
 use rein_protocol::{
-    AgentSessionInfo, BUILTIN_RUNTIME, Delegation, SelectionDecision, StepAction, TaskStep,
+    AgentSessionInfo, BUILTIN_RUNTIME, Delegation, SelectionDecision, StepAction, TaskStep, Usage,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::anthropic::AnthropicConfig;
 use crate::mcp::{CallOutcome, McpServers, StepMcp};
-use crate::openai::{ChatClient, ChatConfig, ChatError, Message, ToolCall, ToolSpec};
+use crate::openai::{ChatClient, ChatConfig, ChatError, ChatResponse, Message, ToolCall, ToolSpec};
 use crate::provider::{ModelClient, Providers};
 
 /// Runs agent steps, and hands every other step to `commands`.
@@ -560,8 +560,16 @@ impl AgentExecutor {
             let stopped_at_limit = entries[since..]
                 .last()
                 .is_some_and(|e| e.get("turn_limit").is_some());
+            // The usage of each model turn journaled, by the turn's position.
+            let mut metered: Vec<(usize, rein_protocol::TurnUsage)> = Vec::new();
             for entry in &entries[since..] {
                 if let Some(m) = entry.get("message") {
+                    if let Some(used) = entry
+                        .get("usage")
+                        .and_then(|u| serde_json::from_value(u.clone()).ok())
+                    {
+                        metered.push((messages.len(), used));
+                    }
                     match serde_json::from_value(m.clone()) {
                         Ok(m) => messages.push(m),
                         Err(e) => {
@@ -649,6 +657,7 @@ impl AgentExecutor {
                 specs.extend(mcp.specs());
             }
             let mut request_id: Option<String> = None;
+            let mut used: Option<rein_protocol::TurnUsage> = None;
             let mut tool_runs = 0usize;
             // A bound on the loop itself (each turn and each tool call is one
             // pass); the budget of turns is what stops an agent.
@@ -750,6 +759,7 @@ impl AgentExecutor {
                             "text": text,
                             "turns": turns,
                             "tool_calls": count_calls(&messages[mine..]),
+                            "usage": usage_of(metered.iter().filter(|(at, _)| *at >= mine).map(|(_, u)| u)),
                         })),
                     };
                 } else {
@@ -807,13 +817,25 @@ impl AgentExecutor {
                             Some(json!({ "selection": decision, "session": session.id, "partial": response.content })),
                         );
                     }
-                    request_id = response.request_id;
+                    request_id = response.request_id.clone();
+                    let turn = rein_protocol::TurnUsage {
+                        provider: chat.provider().to_owned(),
+                        model: chat.model().to_owned(),
+                        served_model: response.served_model.clone(),
+                        usage: response
+                            .usage
+                            .unwrap_or_else(|| estimate(&messages, &specs, &response)),
+                    };
+                    metered.push((messages.len(), turn.clone()));
+                    used = Some(turn);
                     messages.push(Message::Assistant {
                         content: (!response.content.is_empty()).then_some(response.content),
                         tool_calls: response.tool_calls,
                     });
                     if cut {
-                        let newest = messages.last().map(|m| entry(m, request_id.take()));
+                        let newest = messages
+                            .last()
+                            .map(|m| turn_entry(m, request_id.take(), used.take()));
                         if let Err(e) = journal.append(newest.as_slice()).await {
                             return unwritten(&e);
                         }
@@ -824,7 +846,9 @@ impl AgentExecutor {
                 }
                 // Durable before the next turn or tool call begins; a model
                 // turn with the provider's id of its request.
-                let newest = messages.last().map(|m| entry(m, request_id.take()));
+                let newest = messages
+                    .last()
+                    .map(|m| turn_entry(m, request_id.take(), used.take()));
                 if let Err(e) = journal.append(newest.as_slice()).await {
                     return unwritten(&e);
                 }
@@ -1346,13 +1370,67 @@ fn pending_calls(messages: &[Message]) -> Vec<ToolCall> {
         .collect()
 }
 
-/// A message's journal entry; a model turn's with the provider's id of its
-/// request.
+/// A message's journal entry.
 fn entry(message: &Message, request_id: Option<String>) -> Value {
-    match request_id {
-        Some(id) => json!({ "message": message, "request_id": id }),
-        None => json!({ "message": message }),
+    turn_entry(message, request_id, None)
+}
+
+/// A model turn's journal entry: with the provider's id of its request and
+/// what the turn used, so a resume reads the count and never counts again.
+fn turn_entry(
+    message: &Message,
+    request_id: Option<String>,
+    used: Option<rein_protocol::TurnUsage>,
+) -> Value {
+    let mut entry = json!({ "message": message });
+    if let Some(id) = request_id {
+        entry["request_id"] = json!(id);
     }
+    if let Some(used) = used {
+        entry["usage"] = json!(used);
+    }
+    entry
+}
+
+/// What a turn used by rein's estimate, for a server that reported nothing
+/// (llama-cpp-python's, streaming): a token per four bytes of what was sent
+/// and what came back, marked `estimated`.
+fn estimate(messages: &[Message], specs: &[ToolSpec], response: &ChatResponse) -> Usage {
+    let sent = serde_json::to_string(messages).map_or(0, |s| s.len())
+        + specs
+            .iter()
+            .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+            .sum::<usize>();
+    let got = response.content.len()
+        + response
+            .tool_calls
+            .iter()
+            .map(|c| c.function.name.len() + c.function.arguments.len())
+            .sum::<usize>();
+    let tokens = |bytes: usize| u64::try_from(bytes.div_ceil(4)).unwrap_or(u64::MAX);
+    Usage {
+        input_tokens: tokens(sent),
+        output_tokens: tokens(got),
+        estimated: true,
+        ..Usage::default()
+    }
+}
+
+/// A step's usage in its output: the sum, and the sum by model
+/// (`PROVIDER/MODEL`).
+fn usage_of<'a>(turns: impl Iterator<Item = &'a rein_protocol::TurnUsage>) -> Value {
+    let mut total = Usage::default();
+    let mut by_model: std::collections::BTreeMap<String, Usage> = std::collections::BTreeMap::new();
+    for turn in turns {
+        total.add(&turn.usage);
+        by_model
+            .entry(format!("{}/{}", turn.provider, turn.model))
+            .or_default()
+            .add(&turn.usage);
+    }
+    let mut out = json!(total);
+    out["by_model"] = json!(by_model);
+    out
 }
 
 /// The final answer: the last turn's text, joined to the turns it continued

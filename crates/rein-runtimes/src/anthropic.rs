@@ -143,6 +143,11 @@ fn status_of(kind: &str) -> Option<u16> {
 }
 
 impl AnthropicClient {
+    /// The model it asks for.
+    pub fn model(&self) -> &str {
+        &self.config.model
+    }
+
     pub fn new(config: AnthropicConfig) -> AnthropicClient {
         AnthropicClient {
             http: reqwest::Client::new(),
@@ -220,6 +225,8 @@ async fn read_events(
     let mut content = String::new();
     let mut blocks: Vec<Block> = Vec::new();
     let mut stop_reason: Option<String> = None;
+    let mut counted: Option<rein_protocol::Usage> = None;
+    let mut served_model: Option<String> = None;
     let mut events_seen = 0usize;
     loop {
         let Some(event) = next_event(&mut events, idle).await? else {
@@ -290,9 +297,33 @@ async fn read_events(
                     _ => {}
                 }
             }
+            "message_start" => {
+                let message = &data["message"];
+                served_model = message["model"].as_str().map(str::to_owned);
+                let usage = &message["usage"];
+                let read = usage["cache_read_input_tokens"].as_u64().unwrap_or(0);
+                let written = usage["cache_creation_input_tokens"].as_u64().unwrap_or(0);
+                if let Some(fresh) = usage["input_tokens"].as_u64() {
+                    counted = Some(rein_protocol::Usage {
+                        // Anthropic counts the cache apart: every prompt token
+                        // is the three together.
+                        input_tokens: fresh.saturating_add(read).saturating_add(written),
+                        cached_input_tokens: read,
+                        output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
+                        reasoning_tokens: None,
+                        estimated: false,
+                    });
+                }
+            }
             "message_delta" => {
                 if let Some(reason) = data["delta"]["stop_reason"].as_str() {
                     stop_reason = Some(reason.to_owned());
+                }
+                // The output so far, counted anew each time.
+                if let (Some(c), Some(out)) =
+                    (counted.as_mut(), data["usage"]["output_tokens"].as_u64())
+                {
+                    c.output_tokens = out;
                 }
             }
             "message_stop" => break,
@@ -334,6 +365,8 @@ async fn read_events(
         tool_calls,
         finish_reason,
         request_id: None,
+        usage: counted,
+        served_model,
     })
 }
 

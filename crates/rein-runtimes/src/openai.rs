@@ -136,6 +136,11 @@ pub struct ChatResponse {
     /// The provider's own id of the request (`x-request-id`, `request-id`),
     /// when it sent one.
     pub request_id: Option<String>,
+    /// The tokens the provider reported the request used (`None`: it
+    /// reported none).
+    pub usage: Option<rein_protocol::Usage>,
+    /// The model the server says answered.
+    pub served_model: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -204,6 +209,9 @@ impl ChatClient {
             "model": self.config.model,
             "messages": messages,
             "stream": true,
+            // The usage comes in a last chunk of its own (servers that do not
+            // know the option send none, and rein estimates).
+            "stream_options": { "include_usage": true },
         });
         if !tools.is_empty() {
             body["tools"] = tools
@@ -377,6 +385,8 @@ async fn read_stream(
     let mut calls: Vec<Partial> = Vec::new();
     let mut finish_reason = None;
     let mut chunks = 0usize;
+    let mut usage = None;
+    let mut served_model = None;
     loop {
         let Some(event) = next_event(&mut events, idle).await? else {
             break;
@@ -389,6 +399,14 @@ async fn read_stream(
             .map_err(|e| ChatError::Protocol(format!("a chunk is not JSON ({e})")))?;
         if chunk.get("error").is_some_and(|e| !e.is_null()) {
             return Err(stream_error(&chunk["error"]));
+        }
+        if let Some(model) = chunk["model"].as_str()
+            && !model.is_empty()
+        {
+            served_model = Some(model.to_owned());
+        }
+        if let Some(reported) = chat_usage(&chunk["usage"]) {
+            usage = Some(reported);
         }
         let Some(choice) = chunk["choices"].get(0) else {
             continue;
@@ -467,5 +485,24 @@ async fn read_stream(
         tool_calls,
         finish_reason,
         request_id: None,
+        usage,
+        served_model,
+    })
+}
+
+/// A Chat Completions `usage` object, normalised: `prompt_tokens` (cached
+/// ones included), `prompt_tokens_details.cached_tokens`,
+/// `completion_tokens` and `completion_tokens_details.reasoning_tokens`.
+/// `None` for a null or absent one.
+pub(crate) fn chat_usage(usage: &Value) -> Option<rein_protocol::Usage> {
+    let input = usage["prompt_tokens"].as_u64()?;
+    Some(rein_protocol::Usage {
+        input_tokens: input,
+        cached_input_tokens: usage["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0),
+        output_tokens: usage["completion_tokens"].as_u64().unwrap_or(0),
+        reasoning_tokens: usage["completion_tokens_details"]["reasoning_tokens"].as_u64(),
+        estimated: false,
     })
 }

@@ -89,6 +89,24 @@ pub enum ModelClient {
 }
 
 impl ModelClient {
+    /// The provider it speaks to, by the name a step gives it.
+    pub fn provider(&self) -> &'static str {
+        match self {
+            ModelClient::OpenAi(_) => "openai",
+            ModelClient::Responses(_) => "openai-responses",
+            ModelClient::Anthropic(_) => "anthropic",
+        }
+    }
+
+    /// The model it asks for.
+    pub fn model(&self) -> &str {
+        match self {
+            ModelClient::OpenAi(c) => &c.config().model,
+            ModelClient::Responses(c) => c.model(),
+            ModelClient::Anthropic(c) => c.model(),
+        }
+    }
+
     /// One streamed answer: content pieces to `on_text` as they come, the
     /// tool calls whole, the finish reason in the chat-completions vocabulary.
     pub async fn complete_with(

@@ -58,6 +58,11 @@ pub struct ResponsesClient {
 }
 
 impl ResponsesClient {
+    /// The model it asks for.
+    pub fn model(&self) -> &str {
+        &self.config.model
+    }
+
     pub fn new(config: ChatConfig) -> ResponsesClient {
         ResponsesClient {
             http: reqwest::Client::new(),
@@ -139,6 +144,8 @@ async fn read_events(
     let mut calls: Vec<(usize, ToolCall)> = Vec::new();
     let mut finish_reason: Option<String> = None;
     let mut events_seen = 0usize;
+    let mut usage = None;
+    let mut served_model = None;
     loop {
         let Some(event) = next_event(&mut events, idle).await? else {
             break;
@@ -202,6 +209,7 @@ async fn read_events(
                 }
             }
             "response.completed" => {
+                (usage, served_model) = responses_usage(&data["response"]);
                 finish_reason = Some(
                     if calls.is_empty() {
                         "stop"
@@ -213,6 +221,7 @@ async fn read_events(
                 break;
             }
             "response.incomplete" => {
+                (usage, served_model) = responses_usage(&data["response"]);
                 let reason = data["response"]["incomplete_details"]["reason"]
                     .as_str()
                     .unwrap_or("incomplete");
@@ -239,7 +248,28 @@ async fn read_events(
         tool_calls: calls.into_iter().map(|(_, c)| c).collect(),
         finish_reason,
         request_id: None,
+        usage,
+        served_model,
     })
+}
+
+/// A Responses `response`'s usage, normalised (`input_tokens` with the cached
+/// ones in it, `input_tokens_details.cached_tokens`, `output_tokens`,
+/// `output_tokens_details.reasoning_tokens`), and the model it names.
+fn responses_usage(response: &Value) -> (Option<rein_protocol::Usage>, Option<String>) {
+    let usage = &response["usage"];
+    let counted = usage["input_tokens"]
+        .as_u64()
+        .map(|input| rein_protocol::Usage {
+            input_tokens: input,
+            cached_input_tokens: usage["input_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap_or(0),
+            output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
+            reasoning_tokens: usage["output_tokens_details"]["reasoning_tokens"].as_u64(),
+            estimated: false,
+        });
+    (counted, response["model"].as_str().map(str::to_owned))
 }
 
 #[cfg(test)]

@@ -173,6 +173,17 @@ async fn a_tool_call_goes_through_against_a_server_that_behaves_like_llama_cpp()
         .unwrap();
     assert_eq!(turn["content"], "");
     assert_eq!(turn["tool_calls"][0]["function"]["name"], "write_file");
+    // It reports no usage when streaming (as llama-cpp-python's server does
+    // not): rein estimates, a token per four bytes, and says so.
+    let usage = usage_of(&done);
+    assert_eq!(usage["estimated"], true, "{usage}");
+    let sent = seen.0.lock().unwrap()[0]["messages"].to_string().len() as u64;
+    let first_turn_at_least = sent / 4;
+    assert!(
+        usage["input_tokens"].as_u64().unwrap() > first_turn_at_least,
+        "{usage}"
+    );
+    assert!(usage["output_tokens"].as_u64().unwrap() > 0, "{usage}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -676,6 +687,32 @@ async fn an_agent_step_on_anthropic_writes_a_file_through_the_messages_api() {
         .filter_map(|e| e["request_id"].as_str())
         .collect();
     assert_eq!(ids, ["req_ant_1", "req_ant_1"]);
+    // Metered from Anthropic's own fields: every prompt token is the fresh
+    // ones, the cache read and the cache written (10 + 6 + 4), the cached
+    // part the read; the output, message_delta's last count (20, then 5).
+    let usage = usage_of(&done);
+    assert_eq!(usage["input_tokens"], 40, "{usage}");
+    assert_eq!(usage["cached_input_tokens"], 12);
+    assert_eq!(usage["output_tokens"], 25);
+    assert_eq!(
+        usage["by_model"]["anthropic/claude-test"]["output_tokens"],
+        25
+    );
+    let served: Vec<&str> = journal
+        .iter()
+        .filter_map(|e| e["usage"]["served_model"].as_str())
+        .collect();
+    assert_eq!(served, ["claude-test", "claude-test"]);
+}
+
+/// The usage in the output of step `draft`.
+fn usage_of(done: &rein_protocol::TaskState) -> serde_json::Value {
+    done.latest_for_step("draft")
+        .unwrap()
+        .output
+        .clone()
+        .unwrap()["usage"]
+        .clone()
 }
 
 #[tokio::test]
@@ -784,6 +821,17 @@ async fn an_agent_step_on_the_responses_api_writes_a_file() {
         .await
         .unwrap();
     assert!(journal.iter().any(|e| e["request_id"] == "req_resp_1"));
+    // Metered from the Responses API's `usage` of `response.completed`.
+    let usage = usage_of(&done);
+    assert_eq!(usage["input_tokens"], 60, "{usage}");
+    assert_eq!(usage["cached_input_tokens"], 16);
+    assert_eq!(usage["output_tokens"], 24);
+    assert_eq!(usage["reasoning_tokens"], 6);
+    assert!(
+        journal
+            .iter()
+            .any(|e| e["usage"]["served_model"] == "gpt-resp-2025")
+    );
 
     // A rate limit reported in the stream is a 429.
     let client = rein_runtimes::responses::ResponsesClient::new(ChatConfig {

@@ -47,7 +47,37 @@ fn say(text: &str) -> Response {
     ])
 }
 
+/// The scripted answer, and, when the request asks for it
+/// (`stream_options.include_usage`), a last chunk with the usage as OpenAI
+/// sends it (`choices: []`): prompt tokens a quarter of the request's bytes,
+/// half of them cached, completion tokens a tenth of the answer's. What was
+/// reported is kept with the request (`reported_usage`), for tests to add up.
 async fn completions(State(seen): State<Seen>, body: String) -> Response {
+    let request: Value = serde_json::from_str(&body).unwrap();
+    let answer = script(State(seen.clone()), body.clone()).await;
+    if request["stream_options"]["include_usage"] != json!(true) {
+        return answer;
+    }
+    let (parts, stream) = answer.into_parts();
+    let bytes = axum::body::to_bytes(stream, usize::MAX).await.unwrap();
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    let prompt = (body.len() / 4) as u64;
+    let usage = json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": (text.len() / 10) as u64,
+        "total_tokens": prompt + (text.len() / 10) as u64,
+        "prompt_tokens_details": { "cached_tokens": prompt / 2 },
+        "completion_tokens_details": { "reasoning_tokens": 0 },
+    });
+    if let Some(last) = seen.0.lock().unwrap().last_mut() {
+        last["reported_usage"] = usage.clone();
+    }
+    let chunk = json!({ "id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-test-0001", "choices": [], "usage": usage });
+    let text = text.replace("data: [DONE]", &format!("data: {chunk}\n\ndata: [DONE]"));
+    Response::from_parts(parts, Body::from(text))
+}
+
+async fn script(State(seen): State<Seen>, body: String) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap();
     seen.0.lock().unwrap().push(body.clone());
     let messages = body["messages"].as_array().unwrap();
@@ -477,7 +507,7 @@ async fn messages(
             .as_array()
             .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
     });
-    let start = json!({ "type": "message_start", "message": { "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": body["model"], "stop_reason": null, "usage": { "input_tokens": 10, "output_tokens": 1 } } });
+    let start = json!({ "type": "message_start", "message": { "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": body["model"], "stop_reason": null, "usage": { "input_tokens": 10, "cache_creation_input_tokens": 4, "cache_read_input_tokens": 6, "output_tokens": 1 } } });
     match (first, answered) {
         ("busy", _) => json_error(
             429,
@@ -562,7 +592,7 @@ async fn responses(State(seen): State<Seen>, body: String) -> Response {
             json!({ "type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Wrote " }),
             json!({ "type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "it." }),
             json!({ "type": "response.output_item.done", "output_index": 0, "item": { "type": "message", "id": "msg_1" } }),
-            json!({ "type": "response.completed", "response": { "id": "resp_1", "status": "completed" } }),
+            json!({ "type": "response.completed", "response": { "id": "resp_1", "status": "completed", "model": "gpt-resp-2025", "usage": { "input_tokens": 30, "input_tokens_details": { "cached_tokens": 8 }, "output_tokens": 12, "output_tokens_details": { "reasoning_tokens": 3 }, "total_tokens": 42 } } }),
         ]);
     }
     events(vec![
@@ -572,7 +602,7 @@ async fn responses(State(seen): State<Seen>, body: String) -> Response {
         json!({ "type": "response.function_call_arguments.delta", "item_id": "fc_1", "output_index": 0, "delta": "\"content\": \"from responses\"}" }),
         json!({ "type": "response.function_call_arguments.done", "item_id": "fc_1", "output_index": 0, "arguments": "{\"path\": \"r.txt\", \"content\": \"from responses\"}" }),
         json!({ "type": "response.output_item.done", "output_index": 0, "item": { "type": "function_call", "id": "fc_1", "call_id": "call_r1", "name": "write_file" } }),
-        json!({ "type": "response.completed", "response": { "id": "resp_1", "status": "completed" } }),
+        json!({ "type": "response.completed", "response": { "id": "resp_1", "status": "completed", "model": "gpt-resp-2025", "usage": { "input_tokens": 30, "input_tokens_details": { "cached_tokens": 8 }, "output_tokens": 12, "output_tokens_details": { "reasoning_tokens": 3 }, "total_tokens": 42 } } }),
     ])
 }
 
