@@ -35,6 +35,10 @@ struct File {
     /// MCP tool servers agent steps may name (`mcp = ["fs"]`).
     #[serde(default)]
     mcp_servers: std::collections::BTreeMap<String, rein_core::plan::McpServerFile>,
+    /// What rein knows of each model (`[models."PROVIDER/MODEL"]`): prices
+    /// and context window.
+    #[serde(default)]
+    models: std::collections::BTreeMap<String, rein_protocol::ModelInfo>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -97,6 +101,8 @@ pub struct Config {
     pub providers: Providers,
     /// The declared MCP servers, by name.
     pub mcp_servers: rein_runtimes::mcp::McpServers,
+    /// Prices and context windows, by `PROVIDER/MODEL`.
+    pub models: std::collections::BTreeMap<String, rein_protocol::ModelInfo>,
     pub shown: Vec<Shown>,
 }
 
@@ -440,6 +446,29 @@ impl Config {
             show(&format!("mcp_servers.{name}"), Some(value), in_file.clone());
             mcp_servers.insert(name, server);
         }
+        for (name, info) in &file.models {
+            let at = format!("{in_file}: models.\"{name}\"");
+            match name.split_once('/') {
+                Some((provider, model)) if !provider.is_empty() && !model.is_empty() => {}
+                _ => {
+                    return Err(UsageError(format!(
+                        "{at}: name a model as \"PROVIDER/MODEL\", e.g. [models.\"openai/gpt-4.1-mini\"]"
+                    )));
+                }
+            }
+            info.check().map_err(|e| UsageError(format!("{at}: {e}")))?;
+            let money = |p: Option<f64>| p.map_or("unpriced".to_owned(), |p| format!("${p}/Mtok"));
+            let mut value = format!(
+                "input {}, cached input {}, output {}",
+                money(info.input_usd_per_mtok),
+                money(info.cached_input_usd_per_mtok.or(info.input_usd_per_mtok)),
+                money(info.output_usd_per_mtok)
+            );
+            if let Some(window) = info.context_window {
+                value.push_str(&format!(", context window {window} tokens"));
+            }
+            show(&format!("models.{name}"), Some(value), in_file.clone());
+        }
         Ok(Config {
             file: file_path,
             data_dir,
@@ -452,6 +481,7 @@ impl Config {
             workspace_roots,
             providers: Providers { openai, anthropic },
             mcp_servers,
+            models: file.models,
             shown,
         })
     }

@@ -340,6 +340,7 @@ pub fn task_details(state: &TaskState) -> String {
     }
     out.push_str("  checkpoints:\n");
     let mut total = rein_protocol::Usage::default();
+    let mut total_cost = Some(0.0);
     let mut metered = false;
     for cp in &state.checkpoints {
         let what = match &cp.step_id {
@@ -368,9 +369,10 @@ pub fn task_details(state: &TaskState) -> String {
         if let Some(by) = &cp.approved_by {
             line.push_str(&format!(" by {}", by.who));
         }
-        if let Some(used) = step_usage(cp) {
-            line.push_str(&format!(" {}", tokens(&used)));
+        if let Some((used, cost)) = step_usage(cp) {
+            line.push_str(&format!(" {} {}", tokens(&used), dollars(cost)));
             total.add(&used);
+            total_cost = total_cost.zip(cost).map(|(a, b)| a + b);
             metered = true;
         }
         if let Some(e) = &cp.error {
@@ -385,15 +387,30 @@ pub fn task_details(state: &TaskState) -> String {
         }
     }
     if metered {
-        out.push_str(&format!("  model usage: {}\n", tokens(&total)));
+        out.push_str(&format!(
+            "  model usage: {} {}\n",
+            tokens(&total),
+            dollars(total_cost)
+        ));
     }
     out
 }
 
-/// What a step's model turns used, from its output.
-fn step_usage(cp: &rein_protocol::Checkpoint) -> Option<rein_protocol::Usage> {
+/// What a step's model turns used, from its output, and what it cost
+/// (`None`: a model it used has no price).
+fn step_usage(cp: &rein_protocol::Checkpoint) -> Option<(rein_protocol::Usage, Option<f64>)> {
     let usage = cp.output.as_ref()?.get("usage")?;
-    serde_json::from_value(usage.clone()).ok()
+    let cost = usage.get("cost_usd").and_then(serde_json::Value::as_f64);
+    Some((serde_json::from_value(usage.clone()).ok()?, cost))
+}
+
+/// A cost as a person reads it: `$0.0123`, or `unpriced`.
+pub fn dollars(cost: Option<f64>) -> String {
+    match cost {
+        Some(c) if c >= 1.0 => format!("${c:.2}"),
+        Some(c) => format!("${c:.4}"),
+        None => "unpriced".to_owned(),
+    }
 }
 
 /// Tokens as a person reads them: `1,234 in (200 cached) / 56 out`, marked

@@ -133,6 +133,110 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
         group(reported("/completion_tokens"))
     );
     assert!(shown.contains(&line), "{line}\n{shown}");
+    // No price configured: unpriced, never $0.
+    assert!(usage.get("cost_usd").is_none(), "{usage}");
+    assert_eq!(usage["unpriced"], serde_json::json!(["openai/gpt-test"]));
+    assert!(shown.contains(&format!("{line} unpriced")), "{shown}");
+}
+
+/// With prices in `rein.toml`, a step's usage is costed by the formula:
+/// (input − cached) × input price + cached × cached price + output ×
+/// output price, per million tokens.
+#[test]
+fn a_priced_models_usage_is_costed_by_the_formula() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = runtime.block_on(fake::fake_model());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        "[models.\"openai/gpt-test\"]\ninput_usd_per_mtok = 2.0\ncached_input_usd_per_mtok = 0.5\noutput_usd_per_mtok = 8.0\ncontext_window = 128000\n",
+    )
+    .unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "notes.toml",
+        "description = \"notes\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"write notes\"\ntools = [\"write_file\", \"run_command\"]\n",
+    );
+    let mut run = rein(&data);
+    run.env("OPENAI_BASE_URL", &base)
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("REIN_MODEL", "gpt-test")
+        .arg("--config")
+        .arg(&config)
+        .args(["run", "--json"])
+        .arg(&plan);
+    let state = json(&run_ok(&mut run));
+    assert_eq!(state["status"], "completed", "{state}");
+    let usage = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == "agent")
+        .unwrap()["output"]["usage"]
+        .clone();
+    let requests = seen.0.lock().unwrap().clone();
+    let reported = |field: &str| -> f64 {
+        requests
+            .iter()
+            .map(|r| {
+                r["reported_usage"]
+                    .pointer(field)
+                    .unwrap()
+                    .as_u64()
+                    .unwrap()
+            })
+            .sum::<u64>() as f64
+    };
+    let (input, cached, output) = (
+        reported("/prompt_tokens"),
+        reported("/prompt_tokens_details/cached_tokens"),
+        reported("/completion_tokens"),
+    );
+    let expected = ((input - cached) * 2.0 + cached * 0.5 + output * 8.0) / 1e6;
+    let cost = usage["cost_usd"].as_f64().unwrap();
+    assert!(
+        (cost - expected).abs() < 1e-12,
+        "{cost} vs {expected}: {usage}"
+    );
+    assert_eq!(
+        usage["by_model"]["openai/gpt-test"]["cost_usd"],
+        usage["cost_usd"]
+    );
+    assert!(usage.get("unpriced").is_none());
+    // `rein config show` lists what it knows of the model.
+    let shown = run_ok(
+        rein(&data)
+            .arg("--config")
+            .arg(&config)
+            .args(["config", "show"]),
+    );
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("models.openai/gpt-test")
+            && shown.contains("input $2/Mtok, cached input $0.5/Mtok, output $8/Mtok, context window 128000 tokens"),
+        "{shown}"
+    );
+    // A price that is not one is refused, naming it.
+    std::fs::write(
+        &config,
+        "[models.\"openai/gpt-test\"]\ninput_usd_per_mtok = -1\n",
+    )
+    .unwrap();
+    let out = rein(&data)
+        .arg("--config")
+        .arg(&config)
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("models.\"openai/gpt-test\"") && said.contains("input_usd_per_mtok"),
+        "{said}"
+    );
 }
 
 /// `1234567` as `1,234,567`.

@@ -45,6 +45,63 @@ impl Usage {
     }
 }
 
+/// What rein knows of a model (`[models."PROVIDER/MODEL"]` in `rein.toml`):
+/// its prices in US dollars per million tokens, and its context window.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelInfo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_usd_per_mtok: Option<f64>,
+    /// Cached input tokens' price; unset: the input price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_input_usd_per_mtok: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_usd_per_mtok: Option<f64>,
+    /// Tokens the model takes in one request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+}
+
+impl ModelInfo {
+    /// What `usage` cost, if the model is priced (an input and an output
+    /// price): (input − cached) × input price + cached × cached price +
+    /// output × output price, per million tokens. `None` is unpriced — never
+    /// taken for free.
+    pub fn cost_usd(&self, usage: &Usage) -> Option<f64> {
+        let input = self.input_usd_per_mtok?;
+        let output = self.output_usd_per_mtok?;
+        let cached_price = self.cached_input_usd_per_mtok.unwrap_or(input);
+        let cached = usage.cached_input_tokens.min(usage.input_tokens);
+        #[allow(clippy::cast_precision_loss)]
+        let dollars = (usage.input_tokens - cached) as f64 * input
+            + cached as f64 * cached_price
+            + usage.output_tokens as f64 * output;
+        Some(dollars / 1_000_000.0)
+    }
+
+    /// Why it cannot be used, if it cannot: a price or window that is not a
+    /// finite, non-negative number.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, price) in [
+            ("input_usd_per_mtok", self.input_usd_per_mtok),
+            ("cached_input_usd_per_mtok", self.cached_input_usd_per_mtok),
+            ("output_usd_per_mtok", self.output_usd_per_mtok),
+        ] {
+            if let Some(p) = price
+                && !(p.is_finite() && p >= 0.0)
+            {
+                return Err(format!(
+                    "`{name}` is {p}: a price is a number of dollars, 0 or more"
+                ));
+            }
+        }
+        if self.context_window == Some(0) {
+            return Err("`context_window` is 0: it is the tokens one request may hold".into());
+        }
+        Ok(())
+    }
+}
+
 /// One model call's usage, with what served it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TurnUsage {
@@ -61,6 +118,42 @@ pub struct TurnUsage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cost_follows_the_formula_and_a_model_without_prices_is_unpriced() {
+        let price = ModelInfo {
+            input_usd_per_mtok: Some(2.0),
+            cached_input_usd_per_mtok: Some(0.5),
+            output_usd_per_mtok: Some(8.0),
+            context_window: None,
+        };
+        let used = Usage {
+            input_tokens: 1_000_000,
+            cached_input_tokens: 400_000,
+            output_tokens: 100_000,
+            ..Usage::default()
+        };
+        // 600k × $2 + 400k × $0.5 + 100k × $8, per million.
+        let cost = price.cost_usd(&used).unwrap();
+        assert!((cost - 2.2).abs() < 1e-9, "{cost}");
+        let no_cached_price = ModelInfo {
+            cached_input_usd_per_mtok: None,
+            ..price
+        };
+        let cost = no_cached_price.cost_usd(&used).unwrap();
+        assert!((cost - 2.8).abs() < 1e-9, "{cost}");
+        assert_eq!(ModelInfo::default().cost_usd(&used), None);
+        let half = ModelInfo {
+            output_usd_per_mtok: None,
+            ..price
+        };
+        assert_eq!(half.cost_usd(&used), None);
+        let bad = ModelInfo {
+            input_usd_per_mtok: Some(-1.0),
+            ..price
+        };
+        assert!(bad.check().unwrap_err().contains("input_usd_per_mtok"));
+    }
 
     #[test]
     fn sums_keep_reasoning_where_any_part_reported_it_and_an_estimate_marks_the_sum() {

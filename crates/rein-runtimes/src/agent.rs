@@ -39,7 +39,12 @@ pub struct AgentExecutor {
     providers: Providers,
     max_turns: usize,
     mcp_servers: McpServers,
+    /// Prices and context windows, by `PROVIDER/MODEL`.
+    models: Arc<Models>,
 }
+
+/// What rein knows of each model, by `PROVIDER/MODEL`.
+pub type Models = std::collections::BTreeMap<String, rein_protocol::ModelInfo>;
 
 impl std::fmt::Debug for AgentExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -73,7 +78,15 @@ impl AgentExecutor {
             },
             max_turns: MAX_TURNS,
             mcp_servers: McpServers::new(),
+            models: Arc::default(),
         }
+    }
+
+    /// Models' prices (and context windows): a step's usage is costed with
+    /// them; a model without is unpriced.
+    pub fn with_models(mut self, models: Models) -> AgentExecutor {
+        self.models = Arc::new(models);
+        self
     }
 
     /// The MCP servers the configuration declares, for steps that name one
@@ -759,7 +772,10 @@ impl AgentExecutor {
                             "text": text,
                             "turns": turns,
                             "tool_calls": count_calls(&messages[mine..]),
-                            "usage": usage_of(metered.iter().filter(|(at, _)| *at >= mine).map(|(_, u)| u)),
+                            "usage": usage_of(
+                                metered.iter().filter(|(at, _)| *at >= mine).map(|(_, u)| u),
+                                &self.models,
+                            ),
                         })),
                     };
                 } else {
@@ -1417,8 +1433,13 @@ fn estimate(messages: &[Message], specs: &[ToolSpec], response: &ChatResponse) -
 }
 
 /// A step's usage in its output: the sum, and the sum by model
-/// (`PROVIDER/MODEL`).
-fn usage_of<'a>(turns: impl Iterator<Item = &'a rein_protocol::TurnUsage>) -> Value {
+/// (`PROVIDER/MODEL`), each with its cost where its model is priced. The
+/// sum's `cost_usd` is there only when every model is priced; otherwise
+/// `unpriced` names the models without a price (never counted as free).
+fn usage_of<'a>(
+    turns: impl Iterator<Item = &'a rein_protocol::TurnUsage>,
+    models: &Models,
+) -> Value {
     let mut total = Usage::default();
     let mut by_model: std::collections::BTreeMap<String, Usage> = std::collections::BTreeMap::new();
     for turn in turns {
@@ -1428,8 +1449,27 @@ fn usage_of<'a>(turns: impl Iterator<Item = &'a rein_protocol::TurnUsage>) -> Va
             .or_default()
             .add(&turn.usage);
     }
+    let mut cost = 0.0;
+    let mut unpriced = Vec::new();
+    let mut rows = serde_json::Map::new();
+    for (name, used) in &by_model {
+        let mut row = json!(used);
+        match models.get(name).and_then(|m| m.cost_usd(used)) {
+            Some(dollars) => {
+                cost += dollars;
+                row["cost_usd"] = json!(dollars);
+            }
+            None => unpriced.push(name.clone()),
+        }
+        rows.insert(name.clone(), row);
+    }
     let mut out = json!(total);
-    out["by_model"] = json!(by_model);
+    out["by_model"] = Value::Object(rows);
+    if unpriced.is_empty() && !by_model.is_empty() {
+        out["cost_usd"] = json!(cost);
+    } else if !unpriced.is_empty() {
+        out["unpriced"] = json!(unpriced);
+    }
     out
 }
 

@@ -138,7 +138,8 @@ impl Context {
                 .with_anthropic(providers.anthropic.clone());
         let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat)
             .with_anthropic(providers.anthropic)
-            .with_mcp_servers(target.mcp_servers.clone());
+            .with_mcp_servers(target.mcp_servers.clone())
+            .with_models(target.models.clone());
         let mut ctx = Context::running_with(
             target.place(),
             max_parallel,
@@ -338,6 +339,8 @@ pub struct Target {
     pub providers: rein_runtimes::provider::Providers,
     /// The configuration's MCP servers.
     pub mcp_servers: rein_runtimes::mcp::McpServers,
+    /// Prices and context windows, by `PROVIDER/MODEL`.
+    pub models: rein_runtimes::agent::Models,
 }
 
 /// `rein config show`.
@@ -510,6 +513,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         runtime_policy: config.runtime_policy.clone(),
         providers: config.providers.clone(),
         mcp_servers: config.mcp_servers.clone(),
+        models: config.models.clone(),
     };
     match cli.command {
         Command::Config(crate::cli::ConfigCommand::Show { json }) => show_config(&config, json),
