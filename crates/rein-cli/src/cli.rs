@@ -142,6 +142,8 @@ pub enum Command {
     /// The governance ledger: every human decision, hash-chained.
     #[command(subcommand)]
     Ledger(LedgerCommand),
+    /// Model tokens and their cost, from what every agent turn recorded.
+    Usage(UsageArgs),
     /// The configuration in force: each setting, its value and where it came
     /// from (flag, environment, config file, default); secrets redacted.
     #[command(subcommand)]
@@ -813,4 +815,25 @@ fn positive_duration(text: &str) -> Result<std::time::Duration, String> {
         Ok(_) => Err("must be more than zero".into()),
         Err(e) => Err(e.to_string()),
     }
+}
+
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// Only this task's model calls.
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Only this agent session's (`ses_…`).
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// Recorded at or after: RFC 3339 time, or a duration ago (e.g. 24h).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Recorded before: RFC 3339 time, or a duration ago.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// A row per task, per model or per UTC day (default: one total).
+    #[arg(long, value_name = "task|model|day")]
+    pub by: Option<String>,
+    #[arg(long)]
+    pub json: bool,
 }

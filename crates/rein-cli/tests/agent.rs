@@ -137,6 +137,10 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
     assert!(usage.get("cost_usd").is_none(), "{usage}");
     assert_eq!(usage["unpriced"], serde_json::json!(["openai/gpt-test"]));
     assert!(shown.contains(&format!("{line} unpriced")), "{shown}");
+    let report = json(&run_ok(rein(&data).args(["usage", "--json"])));
+    assert_eq!(report["input_tokens"], usage["input_tokens"], "{report}");
+    assert_eq!(report["cost_usd"], serde_json::Value::Null);
+    assert_eq!(report["unpriced"], serde_json::json!(["openai/gpt-test"]));
 }
 
 /// With prices in `rein.toml`, a step's usage is costed by the formula:
@@ -206,6 +210,53 @@ fn a_priced_models_usage_is_costed_by_the_formula() {
         usage["cost_usd"]
     );
     assert!(usage.get("unpriced").is_none());
+    // `rein usage` reads the same from the store: in all, by task, model, day.
+    let report = |args: &[&str]| {
+        json(&run_ok(
+            rein(&data)
+                .arg("--config")
+                .arg(&config)
+                .args(["usage", "--json"])
+                .args(args),
+        ))
+    };
+    let all = report(&[]);
+    assert_eq!(all["input_tokens"], usage["input_tokens"], "{all}");
+    assert_eq!(all["cached_input_tokens"], usage["cached_input_tokens"]);
+    assert_eq!(all["output_tokens"], usage["output_tokens"]);
+    assert_eq!(all["calls"], requests.len());
+    assert!(
+        (all["cost_usd"].as_f64().unwrap() - expected).abs() < 1e-12,
+        "{all}"
+    );
+    let task = state["id"].as_str().unwrap();
+    let by_task = report(&["--by", "task"]);
+    assert_eq!(by_task["rows"][0]["key"], task, "{by_task}");
+    assert_eq!(by_task["rows"][0]["input_tokens"], usage["input_tokens"]);
+    let by_model = report(&["--by", "model"]);
+    assert_eq!(by_model["rows"][0]["key"], "openai/gpt-test", "{by_model}");
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    assert_eq!(report(&["--by", "day"])["rows"][0]["key"], today);
+    assert_eq!(report(&["--task", task])["calls"], requests.len());
+    assert_eq!(report(&["--since", "1h"])["calls"], requests.len());
+    assert_eq!(report(&["--until", "1h"])["calls"], 0);
+    let shown = run_ok(
+        rein(&data)
+            .arg("--config")
+            .arg(&config)
+            .args(["usage", "--by", "model"]),
+    );
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains("openai/gpt-test") && shown.contains("$0.0"),
+        "{shown}"
+    );
+    let bad = rein(&data)
+        .args(["usage", "--by", "week"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("task, model or day"));
     // `rein config show` lists what it knows of the model.
     let shown = run_ok(
         rein(&data)

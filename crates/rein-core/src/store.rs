@@ -531,6 +531,51 @@ pub trait JournalStore: Send + Sync {
         task_id: &TaskId,
         step_id: &str,
     ) -> StoreResult<Vec<serde_json::Value>>;
+    /// The model calls journaled (entries with a `usage`, each counted once
+    /// when appended, and kept when its task is deleted: the meter is not
+    /// the log), added up by `filter.by` and model.
+    async fn usage(&self, filter: &UsageFilter) -> StoreResult<Vec<UsageRow>>;
+}
+
+/// The usage a journal entry records, if it records one.
+pub fn entry_usage(entry: &serde_json::Value) -> Option<rein_protocol::TurnUsage> {
+    serde_json::from_value(entry.get("usage")?.clone()).ok()
+}
+
+/// Which model calls [`JournalStore::usage`] adds up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UsageFilter {
+    pub task_id: Option<TaskId>,
+    /// An agent session (`ses_…`).
+    pub session_id: Option<String>,
+    /// Recorded at or after.
+    pub since: Option<Timestamp>,
+    /// Recorded before.
+    pub until: Option<Timestamp>,
+    pub by: UsageGroup,
+}
+
+/// What usage is added up by, besides the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UsageGroup {
+    /// Everything together.
+    #[default]
+    All,
+    Task,
+    /// The UTC day it was recorded (`YYYY-MM-DD`).
+    Day,
+}
+
+/// Model calls added up: of one group (a task id, a day, or `""` for all)
+/// and one model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageRow {
+    pub key: String,
+    pub provider: String,
+    pub model: String,
+    /// Model calls counted.
+    pub calls: u64,
+    pub usage: rein_protocol::Usage,
 }
 
 /// What the engine needs from durable storage: all four parts, from one

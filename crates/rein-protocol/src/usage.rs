@@ -111,6 +111,12 @@ pub struct TurnUsage {
     /// The model the server says answered, when it said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_model: Option<String>,
+    /// The step whose turn it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// The agent session (`ses_…`) the turn was taken in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     #[serde(flatten)]
     pub usage: Usage,
 }

@@ -838,6 +838,8 @@ impl AgentExecutor {
                         provider: chat.provider().to_owned(),
                         model: chat.model().to_owned(),
                         served_model: response.served_model.clone(),
+                        step: Some(request.step.id.clone()),
+                        session: Some(session.id.to_string()),
                         usage: response
                             .usage
                             .unwrap_or_else(|| estimate(&messages, &specs, &response)),

@@ -155,6 +155,29 @@ const MIGRATIONS: &[&str] = &[
         acknowledged_at TEXT
     ) STRICT;
     ",
+    // 9: model calls, one row per journal entry that records a usage, written
+    //    with the entry (so each is counted once) and kept when its task is
+    //    deleted: what was spent stays spent.
+    "
+    CREATE TABLE model_usage (
+        task_id      TEXT NOT NULL,
+        journal      TEXT NOT NULL,
+        seq          INTEGER NOT NULL,
+        step_id      TEXT,
+        session_id   TEXT,
+        at           TEXT NOT NULL,
+        provider     TEXT NOT NULL,
+        model        TEXT NOT NULL,
+        served_model TEXT,
+        input        INTEGER NOT NULL,
+        cached       INTEGER NOT NULL,
+        output       INTEGER NOT NULL,
+        reasoning    INTEGER,
+        estimated    INTEGER NOT NULL,
+        PRIMARY KEY (task_id, journal, seq)
+    ) STRICT;
+    CREATE INDEX model_usage_by_time ON model_usage(at);
+    ",
 ];
 
 /// The schema version this build writes.

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use rein_core::store::{
     ApprovalFilter, AuditRecord, ControlRequest, LostWrites, NewTask, Record, RecordFilter,
     RecordKind, RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage,
-    TaskWrite,
+    TaskWrite, UsageFilter, UsageGroup, UsageRow,
 };
 use rein_core::{ApprovalStore, DocumentStore, JournalStore, StoreError, StoreResult, TaskStore};
 use rein_protocol::{
@@ -1426,6 +1426,9 @@ impl JournalStore for SqliteStore {
             .map(serde_json::to_string)
             .collect::<Result<_, _>>()
             .map_err(backend)?;
+        let metered: Vec<Option<rein_protocol::TurnUsage>> =
+            entries.iter().map(rein_core::store::entry_usage).collect();
+        let now = rows::ts(&chrono::Utc::now());
         let (task, step) = (task_id.clone(), step_id.to_owned());
         self.writer
             .write(move |conn| {
@@ -1445,10 +1448,96 @@ impl JournalStore for SqliteStore {
                             seq: at,
                         });
                     }
+                    if let Some(used) = &metered[i] {
+                        let u = &used.usage;
+                        conn.prepare_cached(
+                            "INSERT INTO model_usage (task_id, journal, seq, step_id, session_id, at,
+                               provider, model, served_model, input, cached, output, reasoning, estimated)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                        )
+                        .and_then(|mut stmt| {
+                            stmt.execute(params![
+                                task.as_str(),
+                                step,
+                                seq(at),
+                                used.step,
+                                used.session,
+                                now,
+                                used.provider,
+                                used.model,
+                                used.served_model,
+                                seq(u.input_tokens),
+                                seq(u.cached_input_tokens),
+                                seq(u.output_tokens),
+                                u.reasoning_tokens.map(seq),
+                                u.estimated,
+                            ])
+                        })
+                        .map_err(backend)?;
+                    }
                 }
                 Ok(())
             })
             .await
+    }
+
+    async fn usage(&self, filter: &UsageFilter) -> StoreResult<Vec<UsageRow>> {
+        let key = match filter.by {
+            UsageGroup::All => "''",
+            UsageGroup::Task => "task_id",
+            UsageGroup::Day => "substr(at, 1, 10)",
+        };
+        let mut sql = format!(
+            "SELECT {key}, provider, model, COUNT(*), SUM(input), SUM(cached), SUM(output),
+                    SUM(reasoning), MAX(estimated)
+             FROM model_usage WHERE 1 = 1"
+        );
+        let mut args: Vec<String> = Vec::new();
+        let mut bind = |sql: &mut String, clause: &str, value: String| {
+            args.push(value);
+            sql.push_str(&format!(" AND {clause} ?{}", args.len()));
+        };
+        if let Some(task) = &filter.task_id {
+            bind(&mut sql, "task_id =", task.to_string());
+        }
+        if let Some(session) = &filter.session_id {
+            bind(&mut sql, "session_id =", session.clone());
+        }
+        if let Some(since) = &filter.since {
+            bind(&mut sql, "at >=", rows::ts(since));
+        }
+        if let Some(until) = &filter.until {
+            bind(&mut sql, "at <", rows::ts(until));
+        }
+        sql.push_str(" GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
+        self.read(move |conn| {
+            let mut stmt = conn.prepare(&sql).map_err(backend)?;
+            let found = stmt
+                .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                    let n = |i: usize| -> rusqlite::Result<u64> {
+                        Ok(u64::try_from(r.get::<_, Option<i64>>(i)?.unwrap_or(0)).unwrap_or(0))
+                    };
+                    Ok(UsageRow {
+                        key: r.get(0)?,
+                        provider: r.get(1)?,
+                        model: r.get(2)?,
+                        calls: n(3)?,
+                        usage: rein_protocol::Usage {
+                            input_tokens: n(4)?,
+                            cached_input_tokens: n(5)?,
+                            output_tokens: n(6)?,
+                            reasoning_tokens: r
+                                .get::<_, Option<i64>>(7)?
+                                .map(|v| u64::try_from(v).unwrap_or(0)),
+                            estimated: r.get::<_, i64>(8)? != 0,
+                        },
+                    })
+                })
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(backend)?;
+            Ok(found)
+        })
+        .await
     }
 
     async fn load_journal(

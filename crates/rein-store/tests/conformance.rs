@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use rein_core::store::{
     ApprovalFilter, AuditRecord, ControlKind, ControlRequest, Record, RecordFilter, RecordKind,
-    SharedStateFilter, TaskFilter, TaskWrite,
+    SharedStateFilter, TaskFilter, TaskWrite, UsageFilter, UsageGroup, UsageRow,
 };
 use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, Store, StoreError};
 use rein_protocol::{
@@ -629,6 +629,121 @@ async fn a_journal_takes_each_position_once(b: Backend) {
     assert!(s.load_journal(state.id(), "none").await.unwrap().is_empty());
 }
 
+/// A journal entry of a model turn, as the agent loop writes one.
+fn turn(model: &str, session: &str, input: u64, cached: u64, output: u64) -> serde_json::Value {
+    json!({
+        "message": { "role": "assistant", "content": "ok" },
+        "usage": {
+            "provider": "openai", "model": model, "served_model": format!("{model}-0001"),
+            "step": "s", "session": session,
+            "input_tokens": input, "cached_input_tokens": cached, "output_tokens": output,
+        },
+    })
+}
+
+/// The model calls journaled are counted once each, when appended, added
+/// up by task, day or in all and by model, and filtered by task, session
+/// and time; deleting a task leaves what it spent.
+async fn model_usage_is_counted_once_and_added_up(b: Backend) {
+    let one = create(&b, vec![noop("s", &[])], "ses_u1").await;
+    let two = create(&b, vec![noop("s", &[])], "ses_u2").await;
+    let s = &b.store;
+    let before = chrono::Utc::now() - chrono::Duration::seconds(1);
+    s.append_journal(
+        one.id(),
+        "s",
+        0,
+        &[
+            json!({ "message": "not a turn" }),
+            turn("m-a", "ses_a", 100, 40, 10),
+        ],
+    )
+    .await
+    .unwrap();
+    // A position taken again is refused, and counts nothing.
+    s.append_journal(one.id(), "s", 1, &[turn("m-a", "ses_a", 999, 0, 999)])
+        .await
+        .unwrap_err();
+    s.append_journal(one.id(), "s", 2, &[turn("m-b", "ses_a", 7, 0, 3)])
+        .await
+        .unwrap();
+    s.append_journal(two.id(), "s", 0, &[turn("m-a", "ses_b", 50, 0, 5)])
+        .await
+        .unwrap();
+    let all = s.usage(&UsageFilter::default()).await.unwrap();
+    let of = |rows: &[UsageRow], key: &str, model: &str| -> (u64, u64, u64, u64) {
+        let r = rows
+            .iter()
+            .find(|r| r.key == key && r.model == model)
+            .unwrap_or_else(|| panic!("no row {key} {model} in {rows:?}"));
+        assert_eq!(r.provider, "openai");
+        (
+            r.calls,
+            r.usage.input_tokens,
+            r.usage.cached_input_tokens,
+            r.usage.output_tokens,
+        )
+    };
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(of(&all, "", "m-a"), (2, 150, 40, 15));
+    assert_eq!(of(&all, "", "m-b"), (1, 7, 0, 3));
+    let by_task = s
+        .usage(&UsageFilter {
+            by: UsageGroup::Task,
+            ..UsageFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(of(&by_task, one.id().as_str(), "m-a"), (1, 100, 40, 10));
+    assert_eq!(of(&by_task, two.id().as_str(), "m-a"), (1, 50, 0, 5));
+    let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let by_day = s
+        .usage(&UsageFilter {
+            by: UsageGroup::Day,
+            ..UsageFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(of(&by_day, &today, "m-a").0, 2, "{by_day:?}");
+    let of_task = s
+        .usage(&UsageFilter {
+            task_id: Some(two.id().clone()),
+            ..UsageFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(of_task.len(), 1);
+    assert_eq!(of(&of_task, "", "m-a"), (1, 50, 0, 5));
+    let of_session = s
+        .usage(&UsageFilter {
+            session_id: Some("ses_a".into()),
+            ..UsageFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(of(&of_session, "", "m-a"), (1, 100, 40, 10));
+    let later = s
+        .usage(&UsageFilter {
+            since: Some(chrono::Utc::now() + chrono::Duration::seconds(60)),
+            ..UsageFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(later.is_empty(), "{later:?}");
+    let window = s
+        .usage(&UsageFilter {
+            since: Some(before),
+            until: Some(chrono::Utc::now() + chrono::Duration::seconds(60)),
+            ..UsageFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(window, all);
+    // What was spent stays spent when the task goes.
+    s.delete(two.id(), two.head.last_seq).await.unwrap();
+    assert_eq!(s.usage(&UsageFilter::default()).await.unwrap(), all);
+}
+
 /// The counters of spec §6 rule 21, aggregated by the store: tasks by
 /// status, checkpoints by type, approvals by outcome, with their averages.
 async fn the_counters_count_what_the_store_holds(b: Backend) {
@@ -704,6 +819,7 @@ macro_rules! conformance {
                 the_first_decision_wins_and_is_sealed_onto_the_chain,
                 documents_are_written_back_only_at_the_version_read,
                 a_journal_takes_each_position_once,
+                model_usage_is_counted_once_and_added_up,
                 the_counters_count_what_the_store_holds,
             );
         }

@@ -11,6 +11,7 @@ mod serve;
 mod sessions;
 mod state;
 mod tasks;
+mod usage;
 
 use crate::output::{say, shout};
 use std::path::PathBuf;
@@ -529,6 +530,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Tasks(cmd) => tasks::dispatch(&target, cmd).await,
         Command::Approvals(cmd) => approvals::dispatch(&target, cmd).await,
         Command::Ledger(cmd) => approvals::ledger(&target, cmd).await,
+        Command::Usage(args) => usage::usage(&target, args).await,
         Command::Metrics { json } => approvals::metrics(&target, json).await,
         Command::Health {
             json,

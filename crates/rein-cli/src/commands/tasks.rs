@@ -157,7 +157,7 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
 }
 
 /// An RFC 3339 time, or a duration meaning that long ago.
-fn parse_time(flag: &str, value: &str) -> anyhow::Result<Timestamp> {
+pub(crate) fn parse_time(flag: &str, value: &str) -> anyhow::Result<Timestamp> {
     if let Ok(t) = chrono::DateTime::parse_from_rfc3339(value) {
         return Ok(t.to_utc());
     }

@@ -25,7 +25,7 @@ use futures_util::future::{join, join3};
 use rein_core::store::{
     ApprovalFilter, AuditRecord, Change, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
     RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, StoreProbe, TaskFilter, TaskPage,
-    TaskWrite,
+    TaskWrite, UsageFilter, UsageGroup, UsageRow,
 };
 use rein_core::{ApprovalStore, DocumentStore, JournalStore, StoreError, StoreResult, TaskStore};
 use rein_protocol::{
@@ -1251,9 +1251,14 @@ impl JournalStore for PostgresStore {
             .map(serde_json::to_string)
             .collect::<Result<_, _>>()
             .map_err(backend)?;
+        let metered: Vec<Option<rein_protocol::TurnUsage>> =
+            entries.iter().map(rein_core::store::entry_usage).collect();
+        let now = ts(&chrono::Utc::now());
         let (task, step) = (task_id.clone(), step_id.to_owned());
         self.writer
             .write(move |c| {
+                let metered = metered.clone();
+                let now = now.clone();
                 Box::pin(async move {
                     for (i, body) in bodies.iter().enumerate() {
                         let at = from + i as u64;
@@ -1272,11 +1277,88 @@ impl JournalStore for PostgresStore {
                                 seq: at,
                             });
                         }
+                        if let Some(used) = &metered[i] {
+                            let u = &used.usage;
+                            c.execute(
+                                "INSERT INTO model_usage (task_id, journal, seq, step_id, session_id, at,
+                                   provider, model, served_model, input, cached, output, reasoning, estimated)
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                                &[
+                                    &task.as_str(),
+                                    &step,
+                                    &seq(at),
+                                    &used.step,
+                                    &used.session,
+                                    &now,
+                                    &used.provider,
+                                    &used.model,
+                                    &used.served_model,
+                                    &seq(u.input_tokens),
+                                    &seq(u.cached_input_tokens),
+                                    &seq(u.output_tokens),
+                                    &u.reasoning_tokens.map(seq),
+                                    &u.estimated,
+                                ],
+                            )
+                            .await
+                            .map_err(pg)?;
+                        }
                     }
                     Ok(())
                 })
             })
             .await
+    }
+
+    async fn usage(&self, filter: &UsageFilter) -> StoreResult<Vec<UsageRow>> {
+        let key = match filter.by {
+            UsageGroup::All => "''",
+            UsageGroup::Task => "task_id",
+            UsageGroup::Day => "substr(at, 1, 10)",
+        };
+        let mut sql = format!(
+            "SELECT {key}, provider, model, COUNT(*)::BIGINT, SUM(input)::BIGINT, SUM(cached)::BIGINT,
+                    SUM(output)::BIGINT, SUM(reasoning)::BIGINT, bool_or(estimated)
+             FROM model_usage WHERE TRUE"
+        );
+        let mut args: Vec<String> = Vec::new();
+        let mut bind = |sql: &mut String, clause: &str, value: String| {
+            args.push(value);
+            sql.push_str(&format!(" AND {clause} ${}", args.len()));
+        };
+        if let Some(task) = &filter.task_id {
+            bind(&mut sql, "task_id =", task.to_string());
+        }
+        if let Some(session) = &filter.session_id {
+            bind(&mut sql, "session_id =", session.clone());
+        }
+        if let Some(since) = &filter.since {
+            bind(&mut sql, "at >=", ts(since));
+        }
+        if let Some(until) = &filter.until {
+            bind(&mut sql, "at <", ts(until));
+        }
+        sql.push_str(" GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
+        let params: Vec<&(dyn ToSql + Sync)> =
+            args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+        let rows = self.rows(&sql, &params).await?;
+        let n = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
+        Ok(rows
+            .iter()
+            .map(|r| UsageRow {
+                key: r.get(0),
+                provider: r.get(1),
+                model: r.get(2),
+                calls: n(r.get(3)),
+                usage: rein_protocol::Usage {
+                    input_tokens: n(r.get(4)),
+                    cached_input_tokens: n(r.get(5)),
+                    output_tokens: n(r.get(6)),
+                    reasoning_tokens: r.get::<_, Option<i64>>(7).map(|v| n(Some(v))),
+                    estimated: r.get::<_, Option<bool>>(8).unwrap_or(false),
+                },
+            })
+            .collect())
     }
 
     async fn load_journal(

@@ -119,6 +119,28 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX leases_by_node ON leases(node);
     ",
+    // 3: model calls, one row per journal entry that records a usage, written
+    //    with the entry and kept when its task is deleted (as on SQLite).
+    "
+    CREATE TABLE model_usage (
+        task_id      TEXT NOT NULL,
+        journal      TEXT NOT NULL,
+        seq          BIGINT NOT NULL,
+        step_id      TEXT,
+        session_id   TEXT,
+        at           TEXT NOT NULL,
+        provider     TEXT NOT NULL,
+        model        TEXT NOT NULL,
+        served_model TEXT,
+        input        BIGINT NOT NULL,
+        cached       BIGINT NOT NULL,
+        output       BIGINT NOT NULL,
+        reasoning    BIGINT,
+        estimated    BOOLEAN NOT NULL,
+        PRIMARY KEY (task_id, journal, seq)
+    );
+    CREATE INDEX model_usage_by_time ON model_usage(at);
+    ",
 ];
 
 /// The schema version this build writes.
