@@ -169,3 +169,42 @@ pub fn render(m: &HarnessMetrics) -> String {
     );
     out
 }
+
+/// The model calls the store metered (every agent turn's usage), by
+/// provider and model: calls, and tokens by kind (`input` counts every
+/// prompt token, `cached_input` the cached part of them).
+pub fn render_usage(out: &mut String, rows: &[rein_core::store::UsageRow]) {
+    family(
+        out,
+        "rein_model_calls_total",
+        "counter",
+        "Model calls metered, by provider and model.",
+    );
+    for r in rows {
+        let labels = [
+            ("provider", r.provider.as_str()),
+            ("model", r.model.as_str()),
+        ];
+        sample(out, "rein_model_calls_total", &labels, r.calls as f64);
+    }
+    family(
+        out,
+        "rein_model_tokens_total",
+        "counter",
+        "Model tokens metered, by provider, model and kind (input includes cached_input).",
+    );
+    for r in rows {
+        for (kind, n) in [
+            ("input", r.usage.input_tokens),
+            ("cached_input", r.usage.cached_input_tokens),
+            ("output", r.usage.output_tokens),
+        ] {
+            let labels = [
+                ("provider", r.provider.as_str()),
+                ("model", r.model.as_str()),
+                ("kind", kind),
+            ];
+            sample(out, "rein_model_tokens_total", &labels, n as f64);
+        }
+    }
+}

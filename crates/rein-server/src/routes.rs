@@ -544,7 +544,14 @@ pub async fn metrics_json(
 }
 
 pub async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> {
-    let text = crate::prometheus::render(&state.engine.metrics().await?);
+    let mut text = crate::prometheus::render(&state.engine.metrics().await?);
+    let usage = state
+        .engine
+        .store()
+        .usage(&rein_core::store::UsageFilter::default())
+        .await
+        .map_err(rein_core::EngineError::from)?;
+    crate::prometheus::render_usage(&mut text, &usage);
     Ok((
         [(
             header::CONTENT_TYPE,

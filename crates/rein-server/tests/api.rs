@@ -958,7 +958,24 @@ async fn approvals_are_decided_over_the_api_first_answer_wins() {
 async fn metrics_as_json_and_as_prometheus_text() {
     let api = api();
     let r = api.submit(plan(json!([command("a", "true")]))).await;
-    api.settled(r.body["task"]["id"].as_str().unwrap()).await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    api.settled(&id).await;
+    // An agent turn metered in the task's journal, as the agent loop writes one.
+    api.state
+        .engine
+        .store()
+        .append_journal(
+            &id.parse().unwrap(),
+            "a",
+            0,
+            &[
+                json!({ "message": { "role": "assistant", "content": "ok" }, "usage": {
+                "provider": "openai", "model": "m-1", "input_tokens": 120,
+                "cached_input_tokens": 20, "output_tokens": 7 } }),
+            ],
+        )
+        .await
+        .unwrap();
     let json = api
         .call(Method::GET, "/admin/metrics", Some(VIEWER), None)
         .await;
@@ -978,6 +995,11 @@ async fn metrics_as_json_and_as_prometheus_text() {
         "rein_checkpoint_outcomes_total{outcome=\"passed\"}",
         "# TYPE rein_recovery_total counter",
         "rein_approval_requests{status=\"pending\"} 0",
+        "# TYPE rein_model_tokens_total counter",
+        "rein_model_calls_total{provider=\"openai\",model=\"m-1\"} 1",
+        "rein_model_tokens_total{provider=\"openai\",model=\"m-1\",kind=\"input\"} 120",
+        "rein_model_tokens_total{provider=\"openai\",model=\"m-1\",kind=\"cached_input\"} 20",
+        "rein_model_tokens_total{provider=\"openai\",model=\"m-1\",kind=\"output\"} 7",
     ] {
         assert!(
             text.text.contains(line),
