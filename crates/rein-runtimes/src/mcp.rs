@@ -100,7 +100,8 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<R> {
         if let std::task::Poll::Ready(Ok(())) = &polled {
             let mut rest = &buf.filled()[before..];
             while let Some(i) = rest.iter().position(|b| *b == b'\n') {
-                self.grow(i);
+                // Its newline counted, as the transport counts it.
+                self.grow(i + 1);
                 self.line = 0;
                 self.over = false;
                 rest = &rest[i + 1..];

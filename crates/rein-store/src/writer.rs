@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
 use rein_core::{StoreError, StoreResult};
-
-use crate::head::{Head, HeadFile};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
+
+use crate::head::{Head, HeadFile};
 
 /// Most writes one transaction takes.
 const MAX_BATCH: usize = 512;
