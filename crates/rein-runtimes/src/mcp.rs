@@ -71,6 +71,8 @@ impl Oversized {
 /// caller, and this says so.
 struct Watched<R> {
     inner: R,
+    /// The longest line the transport takes, its newline counted.
+    limit: usize,
     line: usize,
     over: bool,
     oversized: Arc<Oversized>,
@@ -79,7 +81,7 @@ struct Watched<R> {
 impl<R> Watched<R> {
     fn grow(&mut self, n: usize) {
         self.line = self.line.saturating_add(n);
-        if !self.over && self.line > MESSAGE_LIMIT {
+        if !self.over && self.line > self.limit {
             self.over = true;
             self.oversized
                 .lines
@@ -325,6 +327,7 @@ impl StepMcp {
         }
         let stdout = Watched {
             inner: stdout,
+            limit: MESSAGE_LIMIT,
             line: 0,
             over: false,
             oversized: Arc::clone(&c.oversized),
@@ -637,6 +640,52 @@ fn result_text(result: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Lines measured as the transport measures them, newline included,
+    /// across reads that split them anywhere: one over the limit is said
+    /// once, one at it is not.
+    #[tokio::test]
+    async fn a_line_past_the_limit_is_said_once_and_one_at_it_not() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut server, stdout) = tokio::io::duplex(7);
+        let oversized = Arc::new(Oversized::default());
+        let mut watched = Watched {
+            inner: stdout,
+            limit: 10,
+            line: 0,
+            over: false,
+            oversized: Arc::clone(&oversized),
+        };
+        let count = || oversized.lines.load(std::sync::atomic::Ordering::SeqCst);
+        let writer = tokio::spawn(async move {
+            // 9 bytes and a newline: at the limit. Then 11 and a newline,
+            // then 10 and a newline: over it, twice.
+            for line in ["123456789\n", "12345678901\n", "1234567890\n", "ok\n"] {
+                server.write_all(line.as_bytes()).await.unwrap();
+            }
+        });
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 3];
+        let mut after_first = None;
+        loop {
+            let n = watched.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            if seen.len() >= 10 && after_first.is_none() {
+                after_first = Some(count());
+            }
+        }
+        writer.await.unwrap();
+        assert_eq!(seen.len(), 36, "everything passed through");
+        assert_eq!(after_first, Some(0), "a line at the limit is not over it");
+        assert_eq!(count(), 2);
+        // Waiting from a count already passed returns at once.
+        tokio::time::timeout(Duration::from_secs(1), oversized.after(1))
+            .await
+            .unwrap();
+    }
 
     #[test]
     fn results_become_text_for_the_model() {
