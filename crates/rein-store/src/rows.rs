@@ -2,7 +2,7 @@
 //! stored, page cursors, and the columns of shared states and records.
 
 use chrono::SecondsFormat;
-use rein_core::store::Record;
+use rein_core::store::{Record, UsageFilter, UsageGroup};
 use rein_core::{StoreError, StoreResult};
 use rein_protocol::{SharedHarnessState, Timestamp};
 
@@ -122,4 +122,39 @@ pub(crate) fn shared_state_cursor(s: &SharedHarnessState) -> String {
 /// A record's page cursor.
 pub(crate) fn record_cursor(r: &Record) -> String {
     format!("{}|{}", ts(&r.created_at), r.id)
+}
+
+/// The column a `model_usage` query groups by, for `by`.
+pub(crate) fn usage_key(by: UsageGroup) -> &'static str {
+    match by {
+        UsageGroup::All => "''",
+        UsageGroup::Task => "task_id",
+        UsageGroup::Day => "substr(at, 1, 10)",
+    }
+}
+
+/// A `model_usage` query's conditions (` AND …` each) and their values in
+/// order; `placeholder(n)` spells the nth value as the backend takes it.
+pub(crate) fn usage_conditions(
+    filter: &UsageFilter,
+    placeholder: fn(usize) -> String,
+) -> (String, Vec<String>) {
+    let mut conditions = String::new();
+    let mut values = Vec::new();
+    let wanted = [
+        (
+            "task_id =",
+            filter.task_id.as_ref().map(ToString::to_string),
+        ),
+        ("session_id =", filter.session_id.clone()),
+        ("at >=", filter.since.as_ref().map(ts)),
+        ("at <", filter.until.as_ref().map(ts)),
+    ];
+    for (clause, value) in wanted {
+        if let Some(value) = value {
+            values.push(value);
+            conditions.push_str(&format!(" AND {clause} {}", placeholder(values.len())));
+        }
+    }
+    (conditions, values)
 }

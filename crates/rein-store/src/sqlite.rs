@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use rein_core::store::{
     ApprovalFilter, AuditRecord, ControlRequest, LostWrites, NewTask, Record, RecordFilter,
     RecordKind, RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter, TaskPage,
-    TaskWrite, UsageFilter, UsageGroup, UsageRow,
+    TaskWrite, UsageFilter, UsageRow,
 };
 use rein_core::{ApprovalStore, DocumentStore, JournalStore, StoreError, StoreResult, TaskStore};
 use rein_protocol::{
@@ -1482,34 +1482,13 @@ impl JournalStore for SqliteStore {
     }
 
     async fn usage(&self, filter: &UsageFilter) -> StoreResult<Vec<UsageRow>> {
-        let key = match filter.by {
-            UsageGroup::All => "''",
-            UsageGroup::Task => "task_id",
-            UsageGroup::Day => "substr(at, 1, 10)",
-        };
-        let mut sql = format!(
-            "SELECT {key}, provider, model, COUNT(*), SUM(input), SUM(cached), SUM(output),
+        let (conditions, args) = rows::usage_conditions(filter, |n| format!("?{n}"));
+        let sql = format!(
+            "SELECT {}, provider, model, COUNT(*), SUM(input), SUM(cached), SUM(output),
                     SUM(reasoning), MAX(estimated)
-             FROM model_usage WHERE 1 = 1"
+             FROM model_usage WHERE 1 = 1{conditions} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            rows::usage_key(filter.by)
         );
-        let mut args: Vec<String> = Vec::new();
-        let mut bind = |sql: &mut String, clause: &str, value: String| {
-            args.push(value);
-            sql.push_str(&format!(" AND {clause} ?{}", args.len()));
-        };
-        if let Some(task) = &filter.task_id {
-            bind(&mut sql, "task_id =", task.to_string());
-        }
-        if let Some(session) = &filter.session_id {
-            bind(&mut sql, "session_id =", session.clone());
-        }
-        if let Some(since) = &filter.since {
-            bind(&mut sql, "at >=", rows::ts(since));
-        }
-        if let Some(until) = &filter.until {
-            bind(&mut sql, "at <", rows::ts(until));
-        }
-        sql.push_str(" GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
         self.read(move |conn| {
             let mut stmt = conn.prepare(&sql).map_err(backend)?;
             let found = stmt

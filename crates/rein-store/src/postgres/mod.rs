@@ -25,7 +25,7 @@ use futures_util::future::{join, join3};
 use rein_core::store::{
     ApprovalFilter, AuditRecord, Change, ControlRequest, NewTask, Record, RecordFilter, RecordKind,
     RecordPage, SharedStateFilter, SharedStatePage, SnapshotInfo, StoreProbe, TaskFilter, TaskPage,
-    TaskWrite, UsageFilter, UsageGroup, UsageRow,
+    TaskWrite, UsageFilter, UsageRow,
 };
 use rein_core::{ApprovalStore, DocumentStore, JournalStore, StoreError, StoreResult, TaskStore};
 use rein_protocol::{
@@ -1311,34 +1311,13 @@ impl JournalStore for PostgresStore {
     }
 
     async fn usage(&self, filter: &UsageFilter) -> StoreResult<Vec<UsageRow>> {
-        let key = match filter.by {
-            UsageGroup::All => "''",
-            UsageGroup::Task => "task_id",
-            UsageGroup::Day => "substr(at, 1, 10)",
-        };
-        let mut sql = format!(
-            "SELECT {key}, provider, model, COUNT(*)::BIGINT, SUM(input)::BIGINT, SUM(cached)::BIGINT,
+        let (conditions, args) = crate::rows::usage_conditions(filter, |n| format!("${n}"));
+        let sql = format!(
+            "SELECT {}, provider, model, COUNT(*)::BIGINT, SUM(input)::BIGINT, SUM(cached)::BIGINT,
                     SUM(output)::BIGINT, SUM(reasoning)::BIGINT, bool_or(estimated)
-             FROM model_usage WHERE TRUE"
+             FROM model_usage WHERE TRUE{conditions} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
+            crate::rows::usage_key(filter.by)
         );
-        let mut args: Vec<String> = Vec::new();
-        let mut bind = |sql: &mut String, clause: &str, value: String| {
-            args.push(value);
-            sql.push_str(&format!(" AND {clause} ${}", args.len()));
-        };
-        if let Some(task) = &filter.task_id {
-            bind(&mut sql, "task_id =", task.to_string());
-        }
-        if let Some(session) = &filter.session_id {
-            bind(&mut sql, "session_id =", session.clone());
-        }
-        if let Some(since) = &filter.since {
-            bind(&mut sql, "at >=", ts(since));
-        }
-        if let Some(until) = &filter.until {
-            bind(&mut sql, "at <", ts(until));
-        }
-        sql.push_str(" GROUP BY 1, 2, 3 ORDER BY 1, 2, 3");
         let params: Vec<&(dyn ToSql + Sync)> =
             args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
         let rows = self.rows(&sql, &params).await?;
