@@ -102,6 +102,49 @@ impl ModelInfo {
     }
 }
 
+/// What rein knows of each model, by `PROVIDER/MODEL`.
+pub type Models = std::collections::BTreeMap<String, ModelInfo>;
+
+/// Model calls added up, with their cost at known prices: `cost_usd` is
+/// `None` as soon as one of the models has none (named in `unpriced`), so an
+/// unpriced call is never counted as free.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spend {
+    pub calls: u64,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub unpriced: Vec<String>,
+}
+
+impl Default for Spend {
+    fn default() -> Spend {
+        Spend {
+            calls: 0,
+            usage: Usage::default(),
+            cost_usd: Some(0.0),
+            unpriced: Vec::new(),
+        }
+    }
+}
+
+impl Spend {
+    /// Adds `calls` calls of `model` (`PROVIDER/MODEL`) that used `usage`,
+    /// costed at `models`' prices.
+    pub fn add(&mut self, model: &str, usage: &Usage, calls: u64, models: &Models) {
+        self.calls += calls;
+        self.usage.add(usage);
+        match models.get(model).and_then(|m| m.cost_usd(usage)) {
+            Some(dollars) => self.cost_usd = self.cost_usd.map(|sum| sum + dollars),
+            None => {
+                self.cost_usd = None;
+                if !self.unpriced.iter().any(|m| m == model) {
+                    self.unpriced.push(model.to_owned());
+                }
+            }
+        }
+    }
+}
+
 /// One model call's usage, with what served it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TurnUsage {
@@ -159,6 +202,33 @@ mod tests {
             ..price
         };
         assert!(bad.check().unwrap_err().contains("input_usd_per_mtok"));
+    }
+
+    #[test]
+    fn a_spend_is_unpriced_once_any_model_in_it_is() {
+        let models: Models = [(
+            "openai/a".to_owned(),
+            ModelInfo {
+                input_usd_per_mtok: Some(1.0),
+                output_usd_per_mtok: Some(1.0),
+                ..ModelInfo::default()
+            },
+        )]
+        .into();
+        let used = Usage {
+            input_tokens: 500_000,
+            output_tokens: 500_000,
+            ..Usage::default()
+        };
+        let mut spent = Spend::default();
+        spent.add("openai/a", &used, 2, &models);
+        assert_eq!(spent.cost_usd, Some(1.0));
+        spent.add("openai/b", &used, 1, &models);
+        spent.add("openai/b", &used, 1, &models);
+        spent.add("openai/a", &used, 1, &models);
+        assert_eq!((spent.calls, spent.cost_usd), (5, None));
+        assert_eq!(spent.unpriced, ["openai/b"]);
+        assert_eq!(spent.usage.input_tokens, 2_000_000);
     }
 
     #[test]

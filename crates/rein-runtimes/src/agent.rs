@@ -44,7 +44,7 @@ pub struct AgentExecutor {
 }
 
 /// What rein knows of each model, by `PROVIDER/MODEL`.
-pub type Models = std::collections::BTreeMap<String, rein_protocol::ModelInfo>;
+pub use rein_protocol::Models;
 
 impl std::fmt::Debug for AgentExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -1442,35 +1442,33 @@ fn usage_of<'a>(
     turns: impl Iterator<Item = &'a rein_protocol::TurnUsage>,
     models: &Models,
 ) -> Value {
-    let mut total = Usage::default();
-    let mut by_model: std::collections::BTreeMap<String, Usage> = std::collections::BTreeMap::new();
+    let mut total = rein_protocol::Spend::default();
+    let mut by_model: std::collections::BTreeMap<String, rein_protocol::Spend> =
+        std::collections::BTreeMap::new();
     for turn in turns {
-        total.add(&turn.usage);
+        let name = format!("{}/{}", turn.provider, turn.model);
+        total.add(&name, &turn.usage, 1, models);
         by_model
-            .entry(format!("{}/{}", turn.provider, turn.model))
+            .entry(name.clone())
             .or_default()
-            .add(&turn.usage);
+            .add(&name, &turn.usage, 1, models);
     }
-    let mut cost = 0.0;
-    let mut unpriced = Vec::new();
-    let mut rows = serde_json::Map::new();
-    for (name, used) in &by_model {
-        let mut row = json!(used);
-        match models.get(name).and_then(|m| m.cost_usd(used)) {
-            Some(dollars) => {
-                cost += dollars;
+    let mut out = json!(total.usage);
+    out["by_model"] = by_model
+        .iter()
+        .map(|(name, spent)| {
+            let mut row = json!(spent.usage);
+            if let Some(dollars) = spent.cost_usd {
                 row["cost_usd"] = json!(dollars);
             }
-            None => unpriced.push(name.clone()),
-        }
-        rows.insert(name.clone(), row);
-    }
-    let mut out = json!(total);
-    out["by_model"] = Value::Object(rows);
-    if unpriced.is_empty() && !by_model.is_empty() {
-        out["cost_usd"] = json!(cost);
-    } else if !unpriced.is_empty() {
-        out["unpriced"] = json!(unpriced);
+            (name.clone(), row)
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into();
+    match total.cost_usd {
+        Some(dollars) if total.calls > 0 => out["cost_usd"] = json!(dollars),
+        Some(_) => {}
+        None => out["unpriced"] = json!(total.unpriced),
     }
     out
 }

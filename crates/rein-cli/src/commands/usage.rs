@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use rein_core::store::{UsageFilter, UsageGroup, UsageRow};
-use rein_protocol::Usage;
+use rein_core::store::{UsageFilter, UsageGroup};
+use rein_protocol::Spend;
 use serde_json::{Value, json};
 
 use crate::cli::UsageArgs;
@@ -13,52 +13,16 @@ use crate::exit::{self, UsageError};
 use crate::output::say;
 use crate::render::{dollars, tokens};
 
-/// One row of the report: its key, calls, tokens, cost (`None`: a model in
-/// it has no price) and the models without one.
-struct Row {
-    key: String,
-    calls: u64,
-    usage: Usage,
-    cost: Option<f64>,
-    unpriced: Vec<String>,
-}
-
-impl Row {
-    fn new(key: String) -> Row {
-        Row {
-            key,
-            calls: 0,
-            usage: Usage::default(),
-            cost: Some(0.0),
-            unpriced: Vec::new(),
-        }
+/// A row of the report (or its total) as JSON.
+fn row_json(spent: &Spend) -> Value {
+    let mut out = json!(spent.usage);
+    out["calls"] = json!(spent.calls);
+    out["cost_usd"] = json!(spent.cost_usd);
+    out["estimated"] = json!(spent.usage.estimated);
+    if !spent.unpriced.is_empty() {
+        out["unpriced"] = json!(spent.unpriced);
     }
-
-    fn add(&mut self, r: &UsageRow, models: &rein_runtimes::agent::Models) {
-        let name = format!("{}/{}", r.provider, r.model);
-        self.calls += r.calls;
-        self.usage.add(&r.usage);
-        match models.get(&name).and_then(|m| m.cost_usd(&r.usage)) {
-            Some(c) => self.cost = self.cost.map(|sum| sum + c),
-            None => {
-                self.cost = None;
-                if !self.unpriced.contains(&name) {
-                    self.unpriced.push(name);
-                }
-            }
-        }
-    }
-
-    fn json(&self) -> Value {
-        let mut out = json!(self.usage);
-        out["calls"] = json!(self.calls);
-        out["cost_usd"] = json!(self.cost);
-        out["estimated"] = json!(self.usage.estimated);
-        if !self.unpriced.is_empty() {
-            out["unpriced"] = json!(self.unpriced);
-        }
-        out
-    }
+    out
 }
 
 pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
@@ -103,27 +67,28 @@ pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
     };
     let store = crate::commands::open_target_store(target)?;
     let found = store.usage(&filter).await?;
-    let mut total = Row::new(String::new());
-    let mut rows: BTreeMap<String, Row> = BTreeMap::new();
+    let mut total = Spend::default();
+    let mut rows: BTreeMap<String, Spend> = BTreeMap::new();
     for r in &found {
-        total.add(r, &target.models);
+        let model = format!("{}/{}", r.provider, r.model);
+        total.add(&model, &r.usage, r.calls, &target.models);
         let key = match by {
-            Some("model") => format!("{}/{}", r.provider, r.model),
+            Some("model") => model.clone(),
             _ => r.key.clone(),
         };
-        rows.entry(key.clone())
-            .or_insert_with(|| Row::new(key))
-            .add(r, &target.models);
+        rows.entry(key)
+            .or_default()
+            .add(&model, &r.usage, r.calls, &target.models);
     }
     if args.json {
-        let mut out = total.json();
+        let mut out = row_json(&total);
         if let Some(by) = by {
             out["by"] = json!(by);
             out["rows"] = rows
-                .values()
-                .map(|r| {
-                    let mut row = r.json();
-                    row["key"] = json!(r.key);
+                .iter()
+                .map(|(key, spent)| {
+                    let mut row = row_json(spent);
+                    row["key"] = json!(key);
                     row
                 })
                 .collect();
@@ -132,13 +97,13 @@ pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
         return Ok(exit::SUCCESS);
     }
     if by.is_some() {
-        for r in rows.values() {
+        for (key, spent) in &rows {
             say!(
                 "{:<32} {:>6} calls  {}  {}",
-                r.key,
-                r.calls,
-                tokens(&r.usage),
-                dollars(r.cost)
+                key,
+                spent.calls,
+                tokens(&spent.usage),
+                dollars(spent.cost_usd)
             );
         }
     }
@@ -147,7 +112,7 @@ pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
         "total",
         total.calls,
         tokens(&total.usage),
-        dollars(total.cost)
+        dollars(total.cost_usd)
     );
     if !total.unpriced.is_empty() {
         say!(
