@@ -866,6 +866,10 @@ struct StepFile {
     /// Agent steps: the most bytes of one tool answer the model is sent.
     #[serde(default)]
     max_tool_answer_bytes: Option<u64>,
+    /// Agent steps: the share of the model's window (percent) a request may
+    /// fill before the conversation is compacted.
+    #[serde(default)]
+    compact_at_percent: Option<u8>,
     /// Agent steps: the MCP servers whose tools the step is offered.
     #[serde(default)]
     mcp: Option<Vec<String>>,
@@ -999,6 +1003,7 @@ fn step_from_file(
         ("max_turns", s.max_turns.is_some()),
         ("on_token_limit", s.on_token_limit.is_some()),
         ("max_tool_answer_bytes", s.max_tool_answer_bytes.is_some()),
+        ("compact_at_percent", s.compact_at_percent.is_some()),
         ("mcp", s.mcp.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
@@ -1054,12 +1059,20 @@ fn step_from_file(
                 "step `{id}`: `max_tool_answer_bytes` is between 1024 and 16777216 (16 MiB)"
             ));
         }
+        if s.compact_at_percent
+            .is_some_and(|n| !(10..=95).contains(&n))
+        {
+            return Err(format!(
+                "step `{id}`: `compact_at_percent` is between 10 and 95 (the share of the model's context window a request may fill before the conversation is compacted)"
+            ));
+        }
         let limits = rein_protocol::AgentLimits {
             tool_choice: s.tool_choice,
             require_tool_call: s.require_tool_call.unwrap_or(false),
             max_turns: s.max_turns,
             continue_at_length,
             max_tool_answer_bytes: s.max_tool_answer_bytes,
+            compact_at_percent: s.compact_at_percent,
         };
         let mut mcp = Vec::new();
         for name in s.mcp.unwrap_or_default() {

@@ -564,6 +564,7 @@ require_tool_call = true
 max_turns = 5
 on_token_limit = "continue"
 max_tool_answer_bytes = 65536
+compact_at_percent = 60
 "#,
     )
     .unwrap();
@@ -578,6 +579,7 @@ max_tool_answer_bytes = 65536
             max_turns: Some(5),
             continue_at_length: true,
             max_tool_answer_bytes: Some(65536),
+            compact_at_percent: Some(60),
         }
     );
     let bad = |extra: &str| {
@@ -593,6 +595,8 @@ max_tool_answer_bytes = 65536
     assert!(bad("max_turns = 0").contains("`max_turns` is between 1 and 1000"));
     assert!(bad("on_token_limit = \"shrug\"").contains("write \"fail\" or \"continue\""));
     assert!(bad("max_tool_answer_bytes = 100").contains("between 1024 and 16777216"));
+    assert!(bad("compact_at_percent = 99").contains("`compact_at_percent` is between 10 and 95"));
+    assert!(bad("compact_at_percent = 300").contains("compact_at_percent"));
     // Only agent steps take them.
     let err = parse("description = \"x\"\n[[steps]]\nid = \"a\"\nrun = \"true\"\nmax_turns = 3\n")
         .unwrap_err();

@@ -249,6 +249,12 @@ pub fn describe_agent_update(update: &serde_json::Value) -> String {
                 .collect();
             format!("plan: {}", steps.join("; "))
         }
+        "compacted" => format!(
+            "compacted the conversation ({}): about {} → {} tokens",
+            text("reason"),
+            update["tokens_before"].as_u64().unwrap_or_default(),
+            update["tokens_after"].as_u64().unwrap_or_default()
+        ),
         "" => update.to_string().chars().take(120).collect(),
         other => other.replace('_', " "),
     }

@@ -172,6 +172,16 @@ pub struct AgentLimits {
     )]
     #[schemars(range(min = 1024, max = 16_777_216))]
     pub max_tool_answer_bytes: Option<u64>,
+    /// The share of the model's context window (in percent, 10–95) the
+    /// next request may fill before the older part of the conversation is
+    /// compacted (default 80).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
+    #[schemars(range(min = 10, max = 95))]
+    pub compact_at_percent: Option<u8>,
 }
 
 impl AgentLimits {

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::anthropic::AnthropicConfig;
+use crate::context::Compacted;
 use crate::mcp::{CallOutcome, McpServers, StepMcp};
 use crate::openai::{ChatClient, ChatConfig, ChatError, ChatResponse, Message, ToolCall, ToolSpec};
 use crate::provider::{ModelClient, Providers};
@@ -41,6 +42,8 @@ pub struct AgentExecutor {
     mcp_servers: McpServers,
     /// Prices and context windows, by `PROVIDER/MODEL`.
     models: Arc<Models>,
+    /// The context windows servers said, or overflow errors named.
+    windows: Arc<crate::context::Windows>,
 }
 
 /// What rein knows of each model, by `PROVIDER/MODEL`.
@@ -79,6 +82,7 @@ impl AgentExecutor {
             max_turns: MAX_TURNS,
             mcp_servers: McpServers::new(),
             models: Arc::default(),
+            windows: Arc::default(),
         }
     }
 
@@ -573,14 +577,23 @@ impl AgentExecutor {
             let stopped_at_limit = entries[since..]
                 .last()
                 .is_some_and(|e| e.get("turn_limit").is_some());
-            // The usage of each model turn journaled, by the turn's position.
+            // The usage of each model call journaled, by the position of
+            // the conversation it was made at.
             let mut metered: Vec<(usize, rein_protocol::TurnUsage)> = Vec::new();
+            // The conversation's older part, summarised.
+            let mut compacted: Option<Compacted> = None;
+            // The size of the conversation up to a model turn, as its server
+            // counted it: (the turn's position, its input and output tokens).
+            let mut sized: Option<(usize, u64)> = None;
             for entry in &entries[since..] {
                 if let Some(m) = entry.get("message") {
-                    if let Some(used) = entry
-                        .get("usage")
-                        .and_then(|u| serde_json::from_value(u.clone()).ok())
-                    {
+                    if let Some(used) = rein_core::store::entry_usage(entry) {
+                        if !used.usage.estimated {
+                            sized = Some((
+                                messages.len(),
+                                used.usage.input_tokens + used.usage.output_tokens,
+                            ));
+                        }
                         metered.push((messages.len(), used));
                     }
                     match serde_json::from_value(m.clone()) {
@@ -594,6 +607,19 @@ impl AgentExecutor {
                         }
                     }
                     awaiting = None;
+                } else if let Some(c) = entry.get("compacted") {
+                    if let Some(used) = rein_core::store::entry_usage(entry) {
+                        metered.push((messages.len(), used));
+                    }
+                    compacted = Some(Compacted {
+                        at: c["at"]
+                            .as_u64()
+                            .and_then(|n| usize::try_from(n).ok())
+                            .unwrap_or(0)
+                            .min(messages.len()),
+                        summary: c["summary"].as_str().unwrap_or_default().to_owned(),
+                    });
+                    sized = None;
                 } else if let Some(id) = entry.get("awaiting").and_then(Value::as_str) {
                     awaiting = Some(id.to_owned());
                 } else if let Some(granted) = entry.get("budget") {
@@ -669,6 +695,7 @@ impl AgentExecutor {
             if let Some(mcp) = mcp {
                 specs.extend(mcp.specs());
             }
+            let tools_tokens = crate::context::tokens_of(crate::context::specs_bytes(&specs));
             let mut request_id: Option<String> = None;
             let mut used: Option<rein_protocol::TurnUsage> = None;
             let mut tool_runs = 0usize;
@@ -817,13 +844,22 @@ impl AgentExecutor {
                             None,
                         );
                     }
+                    let mut fit = Fit {
+                        journal: &journal,
+                        compacted: &mut compacted,
+                        sized: &mut sized,
+                        metered: &mut metered,
+                        task: prompt,
+                        mine,
+                        tools: tools_tokens,
+                    };
                     let answer = tokio::select! {
-                        a = chat.complete_with(&messages, &specs, limits.tool_choice.as_deref(), |_| {}) => a,
+                        a = self.ask_model(turn, session, &messages, &specs, &mut fit) => a,
                         () = cancel.cancelled() => return StepOutcome::Cancelled,
                     };
                     let response = match answer {
                         Ok(r) => r,
-                        Err(e) => return chat_failure(e),
+                        Err(outcome) => return outcome,
                     };
                     let cut = response.finish_reason == "length";
                     if cut && (!limits.continue_at_length || !response.tool_calls.is_empty()) {
@@ -844,6 +880,12 @@ impl AgentExecutor {
                             .usage
                             .unwrap_or_else(|| estimate(&messages, &specs, &response)),
                     };
+                    if !turn.usage.estimated {
+                        sized = Some((
+                            messages.len(),
+                            turn.usage.input_tokens + turn.usage.output_tokens,
+                        ));
+                    }
                     metered.push((messages.len(), turn.clone()));
                     used = Some(turn);
                     messages.push(Message::Assistant {
@@ -877,6 +919,169 @@ impl AgentExecutor {
                 None,
             )
         })
+    }
+
+    /// The model's answer to the conversation `messages`, as it fits the
+    /// model's context window: compacted first when the request would fill
+    /// more than the step's share of the window, and compacted and asked
+    /// again once when the server says it is too long. A conversation that
+    /// cannot fit fails the step saying so.
+    async fn ask_model(
+        &self,
+        turn: &Turn<'_>,
+        session: &AgentSessionInfo,
+        messages: &[Message],
+        specs: &[ToolSpec],
+        fit: &mut Fit<'_>,
+    ) -> Result<ChatResponse, StepOutcome> {
+        let chat = turn.chat;
+        let name = format!("{}/{}", chat.provider(), chat.model());
+        let configured = self.models.get(&name).and_then(|m| m.context_window);
+        let mut window = self.windows.of(chat, configured).await;
+        let share = u64::from(
+            turn.limits
+                .compact_at_percent
+                .unwrap_or(crate::context::COMPACT_AT_PERCENT),
+        );
+        let mut retried = false;
+        loop {
+            let size = fit.size(messages);
+            if let Some(w) = window
+                && size > w * share / 100
+            {
+                self.compact(turn, session, messages, fit, w, size, "threshold")
+                    .await?;
+                let after = fit.size(messages);
+                if after > w {
+                    return Err(failed(
+                        format!(
+                            "the conversation does not fit {name}'s context window of {w} tokens even after compaction (about {after} tokens are left: its newest turns); give the step a model with a larger window, or lower max_tool_answer_bytes"
+                        ),
+                        Failure::Validation,
+                        Some(
+                            json!({ "session": session.id, "context_window": w, "tokens": after }),
+                        ),
+                    ));
+                }
+            }
+            let view = crate::context::view(messages, fit.compacted.as_ref(), fit.task());
+            match chat
+                .complete_with(&view, specs, turn.limits.tool_choice.as_deref(), |_| {})
+                .await
+            {
+                Ok(response) => return Ok(response),
+                Err(e) if e.context_overflow() && !retried => {
+                    retried = true;
+                    // The window the error names (learned for the next
+                    // request), or else the size that did not fit.
+                    let w = match e.overflow_window() {
+                        Some(n) => {
+                            self.windows.learn(chat, n);
+                            window = Some(n);
+                            n
+                        }
+                        None => window.unwrap_or(size).min(size),
+                    };
+                    self.compact(turn, session, messages, fit, w, size, "overflow")
+                        .await?;
+                }
+                Err(e) if e.context_overflow() => {
+                    return Err(failed(
+                        format!(
+                            "the conversation does not fit {name}'s context window even after compaction ({e}); give the step a model with a larger window, or lower max_tool_answer_bytes"
+                        ),
+                        Failure::Validation,
+                        Some(json!({ "session": session.id })),
+                    ));
+                }
+                Err(e) => return Err(chat_failure(e)),
+            }
+        }
+    }
+
+    /// Summarises the older part of the conversation (what would not leave
+    /// the recent turns within their share of `window`), journals the
+    /// summary as a session entry with what its request used, and reports
+    /// `compacted`. Nothing older to summarise: nothing happens.
+    #[allow(clippy::too_many_arguments)]
+    async fn compact(
+        &self,
+        turn: &Turn<'_>,
+        session: &AgentSessionInfo,
+        messages: &[Message],
+        fit: &mut Fit<'_>,
+        window: u64,
+        before: u64,
+        reason: &str,
+    ) -> Result<(), StepOutcome> {
+        let from = fit.compacted.as_ref().map_or(0, |c| c.at);
+        let Some(at) = crate::context::cut_point(messages, from, window) else {
+            return Ok(());
+        };
+        let start = from.max(usize::from(matches!(
+            messages.first(),
+            Some(Message::System { .. })
+        )));
+        let earlier = fit.compacted.as_ref().map(|c| c.summary.as_str());
+        let chat = turn.chat;
+        let (summary, response) =
+            crate::context::summarise(chat, &messages[start..at], earlier, window)
+                .await
+                .map_err(|e| {
+                    failed(
+                        format!(
+                            "the conversation had to be compacted, and its summary failed: {e}"
+                        ),
+                        Failure::Validation,
+                        Some(json!({ "session": session.id })),
+                    )
+                })?;
+        let request = crate::context::summary_request(&messages[start..at], earlier, window);
+        let used = rein_protocol::TurnUsage {
+            provider: chat.provider().to_owned(),
+            model: chat.model().to_owned(),
+            served_model: response.served_model.clone(),
+            step: Some(turn.request.step.id.clone()),
+            session: Some(session.id.to_string()),
+            usage: response
+                .usage
+                .unwrap_or_else(|| estimate(&request, &[], &response)),
+        };
+        let next = Compacted { at, summary };
+        let after = fit.tools
+            + crate::context::estimate(&crate::context::view(
+                messages,
+                Some(&next),
+                (fit.mine < at).then_some(fit.task),
+            ));
+        let record = json!({
+            "compacted": {
+                "at": at,
+                "summary": next.summary,
+                "tokens_before": before,
+                "tokens_after": after,
+                "reason": reason,
+            },
+            "usage": used,
+        });
+        if let Err(e) = fit.journal.append(&[record]).await {
+            return Err(unwritten(&e));
+        }
+        fit.metered.push((messages.len(), used));
+        *fit.compacted = Some(next);
+        *fit.sized = None;
+        if let Some(asker) = &turn.request.asker {
+            asker.report(json!({
+                "sessionUpdate": "compacted",
+                "session": session.id,
+                "model": format!("{}/{}", chat.provider(), chat.model()),
+                "reason": reason,
+                "messages": at - start,
+                "tokens_before": before,
+                "tokens_after": after,
+            }));
+        }
+        Ok(())
     }
 
     /// `delegate {prompt}`: a child session on the same, locked model route,
@@ -1303,6 +1508,53 @@ struct Turn<'a> {
     limits: &'a rein_protocol::AgentLimits,
     /// The step's MCP servers, if it names any.
     mcp: Option<&'a StepMcp>,
+}
+
+/// Where a conversation stands against its model's context window.
+struct Fit<'a> {
+    journal: &'a rein_core::journal::Journal,
+    /// The older part, summarised.
+    compacted: &'a mut Option<Compacted>,
+    /// The size up to a model turn as its server counted it (its position,
+    /// its input and output tokens).
+    sized: &'a mut Option<(usize, u64)>,
+    metered: &'a mut Vec<(usize, rein_protocol::TurnUsage)>,
+    /// The request of the step that runs, restated after a summary that
+    /// covers it.
+    task: &'a str,
+    /// Where the step's part of the conversation begins.
+    mine: usize,
+    /// The tokens the tools' declarations take, by rein's estimate.
+    tools: u64,
+}
+
+impl Fit<'_> {
+    /// The step's request, when the summary covers it.
+    fn task(&self) -> Option<&str> {
+        self.compacted
+            .as_ref()
+            .filter(|c| self.mine < c.at)
+            .map(|_| self.task)
+    }
+
+    /// The tokens the conversation's next request takes: what the server
+    /// counted up to its last turn and rein's estimate of what came after,
+    /// or rein's estimate of all it sends (`tools`: its tools' declarations).
+    fn size(&self, messages: &[Message]) -> u64 {
+        match *self.sized {
+            Some((at, counted)) if at < messages.len() => {
+                counted + crate::context::estimate(&messages[at + 1..])
+            }
+            _ => {
+                self.tools
+                    + crate::context::estimate(&crate::context::view(
+                        messages,
+                        self.compacted.as_ref(),
+                        self.task(),
+                    ))
+            }
+        }
+    }
 }
 
 /// What the loop says when a model's answer was cut at its token limit and

@@ -247,6 +247,7 @@ async fn read_events(
                         status,
                         message: format!("{message} (reported in the stream)"),
                         retry_after: None,
+                        code: Some(kind.to_owned()),
                     },
                     None => ChatError::Protocol(format!("the stream reported {kind}: {message}")),
                 });

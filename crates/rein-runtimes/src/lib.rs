@@ -12,6 +12,8 @@
 //!   API, for the built-in runtime; [`responses`]: one of OpenAI's Responses
 //!   API; [`anthropic`]: one of Anthropic's Messages API; [`provider`]: which
 //!   provider is which, and their settings.
+//! - [`context`]: models' context windows, and compaction of a conversation
+//!   that would not fit.
 //! - [`mcp`]: MCP tool servers (stdio in the step's sandbox, or streamable
 //!   HTTP) whose tools agent steps are offered, through the official SDK.
 //!
@@ -22,6 +24,7 @@ pub mod acp;
 pub mod agent;
 pub mod anthropic;
 pub mod completion;
+pub mod context;
 pub mod mcp;
 pub mod openai;
 pub mod plugin;

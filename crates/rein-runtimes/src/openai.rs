@@ -153,6 +153,9 @@ pub enum ChatError {
         message: String,
         /// From `Retry-After`, when the server said.
         retry_after: Option<Duration>,
+        /// The error's `code` (or else its `type`), when the body named one:
+        /// `context_length_exceeded`, `rate_limit_exceeded`, …
+        code: Option<String>,
     },
     #[error("the model API sent something rein cannot read: {0}")]
     Protocol(String),
@@ -278,15 +281,26 @@ pub(crate) async fn send(
         .ok()
         .and_then(Result::ok)
         .unwrap_or_default();
-    // Every provider puts its message at `error.message`.
-    let message = serde_json::from_str::<Value>(&text)
-        .ok()
+    // Every provider puts its message at `error.message`; its code at
+    // `error.code` (OpenAI, llama-cpp-python) or its kind at `error.type`
+    // (llama.cpp's `exceed_context_size_error`, Anthropic's).
+    let body = serde_json::from_str::<Value>(&text).ok();
+    let code = body.as_ref().and_then(|v| {
+        let error = &v["error"];
+        error["code"]
+            .as_str()
+            .filter(|c| !c.is_empty())
+            .or_else(|| error["type"].as_str())
+            .map(str::to_owned)
+    });
+    let message = body
         .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
         .unwrap_or(text);
     Err(ChatError::Http {
         status: status.as_u16(),
         message,
         retry_after,
+        code,
     })
 }
 
@@ -338,6 +352,7 @@ fn stream_error(error: &Value) -> ChatError {
             status,
             message: format!("{message} (reported in the stream)"),
             retry_after: None,
+            code: error["code"].as_str().map(str::to_owned),
         },
         None => ChatError::Protocol(format!("the stream reported: {message}")),
     }

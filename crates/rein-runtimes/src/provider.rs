@@ -107,6 +107,17 @@ impl ModelClient {
         }
     }
 
+    /// The OpenAI-compatible server's base URL and key, where a server may
+    /// be asked what it serves (`None`: Anthropic's API).
+    pub fn endpoint(&self) -> Option<(&str, Option<&str>)> {
+        let config = match self {
+            ModelClient::OpenAi(c) => c.config(),
+            ModelClient::Responses(c) => c.config(),
+            ModelClient::Anthropic(_) => return None,
+        };
+        Some((config.base_url.as_str(), config.api_key.as_deref()))
+    }
+
     /// One streamed answer: content pieces to `on_text` as they come, the
     /// tool calls whole, the finish reason in the chat-completions vocabulary.
     pub async fn complete_with(

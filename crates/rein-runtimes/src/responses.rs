@@ -58,6 +58,10 @@ pub struct ResponsesClient {
 }
 
 impl ResponsesClient {
+    pub fn config(&self) -> &ChatConfig {
+        &self.config
+    }
+
     /// The model it asks for.
     pub fn model(&self) -> &str {
         &self.config.model
@@ -119,6 +123,7 @@ fn stream_error(code: &str, message: &str) -> ChatError {
         "rate_limit_exceeded" => Some(429),
         "server_error" => Some(500),
         "server_is_overloaded" | "slow_down" => Some(503),
+        "context_length_exceeded" => Some(400),
         _ => None,
     };
     match status {
@@ -126,6 +131,7 @@ fn stream_error(code: &str, message: &str) -> ChatError {
             status,
             message: format!("{message} (reported in the stream)"),
             retry_after: None,
+            code: Some(code.to_owned()),
         },
         None => ChatError::Protocol(format!("the stream reported {code}: {message}")),
     }

@@ -736,6 +736,7 @@ async fn the_messages_apis_refusals_are_classified_like_http_errors() {
             status: 429,
             message: "Number of requests has exceeded your rate limit".into(),
             retry_after: Some(Duration::from_secs(3)),
+            code: Some("rate_limit_error".into()),
         }
     );
     let err = client

@@ -277,6 +277,7 @@ async fn the_servers_refusals_and_broken_streams_are_named() {
             status: 429,
             message: "Rate limit reached".into(),
             retry_after: Some(Duration::from_secs(7)),
+            code: Some("rate_limit".into()),
         }
     );
     let err = client(&base)
