@@ -52,6 +52,7 @@ impl Completer for AtOnce {
                 reason: SelectionReason::AutoBuiltin,
                 candidates: Vec::new(),
                 workspace_environment: None,
+                fallback_models: Vec::new(),
             },
             owner: CompletionOwner::Host,
             runtime: CompletionRuntime::Rein,

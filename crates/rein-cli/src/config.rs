@@ -39,6 +39,10 @@ struct File {
     /// and context window.
     #[serde(default)]
     models: std::collections::BTreeMap<String, rein_protocol::ModelInfo>,
+    /// The models (`PROVIDER/MODEL`) an agent step falls back to, in order,
+    /// when it names none of its own.
+    #[serde(default)]
+    fallback_models: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -103,6 +107,8 @@ pub struct Config {
     pub mcp_servers: rein_runtimes::mcp::McpServers,
     /// Prices and context windows, by `PROVIDER/MODEL`.
     pub models: std::collections::BTreeMap<String, rein_protocol::ModelInfo>,
+    /// The default fallback models of agent steps.
+    pub fallback_models: Vec<String>,
     pub shown: Vec<Shown>,
 }
 
@@ -469,6 +475,22 @@ impl Config {
             }
             show(&format!("models.{name}"), Some(value), in_file.clone());
         }
+        for (i, name) in file.fallback_models.iter().enumerate() {
+            rein_protocol::check_model_name(name)
+                .map_err(|e| UsageError(format!("{in_file}: fallback_models: {e}")))?;
+            if file.fallback_models[..i].contains(name) {
+                return Err(UsageError(format!(
+                    "{in_file}: fallback_models names `{name}` twice"
+                )));
+            }
+        }
+        if !file.fallback_models.is_empty() {
+            show(
+                "fallback_models",
+                Some(file.fallback_models.join(", ")),
+                in_file.clone(),
+            );
+        }
         Ok(Config {
             file: file_path,
             data_dir,
@@ -482,6 +504,7 @@ impl Config {
             providers: Providers { openai, anthropic },
             mcp_servers,
             models: file.models,
+            fallback_models: file.fallback_models,
             shown,
         })
     }

@@ -219,3 +219,65 @@ fn a_failed_steps_error_is_not_repeated_by_the_task_failed_line() {
         "{text}"
     );
 }
+
+#[test]
+fn the_configured_fallback_models_are_shown_checked_and_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("rein.toml");
+    std::fs::write(
+        &file,
+        "fallback_models = [\"openai/gpt-4o-mini\", \"anthropic/claude-haiku-4-5\"]\n",
+    )
+    .unwrap();
+    let shown = json(&run_ok(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .args(["config", "show", "--json"]),
+    ));
+    assert_eq!(
+        setting(&shown, "fallback_models")["value"],
+        "openai/gpt-4o-mini, anthropic/claude-haiku-4-5"
+    );
+    // The built-in runtime serves the route, then the configured chain.
+    let explained = json(&run_ok(rein(&data).arg("--config").arg(&file).args([
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--json",
+    ])));
+    assert_eq!(
+        explained["fallback_models"],
+        serde_json::json!(["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"])
+    );
+    let text = String::from_utf8(
+        run_ok(rein(&data).arg("--config").arg(&file).args([
+            "harness",
+            "explain",
+            "--provider",
+            "openai",
+        ]))
+        .stdout,
+    )
+    .unwrap();
+    assert!(
+        text.contains("openai/gpt-4o-mini → anthropic/claude-haiku-4-5"),
+        "{text}"
+    );
+    // A name that is not PROVIDER/MODEL is refused, named.
+    std::fs::write(&file, "fallback_models = [\"gpt-4o-mini\"]\n").unwrap();
+    let out = rein(&data)
+        .arg("--config")
+        .arg(&file)
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("fallback_models") && err.contains("`gpt-4o-mini`"),
+        "{err}"
+    );
+}

@@ -870,6 +870,9 @@ struct StepFile {
     /// fill before the conversation is compacted.
     #[serde(default)]
     compact_at_percent: Option<u8>,
+    /// Agent steps: the models that serve a turn when the step's cannot.
+    #[serde(default)]
+    fallback_models: Option<Vec<String>>,
     /// Agent steps: the MCP servers whose tools the step is offered.
     #[serde(default)]
     mcp: Option<Vec<String>>,
@@ -1004,6 +1007,7 @@ fn step_from_file(
         ("on_token_limit", s.on_token_limit.is_some()),
         ("max_tool_answer_bytes", s.max_tool_answer_bytes.is_some()),
         ("compact_at_percent", s.compact_at_percent.is_some()),
+        ("fallback_models", s.fallback_models.is_some()),
         ("mcp", s.mcp.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
@@ -1066,6 +1070,16 @@ fn step_from_file(
                 "step `{id}`: `compact_at_percent` is between 10 and 95 (the share of the model's context window a request may fill before the conversation is compacted)"
             ));
         }
+        let fallback_models = s.fallback_models.unwrap_or_default();
+        for (i, name) in fallback_models.iter().enumerate() {
+            rein_protocol::check_model_name(name)
+                .map_err(|e| format!("step `{id}`: `fallback_models`: {e}"))?;
+            if fallback_models[..i].contains(name) {
+                return Err(format!(
+                    "step `{id}`: `fallback_models` names `{name}` twice"
+                ));
+            }
+        }
         let limits = rein_protocol::AgentLimits {
             tool_choice: s.tool_choice,
             require_tool_call: s.require_tool_call.unwrap_or(false),
@@ -1073,6 +1087,7 @@ fn step_from_file(
             continue_at_length,
             max_tool_answer_bytes: s.max_tool_answer_bytes,
             compact_at_percent: s.compact_at_percent,
+            fallback_models,
         };
         let mut mcp = Vec::new();
         for name in s.mcp.unwrap_or_default() {

@@ -565,6 +565,7 @@ max_turns = 5
 on_token_limit = "continue"
 max_tool_answer_bytes = 65536
 compact_at_percent = 60
+fallback_models = ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"]
 "#,
     )
     .unwrap();
@@ -580,6 +581,10 @@ compact_at_percent = 60
             continue_at_length: true,
             max_tool_answer_bytes: Some(65536),
             compact_at_percent: Some(60),
+            fallback_models: vec![
+                "openai/gpt-4o-mini".into(),
+                "anthropic/claude-haiku-4-5".into()
+            ],
         }
     );
     let bad = |extra: &str| {
@@ -597,6 +602,10 @@ compact_at_percent = 60
     assert!(bad("max_tool_answer_bytes = 100").contains("between 1024 and 16777216"));
     assert!(bad("compact_at_percent = 99").contains("`compact_at_percent` is between 10 and 95"));
     assert!(bad("compact_at_percent = 300").contains("compact_at_percent"));
+    assert!(
+        bad("fallback_models = [\"gpt-4o\"]").contains("not a model named as \"PROVIDER/MODEL\"")
+    );
+    assert!(bad("fallback_models = [\"a/b\", \"a/b\"]").contains("names `a/b` twice"));
     // Only agent steps take them.
     let err = parse("description = \"x\"\n[[steps]]\nid = \"a\"\nrun = \"true\"\nmax_turns = 3\n")
         .unwrap_err();

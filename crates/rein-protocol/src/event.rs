@@ -255,6 +255,12 @@ pub fn describe_agent_update(update: &serde_json::Value) -> String {
             update["tokens_before"].as_u64().unwrap_or_default(),
             update["tokens_after"].as_u64().unwrap_or_default()
         ),
+        "fallback" => format!(
+            "fell back from {} to {}: {}",
+            text("from"),
+            text("to"),
+            text("reason")
+        ),
         "" => update.to_string().chars().take(120).collect(),
         other => other.replace('_', " "),
     }

@@ -176,4 +176,9 @@ pub struct SelectionDecision {
     /// Where the selected runtime's agents work, when it says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_environment: Option<WorkspaceEnvironment>,
+    /// The models (`PROVIDER/MODEL`) that serve a turn, in order, when the
+    /// model before them is rate-limited, overloaded, failing or too small
+    /// for the conversation (the built-in runtime's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallback_models: Vec<String>,
 }

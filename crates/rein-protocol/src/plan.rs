@@ -182,6 +182,11 @@ pub struct AgentLimits {
     )]
     #[schemars(range(min = 10, max = 95))]
     pub compact_at_percent: Option<u8>,
+    /// The models (`PROVIDER/MODEL`) that serve a turn, in order, when the
+    /// step's model is rate-limited, overloaded, failing, or too small for
+    /// the conversation; empty: the configured `fallback_models`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallback_models: Vec<String>,
 }
 
 impl AgentLimits {

@@ -102,6 +102,24 @@ impl ModelInfo {
     }
 }
 
+/// Whether `name` names a model as `PROVIDER/MODEL` (both parts given, no
+/// blank around them); if not, what is wrong.
+pub fn check_model_name(name: &str) -> Result<(), String> {
+    match name.split_once('/') {
+        Some((provider, model))
+            if !provider.trim().is_empty()
+                && !model.trim().is_empty()
+                && provider.trim() == provider
+                && model.trim() == model =>
+        {
+            Ok(())
+        }
+        _ => Err(format!(
+            "`{name}` is not a model named as \"PROVIDER/MODEL\", e.g. \"openai/gpt-4.1-mini\""
+        )),
+    }
+}
+
 /// What rein knows of each model, by `PROVIDER/MODEL`.
 pub type Models = std::collections::BTreeMap<String, ModelInfo>;
 

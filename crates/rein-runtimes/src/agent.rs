@@ -44,6 +44,8 @@ pub struct AgentExecutor {
     models: Arc<Models>,
     /// The context windows servers said, or overflow errors named.
     windows: Arc<crate::context::Windows>,
+    /// The models a step that names none falls back to (`PROVIDER/MODEL`).
+    fallback_models: Vec<String>,
 }
 
 /// What rein knows of each model, by `PROVIDER/MODEL`.
@@ -83,6 +85,7 @@ impl AgentExecutor {
             mcp_servers: McpServers::new(),
             models: Arc::default(),
             windows: Arc::default(),
+            fallback_models: Vec::new(),
         }
     }
 
@@ -90,6 +93,13 @@ impl AgentExecutor {
     /// them; a model without is unpriced.
     pub fn with_models(mut self, models: Models) -> AgentExecutor {
         self.models = Arc::new(models);
+        self
+    }
+
+    /// The models (`PROVIDER/MODEL`) an agent step that names none of its
+    /// own falls back to, in order.
+    pub fn with_fallback_models(mut self, models: Vec<String>) -> AgentExecutor {
+        self.fallback_models = models;
         self
     }
 
@@ -294,7 +304,7 @@ impl AgentExecutor {
                 &self.providers.facts(&provider),
             )
         };
-        let decision = match select(&self.registry, &self.policy, &wanted).await {
+        let mut decision = match select(&self.registry, &self.policy, &wanted).await {
             Ok(d) => d,
             Err(e) => return failed(e.to_string(), Failure::Validation, None),
         };
@@ -326,6 +336,36 @@ impl AgentExecutor {
             Ok(c) => c,
             Err(e) => return failed(e, Failure::Validation, None),
         };
+        // The models that serve a turn the step's model cannot, in order.
+        let chain = if limits.fallback_models.is_empty() {
+            &self.fallback_models
+        } else {
+            &limits.fallback_models
+        };
+        let mut fallbacks = Vec::new();
+        for name in chain {
+            if *name == format!("{provider}/{model}") {
+                continue;
+            }
+            let client = name
+                .split_once('/')
+                .ok_or_else(|| format!("`{name}` is not a model named as \"PROVIDER/MODEL\""))
+                .and_then(|(p, m)| self.providers.client(p, m));
+            match client {
+                Ok(c) => fallbacks.push(c),
+                Err(e) => {
+                    return failed(
+                        format!("fallback model `{name}`: {e}"),
+                        Failure::Validation,
+                        None,
+                    );
+                }
+            }
+        }
+        decision.fallback_models = fallbacks
+            .iter()
+            .map(|c| format!("{}/{}", c.provider(), c.model()))
+            .collect();
         let servers = if servers.is_empty() {
             None
         } else {
@@ -343,6 +383,7 @@ impl AgentExecutor {
             cancel,
             sessions,
             chat: &chat,
+            fallbacks: &fallbacks,
             decision: &decision,
             limits,
             mcp: servers.as_ref(),
@@ -537,6 +578,7 @@ impl AgentExecutor {
                 cancel,
                 sessions,
                 chat,
+                fallbacks: _,
                 decision,
                 limits,
                 mcp,
@@ -696,6 +738,8 @@ impl AgentExecutor {
                 specs.extend(mcp.specs());
             }
             let tools_tokens = crate::context::tokens_of(crate::context::specs_bytes(&specs));
+            // The model of the route that serves the turns (0: the step's).
+            let mut serving = 0usize;
             let mut request_id: Option<String> = None;
             let mut used: Option<rein_protocol::TurnUsage> = None;
             let mut tool_runs = 0usize;
@@ -854,7 +898,7 @@ impl AgentExecutor {
                         tools: tools_tokens,
                     };
                     let answer = tokio::select! {
-                        a = self.ask_model(turn, session, &messages, &specs, &mut fit) => a,
+                        a = self.ask_model(turn, session, &messages, &specs, &mut fit, &mut serving) => a,
                         () = cancel.cancelled() => return StepOutcome::Cancelled,
                     };
                     let response = match answer {
@@ -870,9 +914,14 @@ impl AgentExecutor {
                         );
                     }
                     request_id = response.request_id.clone();
+                    // The model of the route that answered.
+                    let by = serving
+                        .checked_sub(1)
+                        .and_then(|i| turn.fallbacks.get(i))
+                        .unwrap_or(chat);
                     let turn = rein_protocol::TurnUsage {
-                        provider: chat.provider().to_owned(),
-                        model: chat.model().to_owned(),
+                        provider: by.provider().to_owned(),
+                        model: by.model().to_owned(),
                         served_model: response.served_model.clone(),
                         step: Some(request.step.id.clone()),
                         session: Some(session.id.to_string()),
@@ -921,11 +970,14 @@ impl AgentExecutor {
         })
     }
 
-    /// The model's answer to the conversation `messages`, as it fits the
-    /// model's context window: compacted first when the request would fill
-    /// more than the step's share of the window, and compacted and asked
-    /// again once when the server says it is too long. A conversation that
-    /// cannot fit fails the step saying so.
+    /// The answer of the step's model to the conversation, or, when it
+    /// cannot serve the turn, of its fallback models in order: a rate limit
+    /// (429; its `Retry-After` is waited once, up to [`RETRY_AFTER_CAP`]),
+    /// an overload (503, 529), a server error that persists after
+    /// [`SERVER_RETRIES`] retries, an unreachable server, or a conversation
+    /// too long for its window move the turn on to the next model. The
+    /// model that served stays `serving` for the attempt's next turns.
+    /// Without fallbacks, a failure is the step's, for its recovery policy.
     async fn ask_model(
         &self,
         turn: &Turn<'_>,
@@ -933,8 +985,126 @@ impl AgentExecutor {
         messages: &[Message],
         specs: &[ToolSpec],
         fit: &mut Fit<'_>,
+        serving: &mut usize,
     ) -> Result<ChatResponse, StepOutcome> {
-        let chat = turn.chat;
+        let route: Vec<&ModelClient> = std::iter::once(turn.chat)
+            .chain(turn.fallbacks.iter())
+            .collect();
+        let name = |c: &ModelClient| format!("{}/{}", c.provider(), c.model());
+        if route.len() == 1 {
+            return match self
+                .ask_one(turn, turn.chat, session, messages, specs, fit)
+                .await
+            {
+                Ok(r) => Ok(r),
+                Err(Refusal::Stop(o) | Refusal::TooLong(o)) => Err(o),
+                Err(Refusal::Chat(e)) => Err(chat_failure(e)),
+            };
+        }
+        // What each model that could not serve said.
+        let mut refused: Vec<(String, String)> = Vec::new();
+        let mut last: Option<StepOutcome> = None;
+        while let Some(chat) = route.get(*serving).copied() {
+            let mut waited = false;
+            let mut retries = 0;
+            let why = loop {
+                match self
+                    .ask_one(turn, chat, session, messages, specs, fit)
+                    .await
+                {
+                    Ok(r) => return Ok(r),
+                    Err(Refusal::Stop(o)) => return Err(o),
+                    Err(Refusal::TooLong(o)) => {
+                        let why = match &o {
+                            StepOutcome::Failed { error, .. } => error.clone(),
+                            _ => "the conversation does not fit its window".into(),
+                        };
+                        last = Some(o);
+                        break why;
+                    }
+                    Err(Refusal::Chat(e)) => {
+                        let status = match &e {
+                            ChatError::Http { status, .. } => Some(*status),
+                            _ => None,
+                        };
+                        match (&e, status) {
+                            (ChatError::Http { retry_after, .. }, Some(429)) => {
+                                if let Some(wait) = retry_after.filter(|w| *w <= RETRY_AFTER_CAP)
+                                    && !waited
+                                {
+                                    waited = true;
+                                    tokio::time::sleep(wait).await;
+                                    continue;
+                                }
+                            }
+                            (_, Some(503 | 529)) => {}
+                            (_, Some(500..=599)) => {
+                                if retries < SERVER_RETRIES {
+                                    retries += 1;
+                                    tokio::time::sleep(SERVER_BACKOFF * retries).await;
+                                    continue;
+                                }
+                            }
+                            (ChatError::Unreachable { .. } | ChatError::TimedOut(_), _) => {}
+                            // Refused for what it asked (a bad key, a bad
+                            // request): another model would not help.
+                            _ => return Err(chat_failure(e)),
+                        }
+                        let why = e.to_string();
+                        last = Some(chat_failure(e));
+                        break why;
+                    }
+                }
+            };
+            refused.push((name(chat), why.clone()));
+            *serving += 1;
+            if let (Some(next), Some(asker)) = (route.get(*serving), &turn.request.asker) {
+                asker.report(json!({
+                    "sessionUpdate": "fallback",
+                    "session": session.id,
+                    "from": name(chat),
+                    "to": name(next),
+                    "reason": clip(&why, 300),
+                }));
+            }
+        }
+        // Every model of the route refused: the step fails as the last one
+        // did (its class decides the recovery), naming what each said.
+        let said = refused
+            .iter()
+            .map(|(m, why)| format!("{m}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(match last {
+            Some(StepOutcome::Failed {
+                failure, output, ..
+            }) => StepOutcome::Failed {
+                error: format!("no model of the step's route could serve the turn ({said})"),
+                failure,
+                output,
+            },
+            Some(other) => other,
+            None => failed(
+                "the step's route has no model left to serve the turn".into(),
+                Failure::Internal,
+                None,
+            ),
+        })
+    }
+
+    /// The answer of one model to the conversation, as it fits the model's
+    /// context window: compacted first when the request would fill more
+    /// than the step's share of the window, and compacted and asked again
+    /// once when the server says it is too long.
+    async fn ask_one(
+        &self,
+        turn: &Turn<'_>,
+        chat: &ModelClient,
+        session: &AgentSessionInfo,
+        messages: &[Message],
+        specs: &[ToolSpec],
+        fit: &mut Fit<'_>,
+    ) -> Result<ChatResponse, Refusal> {
         let name = format!("{}/{}", chat.provider(), chat.model());
         let configured = self.models.get(&name).and_then(|m| m.context_window);
         let mut window = self.windows.of(chat, configured).await;
@@ -949,11 +1119,12 @@ impl AgentExecutor {
             if let Some(w) = window
                 && size > w * share / 100
             {
-                self.compact(turn, session, messages, fit, w, size, "threshold")
-                    .await?;
+                self.compact(turn, chat, session, messages, fit, w, size, "threshold")
+                    .await
+                    .map_err(Refusal::Stop)?;
                 let after = fit.size(messages);
                 if after > w {
-                    return Err(failed(
+                    return Err(Refusal::TooLong(failed(
                         format!(
                             "the conversation does not fit {name}'s context window of {w} tokens even after compaction (about {after} tokens are left: its newest turns); give the step a model with a larger window, or lower max_tool_answer_bytes"
                         ),
@@ -961,7 +1132,7 @@ impl AgentExecutor {
                         Some(
                             json!({ "session": session.id, "context_window": w, "tokens": after }),
                         ),
-                    ));
+                    )));
                 }
             }
             let view = crate::context::view(messages, fit.compacted.as_ref(), fit.task());
@@ -982,19 +1153,20 @@ impl AgentExecutor {
                         }
                         None => window.unwrap_or(size).min(size),
                     };
-                    self.compact(turn, session, messages, fit, w, size, "overflow")
-                        .await?;
+                    self.compact(turn, chat, session, messages, fit, w, size, "overflow")
+                        .await
+                        .map_err(Refusal::Stop)?;
                 }
                 Err(e) if e.context_overflow() => {
-                    return Err(failed(
+                    return Err(Refusal::TooLong(failed(
                         format!(
                             "the conversation does not fit {name}'s context window even after compaction ({e}); give the step a model with a larger window, or lower max_tool_answer_bytes"
                         ),
                         Failure::Validation,
                         Some(json!({ "session": session.id })),
-                    ));
+                    )));
                 }
-                Err(e) => return Err(chat_failure(e)),
+                Err(e) => return Err(Refusal::Chat(e)),
             }
         }
     }
@@ -1007,6 +1179,7 @@ impl AgentExecutor {
     async fn compact(
         &self,
         turn: &Turn<'_>,
+        chat: &ModelClient,
         session: &AgentSessionInfo,
         messages: &[Message],
         fit: &mut Fit<'_>,
@@ -1023,7 +1196,6 @@ impl AgentExecutor {
             Some(Message::System { .. })
         )));
         let earlier = fit.compacted.as_ref().map(|c| c.summary.as_str());
-        let chat = turn.chat;
         let (summary, response) =
             crate::context::summarise(chat, &messages[start..at], earlier, window)
                 .await
@@ -1504,11 +1676,32 @@ struct Turn<'a> {
     cancel: &'a CancellationToken,
     sessions: &'a Sessions,
     chat: &'a ModelClient,
+    /// The models that serve a turn `chat` cannot, in order.
+    fallbacks: &'a [ModelClient],
     decision: &'a SelectionDecision,
     limits: &'a rein_protocol::AgentLimits,
     /// The step's MCP servers, if it names any.
     mcp: Option<&'a StepMcp>,
 }
+
+/// Why a model did not answer a turn.
+enum Refusal {
+    /// The step cannot go on (its journal could not be written, the summary
+    /// failed): no other model is asked.
+    Stop(StepOutcome),
+    /// The conversation does not fit the model's window.
+    TooLong(StepOutcome),
+    /// The model's API failed the request.
+    Chat(ChatError),
+}
+
+/// The longest `Retry-After` a rate-limited model is waited for before the
+/// turn moves on to the next model of its route.
+pub const RETRY_AFTER_CAP: Duration = Duration::from_secs(30);
+/// How often a model that answers a server error (500–599 but 503) is asked
+/// again before the turn moves on.
+const SERVER_RETRIES: u32 = 2;
+const SERVER_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Where a conversation stands against its model's context window.
 struct Fit<'a> {

@@ -109,6 +109,7 @@ impl AppState {
                 registry: Arc::default(),
                 policy: rein_core::harness::RuntimePolicy::default(),
                 facts: Default::default(),
+                fallback_models: Vec::new(),
             }),
             activity: Arc::default(),
             run_ended: Arc::default(),

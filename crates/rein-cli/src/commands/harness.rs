@@ -81,6 +81,12 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
                     decision.policy.runtime,
                     decision.policy.source.as_str()
                 );
+                if !decision.fallback_models.is_empty() {
+                    say!(
+                        "  then, turn by turn when it cannot serve: {}",
+                        decision.fallback_models.join(" → ")
+                    );
+                }
                 if decision.candidates.is_empty() {
                     say!("  no harness was asked");
                 }

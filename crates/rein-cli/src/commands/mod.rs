@@ -140,7 +140,8 @@ impl Context {
         let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat)
             .with_anthropic(providers.anthropic)
             .with_mcp_servers(target.mcp_servers.clone())
-            .with_models(target.models.clone());
+            .with_models(target.models.clone())
+            .with_fallback_models(target.fallback_models.clone());
         let mut ctx = Context::running_with(
             target.place(),
             max_parallel,
@@ -342,6 +343,8 @@ pub struct Target {
     pub mcp_servers: rein_runtimes::mcp::McpServers,
     /// Prices and context windows, by `PROVIDER/MODEL`.
     pub models: rein_runtimes::agent::Models,
+    /// Agent steps' default fallback models.
+    pub fallback_models: Vec<String>,
 }
 
 /// `rein config show`.
@@ -390,6 +393,7 @@ impl Target {
             registry: Arc::new(harness_registry(&self.plugins)?),
             policy: runtime_policy(self.runtime_policy.as_deref())?,
             facts: self.providers.all_facts(),
+            fallback_models: self.fallback_models.clone(),
         })
     }
 
@@ -515,6 +519,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         providers: config.providers.clone(),
         mcp_servers: config.mcp_servers.clone(),
         models: config.models.clone(),
+        fallback_models: config.fallback_models.clone(),
     };
     match cli.command {
         Command::Config(crate::cli::ConfigCommand::Show { json }) => show_config(&config, json),

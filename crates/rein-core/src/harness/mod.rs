@@ -654,6 +654,7 @@ pub async fn select(
         workspace_environment: registry
             .get(selected)
             .and_then(|r| r.harness.workspace_environment()),
+        fallback_models: Vec::new(),
     };
     match in_force.runtime.as_str() {
         BUILTIN_RUNTIME => Ok(decision(
@@ -747,6 +748,9 @@ pub struct Harnesses {
     /// How each provider's requests are prepared here (none known: nothing
     /// prepared, nothing overridden).
     pub facts: BTreeMap<String, ProviderFacts>,
+    /// The configured fallback models (`fallback_models` in `rein.toml`),
+    /// for a step that names none of its own.
+    pub fallback_models: Vec<String>,
 }
 
 impl Harnesses {
@@ -801,6 +805,10 @@ impl Harnesses {
                 &self.facts.get(&provider).cloned().unwrap_or_default(),
             )
         };
-        select(&self.registry, &self.policy, &request).await
+        let mut decision = select(&self.registry, &self.policy, &request).await?;
+        if decision.selected == BUILTIN_RUNTIME {
+            decision.fallback_models = self.fallback_models.clone();
+        }
+        Ok(decision)
     }
 }
