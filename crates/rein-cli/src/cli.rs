@@ -290,6 +290,9 @@ pub struct AcpArgs {
     /// agent steps, the answers allowed, and --yes to run a plan unconfirmed.
     #[command(flatten)]
     pub decompose: GoalArgs,
+    /// What each prompt's task may spend.
+    #[command(flatten)]
+    pub budget: BudgetArgs,
     /// How many steps of a task run at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub max_parallel: u32,
@@ -316,6 +319,39 @@ pub struct CompleteArgs {
     pub json: bool,
 }
 
+/// What a task's model calls may spend, all its steps together, before a
+/// person is asked.
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub struct BudgetArgs {
+    /// Tokens (in and out, cached input included) [default: the plan's `budget`].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub budget_tokens: Option<u64>,
+    /// US dollars, at the prices of rein.toml's [models."PROVIDER/MODEL"].
+    #[arg(long, value_name = "USD")]
+    pub budget_usd: Option<f64>,
+}
+
+impl BudgetArgs {
+    /// `plan`'s budget with the flags' bounds over its own.
+    pub fn over(
+        &self,
+        plan: Option<rein_protocol::Budget>,
+    ) -> Result<Option<rein_protocol::Budget>, crate::exit::UsageError> {
+        if self.budget_tokens.is_none() && self.budget_usd.is_none() {
+            return Ok(plan);
+        }
+        let plan = plan.unwrap_or_default();
+        let budget = rein_protocol::Budget {
+            tokens: self.budget_tokens.or(plan.tokens),
+            cost_usd: self.budget_usd.or(plan.cost_usd),
+        };
+        budget
+            .check()
+            .map_err(|e| crate::exit::UsageError(format!("--budget-tokens/--budget-usd: {e}")))?;
+        Ok(Some(budget))
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The plan file (TOML); or give --goal instead.
@@ -327,6 +363,8 @@ pub struct RunArgs {
     pub goal: Option<String>,
     #[command(flatten)]
     pub decompose: GoalArgs,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
     /// Session the task belongs to [default: the plan's `session`, else "default"].
     #[arg(long)]
     pub session: Option<String>,

@@ -43,6 +43,9 @@ struct File {
     /// when it names none of its own.
     #[serde(default)]
     fallback_models: Vec<String>,
+    /// What every task's model calls together may spend in a UTC day.
+    #[serde(default)]
+    daily_budget: Option<rein_protocol::Budget>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -109,6 +112,8 @@ pub struct Config {
     pub models: std::collections::BTreeMap<String, rein_protocol::ModelInfo>,
     /// The default fallback models of agent steps.
     pub fallback_models: Vec<String>,
+    /// What all tasks' model calls may spend in a UTC day.
+    pub daily_budget: Option<rein_protocol::Budget>,
     pub shown: Vec<Shown>,
 }
 
@@ -491,6 +496,19 @@ impl Config {
                 in_file.clone(),
             );
         }
+        if let Some(budget) = &file.daily_budget {
+            budget
+                .check()
+                .map_err(|e| UsageError(format!("{in_file}: daily_budget: {e}")))?;
+            let mut value = Vec::new();
+            if let Some(t) = budget.tokens {
+                value.push(format!("{t} tokens"));
+            }
+            if let Some(c) = budget.cost_usd {
+                value.push(format!("${c}"));
+            }
+            show("daily_budget", Some(value.join(", ")), in_file.clone());
+        }
         Ok(Config {
             file: file_path,
             data_dir,
@@ -505,6 +523,7 @@ impl Config {
             mcp_servers,
             models: file.models,
             fallback_models: file.fallback_models,
+            daily_budget: file.daily_budget,
             shown,
         })
     }

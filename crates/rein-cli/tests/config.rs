@@ -281,3 +281,47 @@ fn the_configured_fallback_models_are_shown_checked_and_explained() {
         "{err}"
     );
 }
+
+#[test]
+fn budgets_from_the_file_and_the_flags_are_checked_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("rein.toml");
+    std::fs::write(
+        &file,
+        "daily_budget = { tokens = 5000000, cost_usd = 20.0 }\n",
+    )
+    .unwrap();
+    let shown = json(&run_ok(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .args(["config", "show", "--json"]),
+    ));
+    assert_eq!(
+        setting(&shown, "daily_budget")["value"],
+        "5000000 tokens, $20"
+    );
+    std::fs::write(&file, "daily_budget = { cost_usd = 0.0 }\n").unwrap();
+    let out = rein(&data)
+        .arg("--config")
+        .arg(&file)
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("daily_budget: `cost_usd` is a positive number of US dollars"),
+        "{err}"
+    );
+    // A goal's budget from the flags: a bad one is bad usage, before any
+    // model is asked.
+    let out = rein(&data)
+        .args(["run", "--goal", "tidy up", "--budget-usd=-2"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--budget-tokens/--budget-usd"), "{err}");
+}

@@ -49,6 +49,9 @@ pub struct StepRequest {
     pub guard: Arc<rein_sandbox::Protected>,
     /// The agent sessions of the store (for agent steps).
     pub sessions: Option<crate::sessions::Sessions>,
+    /// What the task's model calls may spend, all its steps together (the
+    /// plan's `budget`).
+    pub task_budget: Option<rein_protocol::Budget>,
 }
 
 /// A question a running step puts to a person: it becomes an approval request
@@ -424,6 +427,7 @@ impl StepExecutor for CommandExecutor {
             data_dir: None,
             guard: Arc::default(),
             sessions: None,
+            task_budget: None,
         };
         let ran = self
             .run_command(

@@ -63,6 +63,12 @@ pub enum PlanIssue {
         step: String,
     },
     ZeroParallelism,
+    /// A budget bounds nothing, or not sensibly (`step`: a step's; `None`:
+    /// the plan's).
+    BadBudget {
+        step: Option<String>,
+        detail: String,
+    },
     EmptyApprovalTitle {
         step: String,
     },
@@ -162,6 +168,13 @@ impl fmt::Display for PlanIssue {
             }
             PlanIssue::ZeroTimeout { step } => write!(f, "step `{step}` has a zero timeout"),
             PlanIssue::ZeroParallelism => write!(f, "max_parallel must be at least 1"),
+            PlanIssue::BadBudget { step: None, detail } => {
+                write!(f, "the plan's `budget`: {detail}")
+            }
+            PlanIssue::BadBudget {
+                step: Some(step),
+                detail,
+            } => write!(f, "step `{step}`: `budget`: {detail}"),
             PlanIssue::EmptyApprovalTitle { step } => {
                 write!(f, "approve step `{step}` has an empty title")
             }
@@ -281,6 +294,26 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
     }
     if plan.max_parallel == Some(0) {
         issues.push(PlanIssue::ZeroParallelism);
+    }
+    if let Some(Err(detail)) = plan.budget.as_ref().map(rein_protocol::Budget::check) {
+        issues.push(PlanIssue::BadBudget { step: None, detail });
+    }
+    for step in &plan.steps {
+        if let StepAction::Agent {
+            limits:
+                rein_protocol::AgentLimits {
+                    budget: Some(budget),
+                    ..
+                },
+            ..
+        } = &step.action
+            && let Err(detail) = budget.check()
+        {
+            issues.push(PlanIssue::BadBudget {
+                step: Some(step.id.clone()),
+                detail,
+            });
+        }
     }
     let mut index: HashMap<&str, usize> = HashMap::new();
     for (i, step) in plan.steps.iter().enumerate() {
@@ -571,6 +604,9 @@ struct PlanFile {
     /// MCP tool servers the plan's agent steps may name.
     #[serde(default)]
     mcp_servers: BTreeMap<String, McpServerFile>,
+    /// What the task's model calls may spend before a person is asked.
+    #[serde(default)]
+    budget: Option<rein_protocol::Budget>,
     #[serde(default)]
     steps: Vec<StepFile>,
 }
@@ -873,6 +909,9 @@ struct StepFile {
     /// Agent steps: the models that serve a turn when the step's cannot.
     #[serde(default)]
     fallback_models: Option<Vec<String>>,
+    /// Agent steps: what the step's model calls may spend.
+    #[serde(default)]
+    budget: Option<rein_protocol::Budget>,
     /// Agent steps: the MCP servers whose tools the step is offered.
     #[serde(default)]
     mcp: Option<Vec<String>>,
@@ -1008,6 +1047,7 @@ fn step_from_file(
         ("max_tool_answer_bytes", s.max_tool_answer_bytes.is_some()),
         ("compact_at_percent", s.compact_at_percent.is_some()),
         ("fallback_models", s.fallback_models.is_some()),
+        ("budget", s.budget.is_some()),
         ("mcp", s.mcp.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
@@ -1088,6 +1128,7 @@ fn step_from_file(
             max_tool_answer_bytes: s.max_tool_answer_bytes,
             compact_at_percent: s.compact_at_percent,
             fallback_models,
+            budget: s.budget,
         };
         let mut mcp = Vec::new();
         for name in s.mcp.unwrap_or_default() {
@@ -1302,6 +1343,7 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
         cleanup: file.cleanup,
         shared_state: file.shared_state,
         goal: None,
+        budget: file.budget,
     };
     let plan = validate(plan).map_err(|e| (e.to_string(), Some(e)))?;
     Ok(PlanSpec {

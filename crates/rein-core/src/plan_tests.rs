@@ -566,6 +566,7 @@ on_token_limit = "continue"
 max_tool_answer_bytes = 65536
 compact_at_percent = 60
 fallback_models = ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"]
+budget = { tokens = 10000, cost_usd = 0.5 }
 "#,
     )
     .unwrap();
@@ -585,6 +586,10 @@ fallback_models = ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"]
                 "openai/gpt-4o-mini".into(),
                 "anthropic/claude-haiku-4-5".into()
             ],
+            budget: Some(rein_protocol::Budget {
+                tokens: Some(10_000),
+                cost_usd: Some(0.5),
+            }),
         }
     );
     let bad = |extra: &str| {
@@ -606,6 +611,26 @@ fallback_models = ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"]
         bad("fallback_models = [\"gpt-4o\"]").contains("not a model named as \"PROVIDER/MODEL\"")
     );
     assert!(bad("fallback_models = [\"a/b\", \"a/b\"]").contains("names `a/b` twice"));
+    assert!(
+        bad("budget = {}")
+            .contains("step `a`: `budget`: a budget gives `tokens`, `cost_usd` or both")
+    );
+    assert!(bad("budget = { cost_usd = -1.0 }").contains("positive number of US dollars"));
+    assert!(bad("budget = { dollars = 1.0 }").contains("dollars"));
+    // The plan's own budget, over all its steps.
+    let plan = parse(
+        "description = \"x\"\nbudget = { tokens = 500 }\n[[steps]]\nid = \"a\"\nrun = \"true\"\n",
+    )
+    .unwrap();
+    assert_eq!(plan.plan.budget.unwrap().tokens, Some(500));
+    let err = parse(
+        "description = \"x\"\nbudget = { tokens = 0 }\n[[steps]]\nid = \"a\"\nrun = \"true\"\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("the plan's `budget`: `tokens` is at least 1"),
+        "{err}"
+    );
     // Only agent steps take them.
     let err = parse("description = \"x\"\n[[steps]]\nid = \"a\"\nrun = \"true\"\nmax_turns = 3\n")
         .unwrap_err();

@@ -41,6 +41,17 @@ pub struct Sessions {
     audited: Arc<tokio::sync::Notify>,
 }
 
+impl Sessions {
+    /// The model calls metered in the store, added up (what a budget has
+    /// spent).
+    pub async fn usage(
+        &self,
+        filter: &crate::store::UsageFilter,
+    ) -> Result<Vec<crate::store::UsageRow>, EngineError> {
+        Ok(self.store.usage(filter).await?)
+    }
+}
+
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions").finish_non_exhaustive()

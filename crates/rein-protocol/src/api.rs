@@ -326,6 +326,10 @@ pub struct SubmitTask {
     )]
     #[schemars(range(min = 1))]
     pub max_parallel: Option<u32>,
+    /// What the goal's model calls may spend, all its steps together (a
+    /// plan says it as its own `budget`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::Budget>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// An absolute directory inside one of the server's `--workspace-root`

@@ -187,6 +187,9 @@ pub struct AgentLimits {
     /// the conversation; empty: the configured `fallback_models`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallback_models: Vec<String>,
+    /// What the step's model calls may spend before a person is asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::Budget>,
 }
 
 impl AgentLimits {
@@ -394,6 +397,10 @@ pub struct TaskDecomposition {
     /// the plan has no steps; afterwards it keeps how it was decomposed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<Goal>,
+    /// What the task's model calls, all its steps together, may spend
+    /// before a person is asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::Budget>,
 }
 
 /// How a goal is turned into steps (CP2): by an isolated completion on this
@@ -505,6 +512,7 @@ impl TaskDecomposition {
             cleanup: WorkspaceCleanup::Keep,
             shared_state: None,
             goal: None,
+            budget: None,
         }
     }
 

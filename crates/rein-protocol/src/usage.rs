@@ -120,6 +120,50 @@ pub fn check_model_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// How much model calls may spend: tokens (input and output, cached input
+/// included), US dollars at the configured prices, or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
+    #[schemars(range(min = 1))]
+    pub tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub cost_usd: Option<f64>,
+}
+
+// A budget's dollars are checked finite (`Budget::check`), so equality is one.
+impl Eq for Budget {}
+
+impl Budget {
+    /// Whether it bounds anything, and bounds it sensibly; if not, why.
+    pub fn check(&self) -> Result<(), String> {
+        if self.tokens.is_none() && self.cost_usd.is_none() {
+            return Err("a budget gives `tokens`, `cost_usd` or both".into());
+        }
+        if self.tokens == Some(0) {
+            return Err("`tokens` is at least 1".into());
+        }
+        if self.cost_usd.is_some_and(|c| !c.is_finite() || c <= 0.0) {
+            return Err("`cost_usd` is a positive number of US dollars".into());
+        }
+        Ok(())
+    }
+
+    /// The same budget with every bound multiplied by `factor`.
+    pub fn times(&self, factor: u32) -> Budget {
+        Budget {
+            tokens: self.tokens.map(|t| t.saturating_mul(u64::from(factor))),
+            cost_usd: self.cost_usd.map(|c| c * f64::from(factor)),
+        }
+    }
+}
+
 /// What rein knows of each model, by `PROVIDER/MODEL`.
 pub type Models = std::collections::BTreeMap<String, ModelInfo>;
 

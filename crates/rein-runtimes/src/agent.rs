@@ -46,6 +46,8 @@ pub struct AgentExecutor {
     windows: Arc<crate::context::Windows>,
     /// The models a step that names none falls back to (`PROVIDER/MODEL`).
     fallback_models: Vec<String>,
+    /// What every task's model calls together may spend in a UTC day.
+    daily_budget: Option<rein_protocol::Budget>,
 }
 
 /// What rein knows of each model, by `PROVIDER/MODEL`.
@@ -86,6 +88,7 @@ impl AgentExecutor {
             models: Arc::default(),
             windows: Arc::default(),
             fallback_models: Vec::new(),
+            daily_budget: None,
         }
     }
 
@@ -100,6 +103,13 @@ impl AgentExecutor {
     /// own falls back to, in order.
     pub fn with_fallback_models(mut self, models: Vec<String>) -> AgentExecutor {
         self.fallback_models = models;
+        self
+    }
+
+    /// What every task's model calls together may spend in a UTC day
+    /// (`daily_budget` in `rein.toml`).
+    pub fn with_daily_budget(mut self, budget: Option<rein_protocol::Budget>) -> AgentExecutor {
+        self.daily_budget = budget;
         self
     }
 
@@ -627,6 +637,8 @@ impl AgentExecutor {
             // The size of the conversation up to a model turn, as its server
             // counted it: (the turn's position, its input and output tokens).
             let mut sized: Option<(usize, u64)> = None;
+            // What a person granted past each budget, and how often.
+            let mut grants = Grants::default();
             for entry in &entries[since..] {
                 if let Some(m) = entry.get("message") {
                     if let Some(used) = rein_core::store::entry_usage(entry) {
@@ -662,6 +674,8 @@ impl AgentExecutor {
                         summary: c["summary"].as_str().unwrap_or_default().to_owned(),
                     });
                     sized = None;
+                } else if let Some(g) = entry.get("budget_grant") {
+                    grants.take(g);
                 } else if let Some(id) = entry.get("awaiting").and_then(Value::as_str) {
                     awaiting = Some(id.to_owned());
                 } else if let Some(granted) = entry.get("budget") {
@@ -887,6 +901,27 @@ impl AgentExecutor {
                             Failure::Validation,
                             None,
                         );
+                    }
+                    let by = serving
+                        .checked_sub(1)
+                        .and_then(|i| turn.fallbacks.get(i))
+                        .unwrap_or(chat);
+                    let next = Fit {
+                        journal: &journal,
+                        compacted: &mut compacted,
+                        sized: &mut sized,
+                        metered: &mut metered,
+                        task: prompt,
+                        mine,
+                        tools: tools_tokens,
+                    }
+                    .size(&messages);
+                    let over = tokio::select! {
+                        o = self.hold_to_budgets(turn, session, &journal, &messages, &metered[..], mine, &mut grants, by, next) => o,
+                        () = cancel.cancelled() => return StepOutcome::Cancelled,
+                    };
+                    if let Some(stopped) = over {
+                        return stopped;
                     }
                     let mut fit = Fit {
                         journal: &journal,
@@ -1169,6 +1204,184 @@ impl AgentExecutor {
                 Err(e) => return Err(Refusal::Chat(e)),
             }
         }
+    }
+
+    /// Holds what was spent, and what the next request of `by` takes
+    /// (`next` input tokens), to each budget in force — the step's, the
+    /// task's, the day's — and asks a person about one the turn would pass:
+    /// a grant raises it (journaled, so a resumed step keeps it), a refusal
+    /// or nobody to ask stops the step naming the budget.
+    #[allow(clippy::too_many_arguments)]
+    async fn hold_to_budgets(
+        &self,
+        turn: &Turn<'_>,
+        session: &AgentSessionInfo,
+        journal: &rein_core::journal::Journal,
+        messages: &[Message],
+        metered: &[(usize, rein_protocol::TurnUsage)],
+        mine: usize,
+        grants: &mut Grants,
+        by: &ModelClient,
+        next: u64,
+    ) -> Option<StepOutcome> {
+        use crate::budget::{Scope, Spent};
+        let request = turn.request;
+        let model = format!("{}/{}", by.provider(), by.model());
+        for scope in [Scope::Step, Scope::Task, Scope::Daily] {
+            let configured = match scope {
+                Scope::Step => turn.limits.budget,
+                Scope::Task => request.task_budget,
+                Scope::Daily => self.daily_budget,
+            };
+            while let Some(budget) = grants.raised(scope).or(configured) {
+                let spent = match scope {
+                    Scope::Step => {
+                        let mut spent = Spent::nothing();
+                        for (_, t) in metered.iter().filter(|(at, _)| *at >= mine) {
+                            spent.add(
+                                &format!("{}/{}", t.provider, t.model),
+                                &t.usage,
+                                &self.models,
+                            );
+                        }
+                        spent
+                    }
+                    Scope::Task | Scope::Daily => {
+                        let filter = if scope == Scope::Task {
+                            rein_core::store::UsageFilter {
+                                task_id: Some(request.task_id.clone()),
+                                ..Default::default()
+                            }
+                        } else {
+                            let midnight = chrono::Utc::now()
+                                .date_naive()
+                                .and_hms_opt(0, 0, 0)
+                                .map(|t| t.and_utc());
+                            rein_core::store::UsageFilter {
+                                since: midnight,
+                                ..Default::default()
+                            }
+                        };
+                        let rows = match turn.sessions.usage(&filter).await {
+                            Ok(rows) => rows,
+                            Err(e) => {
+                                return Some(failed(
+                                    format!(
+                                        "cannot read what the {} budget has spent: {e}",
+                                        scope.as_str()
+                                    ),
+                                    Failure::Internal,
+                                    None,
+                                ));
+                            }
+                        };
+                        let mut spent = Spent::nothing();
+                        for row in &rows {
+                            spent.add(
+                                &format!("{}/{}", row.provider, row.model),
+                                &row.usage,
+                                &self.models,
+                            );
+                        }
+                        spent
+                    }
+                };
+                let Some(why) = crate::budget::passed(&budget, &spent, next, &model, &self.models)
+                else {
+                    break;
+                };
+                let who = scope.who(&request.step.id);
+                let said = format!(
+                    "{who} {why}, its {} budget being {}",
+                    scope.as_str(),
+                    crate::budget::describe(&budget)
+                );
+                let Some(asker) = &request.asker else {
+                    return Some(failed(
+                        format!("stopped at the {} budget: {said}", scope.as_str()),
+                        Failure::Validation,
+                        Some(json!({ "session": session.id, "budget": scope.as_str() })),
+                    ));
+                };
+                let question = rein_core::executor::Question {
+                    key: format!(
+                        "budget:{}:{}:{}:{}",
+                        scope.as_str(),
+                        session.id,
+                        messages.len(),
+                        grants.count(scope)
+                    ),
+                    trigger: rein_protocol::Trigger::TaskBlocked,
+                    title: format!("{said}: let it go on?"),
+                    description: format!(
+                        "The next model turn would pass the {} budget ({}). Allow ×2 or ×4 raises it so; to give an amount, choose `{}` and write it as the reason (50000 tokens, or $2.50); stop fails the step.",
+                        scope.as_str(),
+                        crate::budget::describe(&budget),
+                        crate::budget::AMOUNT
+                    ),
+                    recommended: Some("stop".into()),
+                    options: crate::budget::options(),
+                    context: rein_protocol::ApprovalContext::default(),
+                    timeout_ms: None,
+                    on_expiry: rein_protocol::Decision::Deny,
+                };
+                let answered = match asker.ask(question).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        return Some(failed(
+                            format!(
+                                "stopped at the {} budget: {said}; nobody could be asked ({e})",
+                                scope.as_str()
+                            ),
+                            Failure::Validation,
+                            Some(json!({ "session": session.id, "budget": scope.as_str() })),
+                        ));
+                    }
+                };
+                let response = answered.response.as_ref();
+                let who_said =
+                    response.map_or_else(|| "a person".to_owned(), |r| r.decided_by.clone());
+                let chosen = response.and_then(|r| r.selected_option.clone());
+                let stop = |why: String| {
+                    Some(failed(
+                        format!("stopped at the {} budget: {said}; {why}", scope.as_str()),
+                        Failure::Validation,
+                        Some(
+                            json!({ "session": session.id, "budget": scope.as_str(), "approval_id": answered.id }),
+                        ),
+                    ))
+                };
+                if answered.status != rein_protocol::ApprovalStatus::Approved {
+                    return stop(format!(
+                        "{who_said} did not let it go on ({})",
+                        answered.status.as_str()
+                    ));
+                }
+                let chosen = chosen.unwrap_or_else(|| "stop".into());
+                if chosen == "stop" {
+                    return stop(format!("{who_said} chose to stop it"));
+                }
+                let raised = match crate::budget::granted(
+                    &budget,
+                    &chosen,
+                    response.and_then(|r| r.reason.as_deref()),
+                ) {
+                    Ok(b) => b,
+                    Err(e) => return stop(e),
+                };
+                let record = json!({ "budget_grant": {
+                    "scope": scope.as_str(),
+                    "budget": raised,
+                    "by": who_said,
+                    "approval_id": answered.id,
+                } });
+                if let Err(e) = journal.append(std::slice::from_ref(&record)).await {
+                    return Some(unwritten(&e));
+                }
+                grants.take(&record["budget_grant"]);
+            }
+        }
+        None
     }
 
     /// Summarises the older part of the conversation (what would not leave
@@ -1682,6 +1895,36 @@ struct Turn<'a> {
     limits: &'a rein_protocol::AgentLimits,
     /// The step's MCP servers, if it names any.
     mcp: Option<&'a StepMcp>,
+}
+
+/// What people granted past a step's budgets: each scope's raised budget
+/// (the latest grant) and how many grants it had.
+#[derive(Debug, Default)]
+struct Grants(std::collections::BTreeMap<&'static str, (rein_protocol::Budget, usize)>);
+
+impl Grants {
+    /// A journaled `budget_grant`.
+    fn take(&mut self, grant: &Value) {
+        let Some(scope) = grant["scope"]
+            .as_str()
+            .and_then(crate::budget::Scope::parse)
+        else {
+            return;
+        };
+        let Ok(budget) = serde_json::from_value(grant["budget"].clone()) else {
+            return;
+        };
+        let entry = self.0.entry(scope.as_str()).or_insert((budget, 0));
+        *entry = (budget, entry.1 + 1);
+    }
+
+    fn raised(&self, scope: crate::budget::Scope) -> Option<rein_protocol::Budget> {
+        self.0.get(scope.as_str()).map(|(b, _)| *b)
+    }
+
+    fn count(&self, scope: crate::budget::Scope) -> usize {
+        self.0.get(scope.as_str()).map_or(0, |(_, n)| *n)
+    }
 }
 
 /// Why a model did not answer a turn.

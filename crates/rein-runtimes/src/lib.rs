@@ -12,6 +12,8 @@
 //!   API, for the built-in runtime; [`responses`]: one of OpenAI's Responses
 //!   API; [`anthropic`]: one of Anthropic's Messages API; [`provider`]: which
 //!   provider is which, and their settings.
+//! - [`budget`]: what an agent step's model calls may spend, and the
+//!   question to a person when a turn would pass it.
 //! - [`context`]: models' context windows, and compaction of a conversation
 //!   that would not fit.
 //! - [`mcp`]: MCP tool servers (stdio in the step's sandbox, or streamable
@@ -23,6 +25,7 @@
 pub mod acp;
 pub mod agent;
 pub mod anthropic;
+pub mod budget;
 pub mod completion;
 pub mod context;
 pub mod mcp;

@@ -143,6 +143,7 @@ pub(crate) fn into_plan(
         ("confirm", submit.confirm.is_some()),
         ("attempts", submit.attempts.is_some()),
         ("max_parallel", submit.max_parallel.is_some()),
+        ("budget", submit.budget.is_some()),
     ];
     let plan = match (submit.plan, submit.goal) {
         (Some(_), Some(_)) => {
@@ -177,8 +178,12 @@ pub(crate) fn into_plan(
                     "runtime must not be empty: name `auto`, `rein` or a harness id, or leave it out",
                 ));
             }
+            if let Some(Err(e)) = submit.budget.as_ref().map(rein_protocol::Budget::check) {
+                return Err(ApiError::bad_request(format!("budget: {e}")));
+            }
             let mut plan = TaskDecomposition::new(goal.trim(), Vec::new());
             plan.max_parallel = submit.max_parallel;
+            plan.budget = submit.budget;
             plan.goal = Some(rein_protocol::Goal {
                 provider: submit.provider,
                 model: submit.model,

@@ -141,7 +141,8 @@ impl Context {
             .with_anthropic(providers.anthropic)
             .with_mcp_servers(target.mcp_servers.clone())
             .with_models(target.models.clone())
-            .with_fallback_models(target.fallback_models.clone());
+            .with_fallback_models(target.fallback_models.clone())
+            .with_daily_budget(target.daily_budget);
         let mut ctx = Context::running_with(
             target.place(),
             max_parallel,
@@ -345,6 +346,8 @@ pub struct Target {
     pub models: rein_runtimes::agent::Models,
     /// Agent steps' default fallback models.
     pub fallback_models: Vec<String>,
+    /// What all tasks' model calls may spend in a UTC day.
+    pub daily_budget: Option<rein_protocol::Budget>,
 }
 
 /// `rein config show`.
@@ -520,6 +523,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         mcp_servers: config.mcp_servers.clone(),
         models: config.models.clone(),
         fallback_models: config.fallback_models.clone(),
+        daily_budget: config.daily_budget,
     };
     match cli.command {
         Command::Config(crate::cli::ConfigCommand::Show { json }) => show_config(&config, json),

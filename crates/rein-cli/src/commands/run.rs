@@ -43,13 +43,15 @@ fn goal_spec(goal: &str, args: &RunArgs) -> anyhow::Result<PlanSpec> {
 }
 
 pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
-    let spec = match (&args.goal, &args.plan) {
+    let mut spec = match (&args.goal, &args.plan) {
         (Some(goal), _) => goal_spec(goal, &args)?,
         (None, Some(plan)) => load_plan_file(plan)?,
         (None, None) => {
             return Err(UsageError("give a plan file, or --goal \"…\"".into()).into());
         }
     };
+    // The flags' budget over the plan's, bound by bound.
+    spec.plan.budget = args.budget.over(spec.plan.budget)?;
     if let Some(url) = &target.url {
         let client = Client::new(url, target.token.clone())?;
         return run_remote(client, spec, args).await;
@@ -153,6 +155,7 @@ async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Re
             confirm: Some(goal.confirm),
             attempts: goal.attempts,
             max_parallel: plan.max_parallel,
+            budget: plan.budget,
             session_id,
             workspace,
             ..SubmitTask::default()

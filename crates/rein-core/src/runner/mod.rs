@@ -204,6 +204,8 @@ pub(crate) struct TaskRun<'e> {
     /// How many times recovery has retried or waited on each step.
     recoveries: Vec<u32>,
     plan_recovery: rein_protocol::RecoveryPolicy,
+    /// What the task's model calls may spend (the plan's `budget`).
+    budget: Option<rein_protocol::Budget>,
     /// The shared harness state the steps record themselves into, if any.
     shared_state: Option<String>,
     /// The plan–execute–verify steps with a contract, found once.
@@ -384,6 +386,7 @@ impl<'e> TaskRun<'e> {
             abort_by: None,
             recoveries,
             plan_recovery: plan.recovery,
+            budget: plan.budget,
             goal: plan.goal.clone().map(|g| (plan.original_task.clone(), g)),
             shared_state,
             contracts,
@@ -841,6 +844,7 @@ impl<'e> TaskRun<'e> {
             guard: Arc::clone(&self.guard),
             sessions: matches!(self.steps[i].action, StepAction::Agent { .. })
                 .then(|| self.engine.sessions()),
+            task_budget: self.budget,
         };
         let executor = Arc::clone(&self.engine.executor);
         let token = token.clone();

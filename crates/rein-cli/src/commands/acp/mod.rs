@@ -70,6 +70,7 @@ pub async fn serve(target: &Target, args: AcpArgs) -> anyhow::Result<u8> {
     let agent = Arc::new(AcpAgent {
         engine: Arc::clone(&ctx.engine),
         goal: crate::commands::goal(&args.decompose),
+        budget: args.budget.over(None)?,
         actor: Mutex::new("acp:client".into()),
         sessions: Mutex::new(HashMap::new()),
         closed: CancellationToken::new(),
@@ -166,6 +167,8 @@ struct AcpAgent {
     engine: Arc<Engine>,
     /// How prompts become plans (`--provider`, `--model`, `--yes`, …).
     goal: rein_protocol::Goal,
+    /// What each prompt's task may spend (`--budget-tokens`, `--budget-usd`).
+    budget: Option<rein_protocol::Budget>,
     /// Who the client's answers are recorded as: `acp:<clientInfo name>`.
     actor: Mutex<String>,
     sessions: Mutex<HashMap<String, Arc<Session>>>,
@@ -500,6 +503,7 @@ impl AcpAgent {
             let mut goal = self.goal.clone();
             goal.mcp = session.mcp.clone();
             plan.goal = Some(goal);
+            plan.budget = self.budget;
             let created = self
                 .engine
                 .create_here(CreateTask {
