@@ -304,6 +304,8 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
         vec!["ledger", "verify"],
         vec!["metrics"],
         vec!["health"],
+        vec!["usage", "--by", "day"],
+        vec!["usage", "--task", task.as_str(), "--json"],
     ] {
         remote.same_as_embedded(&data, &args);
     }

@@ -578,6 +578,49 @@ pub struct UsageRow {
     pub usage: rein_protocol::Usage,
 }
 
+/// The report of `found` (what [`JournalStore::usage`] gave for `by`:
+/// `None`, `task`, `model` or `day`), costed at `models`' prices.
+pub fn usage_report(
+    found: &[UsageRow],
+    by: Option<&str>,
+    models: &rein_protocol::Models,
+) -> rein_protocol::UsageReport {
+    use rein_protocol::{Spend, UsageLine};
+    let mut total = Spend::default();
+    let mut rows: std::collections::BTreeMap<String, Spend> = std::collections::BTreeMap::new();
+    for r in found {
+        let model = format!("{}/{}", r.provider, r.model);
+        total.add(&model, &r.usage, r.calls, models);
+        let key = match by {
+            Some("model") => model.clone(),
+            _ => r.key.clone(),
+        };
+        rows.entry(key)
+            .or_default()
+            .add(&model, &r.usage, r.calls, models);
+    }
+    rein_protocol::UsageReport {
+        total: UsageLine::of(None, &total),
+        by: by.map(str::to_owned),
+        rows: by.map(|_| {
+            rows.iter()
+                .map(|(key, spent)| UsageLine::of(Some(key.clone()), spent))
+                .collect()
+        }),
+    }
+}
+
+/// What `by` (`task`, `model`, `day`) asks the store to group by; `None`:
+/// what else it could be.
+pub fn usage_group(by: Option<&str>) -> Option<UsageGroup> {
+    Some(match by {
+        None | Some("model") => UsageGroup::All,
+        Some("task") => UsageGroup::Task,
+        Some("day") => UsageGroup::Day,
+        Some(_) => return None,
+    })
+}
+
 /// What the engine needs from durable storage: all four parts, from one
 /// backend (SQLite, or any store that passes the conformance suite in
 /// `rein-store/tests/conformance.rs`).

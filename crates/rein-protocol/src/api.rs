@@ -85,6 +85,10 @@ impl<T> List<T> {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskEnvelope {
     pub task: TaskState,
+    /// What the task's model calls used, by model (`GET
+    /// /admin/tasks/{id}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::UsageReport>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -515,6 +519,35 @@ pub struct TaskQuery {
     #[serde(default)]
     #[schemars(with = "TaskId")]
     pub cursor: Option<String>,
+}
+
+/// `GET /admin/usage`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// Only this task's model calls.
+    #[schemars(with = "Option<TaskId>")]
+    pub task: Option<String>,
+    /// Only this agent session's (`ses_…`).
+    pub session: Option<String>,
+    /// Recorded at or after (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub since: Option<String>,
+    /// Recorded before (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub until: Option<String>,
+    /// A row per `task`, `model` or `day` besides the total.
+    #[schemars(with = "Option<UsageBy>")]
+    pub by: Option<String>,
+}
+
+/// What a usage report adds up by.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UsageBy {
+    Task,
+    Model,
+    Day,
 }
 
 /// `GET /admin/tasks/{id}/events`, `GET /admin/audit`.

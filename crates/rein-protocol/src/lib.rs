@@ -86,7 +86,9 @@ pub use task::{
     StepProcess, TaskContext, TaskHead, TaskResources, TaskState, TaskStatus, TaskSummary,
     WorkspacePin,
 };
-pub use usage::{Budget, ModelInfo, Models, Spend, TurnUsage, Usage, check_model_name};
+pub use usage::{
+    Budget, ModelInfo, Models, Spend, TurnUsage, Usage, UsageLine, UsageReport, check_model_name,
+};
 
 /// Timestamps are UTC, RFC 3339 on the wire.
 pub type Timestamp = chrono::DateTime<chrono::Utc>;

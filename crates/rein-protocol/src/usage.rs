@@ -120,6 +120,58 @@ pub fn check_model_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// Model calls added up (all of a report, or one of its rows), with their
+/// cost at the configured prices: `cost_usd` is `null` when a model among
+/// them has no price (named in `unpriced`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UsageLine {
+    /// The row's group: a task id, `PROVIDER/MODEL`, or a UTC day
+    /// (`YYYY-MM-DD`); none for the whole report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    pub cost_usd: Option<f64>,
+    /// A figure in it is rein's estimate (the server reported none).
+    pub estimated: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unpriced: Vec<String>,
+}
+
+impl UsageLine {
+    pub fn of(key: Option<String>, spent: &Spend) -> UsageLine {
+        UsageLine {
+            key,
+            calls: spent.calls,
+            input_tokens: spent.usage.input_tokens,
+            cached_input_tokens: spent.usage.cached_input_tokens,
+            output_tokens: spent.usage.output_tokens,
+            reasoning_tokens: spent.usage.reasoning_tokens,
+            cost_usd: spent.cost_usd,
+            estimated: spent.usage.estimated,
+            unpriced: spent.unpriced.clone(),
+        }
+    }
+}
+
+/// What `rein usage` and `GET /admin/usage` report: the total, and with
+/// `by`, a row per task, model or day (by model within a task's own
+/// document).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UsageReport {
+    #[serde(flatten)]
+    pub total: UsageLine,
+    /// `task`, `model` or `day`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<Vec<UsageLine>>,
+}
+
 /// How much model calls may spend: tokens (input and output, cached input
 /// included), US dollars at the configured prices, or both.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

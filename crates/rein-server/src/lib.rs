@@ -64,6 +64,8 @@ pub struct AppState {
     pub run_ended: Arc<tokio::sync::Notify>,
     /// Failed sign-ins by client address.
     pub throttle: Arc<throttle::Throttle>,
+    /// Models' prices (`[models."PROVIDER/MODEL"]`), for what usage cost.
+    pub models: Arc<rein_protocol::Models>,
 }
 
 /// How often a node sharing its store looks for free tasks besides when it
@@ -114,7 +116,14 @@ impl AppState {
             activity: Arc::default(),
             run_ended: Arc::default(),
             throttle: Arc::default(),
+            models: Arc::default(),
         }
+    }
+
+    /// The same, costing usage at `models`' prices.
+    pub fn with_models(mut self, models: rein_protocol::Models) -> AppState {
+        self.models = Arc::new(models);
+        self
     }
 
     /// The same, reporting `harnesses` as the ones its runs select from.

@@ -202,6 +202,22 @@ pub fn table() -> Vec<Route> {
             )],
         },
         Route {
+            path: "/admin/usage",
+            param: None,
+            handler: get(routes::usage_report),
+            operations: vec![Operation {
+                query: query::<UsageQuery>(),
+                errors: &[400, 401],
+                ..op(
+                    "get",
+                    "What model calls used, in all and by task, model or day, with their cost at the server's prices (null when a model has none, named in `unpriced`)",
+                    V,
+                    200,
+                    json::<rein_protocol::UsageReport>(),
+                )
+            }],
+        },
+        Route {
             path: "/admin/tasks",
             param: None,
             handler: get(list_tasks).post(submit_task),

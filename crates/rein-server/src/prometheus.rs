@@ -173,7 +173,11 @@ pub fn render(m: &HarnessMetrics) -> String {
 /// The model calls the store metered (every agent turn's usage), by
 /// provider and model: calls, and tokens by kind (`input` counts every
 /// prompt token, `cached_input` the cached part of them).
-pub fn render_usage(out: &mut String, rows: &[rein_core::store::UsageRow]) {
+pub fn render_usage(
+    out: &mut String,
+    rows: &[rein_core::store::UsageRow],
+    models: &rein_protocol::Models,
+) {
     family(
         out,
         "rein_model_calls_total",
@@ -205,6 +209,24 @@ pub fn render_usage(out: &mut String, rows: &[rein_core::store::UsageRow]) {
                 ("kind", kind),
             ];
             sample(out, "rein_model_tokens_total", &labels, n as f64);
+        }
+    }
+    family(
+        out,
+        "rein_model_cost_usd_total",
+        "counter",
+        "What metered model calls cost in US dollars at the configured prices, by provider and model (a model without a price has no sample).",
+    );
+    for r in rows {
+        let priced = models
+            .get(&format!("{}/{}", r.provider, r.model))
+            .and_then(|m| m.cost_usd(&r.usage));
+        if let Some(dollars) = priced {
+            let labels = [
+                ("provider", r.provider.as_str()),
+                ("model", r.model.as_str()),
+            ];
+            sample(out, "rein_model_cost_usd_total", &labels, dollars);
         }
     }
 }

@@ -13,7 +13,7 @@ use rein_protocol::api::{
     ApprovalEnvelope, ApprovalQuery, CompletionRequest, ControlResult, DecisionRequest,
     ExplainQuery, HarnessInfo, List, LogQuery, Page, PlanEnvelope, Reason, ResumeAllResult,
     ResumeRequest, ResumeResult, SessionRequest, SessionResponse, SnapshotEnvelope, SnapshotInfo,
-    SubmitTask, TakenSnapshot, TaskEnvelope, TaskQuery, VerifyQuery,
+    SubmitTask, TakenSnapshot, TaskEnvelope, TaskQuery, UsageQuery, VerifyQuery,
 };
 use rein_protocol::{
     ApprovalId, ApprovalRequest, ApprovalResponse, ApprovalStatus, HarnessEvent, LedgerEntry,
@@ -267,7 +267,14 @@ pub async fn submit_task(State(state): State<AppState>, req: Request) -> ApiResu
         into_plan(submit)?
     };
     let created = state.submit(plan, session_id, workspace).await?;
-    Ok((StatusCode::CREATED, Json(TaskEnvelope { task: created })).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(TaskEnvelope {
+            task: created,
+            usage: None,
+        }),
+    )
+        .into_response())
 }
 
 pub async fn show_task(
@@ -281,15 +288,70 @@ pub async fn show_task(
         None => {
             let task = state.engine.get(&id).await?;
             let seq = task.head.last_seq;
-            let bytes = serde_json::to_vec(&TaskEnvelope { task }).map_err(|e| {
+            let bytes = serde_json::to_vec(&TaskEnvelope { task, usage: None }).map_err(|e| {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
             })?;
             let body = axum::body::Bytes::from(bytes);
-            state.bodies.put(id, seq, body.clone());
+            state.bodies.put(id.clone(), seq, body.clone());
             body
         }
     };
-    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+    // The task's usage moves with its journal, not its log: read each time
+    // and set beside the (kept) task, as `usage`.
+    let found = state
+        .engine
+        .store()
+        .usage(&rein_core::store::UsageFilter {
+            task_id: Some(id),
+            ..Default::default()
+        })
+        .await
+        .map_err(rein_core::EngineError::from)?;
+    let usage = serde_json::to_vec(&rein_core::store::usage_report(
+        &found,
+        Some("model"),
+        &state.models,
+    ))
+    .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    let mut out = Vec::with_capacity(body.len() + usage.len() + 12);
+    out.extend_from_slice(body.strip_suffix(b"}").unwrap_or(&body));
+    out.extend_from_slice(b",\"usage\":");
+    out.extend_from_slice(&usage);
+    out.push(b'}');
+    Ok(([(header::CONTENT_TYPE, "application/json")], out).into_response())
+}
+
+/// What model calls used, added up, with their cost at the server's prices.
+pub async fn usage_report(
+    State(state): State<AppState>,
+    query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
+) -> ApiResult<Json<rein_protocol::UsageReport>> {
+    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let by = q.by.as_deref();
+    let group = rein_core::store::usage_group(by).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "by `{}`: add up by task, model or day",
+            by.unwrap_or_default()
+        ))
+    })?;
+    let filter = rein_core::store::UsageFilter {
+        task_id: q.task.as_deref().map(task_id).transpose()?,
+        session_id: q.session,
+        since: parse_time("since", &q.since)?,
+        until: parse_time("until", &q.until)?,
+        by: group,
+    };
+    let found = state
+        .engine
+        .store()
+        .usage(&filter)
+        .await
+        .map_err(rein_core::EngineError::from)?;
+    Ok(Json(rein_core::store::usage_report(
+        &found,
+        by,
+        &state.models,
+    )))
 }
 
 pub async fn task_events(
@@ -463,7 +525,11 @@ pub async fn restore_snapshot(
 ) -> ApiResult<Response> {
     let id: SnapshotId = parse_id(&id)?;
     let task = state.engine.restore(&id).await?;
-    Ok((StatusCode::CREATED, Json(TaskEnvelope { task })).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(TaskEnvelope { task, usage: None }),
+    )
+        .into_response())
 }
 
 pub async fn delete_task(
@@ -556,7 +622,7 @@ pub async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> 
         .usage(&rein_core::store::UsageFilter::default())
         .await
         .map_err(rein_core::EngineError::from)?;
-    crate::prometheus::render_usage(&mut text, &usage);
+    crate::prometheus::render_usage(&mut text, &usage, &state.models);
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -956,7 +956,17 @@ async fn approvals_are_decided_over_the_api_first_answer_wins() {
 
 #[tokio::test]
 async fn metrics_as_json_and_as_prometheus_text() {
-    let api = api();
+    let mut api = api();
+    // m-1 is priced; m-2 is not.
+    api.state = api.state.clone().with_models(rein_protocol::Models::from([(
+        "openai/m-1".to_owned(),
+        rein_protocol::ModelInfo {
+            input_usd_per_mtok: Some(2.0),
+            cached_input_usd_per_mtok: Some(0.5),
+            output_usd_per_mtok: Some(8.0),
+            context_window: None,
+        },
+    )]));
     let r = api.submit(plan(json!([command("a", "true")]))).await;
     let id = r.body["task"]["id"].as_str().unwrap().to_owned();
     api.settled(&id).await;
@@ -972,6 +982,9 @@ async fn metrics_as_json_and_as_prometheus_text() {
                 json!({ "message": { "role": "assistant", "content": "ok" }, "usage": {
                 "provider": "openai", "model": "m-1", "input_tokens": 120,
                 "cached_input_tokens": 20, "output_tokens": 7 } }),
+                json!({ "message": { "role": "assistant", "content": "ok" }, "usage": {
+                "provider": "openai", "model": "m-2", "input_tokens": 50,
+                "output_tokens": 5, "estimated": true } }),
             ],
         )
         .await
@@ -1000,12 +1013,76 @@ async fn metrics_as_json_and_as_prometheus_text() {
         "rein_model_tokens_total{provider=\"openai\",model=\"m-1\",kind=\"input\"} 120",
         "rein_model_tokens_total{provider=\"openai\",model=\"m-1\",kind=\"cached_input\"} 20",
         "rein_model_tokens_total{provider=\"openai\",model=\"m-1\",kind=\"output\"} 7",
+        "# TYPE rein_model_cost_usd_total counter",
+        // (100 × 2 + 20 × 0.5 + 7 × 8) / 1e6
+        "rein_model_cost_usd_total{provider=\"openai\",model=\"m-1\"} 0.000266",
     ] {
         assert!(
             text.text.contains(line),
             "missing {line:?} in\n{}",
             text.text
         );
+    }
+    // A model without a price has no cost: never a $0 sample.
+    assert!(
+        !text
+            .text
+            .contains("rein_model_cost_usd_total{provider=\"openai\",model=\"m-2\"}")
+    );
+
+    // The same usage through the API: in all, by model, and in the task's
+    // own document.
+    let all = api
+        .call(Method::GET, "/admin/usage?by=model", Some(VIEWER), None)
+        .await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.text);
+    assert_eq!(all.body["calls"], 2);
+    assert_eq!(all.body["input_tokens"], 170);
+    assert_eq!(all.body["estimated"], true);
+    assert_eq!(all.body["cost_usd"], Value::Null);
+    assert_eq!(all.body["unpriced"], json!(["openai/m-2"]));
+    assert_eq!(all.body["rows"][0]["key"], "openai/m-1");
+    assert!((all.body["rows"][0]["cost_usd"].as_f64().unwrap() - 0.000266).abs() < 1e-12);
+    assert_eq!(all.body["rows"][1]["cost_usd"], Value::Null);
+    let by_task = api
+        .call(
+            Method::GET,
+            &format!("/admin/usage?task={id}&by=task"),
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(by_task.body["rows"][0]["key"], id.as_str());
+    let none = api
+        .call(
+            Method::GET,
+            "/admin/usage?until=2000-01-01T00:00:00Z",
+            Some(VIEWER),
+            None,
+        )
+        .await;
+    assert_eq!(none.body["calls"], 0);
+    for bad in [
+        "/admin/usage?by=week",
+        "/admin/usage?task=nope",
+        "/admin/usage?since=yesterday",
+    ] {
+        let r = api.call(Method::GET, bad, Some(VIEWER), None).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}: {}", r.text);
+    }
+    // Twice: the second from the kept body, with the usage read again.
+    for _ in 0..2 {
+        let doc = api
+            .call(
+                Method::GET,
+                &format!("/admin/tasks/{id}"),
+                Some(VIEWER),
+                None,
+            )
+            .await;
+        assert_eq!(doc.body["task"]["id"], id.as_str());
+        assert_eq!(doc.body["usage"]["calls"], 2, "{}", doc.text);
+        assert_eq!(doc.body["usage"]["by"], "model");
     }
 }
 

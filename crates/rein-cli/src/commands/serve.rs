@@ -112,7 +112,8 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
     let shutdown = CancellationToken::new();
     let mut state = AppState::new(Arc::clone(&ctx.engine), auth, shutdown.clone())
         .with_workspace_roots(roots)
-        .with_sign_in_failures(args.sign_in_failures);
+        .with_sign_in_failures(args.sign_in_failures)
+        .with_models(target.models.clone());
     if let Some(harnesses) = &ctx.harnesses {
         state = state.with_harnesses(Arc::clone(harnesses));
     }

@@ -1,11 +1,8 @@
 //! `rein usage`: the model tokens the store metered, and their cost at the
-//! prices of `rein.toml` (`[models."PROVIDER/MODEL"]`).
+//! prices of `rein.toml` (`[models."PROVIDER/MODEL"]`); with `--url`, the
+//! server's report (`GET /admin/usage`, at the server's prices).
 
-use std::collections::BTreeMap;
-
-use rein_core::store::{UsageFilter, UsageGroup};
-use rein_protocol::Spend;
-use serde_json::{Value, json};
+use rein_core::store::UsageFilter;
 
 use crate::cli::UsageArgs;
 use crate::commands::Target;
@@ -13,35 +10,14 @@ use crate::exit::{self, UsageError};
 use crate::output::say;
 use crate::render::{dollars, tokens};
 
-/// A row of the report (or its total) as JSON.
-fn row_json(spent: &Spend) -> Value {
-    let mut out = json!(spent.usage);
-    out["calls"] = json!(spent.calls);
-    out["cost_usd"] = json!(spent.cost_usd);
-    out["estimated"] = json!(spent.usage.estimated);
-    if !spent.unpriced.is_empty() {
-        out["unpriced"] = json!(spent.unpriced);
-    }
-    out
-}
-
 pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
-    if target.url.is_some() {
-        return Err(UsageError(
-            "rein usage reads the store itself: run it where the store is, without --url (REIN_URL)"
-                .into(),
-        )
-        .into());
-    }
     let by = args.by.as_deref();
-    let group = match by {
-        None | Some("model") => UsageGroup::All,
-        Some("task") => UsageGroup::Task,
-        Some("day") => UsageGroup::Day,
-        Some(other) => {
-            return Err(UsageError(format!("--by `{other}`: add up by task, model or day")).into());
-        }
-    };
+    let group = rein_core::store::usage_group(by).ok_or_else(|| {
+        UsageError(format!(
+            "--by `{}`: add up by task, model or day",
+            by.unwrap_or_default()
+        ))
+    })?;
     let task_id = args
         .task
         .as_deref()
@@ -65,59 +41,51 @@ pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
             .transpose()?,
         by: group,
     };
-    let store = crate::commands::open_target_store(target)?;
-    let found = store.usage(&filter).await?;
-    let mut total = Spend::default();
-    let mut rows: BTreeMap<String, Spend> = BTreeMap::new();
-    for r in &found {
-        let model = format!("{}/{}", r.provider, r.model);
-        total.add(&model, &r.usage, r.calls, &target.models);
-        let key = match by {
-            Some("model") => model.clone(),
-            _ => r.key.clone(),
-        };
-        rows.entry(key)
-            .or_default()
-            .add(&model, &r.usage, r.calls, &target.models);
-    }
-    if args.json {
-        let mut out = row_json(&total);
-        if let Some(by) = by {
-            out["by"] = json!(by);
-            out["rows"] = rows
-                .iter()
-                .map(|(key, spent)| {
-                    let mut row = row_json(spent);
-                    row["key"] = json!(key);
-                    row
-                })
-                .collect();
+    let report: rein_protocol::UsageReport = match &target.url {
+        Some(url) => {
+            let client = crate::remote::Client::new(url, target.token.clone())?;
+            let mut query: Vec<(&str, String)> = Vec::new();
+            query.extend(filter.task_id.as_ref().map(|t| ("task", t.to_string())));
+            query.extend(filter.session_id.clone().map(|s| ("session", s)));
+            query.extend(filter.since.map(|t| ("since", t.to_rfc3339())));
+            query.extend(filter.until.map(|t| ("until", t.to_rfc3339())));
+            query.extend(by.map(|b| ("by", b.to_owned())));
+            client.get("admin/usage", &query).await?
         }
-        crate::commands::print_json(&out)?;
+        None => {
+            let store = crate::commands::open_target_store(target)?;
+            let found = store.usage(&filter).await?;
+            rein_core::store::usage_report(&found, by, &target.models)
+        }
+    };
+    if args.json {
+        crate::commands::print_json(&report)?;
         return Ok(exit::SUCCESS);
     }
-    if by.is_some() {
-        for (key, spent) in &rows {
-            say!(
-                "{:<32} {:>6} calls  {}  {}",
-                key,
-                spent.calls,
-                tokens(&spent.usage),
-                dollars(spent.cost_usd)
-            );
-        }
+    let line = |l: &rein_protocol::UsageLine| {
+        let usage = rein_protocol::Usage {
+            input_tokens: l.input_tokens,
+            cached_input_tokens: l.cached_input_tokens,
+            output_tokens: l.output_tokens,
+            reasoning_tokens: l.reasoning_tokens,
+            estimated: l.estimated,
+        };
+        say!(
+            "{:<32} {:>6} calls  {}  {}",
+            l.key.as_deref().unwrap_or("total"),
+            l.calls,
+            tokens(&usage),
+            dollars(l.cost_usd)
+        );
+    };
+    for row in report.rows.iter().flatten() {
+        line(row);
     }
-    say!(
-        "{:<32} {:>6} calls  {}  {}",
-        "total",
-        total.calls,
-        tokens(&total.usage),
-        dollars(total.cost_usd)
-    );
-    if !total.unpriced.is_empty() {
+    line(&report.total);
+    if !report.total.unpriced.is_empty() {
         say!(
             "unpriced (no [models.\"PROVIDER/MODEL\"] prices in rein.toml): {}",
-            total.unpriced.join(", ")
+            report.total.unpriced.join(", ")
         );
     }
     Ok(exit::SUCCESS)
