@@ -70,6 +70,31 @@ impl AnthropicConfig {
     }
 }
 
+/// A prompt-cache breakpoint (`cache_control`) of the default lifetime.
+static EPHEMERAL: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({ "type": "ephemeral" }));
+
+/// Marks the stable prefix of the conversation for Anthropic's prompt cache:
+/// the last block of the newest turn (what the next request starts with)
+/// and of the user turn before it (what this request can read back). With
+/// the system text and the tools, four breakpoints: the API's most.
+fn cache_conversation(turns: &mut [Value]) {
+    let mut marked = 0;
+    let newest = turns.len().saturating_sub(1);
+    for (i, turn) in turns.iter_mut().enumerate().rev() {
+        if marked == 2 {
+            break;
+        }
+        if i != newest && turn["role"] != "user" {
+            continue;
+        }
+        if let Some(last) = turn["content"].as_array_mut().and_then(|c| c.last_mut()) {
+            last["cache_control"] = EPHEMERAL.clone();
+            marked += 1;
+        }
+    }
+}
+
 /// A Messages API client.
 #[derive(Debug, Clone)]
 pub struct AnthropicClient {
@@ -164,7 +189,8 @@ impl AnthropicClient {
         mut on_text: impl FnMut(&str) + Send,
     ) -> Result<ChatResponse, ChatError> {
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
-        let (system, turns) = request_messages(messages);
+        let (system, mut turns) = request_messages(messages);
+        cache_conversation(&mut turns);
         let mut body = json!({
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
@@ -172,13 +198,18 @@ impl AnthropicClient {
             "stream": true,
         });
         if let Some(system) = system {
-            body["system"] = json!(system);
+            body["system"] =
+                json!([{ "type": "text", "text": system, "cache_control": EPHEMERAL.clone() }]);
         }
         if !tools.is_empty() {
-            body["tools"] = tools
+            let mut declared: Vec<Value> = tools
                 .iter()
                 .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.parameters }))
                 .collect();
+            if let Some(last) = declared.last_mut() {
+                last["cache_control"] = EPHEMERAL.clone();
+            }
+            body["tools"] = Value::Array(declared);
             match tool_choice {
                 None => {}
                 Some("auto") => body["tool_choice"] = json!({ "type": "auto" }),

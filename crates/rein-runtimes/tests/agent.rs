@@ -658,12 +658,33 @@ async fn an_agent_step_on_anthropic_writes_a_file_through_the_messages_api() {
     assert_eq!(second["model"], "claude-test");
     assert_eq!(second["max_tokens"], 1024);
     assert!(
-        second["system"]
+        second["system"][0]["text"]
             .as_str()
             .unwrap()
             .contains("built-in agent")
     );
     assert_eq!(second["tools"][0]["input_schema"]["type"], "object");
+    // Prompt caching: the system text, the tools and the conversation's
+    // stable prefix are marked (four breakpoints at most).
+    let ephemeral = serde_json::json!({ "type": "ephemeral" });
+    assert_eq!(second["system"][0]["cache_control"], ephemeral);
+    let tools = second["tools"].as_array().unwrap();
+    assert_eq!(tools.last().unwrap()["cache_control"], ephemeral);
+    let marks = serde_json::to_string(&second)
+        .unwrap()
+        .matches("\"cache_control\"")
+        .count();
+    assert!(marks <= 4, "{marks} breakpoints");
+    let last = second["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last["content"].as_array().unwrap().last().unwrap()["cache_control"],
+        ephemeral
+    );
     let turns = second["messages"].as_array().unwrap();
     assert_eq!(turns[1]["role"], "assistant");
     assert_eq!(
