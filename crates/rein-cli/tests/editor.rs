@@ -96,6 +96,23 @@ fn a_prompt_runs_as_a_goal_task_its_plan_and_tool_calls_stream_and_its_questions
     let seen = client(&m, &data, &ws, "run", &[]);
     assert_eq!(seen["init"]["agentCapabilities"]["loadSession"], true);
     assert_eq!(seen["stops"], json!(["end_turn"]), "{seen:#}");
+    // The turn's answer carries what the task's model calls used (ACP's
+    // `usage`): the same as rein usage counts for the task.
+    let task = the_task(&data);
+    let report = json(&run_ok(rein(&data).args([
+        "usage",
+        "--task",
+        task["id"].as_str().unwrap(),
+        "--json",
+    ])));
+    let usage = &seen["usage"][0];
+    assert!(report["calls"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(
+        usage["totalTokens"].as_u64().unwrap(),
+        report["input_tokens"].as_u64().unwrap() + report["output_tokens"].as_u64().unwrap(),
+        "{usage} vs {report}"
+    );
+    assert_eq!(usage["cachedReadTokens"], report["cached_input_tokens"]);
     // Two questions: the plan's confirmation, then the high-risk step's.
     let asked = seen["asked"].as_array().unwrap();
     assert_eq!(asked.len(), 2, "{seen:#}");

@@ -349,3 +349,40 @@ fn a_manifest_named_by_its_bare_file_name_starts_from_the_current_directory() {
     assert_eq!(decision["selected"], "echo", "{decision}");
     assert_eq!(decision["candidates"][0]["reason"], "echo serves openai");
 }
+
+#[test]
+fn a_plugins_reported_usage_is_metered_once_with_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let manifest = echo_plugin(dir.path());
+    let plan = common::write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"metered\"\n[[steps]]\nid = \"hi\"\nkind = \"agent\"\nprompt = \"metered hello\"\n",
+    );
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--plugin", manifest.to_str().unwrap()])
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let output = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "hi" && c["status"] == "completed")
+        .map(|c| c["output"].clone())
+        .unwrap();
+    assert_eq!(output["selection"]["selected"], "echo");
+    // As the plugin reported it: every prompt token, the cached part, the output.
+    assert_eq!(output["usage"]["input_tokens"], 30, "{output}");
+    assert_eq!(output["usage"]["cached_input_tokens"], 10);
+    assert_eq!(output["usage"]["output_tokens"], 7);
+    let report = json(&run_ok(
+        rein(&data).args(["usage", "--json", "--by", "model"]),
+    ));
+    assert_eq!(report["calls"], 1, "{report}");
+    assert_eq!(report["input_tokens"], 30);
+    assert_eq!(report["estimated"], false);
+}

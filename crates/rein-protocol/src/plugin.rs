@@ -183,6 +183,26 @@ pub struct RunAttemptParams {
 pub struct RunAttemptResult {
     pub text: String,
     pub stop_reason: String,
+    /// What the attempt's model calls used, if the harness counts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<AttemptUsage>,
+}
+
+/// The tokens an attempt used, as a harness reports them (optional in
+/// `RunAttemptResult`): `inputTokens` counts every prompt token, cached ones
+/// included; `cachedInputTokens` the part read from a cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AttemptUsage {
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    /// The model that served the calls, if not the route's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// `harness/partialReply` (notification, plugin → rein).

@@ -316,9 +316,28 @@ fn on_update(
     }
 }
 
+/// An ACP turn's usage, normalised to rein's rule: every prompt token in
+/// `input_tokens` (the fresh ones, the cache reads and the cache writes, as
+/// the agents that report it count them apart), the cache reads as
+/// `cached_input_tokens`.
+fn acp_usage(u: &agent_client_protocol::v1::schema::Usage) -> rein_protocol::Usage {
+    let read = u.cached_read_tokens.unwrap_or(0);
+    let written = u.cached_write_tokens.unwrap_or(0);
+    rein_protocol::Usage {
+        input_tokens: u.input_tokens.saturating_add(read).saturating_add(written),
+        cached_input_tokens: read,
+        output_tokens: u.output_tokens,
+        reasoning_tokens: u.thought_tokens,
+        estimated: false,
+    }
+}
+
 /// How the turn ended, seen from the connection.
 struct Ended {
     stop_reason: StopReason,
+    /// The turn's token usage, if the agent reported it (ACP's
+    /// `PromptResponse.usage`).
+    usage: Option<rein_protocol::Usage>,
     session_id: String,
     /// The permission request a person skipped, which cancelled the turn.
     skipped: Option<String>,
@@ -530,6 +549,7 @@ impl AgentHarness for AcpHarness {
                 text,
                 stop_reason,
                 details,
+                usage: ended.usage.map(|u| (u, None)),
             }),
             StopReason::Cancelled => Err(HarnessError::Cancelled),
             _ => Err(self.failed(format!("the agent stopped its turn: {stop_reason}"))),
@@ -632,11 +652,12 @@ async fn prompt_turn(
     loop {
         tokio::select! {
             response = &mut answer => {
-                let stop_reason = response?.stop_reason;
+                let response = response?;
+                let usage = response.usage.as_ref().map(acp_usage);
                 // A skipped request cancelled the turn, whatever the agent
                 // says it ended with.
-                let stop_reason = if skipped.is_some() { StopReason::Cancelled } else { stop_reason };
-                return Ok(Ended { stop_reason, session_id, skipped });
+                let stop_reason = if skipped.is_some() { StopReason::Cancelled } else { response.stop_reason };
+                return Ok(Ended { stop_reason, usage, session_id, skipped });
             }
             Some((request, responder)) = asks.recv() => {
                 let outcome = if cancelling {

@@ -555,9 +555,34 @@ impl AgentExecutor {
                 {
                     return unwritten(&e);
                 }
-                StepOutcome::Passed {
-                    output: Some(output(&result.text, &result.details)),
+                let mut out = output(&result.text, &result.details);
+                // What the runtime says its calls used is metered like a
+                // turn of rein's own: journaled (so counted once), and in
+                // the step's output.
+                if let Some((usage, model)) = result.usage {
+                    let used = rein_protocol::TurnUsage {
+                        provider: decision.provider.clone(),
+                        model: decision
+                            .model
+                            .clone()
+                            .unwrap_or_else(|| decision.selected.clone()),
+                        served_model: model,
+                        step: Some(request.step.id.clone()),
+                        session: Some(session.id.to_string()),
+                        usage,
+                    };
+                    let entry = json!({ "usage": used, "runtime": decision.selected });
+                    let journal = sessions.journal(session);
+                    let written = async {
+                        journal.load().await?;
+                        journal.append(&[entry]).await
+                    };
+                    if let Err(e) = written.await {
+                        return unwritten(&e);
+                    }
+                    out["usage"] = usage_of(std::iter::once(&used), &self.models);
                 }
+                StepOutcome::Passed { output: Some(out) }
             }
             Err(HarnessError::Cancelled) => StepOutcome::Cancelled,
             Err(e) => {

@@ -687,6 +687,18 @@ impl AgentHarness for PluginHarness {
             text: result.text,
             stop_reason: result.stop_reason,
             details: Value::Null,
+            usage: result.usage.map(|u| {
+                (
+                    rein_protocol::Usage {
+                        input_tokens: u.input_tokens,
+                        cached_input_tokens: u.cached_input_tokens.min(u.input_tokens),
+                        output_tokens: u.output_tokens,
+                        reasoning_tokens: u.reasoning_tokens,
+                        estimated: false,
+                    },
+                    u.model,
+                )
+            }),
         })
     }
 

@@ -520,6 +520,22 @@ async fn cancelling_the_attempt_sends_session_cancel_and_the_agent_ends_its_turn
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_reported_usage_comes_back_normalised() {
+    let done = answered(&[], None, "metered").await;
+    let result = done.run.result.unwrap();
+    let (usage, _) = result.usage.expect("the agent reported its usage");
+    // Every prompt token (20 fresh, 25 read from the cache, 5 written to
+    // it), the cache reads as the cached part.
+    assert_eq!(usage.input_tokens, 50);
+    assert_eq!(usage.cached_input_tokens, 25);
+    assert_eq!(usage.output_tokens, 7);
+    assert!(!usage.estimated);
+    // An agent that reports none: none.
+    let quiet = answered(&[], None, "hello").await.run.result.unwrap();
+    assert_eq!(quiet.usage, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_later_attempt_of_the_same_session_loads_it() {
     let dir = tempfile::tempdir().unwrap();
     let ws = workspace(dir.path());

@@ -134,6 +134,9 @@ pub struct AttemptResult {
     /// What else the runtime reported (tool calls, side effects), for the
     /// step's output; `null` when nothing.
     pub details: serde_json::Value,
+    /// What the attempt's model calls used, when the runtime reported it,
+    /// and the model that served them if it said.
+    pub usage: Option<(rein_protocol::Usage, Option<String>)>,
 }
 
 /// Why an attempt failed. Once a harness has claimed a run, its failure is

@@ -91,6 +91,15 @@ const app = agent({ name: "rein-test-agent" })
       sessionUpdate: "plan",
       entries: [{ content: "Write the file", priority: "high", status: "in_progress" }],
     });
+    if (text === "metered") {
+      // The turn's usage, as an agent that counts its model's tokens reports
+      // it (ACP's PromptResponse.usage): fresh input apart from the cache.
+      await say("Counted.");
+      return {
+        stopReason: "end_turn",
+        usage: { totalTokens: 57, inputTokens: 20, outputTokens: 7, cachedReadTokens: 25, cachedWriteTokens: 5 },
+      };
+    }
     if (text === "which MCP servers?") {
       await say(JSON.stringify(session.mcpServers));
       return { stopReason: "end_turn" };

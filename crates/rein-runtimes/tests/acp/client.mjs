@@ -32,7 +32,7 @@ const prompt = process.env.ACP_PROMPT ?? "";
 const scenario = process.env.ACP_SCENARIO ?? "run";
 const answers = JSON.parse(process.env.ACP_ANSWERS ?? '["allow"]');
 
-const seen = { updates: [], asked: [], stops: [], loaded: [], timings: [], errors: [] };
+const seen = { updates: [], asked: [], stops: [], usage: [], loaded: [], timings: [], errors: [] };
 let listeners = [];
 const waitFor = (test, ms = 60000) =>
   new Promise((resolve, reject) => {
@@ -116,6 +116,7 @@ try {
           prompt: [{ type: "text", text: prompt }],
         });
         seen.stops.push(r.stopReason);
+        seen.usage.push(r.usage ?? null);
       }
     } else if (scenario === "elsewhere") {
       onAsk = async (params) => {

@@ -76,7 +76,12 @@ for line in sys.stdin:
             send({"method": "harness/partialReply", "params": {"attemptId": attempt, "text": word}})
         send({"method": "harness/agentEvent",
               "params": {"attemptId": attempt, "event": {"kind": "tool", "tools": params["tools"]}}})
-        answer(mid, {"text": params["prompt"].upper(), "stopReason": "stop"})
+        result = {"text": params["prompt"].upper(), "stopReason": "stop"}
+        if params["prompt"].startswith("metered"):
+            # What its own model calls used (the optional usage of the result).
+            result["usage"] = {"inputTokens": 30, "cachedInputTokens": 10,
+                               "outputTokens": 7, "model": "echo-1"}
+        answer(mid, result)
     elif method == "completion/isolated":
         auth = params["auth"]
         if auth["profileId"] == "expired":

@@ -523,10 +523,35 @@ impl AcpAgent {
             say(&cx, &id, &format!("Task {} created.", state.id()));
             View::new(state.id().clone(), &id)
         };
+        let task = view.task.clone();
         let stop = self.drive(&busy, view, &cx).await;
         // Free before the answer: the client's next prompt may follow at once.
         drop(busy);
-        responder.respond(PromptResponse::new(stop))
+        responder.respond(PromptResponse::new(stop).usage(self.usage_of(&task).await))
+    }
+
+    /// What the task's model calls used so far, in ACP's terms (its
+    /// `inputTokens` fresh, the cache reads apart), for the turn's answer.
+    async fn usage_of(&self, task: &TaskId) -> Option<agent_client_protocol::v1::schema::Usage> {
+        let rows = self
+            .engine
+            .store()
+            .usage(&rein_core::store::UsageFilter {
+                task_id: Some(task.clone()),
+                ..Default::default()
+            })
+            .await
+            .ok()?;
+        let mut sum = rein_protocol::Usage::default();
+        for row in &rows {
+            sum.add(&row.usage);
+        }
+        (!rows.is_empty()).then(|| {
+            let fresh = sum.input_tokens - sum.cached_input_tokens;
+            agent_client_protocol::v1::schema::Usage::new(sum.total(), fresh, sum.output_tokens)
+                .thought_tokens(sum.reasoning_tokens)
+                .cached_read_tokens(sum.cached_input_tokens)
+        })
     }
 
     /// Runs the view's task here, streaming what happens, until it ends or
