@@ -59,6 +59,7 @@ impl Completer for AtOnce {
             profile: "default".into(),
             request_durations_ms: vec![0],
             duration_ms: 0,
+            usage: None,
         };
         // The first request is the decomposition (a later one, the summary).
         if let Ok(mut m) = self.marks.lock() {

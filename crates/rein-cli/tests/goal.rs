@@ -158,6 +158,19 @@ fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
         .collect();
     assert_eq!(tools, ["read_file", "list_dir", "write_file"]);
     assert!(user_prompt(&step_requests[0]).contains(GOAL));
+    // Every model call the task caused counts toward it: both decomposition
+    // attempts, the step's turns, the summary; token for token as reported.
+    let report = json(&run_ok(
+        rein(&data).args(["usage", "--task", task, "--json"]),
+    ));
+    let requests = m.requests();
+    assert_eq!(report["calls"], requests.len(), "{report}");
+    let reported: u64 = requests
+        .iter()
+        .map(|r| r["reported_usage"]["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(report["input_tokens"], reported);
+    assert_eq!(report["estimated"], false);
 }
 
 #[test]

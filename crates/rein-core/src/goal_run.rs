@@ -204,7 +204,16 @@ impl Engine {
                 Asked::Answer(answer) => *answer,
             };
             let completion = match answer {
-                Ok(completion) => completion,
+                Ok(completion) => {
+                    crate::harness::completion::meter(
+                        &self.store,
+                        &task_id,
+                        "decompose",
+                        &completion,
+                    )
+                    .await;
+                    completion
+                }
                 Err(failure) => {
                     let error = format!("the goal could not be decomposed: {failure}");
                     let again = passes(&failure);

@@ -445,6 +445,7 @@ fn text(t: &str) -> CompletionOutput {
     CompletionOutput {
         content: vec![ContentPart::Text(t.into())],
         stop_reason: "stop".into(),
+        usage: None,
     }
 }
 
@@ -560,6 +561,7 @@ fn only_text_ended_by_stop_or_length_is_an_answer() {
     let out = |content: Vec<ContentPart>, stop: &str| CompletionOutput {
         content,
         stop_reason: stop.into(),
+        usage: None,
     };
     let t = |s: &str| ContentPart::Text(s.into());
     let think = |s: &str| ContentPart::Thinking(s.into());

@@ -2064,6 +2064,7 @@ pub async fn builtin_isolated_completion(
         &CompletionOutput {
             content,
             stop_reason: response.finish_reason,
+            usage: response.usage,
         },
         policy,
     )

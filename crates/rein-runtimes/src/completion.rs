@@ -140,6 +140,7 @@ impl Completer for Completions {
             profile: result.profile,
             request_durations_ms: result.request_durations_ms,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            usage: result.usage,
         })
     }
 }
@@ -209,6 +210,13 @@ impl AgentHarness for Builtin {
             .on_request_complete(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
         Some(match answer {
             Ok(response) => {
+                // The server's count, or rein's estimate marked so.
+                let usage = response.usage.unwrap_or_else(|| rein_protocol::Usage {
+                    input_tokens: crate::context::estimate(&messages),
+                    output_tokens: crate::context::tokens_of(response.content.len()),
+                    estimated: true,
+                    ..rein_protocol::Usage::default()
+                });
                 let mut content = vec![ContentPart::Text(response.content)];
                 content.extend(
                     response
@@ -221,6 +229,7 @@ impl AgentHarness for Builtin {
                 Ok(CompletionOutput {
                     content,
                     stop_reason: response.finish_reason,
+                    usage: Some(usage),
                 })
             }
             Err(ChatError::Http {

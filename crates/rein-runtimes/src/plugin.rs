@@ -792,6 +792,7 @@ impl PluginHarness {
                 })
                 .collect(),
             stop_reason: result.stop_reason,
+            usage: None,
         })
     }
 }

@@ -57,6 +57,51 @@ pub struct Completion {
     pub request_durations_ms: Vec<u64>,
     /// The whole completion, selection included.
     pub duration_ms: u64,
+    /// What its model request used (the server's count, or rein's estimate
+    /// marked so), when the runtime that served it counts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<rein_protocol::Usage>,
+}
+
+/// The journal (of a step id no plan can have) where a task's own model
+/// calls — its goal's decompositions, its one-line summary — are metered.
+pub const METER_JOURNAL: &str = "rein:completions";
+
+/// Meters `completion`, made for `task` as `what` (`decompose`, `summary`),
+/// like an agent turn: a journal entry with its usage, counted once in the
+/// store's model usage. A completion whose runtime counted nothing is
+/// skipped; a failure to write is logged, not the task's.
+pub async fn meter(
+    store: &std::sync::Arc<dyn crate::store::Store>,
+    task: &rein_protocol::TaskId,
+    what: &str,
+    completion: &Completion,
+) {
+    let Some(usage) = completion.usage else {
+        return;
+    };
+    let used = rein_protocol::TurnUsage {
+        provider: completion.selection.provider.clone(),
+        model: completion
+            .selection
+            .model
+            .clone()
+            .unwrap_or_else(|| completion.selection.selected.clone()),
+        served_model: None,
+        step: Some(what.to_owned()),
+        session: None,
+        usage,
+    };
+    let journal = crate::journal::Journal::new(std::sync::Arc::clone(store), task, METER_JOURNAL);
+    let written = async {
+        journal.load().await?;
+        journal
+            .append(&[serde_json::json!({ "usage": used, "completion": what })])
+            .await
+    };
+    if let Err(e) = written.await {
+        tracing::warn!(task = %task, error = %e, "the completion's usage was not metered");
+    }
 }
 
 /// Why a completion gave no answer.

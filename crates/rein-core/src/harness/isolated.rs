@@ -114,6 +114,8 @@ pub enum ContentPart {
 pub struct CompletionOutput {
     pub content: Vec<ContentPart>,
     pub stop_reason: String,
+    /// What the request used, when the runtime counts it.
+    pub usage: Option<rein_protocol::Usage>,
 }
 
 /// Whether empty visible text is an answer.
@@ -204,6 +206,8 @@ pub struct IsolatedResult {
     pub profile: String,
     /// Each inference request's own duration, as the harness reported it.
     pub request_durations_ms: Vec<u64>,
+    /// What the answered request used, when the runtime counted it.
+    pub usage: Option<rein_protocol::Usage>,
 }
 
 /// Runs an isolated completion on `harness` (spec §4 rules 15–21): the owner
@@ -255,7 +259,7 @@ pub async fn run_isolated(
                 None => return Err(CompletionError::Unsupported(harness.id().to_owned())),
                 Some(Ok(output)) => {
                     return validate(&output, request.policy)
-                        .map(|text| (text, profile.id.clone()));
+                        .map(|text| (text, profile.id.clone(), output.usage));
                 }
                 Some(Err(e @ CompletionError::Credential { .. })) => last = Some(e),
                 Some(Err(e)) => return Err(e),
@@ -268,7 +272,7 @@ pub async fn run_isolated(
         Err(_) => Err(CompletionError::TimedOut),
     };
     ended.store(true, Ordering::SeqCst);
-    let (text, profile) = outcome?;
+    let (text, profile, usage) = outcome?;
     let request_durations_ms = durations.lock().map(|d| d.clone()).unwrap_or_default();
     Ok(IsolatedResult {
         text,
@@ -276,5 +280,6 @@ pub async fn run_isolated(
         runtime,
         profile,
         request_durations_ms,
+        usage,
     })
 }

@@ -1320,6 +1320,13 @@ impl<'e> TaskRun<'e> {
         };
         match completer.complete(&request).await {
             Ok(done) => {
+                crate::harness::completion::meter(
+                    &self.engine.store,
+                    &self.rec.state.head.id,
+                    "summary",
+                    &done,
+                )
+                .await;
                 let line: String = done.text.trim().lines().next()?.chars().take(300).collect();
                 (!line.is_empty()).then_some(line)
             }
