@@ -362,3 +362,81 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
     steps.sort_unstable();
     assert_eq!(steps, vec!["a", "b"]);
 }
+
+#[path = "../../rein-runtimes/tests/common/mod.rs"]
+mod fake;
+
+/// Each model turn of an agent step is a span in the GenAI semantic
+/// conventions, in the task's trace, with the usage the server reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_turns_are_spans_with_gen_ai_usage_attributes() {
+    let (addr, received) = collector().await;
+    let (base, seen) = fake::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "agent.toml",
+        "description = \"notes\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"write notes\"\ntools = [\"write_file\", \"run_command\"]\n",
+    );
+    let task = tokio::task::spawn_blocking(move || {
+        run_ok(
+            rein(&data)
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                .env("OPENAI_BASE_URL", &base)
+                .env("OPENAI_API_KEY", "sk-test")
+                .env("REIN_MODEL", "gpt-test")
+                .arg("run")
+                .arg(&plan),
+        );
+        let id = task_ids(&data).remove(0);
+        show(&data, &id)
+    })
+    .await
+    .unwrap();
+    let requests = seen.0.lock().unwrap().clone();
+    let spans = spans(&received.lock().unwrap().clone());
+    let chats: Vec<&Exported> = spans.iter().filter(|s| s.name == "chat gpt-test").collect();
+    assert_eq!(chats.len(), requests.len(), "{spans:?}");
+    let int = |s: &Exported, key: &str| -> u64 {
+        let v: Value = serde_json::from_str(s.attribute(key).unwrap()).unwrap();
+        v["intValue"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{key}: {v} of {s:?}"))
+            .parse()
+            .unwrap()
+    };
+    for s in &chats {
+        assert_eq!(s.trace_id, task["trace_id"].as_str().unwrap());
+        assert_eq!(s.attribute("gen_ai.operation.name"), Some("chat"));
+        assert_eq!(s.attribute("gen_ai.provider.name"), Some("openai"));
+        assert_eq!(s.attribute("gen_ai.request.model"), Some("gpt-test"));
+        assert_eq!(s.attribute("gen_ai.response.model"), Some("gpt-test-0001"));
+        assert_eq!(s.attribute("rein.step_id"), Some("agent"));
+    }
+    let sum = |key: &str| chats.iter().map(|s| int(s, key)).sum::<u64>();
+    let reported = |field: &str| {
+        requests
+            .iter()
+            .map(|r| {
+                r["reported_usage"]
+                    .pointer(field)
+                    .unwrap()
+                    .as_u64()
+                    .unwrap()
+            })
+            .sum::<u64>()
+    };
+    assert_eq!(sum("gen_ai.usage.input_tokens"), reported("/prompt_tokens"));
+    assert_eq!(
+        sum("gen_ai.usage.output_tokens"),
+        reported("/completion_tokens")
+    );
+    assert_eq!(
+        sum("gen_ai.usage.cache_read.input_tokens"),
+        reported("/prompt_tokens_details/cached_tokens")
+    );
+}

@@ -957,8 +957,27 @@ impl AgentExecutor {
                         mine,
                         tools: tools_tokens,
                     };
+                    // A span per model turn, in the GenAI semantic conventions.
+                    let span = tracing::info_span!(
+                        "chat",
+                        otel.name = %format!("chat {}", by.model()),
+                        gen_ai.operation.name = "chat",
+                        gen_ai.provider.name = by.provider(),
+                        gen_ai.request.model = by.model(),
+                        gen_ai.response.model = tracing::field::Empty,
+                        gen_ai.response.id = tracing::field::Empty,
+                        gen_ai.response.finish_reasons = tracing::field::Empty,
+                        gen_ai.usage.input_tokens = tracing::field::Empty,
+                        gen_ai.usage.output_tokens = tracing::field::Empty,
+                        gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+                        rein.usage.estimated = tracing::field::Empty,
+                        rein.step_id = %request.step.id,
+                    );
                     let answer = tokio::select! {
-                        a = self.ask_model(turn, session, &messages, &specs, &mut fit, &mut serving) => a,
+                        a = tracing::Instrument::instrument(
+                            self.ask_model(turn, session, &messages, &specs, &mut fit, &mut serving),
+                            span.clone(),
+                        ) => a,
                         () = cancel.cancelled() => return StepOutcome::Cancelled,
                     };
                     let response = match answer {
@@ -966,6 +985,7 @@ impl AgentExecutor {
                         Err(outcome) => return outcome,
                     };
                     let cut = response.finish_reason == "length";
+                    let response_finish = response.finish_reason.clone();
                     if cut && (!limits.continue_at_length || !response.tool_calls.is_empty()) {
                         return failed(
                             "the model stopped at its output token limit (finish_reason `length`) before finishing its answer; raise the server's limit (max_tokens; llama.cpp's --n-predict) or set on_token_limit = \"continue\"".into(),
@@ -995,6 +1015,23 @@ impl AgentExecutor {
                             turn.usage.input_tokens + turn.usage.output_tokens,
                         ));
                     }
+                    span.record(
+                        "gen_ai.response.model",
+                        turn.served_model.as_deref().unwrap_or(&turn.model),
+                    );
+                    if let Some(id) = &request_id {
+                        span.record("gen_ai.response.id", id.as_str());
+                    }
+                    span.record("gen_ai.response.finish_reasons", response_finish.as_str());
+                    // As integers (OTLP's are signed; a u64 would go as text).
+                    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                    span.record("gen_ai.usage.input_tokens", int(turn.usage.input_tokens));
+                    span.record("gen_ai.usage.output_tokens", int(turn.usage.output_tokens));
+                    span.record(
+                        "gen_ai.usage.cache_read.input_tokens",
+                        int(turn.usage.cached_input_tokens),
+                    );
+                    span.record("rein.usage.estimated", turn.usage.estimated);
                     metered.push((messages.len(), turn.clone()));
                     used = Some(turn);
                     messages.push(Message::Assistant {
