@@ -620,6 +620,14 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Compact a session's conversation now: its older part summarised by its
+    /// model (no tools), its next turn going on from the summary and the
+    /// recent turns. Refused while its task runs.
+    Compact {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Pin a session to a runtime (`rein` or a harness id), above every other
     /// runtime setting for its later turns.
     Pin {

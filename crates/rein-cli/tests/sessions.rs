@@ -581,3 +581,66 @@ fn aborting_a_paused_task_retires_its_sessions_executors() {
     assert_eq!(session["status"], "ended");
     assert_eq!(session["executor"]["phase"], "retired");
 }
+
+#[test]
+fn a_session_is_compacted_by_hand_on_its_own_model_and_metered() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "notes.toml",
+        "description = \"notes\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"write notes\"\ntools = [\"write_file\", \"run_command\"]\n",
+    );
+    let state = json(&run_ok(
+        m.rein(&data)
+            .args(["run", "--json"])
+            .arg(&plan)
+            .stderr(Stdio::null()),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let task = state["id"].as_str().unwrap();
+    let id = sessions_of(&data, task)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let calls = |data: &Path| {
+        json(&run_ok(rein(data).args([
+            "usage",
+            "--session",
+            &id,
+            "--json",
+        ])))["calls"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = calls(&data);
+    let asked = m.requests().len();
+    let done = json(&run_ok(
+        m.rein(&data).args(["sessions", "compact", &id, "--json"]),
+    ));
+    assert_eq!(done["compacted"], true, "{done}");
+    assert_eq!(done["model"], "openai/gpt-test");
+    assert!(done["messages"].as_u64().unwrap() > 0, "{done}");
+    assert!(
+        done["tokens_after"].as_u64() < done["tokens_before"].as_u64(),
+        "{done}"
+    );
+    // One request, with no tools, summarised it; metered with the session.
+    let requests = m.requests();
+    assert_eq!(requests.len(), asked + 1);
+    assert!(requests[asked].get("tools").is_none());
+    assert_eq!(calls(&data), before + 1);
+    // A session that is not there is named.
+    let out = m
+        .rein(&data)
+        .args(["sessions", "compact", "ses_01JAAAAAAAAAAAAAAAAAAAAAAA"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ses_01JAAAAAAAAAAAAAAAAAAAAAAA"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -364,6 +364,28 @@ impl Sessions {
         }
     }
 
+    /// A session to compact by hand, its journal (loaded, so appends go after
+    /// it) and the journal's entries: refused for a delegated child (its
+    /// parent's task owns it) and while its task runs.
+    pub async fn to_compact(
+        &self,
+        id: &str,
+    ) -> Result<
+        (
+            AgentSessionInfo,
+            crate::journal::Journal,
+            Vec<serde_json::Value>,
+        ),
+        EngineError,
+    > {
+        let session = self.get(id).await?;
+        Self::owner_only(&session, "compacted")?;
+        self.idle(&session, "compacted").await?;
+        let journal = self.journal(&session);
+        let entries = journal.load().await?;
+        Ok((session, journal, entries))
+    }
+
     /// Refuses a change while a live process runs the session's task (one
     /// left in progress by a crash runs nothing).
     async fn idle(&self, session: &AgentSessionInfo, what: &str) -> Result<(), EngineError> {

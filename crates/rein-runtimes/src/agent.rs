@@ -1462,45 +1462,35 @@ impl AgentExecutor {
         before: u64,
         reason: &str,
     ) -> Result<(), StepOutcome> {
-        let from = fit.compacted.as_ref().map_or(0, |c| c.at);
-        let Some(at) = crate::context::cut_point(messages, from, window) else {
+        let done = crate::context::compact_once(
+            chat,
+            messages,
+            fit.compacted.as_ref(),
+            window,
+            Some((fit.mine, fit.task)),
+        )
+        .await
+        .map_err(|e| {
+            failed(
+                format!("the conversation had to be compacted, and its summary failed: {e}"),
+                Failure::Validation,
+                Some(json!({ "session": session.id })),
+            )
+        })?;
+        let Some(done) = done else {
             return Ok(());
         };
-        let start = from.max(usize::from(matches!(
-            messages.first(),
-            Some(Message::System { .. })
-        )));
-        let earlier = fit.compacted.as_ref().map(|c| c.summary.as_str());
-        let (summary, response) =
-            crate::context::summarise(chat, &messages[start..at], earlier, window)
-                .await
-                .map_err(|e| {
-                    failed(
-                        format!(
-                            "the conversation had to be compacted, and its summary failed: {e}"
-                        ),
-                        Failure::Validation,
-                        Some(json!({ "session": session.id })),
-                    )
-                })?;
-        let request = crate::context::summary_request(&messages[start..at], earlier, window);
         let used = rein_protocol::TurnUsage {
             provider: chat.provider().to_owned(),
             model: chat.model().to_owned(),
-            served_model: response.served_model.clone(),
+            served_model: done.served_model.clone(),
             step: Some(turn.request.step.id.clone()),
             session: Some(session.id.to_string()),
-            usage: response
-                .usage
-                .unwrap_or_else(|| estimate(&request, &[], &response)),
+            usage: done.usage,
         };
-        let next = Compacted { at, summary };
-        let after = fit.tools
-            + crate::context::estimate(&crate::context::view(
-                messages,
-                Some(&next),
-                (fit.mine < at).then_some(fit.task),
-            ));
+        let next = done.compacted;
+        let at = next.at;
+        let after = fit.tools + done.tokens_after;
         let record = json!({
             "compacted": {
                 "at": at,
@@ -1523,7 +1513,7 @@ impl AgentExecutor {
                 "session": session.id,
                 "model": format!("{}/{}", chat.provider(), chat.model()),
                 "reason": reason,
-                "messages": at - start,
+                "messages": done.messages,
                 "tokens_before": before,
                 "tokens_after": after,
             }));

@@ -438,6 +438,194 @@ pub async fn summarise(
     Ok((text, response))
 }
 
+/// One compaction done: the conversation's new summary, what its request
+/// used, and the sizes before and after (by rein's estimate, tools aside).
+#[derive(Debug, Clone)]
+pub struct Done {
+    pub compacted: Compacted,
+    pub usage: rein_protocol::Usage,
+    pub served_model: Option<String>,
+    /// The messages the summary took the place of.
+    pub messages: usize,
+    pub tokens_after: u64,
+}
+
+/// Compacts `messages` (already compacted as `earlier`, if so) for a
+/// window of `window` tokens: `None` when nothing older is left to
+/// summarise. `task` is the request restated after the summary.
+pub async fn compact_once(
+    client: &ModelClient,
+    messages: &[Message],
+    earlier: Option<&Compacted>,
+    window: u64,
+    task: Option<(usize, &str)>,
+) -> Result<Option<Done>, ChatError> {
+    let from = earlier.map_or(0, |c| c.at);
+    let Some(at) = cut_point(messages, from, window) else {
+        return Ok(None);
+    };
+    let start = from.max(usize::from(matches!(
+        messages.first(),
+        Some(Message::System { .. })
+    )));
+    let before = earlier.map(|c| c.summary.as_str());
+    let (summary, response) = summarise(client, &messages[start..at], before, window).await?;
+    let usage = response.usage.unwrap_or_else(|| {
+        let request = summary_request(&messages[start..at], before, window);
+        rein_protocol::Usage {
+            input_tokens: estimate(&request),
+            output_tokens: tokens_of(response.content.len()),
+            estimated: true,
+            ..rein_protocol::Usage::default()
+        }
+    });
+    let compacted = Compacted { at, summary };
+    let restated = task.filter(|(mine, _)| *mine < at).map(|(_, t)| t);
+    let tokens_after = estimate(&view(messages, Some(&compacted), restated));
+    Ok(Some(Done {
+        compacted,
+        usage,
+        served_model: response.served_model,
+        messages: at - start,
+        tokens_after,
+    }))
+}
+
+/// The conversation a session's journal holds since its last reset: its
+/// messages, and its latest compaction.
+pub fn conversation(
+    entries: &[serde_json::Value],
+) -> Result<(Vec<Message>, Option<Compacted>), String> {
+    let since = entries
+        .iter()
+        .rposition(|e| e.get("reset").is_some())
+        .map_or(0, |i| i + 1);
+    let mut messages = Vec::new();
+    let mut compacted = None;
+    for entry in &entries[since..] {
+        if let Some(m) = entry.get("message") {
+            messages.push(
+                serde_json::from_value(m.clone())
+                    .map_err(|e| format!("the session's journal is unreadable: {e}"))?,
+            );
+        } else if let Some(c) = entry.get("compacted") {
+            compacted = Some(Compacted {
+                at: c["at"]
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .unwrap_or(0)
+                    .min(messages.len()),
+                summary: c["summary"].as_str().unwrap_or_default().to_owned(),
+            });
+        }
+    }
+    Ok((messages, compacted))
+}
+
+/// What `rein sessions compact` did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ByHand {
+    pub session: String,
+    /// `PROVIDER/MODEL` that wrote the summary.
+    pub model: String,
+    /// Whether there was anything older to summarise.
+    pub compacted: bool,
+    pub messages: usize,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub context_window: Option<u64>,
+    pub usage: Option<rein_protocol::Usage>,
+}
+
+/// Compacts session `id` now, on its own model route (its window as for a
+/// turn: configured, said by its server, or well known; unknown, what is
+/// kept is 30 % of what it holds), journaled as the agent loop journals one
+/// (`reason: "by_hand"`, with who), so its next turn goes on from it.
+pub async fn compact_session(
+    sessions: &rein_core::sessions::Sessions,
+    id: &str,
+    providers: &crate::provider::Providers,
+    models: &rein_protocol::Models,
+    by: &str,
+) -> Result<ByHand, String> {
+    let (session, journal, entries) = sessions.to_compact(id).await.map_err(|e| e.to_string())?;
+    if session
+        .runtime
+        .as_deref()
+        .is_some_and(|r| r != rein_protocol::BUILTIN_RUNTIME)
+    {
+        return Err(format!(
+            "session {} is served by harness `{}`, which keeps its own conversation: only the built-in runtime's can be compacted here",
+            session.id,
+            session.runtime.as_deref().unwrap_or_default()
+        ));
+    }
+    let route = session
+        .route
+        .clone()
+        .unwrap_or_else(|| format!("openai/{}", providers.default_model("openai")));
+    let (provider, model) = route.split_once('/').ok_or_else(|| {
+        format!(
+            "session {} has no model route to summarise with",
+            session.id
+        )
+    })?;
+    let client = providers.client(provider, model)?;
+    let (messages, earlier) = conversation(&entries)?;
+    let before = estimate(&view(&messages, earlier.as_ref(), None));
+    let configured = models.get(&route).and_then(|m| m.context_window);
+    let window = Windows::default().of(&client, configured).await;
+    let mut report = ByHand {
+        session: session.id.to_string(),
+        model: route.clone(),
+        compacted: false,
+        messages: 0,
+        tokens_before: before,
+        tokens_after: before,
+        context_window: window,
+        usage: None,
+    };
+    let done = compact_once(
+        &client,
+        &messages,
+        earlier.as_ref(),
+        window.unwrap_or(before),
+        None,
+    )
+    .await
+    .map_err(|e| format!("the summary request failed: {e}"))?;
+    let Some(done) = done else {
+        return Ok(report);
+    };
+    let used = rein_protocol::TurnUsage {
+        provider: provider.to_owned(),
+        model: model.to_owned(),
+        served_model: done.served_model.clone(),
+        step: session.steps.last().cloned(),
+        session: Some(session.id.to_string()),
+        usage: done.usage,
+    };
+    journal
+        .append(&[serde_json::json!({
+            "compacted": {
+                "at": done.compacted.at,
+                "summary": done.compacted.summary,
+                "tokens_before": before,
+                "tokens_after": done.tokens_after,
+                "reason": "by_hand",
+                "by": by,
+            },
+            "usage": used,
+        })])
+        .await
+        .map_err(|e| e.to_string())?;
+    report.compacted = true;
+    report.messages = done.messages;
+    report.tokens_after = done.tokens_after;
+    report.usage = Some(done.usage);
+    Ok(report)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -140,6 +140,42 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             }
             Ok(exit::SUCCESS)
         }
+        SessionsCommand::Compact { id, json } => {
+            if client.is_some() {
+                return Err(crate::exit::UsageError(
+                    "rein sessions compact asks the session's model from here, on the store itself: run it where the store is, without --url (REIN_URL)".into(),
+                )
+                .into());
+            }
+            let done = rein_runtimes::context::compact_session(
+                &local()?,
+                id.trim(),
+                &target.providers,
+                &target.models,
+                &actor(None),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+            if json {
+                print_json(&done)?;
+            } else if done.compacted {
+                say!(
+                    "{} was compacted by {}: {} messages summarised, about {} → {} tokens",
+                    done.session,
+                    done.model,
+                    done.messages,
+                    done.tokens_before,
+                    done.tokens_after
+                );
+            } else {
+                say!(
+                    "{} has nothing older to compact (about {} tokens)",
+                    done.session,
+                    done.tokens_before
+                );
+            }
+            Ok(exit::SUCCESS)
+        }
         SessionsCommand::Pin {
             id,
             runtime,
