@@ -732,6 +732,53 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
     .await;
     screenshot(&client, "harnesses").await;
 
+    // Model usage: an agent task's turns, per step and by model on its page,
+    // and on the usage page a chart per day and model of the same tokens the
+    // API reports.
+    let agent = post_json(
+        &addr,
+        "/admin/tasks",
+        &json!({ "plan": { "original_task": "notes", "steps": [{ "id": "agent", "checkpoint": "task_exec",
+            "action": { "kind": "agent", "prompt": "list three times", "tools": ["list_dir"] } }] } })
+        .to_string(),
+    );
+    let agent = agent["task"]["id"].as_str().unwrap().to_owned();
+    client
+        .goto(&format!("{base}/ui/tasks/{agent}"))
+        .await
+        .unwrap();
+    until(
+        &client,
+        "the agent step's usage",
+        "document.querySelector('tr[data-step=agent] td.usage')?.textContent.includes(' in / ') && document.querySelector('table.usage tr[data-usage-row=\"openai/gpt-test\"]')",
+    )
+    .await;
+    let (_, report) = common::http(&addr, "GET", "/admin/usage", Some(OPERATOR), None);
+    let report: Value = serde_json::from_str(&report).unwrap();
+    let total =
+        report["input_tokens"].as_u64().unwrap() + report["output_tokens"].as_u64().unwrap();
+    assert!(total > 0, "{report}");
+    client.goto(&format!("{base}/ui/usage")).await.unwrap();
+    until(
+        &client,
+        "the usage chart",
+        "document.querySelector('figure.usage-chart')",
+    )
+    .await;
+    let charted = client
+        .execute(
+            "return [Number(document.querySelector('figure.usage-chart').dataset.tokens), document.querySelectorAll('figure.usage-chart rect[data-model=\"openai/gpt-test\"]').length];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        charted,
+        json!([total, 1]),
+        "one bar today, of all the tokens"
+    );
+    screenshot(&client, "usage").await;
+
     // The tasks page filters by creation time (UTC), and names a bad one.
     for (query, what, script) in [
         (

@@ -19,6 +19,7 @@ mod graph;
 mod pages;
 mod states;
 mod system;
+mod usage;
 
 use std::convert::Infallible;
 
@@ -61,6 +62,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/ledger", get(system::ledger))
         .route("/ui/ledger/entries", get(system::ledger_entries))
         .route("/ui/ledger/verify", get(system::verify))
+        .route("/ui/usage", get(usage::usage))
         .route("/ui/health", get(system::health))
         .route("/ui/health/body", get(system::health_body))
         .route("/ui/harnesses", get(system::harnesses))
@@ -240,6 +242,7 @@ pub fn page(user: &User, title: &str, body: Markup) -> Markup {
                         a href="/ui/approvals" { "Approvals" }
                         a href="/ui/states" { "Shared states" }
                         a href="/ui/ledger" { "Ledger" }
+                        a href="/ui/usage" { "Usage" }
                         a href="/ui/health" { "Health" }
                         a href="/ui/harnesses" { "Harnesses" }
                     }

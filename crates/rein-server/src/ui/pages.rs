@@ -618,6 +618,7 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
     let head = &task.head;
     let agent = agent_activity(state, &task, plan.as_ref()).await;
     let records = task_records(state, id).await;
+    let usage = super::usage::task_usage(state, id).await;
     let snapshots = state
         .engine
         .store()
@@ -652,7 +653,7 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
         h2 { "Steps" }
         @if let Some(plan) = &plan {
             table.steps {
-                thead { tr { th { "Step" } th { "State" } th { "Attempt" } th { "Took" } th { "Needs" } th { "Output" } } }
+                thead { tr { th { "Step" } th { "State" } th { "Attempt" } th { "Took" } th { "Model usage" } th { "Needs" } th { "Output" } } }
                 tbody {
                     @for step in &plan.steps {
                         @let (st, cp) = step_state(&task, &step.id);
@@ -661,6 +662,7 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
                             td { span class={"badge c-" (st)} { (st) } }
                             td { (attempts(&task, &step.id)) }
                             td { (cp.and_then(|c| c.duration_ms).map(|ms| format!("{ms} ms")).unwrap_or_default()) }
+                            td.usage { (cp.and_then(|c| c.output.as_ref()).and_then(super::usage::step_usage).unwrap_or_default()) }
                             td { (step.depends_on.join(", ")) }
                             td {
                                 @if let Some(error) = cp.and_then(|c| c.error.as_deref()) { pre.error { (error) } }
@@ -695,6 +697,7 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
                 }
             }
         }
+        (usage)
         (records)
         h2 { "Snapshots" }
         @if snapshots.is_empty() {
