@@ -38,6 +38,10 @@
 //! long a killed node's tasks take to run again on another node, and, in the
 //! same run, a single node's take-over on SQLite (`--takeover-tasks`).
 //!
+//! `rein-bench usage --turns N` times what metering adds to a turn's journal
+//! append, and the store's usage reports (and `rein usage`) over N recorded
+//! turns.
+//!
 //! `rein-bench sse --clients N` measures what N idle event-stream clients cost a
 //! real `rein serve` process: CPU while they idle, memory, files and threads
 //! before, with and after them.
@@ -50,6 +54,7 @@ mod postgres;
 mod sse;
 mod takeover;
 mod ui;
+mod usage;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -117,6 +122,16 @@ enum Bench {
         mcp: bool,
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+    },
+    /// What metering costs a turn, and `rein usage` over many recorded turns.
+    Usage {
+        #[arg(long, default_value_t = 1_000_000)]
+        turns: usize,
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        /// Journal appends timed with and without a usage, each.
+        #[arg(long, default_value_t = 1000)]
+        appends: usize,
     },
     /// A minimal MCP server over stdio (`echo {text}`), for `agent --mcp`.
     #[command(hide = true)]
@@ -923,6 +938,11 @@ fn main() -> anyhow::Result<()> {
         Bench::Conflicts { actions, runs } => {
             println!("{}", conflicts(actions, runs)?);
         }
+        Bench::Usage {
+            turns,
+            runs,
+            appends,
+        } => runtime.block_on(usage::run(turns, runs.max(1), appends.max(1)))?,
         Bench::Agent {
             tool_calls,
             mcp,

@@ -2,7 +2,7 @@
 //! stored, page cursors, and the columns of shared states and records.
 
 use chrono::SecondsFormat;
-use rein_core::store::{Record, UsageFilter, UsageGroup};
+use rein_core::store::{Record, UsageFilter, UsageGroup, UsageRow};
 use rein_core::{StoreError, StoreResult};
 use rein_protocol::{SharedHarnessState, Timestamp};
 
@@ -124,37 +124,137 @@ pub(crate) fn record_cursor(r: &Record) -> String {
     format!("{}|{}", ts(&r.created_at), r.id)
 }
 
-/// The column a `model_usage` query groups by, for `by`.
-pub(crate) fn usage_key(by: UsageGroup) -> &'static str {
-    match by {
-        UsageGroup::All => "''",
-        UsageGroup::Task => "task_id",
-        UsageGroup::Day => "substr(at, 1, 10)",
-    }
+/// How a backend spells a usage query's aggregates and truth.
+pub(crate) struct UsageSql {
+    /// `WHERE` of no condition.
+    pub truth: &'static str,
+    /// Over `model_usage`: calls, input, cached, output, reasoning, estimated.
+    pub raw: &'static str,
+    /// The same over `model_usage_daily`.
+    pub daily: &'static str,
 }
 
-/// A `model_usage` query's conditions (` AND …` each) and their values in
-/// order; `placeholder(n)` spells the nth value as the backend takes it.
-pub(crate) fn usage_conditions(
+/// The queries (SQL and values) whose rows, added up, answer `filter`: the
+/// per-day rollup (`model_usage_daily`) for the whole UTC days in its range,
+/// and the calls themselves (`model_usage`) for the part days at its ends,
+/// so a report over a million calls reads a row per day, task, session and
+/// model. `placeholder(n)` spells the nth value as the backend takes it.
+pub(crate) fn usage_queries(
     filter: &UsageFilter,
     placeholder: fn(usize) -> String,
-) -> (String, Vec<String>) {
-    let mut conditions = String::new();
-    let mut values = Vec::new();
-    let wanted = [
+    sql: &UsageSql,
+) -> Vec<(String, Vec<String>)> {
+    use chrono::{Duration, NaiveTime};
+    let midnight = |t: &Timestamp| t.date_naive().and_time(NaiveTime::MIN).and_utc();
+    // The whole days: from the first midnight at or after `since`, to the
+    // last midnight at or before `until`.
+    let first = filter.since.map(|s| {
+        let m = midnight(&s);
+        if m == s { m } else { m + Duration::days(1) }
+    });
+    let last = filter.until.map(|u| midnight(&u));
+    let mut raw_ranges: Vec<(Option<Timestamp>, Option<Timestamp>)> = Vec::new();
+    let daily = match (first, last) {
+        (Some(f), Some(l)) if f >= l => {
+            // Less than a whole day: the calls themselves.
+            raw_ranges.push((filter.since, filter.until));
+            None
+        }
+        _ => {
+            if let (Some(s), Some(f)) = (filter.since, first)
+                && s < f
+            {
+                raw_ranges.push((Some(s), Some(f)));
+            }
+            if let (Some(u), Some(l)) = (filter.until, last)
+                && l < u
+            {
+                raw_ranges.push((Some(l), Some(u)));
+            }
+            Some((first, last))
+        }
+    };
+    let mut queries = Vec::new();
+    let build = |table: &str,
+                 key: &str,
+                 aggregates: &str,
+                 session: &str,
+                 from_col: &str,
+                 range: (Option<String>, Option<String>)| {
+        let mut conditions = String::new();
+        let mut values = Vec::new();
+        let wanted = [
+            (
+                "task_id =".to_owned(),
+                filter.task_id.as_ref().map(ToString::to_string),
+            ),
+            (format!("{session} ="), filter.session_id.clone()),
+            (format!("{from_col} >="), range.0),
+            (format!("{from_col} <"), range.1),
+        ];
+        for (clause, value) in wanted {
+            if let Some(value) = value {
+                values.push(value);
+                conditions.push_str(&format!(" AND {clause} {}", placeholder(values.len())));
+            }
+        }
         (
-            "task_id =",
-            filter.task_id.as_ref().map(ToString::to_string),
-        ),
-        ("session_id =", filter.session_id.clone()),
-        ("at >=", filter.since.as_ref().map(ts)),
-        ("at <", filter.until.as_ref().map(ts)),
-    ];
-    for (clause, value) in wanted {
-        if let Some(value) = value {
-            values.push(value);
-            conditions.push_str(&format!(" AND {clause} {}", placeholder(values.len())));
+            format!(
+                "SELECT {key}, provider, model, {aggregates} FROM {table} WHERE {}{conditions} GROUP BY 1, 2, 3",
+                sql.truth
+            ),
+            values,
+        )
+    };
+    if let Some((first, last)) = daily {
+        let key = match filter.by {
+            UsageGroup::All => "''",
+            UsageGroup::Task => "task_id",
+            UsageGroup::Day => "day",
+        };
+        let day = |t: Option<Timestamp>| t.map(|t| t.format("%Y-%m-%d").to_string());
+        queries.push(build(
+            "model_usage_daily",
+            key,
+            sql.daily,
+            "session_id",
+            "day",
+            (day(first), day(last)),
+        ));
+    }
+    for (from, to) in raw_ranges {
+        let key = match filter.by {
+            UsageGroup::All => "''",
+            UsageGroup::Task => "task_id",
+            UsageGroup::Day => "substr(at, 1, 10)",
+        };
+        queries.push(build(
+            "model_usage",
+            key,
+            sql.raw,
+            "session_id",
+            "at",
+            (from.as_ref().map(ts), to.as_ref().map(ts)),
+        ));
+    }
+    queries
+}
+
+/// Rows of several usage queries added up by key and model, in order.
+pub(crate) fn merge_usage(parts: Vec<UsageRow>) -> Vec<UsageRow> {
+    let mut merged: std::collections::BTreeMap<(String, String, String), UsageRow> =
+        std::collections::BTreeMap::new();
+    for row in parts {
+        match merged.entry((row.key.clone(), row.provider.clone(), row.model.clone())) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(row);
+            }
+            std::collections::btree_map::Entry::Occupied(mut o) => {
+                let kept = o.get_mut();
+                kept.calls += row.calls;
+                kept.usage.add(&row.usage);
+            }
         }
     }
-    (conditions, values)
+    merged.into_values().collect()
 }

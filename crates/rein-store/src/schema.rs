@@ -178,6 +178,29 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX model_usage_by_time ON model_usage(at);
     ",
+    // 10: model calls added up per UTC day, task, session ('' for none) and
+    //     model, kept with each call in the same transaction: what a report
+    //     over whole days reads instead of every call.
+    "
+    CREATE TABLE model_usage_daily (
+        day        TEXT NOT NULL,
+        task_id    TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        provider   TEXT NOT NULL,
+        model      TEXT NOT NULL,
+        calls      INTEGER NOT NULL,
+        input      INTEGER NOT NULL,
+        cached     INTEGER NOT NULL,
+        output     INTEGER NOT NULL,
+        reasoning  INTEGER,
+        estimated  INTEGER NOT NULL,
+        PRIMARY KEY (day, task_id, session_id, provider, model)
+    ) STRICT;
+    INSERT INTO model_usage_daily
+        SELECT substr(at, 1, 10), task_id, COALESCE(session_id, ''), provider, model,
+               COUNT(*), SUM(input), SUM(cached), SUM(output), SUM(reasoning), MAX(estimated)
+        FROM model_usage GROUP BY 1, 2, 3, 4, 5;
+    ",
 ];
 
 /// The schema version this build writes.

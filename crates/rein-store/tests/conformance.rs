@@ -739,6 +739,43 @@ async fn model_usage_is_counted_once_and_added_up(b: Backend) {
         .await
         .unwrap();
     assert_eq!(window, all);
+    // Whole days are read from the per-day rollup, part days from the calls
+    // themselves: each way, and both at once, adds up to the same.
+    let now = chrono::Utc::now();
+    let midnight = now.date_naive().and_hms_opt(0, 0, 0).unwrap().and_utc();
+    let tomorrow = midnight + chrono::Duration::days(1);
+    for (since, until) in [
+        (Some(midnight), None),
+        (Some(midnight), Some(tomorrow)),
+        (Some(midnight - chrono::Duration::hours(5)), Some(tomorrow)),
+        (
+            Some(midnight - chrono::Duration::days(3)),
+            Some(tomorrow + chrono::Duration::hours(7)),
+        ),
+        (None, Some(tomorrow + chrono::Duration::hours(7))),
+    ] {
+        for by in [UsageGroup::All, UsageGroup::Task, UsageGroup::Day] {
+            let filter = |since, until| UsageFilter {
+                since,
+                until,
+                by,
+                ..UsageFilter::default()
+            };
+            let read = s.usage(&filter(since, until)).await.unwrap();
+            let whole = s.usage(&filter(None, None)).await.unwrap();
+            assert_eq!(read, whole, "{since:?}..{until:?} by {by:?}");
+        }
+    }
+    let of_session_today = s
+        .usage(&UsageFilter {
+            session_id: Some("ses_a".into()),
+            since: Some(midnight),
+            ..UsageFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(of(&of_session_today, "", "m-a"), (1, 100, 40, 10));
+    assert_eq!(of(&of_session_today, "", "m-b"), (1, 7, 0, 3));
     // What was spent stays spent when the task goes.
     s.delete(two.id(), two.head.last_seq).await.unwrap();
     assert_eq!(s.usage(&UsageFilter::default()).await.unwrap(), all);

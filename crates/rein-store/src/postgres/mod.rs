@@ -1302,6 +1302,33 @@ impl JournalStore for PostgresStore {
                             )
                             .await
                             .map_err(pg)?;
+                            c.execute(
+                                "INSERT INTO model_usage_daily (day, task_id, session_id, provider, model,
+                                   calls, input, cached, output, reasoning, estimated)
+                                 VALUES (substr($1, 1, 10), $2, $3, $4, $5, 1, $6, $7, $8, $9, $10)
+                                 ON CONFLICT (day, task_id, session_id, provider, model) DO UPDATE SET
+                                   calls = model_usage_daily.calls + 1,
+                                   input = model_usage_daily.input + excluded.input,
+                                   cached = model_usage_daily.cached + excluded.cached,
+                                   output = model_usage_daily.output + excluded.output,
+                                   reasoning = CASE WHEN excluded.reasoning IS NULL THEN model_usage_daily.reasoning
+                                               ELSE COALESCE(model_usage_daily.reasoning, 0) + excluded.reasoning END,
+                                   estimated = model_usage_daily.estimated OR excluded.estimated",
+                                &[
+                                    &now,
+                                    &task.as_str(),
+                                    &used.session.as_deref().unwrap_or_default(),
+                                    &used.provider,
+                                    &used.model,
+                                    &seq(u.input_tokens),
+                                    &seq(u.cached_input_tokens),
+                                    &seq(u.output_tokens),
+                                    &u.reasoning_tokens.map(seq),
+                                    &u.estimated,
+                                ],
+                            )
+                            .await
+                            .map_err(pg)?;
                         }
                     }
                     Ok(())
@@ -1311,20 +1338,32 @@ impl JournalStore for PostgresStore {
     }
 
     async fn usage(&self, filter: &UsageFilter) -> StoreResult<Vec<UsageRow>> {
-        let (conditions, args) = crate::rows::usage_conditions(filter, |n| format!("${n}"));
-        let sql = format!(
-            "SELECT {}, provider, model, COUNT(*)::BIGINT, SUM(input)::BIGINT, SUM(cached)::BIGINT,
-                    SUM(output)::BIGINT, SUM(reasoning)::BIGINT, bool_or(estimated)
-             FROM model_usage WHERE TRUE{conditions} GROUP BY 1, 2, 3 ORDER BY 1, 2, 3",
-            crate::rows::usage_key(filter.by)
-        );
-        let params: Vec<&(dyn ToSql + Sync)> =
-            args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
-        let rows = self.rows(&sql, &params).await?;
+        const SQL: crate::rows::UsageSql = crate::rows::UsageSql {
+            truth: "TRUE",
+            raw: "COUNT(*)::BIGINT, SUM(input)::BIGINT, SUM(cached)::BIGINT, SUM(output)::BIGINT,
+                  SUM(reasoning)::BIGINT, bool_or(estimated)",
+            daily:
+                "SUM(calls)::BIGINT, SUM(input)::BIGINT, SUM(cached)::BIGINT, SUM(output)::BIGINT,
+                    SUM(reasoning)::BIGINT, bool_or(estimated)",
+        };
+        let queries = crate::rows::usage_queries(filter, |n| format!("${n}"), &SQL);
+        // One snapshot, so the rollup and the calls are of one moment.
+        let mut client = self.client().await?;
+        let snapshot = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg)?;
         let n = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
-        Ok(rows
-            .iter()
-            .map(|r| UsageRow {
+        let mut parts = Vec::new();
+        for (sql, args) in &queries {
+            let params: Vec<&(dyn ToSql + Sync)> =
+                args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+            let stmt = snapshot.prepare_cached(sql).await.map_err(pg)?;
+            let rows = snapshot.query(&stmt, &params).await.map_err(pg)?;
+            parts.extend(rows.iter().map(|r| UsageRow {
                 key: r.get(0),
                 provider: r.get(1),
                 model: r.get(2),
@@ -1336,8 +1375,10 @@ impl JournalStore for PostgresStore {
                     reasoning_tokens: r.get::<_, Option<i64>>(7).map(|v| n(Some(v))),
                     estimated: r.get::<_, Option<bool>>(8).unwrap_or(false),
                 },
-            })
-            .collect())
+            }));
+        }
+        snapshot.commit().await.map_err(pg)?;
+        Ok(crate::rows::merge_usage(parts))
     }
 
     async fn load_journal(

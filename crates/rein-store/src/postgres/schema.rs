@@ -141,6 +141,28 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX model_usage_by_time ON model_usage(at);
     ",
+    // 4: model calls added up per UTC day, task, session and model (as on
+    //    SQLite).
+    "
+    CREATE TABLE model_usage_daily (
+        day        TEXT NOT NULL,
+        task_id    TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        provider   TEXT NOT NULL,
+        model      TEXT NOT NULL,
+        calls      BIGINT NOT NULL,
+        input      BIGINT NOT NULL,
+        cached     BIGINT NOT NULL,
+        output     BIGINT NOT NULL,
+        reasoning  BIGINT,
+        estimated  BOOLEAN NOT NULL,
+        PRIMARY KEY (day, task_id, session_id, provider, model)
+    );
+    INSERT INTO model_usage_daily
+        SELECT substr(at, 1, 10), task_id, COALESCE(session_id, ''), provider, model,
+               COUNT(*), SUM(input), SUM(cached), SUM(output), SUM(reasoning), bool_or(estimated)
+        FROM model_usage GROUP BY 1, 2, 3, 4, 5;
+    ",
 ];
 
 /// The schema version this build writes.
