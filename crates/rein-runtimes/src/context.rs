@@ -259,13 +259,13 @@ pub struct Compacted {
 /// the summary (with `task`, the request of the step that runs, when the
 /// summary covers it), and the messages from `compacted.at` on. The summary
 /// is a user message; where the kept part begins with one, the two are one.
-pub fn view(
-    messages: &[Message],
+pub fn view<'a>(
+    messages: &'a [Message],
     compacted: Option<&Compacted>,
     task: Option<&str>,
-) -> Vec<Message> {
+) -> std::borrow::Cow<'a, [Message]> {
     let Some(compacted) = compacted.filter(|c| c.at <= messages.len()) else {
-        return messages.to_vec();
+        return std::borrow::Cow::Borrowed(messages);
     };
     let mut out = Vec::with_capacity(messages.len() - compacted.at + 2);
     if let Some(system @ Message::System { .. }) = messages.first() {
@@ -292,7 +292,7 @@ pub fn view(
             out.extend_from_slice(rest);
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// Where to compact `messages` (since its last reset, already compacted up
