@@ -326,3 +326,186 @@ fn the_example_agent_plan_runs_against_any_openai_compatible_endpoint() {
     assert_eq!(requests[0]["model"], "local-model");
     assert_eq!(requests.len(), 3);
 }
+
+/// A rein killed (SIGKILL) while its step waits at a budget question: the
+/// question stays, is answered while nobody runs the task, and the resumed
+/// step takes the answer — the grant journaled once, no turn asked twice,
+/// no turn counted twice.
+#[test]
+fn a_rein_killed_during_a_budget_question_loses_nothing_and_counts_nothing_twice() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = runtime.block_on(fake::fake_model());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "budget.toml",
+        "description = \"budget\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"list three times\"\ntools = [\"list_dir\"]\nbudget = { tokens = 300 }\n",
+    );
+    let with_model = |cmd: &mut std::process::Command| {
+        cmd.env("OPENAI_BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("REIN_MODEL", "gpt-test");
+    };
+    let mut run = rein(&data);
+    with_model(&mut run);
+    let mut runner = run
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let question = eventually("the budget question", || {
+        json(&run_ok(rein(&data).args(["approvals", "list", "--json"])))
+            .as_array()
+            .and_then(|a| a.first().cloned())
+    });
+    assert!(
+        question["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("step `agent` has used "),
+        "{question}"
+    );
+    common::kill9(&mut runner);
+    let asked = seen.0.lock().unwrap().len();
+    assert!(asked >= 1);
+    let id = question["id"].as_str().unwrap();
+    run_ok(rein(&data).args([
+        "approvals",
+        "approve",
+        id,
+        "--option",
+        "allow the amount given as the reason",
+        "--reason",
+        "100000 tokens",
+        "--as",
+        "ana",
+    ]));
+    let task = task_ids(&data).remove(0);
+    let mut resume = rein(&data);
+    with_model(&mut resume);
+    let state = json(&run_ok(resume.args(["tasks", "resume", &task, "--json"])));
+    assert_eq!(state["status"], "completed", "{state}");
+    // The answer given while rein was down was taken: no second question.
+    let all = json(&run_ok(rein(&data).args([
+        "approvals",
+        "list",
+        "--status",
+        "all",
+        "--json",
+    ])));
+    assert_eq!(all.as_array().unwrap().len(), 1, "{all}");
+    // Four turns in all (three listings and the answer), each asked once,
+    // each counted once, token for token.
+    let requests = seen.0.lock().unwrap().clone();
+    assert_eq!(requests.len(), 4, "{asked} before the kill");
+    let report = json(&run_ok(
+        rein(&data).args(["usage", "--task", &task, "--json"]),
+    ));
+    assert_eq!(report["calls"], 4, "{report}");
+    let reported: u64 = requests
+        .iter()
+        .map(|r| r["reported_usage"]["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(report["input_tokens"], reported);
+    // The grant is in the ledger, with who gave it and why.
+    let ledger = json(&run_ok(rein(&data).args(["ledger", "list", "--json"])));
+    let grant = ledger
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["request_id"] == id)
+        .unwrap();
+    assert_eq!(grant["who"], "ana");
+}
+
+/// A rein killed (SIGKILL) while its step's conversation is being
+/// compacted — its summary request in flight — resumes and compacts again:
+/// the summary nobody answered is neither journaled nor counted, no turn is
+/// asked twice, and what was metered equals what the server reported.
+#[test]
+fn a_rein_killed_during_a_compaction_loses_nothing_and_counts_nothing_twice() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (base, seen) = runtime.block_on(fake::fake_model());
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("rein.toml");
+    // A window the step's turns outgrow.
+    std::fs::write(
+        &config,
+        "[models.\"openai/gpt-test\"]\ncontext_window = 300\n",
+    )
+    .unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "compact.toml",
+        "description = \"compact\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"list three times\"\ntools = [\"list_dir\"]\n",
+    );
+    let with_model = |cmd: &mut std::process::Command| {
+        cmd.env("OPENAI_BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("REIN_MODEL", "gpt-test")
+            .arg("--config")
+            .arg(&config);
+    };
+    let mut run = rein(&data);
+    with_model(&mut run);
+    let mut runner = run
+        .arg("run")
+        .arg(&plan)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let summarising = |r: &serde_json::Value| r.get("tools").is_none();
+    eventually("the summary request is in flight", || {
+        if let Ok(Some(status)) = runner.try_wait() {
+            panic!("rein ended ({status}) before it compacted");
+        }
+        seen.0.lock().unwrap().iter().any(summarising).then_some(())
+    });
+    common::kill9(&mut runner);
+    let before = seen.0.lock().unwrap().len();
+    let task = task_ids(&data).remove(0);
+    let mut resume = rein(&data);
+    with_model(&mut resume);
+    let state = json(&run_ok(resume.args(["tasks", "resume", &task, "--json"])));
+    assert_eq!(state["status"], "completed", "{state}");
+    let requests = seen.0.lock().unwrap().clone();
+    // The resumed step summarised again, then went on; no turn before the
+    // kill was asked again.
+    let summaries = requests.iter().filter(|r| summarising(r)).count();
+    assert_eq!(summaries, 2, "{before} requests before the kill");
+    // Four turns (three listings and the answer), each asked once.
+    let turns = requests.iter().filter(|r| !summarising(r)).count();
+    assert_eq!(turns, 4, "{before} requests before the kill");
+    // What was metered: the answered requests, token for token; the one
+    // nobody answered, nowhere.
+    let answered: Vec<&serde_json::Value> = requests
+        .iter()
+        .filter(|r| r.get("reported_usage").is_some())
+        .collect();
+    assert_eq!(answered.len(), requests.len() - 1);
+    let report = json(&run_ok(
+        rein(&data).args(["usage", "--task", &task, "--json"]),
+    ));
+    assert_eq!(report["calls"], answered.len(), "{report}");
+    let reported: u64 = answered
+        .iter()
+        .map(|r| r["reported_usage"]["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(report["input_tokens"], reported);
+    // One compaction journaled, and said in the task's log.
+    let events = json(&run_ok(
+        rein(&data).args(["tasks", "events", &task, "--json"]),
+    ));
+    let compacted = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["data"]["update"]["sessionUpdate"] == "compacted")
+        .count();
+    assert_eq!(compacted, 1, "{events}");
+}

@@ -77,10 +77,32 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
     Response::from_parts(parts, Body::from(text))
 }
 
+/// Whether a summary request has hung already (in this process).
+static HUNG_SUMMARY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 async fn script(State(seen): State<Seen>, body: String) -> Response {
     let body: Value = serde_json::from_str(&body).unwrap();
     seen.0.lock().unwrap().push(body.clone());
     let messages = body["messages"].as_array().unwrap();
+    // A summary request of compaction (no tools): the first one of a
+    // conversation that lists three times hangs (until the test kills rein),
+    // once per process; every other is answered.
+    if messages
+        .first()
+        .and_then(|m| m["content"].as_str())
+        .is_some_and(|s| s.starts_with("You compact"))
+    {
+        let asked = messages
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or("");
+        if asked.contains("list three times")
+            && !HUNG_SUMMARY.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        }
+        return say("The user asked to list the workspace three times; it was listed.");
+    }
     let prompt = messages
         .iter()
         .find(|m| m["role"] == "user")
@@ -146,6 +168,10 @@ async fn script(State(seen): State<Seen>, body: String) -> Response {
             return call(&format!("call_l{n}"), "list_dir", json!({ "path": "." }));
         }
         ("list three times", _) => return say("listed three times"),
+        // Compacted: the summary, with the request restated, stands first.
+        (l, _) if l.starts_with("[rein compacted") && l.contains("list three times") => {
+            return say("listed three times");
+        }
         ("Remember: the code word is heron.", _) => return say("Noted: heron."),
         ("What was the code word?", _) => {
             return say(if earlier.contains("heron") {
