@@ -167,6 +167,16 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
             format!("runtime  {} ({reason})", decision.selected)
         }
         TaskChange::AgentUpdate { update, .. } => agent_update(update),
+        TaskChange::Compacted {
+            model,
+            reason,
+            messages,
+            tokens_before,
+            tokens_after,
+            ..
+        } => format!(
+            "compact  {messages} messages summarised by {model} ({reason}): about {tokens_before} → {tokens_after} tokens"
+        ),
         TaskChange::PlanDecomposed { steps, .. } => {
             format!("planned  {} steps: {}", steps.len(), steps.join(", "))
         }

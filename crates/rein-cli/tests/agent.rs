@@ -505,7 +505,7 @@ fn a_rein_killed_during_a_compaction_loses_nothing_and_counts_nothing_twice() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["data"]["update"]["sessionUpdate"] == "compacted")
+        .filter(|e| e["type"] == "compacted")
         .count();
     assert_eq!(compacted, 1, "{events}");
 }

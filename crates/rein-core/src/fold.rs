@@ -277,7 +277,8 @@ pub(crate) fn apply_checked(
         TaskChange::RecoveryAttempted { .. }
         | TaskChange::RecoverySucceeded { .. }
         | TaskChange::RecoveryFailed { .. }
-        | TaskChange::AgentUpdate { .. } => {}
+        | TaskChange::AgentUpdate { .. }
+        | TaskChange::Compacted { .. } => {}
         TaskChange::PlanDecomposed {
             checkpoint_id,
             steps,

@@ -39,6 +39,7 @@ pub enum EventType {
     AgentUpdate,
     ProcessStarted,
     PlanDecomposed,
+    Compacted,
 }
 
 impl EventType {
@@ -66,6 +67,7 @@ impl EventType {
             EventType::AgentUpdate => "agent_update",
             EventType::ProcessStarted => "process_started",
             EventType::PlanDecomposed => "plan_decomposed",
+            EventType::Compacted => "compacted",
         }
     }
 }
@@ -213,6 +215,20 @@ pub enum TaskChange {
         checkpoint_id: CheckpointId,
         steps: Vec<String>,
     },
+    /// An agent step's conversation was compacted to fit its model's context
+    /// window: its older part summarised (`reason`: `threshold`, `overflow`
+    /// or `by_hand`), about `tokens_before` → `tokens_after`.
+    Compacted {
+        checkpoint_id: CheckpointId,
+        session: String,
+        /// `PROVIDER/MODEL` that wrote the summary.
+        model: String,
+        reason: String,
+        /// The messages the summary stands for.
+        messages: u64,
+        tokens_before: u64,
+        tokens_after: u64,
+    },
     /// `pending` or `in_progress` → `skipped`.
     CheckpointSkipped {
         checkpoint_id: CheckpointId,
@@ -300,6 +316,7 @@ impl TaskChange {
             TaskChange::AgentUpdate { .. } => EventType::AgentUpdate,
             TaskChange::ProcessStarted { .. } => EventType::ProcessStarted,
             TaskChange::PlanDecomposed { .. } => EventType::PlanDecomposed,
+            TaskChange::Compacted { .. } => EventType::Compacted,
         }
     }
 
@@ -312,7 +329,8 @@ impl TaskChange {
             | TaskChange::RuntimeSelected { checkpoint_id, .. }
             | TaskChange::AgentUpdate { checkpoint_id, .. }
             | TaskChange::ProcessStarted { checkpoint_id, .. }
-            | TaskChange::PlanDecomposed { checkpoint_id, .. } => Some(checkpoint_id),
+            | TaskChange::PlanDecomposed { checkpoint_id, .. }
+            | TaskChange::Compacted { checkpoint_id, .. } => Some(checkpoint_id),
             TaskChange::CheckpointEntered { checkpoint_id }
             | TaskChange::CheckpointPassed { checkpoint_id, .. }
             | TaskChange::CheckpointFailed { checkpoint_id, .. }

@@ -317,19 +317,33 @@ async fn a_step_past_an_unknown_window_compacts_at_the_overflow_error_and_finish
 
     // The task's log says it compacted, with the tokens before and after.
     let log = store.events(done.id(), 0, usize::MAX).await.unwrap();
-    let said: Vec<&Value> = log
+    let said: Vec<(u64, u64)> = log
         .iter()
         .filter_map(|e| match &e.change {
-            rein_protocol::TaskChange::AgentUpdate { update, .. }
-                if update["sessionUpdate"] == "compacted" =>
-            {
-                Some(update)
+            rein_protocol::TaskChange::Compacted {
+                tokens_before,
+                tokens_after,
+                reason,
+                ..
+            } if reason == "overflow" || reason == "threshold" => {
+                Some((*tokens_before, *tokens_after))
             }
             _ => None,
         })
         .collect();
     assert_eq!(said.len(), compactions.len());
-    assert!(said[0]["tokens_before"].as_u64().is_some());
+    assert_eq!(
+        said[0],
+        (
+            first["tokens_before"].as_u64().unwrap(),
+            first["tokens_after"].as_u64().unwrap()
+        )
+    );
+    // Said once, as an event of its own, not also as an agent update.
+    assert!(!log.iter().any(|e| matches!(
+        &e.change,
+        rein_protocol::TaskChange::AgentUpdate { update, .. } if update["sessionUpdate"] == "compacted"
+    )));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -57,6 +57,21 @@ impl TaskRun<'_> {
     pub(super) async fn on_step_message(&mut self, message: StepMessage) -> Result<()> {
         match message {
             StepMessage::Ask(ask) => self.on_ask(*ask).await,
+            // A compaction is an event of its own; anything else the runtime
+            // reported, an agent update.
+            StepMessage::Report { step, update } if update["sessionUpdate"] == "compacted" => {
+                let text = |k: &str| update[k].as_str().unwrap_or_default().to_owned();
+                let n = |k: &str| update[k].as_u64().unwrap_or(0);
+                self.record_running(step, |checkpoint_id| TaskChange::Compacted {
+                    checkpoint_id,
+                    session: text("session"),
+                    model: text("model"),
+                    reason: text("reason"),
+                    messages: n("messages"),
+                    tokens_before: n("tokens_before"),
+                    tokens_after: n("tokens_after"),
+                })
+            }
             StepMessage::Report { step, update } => {
                 self.record_running(step, |checkpoint_id| TaskChange::AgentUpdate {
                     checkpoint_id,

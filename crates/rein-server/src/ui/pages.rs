@@ -509,6 +509,20 @@ async fn agent_activity(
                     checkpoint_id,
                     rein_protocol::event::describe_agent_update(update),
                 ),
+                rein_protocol::TaskChange::Compacted {
+                    checkpoint_id,
+                    model,
+                    reason,
+                    messages,
+                    tokens_before,
+                    tokens_after,
+                    ..
+                } => (
+                    checkpoint_id,
+                    format!(
+                        "compacted: {messages} messages summarised by {model} ({reason}), about {tokens_before} → {tokens_after} tokens"
+                    ),
+                ),
                 rein_protocol::TaskChange::RuntimeSelected {
                     checkpoint_id,
                     decision,
