@@ -107,16 +107,25 @@ async fn start() -> (String, Asked) {
 
 /// Runs one agent step on `model` with `fallbacks` (the configured default
 /// list is `configured`).
-async fn run(
-    model: &str,
-    fallbacks: &[&str],
-    configured: &[&str],
-) -> (
+async fn run(model: &str, fallbacks: &[&str], configured: &[&str]) -> Ran {
+    run_with(model, fallbacks, configured, rein_protocol::Models::new()).await
+}
+
+/// What a run ended as, the models asked in order, its store, how long it took.
+type Ran = (
     rein_protocol::TaskState,
     Vec<String>,
     Arc<rein_store::SqliteStore>,
     Duration,
-) {
+);
+
+/// [`run`] with what rein knows of the models (their windows).
+async fn run_with(
+    model: &str,
+    fallbacks: &[&str],
+    configured: &[&str],
+    models: rein_protocol::Models,
+) -> Ran {
     let (base, asked) = start().await;
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
@@ -131,7 +140,8 @@ async fn run(
             idle_timeout: Duration::from_secs(10),
         },
     )
-    .with_fallback_models(configured.iter().map(|m| (*m).to_owned()).collect());
+    .with_fallback_models(configured.iter().map(|m| (*m).to_owned()).collect())
+    .with_models(models);
     let mut config = EngineConfig::new(dir.path().join("workspaces"));
     config.control_poll = Duration::from_millis(20);
     config.workspace_roots = vec![dir.path().to_owned()];
@@ -274,5 +284,42 @@ async fn a_refused_key_does_not_fall_back_and_a_route_that_all_fails_names_each(
             && error.contains("openai/busy-120: the model API answered 429")
             && error.contains("openai/overloaded: the model API answered 503"),
         "{error}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_too_long_for_the_model_goes_to_one_with_room() {
+    // `tiny` has a window no request fits, even compacted: `steady` serves.
+    let models = rein_protocol::Models::from([(
+        "openai/tiny".to_owned(),
+        rein_protocol::ModelInfo {
+            context_window: Some(10),
+            ..rein_protocol::ModelInfo::default()
+        },
+    )]);
+    let (done, asked, store, _) = run_with("tiny", &["openai/steady"], &[], models).await;
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    // Never sent to the model it could not fit.
+    assert_eq!(asked, ["steady"]);
+    let log = store.events(done.id(), 0, usize::MAX).await.unwrap();
+    let reason = log
+        .iter()
+        .find_map(|e| match &e.change {
+            rein_protocol::TaskChange::AgentUpdate { update, .. }
+                if update["sessionUpdate"] == "fallback" =>
+            {
+                update["reason"].as_str().map(str::to_owned)
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        reason.contains("does not fit openai/tiny's context window of 10 tokens"),
+        "{reason}"
     );
 }
