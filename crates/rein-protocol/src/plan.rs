@@ -147,6 +147,8 @@ impl StepAction {
 pub struct AgentLimits {
     /// `auto`, `required`, `none`, or the name of one of the step's tools
     /// (sent as the request's `tool_choice`); unset: the server's default.
+    /// A forced choice (`required`, a tool) holds until the model has made
+    /// that call; later turns get the server's default, so the step can end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<String>,
     /// A final answer of a step part that called no tool fails the step.

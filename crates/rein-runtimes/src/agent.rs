@@ -781,6 +781,8 @@ impl AgentExecutor {
             let mut serving = 0usize;
             let mut request_id: Option<String> = None;
             let mut used: Option<rein_protocol::TurnUsage> = None;
+            // The tool the turn was forced to call, for its journal entry.
+            let mut forced: Option<String> = None;
             let mut tool_runs = 0usize;
             // A bound on the loop itself (each turn and each tool call is one
             // pass); the budget of turns is what stops an agent.
@@ -939,6 +941,7 @@ impl AgentExecutor {
                         task: prompt,
                         mine,
                         tools: tools_tokens,
+                        choice: None,
                     }
                     .size(&messages);
                     let over = tokio::select! {
@@ -948,6 +951,8 @@ impl AgentExecutor {
                     if let Some(stopped) = over {
                         return stopped;
                     }
+                    // A forced choice holds until the model has made that call.
+                    let choice = forced_choice(limits.tool_choice.as_deref(), &messages[mine..]);
                     let mut fit = Fit {
                         journal: &journal,
                         compacted: &mut compacted,
@@ -956,6 +961,7 @@ impl AgentExecutor {
                         task: prompt,
                         mine,
                         tools: tools_tokens,
+                        choice,
                     };
                     // A span per model turn, in the GenAI semantic conventions.
                     let span = tracing::info_span!(
@@ -1034,6 +1040,9 @@ impl AgentExecutor {
                     span.record("rein.usage.estimated", turn.usage.estimated);
                     metered.push((messages.len(), turn.clone()));
                     used = Some(turn);
+                    forced = choice
+                        .filter(|c| !matches!(*c, "auto" | "none"))
+                        .map(str::to_owned);
                     messages.push(Message::Assistant {
                         content: (!response.content.is_empty()).then_some(response.content),
                         tool_calls: response.tool_calls,
@@ -1041,7 +1050,7 @@ impl AgentExecutor {
                     if cut {
                         let newest = messages
                             .last()
-                            .map(|m| turn_entry(m, request_id.take(), used.take()));
+                            .map(|m| turn_entry(m, request_id.take(), used.take(), forced.take()));
                         if let Err(e) = journal.append(newest.as_slice()).await {
                             return unwritten(&e);
                         }
@@ -1054,7 +1063,7 @@ impl AgentExecutor {
                 // turn with the provider's id of its request.
                 let newest = messages
                     .last()
-                    .map(|m| turn_entry(m, request_id.take(), used.take()));
+                    .map(|m| turn_entry(m, request_id.take(), used.take(), forced.take()));
                 if let Err(e) = journal.append(newest.as_slice()).await {
                     return unwritten(&e);
                 }
@@ -1233,10 +1242,7 @@ impl AgentExecutor {
                 }
             }
             let view = crate::context::view(messages, fit.compacted.as_ref(), fit.task());
-            match chat
-                .complete_with(&view, specs, turn.limits.tool_choice.as_deref(), |_| {})
-                .await
-            {
+            match chat.complete_with(&view, specs, fit.choice, |_| {}).await {
                 Ok(response) => return Ok(response),
                 Err(e) if e.context_overflow() && !retried => {
                     retried = true;
@@ -2014,6 +2020,8 @@ struct Fit<'a> {
     mine: usize,
     /// The tokens the tools' declarations take, by rein's estimate.
     tools: u64,
+    /// The turn's `tool_choice`.
+    choice: Option<&'a str>,
 }
 
 impl Fit<'_> {
@@ -2131,7 +2139,23 @@ fn pending_calls(messages: &[Message]) -> Vec<ToolCall> {
 
 /// A message's journal entry.
 fn entry(message: &Message, request_id: Option<String>) -> Value {
-    turn_entry(message, request_id, None)
+    turn_entry(message, request_id, None, None)
+}
+
+/// The `tool_choice` of a step's next turn: `auto` and `none` always; a
+/// forced one (`required`, or a tool's name) until the model has made that
+/// call in the step's part of the conversation, then the server's default
+/// (`auto`), so a step that forces a tool can finish.
+fn forced_choice<'a>(choice: Option<&'a str>, part: &[Message]) -> Option<&'a str> {
+    let c = choice?;
+    if matches!(c, "auto" | "none") {
+        return Some(c);
+    }
+    let made = part.iter().any(|m| {
+        matches!(m, Message::Assistant { tool_calls, .. }
+            if tool_calls.iter().any(|t| c == "required" || t.function.name == c))
+    });
+    (!made).then_some(c)
 }
 
 /// A model turn's journal entry: with the provider's id of its request and
@@ -2140,8 +2164,12 @@ fn turn_entry(
     message: &Message,
     request_id: Option<String>,
     used: Option<rein_protocol::TurnUsage>,
+    forced: Option<String>,
 ) -> Value {
     let mut entry = json!({ "message": message });
+    if let Some(choice) = forced {
+        entry["tool_choice"] = json!(choice);
+    }
     if let Some(id) = request_id {
         entry["request_id"] = json!(id);
     }

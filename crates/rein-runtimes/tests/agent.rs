@@ -447,6 +447,50 @@ async fn a_step_that_requires_a_tool_call_fails_on_prose_and_its_tool_choice_is_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_tool_choice_holds_until_the_model_made_that_call_so_the_step_finishes() {
+    for (choice, forced) in [
+        (
+            "write_file",
+            serde_json::json!({ "type": "function", "function": { "name": "write_file" } }),
+        ),
+        ("required", serde_json::json!("required")),
+    ] {
+        let (base, seen) = common::fake_model().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (engine, store) = engine(dir.path(), &base).await;
+        let step = with_limits(
+            "write notes",
+            rein_protocol::AgentLimits {
+                tool_choice: Some(choice.into()),
+                ..Default::default()
+            },
+        );
+        let state = create(&engine, step, None).await;
+        let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+        assert_eq!(
+            done.status(),
+            TaskStatus::Completed,
+            "{:?}",
+            done.head.error
+        );
+        // Forced on the first turn only: it called write_file, and the later
+        // turns were the server's default, so the model could answer.
+        let requests = seen.0.lock().unwrap().clone();
+        assert_eq!(requests.len(), 3);
+        assert_eq!(requests[0]["tool_choice"], forced, "{choice}");
+        assert!(requests[1].get("tool_choice").is_none(), "{choice}");
+        assert!(requests[2].get("tool_choice").is_none(), "{choice}");
+        // The journal says which turn was forced.
+        let journal = store.load_journal(state.id(), "draft").await.unwrap();
+        let forced_turns: Vec<&str> = journal
+            .iter()
+            .filter_map(|e| e["tool_choice"].as_str())
+            .collect();
+        assert_eq!(forced_turns, [choice]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_cut_at_the_token_limit_fails_unless_the_step_says_go_on() {
     let (base, seen) = common::fake_model().await;
     let dir = tempfile::tempdir().unwrap();
