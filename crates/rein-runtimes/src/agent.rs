@@ -990,6 +990,22 @@ impl AgentExecutor {
                         Ok(r) => r,
                         Err(outcome) => return outcome,
                     };
+                    // An answer the stream put together wrong is not acted on,
+                    // nor kept: the turn is asked again when the step is.
+                    if let Some(problem) = malformed(&response.tool_calls) {
+                        return failed(
+                            format!(
+                                "the model API's answer cannot be acted on: {problem}; nothing of it was run or journaled, and the turn is asked again when the step is retried"
+                            ),
+                            Failure::Http {
+                                status: 502,
+                                retry_after: None,
+                            },
+                            Some(
+                                json!({ "session": session.id, "tool_calls": response.tool_calls }),
+                            ),
+                        );
+                    }
                     let cut = response.finish_reason == "length";
                     let response_finish = response.finish_reason.clone();
                     if cut && (!limits.continue_at_length || !response.tool_calls.is_empty()) {
@@ -2140,6 +2156,36 @@ fn pending_calls(messages: &[Message]) -> Vec<ToolCall> {
 /// A message's journal entry.
 fn entry(message: &Message, request_id: Option<String>) -> Value {
     turn_entry(message, request_id, None, None)
+}
+
+/// What is wrong with the tool calls a stream put together, if anything: a
+/// call without an id or a tool, two calls with one id, arguments that are
+/// not a JSON object (none at all stand for `{}`).
+fn malformed(calls: &[ToolCall]) -> Option<String> {
+    let mut seen = std::collections::HashSet::new();
+    for call in calls {
+        if call.id.trim().is_empty() {
+            return Some(format!("a call of `{}` has no id", call.function.name));
+        }
+        if !seen.insert(call.id.as_str()) {
+            let n = calls.iter().filter(|c| c.id == call.id).count();
+            return Some(format!("{n} tool calls share the id `{}`", call.id));
+        }
+    }
+    for call in calls {
+        if call.function.name.trim().is_empty() {
+            return Some(format!("tool call `{}` names no tool", call.id));
+        }
+        let args = call.function.arguments.trim();
+        if !args.is_empty() && !serde_json::from_str::<Value>(args).is_ok_and(|v| v.is_object()) {
+            return Some(format!(
+                "the arguments of tool call `{}` (`{}`) are not a JSON object",
+                call.id,
+                clip(args, 80)
+            ));
+        }
+    }
+    None
 }
 
 /// The `tool_choice` of a step's next turn: `auto` and `none` always; a

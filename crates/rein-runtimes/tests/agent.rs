@@ -491,6 +491,39 @@ async fn a_forced_tool_choice_holds_until_the_model_made_that_call_so_the_step_f
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_streams_tool_calls_are_neither_run_nor_kept_and_the_turn_is_retryable() {
+    let (base, _) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, store) = engine(dir.path(), &base).await;
+    let mut step = agent_step("garbled");
+    step.recovery.insert(
+        rein_protocol::ErrorType::Transient,
+        rein_protocol::RecoveryStrategy::action(rein_protocol::RecoveryAction::Abort),
+    );
+    let state = create(&engine, step, None).await;
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_ne!(done.status(), TaskStatus::Completed);
+    let cp = done.latest_for_step("draft").unwrap();
+    let error = cp.error.clone().unwrap();
+    assert!(
+        error.starts_with(
+            "the model API's answer cannot be acted on: 2 tool calls share the id `toolu_1`"
+        ),
+        "{error}"
+    );
+    // Classified as a server's fault: retryable.
+    assert_eq!(cp.metadata["error_type"], "transient", "{:?}", cp.metadata);
+    // Nothing was run, and no turn of it was journaled.
+    let ws = std::path::PathBuf::from(done.head.resources.workspace_path.clone().unwrap());
+    assert!(!ws.join("a.txt").exists());
+    let journal = store.load_journal(state.id(), "draft").await.unwrap();
+    assert!(
+        journal.iter().all(|e| e["message"]["role"] != "assistant"),
+        "{journal:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_cut_at_the_token_limit_fails_unless_the_step_says_go_on() {
     let (base, seen) = common::fake_model().await;
     let dir = tempfile::tempdir().unwrap();

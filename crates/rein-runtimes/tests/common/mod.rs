@@ -153,6 +153,16 @@ async fn script(State(seen): State<Seen>, body: String) -> Response {
         }
         // Prose, never a tool call.
         ("prose", _) => return say("Here is what I would do."),
+        // A broken stream, as a bridge once sent one: two tool calls that
+        // share an id, one with arguments cut short.
+        ("garbled", _) => {
+            return sse(vec![
+                json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "tool_calls": [
+                    { "index": 0, "id": "toolu_1", "type": "function", "function": { "name": "write_file", "arguments": "{\"" } },
+                    { "index": 1, "id": "toolu_1", "type": "function", "function": { "name": "write_file", "arguments": "{\"path\": \"a.txt\", \"content\": \"x\"}" } }] } }] }),
+                json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] }),
+            ]);
+        }
         // An answer cut at the token limit; asked to go on, the rest.
         ("long", _) => {
             return sse(vec![
