@@ -431,11 +431,32 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
 
     let done = json(&run_ok(&mut client(&["complete", "--json", "hello"])));
     assert_eq!(done["text"], "I do not know this script");
+    // A goal with a budget, over the API: the task's plan carries it.
     let state = json(&run_ok(
-        client(&["run", "--goal", GOAL, "--yes", "--json", "--workspace"]).arg(&ws),
+        client(&[
+            "run",
+            "--goal",
+            GOAL,
+            "--yes",
+            "--budget-tokens",
+            "1000000",
+            "--json",
+            "--workspace",
+        ])
+        .arg(&ws),
     ));
     assert_eq!(state["status"], "completed", "{state}");
     assert!(ws.join("RELEASE_NOTES.md").exists());
+    let (status, plan) = common::http(
+        &addr,
+        "GET",
+        &format!("/admin/tasks/{}/plan", state["id"].as_str().unwrap()),
+        Some("s3cret-operator-token"),
+        None,
+    );
+    assert_eq!(status, 200, "{plan}");
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_eq!(plan["plan"]["budget"]["tokens"], 1_000_000, "{plan}");
 
     let post = |path: &str, body: &str| {
         common::http(
@@ -454,6 +475,9 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
     assert!(body.contains("not both"), "{body}");
     let (status, body) = post("/admin/tasks", r#"{"goal": "x", "attempts": 0}"#);
     assert_eq!(status, 400, "{body}");
+    let (status, body) = post("/admin/tasks", r#"{"goal": "x", "budget": {"tokens": 0}}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("budget: `tokens` is at least 1"), "{body}");
     let (status, body) = post(
         "/admin/tasks",
         r#"{"plan": {"original_task": "x", "steps": []}, "model": "m"}"#,

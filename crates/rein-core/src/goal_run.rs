@@ -252,7 +252,10 @@ impl Engine {
                 "request_durations_ms": completion.request_durations_ms,
             });
             match d.answer(completion, &check) {
-                Answered::Accepted(done) => {
+                Answered::Accepted(mut done) => {
+                    // What the goal's task may spend stays the person's,
+                    // whatever the model's plan says.
+                    done.plan.budget = plan.budget.or(done.plan.budget);
                     let steps: Vec<String> = done.plan.steps.iter().map(|s| s.id.clone()).collect();
                     let edges: usize = done.plan.steps.iter().map(|s| s.depends_on.len()).sum();
                     rec.record(
