@@ -1,5 +1,6 @@
 //! Human-readable output: one-line descriptions of events, task summaries, tables.
 
+use rein_protocol::usage::thousands;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -437,17 +438,4 @@ pub fn tokens(u: &rein_protocol::Usage) -> String {
         thousands(u.input_tokens),
         thousands(u.output_tokens)
     )
-}
-
-/// `1234567` as `1,234,567`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

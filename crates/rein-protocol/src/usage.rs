@@ -216,6 +216,19 @@ impl Budget {
     }
 }
 
+/// `1234567` as `1,234,567`: token counts as people read them.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// What rein knows of each model, by `PROVIDER/MODEL`.
 pub type Models = std::collections::BTreeMap<String, ModelInfo>;
 

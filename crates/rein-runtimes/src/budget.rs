@@ -7,6 +7,7 @@
 //! answer's reason, or stop. A grant is journaled (a resumed step keeps it)
 //! and, as the approval's answer, sealed in the ledger.
 
+pub use rein_protocol::usage::thousands;
 use rein_protocol::{Budget, Models, Usage};
 
 /// Which budget.
@@ -209,19 +210,6 @@ fn parse_amount(text: &str) -> Option<Amount> {
         .ok()
         .filter(|t| *t > 0)
         .map(Amount::Tokens)
-}
-
-/// `10240` as `10,240`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Dollars as a person reads them: cents, or finer below a dollar.

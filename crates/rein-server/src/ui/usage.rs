@@ -6,6 +6,7 @@ use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use rein_core::store::{UsageFilter, UsageGroup};
+use rein_protocol::usage::thousands;
 use rein_protocol::{UsageLine, UsageReport};
 use serde::Deserialize;
 
@@ -21,19 +22,6 @@ const COLOURS: usize = 6;
 pub struct UsageQuery {
     #[serde(default)]
     days: Option<i64>,
-}
-
-/// `1234567` as `1,234,567`.
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// What a line cost, or that it cannot be said.
