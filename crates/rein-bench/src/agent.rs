@@ -82,6 +82,7 @@ pub async fn agent(calls: usize, mcp: bool, dir: &std::path::Path) -> anyhow::Re
         api_key: None,
         model: "bench".into(),
         idle_timeout: Duration::from_secs(30),
+        stream: true,
     };
 
     let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db"))?);

@@ -55,6 +55,7 @@ struct OpenAiFile {
     api_key: Option<String>,
     model: Option<String>,
     idle_timeout: Option<String>,
+    stream: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -64,6 +65,7 @@ struct AnthropicFile {
     api_key: Option<String>,
     model: Option<String>,
     max_tokens: Option<u32>,
+    stream: Option<bool>,
 }
 
 /// One setting as `rein config show` prints it.
@@ -349,6 +351,24 @@ impl Config {
                     ))
                 })?,
         };
+        // Whether a provider's answers come as a stream: `true` or `false`.
+        let streaming = |key: &str, value: Option<String>| match value.as_deref().map(str::trim) {
+            None | Some("true") => Ok(true),
+            Some("false") => Ok(false),
+            Some(other) => Err(UsageError(format!(
+                "{key} is `{other}`; write true (answers streamed, the default) or false (one JSON body)"
+            ))),
+        };
+        let openai_stream = streaming(
+            "REIN_OPENAI_STREAM or openai.stream",
+            setting(
+                "openai.stream",
+                "REIN_OPENAI_STREAM",
+                o.stream.map(|b| b.to_string()),
+                Some("true"),
+                false,
+            ),
+        )?;
         let openai = ChatConfig {
             base_url: setting(
                 "openai.base_url",
@@ -374,6 +394,7 @@ impl Config {
             )
             .unwrap_or_default(),
             idle_timeout,
+            stream: openai_stream,
         };
         let a = &file.anthropic;
         let anthropic_defaults = AnthropicConfig::default();
@@ -390,6 +411,16 @@ impl Config {
                 "anthropic max tokens `{max_tokens}` (REIN_ANTHROPIC_MAX_TOKENS or anthropic.max_tokens) is not a positive number"
             ))
         })?;
+        let anthropic_stream = streaming(
+            "REIN_ANTHROPIC_STREAM or anthropic.stream",
+            setting(
+                "anthropic.stream",
+                "REIN_ANTHROPIC_STREAM",
+                a.stream.map(|b| b.to_string()),
+                Some("true"),
+                false,
+            ),
+        )?;
         let anthropic = AnthropicConfig {
             base_url: setting(
                 "anthropic.base_url",
@@ -416,6 +447,7 @@ impl Config {
             .unwrap_or_default(),
             max_tokens,
             idle_timeout,
+            stream: anthropic_stream,
         };
         // MCP servers: only the file declares them. What their environment
         // and headers hold is shown redacted (keys and tokens live there).

@@ -28,7 +28,7 @@ fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
     let file = dir.path().join("rein.toml");
     std::fs::write(
         &file,
-        "sandbox = \"none\"\nplugins = [\"plugins/echo.toml\"]\n[openai]\nmodel = \"from-file\"\napi_key = \"sk-secret\"\nidle_timeout = \"5m\"\n[anthropic]\nmax_tokens = 2048\n",
+        "sandbox = \"none\"\nplugins = [\"plugins/echo.toml\"]\n[openai]\nmodel = \"from-file\"\napi_key = \"sk-secret\"\nidle_timeout = \"5m\"\nstream = false\n[anthropic]\nmax_tokens = 2048\n",
     )
     .unwrap();
     let shown = json(&run_ok(
@@ -52,6 +52,8 @@ fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
     assert_eq!(setting(&shown, "openai.api_key")["value"], "<redacted>");
     assert_eq!(setting(&shown, "openai.idle_timeout")["value"], "5m");
     assert_eq!(setting(&shown, "anthropic.max_tokens")["value"], "2048");
+    assert_eq!(setting(&shown, "openai.stream")["value"], "false");
+    assert_eq!(setting(&shown, "anthropic.stream")["source"], "default");
     assert_eq!(setting(&shown, "openai.base_url")["source"], "default");
     assert_eq!(setting(&shown, "data_dir")["source"], "flag --data-dir");
     let text = String::from_utf8(
@@ -103,6 +105,21 @@ fn a_key_the_file_does_not_know_or_a_missing_file_is_bad_usage_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("rein.toml") && err.contains("modle"), "{err}");
 
+    std::fs::write(&file, "[anthropic]\nstream = true\n").unwrap();
+    let out = rein(&data)
+        .arg("--config")
+        .arg(&file)
+        .env("REIN_ANTHROPIC_STREAM", "sometimes")
+        .args(["config", "show"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("REIN_ANTHROPIC_STREAM or anthropic.stream is `sometimes`"),
+        "{err}"
+    );
+
     std::fs::write(&file, "[openai]\nidle_timeout = \"soon\"\n").unwrap();
     let out = rein(&data)
         .arg("--config")
@@ -133,7 +150,7 @@ fn the_users_config_file_configures_the_model_an_agent_step_asks() {
     std::fs::write(
         xdg.join("rein.toml"),
         format!(
-            "[openai]\nbase_url = \"{base}\"\nmodel = \"gpt-from-file\"\napi_key = \"sk-file\"\n"
+            "[openai]\nbase_url = \"{base}\"\nmodel = \"gpt-from-file\"\napi_key = \"sk-file\"\nstream = false\n"
         ),
     )
     .unwrap();
@@ -152,6 +169,9 @@ fn the_users_config_file_configures_the_model_an_agent_step_asks() {
     assert_eq!(state["status"], "completed", "{state}");
     let asked = seen.0.lock().unwrap()[0].clone();
     assert_eq!(asked["model"], "gpt-from-file");
+    // `stream = false` under [openai]: one JSON body asked for, and read.
+    assert_eq!(asked["stream"], false, "{asked}");
+    assert_eq!(asked["answered_whole"], true);
 }
 
 #[test]

@@ -912,6 +912,9 @@ struct StepFile {
     /// Agent steps: what the step's model calls may spend.
     #[serde(default)]
     budget: Option<rein_protocol::Budget>,
+    /// Agent steps: whether model answers are asked for as a stream.
+    #[serde(default)]
+    stream: Option<bool>,
     /// Agent steps: the MCP servers whose tools the step is offered.
     #[serde(default)]
     mcp: Option<Vec<String>>,
@@ -1048,6 +1051,7 @@ fn step_from_file(
         ("compact_at_percent", s.compact_at_percent.is_some()),
         ("fallback_models", s.fallback_models.is_some()),
         ("budget", s.budget.is_some()),
+        ("stream", s.stream.is_some()),
         ("mcp", s.mcp.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
@@ -1129,6 +1133,7 @@ fn step_from_file(
             compact_at_percent: s.compact_at_percent,
             fallback_models,
             budget: s.budget,
+            stream: s.stream,
         };
         let mut mcp = Vec::new();
         for name in s.mcp.unwrap_or_default() {

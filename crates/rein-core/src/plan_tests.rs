@@ -567,6 +567,7 @@ max_tool_answer_bytes = 65536
 compact_at_percent = 60
 fallback_models = ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"]
 budget = { tokens = 10000, cost_usd = 0.5 }
+stream = false
 "#,
     )
     .unwrap();
@@ -590,6 +591,7 @@ budget = { tokens = 10000, cost_usd = 0.5 }
                 tokens: Some(10_000),
                 cost_usd: Some(0.5),
             }),
+            stream: Some(false),
         }
     );
     let bad = |extra: &str| {
@@ -607,6 +609,7 @@ budget = { tokens = 10000, cost_usd = 0.5 }
     assert!(bad("max_tool_answer_bytes = 100").contains("between 1024 and 16777216"));
     assert!(bad("compact_at_percent = 99").contains("`compact_at_percent` is between 10 and 95"));
     assert!(bad("compact_at_percent = 300").contains("compact_at_percent"));
+    assert!(bad("stream = \"no\"").contains("stream"));
     assert!(
         bad("fallback_models = [\"gpt-4o\"]").contains("not a model named as \"PROVIDER/MODEL\"")
     );

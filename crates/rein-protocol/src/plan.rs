@@ -192,6 +192,12 @@ pub struct AgentLimits {
     /// What the step's model calls may spend before a person is asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::Budget>,
+    /// Whether the step's model answers are asked for as a stream; unset:
+    /// as the provider is configured (`[openai] stream`, `[anthropic]
+    /// stream`, streaming unless they say). `false` for a server that
+    /// refuses what the step needs when streaming.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
 }
 
 impl AgentLimits {

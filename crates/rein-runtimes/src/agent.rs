@@ -342,8 +342,10 @@ impl AgentExecutor {
                 )
                 .await;
         }
+        // A step's `stream` holds for its model and the models it falls
+        // back to.
         let chat = match self.providers.client(&provider, &model) {
-            Ok(c) => c,
+            Ok(c) => c.streaming(limits.stream),
             Err(e) => return failed(e, Failure::Validation, None),
         };
         // The models that serve a turn the step's model cannot, in order.
@@ -362,7 +364,7 @@ impl AgentExecutor {
                 .ok_or_else(|| format!("`{name}` is not a model named as \"PROVIDER/MODEL\""))
                 .and_then(|(p, m)| self.providers.client(p, m));
             match client {
-                Ok(c) => fallbacks.push(c),
+                Ok(c) => fallbacks.push(c.streaming(limits.stream)),
                 Err(e) => {
                     return failed(
                         format!("fallback model `{name}`: {e}"),

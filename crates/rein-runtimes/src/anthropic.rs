@@ -6,14 +6,16 @@
 //! system text apart, `tool_use` blocks on the assistant's turns, `tool_result`
 //! blocks in the user's — and the streamed answer back into a
 //! [`ChatResponse`]: `end_turn` is `stop`, `tool_use` is `tool_calls`,
-//! `max_tokens` is `length`.
+//! `max_tokens` is `length`. Without streaming (`stream = false`), the
+//! message is read the same way.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::openai::{
-    ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec, next_event, send,
+    ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec, next_event,
+    plain_body, send,
 };
 
 /// The Messages API's own endpoint.
@@ -32,6 +34,9 @@ pub struct AnthropicConfig {
     pub max_tokens: u32,
     /// How long the server may stay silent (see [`crate::openai::ChatConfig`]).
     pub idle_timeout: Duration,
+    /// Whether answers are asked for as a stream (the default; see
+    /// [`crate::openai::ChatConfig`]).
+    pub stream: bool,
 }
 
 impl std::fmt::Debug for AnthropicConfig {
@@ -41,6 +46,7 @@ impl std::fmt::Debug for AnthropicConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
             .field("max_tokens", &self.max_tokens)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -53,6 +59,7 @@ impl Default for AnthropicConfig {
             model: "claude-sonnet-4-5".into(),
             max_tokens: 8192,
             idle_timeout: crate::openai::DEFAULT_IDLE_TIMEOUT,
+            stream: true,
         }
     }
 }
@@ -173,6 +180,11 @@ impl AnthropicClient {
         &self.config.model
     }
 
+    /// Asks for a stream (or one JSON body) from now on.
+    pub fn set_stream(&mut self, stream: bool) {
+        self.config.stream = stream;
+    }
+
     pub fn new(config: AnthropicConfig) -> AnthropicClient {
         AnthropicClient {
             http: reqwest::Client::new(),
@@ -195,7 +207,7 @@ impl AnthropicClient {
             "model": self.config.model,
             "max_tokens": self.config.max_tokens,
             "messages": turns,
-            "stream": true,
+            "stream": self.config.stream,
         });
         if let Some(system) = system {
             body["system"] =
@@ -228,7 +240,16 @@ impl AnthropicClient {
         }
         let idle = self.config.idle_timeout;
         let (response, request_id) = send(request, &url, idle, "request-id").await?;
-        let mut answer = read_events(response, &url, idle, &mut on_text).await?;
+        let mut answer = match plain_body(response, &url, idle).await? {
+            Plain::Json(body) => {
+                let answer = whole_message(&body, &url)?;
+                if !answer.content.is_empty() {
+                    on_text(&answer.content);
+                }
+                answer
+            }
+            Plain::Stream(response) => read_events(response, &url, idle, &mut on_text).await?,
+        };
         answer.request_id = request_id;
         Ok(answer)
     }
@@ -267,22 +288,7 @@ async fn read_events(
         let data: Value = serde_json::from_str(&event.data)
             .map_err(|e| ChatError::Protocol(format!("an event is not JSON ({e})")))?;
         match data["type"].as_str().unwrap_or(event.event.as_str()) {
-            "error" => {
-                let kind = data["error"]["type"].as_str().unwrap_or_default();
-                let message = data["error"]["message"]
-                    .as_str()
-                    .unwrap_or("no message")
-                    .to_owned();
-                return Err(match status_of(kind) {
-                    Some(status) => ChatError::Http {
-                        status,
-                        message: format!("{message} (reported in the stream)"),
-                        retry_after: None,
-                        code: Some(kind.to_owned()),
-                    },
-                    None => ChatError::Protocol(format!("the stream reported {kind}: {message}")),
-                });
-            }
+            "error" => return Err(api_error(&data["error"], "the stream")),
             "content_block_start" => {
                 let index = data["index"].as_u64().unwrap_or(0) as usize;
                 if index > 256 {
@@ -332,20 +338,7 @@ async fn read_events(
             "message_start" => {
                 let message = &data["message"];
                 served_model = message["model"].as_str().map(str::to_owned);
-                let usage = &message["usage"];
-                let read = usage["cache_read_input_tokens"].as_u64().unwrap_or(0);
-                let written = usage["cache_creation_input_tokens"].as_u64().unwrap_or(0);
-                if let Some(fresh) = usage["input_tokens"].as_u64() {
-                    counted = Some(rein_protocol::Usage {
-                        // Anthropic counts the cache apart: every prompt token
-                        // is the three together.
-                        input_tokens: fresh.saturating_add(read).saturating_add(written),
-                        cached_input_tokens: read,
-                        output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
-                        reasoning_tokens: None,
-                        estimated: false,
-                    });
-                }
+                counted = messages_usage(&message["usage"]);
             }
             "message_delta" => {
                 if let Some(reason) = data["delta"]["stop_reason"].as_str() {
@@ -385,20 +378,106 @@ async fn read_events(
             _ => None,
         })
         .collect();
-    let finish_reason = match stop_reason.as_str() {
+    Ok(ChatResponse {
+        content,
+        tool_calls,
+        finish_reason: finish_reason(&stop_reason),
+        request_id: None,
+        usage: counted,
+        served_model,
+    })
+}
+
+/// An error object (`{type, message}`) reported in `place` instead of by the
+/// HTTP status, classified like the status its type stands for.
+fn api_error(error: &Value, place: &str) -> ChatError {
+    let kind = error["type"].as_str().unwrap_or_default();
+    let message = error["message"].as_str().unwrap_or("no message");
+    match status_of(kind) {
+        Some(status) => ChatError::Http {
+            status,
+            message: format!("{message} (reported in {place})"),
+            retry_after: None,
+            code: Some(kind.to_owned()),
+        },
+        None => ChatError::Protocol(format!("{place} reported {kind}: {message}")),
+    }
+}
+
+/// A stop reason in the chat-completions vocabulary.
+fn finish_reason(stop_reason: &str) -> String {
+    match stop_reason {
         "end_turn" | "stop_sequence" => "stop",
         "tool_use" => "tool_calls",
         "max_tokens" => "length",
         other => other,
     }
-    .to_owned();
+    .to_owned()
+}
+
+/// A Messages `usage`, normalised: Anthropic counts the cache apart, so
+/// every prompt token is `input_tokens` + `cache_read_input_tokens` +
+/// `cache_creation_input_tokens`; the reads are the cached ones.
+fn messages_usage(usage: &Value) -> Option<rein_protocol::Usage> {
+    let fresh = usage["input_tokens"].as_u64()?;
+    let read = usage["cache_read_input_tokens"].as_u64().unwrap_or(0);
+    let written = usage["cache_creation_input_tokens"].as_u64().unwrap_or(0);
+    Some(rein_protocol::Usage {
+        input_tokens: fresh.saturating_add(read).saturating_add(written),
+        cached_input_tokens: read,
+        output_tokens: usage["output_tokens"].as_u64().unwrap_or(0),
+        reasoning_tokens: None,
+        estimated: false,
+    })
+}
+
+/// A whole message, as a request without streaming gets it: its `text` and
+/// `tool_use` blocks, `stop_reason`, `usage` and `model`; an error body
+/// (`{"type": "error", …}`) is classified like the HTTP error it names.
+fn whole_message(message: &Value, url: &str) -> Result<ChatResponse, ChatError> {
+    if message["type"] == "error" {
+        return Err(api_error(&message["error"], "a 200 body"));
+    }
+    let (Some(blocks), Some(stop_reason)) = (
+        message["content"].as_array(),
+        message["stop_reason"].as_str(),
+    ) else {
+        let head: String = message.to_string().chars().take(200).collect();
+        return Err(ChatError::Protocol(format!(
+            "{url} answered a JSON body without `content` and `stop_reason`: `{head}`"
+        )));
+    };
+    let mut content = String::new();
+    let mut tool_calls = Vec::new();
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("text") => content.push_str(block["text"].as_str().unwrap_or_default()),
+            Some("tool_use") => {
+                let Some(name) = block["name"].as_str().filter(|n| !n.is_empty()) else {
+                    continue;
+                };
+                tool_calls.push(ToolCall {
+                    id: block["id"].as_str().unwrap_or_default().to_owned(),
+                    kind: "function".into(),
+                    function: FunctionCall {
+                        name: name.to_owned(),
+                        arguments: match &block["input"] {
+                            Value::Null => "{}".to_owned(),
+                            input => input.to_string(),
+                        },
+                    },
+                });
+            }
+            _ => {}
+        }
+    }
     Ok(ChatResponse {
         content,
         tool_calls,
-        finish_reason,
+        finish_reason: finish_reason(stop_reason),
         request_id: None,
-        usage: counted,
-        served_model,
+        usage: messages_usage(&message["usage"]),
+        served_model: message["model"].as_str().map(str::to_owned),
     })
 }
 

@@ -19,7 +19,13 @@ pub struct ChatConfig {
     /// How long the server may stay silent: before its answer begins, and
     /// between two pieces of a streamed answer. A slow model whose stream is
     /// still arriving is not cut off; the step's own `timeout` bounds the whole.
+    /// Without streaming, the whole answer must come within it.
     pub idle_timeout: Duration,
+    /// Whether answers are asked for as a stream (the default). Some servers
+    /// refuse what a step needs when streaming (llama-cpp-python's
+    /// function-calling chat format refuses `tool_choice: "auto"`); `false`
+    /// asks for one JSON body.
+    pub stream: bool,
 }
 
 impl std::fmt::Debug for ChatConfig {
@@ -28,6 +34,7 @@ impl std::fmt::Debug for ChatConfig {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -44,6 +51,7 @@ impl Default for ChatConfig {
             api_key: None,
             model: "gpt-4.1-mini".into(),
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            stream: true,
         }
     }
 }
@@ -102,12 +110,12 @@ fn content_or_empty<S: serde::Serializer>(
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub id: String,
-    #[serde(rename = "type", default = "function")]
+    #[serde(rename = "type", default = "function_kind")]
     pub kind: String,
     pub function: FunctionCall,
 }
 
-fn function() -> String {
+fn function_kind() -> String {
     "function".into()
 }
 
@@ -184,6 +192,11 @@ impl ChatClient {
         &self.config
     }
 
+    /// Asks for a stream (or one JSON body) from now on.
+    pub fn set_stream(&mut self, stream: bool) {
+        self.config.stream = stream;
+    }
+
     /// One streamed completion: `on_text` gets each piece of content as it
     /// arrives; the tool calls come back whole.
     pub async fn complete(
@@ -211,11 +224,13 @@ impl ChatClient {
         let mut body = json!({
             "model": self.config.model,
             "messages": messages,
-            "stream": true,
+            "stream": self.config.stream,
+        });
+        if self.config.stream {
             // The usage comes in a last chunk of its own (servers that do not
             // know the option send none, and rein estimates).
-            "stream_options": { "include_usage": true },
-        });
+            body["stream_options"] = json!({ "include_usage": true });
+        }
         if !tools.is_empty() {
             body["tools"] = tools
                 .iter()
@@ -238,10 +253,123 @@ impl ChatClient {
         }
         let idle = self.config.idle_timeout;
         let (response, request_id) = send(request, &url, idle, "x-request-id").await?;
-        let mut answer = read_stream(response, &url, idle, &mut on_text).await?;
+        let mut answer = match plain_body(response, &url, idle).await? {
+            Plain::Json(body) => {
+                let answer = chat_completion(&body, &url)?;
+                if !answer.content.is_empty() {
+                    on_text(&answer.content);
+                }
+                answer
+            }
+            Plain::Stream(response) => read_stream(response, &url, idle, &mut on_text).await?,
+        };
         answer.request_id = request_id;
         Ok(answer)
     }
+}
+
+/// A successful answer: one JSON body, or a stream to read.
+pub(crate) enum Plain {
+    Json(Value),
+    Stream(reqwest::Response),
+}
+
+/// The answer as one JSON body when the server sent one (`Content-Type`
+/// `application/json` or `…+json`): asked for without streaming, or a server
+/// or proxy that answered a streamed request whole. Read within the idle
+/// timeout; a body that is not JSON is named.
+pub(crate) async fn plain_body(
+    response: reqwest::Response,
+    url: &str,
+    idle: Duration,
+) -> Result<Plain, ChatError> {
+    let json = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| {
+            let v = v.trim().to_ascii_lowercase();
+            v == "application/json" || v.ends_with("+json")
+        });
+    if !json {
+        return Ok(Plain::Stream(response));
+    }
+    let text = tokio::time::timeout(idle, response.text())
+        .await
+        .map_err(|_| ChatError::TimedOut(idle))?
+        .map_err(|e| ChatError::Unreachable {
+            url: url.to_owned(),
+            detail: e.to_string(),
+        })?;
+    serde_json::from_str(&text).map(Plain::Json).map_err(|e| {
+        let head: String = text.chars().take(SHOWN_BYTES).collect();
+        ChatError::Protocol(format!(
+            "{url} answered with a JSON content type but a body that is not JSON ({e}): `{}`",
+            head.replace('\n', "\\n")
+        ))
+    })
+}
+
+/// A whole `chat.completion` body (`choices[0].message` with its `content`
+/// and `tool_calls`, `finish_reason`, `usage`, `model`); an `{"error": …}`
+/// body is classified like the HTTP error it names.
+fn chat_completion(body: &Value, url: &str) -> Result<ChatResponse, ChatError> {
+    if body.get("error").is_some_and(|e| !e.is_null()) {
+        return Err(stream_error(&body["error"]));
+    }
+    let Some(choice) = body["choices"].get(0) else {
+        let head: String = body.to_string().chars().take(SHOWN_BYTES).collect();
+        return Err(ChatError::Protocol(format!(
+            "{url} answered a JSON body without `choices`: `{head}`"
+        )));
+    };
+    let message = &choice["message"];
+    let content = message["content"].as_str().unwrap_or_default().to_owned();
+    let mut tool_calls = Vec::new();
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        let function = &call["function"];
+        let Some(name) = function["name"].as_str().filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        // The arguments are JSON text; a server that sent the object itself
+        // is read as its text.
+        let arguments = match &function["arguments"] {
+            Value::String(text) => text.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        tool_calls.push(ToolCall {
+            id: call["id"].as_str().unwrap_or_default().to_owned(),
+            kind: function_kind(),
+            function: FunctionCall {
+                name: name.to_owned(),
+                arguments,
+            },
+        });
+    }
+    let finish_reason = choice["finish_reason"]
+        .as_str()
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            if tool_calls.is_empty() {
+                "stop"
+            } else {
+                "tool_calls"
+            }
+            .into()
+        });
+    Ok(ChatResponse {
+        content,
+        tool_calls,
+        finish_reason,
+        request_id: None,
+        usage: chat_usage(&body["usage"]),
+        served_model: body["model"]
+            .as_str()
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned),
+    })
 }
 
 /// Sends a model request under the idle timeout: the response (a success)
@@ -488,7 +616,7 @@ async fn read_stream(
         .filter(|c| !c.name.is_empty())
         .map(|c| ToolCall {
             id: c.id,
-            kind: function(),
+            kind: function_kind(),
             function: FunctionCall {
                 name: c.name,
                 arguments: c.arguments,

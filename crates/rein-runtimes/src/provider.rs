@@ -107,6 +107,19 @@ impl ModelClient {
         }
     }
 
+    /// The same client asking for a stream or not as a step says (`None`: as
+    /// its provider is configured).
+    pub fn streaming(mut self, stream: Option<bool>) -> ModelClient {
+        if let Some(stream) = stream {
+            match &mut self {
+                ModelClient::OpenAi(c) => c.set_stream(stream),
+                ModelClient::Responses(c) => c.set_stream(stream),
+                ModelClient::Anthropic(c) => c.set_stream(stream),
+            }
+        }
+        self
+    }
+
     /// The OpenAI-compatible server's base URL and key, where a server may
     /// be asked what it serves (`None`: Anthropic's API).
     pub fn endpoint(&self) -> Option<(&str, Option<&str>)> {

@@ -7,15 +7,16 @@
 //! `instructions`, messages, `function_call` and `function_call_output`
 //! items — and the streamed events become a [`ChatResponse`]: a completed
 //! response with function calls is `tool_calls`, without `stop`, an
-//! incomplete one cut at `max_output_tokens` is `length`.
+//! incomplete one cut at `max_output_tokens` is `length`. Without streaming
+//! (`stream = false`), the response object is read the same way.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::openai::{
-    ChatConfig, ChatError, ChatResponse, FunctionCall, Message, ToolCall, ToolSpec, next_event,
-    send,
+    ChatConfig, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec,
+    next_event, plain_body, send,
 };
 
 /// The conversation as the Responses API's `instructions` and input items.
@@ -62,6 +63,11 @@ impl ResponsesClient {
         &self.config
     }
 
+    /// Asks for a stream (or one JSON body) from now on.
+    pub fn set_stream(&mut self, stream: bool) {
+        self.config.stream = stream;
+    }
+
     /// The model it asks for.
     pub fn model(&self) -> &str {
         &self.config.model
@@ -87,7 +93,7 @@ impl ResponsesClient {
         let mut body = json!({
             "model": self.config.model,
             "input": input,
-            "stream": true,
+            "stream": self.config.stream,
             // The conversation is rein's (journaled); nothing kept server-side.
             "store": false,
         });
@@ -111,7 +117,16 @@ impl ResponsesClient {
         }
         let idle = self.config.idle_timeout;
         let (response, request_id) = send(request, &url, idle, "x-request-id").await?;
-        let mut answer = read_events(response, &url, idle, &mut on_text).await?;
+        let mut answer = match plain_body(response, &url, idle).await? {
+            Plain::Json(body) => {
+                let answer = whole_response(&body, &url)?;
+                if !answer.content.is_empty() {
+                    on_text(&answer.content);
+                }
+                answer
+            }
+            Plain::Stream(response) => read_events(response, &url, idle, &mut on_text).await?,
+        };
         answer.request_id = request_id;
         Ok(answer)
     }
@@ -252,6 +267,67 @@ async fn read_events(
     Ok(ChatResponse {
         content,
         tool_calls: calls.into_iter().map(|(_, c)| c).collect(),
+        finish_reason,
+        request_id: None,
+        usage,
+        served_model,
+    })
+}
+
+/// A whole response object, as a request without streaming gets it: its
+/// `output` items (`message` text, `function_call`s), its `status`
+/// (`completed`, `incomplete` with the reason, `failed` with the error).
+fn whole_response(response: &Value, url: &str) -> Result<ChatResponse, ChatError> {
+    if let Some(error) = response.get("error").filter(|e| !e.is_null()) {
+        return Err(stream_error(
+            error["code"].as_str().unwrap_or_default(),
+            error["message"].as_str().unwrap_or("the response failed"),
+        ));
+    }
+    let Some(output) = response["output"].as_array() else {
+        let head: String = response.to_string().chars().take(200).collect();
+        return Err(ChatError::Protocol(format!(
+            "{url} answered a JSON body without `output`: `{head}`"
+        )));
+    };
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    for item in output {
+        match item["type"].as_str() {
+            Some("message") => {
+                for part in item["content"].as_array().into_iter().flatten() {
+                    if part["type"] == "output_text"
+                        && let Some(text) = part["text"].as_str()
+                    {
+                        content.push_str(text);
+                    }
+                }
+            }
+            Some("function_call") => calls.push(ToolCall {
+                id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                kind: "function".into(),
+                function: FunctionCall {
+                    name: item["name"].as_str().unwrap_or_default().to_owned(),
+                    arguments: item["arguments"].as_str().unwrap_or_default().to_owned(),
+                },
+            }),
+            _ => {}
+        }
+    }
+    let finish_reason = match response["status"].as_str() {
+        Some("incomplete") => match response["incomplete_details"]["reason"].as_str() {
+            Some("max_output_tokens") => "length",
+            Some(other) => other,
+            None => "incomplete",
+        },
+        _ if calls.is_empty() => "stop",
+        _ => "tool_calls",
+    }
+    .to_owned();
+    let (usage, served_model) = responses_usage(response);
+    Ok(ChatResponse {
+        content,
+        tool_calls: calls,
         finish_reason,
         request_id: None,
         usage,

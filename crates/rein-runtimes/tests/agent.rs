@@ -54,6 +54,7 @@ async fn engine_with(
             api_key: Some("sk-test".into()),
             model: "gpt-test".into(),
             idle_timeout: Duration::from_secs(10),
+            stream: true,
         },
     );
     let mut config = EngineConfig::new(dir.join("workspaces"));
@@ -266,6 +267,7 @@ async fn the_builtin_runtime_serves_isolated_completions_with_no_tools() {
         api_key: None,
         model: "gpt-test".into(),
         idle_timeout: Duration::from_secs(10),
+        stream: true,
     });
     let title = rein_runtimes::agent::builtin_isolated_completion(
         &chat,
@@ -699,6 +701,7 @@ fn anthropic(base: &str) -> rein_runtimes::anthropic::AnthropicConfig {
         model: "claude-test".into(),
         max_tokens: 1024,
         idle_timeout: Duration::from_secs(10),
+        stream: true,
     }
 }
 
@@ -938,6 +941,7 @@ async fn an_agent_step_on_the_responses_api_writes_a_file() {
         api_key: None,
         model: "gpt-test".into(),
         idle_timeout: Duration::from_secs(10),
+        stream: true,
     });
     let busy = [rein_runtimes::openai::Message::User {
         content: "busy".into(),
@@ -1019,4 +1023,219 @@ async fn a_steps_own_rules_govern_its_agents_commands() {
             );
         }
     }
+}
+
+/// A step with `stream = false`.
+fn unstreamed(provider: Option<&str>, prompt: &str) -> TaskStep {
+    let mut step = with_limits(
+        prompt,
+        rein_protocol::AgentLimits {
+            stream: Some(false),
+            ..Default::default()
+        },
+    );
+    if let (StepAction::Agent { provider: p, .. }, Some(provider)) = (&mut step.action, provider) {
+        *p = Some(provider.into());
+    }
+    step
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_with_stream_false_asks_each_provider_for_one_json_body() {
+    // Chat Completions: `stream: false`, no `stream_options`; the tool calls
+    // and the usage come from the `chat.completion` body.
+    let (base, seen) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (chat, store) = engine(dir.path(), &base).await;
+    let state = create(&chat, unstreamed(None, "write notes"), None).await;
+    let done = chat.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.latest_for_step("draft").and_then(|c| c.error.clone())
+    );
+    assert_eq!(in_workspace(&done, "notes.txt"), "draft");
+    assert!(text_of(&done).starts_with("done: "), "{}", text_of(&done));
+    let requests = seen.0.lock().unwrap().clone();
+    assert_eq!(requests.len(), 3);
+    for r in &requests {
+        assert_eq!(r["stream"], false, "{r}");
+        assert!(r.get("stream_options").is_none(), "{r}");
+        assert_eq!(r["answered_whole"], true);
+    }
+    let reported: u64 = requests
+        .iter()
+        .map(|r| r["reported_usage"]["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    let usage = usage_of(&done);
+    assert_eq!(usage["input_tokens"], reported, "{usage}");
+    assert_ne!(usage["estimated"], true, "{usage}");
+    let journal = rein_core::journal::Journal::new(store.clone(), state.id(), "draft")
+        .load()
+        .await
+        .unwrap();
+    assert!(journal.iter().any(|e| e["request_id"] == "req_whole_1"));
+
+    // The Responses API: the response object's output items.
+    let (base, seen) = common::responses_like().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (responses, _) = engine(dir.path(), &base).await;
+    let state = create(
+        &responses,
+        unstreamed(Some("openai-responses"), "write it"),
+        None,
+    )
+    .await;
+    let done = responses
+        .run(state.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.latest_for_step("draft").and_then(|c| c.error.clone())
+    );
+    assert_eq!(text_of(&done), "Wrote it.");
+    assert_eq!(in_workspace(&done, "r.txt"), "from responses");
+    assert!(seen.0.lock().unwrap().iter().all(|r| r["stream"] == false));
+    let usage = usage_of(&done);
+    assert_eq!(usage["input_tokens"], 60, "{usage}");
+    assert_eq!(usage["reasoning_tokens"], 6, "{usage}");
+
+    // The Messages API: the message's blocks, its stop reason and usage.
+    let (base, seen) = common::anthropic_like().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
+    let agent = AgentExecutor::new(
+        Arc::new(CommandExecutor::unsandboxed()),
+        Arc::new(HarnessRegistry::new(1)),
+        RuntimePolicy::default(),
+        ChatConfig::default(),
+    )
+    .with_anthropic(anthropic(&base));
+    let messages = Engine::new(
+        store.clone(),
+        Arc::new(agent),
+        EngineConfig::new(dir.path().join("workspaces")),
+    );
+    let state = create(
+        &messages,
+        unstreamed(Some("anthropic"), "write hello"),
+        None,
+    )
+    .await;
+    let done = messages
+        .run(state.id(), RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.latest_for_step("draft").and_then(|c| c.error.clone())
+    );
+    assert_eq!(text_of(&done), "Wrote hello.txt.");
+    assert_eq!(in_workspace(&done, "hello.txt"), "hello from claude");
+    assert!(seen.0.lock().unwrap().iter().all(|r| r["stream"] == false));
+    let usage = usage_of(&done);
+    assert_eq!(usage["input_tokens"], 40, "{usage}");
+    assert_eq!(usage["output_tokens"], 25, "{usage}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_json_answer_to_a_request_for_a_stream_is_read() {
+    // A proxy that turned streaming off answers a streamed request with one
+    // `chat.completion` body, tool calls in it: the step does its work.
+    let (base, seen) = common::fake_model_unstreamed().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, _) = engine(dir.path(), &base).await;
+    let state = create(&engine, agent_step("write notes"), None).await;
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.latest_for_step("draft").and_then(|c| c.error.clone())
+    );
+    assert_eq!(in_workspace(&done, "notes.txt"), "draft");
+    let requests = seen.0.lock().unwrap().clone();
+    assert!(requests.iter().all(|r| r["stream"] == true));
+    assert!(requests.iter().all(|r| r["answered_whole"] == true));
+    assert_ne!(usage_of(&done)["estimated"], true);
+}
+
+#[tokio::test]
+async fn a_json_body_that_is_not_an_answer_is_named() {
+    use axum::routing::post;
+    // A 200 `application/json` body that is not JSON, and one without
+    // `choices`: each named, never a panic or a silent empty answer.
+    let app = axum::Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(|| async {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    "{\"choices\": [",
+                )
+            }),
+        )
+        .route(
+            "/v2/chat/completions",
+            post(|| async {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json; charset=utf-8")],
+                    "{\"object\": \"list\", \"data\": []}",
+                )
+            }),
+        )
+        .route(
+            "/v3/chat/completions",
+            post(|| async {
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    "{\"error\": {\"message\": \"Rate limit reached\", \"type\": \"rate_limit_error\", \"code\": 429}}",
+                )
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let ask = [rein_runtimes::openai::Message::User {
+        content: "hello".into(),
+    }];
+    let client = |version: &str| {
+        rein_runtimes::openai::ChatClient::new(ChatConfig {
+            base_url: format!("http://{addr}/{version}"),
+            api_key: None,
+            model: "m".into(),
+            idle_timeout: Duration::from_secs(10),
+            stream: false,
+        })
+    };
+    let err = client("v1")
+        .complete(&ask, &[], |_| {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("a JSON content type but a body that is not JSON")
+            && err.contains("{\"choices\": ["),
+        "{err}"
+    );
+    let err = client("v2")
+        .complete(&ask, &[], |_| {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("without `choices`"), "{err}");
+    let err = client("v3").complete(&ask, &[], |_| {}).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            rein_runtimes::openai::ChatError::Http { status: 429, .. }
+        ),
+        "{err:?}"
+    );
 }

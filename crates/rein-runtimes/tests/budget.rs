@@ -43,6 +43,7 @@ async fn setup(daily: Option<Budget>) -> Setup {
             api_key: Some("sk-test".into()),
             model: "gpt-test".into(),
             idle_timeout: Duration::from_secs(10),
+            stream: true,
         },
     )
     .with_models(Models::from([(
@@ -355,6 +356,7 @@ fn engine_on(s: &Setup, daily: Option<Budget>) -> Arc<Engine> {
             api_key: Some("sk-test".into()),
             model: "gpt-test".into(),
             idle_timeout: Duration::from_secs(10),
+            stream: true,
         },
     )
     .with_daily_budget(daily);

@@ -192,6 +192,7 @@ async fn engine(
             api_key: None,
             model: "small".into(),
             idle_timeout: Duration::from_secs(10),
+            stream: true,
         },
     )
     .with_models(models);

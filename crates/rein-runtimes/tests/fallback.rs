@@ -138,6 +138,7 @@ async fn run_with(
             api_key: Some("sk-test".into()),
             model: "unused".into(),
             idle_timeout: Duration::from_secs(10),
+            stream: true,
         },
     )
     .with_fallback_models(configured.iter().map(|m| (*m).to_owned()).collect())

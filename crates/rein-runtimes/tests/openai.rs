@@ -173,6 +173,7 @@ fn client(base: &str) -> ChatClient {
         api_key: Some("sk-test".into()),
         model: "gpt-test".into(),
         idle_timeout: Duration::from_secs(10),
+        stream: true,
     })
 }
 
@@ -374,6 +375,7 @@ async fn the_idle_timeout_spares_a_slow_stream_and_cuts_a_stalled_one() {
         api_key: None,
         model: "gpt-test".into(),
         idle_timeout: Duration::from_millis(600),
+        stream: true,
     });
     // A second in all, but never 600 ms without a piece.
     let done = patient.complete(&user("slow"), &[], |_| {}).await.unwrap();

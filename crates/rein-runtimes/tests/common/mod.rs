@@ -53,9 +53,27 @@ fn say(text: &str) -> Response {
 /// half of them cached, completion tokens a tenth of the answer's. What was
 /// reported is kept with the request (`reported_usage`), for tests to add up.
 async fn completions(State(seen): State<Seen>, body: String) -> Response {
+    answer(seen, body, false).await
+}
+
+/// The same server behind a proxy that turned streaming off: every answer
+/// is one `chat.completion` body, whatever the request asked.
+async fn completions_whole(State(seen): State<Seen>, body: String) -> Response {
+    answer(seen, body, true).await
+}
+
+/// The scripted answer as the request asked for it (or whole, when
+/// `whole`): a stream, or, for `stream: false`, one `chat.completion` body
+/// with its usage, as OpenAI sends it.
+async fn answer(seen: Seen, body: String, whole: bool) -> Response {
     let request: Value = serde_json::from_str(&body).unwrap();
     let answer = script(State(seen.clone()), body.clone()).await;
-    if request["stream_options"]["include_usage"] != json!(true) {
+    let streamed = request["stream"] == json!(true) && !whole;
+    let is_stream = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v == "text/event-stream");
+    if !is_stream || (streamed && request["stream_options"]["include_usage"] != json!(true)) {
         return answer;
     }
     let (parts, stream) = answer.into_parts();
@@ -71,10 +89,79 @@ async fn completions(State(seen): State<Seen>, body: String) -> Response {
     });
     if let Some(last) = seen.0.lock().unwrap().last_mut() {
         last["reported_usage"] = usage.clone();
+        last["answered_whole"] = json!(!streamed);
+    }
+    if !streamed {
+        let body = completion_of(&text, usage);
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("x-request-id", "req_whole_1")
+            .body(Body::from(body.to_string()))
+            .unwrap();
     }
     let chunk = json!({ "id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "gpt-test-0001", "choices": [], "usage": usage });
     let text = text.replace("data: [DONE]", &format!("data: {chunk}\n\ndata: [DONE]"));
     Response::from_parts(parts, Body::from(text))
+}
+
+/// A script's chunks as the one `chat.completion` a server sends without
+/// streaming: the content joined, each tool call whole (`arguments` as JSON
+/// text), the finish reason, the usage.
+fn completion_of(stream: &str, usage: Value) -> Value {
+    let mut content = String::new();
+    let mut calls: Vec<Value> = Vec::new();
+    let mut finish = Value::Null;
+    for line in stream.lines() {
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
+        if data == "[DONE]" {
+            break;
+        }
+        let chunk: Value = serde_json::from_str(data).unwrap();
+        let Some(choice) = chunk["choices"].get(0) else {
+            continue;
+        };
+        if let Some(text) = choice["delta"]["content"].as_str() {
+            content.push_str(text);
+        }
+        for piece in choice["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let index = piece["index"].as_u64().unwrap() as usize;
+            while calls.len() <= index {
+                calls.push(json!({ "id": "", "type": "function", "function": { "name": "", "arguments": "" } }));
+            }
+            let call = &mut calls[index];
+            if let Some(id) = piece["id"].as_str() {
+                call["id"] = json!(id);
+            }
+            if let Some(name) = piece["function"]["name"].as_str() {
+                call["function"]["name"] = json!(name);
+            }
+            if let Some(args) = piece["function"]["arguments"].as_str() {
+                let joined = format!("{}{args}", call["function"]["arguments"].as_str().unwrap());
+                call["function"]["arguments"] = json!(joined);
+            }
+        }
+        if !choice["finish_reason"].is_null() {
+            finish = choice["finish_reason"].clone();
+        }
+    }
+    let mut message = json!({ "role": "assistant", "content": if content.is_empty() { Value::Null } else { json!(content) } });
+    if !calls.is_empty() {
+        message["tool_calls"] = Value::Array(calls);
+    }
+    json!({
+        "id": "chatcmpl-whole-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "gpt-test-0001",
+        "choices": [{ "index": 0, "message": message, "logprobs": null, "finish_reason": finish }],
+        "usage": usage,
+    })
 }
 
 /// Whether a summary request has hung already (in this process).
@@ -428,9 +515,26 @@ async fn decompose(prompt: &str, seen: &Seen) -> Response {
 
 /// Starts the fake server on a free loopback port; returns its base URL.
 pub async fn fake_model() -> (String, Seen) {
+    serve_completions(false).await
+}
+
+/// Starts the fake server behind a proxy that answers every request whole
+/// (one `chat.completion` body, even to a request for a stream).
+pub async fn fake_model_unstreamed() -> (String, Seen) {
+    serve_completions(true).await
+}
+
+async fn serve_completions(whole: bool) -> (String, Seen) {
     let seen = Seen::default();
     let app = Router::new()
-        .route("/v1/chat/completions", post(completions))
+        .route(
+            "/v1/chat/completions",
+            if whole {
+                post(completions_whole)
+            } else {
+                post(completions)
+            },
+        )
         .with_state(seen.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -544,6 +648,37 @@ async fn messages(
             .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
     });
     let start = json!({ "type": "message_start", "message": { "id": "msg_1", "type": "message", "role": "assistant", "content": [], "model": body["model"], "stop_reason": null, "usage": { "input_tokens": 10, "cache_creation_input_tokens": 4, "cache_read_input_tokens": 6, "output_tokens": 1 } } });
+    // Without streaming: one message, as the API sends it.
+    if body["stream"] == json!(false) && first != "busy" {
+        let message = |content: Value, stop: &str, output: u64| {
+            Response::builder()
+                .header(header::CONTENT_TYPE, "application/json")
+                .header("request-id", "req_ant_whole")
+                .body(Body::from(
+                    json!({ "id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                        "content": content, "stop_reason": stop, "stop_sequence": null,
+                        "usage": { "input_tokens": 10, "cache_creation_input_tokens": 4, "cache_read_input_tokens": 6, "output_tokens": output } })
+                    .to_string(),
+                ))
+                .unwrap()
+        };
+        return match (first, answered) {
+            ("overloaded", _) => json_error(529, "overloaded_error", "Overloaded"),
+            (_, true) => message(
+                json!([{ "type": "text", "text": "Wrote hello.txt." }]),
+                "end_turn",
+                5,
+            ),
+            (_, false) => message(
+                json!([
+                    { "type": "text", "text": "I will write it." },
+                    { "type": "tool_use", "id": "toolu_1", "name": "write_file", "input": { "path": "hello.txt", "content": "hello from claude" } },
+                ]),
+                "tool_use",
+                20,
+            ),
+        };
+    }
     match (first, answered) {
         ("busy", _) => json_error(
             429,
@@ -615,6 +750,34 @@ async fn responses(State(seen): State<Seen>, body: String) -> Response {
             .unwrap()
     };
     let created = json!({ "type": "response.created", "sequence_number": 0, "response": { "id": "resp_1", "status": "in_progress", "output": [] } });
+    // Without streaming: the response object, as the API sends it.
+    if body["stream"] == json!(false) {
+        let usage = json!({ "input_tokens": 30, "input_tokens_details": { "cached_tokens": 8 }, "output_tokens": 12, "output_tokens_details": { "reasoning_tokens": 3 }, "total_tokens": 42 });
+        let output = if first == "busy" {
+            return Response::builder()
+                .status(429)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(
+                    json!({ "error": { "message": "Rate limit reached", "type": "requests", "param": null, "code": "rate_limit_exceeded" } }).to_string(),
+                ))
+                .unwrap();
+        } else if answered {
+            json!([{ "type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                "content": [{ "type": "output_text", "text": "Wrote it.", "annotations": [] }] }])
+        } else {
+            json!([{ "type": "function_call", "id": "fc_1", "call_id": "call_r1", "name": "write_file",
+                "arguments": "{\"path\": \"r.txt\", \"content\": \"from responses\"}", "status": "completed" }])
+        };
+        return Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .header("x-request-id", "req_resp_whole")
+            .body(Body::from(
+                json!({ "id": "resp_1", "object": "response", "status": "completed", "model": "gpt-resp-2025",
+                    "output": output, "error": null, "incomplete_details": null, "usage": usage })
+                .to_string(),
+            ))
+            .unwrap();
+    }
     if first == "busy" {
         return events(vec![
             created,
