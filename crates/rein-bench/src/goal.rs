@@ -58,6 +58,7 @@ impl Completer for AtOnce {
             runtime: CompletionRuntime::Rein,
             profile: "default".into(),
             request_durations_ms: vec![0],
+            stop_reason: "stop".into(),
             duration_ms: 0,
             usage: None,
         };

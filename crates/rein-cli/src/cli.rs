@@ -279,6 +279,10 @@ pub struct GoalArgs {
     /// is sent back with what was wrong).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
     pub attempts: u32,
+    /// The most tokens one answer may have (a small model that never stops is
+    /// cut off there, and asked again naming the limit).
+    #[arg(long, default_value_t = rein_core::goal::DEFAULT_MAX_TOKENS, value_parser = clap::value_parser!(u32).range(256..=131_072))]
+    pub max_tokens: u32,
     /// Run the decomposed plan without asking a person to confirm it first.
     #[arg(long, short = 'y')]
     pub yes: bool,

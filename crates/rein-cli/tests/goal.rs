@@ -277,6 +277,9 @@ fn a_rein_killed_while_the_model_decomposes_asks_again_on_resume() {
             "--goal",
             "hang, then write release notes",
             "--yes",
+            // One answer allowed: the interrupted request is not one.
+            "--attempts",
+            "1",
             "--workspace",
         ])
         .arg(&ws)
@@ -312,8 +315,71 @@ fn a_rein_killed_while_the_model_decomposes_asks_again_on_resume() {
         "{}",
         plans[0]
     );
-    assert_eq!(plans[1]["attempt"], 2);
+    // The interrupted request gave no answer: the one after it is the
+    // goal's first attempt.
+    assert_eq!(plans[0]["attempt"], 1);
+    assert_eq!(plans[1]["attempt"], 1);
     assert!(ws.join("RELEASE_NOTES.md").exists());
+}
+
+#[test]
+fn an_empty_or_cut_off_decomposition_is_asked_again_naming_why() {
+    for (goal, why) in [
+        (
+            "say nothing, then write release notes",
+            "the answer was empty",
+        ),
+        (
+            "cut off, then write release notes",
+            "the answer was cut off at the token limit (4096 tokens, the goal's `max_tokens`)",
+        ),
+    ] {
+        let m = model();
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let ws = workspace(dir.path());
+        let state = json(&run_ok(
+            m.rein(&data)
+                .args([
+                    "run",
+                    "--goal",
+                    goal,
+                    "--yes",
+                    "--attempts",
+                    "2",
+                    "--json",
+                    "--workspace",
+                ])
+                .arg(&ws),
+        ));
+        assert_eq!(state["status"], "completed", "{goal}: {state}");
+        let asked = m.decompositions();
+        assert_eq!(asked.len(), 2, "{goal}");
+        // Bounded, and asked for as structured output.
+        assert_eq!(asked[0]["max_tokens"], 4096);
+        assert_eq!(asked[0]["response_format"]["type"], "json_schema");
+        assert!(
+            asked[0]["response_format"]["json_schema"]["schema"]["properties"]["steps"].is_object(),
+            "{}",
+            asked[0]["response_format"]
+        );
+        // The second request says what was wrong with the first answer.
+        assert!(asked[1].to_string().contains(why), "{goal}: {}", asked[1]);
+        let plans: Vec<&Value> = state["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["type"] == "task_plan")
+            .collect();
+        assert_eq!(plans.len(), 2);
+        assert!(
+            plans[0]["error"].as_str().unwrap().contains(why),
+            "{goal}: {}",
+            plans[0]
+        );
+        assert_eq!(plans[1]["attempt"], 2);
+        assert!(ws.join("RELEASE_NOTES.md").exists(), "{goal}");
+    }
 }
 
 #[test]
@@ -475,6 +541,9 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
     assert!(body.contains("not both"), "{body}");
     let (status, body) = post("/admin/tasks", r#"{"goal": "x", "attempts": 0}"#);
     assert_eq!(status, 400, "{body}");
+    let (status, body) = post("/admin/tasks", r#"{"goal": "x", "max_tokens": 100}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("max_tokens must be between 256 and 131072"), "{body}");
     let (status, body) = post("/admin/tasks", r#"{"goal": "x", "budget": {"tokens": 0}}"#);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("budget: `tokens` is at least 1"), "{body}");

@@ -182,3 +182,47 @@ max_turns = 4
     assert!(output["usage"]["input_tokens"].as_u64().unwrap() > 50);
     assert_ne!(output["usage"]["estimated"], true, "{output}");
 }
+
+#[test]
+fn a_small_model_plans_a_goal_through_a_json_schema_answer_format() {
+    let server = llama();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let file = dir.path().join("plan.toml");
+    // The server refuses OpenAI's `json_schema` response format (a 500
+    // naming `response_format`); rein asks again with llama.cpp's
+    // `json_object` and the schema, whose grammar holds the model to it.
+    let out = rein_on(&server, &data)
+        .args([
+            "plan",
+            "draft",
+            "--goal",
+            "Write a file hello.txt that says hello",
+            "--max-tokens",
+            "2048",
+            "--workspace",
+        ])
+        .arg(&ws)
+        .arg("-o")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checked = json(
+        &rein(&data)
+            .args(["plan", "check", "--json"])
+            .arg(&file)
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        !checked["steps"].as_array().unwrap().is_empty(),
+        "{checked}"
+    );
+}

@@ -25,6 +25,8 @@ use crate::harness::completion::{
 
 /// How many answers a model may give for one goal unless the goal says.
 pub const DEFAULT_ATTEMPTS: u32 = 3;
+/// The most tokens one decomposition answer may have unless the goal says.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// How long one decomposition request may take.
 pub const DECOMPOSE_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 /// The most workspace paths the prompt lists.
@@ -96,9 +98,13 @@ pub fn retry_prompt(first: &str, answer: &str, errors: &[String]) -> String {
         }
         echo = &echo[..end];
     }
-    let mut text = format!(
-        "{first}\nYour previous answer was refused.\nIt was:\n{echo}\n\nWhat was wrong with it:\n"
-    );
+    let mut text = if echo.is_empty() {
+        format!("{first}\nYour previous answer was refused.\n\nWhat was wrong with it:\n")
+    } else {
+        format!(
+            "{first}\nYour previous answer was refused.\nIt was:\n{echo}\n\nWhat was wrong with it:\n"
+        )
+    };
     for e in errors {
         text.push_str(&format!("- {e}\n"));
     }
@@ -377,6 +383,8 @@ pub struct Decomposition {
     goal_text: String,
     goal: Goal,
     schema: AnswerSchema,
+    /// The schema itself, asked for as structured output.
+    json_schema: Value,
     /// The system text, the same for every request.
     system: String,
     first: String,
@@ -410,6 +418,7 @@ impl Decomposition {
             goal: goal.clone(),
             schema,
             system: system_prompt(&json_schema),
+            json_schema,
             next: first.clone(),
             first,
             attempt: 1,
@@ -441,13 +450,19 @@ impl Decomposition {
         self.budget
     }
 
-    /// The next request: prompt-only, with the answer's schema in its system text.
+    /// The next request: prompt-only, with the answer's schema in its system
+    /// text and asked for as structured output, bounded by the goal's
+    /// `max_tokens`.
     pub fn request(&self) -> CompletionRequest {
         CompletionRequest {
             prompt: self.next.clone(),
             system: Some(self.system.clone()),
             route: route(&self.goal),
             timeout: DECOMPOSE_TIMEOUT,
+            shape: crate::harness::isolated::AnswerShape {
+                max_tokens: Some(self.goal.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+                json_schema: Some(self.json_schema.clone()),
+            },
         }
     }
 
@@ -460,13 +475,26 @@ impl Decomposition {
     ) -> Answered {
         let attempt = self.attempt;
         self.attempt += 1;
-        match accept(
+        let checked = accept(
             &completion.text,
             &self.schema,
             &self.goal_text,
             &self.goal,
             check,
-        ) {
+        )
+        .map_err(|errors| {
+            // An answer cut at the token limit is not JSON for that reason:
+            // say so, rather than what the cut left.
+            if completion.stop_reason == "length" {
+                vec![format!(
+                    "the answer was cut off at the token limit ({} tokens, the goal's `max_tokens`) before it was complete; answer with a shorter plan: fewer steps, shorter descriptions",
+                    self.goal.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)
+                )]
+            } else {
+                errors
+            }
+        });
+        match checked {
             Ok((answer, plan, draft)) => Answered::Accepted(Box::new(Decomposed {
                 answer,
                 plan,
@@ -487,6 +515,43 @@ impl Decomposition {
             }
         }
     }
+
+    /// Takes an answer that could not be used (see [`unusable`]): refused,
+    /// an attempt counted, `why` sent back with the next request.
+    pub fn unusable(&mut self, why: String) -> Answered {
+        let attempt = self.attempt;
+        self.attempt += 1;
+        let errors = vec![why];
+        self.next = retry_prompt(&self.first, "", &errors);
+        Answered::Refused {
+            refused: Refused {
+                attempt,
+                answer: String::new(),
+                errors,
+            },
+            again: self.has_attempts(),
+        }
+    }
+}
+
+/// Why a completion's answer cannot be used as one (empty, a tool call, an
+/// odd stop reason): such an answer is refused like one that is not JSON,
+/// and asked again while attempts are left. `None`: the completion failed
+/// for another reason.
+pub fn unusable(failure: &CompletionFailure) -> Option<String> {
+    use crate::harness::isolated::CompletionError;
+    match failure {
+        CompletionFailure::Completion(CompletionError::Empty) => {
+            Some("the answer was empty; answer with the JSON object".into())
+        }
+        CompletionFailure::Completion(CompletionError::ToolCall) => {
+            Some("the answer called a tool; answer with the JSON object only".into())
+        }
+        CompletionFailure::Completion(CompletionError::StopReason(reason)) => Some(format!(
+            "the answer ended with the stop reason `{reason}`; answer with the JSON object"
+        )),
+        _ => None,
+    }
 }
 
 /// Asks `completer` to decompose a goal, sending refused answers back with
@@ -502,11 +567,14 @@ pub async fn decompose(
 ) -> Result<Decomposed, DecomposeError> {
     let mut d = Decomposition::new(goal_text, goal, listing)?;
     loop {
-        let completion = completer
-            .complete(&d.request())
-            .await
-            .map_err(DecomposeError::Completion)?;
-        match d.answer(completion, check) {
+        let answered = match completer.complete(&d.request()).await {
+            Ok(completion) => d.answer(completion, check),
+            Err(failure) => match unusable(&failure) {
+                Some(why) => d.unusable(why),
+                None => return Err(DecomposeError::Completion(failure)),
+            },
+        };
+        match answered {
             Answered::Accepted(done) => return Ok(*done),
             Answered::Refused { refused: r, again } => {
                 refused(&r);

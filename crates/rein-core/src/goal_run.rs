@@ -169,15 +169,10 @@ impl Engine {
         loop {
             let span = SpanRef::child_of(&rec.state.head.span_id);
             let request = d.request();
-            // Every request is an attempt of CP2, an interrupted one included
-            // (only refused answers count against the goal's attempts).
-            let attempt = rec
-                .state
-                .checkpoints
-                .iter()
-                .filter(|c| c.kind == CheckpointType::TaskPlan)
-                .count() as u32
-                + 1;
+            // The attempt is the answer's: a request that rein's stop
+            // interrupted gave none, and is not counted against the goal's
+            // attempts (its checkpoint says it was interrupted).
+            let attempt = d.attempt();
             let checkpoint = Checkpoint {
                 input: Some(json!({
                     "goal": goal_text,
@@ -203,7 +198,7 @@ impl Engine {
                 }
                 Asked::Answer(answer) => *answer,
             };
-            let completion = match answer {
+            let (answered, served) = match answer {
                 Ok(completion) => {
                     crate::harness::completion::meter(
                         &self.store,
@@ -212,46 +207,54 @@ impl Engine {
                         &completion,
                     )
                     .await;
-                    completion
-                }
-                Err(failure) => {
-                    let error = format!("the goal could not be decomposed: {failure}");
-                    let again = passes(&failure);
                     rec.record(
-                        TaskChange::CheckpointFailed {
-                            checkpoint_id: cp,
-                            duration_ms: ms,
-                            error: error.clone(),
-                            output: None,
-                            will_retry: again,
-                            error_type: None,
-                            retry_at: None,
+                        TaskChange::RuntimeSelected {
+                            checkpoint_id: cp.clone(),
+                            decision: Box::new(completion.selection.clone()),
                         },
                         &span,
                     )?;
-                    let change = if again {
-                        TaskChange::TaskPaused {
-                            reason: format!("{error}; resume the task to ask again"),
-                        }
+                    let served = json!({
+                        "runtime": completion.selection.selected,
+                        "profile": completion.profile,
+                        "request_durations_ms": completion.request_durations_ms,
+                        "stop_reason": completion.stop_reason,
+                    });
+                    (d.answer(completion, &check), served)
+                }
+                // An answer that cannot be used (empty, a tool call) is
+                // refused like one that is not JSON: asked again while the
+                // goal's attempts last.
+                Err(failure) => {
+                    if let Some(why) = crate::goal::unusable(&failure) {
+                        (d.unusable(why), serde_json::Value::Null)
                     } else {
-                        fail(error)
-                    };
-                    return self.end_with(rec, change).await;
+                        let error = format!("the goal could not be decomposed: {failure}");
+                        let again = passes(&failure);
+                        rec.record(
+                            TaskChange::CheckpointFailed {
+                                checkpoint_id: cp,
+                                duration_ms: ms,
+                                error: error.clone(),
+                                output: None,
+                                will_retry: again,
+                                error_type: None,
+                                retry_at: None,
+                            },
+                            &span,
+                        )?;
+                        let change = if again {
+                            TaskChange::TaskPaused {
+                                reason: format!("{error}; resume the task to ask again"),
+                            }
+                        } else {
+                            fail(error)
+                        };
+                        return self.end_with(rec, change).await;
+                    }
                 }
             };
-            rec.record(
-                TaskChange::RuntimeSelected {
-                    checkpoint_id: cp.clone(),
-                    decision: Box::new(completion.selection.clone()),
-                },
-                &span,
-            )?;
-            let served = json!({
-                "runtime": completion.selection.selected,
-                "profile": completion.profile,
-                "request_durations_ms": completion.request_durations_ms,
-            });
-            match d.answer(completion, &check) {
+            match answered {
                 Answered::Accepted(mut done) => {
                     // What the goal's task may spend stays the person's,
                     // whatever the model's plan says.

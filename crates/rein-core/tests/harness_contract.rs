@@ -464,6 +464,7 @@ fn ask(profiles: &[&str]) -> IsolatedRequest {
             .collect(),
         deadline: Duration::from_secs(5),
         policy: OutputTextPolicy::Default,
+        shape: Default::default(),
     }
 }
 

@@ -289,6 +289,7 @@ pub struct SessionResponse {
             "runtime": { "type": "null" },
             "confirm": { "type": "null" },
             "attempts": { "type": "null" },
+            "max_tokens": { "type": "null" },
             "max_parallel": { "type": "null" },
         },
     },
@@ -323,6 +324,14 @@ pub struct SubmitTask {
     )]
     #[schemars(range(min = 1, max = 10))]
     pub attempts: Option<u32>,
+    /// The most tokens one decomposition answer may have (default 4096).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
+    #[schemars(range(min = 256, max = 131_072))]
+    pub max_tokens: Option<u32>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",

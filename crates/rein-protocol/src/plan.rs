@@ -435,6 +435,16 @@ pub struct Goal {
         deserialize_with = "crate::de::integral"
     )]
     pub attempts: Option<u32>,
+    /// The most tokens one decomposition answer may have (default 4096): a
+    /// small model that never stops is cut off there, and the answer sent
+    /// back naming the limit.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
+    #[schemars(range(min = 256, max = 131_072))]
+    pub max_tokens: Option<u32>,
     /// MCP servers every agent step of the plan is given, beside those it
     /// names (an ACP client's `mcpServers`, for the tasks of its session).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

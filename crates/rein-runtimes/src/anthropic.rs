@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::openai::{
-    ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec, next_event,
+    Ask, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec, next_event,
     plain_body, send,
 };
 
@@ -198,14 +198,32 @@ impl AnthropicClient {
         messages: &[Message],
         tools: &[ToolSpec],
         tool_choice: Option<&str>,
+        on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, ChatError> {
+        let ask = Ask {
+            tool_choice,
+            ..Ask::default()
+        };
+        self.ask(messages, tools, &ask, on_text).await
+    }
+
+    /// One answer, asked as `ask` says: its limit instead of the configured
+    /// `max_tokens`. The Messages API has no JSON-Schema answer format: a
+    /// schema asked for is left to the prompt (the caller checks the answer).
+    pub async fn ask(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        ask: &Ask<'_>,
         mut on_text: impl FnMut(&str) + Send,
     ) -> Result<ChatResponse, ChatError> {
+        let tool_choice = ask.tool_choice;
         let url = format!("{}/v1/messages", self.config.base_url.trim_end_matches('/'));
         let (system, mut turns) = request_messages(messages);
         cache_conversation(&mut turns);
         let mut body = json!({
             "model": self.config.model,
-            "max_tokens": self.config.max_tokens,
+            "max_tokens": ask.max_tokens.unwrap_or(self.config.max_tokens),
             "messages": turns,
             "stream": self.config.stream,
         });

@@ -129,6 +129,7 @@ impl Completer for Completions {
             }],
             deadline: request.timeout,
             policy: OutputTextPolicy::Default,
+            shape: request.shape.clone(),
         };
         let result = run_isolated(harness, &isolated).await?;
         Ok(Completion {
@@ -141,6 +142,7 @@ impl Completer for Completions {
             request_durations_ms: result.request_durations_ms,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             usage: result.usage,
+            stop_reason: result.stop_reason,
         })
     }
 }
@@ -204,7 +206,12 @@ impl AgentHarness for Builtin {
             return Some(Err(e));
         }
         let started = Instant::now();
-        let answer = client.complete_with(&messages, &[], None, |_| {}).await;
+        let ask = crate::openai::Ask {
+            tool_choice: None,
+            max_tokens: params.shape.max_tokens,
+            json_schema: params.shape.json_schema.as_ref(),
+        };
+        let answer = client.ask(&messages, &[], &ask, |_| {}).await;
         params
             .ctx
             .on_request_complete(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));

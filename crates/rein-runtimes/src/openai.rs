@@ -215,12 +215,76 @@ impl ChatClient {
         messages: &[Message],
         tools: &[ToolSpec],
         tool_choice: Option<&str>,
+        on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, ChatError> {
+        let ask = Ask {
+            tool_choice,
+            ..Ask::default()
+        };
+        self.ask(messages, tools, &ask, on_text).await
+    }
+
+    /// One answer to the conversation, asked as `ask` says. A JSON Schema
+    /// is asked for as `response_format` `json_schema` (OpenAI, vLLM,
+    /// llama.cpp's server); a server that refuses that form (an error naming
+    /// `response_format`, see [`refuses`]) is asked with `json_object` and the
+    /// schema (llama-cpp-python's), then without.
+    pub async fn ask(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        ask: &Ask<'_>,
         mut on_text: impl FnMut(&str) + Send,
     ) -> Result<ChatResponse, ChatError> {
         let url = format!(
             "{}/chat/completions",
             self.config.base_url.trim_end_matches('/')
         );
+        let formats: Vec<Option<Value>> = match ask.json_schema {
+            None => vec![None],
+            Some(schema) => vec![
+                Some(
+                    json!({ "type": "json_schema", "json_schema": { "name": "answer", "schema": schema, "strict": false } }),
+                ),
+                Some(json!({ "type": "json_object", "schema": schema })),
+                None,
+            ],
+        };
+        let last = formats.len() - 1;
+        for (i, format) in formats.into_iter().enumerate() {
+            let mut body = self.body(messages, tools, ask);
+            if let Some(format) = format {
+                body["response_format"] = format;
+            }
+            let mut request = self.http.post(&url).json(&body);
+            if let Some(key) = &self.config.api_key {
+                request = request.bearer_auth(key);
+            }
+            let idle = self.config.idle_timeout;
+            let (response, request_id) = match send(request, &url, idle, "x-request-id").await {
+                Err(e) if i < last && refuses(&e, "response_format") => continue,
+                sent => sent?,
+            };
+            let mut answer = match plain_body(response, &url, idle).await? {
+                Plain::Json(body) => {
+                    let answer = chat_completion(&body, &url)?;
+                    if !answer.content.is_empty() {
+                        on_text(&answer.content);
+                    }
+                    answer
+                }
+                Plain::Stream(response) => read_stream(response, &url, idle, &mut on_text).await?,
+            };
+            answer.request_id = request_id;
+            return Ok(answer);
+        }
+        Err(ChatError::Protocol(format!(
+            "{url}: no form of the request was accepted"
+        )))
+    }
+
+    /// The request's body, but for its response format.
+    fn body(&self, messages: &[Message], tools: &[ToolSpec], ask: &Ask<'_>) -> Value {
         let mut body = json!({
             "model": self.config.model,
             "messages": messages,
@@ -231,6 +295,9 @@ impl ChatClient {
             // know the option send none, and rein estimates).
             body["stream_options"] = json!({ "include_usage": true });
         }
+        if let Some(limit) = ask.max_tokens {
+            body["max_tokens"] = json!(limit);
+        }
         if !tools.is_empty() {
             body["tools"] = tools
                 .iter()
@@ -240,32 +307,36 @@ impl ChatClient {
                 })
                 .collect();
         }
-        match tool_choice {
+        match ask.tool_choice {
             None => {}
             Some(c @ ("auto" | "required" | "none")) => body["tool_choice"] = json!(c),
             Some(name) => {
                 body["tool_choice"] = json!({ "type": "function", "function": { "name": name } });
             }
         }
-        let mut request = self.http.post(&url).json(&body);
-        if let Some(key) = &self.config.api_key {
-            request = request.bearer_auth(key);
-        }
-        let idle = self.config.idle_timeout;
-        let (response, request_id) = send(request, &url, idle, "x-request-id").await?;
-        let mut answer = match plain_body(response, &url, idle).await? {
-            Plain::Json(body) => {
-                let answer = chat_completion(&body, &url)?;
-                if !answer.content.is_empty() {
-                    on_text(&answer.content);
-                }
-                answer
-            }
-            Plain::Stream(response) => read_stream(response, &url, idle, &mut on_text).await?,
-        };
-        answer.request_id = request_id;
-        Ok(answer)
+        body
     }
+}
+
+/// What one request asks beyond the conversation and its tools.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ask<'a> {
+    /// `auto`, `required`, `none`, or a tool's name; unset: the server's default.
+    pub tool_choice: Option<&'a str>,
+    /// The most tokens the answer may have (`max_tokens`; the Responses
+    /// API's `max_output_tokens`); unset: the server's limit (Anthropic's:
+    /// the configured `max_tokens`).
+    pub max_tokens: Option<u32>,
+    /// A JSON Schema the answer must match, asked for as the provider's
+    /// structured output where it has one.
+    pub json_schema: Option<&'a Value>,
+}
+
+/// Whether a server refused a request for a part of it it does not take: a
+/// 400 or 422 whose message names `part`, or a 500 that does
+/// (llama-cpp-python answers its request validation's errors with a 500).
+pub(crate) fn refuses(error: &ChatError, part: &str) -> bool {
+    matches!(error, ChatError::Http { status: 400 | 422 | 500, message, .. } if message.contains(part))
 }
 
 /// A successful answer: one JSON body, or a stream to read.

@@ -4,7 +4,7 @@
 //! same settings) and `anthropic` (the Messages API).
 
 use crate::anthropic::{AnthropicClient, AnthropicConfig};
-use crate::openai::{ChatClient, ChatConfig, ChatError, ChatResponse, Message, ToolSpec};
+use crate::openai::{Ask, ChatClient, ChatConfig, ChatError, ChatResponse, Message, ToolSpec};
 use crate::responses::ResponsesClient;
 
 /// The providers' names, as steps and routes give them.
@@ -140,14 +140,26 @@ impl ModelClient {
         tool_choice: Option<&str>,
         on_text: impl FnMut(&str) + Send,
     ) -> Result<ChatResponse, ChatError> {
+        let ask = Ask {
+            tool_choice,
+            ..Ask::default()
+        };
+        self.ask(messages, tools, &ask, on_text).await
+    }
+
+    /// The same, asked as `ask` says (its token limit, the JSON Schema the
+    /// answer must match where the provider can be asked for one).
+    pub async fn ask(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        ask: &Ask<'_>,
+        on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, ChatError> {
         match self {
-            ModelClient::OpenAi(c) => c.complete_with(messages, tools, tool_choice, on_text).await,
-            ModelClient::Responses(c) => {
-                c.complete_with(messages, tools, tool_choice, on_text).await
-            }
-            ModelClient::Anthropic(c) => {
-                c.complete_with(messages, tools, tool_choice, on_text).await
-            }
+            ModelClient::OpenAi(c) => c.ask(messages, tools, ask, on_text).await,
+            ModelClient::Responses(c) => c.ask(messages, tools, ask, on_text).await,
+            ModelClient::Anthropic(c) => c.ask(messages, tools, ask, on_text).await,
         }
     }
 }

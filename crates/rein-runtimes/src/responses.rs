@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::openai::{
-    ChatConfig, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec,
-    next_event, plain_body, send,
+    Ask, ChatConfig, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec,
+    next_event, plain_body, refuses, send,
 };
 
 /// The conversation as the Responses API's `instructions` and input items.
@@ -86,6 +86,23 @@ impl ResponsesClient {
         messages: &[Message],
         tools: &[ToolSpec],
         tool_choice: Option<&str>,
+        on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, ChatError> {
+        let ask = Ask {
+            tool_choice,
+            ..Ask::default()
+        };
+        self.ask(messages, tools, &ask, on_text).await
+    }
+
+    /// One answer, asked as `ask` says: its limit as `max_output_tokens`, a
+    /// JSON Schema as `text.format` `json_schema` (asked again without when
+    /// a server refuses it, a 400 or 422 naming `text`).
+    pub async fn ask(
+        &self,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        ask: &Ask<'_>,
         mut on_text: impl FnMut(&str) + Send,
     ) -> Result<ChatResponse, ChatError> {
         let url = format!("{}/responses", self.config.base_url.trim_end_matches('/'));
@@ -100,23 +117,36 @@ impl ResponsesClient {
         if let Some(instructions) = instructions {
             body["instructions"] = json!(instructions);
         }
+        if let Some(limit) = ask.max_tokens {
+            body["max_output_tokens"] = json!(limit);
+        }
         if !tools.is_empty() {
             body["tools"] = tools
                 .iter()
                 .map(|t| json!({ "type": "function", "name": t.name, "description": t.description, "parameters": t.parameters }))
                 .collect();
         }
-        match tool_choice {
+        match ask.tool_choice {
             None => {}
             Some(c @ ("auto" | "required" | "none")) => body["tool_choice"] = json!(c),
             Some(name) => body["tool_choice"] = json!({ "type": "function", "name": name }),
         }
-        let mut request = self.http.post(&url).json(&body);
-        if let Some(key) = &self.config.api_key {
-            request = request.bearer_auth(key);
-        }
         let idle = self.config.idle_timeout;
-        let (response, request_id) = send(request, &url, idle, "x-request-id").await?;
+        let mut structured = ask.json_schema.is_some();
+        let (response, request_id) = loop {
+            let mut sent = body.clone();
+            if let (true, Some(schema)) = (structured, ask.json_schema) {
+                sent["text"] = json!({ "format": { "type": "json_schema", "name": "answer", "schema": schema, "strict": false } });
+            }
+            let mut request = self.http.post(&url).json(&sent);
+            if let Some(key) = &self.config.api_key {
+                request = request.bearer_auth(key);
+            }
+            match send(request, &url, idle, "x-request-id").await {
+                Err(e) if structured && refuses(&e, "text") => structured = false,
+                sent => break sent?,
+            }
+        };
         let mut answer = match plain_body(response, &url, idle).await? {
             Plain::Json(body) => {
                 let answer = whole_response(&body, &url)?;

@@ -137,6 +137,7 @@ async fn isolated_completion_and_reset_go_through_the_plugin() {
             .collect(),
         deadline: Duration::from_secs(5),
         policy: OutputTextPolicy::Default,
+        shape: Default::default(),
     };
     let done = run_isolated(harness.as_ref(), &request).await.unwrap();
     assert_eq!(done.text, "Title: release note");

@@ -142,6 +142,7 @@ pub(crate) fn into_plan(
         ("runtime", submit.runtime.is_some()),
         ("confirm", submit.confirm.is_some()),
         ("attempts", submit.attempts.is_some()),
+        ("max_tokens", submit.max_tokens.is_some()),
         ("max_parallel", submit.max_parallel.is_some()),
         ("budget", submit.budget.is_some()),
     ];
@@ -165,6 +166,14 @@ pub(crate) fn into_plan(
         (None, Some(goal)) => {
             if submit.attempts.is_some_and(|a| a == 0 || a > 10) {
                 return Err(ApiError::bad_request("attempts must be between 1 and 10"));
+            }
+            if submit
+                .max_tokens
+                .is_some_and(|n| !(256..=131_072).contains(&n))
+            {
+                return Err(ApiError::bad_request(
+                    "max_tokens must be between 256 and 131072",
+                ));
             }
             if submit.max_parallel == Some(0) {
                 return Err(ApiError::bad_request("max_parallel must be at least 1"));
@@ -190,6 +199,7 @@ pub(crate) fn into_plan(
                 runtime: submit.runtime,
                 confirm: submit.confirm.unwrap_or(true),
                 attempts: submit.attempts,
+                max_tokens: submit.max_tokens,
                 mcp: Vec::new(),
             });
             plan
@@ -224,8 +234,18 @@ pub async fn complete(
             runtime: body.runtime,
         },
         timeout: std::time::Duration::from_millis(timeout_ms),
+        shape: Default::default(),
     };
     let schema = body.schema.map(serde_json::Value::Object);
+    // The schema is asked of the model as structured output too, where its
+    // provider has that.
+    let request = completion::CompletionRequest {
+        shape: rein_core::harness::isolated::AnswerShape {
+            max_tokens: None,
+            json_schema: schema.clone(),
+        },
+        ..request
+    };
     match state.engine.complete(&request, schema.as_ref()).await {
         Ok(done) => Ok(Json(done)),
         Err(e @ (CompletionFailure::BadSchema(_) | CompletionFailure::Selection(_))) => {

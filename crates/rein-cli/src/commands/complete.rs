@@ -74,6 +74,12 @@ pub async fn complete(target: &Target, args: CompleteArgs) -> anyhow::Result<u8>
         system: args.system.clone(),
         route: route(&args.route),
         timeout,
+        // The schema is asked of the model as structured output too, where
+        // its provider has that.
+        shape: rein_core::harness::isolated::AnswerShape {
+            max_tokens: None,
+            json_schema: schema.clone(),
+        },
     };
     let completion: Value = match &target.url {
         Some(url) => {

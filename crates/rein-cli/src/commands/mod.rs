@@ -435,6 +435,7 @@ pub fn goal(args: &crate::cli::GoalArgs) -> rein_protocol::Goal {
         runtime: args.route.runtime.clone(),
         confirm: !args.yes,
         attempts: Some(args.attempts),
+        max_tokens: Some(args.max_tokens),
         mcp: Vec::new(),
     }
 }

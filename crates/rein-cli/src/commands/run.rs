@@ -154,6 +154,7 @@ async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Re
             runtime: goal.runtime,
             confirm: Some(goal.confirm),
             attempts: goal.attempts,
+            max_tokens: goal.max_tokens,
             max_parallel: plan.max_parallel,
             budget: plan.budget,
             session_id,

@@ -37,6 +37,9 @@ pub struct CompletionRequest {
     pub route: Route,
     /// One deadline for the whole completion, every attempt included.
     pub timeout: Duration,
+    /// Its token limit and the schema its answer must match, where the
+    /// runtime can ask for them.
+    pub shape: super::isolated::AnswerShape,
 }
 
 /// A completion as it came back, and how it was served.
@@ -61,6 +64,8 @@ pub struct Completion {
     /// marked so), when the runtime that served it counts it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<rein_protocol::Usage>,
+    /// `stop`, or `length` when the answer was cut at the token limit.
+    pub stop_reason: String,
 }
 
 /// The journal (of a step id no plan can have) where a task's own model

@@ -65,11 +65,22 @@ pub enum CompletionAuth {
     },
 }
 
+/// How an answer is to be shaped, where the runtime can ask for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnswerShape {
+    /// The most tokens the answer may have.
+    pub max_tokens: Option<u32>,
+    /// A JSON Schema the answer must match, asked of the model as structured
+    /// output where its provider has that (the answer is checked anyway).
+    pub json_schema: Option<serde_json::Value>,
+}
+
 /// What the harness is handed for one attempt.
 #[derive(Debug)]
 pub struct IsolatedParams {
     pub prompt: String,
     pub system: Option<String>,
+    pub shape: AnswerShape,
     pub auth: CompletionAuth,
     pub ctx: CompletionContext,
 }
@@ -185,6 +196,7 @@ pub fn validate(
 pub struct IsolatedRequest {
     pub prompt: String,
     pub system: Option<String>,
+    pub shape: AnswerShape,
     /// The model the host resolved, for host-prepared requests.
     pub transport_model: String,
     /// How a harness that prepares its own auth is to do it.
@@ -208,6 +220,8 @@ pub struct IsolatedResult {
     pub request_durations_ms: Vec<u64>,
     /// What the answered request used, when the runtime counted it.
     pub usage: Option<rein_protocol::Usage>,
+    /// `stop`, or `length` when the answer was cut at the token limit.
+    pub stop_reason: String,
 }
 
 /// Runs an isolated completion on `harness` (spec §4 rules 15–21): the owner
@@ -250,6 +264,7 @@ pub async fn run_isolated(
             let params = IsolatedParams {
                 prompt: request.prompt.clone(),
                 system: request.system.clone(),
+                shape: request.shape.clone(),
                 auth,
                 ctx: ctx.clone(),
             };
@@ -259,7 +274,7 @@ pub async fn run_isolated(
                 None => return Err(CompletionError::Unsupported(harness.id().to_owned())),
                 Some(Ok(output)) => {
                     return validate(&output, request.policy)
-                        .map(|text| (text, profile.id.clone(), output.usage));
+                        .map(|text| (text, profile.id.clone(), output.usage, output.stop_reason));
                 }
                 Some(Err(e @ CompletionError::Credential { .. })) => last = Some(e),
                 Some(Err(e)) => return Err(e),
@@ -272,7 +287,7 @@ pub async fn run_isolated(
         Err(_) => Err(CompletionError::TimedOut),
     };
     ended.store(true, Ordering::SeqCst);
-    let (text, profile, usage) = outcome?;
+    let (text, profile, usage, stop_reason) = outcome?;
     let request_durations_ms = durations.lock().map(|d| d.clone()).unwrap_or_default();
     Ok(IsolatedResult {
         text,
@@ -281,5 +296,6 @@ pub async fn run_isolated(
         profile,
         request_durations_ms,
         usage,
+        stop_reason,
     })
 }

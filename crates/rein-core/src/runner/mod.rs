@@ -1317,6 +1317,11 @@ impl<'e> TaskRun<'e> {
             system: None,
             route: crate::goal::route(goal),
             timeout: SUMMARY_TIMEOUT,
+            // One line is asked for.
+            shape: crate::harness::isolated::AnswerShape {
+                max_tokens: Some(200),
+                json_schema: None,
+            },
         };
         match completer.complete(&request).await {
             Ok(done) => {

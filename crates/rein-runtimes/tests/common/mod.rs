@@ -484,6 +484,16 @@ async fn decompose(prompt: &str, seen: &Seen) -> Response {
             "```json\n{\"original_task\": \"notes\", \"risk_level\": \"low\", \"steps\": [{\"id\": \"notes\", \"type\": \"delete\", \"description\": \"x\"}]}\n```",
         ),
         g if g.starts_with("Write release notes") => say(&release_notes_plan().to_string()),
+        // Nothing at all, then a plan.
+        g if g.starts_with("say nothing") && !again => say(""),
+        // An answer cut at the token limit, then a plan.
+        g if g.starts_with("cut off") && !again => sse(vec![
+            json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "{\"original_task\": \"notes\", \"steps\": [{\"id\": \"no" } }] }),
+            json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "length" }] }),
+        ]),
+        g if g.starts_with("say nothing") || g.starts_with("cut off") => {
+            say(&release_notes_plan().to_string())
+        }
         g if g.starts_with("hang") => {
             if asked <= 1 {
                 tokio::time::sleep(std::time::Duration::from_secs(60)).await;
