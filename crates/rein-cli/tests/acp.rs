@@ -362,3 +362,52 @@ mcp = ["fs", "search"]
         "{text}"
     );
 }
+
+#[test]
+fn an_agents_empty_turn_fails_retryable_and_its_upstream_errors_are_classified_by_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = manifest(dir.path());
+    for (prompt, error_type, said) in [
+        (
+            "end with nothing",
+            "transient",
+            "ended its turn with nothing",
+        ),
+        ("upstream 429", "rate_limit", "API Error: 429"),
+        ("upstream 503", "transient", "API Error: 503"),
+        ("upstream 400", "validation_error", "API Error: 400"),
+    ] {
+        let data = dir.path().join(prompt.replace(' ', "-"));
+        // Every kind of failure aborts at once, so that each is seen as it
+        // was classified.
+        let plan = write_plan(
+            dir.path(),
+            "plan.toml",
+            &format!(
+                "description = \"upstream\"\n[[steps]]\nid = \"draft\"\nkind = \"agent\"\nprompt = \"{prompt}\"\nruntime = \"acp-test\"\nrecovery = {{ transient = \"abort\", rate_limit = \"abort\", validation_error = \"abort\", fatal = \"abort\" }}\n"
+            ),
+        );
+        let out = rein(&data)
+            .arg("--plugin")
+            .arg(&plugin)
+            .args(["run", "--no-wait", "--json"])
+            .arg(&plan)
+            .output()
+            .unwrap();
+        let state = json(&out);
+        assert_ne!(state["status"], "completed", "{prompt}: {state:#}");
+        let step = state["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|c| c["step_id"] == "draft")
+            .unwrap();
+        let error = step["error"].as_str().unwrap_or_default();
+        assert!(error.contains(said), "{prompt}: {error}");
+        assert_eq!(
+            step["metadata"]["error_type"], error_type,
+            "{prompt}: {step:#}"
+        );
+    }
+}

@@ -543,7 +543,10 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
     assert_eq!(status, 400, "{body}");
     let (status, body) = post("/admin/tasks", r#"{"goal": "x", "max_tokens": 100}"#);
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("max_tokens must be between 256 and 131072"), "{body}");
+    assert!(
+        body.contains("max_tokens must be between 256 and 131072"),
+        "{body}"
+    );
     let (status, body) = post("/admin/tasks", r#"{"goal": "x", "budget": {"tokens": 0}}"#);
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("budget: `tokens` is at least 1"), "{body}");

@@ -558,6 +558,22 @@ impl AgentExecutor {
                     return unwritten(&e);
                 }
                 let mut out = output(&result.text, &result.details);
+                // A turn that ended with nothing — no text, no tool call, no
+                // side effect — is no success (an agent whose upstream model
+                // failed mid-stream ends its turn so): retryable.
+                if hollow(&result.text, &out) {
+                    return failed(
+                        format!(
+                            "the agent of `{}` ended its turn with nothing: no text, no tool call, no file change (stop reason `{}`); the step is retried",
+                            decision.selected, result.stop_reason
+                        ),
+                        Failure::Http {
+                            status: 502,
+                            retry_after: None,
+                        },
+                        Some(out),
+                    );
+                }
                 // What the runtime says its calls used is metered like a
                 // turn of rein's own: journaled (so counted once), and in
                 // the step's output.
@@ -588,9 +604,19 @@ impl AgentExecutor {
             }
             Err(HarnessError::Cancelled) => StepOutcome::Cancelled,
             Err(e) => {
-                let failure = match e {
+                let failure = match &e {
                     HarnessError::TimedOut { .. } => Failure::Timeout,
                     HarnessError::Refused { .. } => Failure::PermissionDenied,
+                    // An agent reporting its model API's error is classified
+                    // by that error: a 429 waits, a 5xx is retried, a 400 is
+                    // the request's fault.
+                    HarnessError::Failed { message, .. } => match upstream_status(message) {
+                        Some(status) => Failure::Http {
+                            status,
+                            retry_after: None,
+                        },
+                        None => Failure::Internal,
+                    },
                     _ => Failure::Internal,
                 };
                 failed(e.to_string(), failure, Some(output(&partial, &Value::Null)))
@@ -1015,6 +1041,22 @@ impl AgentExecutor {
                             "the model stopped at its output token limit (finish_reason `length`) before finishing its answer; raise the server's limit (max_tokens; llama.cpp's --n-predict) or set on_token_limit = \"continue\"".into(),
                             Failure::Validation,
                             Some(json!({ "selection": decision, "session": session.id, "partial": response.content })),
+                        );
+                    }
+                    // A turn with nothing in it, in a step part that did
+                    // nothing yet, is no answer (a server whose model crashed
+                    // mid-stream ends a turn so): retryable, and not kept.
+                    if response.content.trim().is_empty()
+                        && response.tool_calls.is_empty()
+                        && count_calls(&messages[mine..]) == 0
+                    {
+                        return failed(
+                            "the model's answer was empty: no text and no tool call, and nothing done before it in this step; it was not journaled, and the turn is asked again when the step is retried (a model server that failed mid-answer can end a turn so)".into(),
+                            Failure::Http {
+                                status: 502,
+                                retry_after: None,
+                            },
+                            Some(json!({ "selection": decision, "session": session.id, "empty_answer": true })),
                         );
                     }
                     request_id = response.request_id.clone();
@@ -2160,6 +2202,56 @@ fn entry(message: &Message, request_id: Option<String>) -> Value {
     turn_entry(message, request_id, None, None)
 }
 
+/// Whether a runtime's turn produced nothing: no text, no event (a tool
+/// call, a plan), and in what it reported no tool call and no side effect.
+fn hollow(text: &str, output: &Value) -> bool {
+    let none = |key: &str| {
+        output
+            .get(key)
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+    };
+    text.trim().is_empty() && none("agent_events") && none("tool_calls") && none("side_effects")
+}
+
+/// The HTTP status of the model API error an agent reports, where its
+/// message names one: `API Error: 429 …` (Claude Code's words), `status
+/// 503`, `HTTP 500`, or the kind (`rate_limit_error`, `overloaded_error`,
+/// `api_error`, `invalid_request_error`).
+fn upstream_status(message: &str) -> Option<u16> {
+    let lower = message.to_ascii_lowercase();
+    for marker in [
+        "api error: ",
+        "api error ",
+        "status code ",
+        "status: ",
+        "status ",
+        "http ",
+    ] {
+        let mut rest = lower.as_str();
+        while let Some(at) = rest.find(marker) {
+            rest = &rest[at + marker.len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            if let Ok(status) = digits.parse::<u16>()
+                && digits.len() == 3
+                && (400..600).contains(&status)
+            {
+                return Some(status);
+            }
+        }
+    }
+    [
+        ("rate_limit", 429),
+        ("rate limit", 429),
+        ("overloaded", 529),
+        ("invalid_request_error", 400),
+        ("api_error", 500),
+    ]
+    .into_iter()
+    .find(|(kind, _)| lower.contains(kind))
+    .map(|(_, status)| status)
+}
+
 /// What is wrong with the tool calls a stream put together, if anything: a
 /// call without an id or a tool, two calls with one id, arguments that are
 /// not a JSON object (none at all stand for `{}`).
@@ -2444,4 +2536,33 @@ fn chat_failure(e: ChatError) -> StepOutcome {
         ChatError::Protocol(_) => Failure::Validation,
     };
     failed(e.to_string(), failure, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::upstream_status;
+
+    #[test]
+    fn an_agents_report_of_its_model_apis_error_names_the_status() {
+        assert_eq!(
+            upstream_status(
+                "Internal error ({\"details\":\"API Error: 529 {\\\"type\\\":\\\"error\\\"}\"})"
+            ),
+            Some(529)
+        );
+        assert_eq!(
+            upstream_status("request failed with status code 502"),
+            Some(502)
+        );
+        assert_eq!(upstream_status("HTTP 404 from the gateway"), Some(404));
+        assert_eq!(
+            upstream_status("{\"type\":\"rate_limit_error\"}"),
+            Some(429)
+        );
+        assert_eq!(upstream_status("the model is Overloaded"), Some(529));
+        // Numbers that are no status, and no error kind: nothing.
+        assert_eq!(upstream_status("API Error: 42 things"), None);
+        assert_eq!(upstream_status("status 200 but the tool failed"), None);
+        assert_eq!(upstream_status("the agent exited: exit status: 1"), None);
+    }
 }

@@ -1239,3 +1239,39 @@ async fn a_json_body_that_is_not_an_answer_is_named() {
         "{err:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_turn_is_no_answer_and_the_step_is_retried() {
+    let (base, _) = common::fake_model().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (engine, store) = engine(dir.path(), &base).await;
+    let state = create(&engine, agent_step("say nothing once"), None).await;
+    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    assert_eq!(text_of(&done), "said something");
+    // The first attempt failed as a server's fault (retryable), naming why.
+    let attempts: Vec<_> = done
+        .checkpoints
+        .iter()
+        .filter(|c| c.step_id.as_deref() == Some("draft"))
+        .collect();
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    let error = attempts[0].error.clone().unwrap();
+    assert!(
+        error.starts_with("the model's answer was empty: no text and no tool call"),
+        "{error}"
+    );
+    assert_eq!(attempts[0].metadata["error_type"], "transient");
+    // The empty turn was not kept: the conversation has one answer.
+    let journal = store.load_journal(state.id(), "draft").await.unwrap();
+    let answers: Vec<_> = journal
+        .iter()
+        .filter(|e| e["message"]["role"] == "assistant")
+        .collect();
+    assert_eq!(answers.len(), 1, "{journal:?}");
+}

@@ -9,7 +9,9 @@
 // ACP_TEST_END_TURN_ON_CANCELLED=1: a `cancelled` outcome alone ends the turn
 // `end_turn`, as real agents do; only a `session/cancel` cancels it.
 // The prompt "which MCP servers?" is answered with the `mcpServers` the
-// session was opened (or loaded) with, as JSON.
+// session was opened (or loaded) with, as JSON; "end with nothing" ends the
+// turn with nothing in it; "upstream STATUS" fails the prompt request as
+// Claude Code reports its model API's errors ("API Error: STATUS …").
 // Sessions are kept in ACP_TEST_STATE (a directory) so that `session/load`
 // works across processes; loading replays the earlier turns.
 import { agent, methods, ndJsonStream, PROTOCOL_VERSION } from "@agentclientprotocol/sdk";
@@ -77,6 +79,19 @@ const app = agent({ name: "rein-test-agent" })
   .onRequest(methods.agent.session.prompt, async ({ params, client }) => {
     const session = sessions.get(params.sessionId);
     const text = params.prompt.map((b) => (b.type === "text" ? b.text : "")).join("");
+    // As an agent whose upstream model failed mid-stream: the turn ends with
+    // nothing in it.
+    if (text === "end with nothing") {
+      return { stopReason: "end_turn" };
+    }
+    // As Claude Code reports its model API's errors: "API Error: STATUS …",
+    // failing the prompt request.
+    const upstream = /^upstream (\d{3})$/.exec(text);
+    if (upstream) {
+      throw new Error(
+        `API Error: ${upstream[1]} {"type":"error","error":{"type":"api_error","message":"upstream said ${upstream[1]}"}}`,
+      );
+    }
     const say = (t) =>
       client.notify(methods.client.session.update, {
         sessionId: session.id,

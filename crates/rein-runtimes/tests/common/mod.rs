@@ -164,6 +164,10 @@ fn completion_of(stream: &str, usage: Value) -> Value {
     })
 }
 
+/// Whether the `say nothing once` script has said nothing already (in this
+/// process).
+static HOLLOW: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Whether a summary request has hung already (in this process).
 static HUNG_SUMMARY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -240,6 +244,12 @@ async fn script(State(seen): State<Seen>, body: String) -> Response {
         }
         // Prose, never a tool call.
         ("prose", _) => return say("Here is what I would do."),
+        // A turn with nothing in it (a model that crashed mid-stream), once;
+        // then an answer.
+        ("say nothing once", 0) if !HOLLOW.swap(true, std::sync::atomic::Ordering::SeqCst) => {
+            return say("");
+        }
+        ("say nothing once", _) => return say("said something"),
         // A broken stream, as a bridge once sent one: two tool calls that
         // share an id, one with arguments cut short.
         ("garbled", _) => {
