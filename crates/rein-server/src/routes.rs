@@ -653,6 +653,17 @@ pub async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> 
         .into_response())
 }
 
+/// The OpenAPI document of the routes, made once.
+pub async fn openapi_document() -> Response {
+    static DOCUMENT: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(|| crate::openapi::document().to_string());
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        DOCUMENT.as_str(),
+    )
+        .into_response()
+}
+
 pub async fn healthz(State(state): State<AppState>) -> Response {
     let health = crate::health::check(&state.engine).await;
     let status = match health.status {
