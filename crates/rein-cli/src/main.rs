@@ -58,7 +58,21 @@ fn main() -> ExitCode {
         }
     };
     let telemetry = telemetry::init(matches!(cli.command, cli::Command::Serve(_)));
-    let result = runtime.block_on(commands::dispatch(cli));
+    // Under a traced parent (TRACEPARENT, as W3C trace context propagation
+    // through the environment has it), the command is a span of the
+    // parent's trace, and a task it makes is in that trace.
+    let result = match std::env::var("TRACEPARENT")
+        .ok()
+        .filter(|t| !t.trim().is_empty())
+    {
+        Some(parent) if !matches!(cli.command, cli::Command::Serve(_)) => {
+            use tracing::Instrument as _;
+            let span = tracing::info_span!("rein", otel.kind = "client");
+            rein_core::engine::follow_traceparent(&span, &parent);
+            runtime.block_on(commands::dispatch(cli).instrument(span))
+        }
+        _ => runtime.block_on(commands::dispatch(cli)),
+    };
     // Spans are flushed outside the runtime: the exporter's client blocks.
     drop(runtime);
     drop(telemetry);

@@ -131,6 +131,21 @@ impl<E: SpanExporter> SpanExporter for Reporting<E> {
     }
 }
 
+/// Span ids as the task's events carry them where the engine asks for one
+/// (a step's span), random otherwise.
+#[derive(Debug, Default)]
+struct EventIds(opentelemetry_sdk::trace::RandomIdGenerator);
+
+impl opentelemetry_sdk::trace::IdGenerator for EventIds {
+    fn new_trace_id(&self) -> opentelemetry::trace::TraceId {
+        self.0.new_trace_id()
+    }
+
+    fn new_span_id(&self) -> opentelemetry::trace::SpanId {
+        rein_core::engine::take_next_span_id().unwrap_or_else(|| self.0.new_span_id())
+    }
+}
+
 /// The exporter for `wire`, with the runtime a gRPC one needs.
 fn exporter(
     wire: Wire,
@@ -192,6 +207,7 @@ fn otlp() -> Option<SdkTracerProvider> {
                     runtime,
                 })
                 .with_resource(Resource::builder().with_service_name("rein").build())
+                .with_id_generator(EventIds::default())
                 .build(),
         ),
         Err(why) => {

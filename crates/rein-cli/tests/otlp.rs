@@ -18,7 +18,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::post;
-use common::{rein, run_ok, show, task_ids, write_plan};
+use common::{json, rein, run_ok, show, task_ids, write_plan};
 use serde_json::Value;
 
 type Received = Arc<Mutex<Vec<Value>>>;
@@ -89,6 +89,7 @@ fn as_json(
                 "traceId": hex(&s.trace_id),
                 "spanId": hex(&s.span_id),
                 "parentSpanId": hex(&s.parent_span_id),
+                "kind": s.kind,
                 "attributes": attributes,
             })
         })
@@ -103,6 +104,8 @@ struct Exported {
     trace_id: String,
     span_id: String,
     parent_span_id: String,
+    /// OTLP's span kind: 1 internal, 2 server, 3 client.
+    kind: i64,
     attributes: Vec<(String, String)>,
 }
 
@@ -139,6 +142,7 @@ fn spans(received: &[Value]) -> Vec<Exported> {
                         trace_id: s["traceId"].as_str().unwrap_or_default().to_owned(),
                         span_id: s["spanId"].as_str().unwrap_or_default().to_owned(),
                         parent_span_id: s["parentSpanId"].as_str().unwrap_or_default().to_owned(),
+                        kind: s["kind"].as_i64().unwrap_or_default(),
                         attributes: attrs,
                     });
                 }
@@ -311,10 +315,14 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
                 .arg(&plan),
         );
         let id = task_ids(&data).remove(0);
-        show(&data, &id)
+        let events = json(&run_ok(
+            rein(&data).args(["tasks", "events", &id, "--json"]),
+        ));
+        (show(&data, &id), events)
     })
     .await
     .unwrap();
+    let (task, events) = task;
     let trace_id = task["trace_id"].as_str().expect("trace_id").to_owned();
     let root_span = task["span_id"].as_str().expect("span_id").to_owned();
 
@@ -361,6 +369,26 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
         .collect();
     steps.sort_unstable();
     assert_eq!(steps, vec!["a", "b"]);
+    // A step's exported span has the span id its events carry, so a person
+    // goes from an event to its span.
+    let event_spans: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["checkpoint_id"].is_string())
+        .filter_map(|e| e["span_id"].as_str())
+        .collect();
+    for step in spans.iter().filter(|s| s.name == "step") {
+        assert_eq!(
+            Some(step.span_id.as_str()),
+            step.attribute("span_id"),
+            "{step:?}"
+        );
+        assert!(
+            event_spans.contains(&step.span_id.as_str()),
+            "{step:?} {event_spans:?}"
+        );
+    }
 }
 
 #[path = "../../rein-runtimes/tests/common/mod.rs"]
@@ -438,5 +466,151 @@ async fn model_turns_are_spans_with_gen_ai_usage_attributes() {
     assert_eq!(
         sum("gen_ai.usage.cache_read.input_tokens"),
         reported("/prompt_tokens_details/cached_tokens")
+    );
+}
+
+/// A caller's W3C trace context: trace and span ids, sampled.
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_under_traceparent_is_in_the_callers_trace_and_its_approve_step_has_a_span() {
+    let (addr, received) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The person does not answer: the deadline passes and approves.
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description='traced approval'\n[[steps]]\nid='ship'\nkind='approve'\ntitle='Ship it?'\ntimeout='1s'\ndefault='approve'\n[[steps]]\nid='after'\nrun='true'\ndepends_on=['ship']\n",
+    );
+    let (task, events) = tokio::task::spawn_blocking(move || {
+        run_ok(
+            rein(&data)
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                .env("TRACEPARENT", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
+                .arg("run")
+                .arg(&plan),
+        );
+        let id = task_ids(&data).remove(0);
+        let events = json(&run_ok(
+            rein(&data).args(["tasks", "events", &id, "--json"]),
+        ));
+        (show(&data, &id), events)
+    })
+    .await
+    .unwrap();
+    assert_eq!(task["status"], "completed", "{task}");
+    // The task is in the caller's trace.
+    assert_eq!(task["trace_id"], CALLER_TRACE);
+    let spans = spans(&received.lock().unwrap().clone());
+    assert!(
+        spans.iter().all(|s| s.trace_id == CALLER_TRACE),
+        "{spans:?}"
+    );
+    // The command's own span is the caller's child; the task's root is the
+    // command's child.
+    let command = spans
+        .iter()
+        .find(|s| s.name == "rein")
+        .expect("the command's span");
+    assert_eq!(command.parent_span_id, CALLER_SPAN);
+    let root = spans
+        .iter()
+        .find(|s| s.name == "task_root")
+        .expect("a root");
+    assert_eq!(root.span_id, task["span_id"].as_str().unwrap());
+    assert_eq!(root.parent_span_id, command.span_id, "{root:?}");
+    // The approve step's wait is a span, with the id its events carry.
+    let approve = spans
+        .iter()
+        .find(|s| s.name == "approve")
+        .expect("an approve span");
+    assert_eq!(approve.attribute("step_id"), Some("ship"));
+    assert_eq!(approve.attribute("decision"), Some("approve"));
+    assert_eq!(approve.parent_span_id, root.span_id);
+    let ship_spans: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "human_approval_requested")
+        .filter_map(|e| e["span_id"].as_str())
+        .collect();
+    assert_eq!(ship_spans, vec![approve.span_id.as_str()], "{events}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_request_is_a_server_span_in_the_http_conventions_under_its_traceparent() {
+    let (collector_addr, received) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let token = "otlp-test-token-0123";
+    let (mut server, addr) = tokio::task::spawn_blocking({
+        let data = data.clone();
+        move || {
+            let mut child = rein(&data)
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .env("REIN_TOKEN", token)
+                .env(
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                    format!("http://{collector_addr}"),
+                )
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+                .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let addr = common::listening(&mut child);
+            (common::Server(child), addr)
+        }
+    })
+    .await
+    .unwrap();
+    let status = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+            write!(
+                stream,
+                "GET /admin/tasks?limit=5 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\ntraceparent: 00-{CALLER_TRACE}-{CALLER_SPAN}-01\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).unwrap();
+            response.split_whitespace().nth(1).unwrap().to_owned()
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, "200");
+    // The server exports in batches: stopped (SIGTERM), it flushes.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(server.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    tokio::task::spawn_blocking(move || server.0.wait().unwrap())
+        .await
+        .unwrap();
+    let spans = spans(&received.lock().unwrap().clone());
+    let request = spans
+        .iter()
+        .find(|s| s.name == "GET /admin/tasks")
+        .unwrap_or_else(|| panic!("no request span: {spans:?}"));
+    assert_eq!(request.kind, 2, "kind server: {request:?}");
+    assert_eq!(request.trace_id, CALLER_TRACE);
+    assert_eq!(request.parent_span_id, CALLER_SPAN);
+    assert_eq!(request.attribute("http.request.method"), Some("GET"));
+    assert_eq!(request.attribute("url.path"), Some("/admin/tasks"));
+    assert_eq!(request.attribute("http.route"), Some("/admin/tasks"));
+    assert_eq!(
+        request.attribute("http.response.status_code"),
+        Some("{\"intValue\":\"200\"}"),
+        "{request:?}"
     );
 }

@@ -436,7 +436,13 @@ impl Engine {
         let session_id = request
             .session_id
             .unwrap_or_else(|| self.config.default_session.clone());
-        let trace_id = new_trace_id();
+        // Made under a traced caller (an API request with a `traceparent`,
+        // `rein run` under TRACEPARENT), the task is in the caller's trace,
+        // a child of the caller's span.
+        let (trace_id, parent_span_id) = match caller_span() {
+            Some((trace, parent)) => (trace, Some(parent)),
+            None => (new_trace_id(), None),
+        };
         let span_id = new_span_id();
         // Plan–execute–verify steps propose their contracts before the task is
         // stored, so the plan stored names them; withdrawn if it is not stored.
@@ -461,7 +467,7 @@ impl Engine {
             session_id,
             trace_id,
             span_id,
-            parent_span_id: None,
+            parent_span_id,
         };
         let mut rec = Recorder::genesis(first)?;
         let policy = ApprovedBy {
@@ -1124,6 +1130,129 @@ fn link_to_task_trace(span: &tracing::Span, trace_id: &str, span_id: &str) {
     let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(context));
 }
 
+/// The trace and span (hex) of the current span when it is in a trace an
+/// exporter records (sampled): the caller a task is made under.
+fn caller_span() -> Option<(String, String)> {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let caller = span.span_context();
+    (caller.is_valid() && caller.is_sampled())
+        .then(|| (caller.trace_id().to_string(), caller.span_id().to_string()))
+}
+
+/// Makes `span` (not yet started) a child of the caller's span a W3C
+/// `traceparent` names, in the caller's trace; a malformed one is ignored.
+pub fn follow_traceparent(span: &tracing::Span, header: &str) {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if let Some(parent) = parse_traceparent(header) {
+        let _ = span.set_parent(parent);
+    }
+}
+
+/// A W3C `traceparent` (`00-TRACE-SPAN-FLAGS`) as the remote parent
+/// context it names; `None` for one that is not well formed (or all zeros).
+pub fn parse_traceparent(header: &str) -> Option<opentelemetry::Context> {
+    use opentelemetry::trace::{
+        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+    };
+    let mut parts = header.trim().split('-');
+    let (Some(version), Some(trace), Some(span), Some(flags)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    if version.len() != 2 || version == "ff" || trace.len() != 32 || span.len() != 16 {
+        return None;
+    }
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    let context = SpanContext::new(
+        TraceId::from_hex(trace).ok()?,
+        SpanId::from_hex(span).ok()?,
+        TraceFlags::new(flags),
+        true,
+        TraceState::NONE,
+    );
+    context
+        .is_valid()
+        .then(|| opentelemetry::Context::new().with_remote_span_context(context))
+}
+
+thread_local! {
+    /// The span id the next OpenTelemetry span made on this thread is to
+    /// have (see [`with_span_id`]).
+    static NEXT_SPAN_ID: std::cell::Cell<Option<opentelemetry::trace::SpanId>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// The span id asked for the span being made on this thread, if one was:
+/// an OpenTelemetry id generator gives it instead of a random one, so that
+/// an exported span has the id its events carry.
+pub fn take_next_span_id() -> Option<opentelemetry::trace::SpanId> {
+    NEXT_SPAN_ID.with(std::cell::Cell::take)
+}
+
+/// Makes a `tracing` span with `make` whose exported span has the id
+/// `span_id` (hex, as events carry it): the span is started at once, on this
+/// thread, while its id is the one asked for.
+pub(crate) fn with_span_id(span_id: &str, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let id = opentelemetry::trace::SpanId::from_hex(span_id).ok();
+    NEXT_SPAN_ID.with(|next| next.set(id));
+    let span = make();
+    // Started now (its context built), so the id is taken here.
+    let _ = span.context();
+    NEXT_SPAN_ID.with(|next| next.set(None));
+    span
+}
+
+/// The remote parent context of a span of `trace` under `parent` (hex);
+/// empty (a root) without one.
+fn caller_context(
+    trace: opentelemetry::trace::TraceId,
+    parent: Option<&str>,
+) -> opentelemetry::Context {
+    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceState};
+    match parent.and_then(|p| SpanId::from_hex(p).ok()) {
+        Some(parent) => opentelemetry::Context::new().with_remote_span_context(SpanContext::new(
+            trace,
+            parent,
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::NONE,
+        )),
+        None => opentelemetry::Context::new(),
+    }
+}
+
+/// Exports a span of the task's that `tracing` did not make (an approve
+/// step's wait for a person): with the ids its events carry, from `start` to
+/// now, under `parent` (hex) in the task's trace.
+pub(crate) fn export_span(
+    name: &'static str,
+    trace_id: &str,
+    span_id: &str,
+    parent: Option<&str>,
+    start: rein_protocol::Timestamp,
+    attributes: Vec<opentelemetry::KeyValue>,
+) {
+    use opentelemetry::trace::{Span as _, SpanId, TraceId, Tracer as _};
+    let (Ok(trace), Ok(span)) = (TraceId::from_hex(trace_id), SpanId::from_hex(span_id)) else {
+        return;
+    };
+    let context = caller_context(trace, parent);
+    let tracer = opentelemetry::global::tracer("rein");
+    let mut exported = tracer
+        .span_builder(name)
+        .with_trace_id(trace)
+        .with_span_id(span)
+        .with_start_time(std::time::SystemTime::from(start))
+        .with_attributes(attributes)
+        .start_with_context(&tracer, &context);
+    exported.end();
+}
+
 /// Exports the task's root span — the parent of every run's `task` span —
 /// once the task has ended: from its creation to now, with the task's own
 /// trace and span ids, through the OpenTelemetry tracer provider installed
@@ -1150,8 +1279,12 @@ pub(crate) fn export_root_span(state: &TaskState) {
             KeyValue::new("status", head.status.as_str()),
             KeyValue::new("description", head.description.clone()),
         ])
-        // A root: not a child of the run's span, current here.
-        .start_with_context(&tracer, &opentelemetry::Context::new());
+        // Not a child of the run's span, current here: a root, or the
+        // caller's child when the task was made under one.
+        .start_with_context(
+            &tracer,
+            &caller_context(trace, head.parent_span_id.as_deref()),
+        );
     root.end();
 }
 

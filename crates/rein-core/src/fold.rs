@@ -102,6 +102,7 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
                 error: None,
                 trace_id: trace_id.clone(),
                 span_id: span_id.clone(),
+                parent_span_id: event.parent_span_id.clone(),
                 runner: None,
                 restored_from: None,
                 last_seq: 1,

@@ -373,6 +373,10 @@ pub struct TaskHead {
     pub trace_id: String,
     /// Span id of the task itself; step spans are its children.
     pub span_id: String,
+    /// The caller's span the task was made under, when it came with a traced
+    /// parent (a W3C `traceparent`): the task's trace is the caller's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_span_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<RunnerInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

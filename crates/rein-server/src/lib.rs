@@ -404,21 +404,46 @@ async fn enforce_role(
     next.run(request).await
 }
 
-/// One `tracing` span per request, with its method, path and (when known) the
-/// status it got. A task run a request starts gets its own span with the task's
-/// trace id (see the engine).
+/// One `tracing` span per request, in the HTTP semantic conventions: named
+/// `METHOD ROUTE` (the route's template, `/admin/tasks/{id}`), of kind
+/// server, with `http.request.method`, `url.path`, `http.route` and
+/// `http.response.status_code`. A W3C `traceparent` header makes it a child
+/// of the caller's span, in the caller's trace. A task run a request starts
+/// gets its own span with the task's trace id (see the engine).
 async fn request_span(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned());
+    let name = match &route {
+        Some(route) => format!("{method} {route}"),
+        None => method.clone(),
+    };
     let span = tracing::info_span!(
         "request",
-        method = %request.method(),
-        path = %request.uri().path(),
-        status = tracing::field::Empty,
+        otel.name = %name,
+        otel.kind = "server",
+        http.request.method = %method,
+        url.path = %request.uri().path(),
+        http.route = route.as_deref(),
+        http.response.status_code = tracing::field::Empty,
     );
+    if let Some(header) = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+    {
+        rein_core::engine::follow_traceparent(&span, header);
+    }
     let response = next.run(request).instrument(span.clone()).await;
-    span.record("status", response.status().as_u16());
+    span.record(
+        "http.response.status_code",
+        i64::from(response.status().as_u16()),
+    );
     response
 }
 

@@ -55,7 +55,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for RequestSpans {
 }
 
 #[tokio::test]
-async fn every_request_gets_a_span_with_method_path_and_status() {
+async fn every_request_gets_a_span_in_the_http_semantic_conventions() {
     let spans = RequestSpans::default();
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(spans.clone()))
         .unwrap();
@@ -96,11 +96,13 @@ async fn every_request_gets_a_span_with_method_path_and_status() {
         .iter()
         .map(|(_, l)| l.clone())
         .collect();
+    // In the HTTP semantic conventions: named after the method and the
+    // route's template, of kind server.
     assert_eq!(
         lines,
         vec![
-            " method=GET path=/healthz status=200".to_owned(),
-            " method=GET path=/admin/tasks status=401".to_owned(),
+            " otel.name=GET /healthz otel.kind=\"server\" http.request.method=GET url.path=/healthz http.route=\"/healthz\" http.response.status_code=200".to_owned(),
+            " otel.name=GET /admin/tasks otel.kind=\"server\" http.request.method=GET url.path=/admin/tasks http.route=\"/admin/tasks\" http.response.status_code=401".to_owned(),
         ]
     );
 }

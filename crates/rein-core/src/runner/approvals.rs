@@ -346,6 +346,23 @@ impl TaskRun<'_> {
             ApprovalStatus::Skipped => (Decision::Skip, decided_by(&request)),
             ApprovalStatus::Expired => (request.on_expiry, EXPIRY_ACTOR.to_owned()),
         };
+        // The wait for the person is a span of its own, with the ids the
+        // step's events carry.
+        if let Some(started) = self.rec.state.checkpoint(&checkpoint).map(|c| c.started_at) {
+            crate::engine::export_span(
+                "approve",
+                &self.rec.state.head.trace_id,
+                &span.span_id,
+                span.parent_span_id.as_deref(),
+                started,
+                vec![
+                    opentelemetry::KeyValue::new("step_id", self.steps[i].id.clone()),
+                    opentelemetry::KeyValue::new("checkpoint_id", checkpoint.to_string()),
+                    opentelemetry::KeyValue::new("decision", outcome.as_str()),
+                    opentelemetry::KeyValue::new("decided_by", who.clone()),
+                ],
+            );
+        }
         let reason = request.response.as_ref().and_then(|r| r.reason.clone());
         let why = match (request.status, &reason) {
             (ApprovalStatus::Expired, _) => format!(

@@ -815,15 +815,18 @@ impl<'e> TaskRun<'e> {
         else {
             return;
         };
-        // A child of the task's span (the current one while the runner drives).
-        let span = tracing::info_span!(
-            "step",
-            step_id = %self.steps[i].id,
-            checkpoint_id = %checkpoint,
-            attempt = self.attempts[i],
-            trace_id = %self.rec.state.head.trace_id,
-            span_id = %span.span_id,
-        );
+        // A child of the task's span (the current one while the runner
+        // drives), exported with the span id the step's events carry.
+        let span = crate::engine::with_span_id(&span.span_id, || {
+            tracing::info_span!(
+                "step",
+                step_id = %self.steps[i].id,
+                checkpoint_id = %checkpoint,
+                attempt = self.attempts[i],
+                trace_id = %self.rec.state.head.trace_id,
+                span_id = %span.span_id,
+            )
+        });
         let request = StepRequest {
             task_id: self.rec.state.head.id.clone(),
             step: Arc::clone(&self.steps[i]),
