@@ -554,3 +554,63 @@ fn rein_acp_refuses_what_it_cannot_take_and_goes_on() {
     drop(raw);
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn a_cancelled_answer_ends_the_turn_and_a_reloaded_sessions_question_is_asked_once() {
+    let m = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let seen = client(&m, &data, &ws, "reload", &[]);
+    // `{"outcome": "cancelled"}` alone ends the turn `cancelled` (it did not
+    // hang), and the question stays pending for another answerer.
+    assert_eq!(seen["stops"], json!(["cancelled", "end_turn"]), "{seen:#}");
+    let first = seen["asked"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        seen["pendingAfterCancel"],
+        json!([first.clone()]),
+        "{seen:#}"
+    );
+    // Asked again by the load, and not a third time by `/resume` while the
+    // client had it.
+    let times = seen["asked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["id"] == first.as_str())
+        .count();
+    assert_eq!(times, 2, "{seen:#}");
+    assert!(
+        !messages(&seen).contains("came after it was decided"),
+        "{seen:#}"
+    );
+    assert_eq!(the_task(&data)["status"], "completed");
+}
+
+#[test]
+fn a_denied_plan_ends_with_no_step_in_progress_in_the_editors_plan() {
+    let m = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let seen = client(&m, &data, &ws, "run", &[("ACP_ANSWERS", r#"["deny"]"#)]);
+    assert_eq!(seen["stops"], json!(["end_turn"]), "{seen:#}");
+    let plans: Vec<&Value> = seen["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "plan")
+        .collect();
+    let last = plans.last().expect("a plan update");
+    let entries = last["entries"].as_array().unwrap();
+    // Nothing spins: no entry in progress, none ticked that did not run.
+    assert!(entries.iter().all(|e| e["status"] == "pending"), "{last:#}");
+    let confirm = entries
+        .iter()
+        .find(|e| e["content"].as_str().unwrap().starts_with("confirm"))
+        .unwrap();
+    assert!(
+        confirm["content"].as_str().unwrap().ends_with("(denied)"),
+        "{confirm}"
+    );
+}

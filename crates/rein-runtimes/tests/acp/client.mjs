@@ -13,6 +13,9 @@
 //   cancel     the first request is answered `cancelled` after a
 //              `session/cancel`; then the prompt `/resume` resumes the task,
 //              its questions answered "allow".
+//   reload     the first request is answered `cancelled` alone; the session
+//              is loaded again, its question asked and held while `/resume`
+//              runs, then allowed, and later ones too.
 //   kill       at the first request rein is killed (SIGKILL); a new `rein acp`
 //              loads the session, and its questions are answered "allow"
 //              until rein says the task completed.
@@ -150,6 +153,50 @@ try {
         sessionId,
         prompt: [{ type: "text", text: "/resume" }],
       });
+      seen.stops.push(again.stopReason);
+    } else if (scenario === "reload") {
+      // The first request is answered `cancelled` (no session/cancel: by the
+      // protocol the client is cancelling the turn). Then the session is
+      // loaded again: its paused task's question is asked, and held while
+      // `/resume` runs the task on; once rein shows the question again, the
+      // held one is answered "allow", and later ones too.
+      let asks = 0;
+      let held;
+      let heldAsked;
+      const loadedAsk = new Promise((resolve) => (heldAsked = resolve));
+      onAsk = async (params) => {
+        asks += 1;
+        if (asks === 1) return { outcome: { outcome: "cancelled" } };
+        if (asks === 2) {
+          heldAsked(params.toolCall.toolCallId);
+          return new Promise((resolve) => {
+            held = () => resolve({ outcome: { outcome: "selected", optionId: choose(params, "allow") } });
+          });
+        }
+        return { outcome: { outcome: "selected", optionId: choose(params, "allow") } };
+      };
+      const r = await agent.request(methods.agent.session.prompt, {
+        sessionId,
+        prompt: [{ type: "text", text: prompt }],
+      });
+      seen.stops.push(r.stopReason);
+      seen.pendingAfterCancel = JSON.parse(
+        execFileSync(bin, ["approvals", "list", "--status", "pending", "--json"], {
+          stdio: ["ignore", "pipe", "inherit"],
+        }).toString(),
+      ).map((a) => a.id);
+      await agent.request(methods.agent.session.load, { sessionId, cwd, mcpServers: [] });
+      const id = await loadedAsk;
+      const t0 = performance.now();
+      const resumed = agent.request(methods.agent.session.prompt, {
+        sessionId,
+        prompt: [{ type: "text", text: "/resume" }],
+      });
+      // The run shows its pending question again (and must not ask it a
+      // third time while the client has it).
+      await waitFor((u) => u.sessionUpdate === "tool_call" && u.toolCallId === id && u.at > t0);
+      held();
+      const again = await resumed;
       seen.stops.push(again.stopReason);
     } else if (scenario === "kill") {
       let asked;

@@ -185,6 +185,9 @@ struct Session {
     /// The client's MCP servers, given to the agent steps of its tasks.
     mcp: Vec<McpUse>,
     running: Mutex<Option<Run>>,
+    /// The approval requests the client is being asked now (a permission
+    /// request outstanding): asked once, whichever turn or load asks.
+    asked: Arc<Mutex<HashSet<String>>>,
 }
 
 /// The run a session has now: one at a time.
@@ -311,11 +314,18 @@ impl AcpAgent {
             ));
         }
         let id = id.unwrap_or_else(|| format!("acp_{}", ulid::Ulid::new()));
+        // Opened again (session/load of a session open here), it keeps what
+        // the client is being asked.
+        let asked = self
+            .session(&id)
+            .map(|s| Arc::clone(&s.asked))
+            .unwrap_or_default();
         let session = Arc::new(Session {
             id: id.clone(),
             cwd,
             mcp,
             running: Mutex::new(None),
+            asked,
         });
         if let Ok(mut sessions) = self.sessions.lock() {
             sessions.insert(id, Arc::clone(&session));
@@ -424,7 +434,7 @@ impl AcpAgent {
                     Err(why) => say(&cx, &id, &why),
                 },
                 Ok(TaskStatus::Paused) => {
-                    let asker = Asker::new(&self, &cx, &id);
+                    let asker = Asker::new(&self, &cx, &session);
                     asker.ask_pending(&view.task).await;
                 }
                 _ => {}
@@ -565,7 +575,7 @@ impl AcpAgent {
         let session = &busy.session;
         busy.runs(&view.task);
         let mut events = self.engine.subscribe();
-        let asker = Asker::new(self, cx, &session.id);
+        let asker = Asker::new(self, cx, session);
         // What was logged before the subscription: the task's creation, its
         // checkpoints so far.
         self.catch_up(&mut view, cx, &asker).await;
@@ -778,6 +788,11 @@ struct View {
     checkpoints: HashMap<CheckpointId, String>,
     status: HashMap<String, CheckpointStatus>,
     sent_plan: Option<Vec<PlanEntry>>,
+    /// The steps a person denied (an approve step's "deny").
+    denied: HashSet<String>,
+    /// The task stopped (paused, failed, aborted or completed): nothing of it
+    /// is being worked on.
+    stopped: bool,
 }
 
 impl View {
@@ -790,6 +805,8 @@ impl View {
             checkpoints: HashMap::new(),
             status: HashMap::new(),
             sent_plan: None,
+            denied: HashSet::new(),
+            stopped: false,
         }
     }
 
@@ -841,13 +858,23 @@ impl View {
             .steps
             .iter()
             .map(|(id, description, high)| {
+                // ACP has pending, in progress and completed: a step that
+                // did not get done is never `completed`, and one that is not
+                // being worked on (the task stopped) never `in_progress`, so
+                // an editor's plan neither spins nor ticks what did not run.
                 let status = self.status.get(id);
                 let (state, note) = match status {
                     None | Some(CheckpointStatus::Pending) => (PlanEntryStatus::Pending, ""),
+                    Some(CheckpointStatus::InProgress) if self.stopped => {
+                        (PlanEntryStatus::Pending, " (stopped)")
+                    }
                     Some(CheckpointStatus::InProgress) => (PlanEntryStatus::InProgress, ""),
                     Some(CheckpointStatus::Completed) => (PlanEntryStatus::Completed, ""),
-                    Some(CheckpointStatus::Skipped) => (PlanEntryStatus::Completed, " (skipped)"),
-                    Some(CheckpointStatus::Failed) => (PlanEntryStatus::InProgress, " (failed)"),
+                    Some(CheckpointStatus::Skipped) => (PlanEntryStatus::Pending, " (skipped)"),
+                    Some(CheckpointStatus::Failed) if self.denied.contains(id) => {
+                        (PlanEntryStatus::Pending, " (denied)")
+                    }
+                    Some(CheckpointStatus::Failed) => (PlanEntryStatus::Pending, " (failed)"),
                 };
                 let priority = if *high {
                     PlanEntryPriority::High
@@ -862,6 +889,12 @@ impl View {
         }
         self.sent_plan = Some(entries.clone());
         Some(SessionUpdate::Plan(Plan::new(entries)))
+    }
+
+    /// The task stopped: the plan as it stands, nothing in progress.
+    fn stop(&mut self) -> Option<SessionUpdate> {
+        self.stopped = true;
+        self.plan_update()
     }
 
     /// What one event of the task shows the client; `replay` also shows its
@@ -934,6 +967,9 @@ impl View {
                         )));
                     } else {
                         self.status.insert(step.clone(), CheckpointStatus::Failed);
+                        if error.starts_with("denied by ") {
+                            self.denied.insert(step.clone());
+                        }
                         out.push(text(&format!("Step {step} failed: {error}\n")));
                         out.extend(self.plan_update());
                     }
@@ -981,22 +1017,30 @@ impl View {
                 out.push(text(&format!("{request_id}: {status}{chosen} by {by}\n")));
             }
             TaskChange::TaskCompleted {} => {
+                out.extend(self.stop());
                 out.push(text(&format!("Task {} completed.\n", self.task)));
             }
             TaskChange::TaskFailed { error } => {
+                out.extend(self.stop());
                 out.push(text(&format!("Task {} failed: {error}\n", self.task)));
             }
             TaskChange::TaskPaused { reason } => {
+                out.extend(self.stop());
                 out.push(text(&format!(
                     "Task {} paused: {reason}. Send /resume to go on.\n",
                     self.task
                 )));
             }
             TaskChange::TaskCancelled { reason, by } => {
+                out.extend(self.stop());
                 out.push(text(&format!(
                     "Task {} was aborted by {by}: {reason}\n",
                     self.task
                 )));
+            }
+            TaskChange::TaskResumed { .. } => {
+                self.stopped = false;
+                out.extend(self.plan_update());
             }
             _ => {}
         }
@@ -1083,25 +1127,38 @@ fn decision_of(option: &str) -> Option<(Decision, Option<String>)> {
     }
 }
 
-/// Asks a session's client the task's approval requests, each once.
+/// Asks a session's client the task's approval requests, each once while
+/// the client has it.
 #[derive(Clone)]
 struct Asker {
     engine: Arc<Engine>,
     cx: ConnectionTo<Client>,
     session: String,
+    /// The session's run, ended `cancelled` when the client cancels a
+    /// permission request.
+    run_of: Arc<Session>,
     actor: String,
-    /// The ids of the requests asked already.
+    /// The ids of the requests the client is being asked (the session's).
     asked: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Asker {
-    fn new(agent: &AcpAgent, cx: &ConnectionTo<Client>, session: &str) -> Asker {
+    fn new(agent: &AcpAgent, cx: &ConnectionTo<Client>, session: &Arc<Session>) -> Asker {
         Asker {
             engine: Arc::clone(&agent.engine),
             cx: cx.clone(),
-            session: session.to_owned(),
+            session: session.id.clone(),
+            run_of: Arc::clone(session),
             actor: agent.actor(),
-            asked: Arc::new(Mutex::new(HashSet::new())),
+            asked: Arc::clone(&session.asked),
+        }
+    }
+
+    /// The client is no longer asked `request` (answered, cancelled, or
+    /// gone): a later turn may ask it again while it is pending.
+    fn done_asking(&self, request: &ApprovalRequest) {
+        if let Ok(mut asked) = self.asked.lock() {
+            asked.remove(request.id.as_str());
         }
     }
 
@@ -1164,6 +1221,7 @@ impl Asker {
             ))
             .block_task()
             .await;
+        self.done_asking(&request);
         let answer = match asked {
             Ok(a) => a,
             Err(e) => {
@@ -1172,7 +1230,12 @@ impl Asker {
             }
         };
         let RequestPermissionOutcome::Selected(selected) = answer.outcome else {
-            // Cancelled (the turn was): the request stays pending.
+            // `cancelled`: by the protocol, the client is cancelling the
+            // turn. It ends `cancelled` (the task pauses), and the request
+            // stays pending for another answerer, or for `/resume`.
+            if let Some(run) = self.run_of.running() {
+                run.pause.cancel();
+            }
             return;
         };
         let Some((decision, selected_option)) = decision_of(&selected.option_id.0) else {
