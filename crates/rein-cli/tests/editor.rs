@@ -614,3 +614,60 @@ fn a_denied_plan_ends_with_no_step_in_progress_in_the_editors_plan() {
         "{confirm}"
     );
 }
+
+#[test]
+fn a_client_without_a_permission_handler_ends_the_turn_and_the_question_stays_pending() {
+    // acp-client (from PyPI; `.ci/run` installs it) answers every permission
+    // request `cancelled` when it has no handler.
+    let m = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let configured = m.rein(&data);
+    let mut python = Command::new("python3");
+    python.arg(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/acp_client/no_handler.py"
+    ));
+    for (key, value) in configured.get_envs() {
+        match value {
+            Some(v) => python.env(key, v),
+            None => python.env_remove(key),
+        };
+    }
+    let out = python
+        .env("REIN_BIN", common::rein_bin())
+        .env("REIN_ARGS", json!(["--data-dir", data]).to_string())
+        .env("ACP_CWD", &ws)
+        .env("ACP_PROMPT", RISKY)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("No module named 'acp_client'"),
+        "acp-client is not installed: `pip install acp-client==0.1.0` (.ci/run does)"
+    );
+    assert!(out.status.success(), "{stderr}");
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The turn ended (within the client's 60 s), the task paused, and the
+    // plan's confirmation waits for another answerer.
+    let reply = seen["reply"].as_str().unwrap();
+    assert!(reply.contains("paused"), "{seen:#}");
+    let task = the_task(&data);
+    assert_eq!(task["status"], "paused", "{task:#}");
+    let pending = json(&run_ok(rein(&data).args([
+        "approvals",
+        "list",
+        "--status",
+        "pending",
+        "--json",
+    ])));
+    let titles: Vec<&str> = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(titles.len(), 1, "{pending:#}");
+    assert!(titles[0].starts_with("Start this task?"), "{titles:?}");
+}
