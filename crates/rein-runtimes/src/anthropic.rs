@@ -192,21 +192,6 @@ impl AnthropicClient {
         }
     }
 
-    /// One streamed answer; see [`crate::openai::ChatClient::complete_with`].
-    pub async fn complete_with(
-        &self,
-        messages: &[Message],
-        tools: &[ToolSpec],
-        tool_choice: Option<&str>,
-        on_text: impl FnMut(&str) + Send,
-    ) -> Result<ChatResponse, ChatError> {
-        let ask = Ask {
-            tool_choice,
-            ..Ask::default()
-        };
-        self.ask(messages, tools, &ask, on_text).await
-    }
-
     /// One answer, asked as `ask` says: its limit instead of the configured
     /// `max_tokens`. The Messages API has no JSON-Schema answer format: a
     /// schema asked for is left to the prompt (the caller checks the answer).

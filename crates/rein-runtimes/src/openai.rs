@@ -197,31 +197,16 @@ impl ChatClient {
         self.config.stream = stream;
     }
 
-    /// One streamed completion: `on_text` gets each piece of content as it
-    /// arrives; the tool calls come back whole.
+    /// One completion, streamed unless the configuration says otherwise:
+    /// `on_text` gets each piece of content as it arrives; the tool calls
+    /// come back whole.
     pub async fn complete(
         &self,
         messages: &[Message],
         tools: &[ToolSpec],
         on_text: impl FnMut(&str) + Send,
     ) -> Result<ChatResponse, ChatError> {
-        self.complete_with(messages, tools, None, on_text).await
-    }
-
-    /// The same, with the request's `tool_choice`: `auto`, `required`,
-    /// `none`, or a tool's name (sent as that function).
-    pub async fn complete_with(
-        &self,
-        messages: &[Message],
-        tools: &[ToolSpec],
-        tool_choice: Option<&str>,
-        on_text: impl FnMut(&str) + Send,
-    ) -> Result<ChatResponse, ChatError> {
-        let ask = Ask {
-            tool_choice,
-            ..Ask::default()
-        };
-        self.ask(messages, tools, &ask, on_text).await
+        self.ask(messages, tools, &Ask::default(), on_text).await
     }
 
     /// One answer to the conversation, asked as `ask` says. A JSON Schema

@@ -80,21 +80,6 @@ impl ResponsesClient {
         }
     }
 
-    /// One streamed answer; see [`crate::openai::ChatClient::complete_with`].
-    pub async fn complete_with(
-        &self,
-        messages: &[Message],
-        tools: &[ToolSpec],
-        tool_choice: Option<&str>,
-        on_text: impl FnMut(&str) + Send,
-    ) -> Result<ChatResponse, ChatError> {
-        let ask = Ask {
-            tool_choice,
-            ..Ask::default()
-        };
-        self.ask(messages, tools, &ask, on_text).await
-    }
-
     /// One answer, asked as `ask` says: its limit as `max_output_tokens`, a
     /// JSON Schema as `text.format` `json_schema` (asked again without when
     /// a server refuses it, a 400 or 422 naming `text`).

@@ -14,7 +14,7 @@ use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
 use rein_core::{JournalStore, TaskStore};
 use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
 use rein_runtimes::AgentExecutor;
-use rein_runtimes::openai::ChatConfig;
+use rein_runtimes::openai::{Ask, ChatConfig};
 
 fn agent_step(prompt: &str) -> TaskStep {
     TaskStep::new(
@@ -828,7 +828,7 @@ async fn the_messages_apis_refusals_are_classified_like_http_errors() {
     };
     let client = AnthropicClient::new(anthropic(&base));
     let err = client
-        .complete_with(&ask("busy"), &[], None, |_| {})
+        .ask(&ask("busy"), &[], &Ask::default(), |_| {})
         .await
         .unwrap_err();
     assert_eq!(
@@ -841,7 +841,7 @@ async fn the_messages_apis_refusals_are_classified_like_http_errors() {
         }
     );
     let err = client
-        .complete_with(&ask("overloaded"), &[], None, |_| {})
+        .ask(&ask("overloaded"), &[], &Ask::default(), |_| {})
         .await
         .unwrap_err();
     assert!(
@@ -853,7 +853,7 @@ async fn the_messages_apis_refusals_are_classified_like_http_errors() {
         ..anthropic(&base)
     });
     let err = wrong_key
-        .complete_with(&ask("hello"), &[], None, |_| {})
+        .ask(&ask("hello"), &[], &Ask::default(), |_| {})
         .await
         .unwrap_err();
     assert!(
@@ -947,7 +947,7 @@ async fn an_agent_step_on_the_responses_api_writes_a_file() {
         content: "busy".into(),
     }];
     let err = client
-        .complete_with(&busy, &[], None, |_| {})
+        .ask(&busy, &[], &Ask::default(), |_| {})
         .await
         .unwrap_err();
     assert!(
