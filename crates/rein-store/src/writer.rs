@@ -124,6 +124,28 @@ pub(crate) struct Writer {
     shared: Arc<Shared>,
     pub counters: Arc<Counters>,
     options: WriterOptions,
+    /// Last, so that it goes after the queue: the last writer dropped waits
+    /// for the thread to end, and with it the write connection.
+    _thread: Arc<Joined>,
+}
+
+/// The writer thread, waited for when the last [`Writer`] goes: the store's
+/// write connection is closed (and its write-ahead log checkpointed) by the
+/// time the store is dropped, not some moment later on another thread — a
+/// process that then copies or replaces the database files finds them still.
+#[derive(Debug)]
+struct Joined(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Joined {
+    fn drop(&mut self) {
+        if let Some(handle) = self.0.take()
+            // Dropped on the writer thread itself (a write held the last
+            // handle): it ends on its own.
+            && handle.thread().id() != std::thread::current().id()
+        {
+            let _ = handle.join();
+        }
+    }
 }
 
 impl Writer {
@@ -148,7 +170,7 @@ impl Writer {
         });
         let thread_counters = Arc::clone(&counters);
         let thread_shared = Arc::clone(&shared);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("rein-store-writer".into())
             .spawn(move || run(&thread_shared, jobs, &thread_counters))?;
         Ok(Writer {
@@ -156,6 +178,7 @@ impl Writer {
             shared,
             counters,
             options,
+            _thread: Arc::new(Joined(Some(thread))),
         })
     }
 
