@@ -570,24 +570,38 @@ async fn an_api_request_is_a_server_span_in_the_http_conventions_under_its_trace
     })
     .await
     .unwrap();
-    let status = tokio::task::spawn_blocking({
-        let addr = addr.clone();
-        move || {
+    // One request, under the caller's trace context.
+    let traced = |addr: String, head: String, body: &'static str| {
+        tokio::task::spawn_blocking(move || {
             use std::io::{Read, Write};
             let mut stream = std::net::TcpStream::connect(&addr).unwrap();
             write!(
                 stream,
-                "GET /admin/tasks?limit=5 HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\ntraceparent: 00-{CALLER_TRACE}-{CALLER_SPAN}-01\r\nConnection: close\r\n\r\n"
+                "{head} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\ntraceparent: 00-{CALLER_TRACE}-{CALLER_SPAN}-01\r\nContent-Type: application/toml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
             )
             .unwrap();
             let mut response = String::new();
             stream.read_to_string(&mut response).unwrap();
-            response.split_whitespace().nth(1).unwrap().to_owned()
-        }
-    })
-    .await
-    .unwrap();
+            let status = response.split_whitespace().nth(1).unwrap().to_owned();
+            let body = response
+                .split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_owned())
+                .unwrap_or_default();
+            (status, body)
+        })
+    };
+    let (status, _) = traced(addr.clone(), "GET /admin/tasks?limit=5".into(), "")
+        .await
+        .unwrap();
     assert_eq!(status, "200");
+    // A task made by a traced request is in the caller's trace.
+    let (status, created) = traced(addr.clone(), "POST /admin/tasks".into(), TRACED)
+        .await
+        .unwrap();
+    assert_eq!(status, "201", "{created}");
+    let created: Value = serde_json::from_str(&created).unwrap();
+    assert_eq!(created["task"]["trace_id"], CALLER_TRACE, "{created}");
     // The server exports in batches: stopped (SIGTERM), it flushes.
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(server.0.id() as i32),
