@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::openai::{
     Ask, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec, next_event,
-    plain_body, send,
+    plain_body, send, shown, whole_answer,
 };
 
 /// The Messages API's own endpoint.
@@ -244,13 +244,7 @@ impl AnthropicClient {
         let idle = self.config.idle_timeout;
         let (response, request_id) = send(request, &url, idle, "request-id").await?;
         let mut answer = match plain_body(response, &url, idle).await? {
-            Plain::Json(body) => {
-                let answer = whole_message(&body, &url)?;
-                if !answer.content.is_empty() {
-                    on_text(&answer.content);
-                }
-                answer
-            }
+            Plain::Json(body) => whole_answer(&body, &url, whole_message, &mut on_text)?,
             Plain::Stream(response) => read_events(response, &url, idle, &mut on_text).await?,
         };
         answer.request_id = request_id;
@@ -445,9 +439,9 @@ fn whole_message(message: &Value, url: &str) -> Result<ChatResponse, ChatError> 
         message["content"].as_array(),
         message["stop_reason"].as_str(),
     ) else {
-        let head: String = message.to_string().chars().take(200).collect();
         return Err(ChatError::Protocol(format!(
-            "{url} answered a JSON body without `content` and `stop_reason`: `{head}`"
+            "{url} answered a JSON body without `content` and `stop_reason`: `{}`",
+            shown(&message.to_string())
         )));
     };
     let mut content = String::new();

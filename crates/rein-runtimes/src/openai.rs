@@ -251,13 +251,7 @@ impl ChatClient {
                 sent => sent?,
             };
             let mut answer = match plain_body(response, &url, idle).await? {
-                Plain::Json(body) => {
-                    let answer = chat_completion(&body, &url)?;
-                    if !answer.content.is_empty() {
-                        on_text(&answer.content);
-                    }
-                    answer
-                }
+                Plain::Json(body) => whole_answer(&body, &url, chat_completion, &mut on_text)?,
                 Plain::Stream(response) => read_stream(response, &url, idle, &mut on_text).await?,
             };
             answer.request_id = request_id;
@@ -359,12 +353,35 @@ pub(crate) async fn plain_body(
             detail: e.to_string(),
         })?;
     serde_json::from_str(&text).map(Plain::Json).map_err(|e| {
-        let head: String = text.chars().take(SHOWN_BYTES).collect();
         ChatError::Protocol(format!(
             "{url} answered with a JSON content type but a body that is not JSON ({e}): `{}`",
-            head.replace('\n', "\\n")
+            shown(&text)
         ))
     })
+}
+
+/// The answer of a whole JSON body, read by `parse` (the provider's shape),
+/// its text handed to `on_text` at once.
+pub(crate) fn whole_answer(
+    body: &Value,
+    url: &str,
+    parse: fn(&Value, &str) -> Result<ChatResponse, ChatError>,
+    on_text: &mut (impl FnMut(&str) + Send),
+) -> Result<ChatResponse, ChatError> {
+    let answer = parse(body, url)?;
+    if !answer.content.is_empty() {
+        on_text(&answer.content);
+    }
+    Ok(answer)
+}
+
+/// The first [`SHOWN_BYTES`] characters of what a server sent, on one line:
+/// to say what came back when it is not a usable answer.
+pub(crate) fn shown(text: &str) -> String {
+    text.chars()
+        .take(SHOWN_BYTES)
+        .collect::<String>()
+        .replace('\n', "\\n")
 }
 
 /// A whole `chat.completion` body (`choices[0].message` with its `content`
@@ -375,9 +392,9 @@ fn chat_completion(body: &Value, url: &str) -> Result<ChatResponse, ChatError> {
         return Err(stream_error(&body["error"]));
     }
     let Some(choice) = body["choices"].get(0) else {
-        let head: String = body.to_string().chars().take(SHOWN_BYTES).collect();
         return Err(ChatError::Protocol(format!(
-            "{url} answered a JSON body without `choices`: `{head}`"
+            "{url} answered a JSON body without `choices`: `{}`",
+            shown(&body.to_string())
         )));
     };
     let message = &choice["message"];

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::openai::{
     Ask, ChatConfig, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec,
-    next_event, plain_body, refuses, send,
+    next_event, plain_body, refuses, send, shown, whole_answer,
 };
 
 /// The conversation as the Responses API's `instructions` and input items.
@@ -133,13 +133,7 @@ impl ResponsesClient {
             }
         };
         let mut answer = match plain_body(response, &url, idle).await? {
-            Plain::Json(body) => {
-                let answer = whole_response(&body, &url)?;
-                if !answer.content.is_empty() {
-                    on_text(&answer.content);
-                }
-                answer
-            }
+            Plain::Json(body) => whole_answer(&body, &url, whole_response, &mut on_text)?,
             Plain::Stream(response) => read_events(response, &url, idle, &mut on_text).await?,
         };
         answer.request_id = request_id;
@@ -300,9 +294,9 @@ fn whole_response(response: &Value, url: &str) -> Result<ChatResponse, ChatError
         ));
     }
     let Some(output) = response["output"].as_array() else {
-        let head: String = response.to_string().chars().take(200).collect();
         return Err(ChatError::Protocol(format!(
-            "{url} answered a JSON body without `output`: `{head}`"
+            "{url} answered a JSON body without `output`: `{}`",
+            shown(&response.to_string())
         )));
     };
     let mut content = String::new();
