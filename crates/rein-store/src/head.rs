@@ -29,24 +29,76 @@ const MAGIC: &str = "rein-store-head 1";
 /// No ledger entry yet, in the hash's place.
 const NO_HASH: &str = "----------------------------------------------------------------";
 
+/// Where the store stood as a transaction began: the count its commit
+/// follows, and the newest event then (an event newer than it at the commit
+/// is the transaction's own).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Before {
+    commits: u64,
+    newest_event: Option<i64>,
+}
+
 impl Head {
-    /// The store's head as its own tables hold it.
+    /// The store's head as its own tables hold it: the commit count is the
+    /// larger of `store_head.commits` and the newest event's `commit_no`
+    /// (schema migration 11 says why).
     pub fn read(conn: &Connection) -> rusqlite::Result<Head> {
-        conn.query_row(
+        let before = Head::before(conn)?;
+        let mut head = conn.query_row(
             "SELECT commits, ledger_seq, ledger_hash FROM store_head WHERE id = 0",
             [],
             Head::from_row,
-        )
+        )?;
+        head.commits = before.commits;
+        Ok(head)
+    }
+
+    /// Where the store stands, inside the transaction about to run.
+    pub fn before(conn: &Connection) -> rusqlite::Result<Before> {
+        conn.prepare_cached(
+            "SELECT max(h.commits, COALESCE(e.commit_no, 0)), e.gseq
+             FROM store_head h
+             LEFT JOIN (SELECT gseq, commit_no FROM events ORDER BY gseq DESC LIMIT 1) e
+             WHERE h.id = 0",
+        )?
+        .query_row([], |r| {
+            let commits: i64 = r.get(0)?;
+            Ok(Before {
+                commits: u64::try_from(commits).unwrap_or(0),
+                newest_event: r.get(1)?,
+            })
+        })
     }
 
     /// Counts one more commit, inside the transaction about to commit, and
-    /// answers the head it makes.
-    pub fn count_commit(conn: &Connection) -> rusqlite::Result<Head> {
+    /// answers the head it makes. A transaction that appended events counts
+    /// itself on the newest, whose page it writes anyway; any other (one
+    /// that appended none, or deleted the newest before appending) in
+    /// `store_head`.
+    pub fn count_commit(conn: &Connection, before: Before) -> rusqlite::Result<Head> {
+        let commits = i64::try_from(before.commits.saturating_add(1)).unwrap_or(i64::MAX);
+        let newest: Option<i64> = conn
+            .prepare_cached("SELECT max(gseq) FROM events")?
+            .query_row([], |r| r.get(0))?;
+        let appended = match (newest, before.newest_event) {
+            (Some(now), Some(then)) => now > then,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if let (true, Some(gseq)) = (appended, newest) {
+            conn.prepare_cached("UPDATE events SET commit_no = ?1 WHERE gseq = ?2")?
+                .execute([commits, gseq])?;
+            let mut head = conn
+                .prepare_cached("SELECT ?1, ledger_seq, ledger_hash FROM store_head WHERE id = 0")?
+                .query_row([commits], Head::from_row)?;
+            head.commits = before.commits.saturating_add(1);
+            return Ok(head);
+        }
         conn.prepare_cached(
-            "UPDATE store_head SET commits = commits + 1 WHERE id = 0
+            "UPDATE store_head SET commits = ?1 WHERE id = 0
              RETURNING commits, ledger_seq, ledger_hash",
         )?
-        .query_row([], Head::from_row)
+        .query_row([commits], Head::from_row)
     }
 
     fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Head> {

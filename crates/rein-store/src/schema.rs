@@ -201,6 +201,18 @@ const MIGRATIONS: &[&str] = &[
                COUNT(*), SUM(input), SUM(cached), SUM(output), SUM(reasoning), MAX(estimated)
         FROM model_usage GROUP BY 1, 2, 3, 4, 5;
     ",
+    // 11: a commit that appends events counts itself on its newest event
+    //     (`commit_no`), on the page the append writes anyway, instead of in
+    //     `store_head`: a step's commit then writes two pages (the log and its
+    //     index), not three. The store's commit count is the larger of
+    //     `store_head.commits` (counted by commits that append no event) and the
+    //     newest event's `commit_no`; the newest event of a store made before
+    //     carries the count it had.
+    "
+    ALTER TABLE events ADD COLUMN commit_no INTEGER;
+    UPDATE events SET commit_no = (SELECT commits FROM store_head WHERE id = 0)
+     WHERE gseq = (SELECT max(gseq) FROM events);
+    ",
 ];
 
 /// The schema version this build writes.

@@ -242,6 +242,7 @@ fn check_head(conn: &Connection, file: &HeadFile, created: bool) -> StoreResult<
             let hash = recorded.ledger.as_ref().map(|h| h.hash.clone());
             let counted = (|| {
                 conn.execute_batch("BEGIN IMMEDIATE")?;
+                let before = Head::before(conn)?;
                 conn.execute(
                     "INSERT INTO lost_writes (detected_at, recorded, found, ledger_seq, ledger_hash)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -253,7 +254,7 @@ fn check_head(conn: &Connection, file: &HeadFile, created: bool) -> StoreResult<
                         hash
                     ],
                 )?;
-                let counted = Head::count_commit(conn)?;
+                let counted = Head::count_commit(conn, before)?;
                 conn.execute_batch("COMMIT")?;
                 Ok(counted)
             })()

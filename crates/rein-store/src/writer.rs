@@ -324,6 +324,16 @@ fn commit_batch(
             .map(drop)
     };
     run("BEGIN IMMEDIATE").map_err(backend)?;
+    let before = match head {
+        Some(_) => match Head::before(conn) {
+            Ok(before) => Some(before),
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(backend(e));
+            }
+        },
+        None => None,
+    };
     let mut all_ok = true;
     for op in batch.iter_mut() {
         all_ok &= op.apply(conn);
@@ -349,8 +359,8 @@ fn commit_batch(
         // The one write failed: commit nothing.
         return conn.execute_batch("ROLLBACK").map_err(backend);
     }
-    let counted = match head {
-        Some(_) => match Head::count_commit(conn) {
+    let counted = match before {
+        Some(before) => match Head::count_commit(conn, before) {
             Ok(counted) => Some(counted),
             Err(e) => {
                 let _ = conn.execute_batch("ROLLBACK");

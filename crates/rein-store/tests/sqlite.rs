@@ -208,3 +208,68 @@ async fn committed_writes_gone_are_found_at_open_and_nothing_else_is() {
     assert!(store.unacknowledged_lost_writes().is_empty());
     assert!(store.lost_writes().await.unwrap().is_empty());
 }
+
+/// A commit that appends events counts itself on the newest event, any other
+/// in the head row: every commit is counted exactly once either way — tasks
+/// run (appends), a task deleted (the newest events go, nothing appended), a
+/// task made after that (appends below the deleted ones' positions), probes
+/// (no event) — so an older copy put back is found short by exactly the
+/// commits made since.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_commit_is_counted_once_whether_it_appends_events_or_not() {
+    use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, TaskStore};
+    use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rein.db");
+    let old = dir.path().join("old.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.probe().await.unwrap();
+    drop(store);
+    copy_store(&path, &old);
+
+    let store = std::sync::Arc::new(SqliteStore::open(&path).unwrap());
+    let engine = Engine::new(
+        store.clone(),
+        std::sync::Arc::new(CommandExecutor::unsandboxed()),
+        EngineConfig::new(dir.path().join("ws")),
+    );
+    let chain = |n: usize| {
+        let steps = (0..n)
+            .map(|i| TaskStep {
+                depends_on: (i > 0).then(|| format!("s{}", i - 1)).into_iter().collect(),
+                ..TaskStep::new(format!("s{i}"), StepAction::Noop)
+            })
+            .collect();
+        CreateTask {
+            plan: TaskDecomposition::new("counted", steps),
+            session_id: None,
+            workspace: None,
+            confined_to: None,
+        }
+    };
+    let first = engine.create(chain(2)).await.unwrap();
+    let second = engine.create(chain(3)).await.unwrap();
+    for task in [&first, &second] {
+        let done = engine.run(task.id(), RunOptions::default()).await.unwrap();
+        assert_eq!(done.status(), TaskStatus::Completed);
+    }
+    store.probe().await.unwrap();
+    // The newest events are the second task's: deleting it takes them away.
+    engine.delete(second.id()).await.unwrap();
+    let third = engine.create(chain(1)).await.unwrap();
+    engine.run(third.id(), RunOptions::default()).await.unwrap();
+    store.probe().await.unwrap();
+    let made = store.stats().commits;
+    assert!(made > 10, "{:?}", store.stats());
+    drop(engine);
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.unacknowledged_lost_writes().is_empty());
+    drop(store);
+
+    copy_store(&old, &path);
+    let store = SqliteStore::open(&path).unwrap();
+    let lost = store.unacknowledged_lost_writes().to_vec();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].recorded - lost[0].found, made, "{lost:?}");
+}
