@@ -14,6 +14,7 @@ use rein_protocol::{
 
 use crate::engine::Engine;
 use crate::error::{EngineError, Result};
+use crate::lifecycle::{ApprovalEvent, Approvals, Machine};
 use crate::store::{ApprovalFilter, StoreError};
 
 /// Who settles a request whose deadline passed.
@@ -59,11 +60,13 @@ impl Engine {
         admin: bool,
     ) -> Result<ApprovalRequest> {
         let request = self.approval(&response.request_id).await?;
-        if request.status != ApprovalStatus::Pending {
+        // Settled already: the first decision wins, and is named.
+        let Ok(status) = Approvals::next(request.status, ApprovalEvent::of(response.decision))
+        else {
             return Err(EngineError::AlreadyDecided {
                 current: Box::new(request),
             });
-        }
+        };
         if let Some(assigned_to) = &request.assigned_to
             && !admin
             && assigned_to.trim() != response.decided_by.trim()
@@ -76,7 +79,7 @@ impl Engine {
         }
         check_response(&request, &mut response)?;
         let mut updated = request.clone();
-        updated.status = response.decision.status();
+        updated.status = status;
         if response.decision == Decision::Delegate {
             updated.assigned_to = response.delegate_to.clone();
         }
@@ -200,9 +203,9 @@ impl Engine {
         request: ApprovalRequest,
         why: &str,
     ) -> Result<ApprovalRequest> {
-        if request.status != ApprovalStatus::Pending {
+        let Ok(status) = Approvals::next(request.status, ApprovalEvent::Revoke) else {
             return Ok(request);
-        }
+        };
         let entry = ledger_entry(
             &request,
             LedgerKind::Revoked,
@@ -210,7 +213,7 @@ impl Engine {
             Some(why.to_owned()),
         );
         let mut updated = request.clone();
-        updated.status = ApprovalStatus::Denied;
+        updated.status = status;
         updated.response = Some(ApprovalResponse {
             request_id: request.id.clone(),
             decision: Decision::Deny,
@@ -243,13 +246,16 @@ impl Engine {
         if !self.is_overdue(&request) {
             return Ok(request);
         }
+        let Ok(status) = Approvals::next(request.status, ApprovalEvent::Expire) else {
+            return Ok(request);
+        };
         let reason = format!(
             "no decision before the deadline; the default `{}` applies",
             request.on_expiry.as_str()
         );
         let entry = ledger_entry(&request, LedgerKind::Expired, EXPIRY_ACTOR, Some(reason));
         let mut updated = request;
-        updated.status = ApprovalStatus::Expired;
+        updated.status = status;
         match self.settle(updated, entry).await {
             Ok(expired) => Ok(expired),
             Err(EngineError::AlreadyDecided { current }) => Ok(*current),

@@ -155,19 +155,7 @@ pub fn transition(
     now: Timestamp,
 ) -> Result<(), EngineError> {
     let from = contract.status;
-    if !from.next().contains(&to) {
-        let allowed: Vec<&str> = from.next().iter().map(|s| s.as_str()).collect();
-        return Err(EngineError::IllegalTransition {
-            id: contract.id.clone(),
-            from: from.as_str(),
-            to: to.as_str(),
-            allowed: if allowed.is_empty() {
-                "nothing (it is final)".into()
-            } else {
-                allowed.join(", ")
-            },
-        });
-    }
+    crate::lifecycle::contract_transition(from, to).map_err(|e| e.of(&contract.id))?;
     contract.status = to;
     contract.history.push(StatusChange {
         from: Some(from),

@@ -59,14 +59,10 @@ pub enum EngineError {
     /// A session change its state or its owner does not allow now.
     #[error("{0}")]
     SessionRefused(String),
-    /// A contract cannot move from its status to the one asked for.
-    #[error("harness contract {id} is {from}; it can move to {allowed}, not to {to}")]
-    IllegalTransition {
-        id: String,
-        from: &'static str,
-        to: &'static str,
-        allowed: String,
-    },
+    /// A change of status its lifecycle's table does not allow (a contract
+    /// moved where it cannot go, a step's run out of order).
+    #[error(transparent)]
+    IllegalTransition(Box<crate::lifecycle::IllegalTransition>),
     /// A directory the task may not be given (its workspace, `allow_read`).
     #[error(transparent)]
     PathsRefused(#[from] crate::paths::PathsRefused),
@@ -117,6 +113,12 @@ pub enum ErrorKind {
     Forbidden,
     /// Something broke inside rein or its store.
     Internal,
+}
+
+impl From<crate::lifecycle::IllegalTransition> for EngineError {
+    fn from(e: crate::lifecycle::IllegalTransition) -> Self {
+        EngineError::IllegalTransition(Box::new(e))
+    }
 }
 
 impl EngineError {

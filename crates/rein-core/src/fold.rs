@@ -47,7 +47,10 @@ pub enum FoldError {
     #[error("event {seq}: a new checkpoint must start pending, not {status}")]
     CheckpointNotPending { seq: u64, status: CheckpointStatus },
     #[error("event {seq}: {error}")]
-    Illegal { seq: u64, error: IllegalTransition },
+    Illegal {
+        seq: u64,
+        error: Box<IllegalTransition>,
+    },
     #[error("event {seq} belongs to task {got}, not {expected}")]
     WrongTask {
         seq: u64,
@@ -171,7 +174,10 @@ pub(crate) fn apply_checked(
             got: task_id.to_string(),
         });
     }
-    let illegal = |error| FoldError::Illegal { seq, error };
+    let illegal = |error| FoldError::Illegal {
+        seq,
+        error: Box::new(error),
+    };
     let head = &mut state.head;
     match &event.change {
         TaskChange::TaskCreated { .. } | TaskChange::TaskRestored { .. } => {

@@ -13,7 +13,8 @@
 //! - [`recovery`]: classification of failures and the recovery strategies.
 //! - [`recorder`]: turns changes into events, applies them, commits them in batches.
 //! - `controls`: carries pause and abort requests from the store to running tasks.
-//! - [`lifecycle`]: the status transition tables of tasks and checkpoints.
+//! - [`lifecycle`]: every lifecycle as a transition table (tasks, checkpoints,
+//!   steps, approval requests, contracts), and the one [`lifecycle::IllegalTransition`].
 //! - [`fold`]: state as the fold of the event log.
 //! - [`store`]: the [`Store`] trait the storage backends implement.
 //! - [`contracts`]: harness contracts and evidence bundles, and plan–execute–verify.

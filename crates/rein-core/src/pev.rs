@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::contracts::Records;
 use crate::executor::{CommandOutput, StepOutcome, StepRequest};
+use crate::lifecycle::{Contracts, Machine};
 use crate::plan::{PlanErrors, PlanIssue};
 use crate::recovery::Failure;
 use crate::store::{RecordFilter, RecordKind};
@@ -320,7 +321,10 @@ fn path(from: ContractStatus, to: ContractStatus) -> Option<Vec<ContractStatus>>
     let mut queue = std::collections::VecDeque::from([vec![from]]);
     while let Some(route) = queue.pop_front() {
         let last = *route.last()?;
-        for &next in last.next() {
+        for next in Contracts::allowed(last)
+            .into_iter()
+            .filter_map(|e| Contracts::next(last, e).ok())
+        {
             if route.contains(&next) {
                 continue;
             }
@@ -372,7 +376,7 @@ impl Verification {
                     ),
                 };
             }
-            Ok(c) if c.status.is_final() || c.status == ContractStatus::Failed => {
+            Ok(c) if Contracts::is_final(c.status) || c.status == ContractStatus::Failed => {
                 return StepOutcome::Failed {
                     error: format!(
                         "contract {contract_id} is already {}: its verification failed; skip this step to go on without it, or abort the task",

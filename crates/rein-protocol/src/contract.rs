@@ -54,24 +54,6 @@ impl ContractStatus {
     pub fn parse(s: &str) -> Option<ContractStatus> {
         ContractStatus::ALL.into_iter().find(|c| c.as_str() == s)
     }
-
-    /// The statuses this one may move to. `failed` may still be rolled back;
-    /// the others at the end of the flow are final.
-    pub fn next(self) -> &'static [ContractStatus] {
-        use ContractStatus::*;
-        match self {
-            Draft => &[Proposed, Cancelled],
-            Proposed => &[Approved, Rejected, Cancelled],
-            Approved => &[Executing, Cancelled],
-            Executing => &[Verified, Failed, RolledBack, Cancelled],
-            Failed => &[RolledBack],
-            Verified | Rejected | RolledBack | Cancelled => &[],
-        }
-    }
-
-    pub fn is_final(self) -> bool {
-        self.next().is_empty()
-    }
 }
 
 /// One step of the planned work.

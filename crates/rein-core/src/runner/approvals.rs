@@ -15,6 +15,7 @@ use crate::clock::until;
 use crate::engine::RunOptions;
 use crate::error::{EngineError, Result};
 use crate::fold::APPROVAL_ID;
+use crate::lifecycle::StepEvent;
 use crate::recorder::SpanRef;
 
 /// What a person may answer about a step that may have partly run.
@@ -85,14 +86,15 @@ impl TaskRun<'_> {
         request: ApprovalRequest,
     ) -> Result<()> {
         self.rec.request_approval(request.clone(), &span)?;
-        self.progress.set(
+        self.set(
             i,
+            StepEvent::Ask,
             Progress::Awaiting {
                 checkpoint,
                 span,
                 request: Box::new(request),
             },
-        );
+        )?;
         Ok(())
     }
 
@@ -218,14 +220,15 @@ impl TaskRun<'_> {
             let id = ApprovalId::parse(id).map_err(|e| EngineError::BadRequest(e.to_string()))?;
             let request = self.engine.approval(&id).await?;
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
-            self.progress.set(
+            self.set(
                 i,
+                StepEvent::Ask,
                 Progress::Awaiting {
                     checkpoint: checkpoint.clone(),
                     span,
                     request: Box::new(request),
                 },
-            );
+            )?;
         }
         Ok(())
     }
@@ -331,14 +334,15 @@ impl TaskRun<'_> {
         let (outcome, who) = match request.status {
             ApprovalStatus::Pending => {
                 // Delegated: it keeps waiting, now for someone else.
-                self.progress.set(
+                self.set(
                     i,
+                    StepEvent::Reask,
                     Progress::Awaiting {
                         checkpoint,
                         span,
                         request: Box::new(request),
                     },
-                );
+                )?;
                 return Ok(());
             }
             ApprovalStatus::Approved => (Decision::Approve, decided_by(&request)),
@@ -403,7 +407,7 @@ impl TaskRun<'_> {
                     },
                     &span,
                 )?;
-                self.complete(i, super::Progress::Completed);
+                self.complete(i, StepEvent::Pass)?;
             }
             Decision::Skip => {
                 self.rec.record(
@@ -414,7 +418,7 @@ impl TaskRun<'_> {
                     },
                     &span,
                 )?;
-                self.complete(i, super::Progress::Skipped);
+                self.complete(i, StepEvent::Skip)?;
             }
             Decision::Deny | Decision::Delegate => {
                 let error = if request.status == ApprovalStatus::Expired {
@@ -443,14 +447,15 @@ impl TaskRun<'_> {
         let choice = match request.status {
             ApprovalStatus::Pending => {
                 // Delegated: it keeps waiting, now for someone else.
-                self.progress.set(
+                self.set(
                     i,
+                    StepEvent::Reask,
                     Progress::Awaiting {
                         checkpoint,
                         span,
                         request: Box::new(request),
                     },
-                );
+                )?;
                 return Ok(());
             }
             ApprovalStatus::Approved => request
@@ -482,7 +487,7 @@ impl TaskRun<'_> {
                     },
                     &span,
                 )?;
-                self.run_again(i);
+                self.run_again(i)?;
             }
             "rerun" => {
                 self.rec.record(
@@ -495,7 +500,7 @@ impl TaskRun<'_> {
                     ),
                     &span,
                 )?;
-                self.run_again(i);
+                self.run_again(i)?;
             }
             "skip" => {
                 self.rec.record(
@@ -506,7 +511,7 @@ impl TaskRun<'_> {
                     },
                     &span,
                 )?;
-                self.complete(i, Progress::Skipped);
+                self.complete(i, StepEvent::Skip)?;
             }
             _ => {
                 let error = format!("abandoned by {who} after rein stopped while it was running");
@@ -543,7 +548,7 @@ impl TaskRun<'_> {
             },
             &span,
         )?;
-        self.progress.set(i, Progress::Skipped);
+        self.set(i, StepEvent::Skip, Progress::Skipped)?;
         Ok(())
     }
 

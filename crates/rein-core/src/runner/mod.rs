@@ -37,9 +37,12 @@ use crate::engine::{Engine, RunOptions, aborted_checkpoint, elapsed_ms, system_c
 use crate::error::{EngineError, Result};
 use crate::executor::{StepOutcome, StepRequest};
 use crate::fold::{RETRY_AT, WILL_RETRY};
+use crate::lifecycle::{IllegalTransition, Machine, StepEvent, StepState, Steps};
 use crate::recorder::{Recorder, SpanRef};
 use crate::store::{ControlKind, StoreError};
 
+/// A step's place in its lifecycle ([`Steps`]), with what the runner keeps
+/// for it there.
 #[derive(Debug)]
 enum Progress {
     NotStarted,
@@ -48,6 +51,8 @@ enum Progress {
         span: SpanRef,
         token: CancellationToken,
     },
+    /// Its attempt has ended; the runner is recording the outcome.
+    Ended,
     /// Waiting for a person to settle `request`.
     Awaiting {
         checkpoint: CheckpointId,
@@ -72,6 +77,21 @@ enum Progress {
 }
 
 impl Progress {
+    fn state(&self) -> StepState {
+        match self {
+            Progress::NotStarted => StepState::NotStarted,
+            Progress::Running { .. } => StepState::Running,
+            Progress::Ended => StepState::Ended,
+            Progress::Awaiting { .. } => StepState::Awaiting,
+            Progress::Delayed { .. } => StepState::Delayed,
+            Progress::Interrupted { .. } => StepState::Interrupted,
+            Progress::Completed => StepState::Completed,
+            Progress::Skipped => StepState::Skipped,
+            Progress::Failed => StepState::Failed,
+            Progress::DependencyFailed => StepState::DependencyFailed,
+        }
+    }
+
     fn satisfies_dependants(&self) -> bool {
         matches!(self, Progress::Completed | Progress::Skipped)
     }
@@ -83,7 +103,8 @@ impl Progress {
 /// Each step's progress, with how many steps wait on a person or on a retry
 /// timer: the run loop asks both on every turn, and counting them as they change
 /// spares it a walk over every step of a long plan. Reads go through the slice;
-/// every change goes through [`Progresses::set`].
+/// every change goes through [`Progresses::set`], which holds it to the step
+/// lifecycle's table.
 struct Progresses {
     items: Vec<Progress>,
     awaiting: usize,
@@ -109,8 +130,32 @@ impl Progresses {
         )
     }
 
-    /// Sets step `i`'s progress; returns what it was.
-    fn set(&mut self, i: usize, new: Progress) -> Progress {
+    /// Moves step `i` by `event` to `new`, which must be where the step
+    /// lifecycle's table takes it; returns what it was.
+    fn set(
+        &mut self,
+        i: usize,
+        event: StepEvent,
+        new: Progress,
+    ) -> std::result::Result<Progress, IllegalTransition> {
+        let to = Steps::next(self.items[i].state(), event)?;
+        if to != new.state() {
+            return Err(IllegalTransition {
+                kind: Steps::KIND,
+                id: None,
+                from: Steps::state_name(self.items[i].state()).to_owned(),
+                event: format!(
+                    "{} into {}",
+                    Steps::event_name(event),
+                    Steps::state_name(new.state())
+                ),
+                allowed: vec![format!(
+                    "{} into {}",
+                    Steps::event_name(event),
+                    Steps::state_name(to)
+                )],
+            });
+        }
         let old = std::mem::replace(&mut self.items[i], new);
         for (p, add) in [(&old, false), (&self.items[i], true)] {
             let counter = match p {
@@ -129,7 +174,7 @@ impl Progresses {
             (self.awaiting, self.delayed),
             Progresses::count(&self.items)
         );
-        old
+        Ok(old)
     }
 
     /// The request step `i` waits on, to bring up to date.
@@ -504,7 +549,7 @@ impl<'e> TaskRun<'e> {
                 }
                 () = tokio::time::sleep(deadline.unwrap_or_default()), if deadline.is_some() => {
                     self.expire_due().await?;
-                    self.release_due();
+                    self.release_due()?;
                 }
                 _ = poll.tick(), if self.awaiting_any() || self.questions.any() => self.poll_approvals().await?,
                 // A decision made on another node, at once.
@@ -582,7 +627,7 @@ impl<'e> TaskRun<'e> {
                         .into(),
                     duration_ms: Some(duration_ms),
                 })?;
-                self.progress.set(i, Progress::Skipped);
+                self.set(i, StepEvent::Skip, Progress::Skipped)?;
             } else if step.idempotent || options.rerun.contains(&step.id) {
                 let why = if step.idempotent {
                     "it is idempotent"
@@ -594,7 +639,7 @@ impl<'e> TaskRun<'e> {
                     duration_ms,
                     format!("interrupted: rein stopped while this step was running{found}; running it again because {why}"),
                 ))?;
-                self.progress.set(i, Progress::NotStarted);
+                self.set(i, StepEvent::RunAgain, Progress::NotStarted)?;
             } else {
                 // It may have partly run: a person decides.
                 self.ask_interrupted(i, checkpoint, leftover.as_deref())?;
@@ -768,14 +813,15 @@ impl<'e> TaskRun<'e> {
                 )
             };
             let id = self.rec.enter_checkpoint(checkpoint, &span)?;
-            self.progress.set(
+            self.set(
                 i,
+                StepEvent::Start,
                 Progress::Running {
                     checkpoint: id,
                     span,
                     token: CancellationToken::new(),
                 },
-            );
+            )?;
             started.push(i);
         }
         Ok(started)
@@ -986,9 +1032,13 @@ impl<'e> TaskRun<'e> {
     }
 
     fn on_joined(&mut self, (i, outcome, elapsed): Finished) -> Result<()> {
+        // A step the run already closed (an abort) has nothing more to record.
+        if !matches!(self.progress[i], Progress::Running { .. }) {
+            return Ok(());
+        }
         let Progress::Running {
             checkpoint, span, ..
-        } = self.progress.set(i, Progress::NotStarted)
+        } = self.set(i, StepEvent::End, Progress::Ended)?
         else {
             return Ok(());
         };
@@ -1005,7 +1055,7 @@ impl<'e> TaskRun<'e> {
                 ),
                 &span,
             )?;
-            self.progress.set(i, Progress::NotStarted);
+            self.set(i, StepEvent::RunAgain, Progress::NotStarted)?;
             return Ok(());
         }
         // An agent step's output names the runtime selected: an event of its own.
@@ -1051,7 +1101,7 @@ impl<'e> TaskRun<'e> {
                         &span,
                     )?;
                 }
-                self.complete(i, Progress::Completed);
+                self.complete(i, StepEvent::Pass)?;
             }
             StepOutcome::Failed {
                 error,
@@ -1106,28 +1156,47 @@ impl<'e> TaskRun<'e> {
 
     /// Marks a step failed for good and records its dependants as not run.
     fn mark_failed(&mut self, i: usize) -> Result<()> {
-        self.progress.set(i, Progress::Failed);
+        self.set(i, StepEvent::Fail, Progress::Failed)?;
         self.first_failure.get_or_insert(i);
         self.fail_dependants(i)
     }
 
     /// Lets a step run again: ready now if nothing it depends on is outstanding.
-    fn run_again(&mut self, i: usize) {
-        self.progress.set(i, Progress::NotStarted);
+    fn run_again(&mut self, i: usize) -> Result<()> {
+        self.set(i, StepEvent::RunAgain, Progress::NotStarted)?;
         if self.waiting_on[i] == 0 {
             self.ready.insert(i);
         }
+        Ok(())
     }
 
-    /// Marks a step done (completed or skipped) and readies what waited only on it.
-    fn complete(&mut self, i: usize, done: Progress) {
-        self.progress.set(i, done);
+    /// Moves step `i` by `event` to `new` (see [`Progresses::set`]), naming the
+    /// step if its lifecycle does not allow it.
+    fn set(&mut self, i: usize, event: StepEvent, new: Progress) -> Result<Progress> {
+        self.progress.set(i, event, new).map_err(|e| {
+            e.of(format!(
+                "`{}` of task {}",
+                self.steps[i].id, self.rec.state.head.id
+            ))
+            .into()
+        })
+    }
+
+    /// Marks a step done (`Pass`: completed, `Skip`: skipped) and readies what
+    /// waited only on it.
+    fn complete(&mut self, i: usize, event: StepEvent) -> Result<()> {
+        let done = match event {
+            StepEvent::Pass => Progress::Completed,
+            _ => Progress::Skipped,
+        };
+        self.set(i, event, done)?;
         for d in self.dependants[i].clone() {
             self.waiting_on[d] -= 1;
             if self.waiting_on[d] == 0 && matches!(self.progress[d], Progress::NotStarted) {
                 self.ready.insert(d);
             }
         }
+        Ok(())
     }
 
     /// Records every step that (transitively) depends on `failed` as not run.
@@ -1140,7 +1209,7 @@ impl<'e> TaskRun<'e> {
                 }
                 let reason = format!("not run: dependency `{}` failed", self.steps[f].id);
                 self.skip_unstarted(d, reason, DEPENDENCY_FAILED)?;
-                self.progress.set(d, Progress::DependencyFailed);
+                self.set(d, StepEvent::Block, Progress::DependencyFailed)?;
                 stack.push(d);
             }
         }
@@ -1421,7 +1490,7 @@ impl<'e> TaskRun<'e> {
                 .map_or(0, |c| elapsed_ms(c.started_at));
             self.rec
                 .record(aborted_checkpoint(checkpoint, duration_ms, &by), &span)?;
-            self.progress.set(i, Progress::Failed);
+            self.set(i, StepEvent::Fail, Progress::Failed)?;
         }
         self.rec
             .task_event(TaskChange::TaskCancelled { reason, by })?;
@@ -1490,7 +1559,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{Progress, Progresses};
+    use super::{Progress, Progresses, StepEvent};
 
     #[test]
     fn progresses_count_the_steps_on_a_retry_timer_as_they_change() {
@@ -1501,19 +1570,35 @@ mod tests {
             Progress::Completed,
         ]);
         assert_eq!((p.awaiting, p.delayed), (0, 1));
+        let cp = rein_protocol::CheckpointId::new();
+        let running = || Progress::Running {
+            checkpoint: cp.clone(),
+            span: crate::recorder::SpanRef::child_of("0000000000000001"),
+            token: tokio_util::sync::CancellationToken::new(),
+        };
+        p.set(1, StepEvent::Start, running()).unwrap();
+        p.set(1, StepEvent::End, Progress::Ended).unwrap();
         assert!(matches!(
-            p.set(1, Progress::Delayed { until: at }),
-            Progress::NotStarted
+            p.set(1, StepEvent::Delay, Progress::Delayed { until: at }),
+            Ok(Progress::Ended)
         ));
         assert_eq!(p.delayed, 2);
-        // Delayed to delayed: still counted once.
-        p.set(1, Progress::Delayed { until: at });
+        // Delayed to delayed is no transition: refused, and still counted once.
+        let err = p
+            .set(1, StepEvent::Delay, Progress::Delayed { until: at })
+            .unwrap_err();
+        assert_eq!(
+            (err.from.as_str(), err.event.as_str()),
+            ("delayed", "delay")
+        );
         assert_eq!(p.delayed, 2);
+        // An event that leads elsewhere than the progress given is refused too.
+        assert!(p.set(0, StepEvent::RunAgain, Progress::Failed).is_err());
         assert!(matches!(
-            p.set(0, Progress::Failed),
-            Progress::Delayed { .. }
+            p.set(0, StepEvent::RunAgain, Progress::NotStarted),
+            Ok(Progress::Delayed { .. })
         ));
-        p.set(1, Progress::NotStarted);
+        p.set(1, StepEvent::RunAgain, Progress::NotStarted).unwrap();
         assert_eq!((p.awaiting, p.delayed), (0, 0));
         assert!(matches!(p[2], Progress::Completed));
     }

@@ -15,6 +15,7 @@ use super::{Progress, TaskRun};
 use crate::clock::until;
 use crate::error::Result;
 use crate::fold::RECOVERY;
+use crate::lifecycle::StepEvent;
 use crate::recorder::SpanRef;
 use crate::recovery::{Failure, backoff, classify, resolve, retry_after};
 
@@ -121,13 +122,10 @@ impl TaskRun<'_> {
         match action {
             RecoveryAction::Retry | RecoveryAction::Wait => {
                 self.recoveries[i] += 1;
-                self.progress.set(
-                    i,
-                    match retry_at {
-                        Some(until) => Progress::Delayed { until },
-                        None => Progress::NotStarted,
-                    },
-                );
+                match retry_at {
+                    Some(until) => self.set(i, StepEvent::Delay, Progress::Delayed { until })?,
+                    None => self.set(i, StepEvent::RunAgain, Progress::NotStarted)?,
+                };
             }
             RecoveryAction::Skip => {
                 self.skip_unstarted(
@@ -135,7 +133,7 @@ impl TaskRun<'_> {
                     format!("skipped by recovery after a {error_type} error: {error}"),
                     "recovery",
                 )?;
-                self.complete(i, Progress::Skipped);
+                self.complete(i, StepEvent::Skip)?;
             }
             RecoveryAction::Pause => {
                 let task = &self.rec.state.head.id;
@@ -145,7 +143,7 @@ impl TaskRun<'_> {
                         step.id
                     )
                 });
-                self.progress.set(i, Progress::NotStarted);
+                self.set(i, StepEvent::RunAgain, Progress::NotStarted)?;
             }
             RecoveryAction::Abort => self.mark_failed(i)?,
             RecoveryAction::Escalate => self.escalate(i, error_type, &error)?,
@@ -240,17 +238,18 @@ impl TaskRun<'_> {
     }
 
     /// Steps whose retry time has come are ready again.
-    pub(super) fn release_due(&mut self) {
+    pub(super) fn release_due(&mut self) -> Result<()> {
         if !self.delayed_any() {
-            return;
+            return Ok(());
         }
         let now = self.engine.config.clock.now();
         for i in 0..self.steps.len() {
             if let Progress::Delayed { until } = self.progress[i]
                 && until <= now
             {
-                self.run_again(i);
+                self.run_again(i)?;
             }
         }
+        Ok(())
     }
 }
