@@ -12,7 +12,7 @@ use rein_protocol::{
     LedgerKind,
 };
 
-use crate::engine::Engine;
+use crate::context::RunContext;
 use crate::error::{EngineError, Result};
 use crate::lifecycle::{ApprovalEvent, Approvals, Machine};
 use crate::store::{ApprovalFilter, StoreError};
@@ -22,7 +22,7 @@ pub const EXPIRY_ACTOR: &str = "system:deadline";
 /// Who withdraws a request whose task no longer needs it.
 pub const REVOKE_ACTOR: &str = "system:revoked";
 
-impl Engine {
+impl RunContext {
     /// A request, with its deadline honoured: one past its deadline is expired first.
     pub async fn approval(&self, id: &ApprovalId) -> Result<ApprovalRequest> {
         let request = self
@@ -48,7 +48,7 @@ impl Engine {
         self.decide_as(response, false).await
     }
 
-    /// [`Engine::decide`] by an admin, who may decide a request delegated to
+    /// [`RunContext::decide`] by an admin, who may decide a request delegated to
     /// someone else.
     pub async fn decide_overriding(&self, response: ApprovalResponse) -> Result<ApprovalRequest> {
         self.decide_as(response, true).await
@@ -184,7 +184,7 @@ impl Engine {
         Ok((entries.len(), problems, LedgerHead::of(&entries)))
     }
 
-    /// [`Engine::check_ledger`] as the wire shape.
+    /// [`RunContext::check_ledger`] as the wire shape.
     pub async fn ledger_check(&self, head: Option<LedgerHead>) -> Result<LedgerCheck> {
         let (entries, problems, now) = self.check_ledger(head.as_ref()).await?;
         Ok(LedgerCheck {

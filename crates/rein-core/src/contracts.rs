@@ -16,9 +16,11 @@ use rein_protocol::{
 };
 
 use crate::clock::Clock;
-use crate::shared_state::{UPDATE_TRIES, audit, upsert};
+use crate::context::RunContext;
+use crate::shared_state::upsert;
 use crate::store::{AuditRecord, Record, RecordFilter, RecordKind, StoreError};
-use crate::{Engine, EngineError, Store};
+use crate::store::{UPDATE_TRIES, audit};
+use crate::{EngineError, Store};
 
 /// Tools that act beyond the files of the workspace: a contract needing one is
 /// at least high risk.
@@ -302,7 +304,7 @@ pub type ContractPage = rein_protocol::api::Page<HarnessContract>;
 /// A page of evidence bundles, newest first.
 pub type EvidencePage = rein_protocol::api::Page<EvidenceBundle>;
 
-/// Contracts and evidence bundles in the engine's store: what [`Engine::records`]
+/// Contracts and evidence bundles in the engine's store: what [`RunContext::records`]
 /// hands out, and what a task's verify step works with.
 #[derive(Clone)]
 pub struct Records {
@@ -317,7 +319,7 @@ impl std::fmt::Debug for Records {
     }
 }
 
-impl Engine {
+impl RunContext {
     /// The engine's contracts and evidence bundles.
     pub fn records(&self) -> Records {
         Records {

@@ -3,94 +3,29 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rein_protocol::ids::{new_span_id, new_trace_id};
 use rein_protocol::{
-    ApprovalStatus, ApprovedBy, Approver, Checkpoint, CheckpointId, CheckpointStatus,
-    CheckpointType, EventId, HarnessEvent, RunnerInfo, Snapshot, SnapshotId, TaskChange,
-    TaskDecomposition, TaskId, TaskState, TaskStatus, TaskSummary,
+    ApprovalStatus, ApprovedBy, Approver, CheckpointId, CheckpointStatus, CheckpointType, EventId,
+    HarnessEvent, RunnerInfo, Snapshot, SnapshotId, TaskChange, TaskDecomposition, TaskId,
+    TaskState, TaskStatus, TaskSummary,
 };
 use tokio::sync::broadcast;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::clock::{Clock, SystemClock};
 use crate::controls::ControlHub;
 use crate::error::{EngineError, Result};
 use crate::executor::StepExecutor;
 use crate::process::{current_runner, is_current, runner_alive};
-use crate::recorder::{Recorder, SpanRef};
+use crate::recorder::Recorder;
 use crate::runner::TaskRun;
 use crate::store::{ApprovalFilter, ControlKind, ControlRequest, Store, TaskFilter, TaskPage};
 use crate::{fold, plan};
 
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Most steps of one task running at once, unless its plan says otherwise.
-    pub max_parallel: usize,
-    /// Bytes kept from the end of each step's stdout and stderr.
-    pub output_tail_bytes: usize,
-    /// How often the engine checks for pause and abort requests from other processes.
-    pub control_poll: Duration,
-    /// Where tasks without a workspace of their own get a fresh directory.
-    pub workspace_root: PathBuf,
-    pub default_session: String,
-    /// Wall-clock time for deadlines.
-    pub clock: Arc<dyn Clock>,
-    /// Permission rules for command steps (none: everything is allowed).
-    pub policy: Arc<rein_sandbox::Policy>,
-    /// rein's data directory, which no task may be given as (or around) its
-    /// workspace or read, and which the sandbox hides from every step.
-    pub data_dir: Option<PathBuf>,
-    /// Where nodes share the store: the most tasks this node runs at once;
-    /// others wait for a node with room.
-    pub max_tasks: usize,
-    /// Directories the operator declared for workspaces (`workspace_roots`,
-    /// a server's `--workspace-root`): a root rein accepts root's
-    /// directories inside them as workspaces (see [`rein_sandbox::guard`]).
-    pub workspace_roots: Vec<PathBuf>,
-}
-
-/// [`EngineConfig::max_tasks`] unless set.
-pub const DEFAULT_MAX_TASKS: usize = 1000;
-
-impl EngineConfig {
-    pub fn new(workspace_root: PathBuf) -> EngineConfig {
-        EngineConfig {
-            max_parallel: 4,
-            output_tail_bytes: 4096,
-            control_poll: Duration::from_millis(200),
-            workspace_root,
-            default_session: "default".to_owned(),
-            clock: Arc::new(SystemClock),
-            policy: Arc::default(),
-            data_dir: None,
-            max_tasks: DEFAULT_MAX_TASKS,
-            workspace_roots: Vec::new(),
-        }
-    }
-
-    /// What the directories given to a task must keep clear of: the data
-    /// directory (but for the task workspaces in it) and, for a submission
-    /// confined to `roots`, everything outside them.
-    pub fn protected(&self, roots: Option<Vec<PathBuf>>) -> rein_sandbox::Protected {
-        // A server's roots were declared by its operator, as configured ones are.
-        let declared = self
-            .workspace_roots
-            .iter()
-            .chain(roots.iter().flatten())
-            .cloned()
-            .collect();
-        rein_sandbox::Protected {
-            data_dir: self.data_dir.clone(),
-            task_workspaces: Some(self.workspace_root.clone()),
-            roots,
-            declared,
-            as_root: nix::unistd::geteuid().is_root(),
-        }
-    }
-}
+pub use crate::context::{DEFAULT_MAX_TASKS, EngineConfig, RunContext, RunOptions};
+use crate::recorder::{aborted_checkpoint, elapsed_ms, system_checkpoint};
+use crate::spans::{caller_span, link_to_task_trace};
+pub use crate::spans::{follow_traceparent, parse_traceparent, take_next_span_id};
 
 /// What to create a task from.
 #[derive(Debug, Clone)]
@@ -104,29 +39,6 @@ pub struct CreateTask {
     /// [`rein_sandbox::guard`]; `Some(roots)` for a server's caller, who may
     /// name only directories inside `roots` (none if it is empty).
     pub confined_to: Option<Vec<PathBuf>>,
-}
-
-/// How to run or resume a task.
-#[derive(Debug, Clone, Default)]
-pub struct RunOptions {
-    /// Interrupted steps to run again although they are not idempotent.
-    pub rerun: Vec<String>,
-    /// Interrupted steps to record as skipped.
-    pub skip: Vec<String>,
-    /// Fired: start no more steps, let running ones finish, then pause the task.
-    pub pause: CancellationToken,
-    /// Fired: stop running steps now and return, leaving the task resumable
-    /// exactly as a crash would.
-    pub cancel: CancellationToken,
-    /// When all that is left waits for a person, pause the task and return instead
-    /// of waiting for the decision.
-    pub no_wait: bool,
-    /// Who `rerun` and `skip` come from, as recorded in the ledger (empty: "operator").
-    pub decided_by: String,
-    /// A look at this machine's processes taken after the task's last runner
-    /// stopped (a take-over of many tasks at once): the interrupted attempts it
-    /// did not see are not looked for again. None: each take-up looks itself.
-    pub sweep: Option<rein_sandbox::process::Sweep>,
 }
 
 /// What a pause or abort did.
@@ -150,27 +62,21 @@ pub struct RunClaim {
     controls: tokio::sync::mpsc::UnboundedReceiver<crate::controls::RunnerMessage>,
 }
 
+/// The one way into tasks. What runs need of it is its [`RunContext`],
+/// which it derefs to: `engine.store()`, `engine.decide(..)` and the rest of
+/// the context's methods are the engine's.
 #[derive(Debug)]
 pub struct Engine {
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) executor: Arc<dyn StepExecutor>,
-    pub(crate) config: EngineConfig,
-    pub(crate) events: broadcast::Sender<HarnessEvent>,
-    pub(crate) runner: RunnerInfo,
-    /// The tasks this engine is running right now, and the way to reach them.
-    pub(crate) controls: Arc<ControlHub>,
+    ctx: RunContext,
     /// Folded states of recently read tasks.
     states: std::sync::Mutex<std::collections::HashMap<TaskId, TaskState>>,
-    /// Woken when this engine writes an audit record (streams also poll, for
-    /// records other processes write).
-    pub(crate) audited: Arc<tokio::sync::Notify>,
-    /// What serves isolated completions: a goal's decomposition, `rein complete`.
-    pub(crate) completer: Option<Arc<dyn crate::harness::completion::Completer>>,
-    /// Runs starting or resuming at once, up to their first steps: a thousand
-    /// tasks taken up together go through a few at a time, so whatever else
-    /// the engine's threads serve (a request, a step that ends) waits behind a
-    /// few take-ups, not behind all of them.
-    pub(crate) starting: Arc<tokio::sync::Semaphore>,
+}
+
+impl std::ops::Deref for Engine {
+    type Target = RunContext;
+    fn deref(&self) -> &RunContext {
+        &self.ctx
+    }
 }
 
 /// How many folded task states the engine keeps for reads.
@@ -189,16 +95,18 @@ impl Engine {
         let (events, _) = broadcast::channel(4096);
         let controls = ControlHub::new(Arc::clone(&store), config.control_poll);
         Engine {
-            store,
-            executor,
-            config,
-            events,
-            runner: current_runner(),
-            controls,
+            ctx: RunContext {
+                store,
+                executor,
+                config,
+                events,
+                runner: current_runner(),
+                controls,
+                audited: Arc::new(tokio::sync::Notify::new()),
+                completer: None,
+                starting: Arc::new(tokio::sync::Semaphore::new(STARTING)),
+            },
             states: std::sync::Mutex::new(std::collections::HashMap::new()),
-            audited: Arc::new(tokio::sync::Notify::new()),
-            completer: None,
-            starting: Arc::new(tokio::sync::Semaphore::new(STARTING)),
         }
     }
 
@@ -208,7 +116,7 @@ impl Engine {
         mut self,
         completer: Arc<dyn crate::harness::completion::Completer>,
     ) -> Engine {
-        self.completer = Some(completer);
+        self.ctx.completer = Some(completer);
         self
     }
 
@@ -269,14 +177,6 @@ impl Engine {
         self.audited.notified()
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
-    }
-
-    pub fn config(&self) -> &EngineConfig {
-        &self.config
-    }
-
     /// Events of every task this engine records, once they are durable.
     pub fn subscribe(&self) -> broadcast::Receiver<HarnessEvent> {
         self.events.subscribe()
@@ -325,10 +225,6 @@ impl Engine {
 
     /// Resolves when another node may have written `what` (a store several
     /// nodes share notifies); never, for a store only this machine writes.
-    pub async fn changed_elsewhere(&self, what: crate::store::Change) {
-        crate::store::changed_elsewhere(self.store.as_ref(), what).await;
-    }
-
     fn forget(&self, id: &TaskId) {
         if let Ok(mut cache) = self.states.lock() {
             cache.remove(id);
@@ -1039,49 +935,6 @@ impl Engine {
     }
 }
 
-/// Records a checkpoint of the engine's own (no plan step) that passes at once.
-pub(crate) fn system_checkpoint(
-    rec: &mut Recorder,
-    kind: CheckpointType,
-    input: Option<serde_json::Value>,
-    output: Option<serde_json::Value>,
-    approved_by: ApprovedBy,
-) -> Result<CheckpointId> {
-    let span = SpanRef::child_of(&rec.state.head.span_id);
-    let checkpoint = Checkpoint {
-        input,
-        ..Checkpoint::pending(rec.state.head.id.clone(), None, kind, 1)
-    };
-    let id = rec.enter_checkpoint(checkpoint, &span)?;
-    rec.record(
-        TaskChange::CheckpointPassed {
-            checkpoint_id: id.clone(),
-            duration_ms: 0,
-            output,
-            approved_by: Some(approved_by),
-        },
-        &span,
-    )?;
-    Ok(id)
-}
-
-/// A checkpoint that ends, failed for good, because `by` aborted its task.
-pub(crate) fn aborted_checkpoint(
-    checkpoint_id: CheckpointId,
-    duration_ms: u64,
-    by: &str,
-) -> TaskChange {
-    TaskChange::CheckpointFailed {
-        checkpoint_id,
-        duration_ms,
-        error: format!("cancelled: the task was aborted by {by}"),
-        output: None,
-        will_retry: false,
-        error_type: None,
-        retry_at: None,
-    }
-}
-
 /// Records every in-progress checkpoint as failed because the task was aborted.
 fn cancel_interrupted(rec: &mut Recorder, by: &str) -> Result<()> {
     let open: Vec<(CheckpointId, u64)> = rec
@@ -1110,184 +963,4 @@ fn fresh_checkpoint_ids(mut state: TaskState) -> TaskState {
         cp.id = fresh;
     }
     state
-}
-
-/// Makes `span` part of the task's trace when spans are exported over
-/// OpenTelemetry: its parent becomes the task's root span (as a remote parent), so
-/// the exported trace id is the one every event of the task carries. Without an
-/// OpenTelemetry layer installed this does nothing.
-fn link_to_task_trace(span: &tracing::Span, trace_id: &str, span_id: &str) {
-    use opentelemetry::trace::{
-        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
-    };
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let (Ok(trace), Ok(parent)) = (TraceId::from_hex(trace_id), SpanId::from_hex(span_id)) else {
-        return;
-    };
-    let context = SpanContext::new(trace, parent, TraceFlags::SAMPLED, true, TraceState::NONE);
-    // Fails only when the span is disabled or already started; either way the
-    // run goes on untraced.
-    let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(context));
-}
-
-/// The trace and span (hex) of the current span when it is in a trace an
-/// exporter records (sampled): the caller a task is made under.
-fn caller_span() -> Option<(String, String)> {
-    use opentelemetry::trace::TraceContextExt;
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let context = tracing::Span::current().context();
-    let span = context.span();
-    let caller = span.span_context();
-    (caller.is_valid() && caller.is_sampled())
-        .then(|| (caller.trace_id().to_string(), caller.span_id().to_string()))
-}
-
-/// Makes `span` (not yet started) a child of the caller's span a W3C
-/// `traceparent` names, in the caller's trace; a malformed one is ignored.
-pub fn follow_traceparent(span: &tracing::Span, header: &str) {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    if let Some(parent) = parse_traceparent(header) {
-        let _ = span.set_parent(parent);
-    }
-}
-
-/// A W3C `traceparent` (`00-TRACE-SPAN-FLAGS`) as the remote parent
-/// context it names; `None` for one that is not well formed (or all zeros).
-pub fn parse_traceparent(header: &str) -> Option<opentelemetry::Context> {
-    use opentelemetry::trace::{
-        SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
-    };
-    let mut parts = header.trim().split('-');
-    let (Some(version), Some(trace), Some(span), Some(flags)) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return None;
-    };
-    if version.len() != 2 || version == "ff" || trace.len() != 32 || span.len() != 16 {
-        return None;
-    }
-    let flags = u8::from_str_radix(flags, 16).ok()?;
-    let context = SpanContext::new(
-        TraceId::from_hex(trace).ok()?,
-        SpanId::from_hex(span).ok()?,
-        TraceFlags::new(flags),
-        true,
-        TraceState::NONE,
-    );
-    context
-        .is_valid()
-        .then(|| opentelemetry::Context::new().with_remote_span_context(context))
-}
-
-thread_local! {
-    /// The span id the next OpenTelemetry span made on this thread is to
-    /// have (see [`with_span_id`]).
-    static NEXT_SPAN_ID: std::cell::Cell<Option<opentelemetry::trace::SpanId>> =
-        const { std::cell::Cell::new(None) };
-}
-
-/// The span id asked for the span being made on this thread, if one was:
-/// an OpenTelemetry id generator gives it instead of a random one, so that
-/// an exported span has the id its events carry.
-pub fn take_next_span_id() -> Option<opentelemetry::trace::SpanId> {
-    NEXT_SPAN_ID.with(std::cell::Cell::take)
-}
-
-/// Makes a `tracing` span with `make` whose exported span has the id
-/// `span_id` (hex, as events carry it): the span is started at once, on this
-/// thread, while its id is the one asked for.
-pub(crate) fn with_span_id(span_id: &str, make: impl FnOnce() -> tracing::Span) -> tracing::Span {
-    use tracing_opentelemetry::OpenTelemetrySpanExt;
-    let id = opentelemetry::trace::SpanId::from_hex(span_id).ok();
-    NEXT_SPAN_ID.with(|next| next.set(id));
-    let span = make();
-    // Started now (its context built), so the id is taken here.
-    let _ = span.context();
-    NEXT_SPAN_ID.with(|next| next.set(None));
-    span
-}
-
-/// The remote parent context of a span of `trace` under `parent` (hex);
-/// empty (a root) without one.
-fn caller_context(
-    trace: opentelemetry::trace::TraceId,
-    parent: Option<&str>,
-) -> opentelemetry::Context {
-    use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceState};
-    match parent.and_then(|p| SpanId::from_hex(p).ok()) {
-        Some(parent) => opentelemetry::Context::new().with_remote_span_context(SpanContext::new(
-            trace,
-            parent,
-            TraceFlags::SAMPLED,
-            true,
-            TraceState::NONE,
-        )),
-        None => opentelemetry::Context::new(),
-    }
-}
-
-/// Exports a span of the task's that `tracing` did not make (an approve
-/// step's wait for a person): with the ids its events carry, from `start` to
-/// now, under `parent` (hex) in the task's trace.
-pub(crate) fn export_span(
-    name: &'static str,
-    trace_id: &str,
-    span_id: &str,
-    parent: Option<&str>,
-    start: rein_protocol::Timestamp,
-    attributes: Vec<opentelemetry::KeyValue>,
-) {
-    use opentelemetry::trace::{Span as _, SpanId, TraceId, Tracer as _};
-    let (Ok(trace), Ok(span)) = (TraceId::from_hex(trace_id), SpanId::from_hex(span_id)) else {
-        return;
-    };
-    let context = caller_context(trace, parent);
-    let tracer = opentelemetry::global::tracer("rein");
-    let mut exported = tracer
-        .span_builder(name)
-        .with_trace_id(trace)
-        .with_span_id(span)
-        .with_start_time(std::time::SystemTime::from(start))
-        .with_attributes(attributes)
-        .start_with_context(&tracer, &context);
-    exported.end();
-}
-
-/// Exports the task's root span — the parent of every run's `task` span —
-/// once the task has ended: from its creation to now, with the task's own
-/// trace and span ids, through the OpenTelemetry tracer provider installed
-/// for the process (nothing happens without one). Only the run that ends the
-/// task sends it, so it goes once.
-pub(crate) fn export_root_span(state: &TaskState) {
-    use opentelemetry::KeyValue;
-    use opentelemetry::trace::{Span as _, SpanId, TraceId, Tracer as _};
-    let head = &state.head;
-    let (Ok(trace), Ok(span)) = (
-        TraceId::from_hex(&head.trace_id),
-        SpanId::from_hex(&head.span_id),
-    ) else {
-        return;
-    };
-    let tracer = opentelemetry::global::tracer("rein");
-    let mut root = tracer
-        .span_builder("task_root")
-        .with_trace_id(trace)
-        .with_span_id(span)
-        .with_start_time(std::time::SystemTime::from(head.created_at))
-        .with_attributes(vec![
-            KeyValue::new("task_id", head.id.to_string()),
-            KeyValue::new("status", head.status.as_str()),
-            KeyValue::new("description", head.description.clone()),
-        ])
-        // Not a child of the run's span, current here: a root, or the
-        // caller's child when the task was made under one.
-        .start_with_context(
-            &tracer,
-            &caller_context(trace, head.parent_span_id.as_deref()),
-        );
-    root.end();
-}
-
-pub(crate) fn elapsed_ms(since: rein_protocol::Timestamp) -> u64 {
-    u64::try_from((chrono::Utc::now() - since).num_milliseconds().max(0)).unwrap_or(0)
 }

@@ -65,7 +65,7 @@ pub enum EngineError {
     IllegalTransition(Box<crate::lifecycle::IllegalTransition>),
     /// A directory the task may not be given (its workspace, `allow_read`).
     #[error(transparent)]
-    PathsRefused(#[from] crate::paths::PathsRefused),
+    PathsRefused(#[from] PathsRefused),
     #[error("cannot prepare workspace {path}: {error}")]
     Workspace { path: String, error: std::io::Error },
     #[error(transparent)]
@@ -160,3 +160,8 @@ impl EngineError {
         }
     }
 }
+
+/// Directories a task may not be given, each with the rule that refuses it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct PathsRefused(pub Vec<rein_sandbox::Refused>);

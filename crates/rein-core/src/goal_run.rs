@@ -17,12 +17,13 @@ use rein_protocol::{
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use crate::context::{RunContext, RunOptions};
 use crate::controls::RunnerMessage;
-use crate::engine::{Engine, RunOptions, aborted_checkpoint};
 use crate::error::{EngineError, Result};
 use crate::goal::{Answered, DecomposeError, Decomposition, Refused};
 use crate::harness::completion::{Completion, CompletionFailure, CompletionRequest};
 use crate::harness::isolated::CompletionError;
+use crate::recorder::aborted_checkpoint;
 use crate::recorder::{Recorder, SpanRef};
 use crate::store::{ControlKind, StoreError};
 
@@ -90,7 +91,7 @@ fn elapsed_ms(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
-impl Engine {
+impl RunContext {
     /// Records how CP2 ended the task (`change`), commits it, and hands the
     /// task back.
     async fn end_with(&self, mut rec: Recorder, change: TaskChange) -> Result<Planned> {
@@ -116,7 +117,7 @@ impl Engine {
             if cp.kind == CheckpointType::TaskPlan && cp.status == CheckpointStatus::InProgress {
                 rec.task_event(TaskChange::CheckpointFailed {
                     checkpoint_id: cp.id,
-                    duration_ms: crate::engine::elapsed_ms(cp.started_at),
+                    duration_ms: crate::recorder::elapsed_ms(cp.started_at),
                     error: "interrupted: rein stopped while the goal was being decomposed; asking again".into(),
                     output: None,
                     will_retry: true,

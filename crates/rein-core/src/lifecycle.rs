@@ -32,7 +32,7 @@ fn id_part(id: &Option<String>) -> String {
 
 fn allowed_part(allowed: &[String]) -> String {
     if allowed.is_empty() {
-        "nothing can happen to it (it is final)".to_owned()
+        "it can do nothing (it is final)".to_owned()
     } else {
         format!("it can {}", allowed.join(", "))
     }

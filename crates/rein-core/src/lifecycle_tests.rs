@@ -189,6 +189,6 @@ fn every_contract_transition_is_as_specified() {
         .of("hctr_1");
     assert_eq!(
         e.to_string(),
-        "illegal transition: harness contract hctr_1 is verified, which cannot move to executing; nothing can happen to it (it is final)"
+        "illegal transition: harness contract hctr_1 is verified, which cannot move to executing; it can do nothing (it is final)"
     );
 }

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use rein_protocol::{StepAction, TaskDecomposition};
 use rein_sandbox::{Protected, Refused};
 
+pub use crate::error::PathsRefused;
+
 /// Every path of the plan (and the workspace asked for) that `guard` refuses,
 /// all at once: the workspace, the directories command steps may read, and
 /// those the MCP servers the plan declares may read. On success those
@@ -91,8 +93,3 @@ pub fn pin(dir: &Path) -> crate::error::Result<rein_sandbox::Pinned> {
         error: std::io::Error::other(e.to_string()),
     })
 }
-
-/// Directories a task may not be given, each with the rule that refuses it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
-pub struct PathsRefused(pub Vec<Refused>);

@@ -297,7 +297,7 @@ pub(crate) async fn advance(
     reason: &str,
 ) -> Result<(), EngineError> {
     let now = records.clock.now();
-    let audit = crate::shared_state::audit(now, by, &format!("contract.{}", target.as_str()), id);
+    let audit = crate::store::audit(now, by, &format!("contract.{}", target.as_str()), id);
     records
         .change_contract(id, &audit, |c| {
             let Some(path) = path(c.status, target) else {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use rein_protocol::ids::new_span_id;
 use rein_protocol::{
-    ApprovalRequest, Checkpoint, CheckpointId, EventId, HarnessEvent, TaskChange,
-    TaskDecomposition, TaskState,
+    ApprovalRequest, ApprovedBy, Checkpoint, CheckpointId, CheckpointType, EventId, HarnessEvent,
+    TaskChange, TaskDecomposition, TaskState,
 };
 use tokio::sync::broadcast;
 
@@ -254,4 +254,52 @@ fn publish(events: &broadcast::Sender<HarnessEvent>, published: Option<Vec<Harne
         // No receiver left is fine: nobody is watching.
         let _ = events.send(event);
     }
+}
+
+/// Records a checkpoint of the engine's own (no plan step) that passes at once.
+pub(crate) fn system_checkpoint(
+    rec: &mut Recorder,
+    kind: CheckpointType,
+    input: Option<serde_json::Value>,
+    output: Option<serde_json::Value>,
+    approved_by: ApprovedBy,
+) -> Result<CheckpointId> {
+    let span = SpanRef::child_of(&rec.state.head.span_id);
+    let checkpoint = Checkpoint {
+        input,
+        ..Checkpoint::pending(rec.state.head.id.clone(), None, kind, 1)
+    };
+    let id = rec.enter_checkpoint(checkpoint, &span)?;
+    rec.record(
+        TaskChange::CheckpointPassed {
+            checkpoint_id: id.clone(),
+            duration_ms: 0,
+            output,
+            approved_by: Some(approved_by),
+        },
+        &span,
+    )?;
+    Ok(id)
+}
+
+/// A checkpoint that ends, failed for good, because `by` aborted its task.
+pub(crate) fn aborted_checkpoint(
+    checkpoint_id: CheckpointId,
+    duration_ms: u64,
+    by: &str,
+) -> TaskChange {
+    TaskChange::CheckpointFailed {
+        checkpoint_id,
+        duration_ms,
+        error: format!("cancelled: the task was aborted by {by}"),
+        output: None,
+        will_retry: false,
+        error_type: None,
+        retry_at: None,
+    }
+}
+
+/// Milliseconds from `since` until now (0 for a time ahead of the clock).
+pub(crate) fn elapsed_ms(since: rein_protocol::Timestamp) -> u64 {
+    u64::try_from((chrono::Utc::now() - since).num_milliseconds().max(0)).unwrap_or(0)
 }

@@ -29,16 +29,16 @@ use crate::clock::Clock;
 use crate::harness::executor::{ExecutorBinding, ExecutorHandle, ResolveError};
 use crate::harness::{AgentSession, HarnessRegistry, Harnesses};
 use crate::process::runner_alive;
-use crate::shared_state::{UPDATE_TRIES, audit};
 use crate::store::{Record, RecordFilter, RecordKind, StoreError};
-use crate::{Engine, EngineError, Store};
+use crate::store::{UPDATE_TRIES, audit};
+use crate::{EngineError, Store};
 
 /// The agent sessions in the engine's store.
 #[derive(Clone)]
 pub struct Sessions {
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    audited: Arc<tokio::sync::Notify>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) audited: Arc<tokio::sync::Notify>,
 }
 
 impl Sessions {
@@ -55,17 +55,6 @@ impl Sessions {
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions").finish_non_exhaustive()
-    }
-}
-
-impl Engine {
-    /// The engine's agent sessions.
-    pub fn sessions(&self) -> Sessions {
-        Sessions {
-            store: Arc::clone(&self.store),
-            clock: Arc::clone(&self.config.clock),
-            audited: Arc::clone(&self.audited),
-        }
     }
 }
 

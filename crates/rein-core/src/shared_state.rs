@@ -187,12 +187,10 @@ pub fn upsert_action(
     Ok(())
 }
 
+use crate::EngineError;
+use crate::context::RunContext;
 use crate::store::{SharedStateFilter, SharedStatePage, StoreError};
-use crate::{Engine, EngineError};
-
-/// How many times an optimistic read-change-write (of a shared state, a
-/// contract or an evidence bundle) is tried before the contention is reported.
-pub(crate) const UPDATE_TRIES: usize = 64;
+use crate::store::{UPDATE_TRIES, audit};
 
 impl From<SharedStateError> for EngineError {
     fn from(e: SharedStateError) -> EngineError {
@@ -200,7 +198,7 @@ impl From<SharedStateError> for EngineError {
     }
 }
 
-impl Engine {
+impl RunContext {
     /// Stores a new shared state (ids and timestamps filled in, paths checked);
     /// an id that exists is refused, never overwritten.
     pub async fn create_shared_state(
@@ -525,23 +523,6 @@ pub(crate) async fn record_step(
     .await;
     if let Err(e) = result {
         tracing::warn!(shared_state = state_id, action = %action.id, error = %e, "cannot record the step in the shared state");
-    }
-}
-
-/// An audit record of `action` on shared state `subject`, by `who`.
-pub(crate) fn audit(
-    at: Timestamp,
-    who: &str,
-    action: &str,
-    subject: &str,
-) -> crate::store::AuditRecord {
-    crate::store::AuditRecord {
-        seq: 0,
-        at,
-        who: who.to_owned(),
-        action: action.to_owned(),
-        subject: subject.to_owned(),
-        detail: serde_json::Value::Null,
     }
 }
 

@@ -633,3 +633,20 @@ impl<S> Store for S where
     S: TaskStore + ApprovalStore + DocumentStore + JournalStore + std::fmt::Debug + ?Sized
 {
 }
+
+/// How many times an optimistic read-change-write (of a shared state, a
+/// contract, an evidence bundle, a session) is tried before the contention
+/// is reported.
+pub(crate) const UPDATE_TRIES: usize = 64;
+
+/// An audit record of `who` doing `action` to `subject` at `at`.
+pub(crate) fn audit(at: Timestamp, who: &str, action: &str, subject: &str) -> AuditRecord {
+    AuditRecord {
+        seq: 0,
+        at,
+        who: who.to_owned(),
+        action: action.to_owned(),
+        subject: subject.to_owned(),
+        detail: serde_json::Value::Null,
+    }
+}

@@ -105,9 +105,9 @@ pub struct AttemptParams {
     /// The step's line to its run: permission questions go there (a person
     /// decides; without it, every permission question is refused), and a
     /// harness that asks reports its agent events there too
-    /// ([`crate::executor::Asker::report`]), so they stay in order with its
+    /// ([`crate::asking::Asker::report`]), so they stay in order with its
     /// questions. Events sent to `events` are forwarded to it as well.
-    pub asker: Option<crate::executor::Asker>,
+    pub asker: Option<crate::asking::Asker>,
     /// The step's journal, where a harness may keep what a later attempt needs
     /// (an external agent's session id), durably.
     pub journal: Option<crate::journal::Journal>,

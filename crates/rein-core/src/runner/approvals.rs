@@ -12,7 +12,7 @@ use rein_protocol::{
 use super::{Progress, TaskRun};
 use crate::approvals::EXPIRY_ACTOR;
 use crate::clock::until;
-use crate::engine::RunOptions;
+use crate::context::RunOptions;
 use crate::error::{EngineError, Result};
 use crate::fold::APPROVAL_ID;
 use crate::lifecycle::StepEvent;
@@ -46,7 +46,7 @@ impl TaskRun<'_> {
             self.attempts[i],
         );
         let checkpoint_id = self.rec.enter_checkpoint(checkpoint, &span)?;
-        let now = self.engine.config.clock.now();
+        let now = self.ctx.config.clock.now();
         let request = ApprovalRequest {
             priority: priority.unwrap_or_else(|| trigger.priority()),
             description: if description.is_empty() {
@@ -137,7 +137,7 @@ impl TaskRun<'_> {
                     "Step `{}` may have partly run: run it again, skip it, or abort it?",
                     step.id
                 ),
-                self.engine.config.clock.now(),
+                self.ctx.config.clock.now(),
             )
         };
         self.await_request(i, checkpoint, span, request)
@@ -192,7 +192,7 @@ impl TaskRun<'_> {
                 delegate_to: None,
                 decided_at: chrono::Utc::now(),
             };
-            let settled = match self.engine.decide(response).await {
+            let settled = match self.ctx.decide(response).await {
                 Ok(settled) => settled,
                 Err(EngineError::AlreadyDecided { current }) => *current,
                 Err(e) => return Err(e),
@@ -218,7 +218,7 @@ impl TaskRun<'_> {
                 continue;
             };
             let id = ApprovalId::parse(id).map_err(|e| EngineError::BadRequest(e.to_string()))?;
-            let request = self.engine.approval(&id).await?;
+            let request = self.ctx.approval(&id).await?;
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
             self.set(
                 i,
@@ -270,7 +270,7 @@ impl TaskRun<'_> {
 
     /// How long until the nearest deadline of a request this run waits on.
     pub(super) fn next_deadline(&self) -> Option<Duration> {
-        let now = self.engine.config.clock.now();
+        let now = self.ctx.config.clock.now();
         self.waited_on()
             .filter(|r| r.status == ApprovalStatus::Pending)
             .filter_map(|r| r.deadline)
@@ -281,7 +281,7 @@ impl TaskRun<'_> {
     /// Looks in the store for decisions made by other processes.
     pub(super) async fn poll_approvals(&mut self) -> Result<()> {
         for waiting in self.awaited() {
-            let Some(now) = self.engine.store.get_approval(&waiting.id).await? else {
+            let Some(now) = self.ctx.store.get_approval(&waiting.id).await? else {
                 continue;
             };
             if now.status != waiting.status || now.assigned_to != waiting.assigned_to {
@@ -294,8 +294,8 @@ impl TaskRun<'_> {
     /// Expires the requests whose deadline passed, applying their defaults.
     pub(super) async fn expire_due(&mut self) -> Result<()> {
         for waiting in self.awaited() {
-            if self.engine.is_overdue(&waiting) {
-                let settled = self.engine.expire_if_overdue(waiting).await?;
+            if self.ctx.is_overdue(&waiting) {
+                let settled = self.ctx.expire_if_overdue(waiting).await?;
                 self.on_settled(settled)?;
             }
         }
@@ -330,7 +330,7 @@ impl TaskRun<'_> {
             .rec
             .state
             .checkpoint(&checkpoint)
-            .map_or(0, |c| crate::engine::elapsed_ms(c.started_at));
+            .map_or(0, |c| crate::recorder::elapsed_ms(c.started_at));
         let (outcome, who) = match request.status {
             ApprovalStatus::Pending => {
                 // Delegated: it keeps waiting, now for someone else.
@@ -353,7 +353,7 @@ impl TaskRun<'_> {
         // The wait for the person is a span of its own, with the ids the
         // step's events carry.
         if let Some(started) = self.rec.state.checkpoint(&checkpoint).map(|c| c.started_at) {
-            crate::engine::export_span(
+            crate::spans::export_span(
                 "approve",
                 &self.rec.state.head.trace_id,
                 &span.span_id,
@@ -470,7 +470,7 @@ impl TaskRun<'_> {
             .rec
             .state
             .checkpoint(&checkpoint)
-            .map_or(0, |c| crate::engine::elapsed_ms(c.started_at));
+            .map_or(0, |c| crate::recorder::elapsed_ms(c.started_at));
         let escalation = self
             .rec
             .state
@@ -537,7 +537,7 @@ impl TaskRun<'_> {
             return Ok(());
         };
         let (checkpoint, span) = (checkpoint.clone(), span.clone());
-        let revoked = self.engine.revoke(request, why).await?;
+        let revoked = self.ctx.revoke(request, why).await?;
         self.rec
             .record(TaskChange::approval_received(&revoked), &span)?;
         self.rec.record(

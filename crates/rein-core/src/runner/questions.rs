@@ -145,7 +145,7 @@ impl TaskRun<'_> {
             self.wait_or_park(asked);
             return Ok(());
         }
-        let now = self.engine.config.clock.now();
+        let now = self.ctx.config.clock.now();
         let request = ApprovalRequest {
             description: question.description,
             options: question.options,
@@ -232,7 +232,7 @@ impl TaskRun<'_> {
             .filter(|id| !self.questions.reused.contains(id))
             .collect();
         for id in candidates {
-            let request = self.engine.approval(&id).await?;
+            let request = self.ctx.approval(&id).await?;
             if request.question.as_deref() == Some(key) {
                 return Ok(Some(request));
             }
@@ -284,7 +284,7 @@ impl TaskRun<'_> {
             });
         self.questions.waiting = kept;
         for asked in gone {
-            let revoked = self.engine.revoke(asked.request.clone(), why).await?;
+            let revoked = self.ctx.revoke(asked.request.clone(), why).await?;
             self.rec
                 .record(TaskChange::approval_received(&revoked), &asked.span)?;
         }
@@ -307,8 +307,8 @@ impl TaskRun<'_> {
             .flat_map(unreceived)
             .collect();
         for id in stale {
-            let request = self.engine.approval(&id).await?;
-            let revoked = self.engine.revoke(request, why).await?;
+            let request = self.ctx.approval(&id).await?;
+            let revoked = self.ctx.revoke(request, why).await?;
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
             self.rec
                 .record(TaskChange::approval_received(&revoked), &span)?;

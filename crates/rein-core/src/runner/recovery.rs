@@ -65,7 +65,7 @@ impl TaskRun<'_> {
             | RecoveryAction::Escalate => None,
         }
         .map(|delay| {
-            self.engine.config.clock.now() + chrono::Duration::from_std(delay).unwrap_or_default()
+            self.ctx.config.clock.now() + chrono::Duration::from_std(delay).unwrap_or_default()
         });
         let FailedAttempt {
             checkpoint,
@@ -204,7 +204,7 @@ impl TaskRun<'_> {
                     "Step `{}` failed ({error_type}): run it again, skip it, or abort it?",
                     step.id
                 ),
-                self.engine.config.clock.now(),
+                self.ctx.config.clock.now(),
             )
         };
         // The escalation itself is on the record, with the failure behind it.
@@ -226,7 +226,7 @@ impl TaskRun<'_> {
         if !self.delayed_any() {
             return None;
         }
-        let now = self.engine.config.clock.now();
+        let now = self.ctx.config.clock.now();
         self.progress
             .iter()
             .filter_map(|p| match p {
@@ -242,7 +242,7 @@ impl TaskRun<'_> {
         if !self.delayed_any() {
             return Ok(());
         }
-        let now = self.engine.config.clock.now();
+        let now = self.ctx.config.clock.now();
         for i in 0..self.steps.len() {
             if let Progress::Delayed { until } = self.progress[i]
                 && until <= now
