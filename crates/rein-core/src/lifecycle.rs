@@ -30,12 +30,24 @@ fn id_part(id: &Option<String>) -> String {
     id.as_deref().map(|id| format!(" {id}")).unwrap_or_default()
 }
 
+/// What a state allows, the words all its events begin with said once:
+/// "it can move to approved, rejected, cancelled".
 fn allowed_part(allowed: &[String]) -> String {
-    if allowed.is_empty() {
-        "it can do nothing (it is final)".to_owned()
-    } else {
-        format!("it can {}", allowed.join(", "))
-    }
+    let Some(first) = allowed.first() else {
+        return "it can do nothing (it is final)".to_owned();
+    };
+    let shared = first
+        .match_indices(' ')
+        .map(|(at, _)| &first[..=at])
+        .filter(|prefix| {
+            allowed
+                .iter()
+                .all(|a| a.starts_with(prefix) && a.len() > prefix.len())
+        })
+        .last()
+        .unwrap_or("");
+    let rest: Vec<&str> = allowed.iter().map(|a| &a[shared.len()..]).collect();
+    format!("it can {shared}{}", rest.join(", "))
 }
 
 impl IllegalTransition {

@@ -191,4 +191,13 @@ fn every_contract_transition_is_as_specified() {
         e.to_string(),
         "illegal transition: harness contract hctr_1 is verified, which cannot move to executing; it can do nothing (it is final)"
     );
+    let e = contract_transition(K::Proposed, K::Verified).unwrap_err();
+    assert!(
+        e.to_string().ends_with(
+            "which cannot move to verified; it can move to approved, rejected, cancelled"
+        ),
+        "{e}"
+    );
+    let e = Steps::next(S::NotStarted, StepEvent::Pass).unwrap_err();
+    assert!(e.to_string().ends_with("it can start, ask, block"), "{e}");
 }
