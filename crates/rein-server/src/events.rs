@@ -56,6 +56,153 @@ fn frame(id: u64, event: &HarnessEvent) -> Event {
 
 type Frames = axum::response::Response;
 
+/// Where a stream's frames go: the client's end of the response.
+pub(crate) type FrameSink = mpsc::Sender<Result<Event, Infallible>>;
+
+/// One log tailed as Server-Sent Events: read from a position in batches,
+/// each item sent as a frame, and waited on when it has nothing newer.
+/// [`tail`] is the loop every such stream shares.
+pub(crate) trait Tailed: Send + 'static {
+    type Item: Send + Sync;
+    /// Up to `limit` items after position `after`, oldest first.
+    fn read(
+        &mut self,
+        after: u64,
+        limit: usize,
+    ) -> impl std::future::Future<Output = Result<Vec<Self::Item>, String>> + Send;
+    /// An item's position: what a client resumes after.
+    fn position(item: &Self::Item) -> u64;
+    fn frame(item: &Self::Item) -> Event;
+    /// Waits until there may be items after `after` (`sent`: whether the
+    /// last read sent any); `false` ends the stream. Only a wake-up needs
+    /// waiting for here: the client going away and the server's shutdown are
+    /// [`tail`]'s.
+    fn wait(
+        &mut self,
+        after: u64,
+        sent: bool,
+        frames: &FrameSink,
+    ) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// Streams `log` from `after` as Server-Sent Events, `batch` items a read,
+/// until the client goes away, the log says it has ended, or the server shuts
+/// down. A read that fails is sent as one `error` event and ends the stream.
+pub(crate) fn tail<T: Tailed>(
+    state: &AppState,
+    mut log: T,
+    mut after: u64,
+    batch: usize,
+) -> Frames {
+    let shutdown = state.shutdown.clone();
+    stream(64, move |tx| async move {
+        loop {
+            let items = match log.read(after, batch).await {
+                Ok(items) => items,
+                Err(e) => {
+                    let _ = tx.send(Ok(Event::default().event("error").data(e))).await;
+                    return;
+                }
+            };
+            for item in &items {
+                if tx.send(Ok(T::frame(item))).await.is_err() {
+                    return; // the client went away
+                }
+                after = T::position(item);
+            }
+            if items.len() == batch {
+                continue;
+            }
+            tokio::select! {
+                more = log.wait(after, !items.is_empty(), &tx) => if !more { return },
+                () = tx.closed() => return,
+                () = shutdown.cancelled() => return,
+            }
+        }
+    })
+}
+
+/// A Server-Sent Events response whose frames `produce` sends (`capacity`
+/// frames may wait for the client), with the keep-alive comments every
+/// stream of rein's has.
+pub(crate) fn stream<F, Fut>(capacity: usize, produce: F) -> Frames
+where
+    F: FnOnce(FrameSink) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(capacity);
+    tokio::spawn(produce(tx));
+    Sse::new(ReceiverStream::new(rx))
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// One task's log, as [`task_stream`] tails it.
+struct TaskLog {
+    state: AppState,
+    id: TaskId,
+    changed: tokio::sync::watch::Receiver<u64>,
+    stalled: bool,
+}
+
+impl Tailed for TaskLog {
+    type Item = HarnessEvent;
+
+    async fn read(&mut self, after: u64, limit: usize) -> Result<Vec<HarnessEvent>, String> {
+        self.state
+            .engine
+            .events(&self.id, after, limit)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn position(event: &HarnessEvent) -> u64 {
+        event.seq
+    }
+
+    fn frame(event: &HarnessEvent) -> Event {
+        frame(event.seq, event)
+    }
+
+    async fn wait(&mut self, after: u64, sent: bool, frames: &FrameSink) -> bool {
+        if sent {
+            self.stalled = false;
+        }
+        let id = &self.id;
+        // Finished and fully sent: the stream ends.
+        let summary = match self.state.engine.summary(id).await {
+            Ok(summary) if summary.status.is_terminal() && summary.last_seq <= after => {
+                return false;
+            }
+            Ok(summary) => summary,
+            Err(_) => return false, // deleted
+        };
+        // Run by another process: whether it is still alive is checked now
+        // and then, since a runner that died writes nothing to say so.
+        let elsewhere = summary.status == TaskStatus::InProgress
+            && summary.last_seq <= after
+            && !self.state.engine.runs_here(id);
+        loop {
+            // Left in progress by a runner that is gone: say so once, so a
+            // follower need not wait for events that will not come.
+            let gone = elsewhere && summary.runner.as_ref().is_some_and(|r| !runner_alive(r));
+            if gone && !self.stalled {
+                self.stalled = true;
+                let note = Event::default()
+                    .event(STALLED)
+                    .data(format!("the runner of task {id} is gone; resume it"));
+                if frames.send(Ok(note)).await.is_err() {
+                    return false;
+                }
+            }
+            tokio::select! {
+                woke = self.changed.changed() => return woke.is_ok(),
+                () = tokio::time::sleep(STALL_CHECK), if elsewhere && !self.stalled => {}
+            }
+        }
+    }
+}
+
 /// One task's events; the stream ends once the task has finished and all its
 /// events were sent.
 pub async fn task_stream(
@@ -67,75 +214,46 @@ pub async fn task_stream(
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let id: TaskId = crate::routes::parse_id(&id)?;
     state.engine.summary(&id).await?;
-    let mut after = position(&headers, &query)?;
-    let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
-    tokio::spawn(async move {
-        // Subscribed before the first read: a commit in between wakes it.
-        let mut changed = state.hub.task(&id);
-        let mut stalled = false;
-        loop {
-            let events = match state.engine.events(&id, after, BATCH).await {
-                Ok(events) => events,
-                Err(e) => {
-                    let _ = tx
-                        .send(Ok(Event::default().event("error").data(e.to_string())))
-                        .await;
-                    return;
-                }
-            };
-            for event in &events {
-                if tx.send(Ok(frame(event.seq, event))).await.is_err() {
-                    return; // the client went away
-                }
-                after = event.seq;
-            }
-            if events.len() == BATCH {
-                continue;
-            }
-            if !events.is_empty() {
-                stalled = false;
-            }
-            // Finished and fully sent: the stream ends.
-            let summary = match state.engine.summary(&id).await {
-                Ok(summary) if summary.status.is_terminal() && summary.last_seq <= after => return,
-                Ok(summary) => summary,
-                Err(_) => return, // deleted
-            };
-            // Run by another process: whether it is still alive is checked now
-            // and then, since a runner that died writes nothing to say so.
-            let elsewhere = summary.status == TaskStatus::InProgress
-                && summary.last_seq <= after
-                && !state.engine.runs_here(&id);
-            loop {
-                // Left in progress by a runner that is gone: say so once, so a
-                // follower need not wait for events that will not come.
-                let gone = elsewhere && summary.runner.as_ref().is_some_and(|r| !runner_alive(r));
-                if gone && !stalled {
-                    stalled = true;
-                    let note = Event::default()
-                        .event(STALLED)
-                        .data(format!("the runner of task {id} is gone; resume it"));
-                    if tx.send(Ok(note)).await.is_err() {
-                        return;
-                    }
-                }
-                tokio::select! {
-                    woke = changed.changed() => {
-                        if woke.is_err() {
-                            return;
-                        }
-                        break;
-                    }
-                    () = tokio::time::sleep(STALL_CHECK), if elsewhere && !stalled => {}
-                    () = tx.closed() => return,
-                    () = state.shutdown.cancelled() => return,
-                }
-            }
-        }
-    });
-    Ok(Sse::new(ReceiverStream::new(rx))
-        .keep_alive(KeepAlive::default())
-        .into_response())
+    let after = position(&headers, &query)?;
+    // Subscribed before the first read: a commit in between wakes it.
+    let log = TaskLog {
+        changed: state.hub.task(&id),
+        state: state.clone(),
+        id,
+        stalled: false,
+    };
+    Ok(tail(&state, log, after, BATCH))
+}
+
+/// Every task's log, in the order of the store's commits.
+struct AllLog {
+    state: AppState,
+    changed: tokio::sync::watch::Receiver<u64>,
+}
+
+impl Tailed for AllLog {
+    type Item = (u64, HarnessEvent);
+
+    async fn read(&mut self, after: u64, limit: usize) -> Result<Vec<(u64, HarnessEvent)>, String> {
+        self.state
+            .engine
+            .store()
+            .all_events(after, limit)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn position((position, _): &(u64, HarnessEvent)) -> u64 {
+        *position
+    }
+
+    fn frame((position, event): &(u64, HarnessEvent)) -> Event {
+        frame(*position, event)
+    }
+
+    async fn wait(&mut self, _after: u64, _sent: bool, _frames: &FrameSink) -> bool {
+        self.changed.changed().await.is_ok()
+    }
 }
 
 /// Every task's events, in the order they were committed.
@@ -145,41 +263,10 @@ pub async fn all_stream(
     query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Frames> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let mut after = position(&headers, &query)?;
-    let (tx, rx) = mpsc::channel::<Result<Event, Infallible>>(64);
-    tokio::spawn(async move {
-        let mut changed = state.hub.all();
-        loop {
-            let events = match state.engine.store().all_events(after, BATCH).await {
-                Ok(events) => events,
-                Err(e) => {
-                    let _ = tx
-                        .send(Ok(Event::default().event("error").data(e.to_string())))
-                        .await;
-                    return;
-                }
-            };
-            for (position, event) in &events {
-                if tx.send(Ok(frame(*position, event))).await.is_err() {
-                    return;
-                }
-                after = *position;
-            }
-            if events.len() == BATCH {
-                continue;
-            }
-            tokio::select! {
-                woke = changed.changed() => {
-                    if woke.is_err() {
-                        return;
-                    }
-                }
-                () = tx.closed() => return,
-                () = state.shutdown.cancelled() => return,
-            }
-        }
-    });
-    Ok(Sse::new(ReceiverStream::new(rx))
-        .keep_alive(KeepAlive::default())
-        .into_response())
+    let after = position(&headers, &query)?;
+    let log = AllLog {
+        changed: state.hub.all(),
+        state: state.clone(),
+    };
+    Ok(tail(&state, log, after, BATCH))
 }

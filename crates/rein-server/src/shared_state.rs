@@ -122,6 +122,44 @@ pub async fn audit(
     Ok(Json(List::new(items)))
 }
 
+/// The audit records, as [`audit_stream`] tails them.
+struct AuditLog {
+    state: AppState,
+    changed: tokio::sync::watch::Receiver<u64>,
+}
+
+impl crate::events::Tailed for AuditLog {
+    type Item = rein_core::store::AuditRecord;
+
+    async fn read(
+        &mut self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<rein_core::store::AuditRecord>, String> {
+        self.state
+            .engine
+            .audit(after, limit)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn position(record: &rein_core::store::AuditRecord) -> u64 {
+        record.seq
+    }
+
+    fn frame(record: &rein_core::store::AuditRecord) -> axum::response::sse::Event {
+        axum::response::sse::Event::default()
+            .id(record.seq.to_string())
+            .event(record.action.as_str())
+            .json_data(record)
+            .unwrap_or_else(|_| axum::response::sse::Event::default().comment("unencodable record"))
+    }
+
+    async fn wait(&mut self, _after: u64, _sent: bool, _frames: &crate::events::FrameSink) -> bool {
+        self.changed.changed().await.is_ok()
+    }
+}
+
 /// Audit records as Server-Sent Events (id = the record's position, event = its
 /// action), from `Last-Event-ID` or `?after=`: every shared-state change, live.
 pub async fn audit_stream(
@@ -129,49 +167,12 @@ pub async fn audit_stream(
     headers: axum::http::HeaderMap,
     query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
-    use axum::response::sse::{Event, KeepAlive, Sse};
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let mut after = crate::events::position(&headers, &query)?;
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, std::convert::Infallible>>(64);
-    tokio::spawn(async move {
-        // Subscribed before the first read, so a record written meanwhile wakes it.
-        let mut changed = state.hub.audit();
-        loop {
-            let records = match state.engine.audit(after, 500).await {
-                Ok(records) => records,
-                Err(e) => {
-                    let _ = tx
-                        .send(Ok(Event::default().event("error").data(e.to_string())))
-                        .await;
-                    return;
-                }
-            };
-            for record in &records {
-                let frame = Event::default()
-                    .id(record.seq.to_string())
-                    .event(record.action.as_str())
-                    .json_data(record)
-                    .unwrap_or_else(|_| Event::default().comment("unencodable record"));
-                if tx.send(Ok(frame)).await.is_err() {
-                    return;
-                }
-                after = record.seq;
-            }
-            if records.len() == 500 {
-                continue;
-            }
-            tokio::select! {
-                woke = changed.changed() => {
-                    if woke.is_err() {
-                        return;
-                    }
-                }
-                () = tx.closed() => return,
-                () = state.shutdown.cancelled() => return,
-            }
-        }
-    });
-    Ok(Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .keep_alive(KeepAlive::default())
-        .into_response())
+    let after = crate::events::position(&headers, &query)?;
+    // Subscribed before the first read, so a record written meanwhile wakes it.
+    let log = AuditLog {
+        changed: state.hub.audit(),
+        state: state.clone(),
+    };
+    Ok(crate::events::tail(&state, log, after, 500))
 }

@@ -21,13 +21,11 @@ mod states;
 mod system;
 mod usage;
 
-use std::convert::Infallible;
-
 use axum::Router;
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use maud::{DOCTYPE, Markup, html};
@@ -401,8 +399,7 @@ const LIVE_PACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// One `changed` event each time a task's log or the audit records move.
 async fn live_stream(State(state): State<AppState>, _user: User) -> Response {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Event, Infallible>>(4);
-    tokio::spawn(async move {
+    crate::events::stream(4, move |tx| async move {
         let mut tasks = state.hub.all();
         let mut audit = state.hub.audit();
         loop {
@@ -428,10 +425,7 @@ async fn live_stream(State(state): State<AppState>, _user: User) -> Response {
                 () = state.shutdown.cancelled() => return,
             }
         }
-    });
-    Sse::new(tokio_stream::wrappers::ReceiverStream::new(rx))
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    })
 }
 
 /// The embedded files: htmx (0BSD, its licence beside it), the style sheet
