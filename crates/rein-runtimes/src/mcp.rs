@@ -322,9 +322,10 @@ impl StepMcp {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(("its stdio could not be connected".into(), Failure::Internal));
         };
-        if let Some(stderr) = child.stderr.take() {
-            self.forward_stderr(c, stderr);
-        }
+        let forwarding = child
+            .stderr
+            .take()
+            .map(|stderr| self.forward_stderr(c, stderr));
         let stdout = Watched {
             inner: stdout,
             limit: MESSAGE_LIMIT,
@@ -355,6 +356,11 @@ impl StepMcp {
                     _ => Failure::Connection,
                 };
                 let status = status.map(|s| format!(" ({s})")).unwrap_or_default();
+                // What it said before it went is read to its end (a busy
+                // machine may not have read it yet), so the error can show it.
+                if let Some(forwarding) = forwarding {
+                    let _ = tokio::time::timeout(Duration::from_millis(500), forwarding).await;
+                }
                 Err((format!("it did not initialize{status}: {e}"), failure))
             }
         }
@@ -362,7 +368,11 @@ impl StepMcp {
 
     /// The server's stderr: line by line into the task's log (up to a
     /// bound), the last lines kept for error messages.
-    fn forward_stderr(&self, c: &Connection, stderr: tokio::process::ChildStderr) {
+    fn forward_stderr(
+        &self,
+        c: &Connection,
+        stderr: tokio::process::ChildStderr,
+    ) -> tokio::task::JoinHandle<()> {
         let kept = Arc::clone(&c.stderr);
         let asker = self.request.asker.clone();
         let name = c.name.clone();
@@ -386,7 +396,7 @@ impl StepMcp {
                     kept.push_back(line);
                 }
             }
-        });
+        })
     }
 
     /// The tools offered to the model: each server's, as `SERVER__TOOL`
