@@ -38,13 +38,13 @@ fn allowed_part(allowed: &[String]) -> String {
     };
     let shared = first
         .match_indices(' ')
+        .rev()
         .map(|(at, _)| &first[..=at])
-        .filter(|prefix| {
+        .find(|prefix| {
             allowed
                 .iter()
                 .all(|a| a.starts_with(prefix) && a.len() > prefix.len())
         })
-        .last()
         .unwrap_or("");
     let rest: Vec<&str> = allowed.iter().map(|a| &a[shared.len()..]).collect();
     format!("it can {shared}{}", rest.join(", "))
