@@ -1,0 +1,549 @@
+//! Tasks on SQLite: a write's events appended with the summary they carry, the
+//! task row touched only when the status changes, reads of logs and summaries.
+
+use super::*;
+
+/// A task's summary as of its last write: the one its last write's last event
+/// carries, or the task row's for a task none of whose events carries one.
+macro_rules! current_summary {
+    () => {
+        "COALESCE((SELECT e.summary FROM events e
+                   WHERE e.tkey = tasks.tkey AND e.summary IS NOT NULL
+                   ORDER BY e.seq DESC LIMIT 1), tasks.summary)"
+    };
+}
+
+/// A write encoded on the caller's thread, so the writer thread only runs SQL.
+pub(super) struct Encoded {
+    task_id: String,
+    expected_seq: i64,
+    status: &'static str,
+    session_id: String,
+    created_at: String,
+    updated_at: String,
+    summary: String,
+    events: Vec<(i64, &'static str, String)>,
+    /// New approval requests: (id, status, created_at, body).
+    approvals: Vec<(String, &'static str, String, String)>,
+    /// Ledger entries to seal after the ledger's last.
+    ledger: Vec<LedgerEntry>,
+    /// A plan replacing the task's.
+    plan: Option<String>,
+}
+
+pub(super) fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
+    let events = write
+        .events
+        .iter()
+        .map(|e| {
+            serde_json::to_string(e)
+                .map(|body| (seq(e.seq), e.event_type().as_str(), body))
+                .map_err(backend)
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    let approvals = write
+        .approvals
+        .iter()
+        .map(|a| {
+            serde_json::to_string(a)
+                .map(|body| (a.id.to_string(), a.status.as_str(), ts(&a.created_at), body))
+                .map_err(backend)
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(Encoded {
+        approvals,
+        ledger: write.ledger.clone(),
+        plan: write
+            .plan
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(backend)?,
+        task_id: write.task_id.to_string(),
+        expected_seq: seq(write.expected_seq),
+        status: write.summary.status.as_str(),
+        session_id: write.summary.session_id.clone(),
+        created_at: ts(&write.summary.created_at),
+        updated_at: ts(&write.summary.updated_at),
+        summary: serde_json::to_string(&write.summary).map_err(backend)?,
+        events,
+    })
+}
+
+/// Rows per multi-row INSERT (five parameters each, far below SQLite's limit).
+pub(super) const EVENTS_PER_INSERT: usize = 64;
+
+/// Appends a write's events to the log of the task whose key is `tkey`; the last
+/// of them carries the write's summary.
+pub(super) fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<()> {
+    let last = w.events.len().saturating_sub(1);
+    let (none, summary): (Option<&str>, Option<&str>) = (None, Some(&w.summary));
+    for (n, chunk) in w.events.chunks(EVENTS_PER_INSERT).enumerate() {
+        let mut sql = String::from("INSERT INTO events (tkey, seq, type, body, summary) VALUES ");
+        for i in 0..chunk.len() {
+            let p = i * 5;
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            sql.push_str(&format!(
+                "(?{}, ?{}, ?{}, ?{}, ?{})",
+                p + 1,
+                p + 2,
+                p + 3,
+                p + 4,
+                p + 5
+            ));
+        }
+        let mut insert = conn.prepare_cached(&sql).map_err(backend)?;
+        let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 5);
+        for (i, (seq, kind, body)) in chunk.iter().enumerate() {
+            let carried = if n * EVENTS_PER_INSERT + i == last {
+                &summary
+            } else {
+                &none
+            };
+            params.extend([&tkey as &dyn rusqlite::ToSql, seq, kind, body, carried]);
+        }
+        insert.execute(params.as_slice()).map_err(backend)?;
+    }
+    for (id, status, created_at, body) in &w.approvals {
+        conn.prepare_cached(
+            "INSERT INTO approvals (id, task_id, status, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .and_then(|mut stmt| stmt.execute(params![id, w.task_id, status, created_at, body]))
+        .map_err(backend)?;
+    }
+    for entry in &w.ledger {
+        append_ledger(conn, entry.clone())?;
+    }
+    Ok(())
+}
+
+/// A task's row as a write finds it: its key and its status.
+pub(super) struct TaskRow {
+    tkey: i64,
+    status: String,
+}
+
+/// The row of a task whose log is at `expected` (its largest event `seq`); a
+/// write that read the task at another position is refused.
+pub(super) fn task_at(conn: &Connection, task_id: &TaskId, expected: i64) -> StoreResult<TaskRow> {
+    let found = conn
+        .prepare_cached(
+            "SELECT tkey, status, (SELECT max(seq) FROM events WHERE events.tkey = tasks.tkey)
+             FROM tasks WHERE id = ?1",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row([task_id.as_str()], |r| {
+                let row = TaskRow {
+                    tkey: r.get(0)?,
+                    status: r.get(1)?,
+                };
+                Ok((row, r.get::<_, Option<i64>>(2)?))
+            })
+            .optional()
+        })
+        .map_err(backend)?;
+    let Some((row, actual)) = found else {
+        return Err(StoreError::TaskNotFound(task_id.clone()));
+    };
+    let actual = actual.unwrap_or(0);
+    if actual != expected {
+        return Err(StoreError::Conflict {
+            task_id: task_id.clone(),
+            expected: u64::try_from(expected).unwrap_or(0),
+            actual: u64::try_from(actual).unwrap_or(0),
+        });
+    }
+    Ok(row)
+}
+
+pub(super) fn task_id_of(id: &str) -> StoreResult<TaskId> {
+    TaskId::parse(id).map_err(|e| corrupt("task id", e))
+}
+
+pub(super) fn load_summary(conn: &Connection, id: &str) -> StoreResult<Option<TaskSummary>> {
+    let body: Option<String> = conn
+        .prepare_cached(concat!(
+            "SELECT ",
+            current_summary!(),
+            " FROM tasks WHERE id = ?1"
+        ))
+        .and_then(|mut stmt| stmt.query_row([id], |r| r.get(0)).optional())
+        .map_err(backend)?;
+    body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("task summary", e)))
+        .transpose()
+}
+
+#[async_trait]
+impl TaskStore for SqliteStore {
+    async fn create(&self, task: NewTask) -> StoreResult<()> {
+        let w = encode(&task.write)?;
+        let plan = serde_json::to_string(&task.plan).map_err(backend)?;
+        let id = task.write.task_id.clone();
+        self.writer
+            .write(move |conn| {
+                let tkey: Option<i64> = conn
+                    .query_row(
+                        "INSERT INTO tasks (id, session_id, status, created_at, status_at, summary)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING RETURNING tkey",
+                        params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.summary],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(backend)?;
+                let Some(tkey) = tkey else {
+                    return Err(StoreError::AlreadyExists(id.clone()));
+                };
+                conn.execute("INSERT INTO plans (task_id, plan) VALUES (?1, ?2)", params![w.task_id, plan])
+                    .map_err(backend)?;
+                append(conn, tkey, &w)
+            })
+            .await
+    }
+
+    async fn save(&self, write: TaskWrite) -> StoreResult<()> {
+        let w = encode(&write)?;
+        let task_id = write.task_id;
+        self.writer
+            .write(move |conn| {
+                // The log moves on only from the position the writer read.
+                let task = task_at(conn, &task_id, w.expected_seq)?;
+                if w.events.is_empty() {
+                    // The summary and the status follow from the log: unchanged.
+                    return Ok(());
+                }
+                // Most writes keep the status, and then the task row stays as it
+                // is: the summary travels with the events.
+                if task.status != w.status {
+                    conn.prepare_cached(
+                        "UPDATE tasks SET status = ?2, status_at = ?3, summary = ?4 WHERE tkey = ?1",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.execute(params![task.tkey, w.status, w.updated_at, w.summary])
+                    })
+                    .map_err(backend)?;
+                }
+                if let Some(plan) = &w.plan {
+                    conn.execute(
+                        "UPDATE plans SET plan = ?2 WHERE task_id = ?1",
+                        params![w.task_id, plan],
+                    )
+                    .map_err(backend)?;
+                }
+                append(conn, task.tkey, &w)
+            })
+            .await
+    }
+
+    async fn load_summary(&self, id: &TaskId) -> StoreResult<Option<TaskSummary>> {
+        // One indexed row from the page cache: cheaper inline than a thread hop.
+        self.read_inline(|conn| load_summary(conn, id.as_str()))
+    }
+
+    async fn load_plan(&self, id: &TaskId) -> StoreResult<Option<TaskDecomposition>> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let body: Option<String> = conn
+                .query_row("SELECT plan FROM plans WHERE task_id = ?1", [&id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(backend)?;
+            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("plan", e)))
+                .transpose()
+        })
+        .await
+    }
+
+    async fn list(&self, filter: &TaskFilter) -> StoreResult<TaskPage> {
+        if let Some(c) = &filter.cursor {
+            TaskId::parse(c).map_err(|_| StoreError::BadCursor(c.clone()))?;
+        }
+        let filter = filter.clone();
+        self.read(move |conn| {
+            let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+            let mut q = Where::new(
+                concat!("SELECT ", current_summary!(), " FROM tasks"),
+                Mark::Question,
+            );
+            q.and_some("session_id =", filter.session_id.clone());
+            q.and_some("status =", filter.status.map(|s| s.as_str().to_owned()));
+            q.and_some("created_at >=", filter.created_from.as_ref().map(ts));
+            q.and_some("created_at <", filter.created_to.as_ref().map(ts));
+            q.and_some("id <", filter.cursor.clone());
+            let items: Vec<TaskSummary> = q.run(
+                conn,
+                &format!(" ORDER BY id DESC LIMIT {}", limit + 1),
+                "task summary",
+            )?;
+            let (items, next_cursor) = page(items, limit, |h| h.id.to_string());
+            Ok(TaskPage { items, next_cursor })
+        })
+        .await
+    }
+
+    async fn events(
+        &self,
+        id: &TaskId,
+        after_seq: u64,
+        limit: usize,
+    ) -> StoreResult<Vec<HarnessEvent>> {
+        let id = id.to_string();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            query_json(
+                conn,
+                "SELECT body FROM events
+                 WHERE tkey = (SELECT tkey FROM tasks WHERE id = ?1) AND seq > ?2
+                 ORDER BY seq LIMIT ?3",
+                params![id, seq(after_seq), limit],
+                "event",
+            )
+        })
+        .await
+    }
+
+    async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT gseq, body FROM events WHERE gseq > ?1 ORDER BY gseq LIMIT ?2",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![seq(after), limit], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                })
+                .map_err(backend)?;
+            rows.map(|row| {
+                let (gseq, body) = row.map_err(backend)?;
+                let event = serde_json::from_str(&body).map_err(|e| corrupt("event", e))?;
+                Ok((u64::try_from(gseq).unwrap_or(0), event))
+            })
+            .collect()
+        })
+        .await
+    }
+
+    async fn positions(&self) -> StoreResult<(u64, u64)> {
+        self.read_inline(|conn| {
+            conn.prepare_cached(
+                "SELECT (SELECT coalesce(max(gseq), 0) FROM events), (SELECT coalesce(max(seq), 0) FROM audit)",
+            )
+            .and_then(|mut s| s.query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))))
+            .map(|(e, a)| (u64::try_from(e).unwrap_or(0), u64::try_from(a).unwrap_or(0)))
+            .map_err(backend)
+        })
+    }
+
+    async fn delete(&self, id: &TaskId, expected_seq: u64) -> StoreResult<()> {
+        let task_id = id.clone();
+        let expected = seq(expected_seq);
+        self.writer
+            .write(move |conn| {
+                let id = task_id.as_str();
+                let tkey = task_at(conn, &task_id, expected)?.tkey;
+                for table in ["tasks", "events"] {
+                    conn.execute(&format!("DELETE FROM {table} WHERE tkey = ?1"), [tkey])
+                        .map_err(backend)?;
+                }
+                for table in ["snapshots", "controls", "plans", "approvals", "journal"] {
+                    conn.execute(&format!("DELETE FROM {table} WHERE task_id = ?1"), [id])
+                        .map_err(backend)?;
+                }
+                // A task's agent sessions go with it (its contracts and evidence stay).
+                conn.execute(
+                    "DELETE FROM records WHERE task_id = ?1 AND kind = ?2",
+                    params![id, RecordKind::Session.as_str()],
+                )
+                .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn put_snapshot(&self, snapshot: &Snapshot) -> StoreResult<()> {
+        let body = serde_json::to_string(snapshot).map_err(backend)?;
+        let (id, task, s, at) = (
+            snapshot.id.to_string(),
+            snapshot.task_id.to_string(),
+            seq(snapshot.seq),
+            ts(&snapshot.created_at),
+        );
+        let task_id = snapshot.task_id.clone();
+        self.writer
+            .write(move |conn| {
+                let exists: Option<i64> = conn
+                    .query_row("SELECT 1 FROM tasks WHERE id = ?1", [&task], |r| r.get(0))
+                    .optional()
+                    .map_err(backend)?;
+                if exists.is_none() {
+                    return Err(StoreError::TaskNotFound(task_id.clone()));
+                }
+                conn.execute(
+                    "INSERT INTO snapshots (id, task_id, seq, created_at, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![id, task, s, at, body],
+                )
+                .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn get_snapshot(&self, id: &SnapshotId) -> StoreResult<Option<Snapshot>> {
+        let id = id.to_string();
+        self.read(move |conn| {
+            let body: Option<String> = conn
+                .query_row("SELECT body FROM snapshots WHERE id = ?1", [&id], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(backend)?;
+            body.map(|b| serde_json::from_str(&b).map_err(|e| corrupt("snapshot", e)))
+                .transpose()
+        })
+        .await
+    }
+
+    async fn list_snapshots(&self, task_id: &TaskId) -> StoreResult<Vec<SnapshotInfo>> {
+        let id = task_id.to_string();
+        self.read(move |conn| {
+            let mut stmt = conn
+                .prepare("SELECT id, task_id, seq, created_at FROM snapshots WHERE task_id = ?1 ORDER BY id")
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map([&id], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, String>(3)?))
+                })
+                .map_err(backend)?;
+            rows.map(|row| {
+                let (id, task, s, at) = row.map_err(backend)?;
+                Ok(SnapshotInfo {
+                    id: SnapshotId::parse(&id).map_err(|e| corrupt("snapshot id", e))?,
+                    task_id: task_id_of(&task)?,
+                    seq: u64::try_from(s).unwrap_or(0),
+                    created_at: chrono::DateTime::parse_from_rfc3339(&at)
+                        .map_err(|e| corrupt("snapshot time", e))?
+                        .to_utc(),
+                })
+            })
+            .collect()
+        })
+        .await
+    }
+
+    async fn request_control(&self, request: &ControlRequest) -> StoreResult<()> {
+        let body = serde_json::to_string(request).map_err(backend)?;
+        let task = request.task_id.to_string();
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO controls (task_id, body) VALUES (?1, ?2)",
+                    params![task, body],
+                )
+                .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn pending_controls(&self) -> StoreResult<Vec<ControlRequest>> {
+        self.read(|conn| {
+            query_json(
+                conn,
+                "SELECT body FROM controls ORDER BY id",
+                [],
+                "control request",
+            )
+        })
+        .await
+    }
+
+    async fn take_controls(&self, task_id: &TaskId) -> StoreResult<Vec<ControlRequest>> {
+        let id = task_id.to_string();
+        self.writer
+            .write(move |conn| {
+                let found = query_json(
+                    conn,
+                    "SELECT body FROM controls WHERE task_id = ?1 ORDER BY id",
+                    [&id],
+                    "control request",
+                )?;
+                conn.execute("DELETE FROM controls WHERE task_id = ?1", [&id])
+                    .map_err(backend)?;
+                Ok(found)
+            })
+            .await
+    }
+
+    async fn metrics(&self) -> StoreResult<HarnessMetrics> {
+        self.read(crate::metrics::compute).await
+    }
+
+    async fn probe(&self) -> StoreResult<rein_core::store::StoreProbe> {
+        // A row written to a real table of the store's own file and taken
+        // out again in the same transaction: the commit writes its pages to
+        // the file (a full disk fails it), and nobody ever sees the row.
+        let probed = self
+            .writer
+            .write(|conn| {
+                conn.execute(
+                    "INSERT INTO controls (task_id, body) VALUES ('health-probe', '{}')",
+                    [],
+                )
+                .and_then(|_| {
+                    conn.execute("DELETE FROM controls WHERE rowid = last_insert_rowid()", [])
+                })
+                .map(drop)
+                .map_err(backend)
+            })
+            .await;
+        let last_write_error = self
+            .writer
+            .counters
+            .last_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone());
+        probed.map_err(|e| match &last_write_error {
+            Some(last) => backend(format!("{e} (last failed write: {last})")),
+            None => e,
+        })?;
+        self.read(|conn| {
+            conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0))
+                .map_err(backend)?;
+            Ok(())
+        })
+        .await?;
+        let free_bytes = nix::sys::statvfs::statvfs(store_dir(&self.path))
+            .ok()
+            .map(|v| v.blocks_available().saturating_mul(v.fragment_size()));
+        let mut lost = self.read(lost_writes).await?;
+        lost.retain(|l| l.acknowledged_at.is_none());
+        Ok(rein_core::store::StoreProbe {
+            location: self.path.display().to_string(),
+            free_bytes,
+            last_write_error,
+            lost_writes: lost,
+        })
+    }
+
+    async fn lost_writes(&self) -> StoreResult<Vec<LostWrites>> {
+        self.read(lost_writes).await
+    }
+
+    async fn acknowledge_lost_writes(&self) -> StoreResult<usize> {
+        let now = rows::ts(&chrono::Utc::now());
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE lost_writes SET acknowledged_at = ?1 WHERE acknowledged_at IS NULL",
+                    [&now],
+                )
+                .map_err(backend)
+            })
+            .await
+    }
+}
