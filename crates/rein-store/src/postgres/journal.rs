@@ -1,0 +1,162 @@
+//! Step journals and the model usage indexed from them, on PostgreSQL.
+
+use super::*;
+
+#[async_trait]
+impl JournalStore for PostgresStore {
+    async fn append_journal(
+        &self,
+        task_id: &TaskId,
+        step_id: &str,
+        from: u64,
+        entries: &[serde_json::Value],
+    ) -> StoreResult<()> {
+        let bodies: Vec<String> = entries
+            .iter()
+            .map(serde_json::to_string)
+            .collect::<Result<_, _>>()
+            .map_err(backend)?;
+        let metered: Vec<Option<rein_protocol::TurnUsage>> =
+            entries.iter().map(rein_core::store::entry_usage).collect();
+        let now = ts(&chrono::Utc::now());
+        let (task, step) = (task_id.clone(), step_id.to_owned());
+        self.writer
+            .write(move |c| {
+                let metered = metered.clone();
+                let now = now.clone();
+                Box::pin(async move {
+                    for (i, body) in bodies.iter().enumerate() {
+                        let at = from + i as u64;
+                        let inserted = c
+                            .execute(
+                                "INSERT INTO journal (task_id, step_id, seq, body) VALUES ($1, $2, $3, $4)
+                                 ON CONFLICT DO NOTHING",
+                                &[&task.as_str(), &step, &seq(at), body],
+                            )
+                            .await
+                            .map_err(pg)?;
+                        if inserted == 0 {
+                            return Err(StoreError::JournalMoved {
+                                task_id: task.clone(),
+                                step: step.clone(),
+                                seq: at,
+                            });
+                        }
+                        if let Some(used) = &metered[i] {
+                            let u = &used.usage;
+                            c.execute(
+                                "INSERT INTO model_usage (task_id, journal, seq, step_id, session_id, at,
+                                   provider, model, served_model, input, cached, output, reasoning, estimated)
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                                &[
+                                    &task.as_str(),
+                                    &step,
+                                    &seq(at),
+                                    &used.step,
+                                    &used.session,
+                                    &now,
+                                    &used.provider,
+                                    &used.model,
+                                    &used.served_model,
+                                    &seq(u.input_tokens),
+                                    &seq(u.cached_input_tokens),
+                                    &seq(u.output_tokens),
+                                    &u.reasoning_tokens.map(seq),
+                                    &u.estimated,
+                                ],
+                            )
+                            .await
+                            .map_err(pg)?;
+                            c.execute(
+                                "INSERT INTO model_usage_daily (day, task_id, session_id, provider, model,
+                                   calls, input, cached, output, reasoning, estimated)
+                                 VALUES (substr($1, 1, 10), $2, $3, $4, $5, 1, $6, $7, $8, $9, $10)
+                                 ON CONFLICT (day, task_id, session_id, provider, model) DO UPDATE SET
+                                   calls = model_usage_daily.calls + 1,
+                                   input = model_usage_daily.input + excluded.input,
+                                   cached = model_usage_daily.cached + excluded.cached,
+                                   output = model_usage_daily.output + excluded.output,
+                                   reasoning = CASE WHEN excluded.reasoning IS NULL THEN model_usage_daily.reasoning
+                                               ELSE COALESCE(model_usage_daily.reasoning, 0) + excluded.reasoning END,
+                                   estimated = model_usage_daily.estimated OR excluded.estimated",
+                                &[
+                                    &now,
+                                    &task.as_str(),
+                                    &used.session.as_deref().unwrap_or_default(),
+                                    &used.provider,
+                                    &used.model,
+                                    &seq(u.input_tokens),
+                                    &seq(u.cached_input_tokens),
+                                    &seq(u.output_tokens),
+                                    &u.reasoning_tokens.map(seq),
+                                    &u.estimated,
+                                ],
+                            )
+                            .await
+                            .map_err(pg)?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .await
+    }
+
+    async fn usage(&self, filter: &UsageFilter) -> StoreResult<Vec<UsageRow>> {
+        const SQL: crate::rows::UsageSql = crate::rows::UsageSql {
+            truth: "TRUE",
+            raw: "COUNT(*)::BIGINT, SUM(input)::BIGINT, SUM(cached)::BIGINT, SUM(output)::BIGINT,
+                  SUM(reasoning)::BIGINT, bool_or(estimated)",
+            daily:
+                "SUM(calls)::BIGINT, SUM(input)::BIGINT, SUM(cached)::BIGINT, SUM(output)::BIGINT,
+                    SUM(reasoning)::BIGINT, bool_or(estimated)",
+        };
+        let queries = crate::rows::usage_queries(filter, |n| format!("${n}"), &SQL);
+        // One snapshot, so the rollup and the calls are of one moment.
+        let mut client = self.client().await?;
+        let snapshot = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg)?;
+        let n = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
+        let mut parts = Vec::new();
+        for (sql, args) in &queries {
+            let params: Vec<&(dyn ToSql + Sync)> =
+                args.iter().map(|a| a as &(dyn ToSql + Sync)).collect();
+            let stmt = snapshot.prepare_cached(sql).await.map_err(pg)?;
+            let rows = snapshot.query(&stmt, &params).await.map_err(pg)?;
+            parts.extend(rows.iter().map(|r| UsageRow {
+                key: r.get(0),
+                provider: r.get(1),
+                model: r.get(2),
+                calls: n(r.get(3)),
+                usage: rein_protocol::Usage {
+                    input_tokens: n(r.get(4)),
+                    cached_input_tokens: n(r.get(5)),
+                    output_tokens: n(r.get(6)),
+                    reasoning_tokens: r.get::<_, Option<i64>>(7).map(|v| n(Some(v))),
+                    estimated: r.get::<_, Option<bool>>(8).unwrap_or(false),
+                },
+            }));
+        }
+        snapshot.commit().await.map_err(pg)?;
+        Ok(crate::rows::merge_usage(parts))
+    }
+
+    async fn load_journal(
+        &self,
+        task_id: &TaskId,
+        step_id: &str,
+    ) -> StoreResult<Vec<serde_json::Value>> {
+        let rows = self
+            .rows(
+                "SELECT body FROM journal WHERE task_id = $1 AND step_id = $2 ORDER BY seq",
+                &[&task_id.as_str(), &step_id],
+            )
+            .await?;
+        bodies(&rows, "journal entry")
+    }
+}
