@@ -1,0 +1,564 @@
+//! Plans: validation of a [`TaskDecomposition`] as a DAG (spec `tasks.md` §5 rule
+//! 17), and the TOML plan file that `rein run` reads (see the README for its format).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use rein_protocol::{
+    CheckpointType, Decision, ErrorType, Priority, RecoveryAction, RecoveryPolicy,
+    RecoveryStrategy, RiskLevel, StepAction, StepType, TaskDecomposition, TaskStep, Trigger,
+};
+use serde::Deserialize;
+
+mod file;
+mod step_file;
+
+pub use file::{
+    AGENT_TOOLS, CONFIRM_STEP, McpServerFile, PlanFileError, PlanSpec, load_plan_file, parse_plan,
+    valid_mcp_name,
+};
+use step_file::*;
+
+/// One thing wrong with a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanIssue {
+    NoSteps,
+    /// The task says nothing about what it is.
+    EmptyDescription,
+    /// A string that becomes one argument of `exec` (the command, an
+    /// environment variable) is longer than the kernel takes.
+    TooLongForExec {
+        step: String,
+        what: String,
+        bytes: usize,
+    },
+    EmptyStepId {
+        index: usize,
+    },
+    BadStepId {
+        id: String,
+    },
+    DuplicateStepId {
+        id: String,
+    },
+    UnknownDependency {
+        step: String,
+        dependency: String,
+    },
+    DuplicateDependency {
+        step: String,
+        dependency: String,
+    },
+    Cycle {
+        path: Vec<String>,
+    },
+    /// A `session` name that is empty or not made of letters, digits, `_`, `-`, `.`.
+    BadSessionName {
+        step: String,
+        name: String,
+    },
+    /// Two steps share a session but neither depends (however indirectly) on
+    /// the other: they could take turns in one conversation at once.
+    UnorderedSession {
+        session: String,
+        first: String,
+        second: String,
+    },
+    EmptyCommand {
+        step: String,
+    },
+    ZeroTimeout {
+        step: String,
+    },
+    ZeroParallelism,
+    /// A budget bounds nothing, or not sensibly (`step`: a step's; `None`:
+    /// the plan's).
+    BadBudget {
+        step: Option<String>,
+        detail: String,
+    },
+    EmptyApprovalTitle {
+        step: String,
+    },
+    RecommendedNotAnOption {
+        step: String,
+        option: String,
+    },
+    DuplicateOption {
+        step: String,
+        option: String,
+    },
+    ExpiryCannotDelegate {
+        step: String,
+    },
+    /// The permission rules deny the step's command.
+    Denied {
+        step: String,
+        subject: String,
+        rule: String,
+        reason: Option<String>,
+    },
+    /// The step's own permission rules are malformed.
+    BadPermissions {
+        step: String,
+        detail: String,
+    },
+    /// A plan–execute–verify step (or a verify step) that cannot run as one.
+    BadPev {
+        step: String,
+        detail: String,
+    },
+}
+
+impl fmt::Display for PlanIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PlanIssue::NoSteps => write!(f, "the plan has no steps"),
+            PlanIssue::EmptyDescription => {
+                write!(f, "the plan's `description` is empty: say what the task is")
+            }
+            PlanIssue::TooLongForExec { step, what, bytes } => write!(
+                f,
+                "step `{step}`: {what} is {bytes} bytes, longer than the {} bytes a program can be given in one argument or variable; put it in a file in the workspace and run that",
+                MAX_EXEC_STRING
+            ),
+            PlanIssue::Denied {
+                step,
+                subject,
+                rule,
+                reason,
+            } => {
+                write!(f, "step `{step}`: `{subject}` is denied by {rule}")?;
+                match reason {
+                    Some(r) => write!(f, " ({r})"),
+                    None => Ok(()),
+                }
+            }
+            PlanIssue::BadPermissions { step, detail } => {
+                write!(f, "step `{step}`: its permissions are invalid: {detail}")
+            }
+            PlanIssue::BadPev { step, detail } => {
+                write!(f, "step `{step}`: plan–execute–verify: {detail}")
+            }
+            PlanIssue::EmptyStepId { index } => write!(f, "step #{} has an empty id", index + 1),
+            PlanIssue::BadStepId { id } => write!(
+                f,
+                "step id `{id}` may only use letters, digits, `_`, `-` and `.` (at most 128)"
+            ),
+            PlanIssue::DuplicateStepId { id } => write!(f, "step id `{id}` is used more than once"),
+            PlanIssue::UnknownDependency { step, dependency } => {
+                write!(
+                    f,
+                    "step `{step}` depends on `{dependency}`, which is not a step of the plan"
+                )
+            }
+            PlanIssue::DuplicateDependency { step, dependency } => {
+                write!(
+                    f,
+                    "step `{step}` lists `{dependency}` in depends_on more than once"
+                )
+            }
+            PlanIssue::Cycle { path } => write!(f, "dependency cycle: {}", path.join(" -> ")),
+            PlanIssue::BadSessionName { step, name } => write!(
+                f,
+                "step `{step}` names session `{name}`; a session name is 1 to 128 letters, digits, `_`, `-` or `.`"
+            ),
+            PlanIssue::UnorderedSession {
+                session,
+                first,
+                second,
+            } => write!(
+                f,
+                "steps `{first}` and `{second}` share session `{session}` but neither depends on the other; add `depends_on = [\"{first}\"]` to `{second}` so their turns come one after the other"
+            ),
+            PlanIssue::EmptyCommand { step } => {
+                write!(f, "step `{step}` has an empty `run` command")
+            }
+            PlanIssue::ZeroTimeout { step } => write!(f, "step `{step}` has a zero timeout"),
+            PlanIssue::ZeroParallelism => write!(f, "max_parallel must be at least 1"),
+            PlanIssue::BadBudget { step: None, detail } => {
+                write!(f, "the plan's `budget`: {detail}")
+            }
+            PlanIssue::BadBudget {
+                step: Some(step),
+                detail,
+            } => write!(f, "step `{step}`: `budget`: {detail}"),
+            PlanIssue::EmptyApprovalTitle { step } => {
+                write!(f, "approve step `{step}` has an empty title")
+            }
+            PlanIssue::RecommendedNotAnOption { step, option } => write!(
+                f,
+                "approve step `{step}` recommends `{option}`, which is not one of its options"
+            ),
+            PlanIssue::DuplicateOption { step, option } => {
+                write!(
+                    f,
+                    "approve step `{step}` lists option `{option}` more than once"
+                )
+            }
+            PlanIssue::ExpiryCannotDelegate { step } => write!(
+                f,
+                "approve step `{step}`: the default on expiry must be approve, deny or skip"
+            ),
+        }
+    }
+}
+
+/// Everything wrong with a plan, each issue naming what it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct PlanErrors(pub Vec<PlanIssue>);
+
+impl fmt::Display for PlanErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid plan:")?;
+        for issue in &self.0 {
+            write!(f, "\n  - {issue}")?;
+        }
+        Ok(())
+    }
+}
+
+fn approval_issues(
+    step: &str,
+    title: &str,
+    options: &[String],
+    recommended: Option<&str>,
+    timeout_ms: Option<u64>,
+    on_expiry: Decision,
+    issues: &mut Vec<PlanIssue>,
+) {
+    let step = step.to_owned();
+    if title.trim().is_empty() {
+        issues.push(PlanIssue::EmptyApprovalTitle { step: step.clone() });
+    }
+    let mut seen = HashSet::new();
+    for option in options {
+        if !seen.insert(option.as_str()) {
+            issues.push(PlanIssue::DuplicateOption {
+                step: step.clone(),
+                option: option.clone(),
+            });
+        }
+    }
+    if let Some(option) = recommended
+        && !options.iter().any(|o| o == option)
+    {
+        issues.push(PlanIssue::RecommendedNotAnOption {
+            step: step.clone(),
+            option: option.to_owned(),
+        });
+    }
+    if timeout_ms == Some(0) {
+        issues.push(PlanIssue::ZeroTimeout { step: step.clone() });
+    }
+    if on_expiry == Decision::Delegate {
+        issues.push(PlanIssue::ExpiryCannotDelegate { step });
+    }
+}
+
+fn valid_step_id(id: &str) -> bool {
+    id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// The longest string `exec` takes as one argument or one `KEY=value`
+/// variable (Linux's MAX_ARG_STRLEN, 32 pages, less its terminating NUL).
+pub const MAX_EXEC_STRING: usize = 32 * 4096 - 1;
+
+/// The strings of a command step that reach `exec` one by one, too long for it.
+fn exec_issues(step: &TaskStep, issues: &mut Vec<PlanIssue>) {
+    let StepAction::Command { run, env, .. } = &step.action else {
+        return;
+    };
+    let too_long = |what: String, bytes: usize| PlanIssue::TooLongForExec {
+        step: step.id.clone(),
+        what,
+        bytes,
+    };
+    if run.len() > MAX_EXEC_STRING {
+        issues.push(too_long("`run`".into(), run.len()));
+    }
+    for (key, value) in env {
+        let bytes = key.len() + 1 + value.len();
+        if bytes > MAX_EXEC_STRING {
+            issues.push(too_long(format!("`env.{key}`"), bytes));
+        }
+    }
+}
+
+/// Checks a plan and derives `blocking_steps` from `depends_on`.
+///
+/// Reports every issue found, not just the first; a cycle is reported once, as a
+/// path that starts and ends at the same step.
+pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanErrors> {
+    let mut issues = Vec::new();
+    if plan.original_task.trim().is_empty() {
+        issues.push(PlanIssue::EmptyDescription);
+    }
+    if plan.steps.is_empty() {
+        issues.push(PlanIssue::NoSteps);
+    }
+    if plan.max_parallel == Some(0) {
+        issues.push(PlanIssue::ZeroParallelism);
+    }
+    if let Some(Err(detail)) = plan.budget.as_ref().map(rein_protocol::Budget::check) {
+        issues.push(PlanIssue::BadBudget { step: None, detail });
+    }
+    for step in &plan.steps {
+        if let StepAction::Agent {
+            limits:
+                rein_protocol::AgentLimits {
+                    budget: Some(budget),
+                    ..
+                },
+            ..
+        } = &step.action
+            && let Err(detail) = budget.check()
+        {
+            issues.push(PlanIssue::BadBudget {
+                step: Some(step.id.clone()),
+                detail,
+            });
+        }
+    }
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        if step.id.is_empty() {
+            issues.push(PlanIssue::EmptyStepId { index: i });
+        } else if !valid_step_id(&step.id) {
+            issues.push(PlanIssue::BadStepId {
+                id: step.id.clone(),
+            });
+        }
+        if index.insert(step.id.as_str(), i).is_some() && !step.id.is_empty() {
+            issues.push(PlanIssue::DuplicateStepId {
+                id: step.id.clone(),
+            });
+        }
+        if let StepAction::Command { run, .. } = &step.action
+            && run.trim().is_empty()
+        {
+            issues.push(PlanIssue::EmptyCommand {
+                step: step.id.clone(),
+            });
+        }
+        if step.timeout_ms == Some(0) {
+            issues.push(PlanIssue::ZeroTimeout {
+                step: step.id.clone(),
+            });
+        }
+        exec_issues(step, &mut issues);
+        if let StepAction::Approval {
+            title,
+            options,
+            recommended,
+            timeout_ms,
+            on_expiry,
+            ..
+        } = &step.action
+        {
+            approval_issues(
+                &step.id,
+                title,
+                options,
+                recommended.as_deref(),
+                *timeout_ms,
+                *on_expiry,
+                &mut issues,
+            );
+        }
+    }
+    for step in &plan.steps {
+        let mut seen = HashSet::new();
+        for dep in &step.depends_on {
+            if !seen.insert(dep.as_str()) {
+                issues.push(PlanIssue::DuplicateDependency {
+                    step: step.id.clone(),
+                    dependency: dep.clone(),
+                });
+            } else if !index.contains_key(dep.as_str()) {
+                issues.push(PlanIssue::UnknownDependency {
+                    step: step.id.clone(),
+                    dependency: dep.clone(),
+                });
+            }
+        }
+    }
+    // Every cycle, whatever else is wrong: over the dependencies that exist.
+    issues.extend(
+        find_cycles(&plan.steps, &index)
+            .into_iter()
+            .map(|path| PlanIssue::Cycle { path }),
+    );
+    if issues.is_empty() {
+        session_issues(&plan.steps, &index, &mut issues);
+    }
+    if !issues.is_empty() {
+        return Err(PlanErrors(issues));
+    }
+    let mut blocking: Vec<Vec<String>> = vec![Vec::new(); plan.steps.len()];
+    for step in &plan.steps {
+        for dep in &step.depends_on {
+            if let Some(&i) = index.get(dep.as_str()) {
+                blocking[i].push(step.id.clone());
+            }
+        }
+    }
+    for (step, blocks) in plan.steps.iter_mut().zip(blocking) {
+        step.blocking_steps = blocks;
+    }
+    Ok(plan)
+}
+
+/// Steps sharing a session must take their turns one after the other: each
+/// pair ordered by the dependencies (run on an acyclic plan only).
+fn session_issues(steps: &[TaskStep], index: &HashMap<&str, usize>, issues: &mut Vec<PlanIssue>) {
+    let mut by_session: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, step) in steps.iter().enumerate() {
+        if let StepAction::Agent {
+            session: Some(name),
+            ..
+        } = &step.action
+        {
+            if name.is_empty() || !valid_step_id(name) {
+                issues.push(PlanIssue::BadSessionName {
+                    step: step.id.clone(),
+                    name: name.clone(),
+                });
+            } else {
+                by_session.entry(name.as_str()).or_default().push(i);
+            }
+        }
+    }
+    // Whether `later` depends on `earlier`, directly or not.
+    let depends = |later: usize, earlier: usize| {
+        let mut stack = vec![later];
+        let mut seen = HashSet::new();
+        while let Some(i) = stack.pop() {
+            for dep in &steps[i].depends_on {
+                let Some(&d) = index.get(dep.as_str()) else {
+                    continue;
+                };
+                if d == earlier {
+                    return true;
+                }
+                if seen.insert(d) {
+                    stack.push(d);
+                }
+            }
+        }
+        false
+    };
+    for (session, members) in by_session {
+        for (n, &a) in members.iter().enumerate() {
+            for &b in &members[n + 1..] {
+                if !depends(a, b) && !depends(b, a) {
+                    issues.push(PlanIssue::UnorderedSession {
+                        session: session.to_owned(),
+                        first: steps[a].id.clone(),
+                        second: steps[b].id.clone(),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// One cycle of each group of steps that depend on each other in a ring (a
+/// strongly connected component with more than one step, or a step that
+/// depends on itself), in plan order; dependencies on unknown steps are left
+/// out (they are reported on their own), and a duplicated id counts as the
+/// step that uses it last.
+fn find_cycles(steps: &[TaskStep], index: &HashMap<&str, usize>) -> Vec<Vec<String>> {
+    let n = steps.len();
+    let deps: Vec<Vec<usize>> = steps
+        .iter()
+        .map(|s| {
+            s.depends_on
+                .iter()
+                .filter_map(|d| index.get(d.as_str()).copied())
+                .collect()
+        })
+        .collect();
+    // Tarjan's algorithm, without recursion: a plan may be long.
+    let (mut next, mut order, mut low) = (0usize, vec![usize::MAX; n], vec![0usize; n]);
+    let (mut stack, mut on_stack) = (Vec::new(), vec![false; n]);
+    let mut component = vec![usize::MAX; n];
+    let mut components = 0;
+    for root in 0..n {
+        if order[root] != usize::MAX {
+            continue;
+        }
+        let mut work = vec![(root, 0usize)];
+        while let Some(&mut (v, ref mut edge)) = work.last_mut() {
+            if *edge == 0 && order[v] == usize::MAX {
+                order[v] = next;
+                low[v] = next;
+                next += 1;
+                stack.push(v);
+                on_stack[v] = true;
+            }
+            if let Some(&w) = deps[v].get(*edge) {
+                *edge += 1;
+                if order[w] == usize::MAX {
+                    work.push((w, 0));
+                } else if on_stack[w] {
+                    low[v] = low[v].min(order[w]);
+                }
+                continue;
+            }
+            work.pop();
+            if let Some(&(parent, _)) = work.last() {
+                low[parent] = low[parent].min(low[v]);
+            }
+            if low[v] == order[v] {
+                while let Some(w) = stack.pop() {
+                    on_stack[w] = false;
+                    component[w] = components;
+                    if w == v {
+                        break;
+                    }
+                }
+                components += 1;
+            }
+        }
+    }
+    let mut seen = vec![false; components];
+    let mut cycles = Vec::new();
+    for start in 0..n {
+        let c = component[start];
+        let ring = deps[start].contains(&start) || deps[start].iter().any(|&d| component[d] == c);
+        if seen[c] || !ring {
+            continue;
+        }
+        seen[c] = true;
+        // Walk dependencies inside the component until a step comes round again.
+        let mut position: HashMap<usize, usize> = HashMap::new();
+        let mut walk = vec![start];
+        let mut current = start;
+        loop {
+            position.insert(current, walk.len() - 1);
+            let Some(&step) = deps[current].iter().find(|&&d| component[d] == c) else {
+                break;
+            };
+            if let Some(&at) = position.get(&step) {
+                // `walk[at..]` follows depends_on edges; print it in running order.
+                let mut cycle: Vec<String> =
+                    walk[at..].iter().map(|&i| steps[i].id.clone()).collect();
+                cycle.reverse();
+                cycle.push(cycle[0].clone());
+                cycles.push(cycle);
+                break;
+            }
+            walk.push(step);
+            current = step;
+        }
+    }
+    cycles
+}
+
+#[cfg(test)]
+mod tests;
