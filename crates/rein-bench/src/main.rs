@@ -15,6 +15,18 @@
 //! `rein-bench approvals --decisions N --paused M` times decision → next step (p50,
 //! p99) and reports memory with M tasks paused on approvals.
 //!
+//! `rein-bench http --connections N --seconds S` drives the admin API of a real
+//! server over N kept-alive connections and reports requests per second and
+//! latency.
+//!
+//! `rein-bench ui` times the Control UI: the server's time for the tasks page,
+//! then Chromium's for the pages a person uses.
+//!
+//! `rein-bench goal --steps N` times a decomposition's answer to the first step
+//! running.
+//!
+//! Each benchmark is the module of its name.
+//!
 //! `rein-bench conflicts --actions N` times conflict detection over a shared
 //! state of N actions (median of `--runs`).
 //!

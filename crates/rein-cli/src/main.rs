@@ -5,6 +5,7 @@
 //! [`backend`] (the store here or a server over HTTP, one set of operations),
 //! [`remote`] (the HTTP client of a running `rein serve`),
 //! [`progress`] (live progress of a run), [`prompt`] (approvals asked inline), [`render`] (human-readable output),
+//! [`config`] (`rein.toml`, the environment and flags resolved into one configuration),
 //! [`exit`] (the one mapping from errors to exit codes), [`output`] (printing that
 //! survives a closed pipe), [`telemetry`] (logs and span export).
 

@@ -26,6 +26,9 @@
 //!   JSON-RPC messages rein exchanges with it.
 //! - [`session`]: [`AgentSessionInfo`], an agent session (`ses_…`) as stored.
 //! - [`api`]: the admin API's request and response bodies and query parameters.
+//! - [`usage`]: what model calls cost in tokens, each turn's usage normalised.
+//! - [`de`]: deserializers for the API's numbers (integers taken as such, bounds
+//!   refused, never clamped).
 //! - [`schema`]: the JSON Schemas of the types above, by name.
 
 pub mod api;

@@ -9,6 +9,9 @@
 //! built from; [`listen`] is the accept loop (head and idle deadlines, a cap on
 //! connections and on each client address's, a bounded shutdown); [`throttle`]
 //! slows an address down after too many failed sign-ins; [`serve`] runs it.
+//! The routes of shared states, contracts and evidence, and agent sessions are
+//! [`shared_state`], [`records`] and [`sessions`]; [`ui`] is the Control UI under
+//! `/ui`, whose activity chart [`activity`] counts from the event broadcast.
 
 pub mod activity;
 pub mod auth;
