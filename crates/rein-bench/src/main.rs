@@ -15,9 +15,8 @@
 //! `rein-bench approvals --decisions N --paused M` times decision → next step (p50,
 //! p99) and reports memory with M tasks paused on approvals.
 //!
-//! `rein-bench http --connections N --seconds S` drives the admin API of a real
-//! server over N kept-alive connections and reports requests per second and
-//! latency.
+//! `rein-bench http --connections N --seconds S`: GET throughput and latency of
+//! task reads over the admin API on loopback, N kept-alive connections.
 //!
 //! `rein-bench ui` times the Control UI: the server's time for the tasks page,
 //! then Chromium's for the pages a person uses.
