@@ -34,6 +34,7 @@ pub(crate) use crate::rows::backend;
 
 mod approvals;
 mod documents;
+mod event_body;
 mod journal;
 mod tasks;
 

@@ -36,7 +36,7 @@ pub(super) fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
         .events
         .iter()
         .map(|e| {
-            serde_json::to_string(e)
+            super::event_body::encode(e, &write.summary)
                 .map(|body| (seq(e.seq), e.event_type().as_str(), body))
                 .map_err(backend)
         })
@@ -292,14 +292,13 @@ impl TaskStore for SqliteStore {
         let id = id.to_string();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
-            query_json(
+            events_where(
                 conn,
-                "SELECT body FROM events
-                 WHERE tkey = (SELECT tkey FROM tasks WHERE id = ?1) AND seq > ?2
-                 ORDER BY seq LIMIT ?3",
+                "WHERE e.tkey = (SELECT tkey FROM tasks WHERE id = ?1) AND e.seq > ?2
+                 ORDER BY e.seq LIMIT ?3",
                 params![id, seq(after_seq), limit],
-                "event",
             )
+            .map(|events| events.into_iter().map(|(_, event)| event).collect())
         })
         .await
     }
@@ -307,22 +306,11 @@ impl TaskStore for SqliteStore {
     async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT gseq, body FROM events WHERE gseq > ?1 ORDER BY gseq LIMIT ?2",
-                )
-                .map_err(backend)?;
-            let rows = stmt
-                .query_map(params![seq(after), limit], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-                })
-                .map_err(backend)?;
-            rows.map(|row| {
-                let (gseq, body) = row.map_err(backend)?;
-                let event = serde_json::from_str(&body).map_err(|e| corrupt("event", e))?;
-                Ok((u64::try_from(gseq).unwrap_or(0), event))
-            })
-            .collect()
+            events_where(
+                conn,
+                "WHERE e.gseq > ?1 ORDER BY e.gseq LIMIT ?2",
+                params![seq(after), limit],
+            )
         })
         .await
     }
@@ -546,4 +534,37 @@ impl TaskStore for SqliteStore {
             })
             .await
     }
+}
+
+/// Events `tail` selects (`e` the events, `t` their tasks), each with its
+/// global position: their bodies read back whole ([`super::event_body`]).
+fn events_where(
+    conn: &Connection,
+    tail: &str,
+    params: impl rusqlite::Params,
+) -> StoreResult<Vec<(u64, HarnessEvent)>> {
+    let sql = format!(
+        "SELECT e.gseq, e.seq, e.body, t.id, t.session_id, json_extract(t.summary, '$.trace_id')
+         FROM events e JOIN tasks t ON t.tkey = e.tkey {tail}"
+    );
+    let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
+    let mut rows = stmt.query(params).map_err(backend)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().map_err(backend)? {
+        let gseq: i64 = r.get(0).map_err(backend)?;
+        let row_seq: i64 = r.get(1).map_err(backend)?;
+        let body: String = r.get(2).map_err(backend)?;
+        let task_id: String = r.get(3).map_err(backend)?;
+        let session_id: String = r.get(4).map_err(backend)?;
+        let trace_id: Option<String> = r.get(5).map_err(backend)?;
+        let row = super::event_body::Row {
+            seq: u64::try_from(row_seq).unwrap_or(0),
+            task_id: &task_id,
+            session_id: &session_id,
+            trace_id: trace_id.as_deref().unwrap_or_default(),
+        };
+        let event = super::event_body::decode(&body, &row).map_err(|e| corrupt("event", e))?;
+        out.push((u64::try_from(gseq).unwrap_or(0), event));
+    }
+    Ok(out)
 }
