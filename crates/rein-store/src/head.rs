@@ -75,43 +75,54 @@ impl Head {
     /// itself on the newest, whose page it writes anyway; any other (one
     /// that appended none, or deleted the newest before appending) in
     /// `store_head`.
-    pub fn count_commit(conn: &Connection, before: Before) -> rusqlite::Result<Head> {
+    pub fn count_commit(conn: &Connection, before: Before) -> rusqlite::Result<(Head, Before)> {
         let commits = i64::try_from(before.commits.saturating_add(1)).unwrap_or(i64::MAX);
-        let newest: Option<i64> = conn
-            .prepare_cached("SELECT max(gseq) FROM events")?
-            .query_row([], |r| r.get(0))?;
+        let (newest, mut head): (Option<i64>, Head) = conn
+            .prepare_cached(
+                "SELECT (SELECT max(gseq) FROM events), ?1, ledger_seq, ledger_hash
+                 FROM store_head WHERE id = 0",
+            )?
+            .query_row([commits], |r| {
+                Ok((
+                    r.get(0)?,
+                    Head::from_columns(r.get(1)?, r.get(2)?, r.get(3)?),
+                ))
+            })?;
         let appended = match (newest, before.newest_event) {
             (Some(now), Some(then)) => now > then,
             (Some(_), None) => true,
             (None, _) => false,
         };
-        if let (true, Some(gseq)) = (appended, newest) {
-            conn.prepare_cached("UPDATE events SET commit_no = ?1 WHERE gseq = ?2")?
-                .execute([commits, gseq])?;
-            let mut head = conn
-                .prepare_cached("SELECT ?1, ledger_seq, ledger_hash FROM store_head WHERE id = 0")?
-                .query_row([commits], Head::from_row)?;
-            head.commits = before.commits.saturating_add(1);
-            return Ok(head);
+        match (appended, newest) {
+            (true, Some(gseq)) => {
+                conn.prepare_cached("UPDATE events SET commit_no = ?1 WHERE gseq = ?2")?
+                    .execute([commits, gseq])?;
+            }
+            _ => {
+                conn.prepare_cached("UPDATE store_head SET commits = ?1 WHERE id = 0")?
+                    .execute([commits])?;
+            }
         }
-        conn.prepare_cached(
-            "UPDATE store_head SET commits = ?1 WHERE id = 0
-             RETURNING commits, ledger_seq, ledger_hash",
-        )?
-        .query_row([commits], Head::from_row)
+        head.commits = before.commits.saturating_add(1);
+        let after = Before {
+            commits: head.commits,
+            newest_event: newest,
+        };
+        Ok((head, after))
     }
 
     fn from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Head> {
-        let commits: i64 = r.get(0)?;
-        let seq: Option<i64> = r.get(1)?;
-        let hash: Option<String> = r.get(2)?;
-        Ok(Head {
+        Ok(Head::from_columns(r.get(0)?, r.get(1)?, r.get(2)?))
+    }
+
+    fn from_columns(commits: i64, seq: Option<i64>, hash: Option<String>) -> Head {
+        Head {
             commits: u64::try_from(commits).unwrap_or(0),
             ledger: seq.zip(hash).map(|(seq, hash)| LedgerHead {
                 seq: u64::try_from(seq).unwrap_or(0),
                 hash,
             }),
-        })
+        }
     }
 
     /// The fixed-width line the file holds.
@@ -159,6 +170,11 @@ fn checksum(bytes: &[u8]) -> u64 {
 #[derive(Debug)]
 pub(crate) struct HeadFile {
     file: std::fs::File,
+    /// Where the store stood after this process's last commit, and the
+    /// connection's `data_version` then: while no other connection has
+    /// committed since (the version is unchanged), the next transaction
+    /// starts from there without reading it.
+    after_last: std::sync::Mutex<Option<(i64, Before)>>,
 }
 
 /// Where the head of the store at `store` is recorded.
@@ -177,7 +193,10 @@ impl HeadFile {
             .create(true)
             .truncate(false)
             .open(path_of(store))?;
-        Ok(HeadFile { file })
+        Ok(HeadFile {
+            file,
+            after_last: std::sync::Mutex::new(None),
+        })
     }
 
     /// The head recorded, if the file holds a whole one.
@@ -185,6 +204,32 @@ impl HeadFile {
         let mut buf = vec![0u8; 256];
         let n = self.file.read_at(&mut buf, 0).ok()?;
         Head::decode(std::str::from_utf8(&buf[..n]).ok()?)
+    }
+
+    /// Where the store stands as a transaction of `conn` begins (see
+    /// `after_last`), with the connection's `data_version`.
+    pub fn before(&self, conn: &Connection) -> rusqlite::Result<(i64, Before)> {
+        let version: i64 = conn
+            .prepare_cached("PRAGMA data_version")?
+            .query_row([], |r| r.get(0))?;
+        let known = self
+            .after_last
+            .lock()
+            .ok()
+            .and_then(|last| *last)
+            .filter(|(at, _)| *at == version);
+        match known {
+            Some((_, before)) => Ok((version, before)),
+            None => Ok((version, Head::before(conn)?)),
+        }
+    }
+
+    /// Remembers where a commit of `conn` left the store (`None`: a
+    /// transaction that did not commit, after which the store is read again).
+    pub fn committed(&self, at: Option<(i64, Before)>) {
+        if let Ok(mut last) = self.after_last.lock() {
+            *last = at;
+        }
     }
 
     /// Records `head`. A failure is not the commit's: the store is whole,

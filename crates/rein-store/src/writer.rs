@@ -325,7 +325,7 @@ fn commit_batch(
     };
     run("BEGIN IMMEDIATE").map_err(backend)?;
     let before = match head {
-        Some(_) => match Head::before(conn) {
+        Some(file) => match file.before(conn) {
             Ok(before) => Some(before),
             Err(e) => {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -334,6 +334,10 @@ fn commit_batch(
         },
         None => None,
     };
+    // Until this transaction commits, where the store stands is read again.
+    if let Some(file) = head {
+        file.committed(None);
+    }
     let mut all_ok = true;
     for op in batch.iter_mut() {
         all_ok &= op.apply(conn);
@@ -360,8 +364,8 @@ fn commit_batch(
         return conn.execute_batch("ROLLBACK").map_err(backend);
     }
     let counted = match before {
-        Some(before) => match Head::count_commit(conn, before) {
-            Ok(counted) => Some(counted),
+        Some((version, before)) => match Head::count_commit(conn, before) {
+            Ok((counted, after)) => Some((counted, (version, after))),
             Err(e) => {
                 let _ = conn.execute_batch("ROLLBACK");
                 return Err(backend(e));
@@ -373,8 +377,9 @@ fn commit_batch(
         let _ = conn.execute_batch("ROLLBACK");
         backend(e)
     })?;
-    if let (Some(file), Some(counted)) = (head, counted) {
+    if let (Some(file), Some((counted, after))) = (head, counted) {
         file.record(&counted);
+        file.committed(Some(after));
     }
     Ok(())
 }

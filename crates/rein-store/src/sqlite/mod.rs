@@ -262,7 +262,7 @@ fn check_head(conn: &Connection, file: &HeadFile, created: bool) -> StoreResult<
                         hash
                     ],
                 )?;
-                let counted = Head::count_commit(conn, before)?;
+                let (counted, _) = Head::count_commit(conn, before)?;
                 conn.execute_batch("COMMIT")?;
                 Ok(counted)
             })()
