@@ -174,7 +174,7 @@ pub async fn postgres(
 ) -> anyhow::Result<Value> {
     let cluster = match url {
         Some(_) => None,
-        None => Some(rein_store::postgres::scratch::Scratch::start()?),
+        None => Some(rein_test_support::postgres::Scratch::start()?),
     };
     let database = |name: &'static str| {
         let url = url.clone();

@@ -5,8 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "../../rein-runtimes/tests/common/mod.rs"]
-mod fake;
+use rein_test_support::model as fake;
 
 use std::process::Stdio;
 

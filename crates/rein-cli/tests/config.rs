@@ -6,8 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "../../rein-runtimes/tests/common/mod.rs"]
-mod fake;
+use rein_test_support::model as fake;
 
 use common::{json, rein, run_ok, write_plan};
 use serde_json::Value;

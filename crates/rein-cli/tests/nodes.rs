@@ -21,7 +21,7 @@ use serde_json::Value;
 const TOKEN: &str = "nodes-token-0123456";
 
 fn database() -> String {
-    let cluster = rein_store::postgres::scratch::shared().unwrap();
+    let cluster = rein_test_support::postgres::shared().unwrap();
     runtime().block_on(cluster.database()).unwrap()
 }
 
@@ -566,7 +566,7 @@ fn a_node_cut_off_from_the_store_stops_its_steps_before_another_node_runs_them()
     // Node a reaches the database through a relay the test can cut.
     let relaying = runtime();
     let relay = relaying
-        .block_on(rein_store::postgres::scratch::Relay::to(port))
+        .block_on(rein_test_support::postgres::Relay::to(port))
         .unwrap();
     let through = url.replace(&format!(":{port}/"), &format!(":{}/", relay.port()));
     let dir = tempfile::tempdir().unwrap();

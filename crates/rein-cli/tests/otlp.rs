@@ -391,8 +391,7 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
     }
 }
 
-#[path = "../../rein-runtimes/tests/common/mod.rs"]
-mod fake;
+use rein_test_support::model as fake;
 
 /// Each model turn of an agent step is a span in the GenAI semantic
 /// conventions, in the task's trace, with the usage the server reported.

@@ -7,7 +7,7 @@ mod common;
 use common::{json, rein, run_ok, write_plan};
 
 fn database() -> String {
-    let cluster = rein_store::postgres::scratch::shared().unwrap();
+    let cluster = rein_test_support::postgres::shared().unwrap();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -180,7 +180,7 @@ fn a_node_restarted_after_kill_9_takes_its_tasks_up_without_waiting_out_its_leas
 
 #[test]
 fn a_store_over_tls_is_checked_as_the_url_says() {
-    use rein_store::postgres::scratch::{Certificates, Scratch};
+    use rein_test_support::postgres::{Certificates, Scratch};
     let dir = tempfile::tempdir().unwrap();
     let certs = Certificates::make(dir.path()).unwrap();
     let cluster = Scratch::start_tls(&certs).unwrap();

@@ -4,7 +4,7 @@
 //! inside the workspace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use rein_test_support::model as common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! reports usage as OpenAI does (the hosted API cannot be reached here).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use rein_test_support::model as common;
 
 use std::sync::Arc;
 use std::time::Duration;

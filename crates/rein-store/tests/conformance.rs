@@ -51,7 +51,7 @@ async fn sqlite() -> Backend {
 
 /// A database of its own on the suite's throwaway PostgreSQL cluster.
 async fn postgres() -> Backend {
-    let cluster = rein_store::postgres::scratch::shared().unwrap();
+    let cluster = rein_test_support::postgres::shared().unwrap();
     let url = cluster.database().await.unwrap();
     let store = Arc::new(rein_store::PostgresStore::connect(&url).await.unwrap());
     let dir = tempfile::tempdir().unwrap();

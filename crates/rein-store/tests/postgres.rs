@@ -7,7 +7,8 @@
 use rein_core::TaskStore;
 use rein_core::store::{ControlKind, ControlRequest};
 use rein_store::PostgresStore;
-use rein_store::postgres::{schema, scratch};
+use rein_store::postgres::schema;
+use rein_test_support::postgres as scratch;
 
 async fn database() -> String {
     scratch::shared().unwrap().database().await.unwrap()

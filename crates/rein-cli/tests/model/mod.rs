@@ -2,8 +2,7 @@
 //! hosted API cannot be reached here) with a `rein` pointed at it.
 #![allow(dead_code)]
 
-#[path = "../../../rein-runtimes/tests/common/mod.rs"]
-pub mod fake;
+pub use rein_test_support::model as fake;
 
 use std::path::Path;
 use std::process::Command;

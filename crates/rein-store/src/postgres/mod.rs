@@ -11,7 +11,6 @@
 mod leases;
 mod metrics;
 pub mod schema;
-pub mod scratch;
 pub mod tls;
 mod writer;
 

@@ -1,7 +1,7 @@
 //! A fake OpenAI-compatible chat-completions server for the agent tests: it
 //! speaks the real wire format (SSE chunks) and plays a script keyed by the
 //! prompt and by how many tool answers the conversation already has.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
 
@@ -13,7 +13,7 @@ use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
 
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Seen(pub Arc<Mutex<Vec<Value>>>);
 
 fn sse(chunks: Vec<Value>) -> Response {
