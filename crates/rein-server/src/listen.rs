@@ -8,7 +8,8 @@
 //! `/healthz` for real (so a probe still gets through while the server is
 //! flooded) and everything else with 503 and a JSON error saying why. Past
 //! that pool too, a connection whose request line arrives at once as
-//! `GET /healthz` is still answered; any other gets that 503 and is closed.
+//! `GET /healthz` is still answered (it waits up to `PEEK` for one of the
+//! few that look at such connections); any other gets that 503 and is closed.
 //! Both pools together stay inside the process's file limit, which is raised
 //! to its hard maximum first.
 //!
@@ -180,16 +181,13 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let Some(held) = clients.hold(addr, limits.max_per_client.max(1)) else {
-            let refusal = Arc::clone(&per_client);
-            match Arc::clone(&peekers).try_acquire_owned() {
-                Ok(p) => {
-                    let app = with_addr(overflow_app.clone(), addr);
-                    tokio::spawn(probe_or_refuse(stream, app, p, refusal));
-                }
-                Err(_) => {
-                    tokio::spawn(refuse(stream, refusal));
-                }
-            }
+            let app = with_addr(overflow_app.clone(), addr);
+            tokio::spawn(probe_when_free(
+                stream,
+                app,
+                Arc::clone(&peekers),
+                Arc::clone(&per_client),
+            ));
             continue;
         };
         let (permit, service, head, keep_alive) =
@@ -197,13 +195,15 @@ pub async fn serve(
                 (p, app.clone(), limits.header_timeout, true)
             } else if let Ok(p) = Arc::clone(&overflow).try_acquire_owned() {
                 (p, overflow_app.clone(), OVERFLOW_HEADER_TIMEOUT, false)
-            } else if let Ok(p) = Arc::clone(&peekers).try_acquire_owned() {
+            } else {
                 // Both pools full: a health probe still gets its answer.
                 let app = with_addr(overflow_app.clone(), addr);
-                tokio::spawn(probe_or_refuse(stream, app, p, Arc::clone(&refusal)));
-                continue;
-            } else {
-                tokio::spawn(refuse(stream, Arc::clone(&refusal)));
+                tokio::spawn(probe_when_free(
+                    stream,
+                    app,
+                    Arc::clone(&peekers),
+                    Arc::clone(&refusal),
+                ));
                 continue;
             };
         let mut builder = hyper::server::conn::http1::Builder::new();
@@ -254,6 +254,31 @@ fn with_addr(
             request
         },
     )
+}
+
+/// A connection past both pools (or its address's cap), looked at as soon as
+/// one of the [`PEEKERS`] is free, for up to [`PEEK`]: a flood of refused
+/// connections taking them all at once must not turn a health probe that
+/// comes right after away unlooked at. Refused if none comes free in time.
+async fn probe_when_free<S>(
+    stream: tokio::net::TcpStream,
+    overflow_app: S,
+    peekers: Arc<Semaphore>,
+    refusal: Arc<[u8]>,
+) where
+    S: tower::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    match tokio::time::timeout(PEEK, peekers.acquire_owned()).await {
+        Ok(Ok(permit)) => probe_or_refuse(stream, overflow_app, permit, refusal).await,
+        _ => refuse(stream, refusal).await,
+    }
 }
 
 /// A connection past both pools (or its address's cap): served if it is a
