@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::openai::{
-    Ask, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec, next_event,
+    Ask, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec, next_json,
     plain_body, send, shown, whole_answer,
 };
 
@@ -277,14 +277,9 @@ async fn read_events(
     let mut counted: Option<rein_protocol::Usage> = None;
     let mut served_model: Option<String> = None;
     let mut events_seen = 0usize;
-    loop {
-        let Some(event) = next_event(&mut events, idle).await? else {
-            break;
-        };
+    while let Some((name, data)) = next_json(&mut events, idle, "an event").await? {
         events_seen += 1;
-        let data: Value = serde_json::from_str(&event.data)
-            .map_err(|e| ChatError::Protocol(format!("an event is not JSON ({e})")))?;
-        match data["type"].as_str().unwrap_or(event.event.as_str()) {
+        match data["type"].as_str().unwrap_or(name.as_str()) {
             "error" => return Err(api_error(&data["error"], "the stream")),
             "content_block_start" => {
                 let index = data["index"].as_u64().unwrap_or(0) as usize;

@@ -524,6 +524,29 @@ where
     }
 }
 
+/// The next event of a streamed answer as JSON, with its SSE event name;
+/// `None` at the end of the stream or at OpenAI's `[DONE]`. `what` names an
+/// event in the error for one that is not JSON ("a chunk", "an event").
+pub(crate) async fn next_json<S, E>(
+    events: &mut S,
+    idle: Duration,
+    what: &str,
+) -> Result<Option<(String, Value)>, ChatError>
+where
+    S: futures_util::Stream<Item = Result<eventsource_stream::Event, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    let Some(event) = next_event(events, idle).await? else {
+        return Ok(None);
+    };
+    if event.data.trim() == "[DONE]" {
+        return Ok(None);
+    }
+    let data = serde_json::from_str(&event.data)
+        .map_err(|e| ChatError::Protocol(format!("{what} is not JSON ({e})")))?;
+    Ok(Some((event.event, data)))
+}
+
 /// An `{"error": …}` chunk in the middle of a stream, classified like the
 /// HTTP error it names (its `code`, or a `type` that says rate limit,
 /// overload or server error).
@@ -603,16 +626,8 @@ async fn read_stream(
     let mut chunks = 0usize;
     let mut usage = None;
     let mut served_model = None;
-    loop {
-        let Some(event) = next_event(&mut events, idle).await? else {
-            break;
-        };
-        if event.data.trim() == "[DONE]" {
-            break;
-        }
+    while let Some((_, chunk)) = next_json(&mut events, idle, "a chunk").await? {
         chunks += 1;
-        let chunk: Value = serde_json::from_str(&event.data)
-            .map_err(|e| ChatError::Protocol(format!("a chunk is not JSON ({e})")))?;
         if chunk.get("error").is_some_and(|e| !e.is_null()) {
             return Err(stream_error(&chunk["error"]));
         }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::openai::{
     Ask, ChatConfig, ChatError, ChatResponse, FunctionCall, Message, Plain, ToolCall, ToolSpec,
-    next_event, plain_body, refuses, send, shown, whole_answer,
+    next_json, plain_body, refuses, send, shown, whole_answer,
 };
 
 /// The conversation as the Responses API's `instructions` and input items.
@@ -176,18 +176,10 @@ async fn read_events(
     let mut events_seen = 0usize;
     let mut usage = None;
     let mut served_model = None;
-    loop {
-        let Some(event) = next_event(&mut events, idle).await? else {
-            break;
-        };
-        if event.data.trim() == "[DONE]" {
-            break;
-        }
+    while let Some((name, data)) = next_json(&mut events, idle, "an event").await? {
         events_seen += 1;
-        let data: Value = serde_json::from_str(&event.data)
-            .map_err(|e| ChatError::Protocol(format!("an event is not JSON ({e})")))?;
         let index = data["output_index"].as_u64().unwrap_or(0) as usize;
-        match data["type"].as_str().unwrap_or(event.event.as_str()) {
+        match data["type"].as_str().unwrap_or(name.as_str()) {
             "error" => {
                 return Err(stream_error(
                     data["code"].as_str().unwrap_or_default(),
