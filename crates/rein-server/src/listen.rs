@@ -256,6 +256,30 @@ fn with_addr(
     )
 }
 
+/// What serves the connections past the pools: the overflow app, each
+/// request marked with its connection's address.
+trait Overflow:
+    tower::Service<
+        axum::http::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> Overflow for S where
+    S: tower::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// A connection past both pools (or its address's cap), looked at as soon as
 /// one of the [`PEEKERS`] is free, for up to [`PEEK`]: a flood of refused
 /// connections taking them all at once must not turn a health probe that
@@ -266,13 +290,7 @@ async fn probe_when_free<S>(
     peekers: Arc<Semaphore>,
     refusal: Arc<[u8]>,
 ) where
-    S: tower::Service<
-            axum::http::Request<hyper::body::Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-        > + Clone
-        + Send
-        + 'static,
+    S: Overflow,
     S::Future: Send,
 {
     match tokio::time::timeout(PEEK, peekers.acquire_owned()).await {
@@ -290,13 +308,7 @@ async fn probe_or_refuse<S>(
     permit: tokio::sync::OwnedSemaphorePermit,
     refusal: Arc<[u8]>,
 ) where
-    S: tower::Service<
-            axum::http::Request<hyper::body::Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-        > + Clone
-        + Send
-        + 'static,
+    S: Overflow,
     S::Future: Send,
 {
     const PROBE: &[u8] = b"GET /healthz ";

@@ -145,12 +145,9 @@ fn copy_store(path: &std::path::Path, to: &std::path::Path) {
     }
 }
 
-/// An older copy of the store put in its place (or its write-ahead log
-/// deleted: the same to the store) is found at open, kept until
-/// acknowledged, and found once; commits from two handles at once, and a
-/// new store beside the head of a deleted one, are no loss.
-#[tokio::test(flavor = "multi_thread")]
-async fn committed_writes_gone_are_found_at_open_and_nothing_else_is() {
+/// A new store with one commit, and a copy of it as it is then (`old.db`
+/// beside it), to put back later: (its directory, the store, the copy).
+async fn store_and_an_old_copy() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     use rein_core::TaskStore;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rein.db");
@@ -159,6 +156,17 @@ async fn committed_writes_gone_are_found_at_open_and_nothing_else_is() {
     store.probe().await.unwrap();
     drop(store);
     copy_store(&path, &old);
+    (dir, path, old)
+}
+
+/// An older copy of the store put in its place (or its write-ahead log
+/// deleted: the same to the store) is found at open, kept until
+/// acknowledged, and found once; commits from two handles at once, and a
+/// new store beside the head of a deleted one, are no loss.
+#[tokio::test(flavor = "multi_thread")]
+async fn committed_writes_gone_are_found_at_open_and_nothing_else_is() {
+    use rein_core::TaskStore;
+    let (_dir, path, old) = store_and_an_old_copy().await;
     // Two handles on one store (two processes, as far as SQLite knows),
     // committing at once: the head recorded lags, never leads.
     let (a, b) = (
@@ -219,13 +227,7 @@ async fn committed_writes_gone_are_found_at_open_and_nothing_else_is() {
 async fn every_commit_is_counted_once_whether_it_appends_events_or_not() {
     use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions, TaskStore};
     use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rein.db");
-    let old = dir.path().join("old.db");
-    let store = SqliteStore::open(&path).unwrap();
-    store.probe().await.unwrap();
-    drop(store);
-    copy_store(&path, &old);
+    let (dir, path, old) = store_and_an_old_copy().await;
 
     let store = std::sync::Arc::new(SqliteStore::open(&path).unwrap());
     let engine = Engine::new(
