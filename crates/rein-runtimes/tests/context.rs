@@ -8,11 +8,11 @@
 //! the transcript shows was read.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_test_support::model::sse;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -56,18 +56,6 @@ fn counted(body: &Value) -> u64 {
         })
         .sum();
     (bytes / 4) as u64
-}
-
-fn sse(chunks: Vec<Value>) -> Response {
-    let mut body = String::new();
-    for c in chunks {
-        body.push_str(&format!("data: {c}\n\n"));
-    }
-    body.push_str("data: [DONE]\n\n");
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from(body))
-        .unwrap()
 }
 
 fn say(text: &str) -> Response {

@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Default)]
 pub struct Seen(pub Arc<Mutex<Vec<Value>>>);
 
-fn sse(chunks: Vec<Value>) -> Response {
+/// A streamed chat-completions answer of `chunks`, ended with `[DONE]`.
+pub fn sse(chunks: Vec<Value>) -> Response {
     let mut body = String::new();
     for c in chunks {
         body.push_str(&format!("data: {c}\n\n"));
