@@ -78,16 +78,22 @@ pub trait Machine {
             .iter()
             .find(|(f, e, _)| *f == from && *e == event)
             .map(|(_, _, to)| *to)
-            .ok_or_else(|| IllegalTransition {
-                kind: Self::KIND,
-                id: None,
-                from: Self::state_name(from).to_owned(),
-                event: Self::event_name(event).to_owned(),
-                allowed: Self::allowed(from)
-                    .into_iter()
-                    .map(|e| Self::event_name(e).to_owned())
-                    .collect(),
-            })
+            .ok_or_else(|| Self::refusal(from, Self::event_name(event)))
+    }
+
+    /// Why `event` (as it is to be named) cannot happen to a subject in
+    /// state `from`, with what the state allows.
+    fn refusal(from: Self::State, event: &str) -> IllegalTransition {
+        IllegalTransition {
+            kind: Self::KIND,
+            id: None,
+            from: Self::state_name(from).to_owned(),
+            event: event.to_owned(),
+            allowed: Self::allowed(from)
+                .into_iter()
+                .map(|e| Self::event_name(e).to_owned())
+                .collect(),
+        }
     }
 
     /// The events state `from` allows, in table order.
@@ -576,16 +582,7 @@ pub fn contract_transition(
 ) -> Result<ContractStatus, IllegalTransition> {
     match ContractEvent::toward(to) {
         Some(event) => Contracts::next(from, event),
-        None => Err(IllegalTransition {
-            kind: Contracts::KIND,
-            id: None,
-            from: from.as_str().to_owned(),
-            event: "move back to draft".to_owned(),
-            allowed: Contracts::allowed(from)
-                .into_iter()
-                .map(|e| Contracts::event_name(e).to_owned())
-                .collect(),
-        }),
+        None => Err(Contracts::refusal(from, "move back to draft")),
     }
 }
 

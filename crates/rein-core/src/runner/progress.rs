@@ -100,23 +100,14 @@ impl Progresses {
         event: StepEvent,
         new: Progress,
     ) -> std::result::Result<Progress, IllegalTransition> {
-        let to = Steps::next(self.items[i].state(), event)?;
-        if to != new.state() {
-            return Err(IllegalTransition {
-                kind: Steps::KIND,
-                id: None,
-                from: Steps::state_name(self.items[i].state()).to_owned(),
-                event: format!(
-                    "{} into {}",
-                    Steps::event_name(event),
-                    Steps::state_name(new.state())
-                ),
-                allowed: vec![format!(
-                    "{} into {}",
-                    Steps::event_name(event),
-                    Steps::state_name(to)
-                )],
-            });
+        let from = self.items[i].state();
+        if Steps::next(from, event)? != new.state() {
+            let asked = format!(
+                "{} into {}",
+                Steps::event_name(event),
+                Steps::state_name(new.state())
+            );
+            return Err(Steps::refusal(from, &asked));
         }
         let old = std::mem::replace(&mut self.items[i], new);
         for (p, add) in [(&old, false), (&self.items[i], true)] {
