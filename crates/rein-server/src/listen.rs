@@ -234,17 +234,7 @@ pub async fn serve(
 }
 
 /// `app` with every request marked with the address of its connection.
-fn with_addr(
-    app: Router,
-    addr: IpAddr,
-) -> impl tower::Service<
-    axum::http::Request<hyper::body::Incoming>,
-    Response = axum::response::Response,
-    Error = std::convert::Infallible,
-    Future = impl Send,
-> + Clone
-+ Send
-+ 'static {
+fn with_addr(app: Router, addr: IpAddr) -> impl Served<Future = impl Send> {
     tower::ServiceExt::map_request(
         app,
         move |mut request: axum::http::Request<hyper::body::Incoming>| {
@@ -256,9 +246,9 @@ fn with_addr(
     )
 }
 
-/// What serves the connections past the pools: the overflow app, each
-/// request marked with its connection's address.
-trait Overflow:
+/// What serves a connection: an app, each request marked with its
+/// connection's address ([`with_addr`]).
+trait Served:
     tower::Service<
         axum::http::Request<hyper::body::Incoming>,
         Response = axum::response::Response,
@@ -269,7 +259,7 @@ trait Overflow:
 {
 }
 
-impl<S> Overflow for S where
+impl<S> Served for S where
     S: tower::Service<
             axum::http::Request<hyper::body::Incoming>,
             Response = axum::response::Response,
@@ -290,7 +280,7 @@ async fn probe_when_free<S>(
     peekers: Arc<Semaphore>,
     refusal: Arc<[u8]>,
 ) where
-    S: Overflow,
+    S: Served,
     S::Future: Send,
 {
     match tokio::time::timeout(PEEK, peekers.acquire_owned()).await {
@@ -308,7 +298,7 @@ async fn probe_or_refuse<S>(
     permit: tokio::sync::OwnedSemaphorePermit,
     refusal: Arc<[u8]>,
 ) where
-    S: Overflow,
+    S: Served,
     S::Future: Send,
 {
     const PROBE: &[u8] = b"GET /healthz ";

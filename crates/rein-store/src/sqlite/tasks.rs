@@ -1,6 +1,7 @@
 //! Tasks on SQLite: a write's events appended with the summary they carry, the
 //! task row touched only when the status changes, reads of logs and summaries.
 
+use super::event_body::Row;
 use super::*;
 
 /// A task's summary as of its last write: the one its last write's last event
@@ -292,13 +293,43 @@ impl TaskStore for SqliteStore {
         let id = id.to_string();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
-            events_where(
-                conn,
-                "WHERE e.tkey = (SELECT tkey FROM tasks WHERE id = ?1) AND e.seq > ?2
-                 ORDER BY e.seq LIMIT ?3",
-                params![id, seq(after_seq), limit],
-            )
-            .map(|events| events.into_iter().map(|(_, event)| event).collect())
+            // What the log's slim bodies leave out, read once for them all.
+            let task: Option<(i64, String, Option<String>)> = conn
+                .prepare_cached(
+                    "SELECT tkey, session_id, json_extract(summary, '$.trace_id')
+                     FROM tasks WHERE id = ?1",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_row([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .optional()
+                })
+                .map_err(backend)?;
+            let Some((tkey, session_id, trace_id)) = task else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT seq, body FROM events WHERE tkey = ?1 AND seq > ?2
+                     ORDER BY seq LIMIT ?3",
+                )
+                .map_err(backend)?;
+            let mut rows = stmt
+                .query(params![tkey, seq(after_seq), limit])
+                .map_err(backend)?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next().map_err(backend)? {
+                let row = Row {
+                    seq: r.get(0).map_err(backend)?,
+                    task_id: &id,
+                    session_id: &session_id,
+                    trace_id: trace_id.as_deref().unwrap_or_default(),
+                };
+                out.push(decode_event(
+                    &r.get::<_, String>(1).map_err(backend)?,
+                    &row,
+                )?);
+            }
+            Ok(out)
         })
         .await
     }
@@ -306,11 +337,35 @@ impl TaskStore for SqliteStore {
     async fn all_events(&self, after: u64, limit: usize) -> StoreResult<Vec<(u64, HarnessEvent)>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.read(move |conn| {
-            events_where(
-                conn,
-                "WHERE e.gseq > ?1 ORDER BY e.gseq LIMIT ?2",
-                params![seq(after), limit],
-            )
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT e.gseq, e.seq, e.body, t.id, t.session_id,
+                            json_extract(t.summary, '$.trace_id')
+                     FROM events e JOIN tasks t ON t.tkey = e.tkey
+                     WHERE e.gseq > ?1 ORDER BY e.gseq LIMIT ?2",
+                )
+                .map_err(backend)?;
+            let mut rows = stmt.query(params![seq(after), limit]).map_err(backend)?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next().map_err(backend)? {
+                let gseq: u64 = r.get(0).map_err(backend)?;
+                let (task_id, session_id, trace_id): (String, String, Option<String>) = (
+                    r.get(3).map_err(backend)?,
+                    r.get(4).map_err(backend)?,
+                    r.get(5).map_err(backend)?,
+                );
+                let row = Row {
+                    seq: r.get(1).map_err(backend)?,
+                    task_id: &task_id,
+                    session_id: &session_id,
+                    trace_id: trace_id.as_deref().unwrap_or_default(),
+                };
+                out.push((
+                    gseq,
+                    decode_event(&r.get::<_, String>(2).map_err(backend)?, &row)?,
+                ));
+            }
+            Ok(out)
         })
         .await
     }
@@ -536,35 +591,7 @@ impl TaskStore for SqliteStore {
     }
 }
 
-/// Events `tail` selects (`e` the events, `t` their tasks), each with its
-/// global position: their bodies read back whole ([`super::event_body`]).
-fn events_where(
-    conn: &Connection,
-    tail: &str,
-    params: impl rusqlite::Params,
-) -> StoreResult<Vec<(u64, HarnessEvent)>> {
-    let sql = format!(
-        "SELECT e.gseq, e.seq, e.body, t.id, t.session_id, json_extract(t.summary, '$.trace_id')
-         FROM events e JOIN tasks t ON t.tkey = e.tkey {tail}"
-    );
-    let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
-    let mut rows = stmt.query(params).map_err(backend)?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next().map_err(backend)? {
-        let gseq: i64 = r.get(0).map_err(backend)?;
-        let row_seq: i64 = r.get(1).map_err(backend)?;
-        let body: String = r.get(2).map_err(backend)?;
-        let task_id: String = r.get(3).map_err(backend)?;
-        let session_id: String = r.get(4).map_err(backend)?;
-        let trace_id: Option<String> = r.get(5).map_err(backend)?;
-        let row = super::event_body::Row {
-            seq: u64::try_from(row_seq).unwrap_or(0),
-            task_id: &task_id,
-            session_id: &session_id,
-            trace_id: trace_id.as_deref().unwrap_or_default(),
-        };
-        let event = super::event_body::decode(&body, &row).map_err(|e| corrupt("event", e))?;
-        out.push((u64::try_from(gseq).unwrap_or(0), event));
-    }
-    Ok(out)
+/// A stored event body read back whole, given its row ([`super::event_body`]).
+fn decode_event(body: &str, row: &Row<'_>) -> StoreResult<HarnessEvent> {
+    super::event_body::decode(body, row).map_err(|e| corrupt("event", e))
 }
