@@ -258,3 +258,18 @@ pub(crate) fn merge_usage(parts: Vec<UsageRow>) -> Vec<UsageRow> {
     }
     merged.into_values().collect()
 }
+
+/// A journal write's entries as stored: each entry's body, and the model
+/// usage it records (indexed into `model_usage` with it), if any.
+pub(crate) type JournalRows = (Vec<String>, Vec<Option<rein_protocol::TurnUsage>>);
+
+/// What both backends store of `entries` appended to a step's journal.
+pub(crate) fn journal_rows(entries: &[serde_json::Value]) -> StoreResult<JournalRows> {
+    let bodies = entries
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<_, _>>()
+        .map_err(backend)?;
+    let metered = entries.iter().map(rein_core::store::entry_usage).collect();
+    Ok((bodies, metered))
+}

@@ -11,13 +11,7 @@ impl JournalStore for PostgresStore {
         from: u64,
         entries: &[serde_json::Value],
     ) -> StoreResult<()> {
-        let bodies: Vec<String> = entries
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<_, _>>()
-            .map_err(backend)?;
-        let metered: Vec<Option<rein_protocol::TurnUsage>> =
-            entries.iter().map(rein_core::store::entry_usage).collect();
+        let (bodies, metered) = crate::rows::journal_rows(entries)?;
         let now = ts(&chrono::Utc::now());
         let (task, step) = (task_id.clone(), step_id.to_owned());
         self.writer
