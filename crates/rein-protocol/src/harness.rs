@@ -182,3 +182,50 @@ pub struct SelectionDecision {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallback_models: Vec<String>,
 }
+
+/// Who prepares the request's transport and credentials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CompletionOwner {
+    /// rein: the harness gets the exact transport model and auth to use.
+    Host,
+    /// The harness (it declares `auth_bootstrap = harness`): it gets an auth
+    /// plan and the credentials of one profile.
+    Harness,
+}
+
+/// Which path serves the completion: rein's host-prepared one, or the
+/// harness's own runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum CompletionRuntime {
+    #[serde(rename = "rein")]
+    Rein,
+    #[serde(rename = "self")]
+    OwnRuntime,
+}
+
+/// A completion as it came back, and how it was served.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Completion {
+    /// The visible text of the answer.
+    pub text: String,
+    /// The answer as JSON, when a schema was given (and it passed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<serde_json::Value>,
+    /// Which runtime served it, and why (the rule-21 selector's choice).
+    pub selection: SelectionDecision,
+    pub owner: CompletionOwner,
+    pub runtime: CompletionRuntime,
+    /// Which credential profile served it.
+    pub profile: String,
+    /// Each inference request's own duration.
+    pub request_durations_ms: Vec<u64>,
+    /// The whole completion, selection included.
+    pub duration_ms: u64,
+    /// What its model request used (the server's count, or rein's estimate
+    /// marked so), when the runtime that served it counts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::Usage>,
+    /// `stop`, or `length` when the answer was cut at the token limit.
+    pub stop_reason: String,
+}

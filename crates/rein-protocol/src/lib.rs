@@ -26,6 +26,8 @@
 //!   JSON-RPC messages rein exchanges with it.
 //! - [`session`]: [`AgentSessionInfo`], an agent session (`ses_…`) as stored.
 //! - [`api`]: the admin API's request and response bodies and query parameters.
+//! - [`endpoints`]: every operation of the admin API, typed: method, path, role,
+//!   id, query, request and response, from which server and CLI are built.
 //! - [`usage`]: what model calls cost in tokens, each turn's usage normalised.
 //! - [`de`]: deserializers for the API's numbers (integers taken as such, bounds
 //!   refused, never clamped).
@@ -35,6 +37,7 @@ pub mod api;
 pub mod approval;
 pub mod contract;
 pub mod de;
+pub mod endpoints;
 pub mod event;
 pub mod harness;
 pub mod ids;

@@ -16,13 +16,7 @@ use crate::error::{ApiError, ApiResult};
 pub const SESSION_COOKIE: &str = "rein_session";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Viewer,
-    Operator,
-    Admin,
-}
+pub use rein_protocol::endpoints::Role;
 
 /// Who a request comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

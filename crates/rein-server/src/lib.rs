@@ -350,17 +350,14 @@ pub fn router(state: AppState) -> Router {
     openapi::table()
         .into_iter()
         .fold(Router::new(), |router, route| {
-            // Each operation's role, from the table, enforced before its handler.
-            let roles: Roles = route
-                .operations
-                .iter()
-                .map(|o| (o.method.to_uppercase(), o.role))
-                .collect();
+            // Each operation's role, from its definition, enforced before its
+            // handler (operations on one path merge into one method router).
+            let role = route.operation.role;
             let handler = route.handler.layer(axum::middleware::from_fn_with_state(
-                (state.clone(), roles),
+                (state.clone(), role),
                 enforce_role,
             ));
-            router.route(route.path, handler)
+            router.route(route.operation.path, handler)
         })
         .merge(ui::router())
         .fallback(routes::not_found)
@@ -374,31 +371,22 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The role each method of a route needs (`None`: open), by method name.
-type Roles = Arc<[(String, Option<Role>)]>;
-
-/// Lets a request through to its handler only if its caller has the role the
-/// route table gives the operation (HEAD as GET); the caller goes along for
-/// the handler ([`routes::Caller`]).
+/// Lets a request through to its handler only if its caller has the role
+/// the operation's definition gives it (`None`: open); the caller goes along
+/// for the handler ([`routes::Caller`]).
 async fn enforce_role(
-    axum::extract::State((state, roles)): axum::extract::State<(AppState, Roles)>,
+    axum::extract::State((state, role)): axum::extract::State<(AppState, Option<Role>)>,
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     use axum::response::IntoResponse as _;
-    let method = match *request.method() {
-        axum::http::Method::HEAD => "GET",
-        ref m => m.as_str(),
-    };
-    let Some((_, Some(role))) = roles.iter().find(|(m, _)| m == method) else {
-        // No role: an open operation (or a method the route does not take,
-        // which its own fallback answers).
+    let Some(role) = role else {
         return next.run(request).await;
     };
     let caller = match state
         .auth
         .principal(request.method(), request.headers())
-        .and_then(|p| auth::require(&p, *role).map(|()| p))
+        .and_then(|p| auth::require(&p, role).map(|()| p))
     {
         Ok(p) => p,
         Err(e) => return e.into_response(),

@@ -9,12 +9,11 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rein_protocol::SelectionDecision;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::SelectionError;
-use super::isolated::{CompletionError, CompletionOwner, CompletionRuntime};
+use super::isolated::CompletionError;
 
 /// Which model route serves a completion; unset parts take the configured
 /// defaults.
@@ -42,31 +41,7 @@ pub struct CompletionRequest {
     pub shape: super::isolated::AnswerShape,
 }
 
-/// A completion as it came back, and how it was served.
-#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
-pub struct Completion {
-    /// The visible text of the answer.
-    pub text: String,
-    /// The answer as JSON, when a schema was given (and it passed).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub json: Option<Value>,
-    /// Which runtime served it, and why (the rule-21 selector's choice).
-    pub selection: SelectionDecision,
-    pub owner: CompletionOwner,
-    pub runtime: CompletionRuntime,
-    /// Which credential profile served it.
-    pub profile: String,
-    /// Each inference request's own duration.
-    pub request_durations_ms: Vec<u64>,
-    /// The whole completion, selection included.
-    pub duration_ms: u64,
-    /// What its model request used (the server's count, or rein's estimate
-    /// marked so), when the runtime that served it counts it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage: Option<rein_protocol::Usage>,
-    /// `stop`, or `length` when the answer was cut at the token limit.
-    pub stop_reason: String,
-}
+pub use rein_protocol::harness::Completion;
 
 /// The journal (of a step id no plan can have) where a task's own model
 /// calls — its goal's decompositions, its one-line summary — are metered.

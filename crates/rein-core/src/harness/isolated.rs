@@ -6,30 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
-
 use super::AgentHarness;
 
-/// Who prepares the request's transport and credentials.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum CompletionOwner {
-    /// rein: the harness gets the exact transport model and auth to use.
-    Host,
-    /// The harness (it declares `auth_bootstrap = harness`): it gets an auth
-    /// plan and the credentials of one profile.
-    Harness,
-}
-
-/// Which path serves the completion: rein's host-prepared one, or the
-/// harness's own runtime.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub enum CompletionRuntime {
-    #[serde(rename = "rein")]
-    Rein,
-    #[serde(rename = "self")]
-    OwnRuntime,
-}
+pub use rein_protocol::harness::{CompletionOwner, CompletionRuntime};
 
 /// A credential profile, in the host's fallback order. Its secret never
 /// appears in debug output.

@@ -1,20 +1,16 @@
-//! The OpenAPI 3.1 document made from the route table: paths, parameters,
-//! bodies, responses and the schemas they name.
+//! The OpenAPI 3.1 document made from the API's operations: paths,
+//! parameters, bodies, responses and the schemas they name.
 
 use super::*;
 
 /// The parameters of an operation: its path's `{id}`, then the fields of its
 /// query type, each with its own schema (optional ones without the `null` a
 /// query string cannot send), sorted by name.
-pub(super) fn parameters(
-    path: &str,
-    param: Option<SchemaFn>,
-    o: &Operation,
-    g: &mut SchemaGenerator,
-) -> Value {
+pub(super) fn parameters(o: &Operation, g: &mut SchemaGenerator) -> Value {
     let mut out: Vec<Value> = Vec::new();
-    if let Some(param) = param {
-        for name in path
+    if let Some(param) = o.param {
+        for name in o
+            .path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
         {
@@ -78,12 +74,8 @@ pub(super) fn content(body: Content, g: &mut SchemaGenerator) -> Option<Value> {
     }
 }
 
-pub(super) fn operation(
-    path: &str,
-    param: Option<SchemaFn>,
-    o: &Operation,
-    g: &mut SchemaGenerator,
-) -> Value {
+pub(super) fn operation(o: &Operation, g: &mut SchemaGenerator) -> Value {
+    let path = o.path;
     let mut responses = Map::new();
     let success = match content(o.response, g) {
         Some(content) => json!({ "description": "ok", "content": content }),
@@ -122,8 +114,9 @@ pub(super) fn operation(
         responses.insert("429".to_owned(), throttled);
     }
     let mut out = json!({
-        "summary": o.summary,
-        "parameters": parameters(path, param, o, g),
+        "operationId": o.name,
+        "summary": o.summary(),
+        "parameters": parameters(o, g),
         "responses": responses,
     });
     if let Some(role) = o.role {
@@ -138,8 +131,8 @@ pub(super) fn operation(
     out
 }
 
-/// The OpenAPI 3.1 document of the routes in [`table`]: every schema one of
-/// them refers to, under `components/schemas`.
+/// The OpenAPI 3.1 document of the operations in [`endpoints::ALL`]: every
+/// schema one of them refers to, under `components/schemas`.
 pub fn document() -> Value {
     let mut g = schemars::generate::SchemaSettings::draft2020_12()
         .with(|s| {
@@ -148,15 +141,11 @@ pub fn document() -> Value {
         })
         .into_generator();
     let mut paths = Map::new();
-    for route in table() {
-        let mut item = Map::new();
-        for o in &route.operations {
-            item.insert(
-                o.method.to_owned(),
-                operation(route.path, route.param, o, &mut g),
-            );
-        }
-        paths.insert(route.path.to_owned(), Value::Object(item));
+    for o in endpoints::ALL {
+        let item = paths
+            .entry(o.path.to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        item[o.method.lower()] = operation(o, &mut g);
     }
     let mut doc = json!({
         "openapi": "3.1.0",
