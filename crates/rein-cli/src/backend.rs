@@ -1,34 +1,42 @@
-//! Where a command's tasks live: the store opened here (embedded), or a running
-//! `rein serve` reached over HTTP. Commands call the same operations on either and
-//! print the same output.
+//! Where a command's tasks live: the store opened here (embedded), or a
+//! running `rein serve` reached over HTTP. Either way a command calls the
+//! admin API's operations through one [`Client`]: embedded, the server's own
+//! router answers in this process, over the store here. So each operation
+//! has one code path, and local and remote output are the same by
+//! construction.
+//!
+//! What is not an API call stays with the engine: embedded, `rein run`,
+//! `rein tasks resume` and `rein tasks follow` drive and watch tasks in this
+//! process ([`Backend::engine`]).
 
 use std::sync::Arc;
 
+use rein_core::Engine;
 use rein_core::contracts::{ContractPage, EvidencePage};
 use rein_core::store::{
     ApprovalFilter, RecordFilter, SharedStateFilter, SharedStatePage, SnapshotInfo, TaskFilter,
     TaskPage,
 };
-use rein_core::{ControlOutcome, Engine};
 use rein_protocol::api::{
-    ApprovalEnvelope, ConflictReport, ContractEnvelope, ControlResult, DecisionRequest,
-    EvidenceEnvelope, List, PlanEnvelope, Reason, ResumeRequest, ResumeResult, ReviewRequest,
-    SharedStateEnvelope, SnapshotEnvelope, StatusRequest, TakenSnapshot, TaskEnvelope, escape,
+    ApprovalQuery, ContractQuery, ControlResult, DecisionRequest, EvidenceQuery, LogQuery, Reason,
+    ResumeRequest, ReviewRequest, StateQuery, StatusRequest, TakenSnapshot, TaskQuery, VerifyQuery,
 };
+use rein_protocol::endpoints as op;
 use rein_protocol::{
     Action, ApprovalId, ApprovalRequest, ApprovalResponse, Conflict, ContractStatus,
     EvidenceBundle, EvidenceCheck, EvidenceItem, HarnessContract, HarnessEvent, HarnessMetrics,
-    LedgerEntry, Participant, Review, ReviewVerdict, SharedHarnessState, SnapshotId,
-    TaskDecomposition, TaskId, TaskState, Timestamp,
+    LedgerEntry, Participant, ReviewVerdict, SharedHarnessState, SnapshotId, TaskDecomposition,
+    TaskId, TaskState, Timestamp,
 };
-use serde::Deserialize;
 
-use crate::remote::Client;
+use crate::client::Client;
 
 #[derive(Debug, Clone)]
-pub enum Backend {
-    Local(Arc<Engine>),
-    Remote(Client),
+pub struct Backend {
+    client: Client,
+    /// Embedded: the engine over the store here, which the router answering
+    /// [`Backend::client`] serves, and which this process's runs use.
+    engine: Option<Arc<Engine>>,
 }
 
 /// What a pause or abort did.
@@ -56,59 +64,79 @@ pub enum EvidencePart {
     },
 }
 
-/// A record filter as the API's query parameters.
-fn record_query(filter: &RecordFilter) -> Vec<(&'static str, String)> {
-    let mut query = Vec::new();
-    for (name, value) in [
-        ("status", &filter.status),
-        ("task_id", &filter.task_id),
-        ("shared_state_id", &filter.shared_state_id),
-        ("contract_id", &filter.contract_id),
-        ("cursor", &filter.cursor),
-    ] {
-        if let Some(v) = value {
-            query.push((name, v.clone()));
-        }
-    }
-    if let Some(l) = filter.limit {
-        query.push(("limit", l.to_string()));
-    }
-    query
+/// What the embedded router serves besides the engine.
+#[derive(Debug, Default)]
+pub struct Serving {
+    /// The harnesses the engine's runs select from (the harness and session
+    /// commands report and use them).
+    pub harnesses: Option<Arc<rein_core::harness::Harnesses>>,
+    /// Models' prices, for what usage cost.
+    pub models: rein_protocol::Models,
 }
 
-/// Turns an empty JSON body (204) into `()`.
-#[derive(Deserialize)]
-struct Nothing;
-
 impl Backend {
+    /// A running server's API.
+    pub fn remote(client: Client) -> Backend {
+        Backend {
+            client,
+            engine: None,
+        }
+    }
+
+    /// The API served in this process over `engine`, called as the user
+    /// running the command (`crate::commands::actor`) as an operator: every
+    /// operation is open to them, but, as for an operator of a server, a
+    /// request delegated to someone else is that person's to decide (only
+    /// an admin token may override a delegation).
+    pub fn local(engine: Arc<Engine>, serving: Serving) -> Backend {
+        let mut state = rein_server::AppState::new(
+            Arc::clone(&engine),
+            rein_server::Auth::new(Vec::new()),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .with_models(serving.models);
+        if let Some(harnesses) = serving.harnesses {
+            state = state.with_harnesses(harnesses);
+        }
+        let caller = rein_server::auth::Principal {
+            name: crate::commands::actor(None),
+            role: rein_server::Role::Operator,
+            cookie: false,
+        };
+        Backend {
+            client: Client::in_process(rein_server::router(state), caller),
+            engine: Some(engine),
+        }
+    }
+
+    /// The API, as every operation below calls it.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Embedded: the engine over the store here.
+    pub fn engine(&self) -> Option<&Arc<Engine>> {
+        self.engine.as_ref()
+    }
+
     pub fn is_remote(&self) -> bool {
-        matches!(self, Backend::Remote(_))
+        self.engine.is_none()
     }
 
     /// The engine's clock here; the wall clock against a server.
     pub fn now(&self) -> Timestamp {
-        match self {
-            Backend::Local(engine) => engine.config().clock.now(),
-            Backend::Remote(_) => chrono::Utc::now(),
+        match &self.engine {
+            Some(engine) => engine.config().clock.now(),
+            None => chrono::Utc::now(),
         }
     }
 
     pub async fn get(&self, id: &TaskId) -> anyhow::Result<TaskState> {
-        Ok(match self {
-            Backend::Local(e) => e.get(id).await?,
-            Backend::Remote(c) => c.task(id).await?,
-        })
+        Ok(self.client.task(id).await?)
     }
 
     pub async fn plan(&self, id: &TaskId) -> anyhow::Result<TaskDecomposition> {
-        Ok(match self {
-            Backend::Local(e) => e.plan(id).await?,
-            Backend::Remote(c) => {
-                c.get::<PlanEnvelope>(&format!("admin/tasks/{id}/plan"), &[])
-                    .await?
-                    .plan
-            }
-        })
+        Ok(self.client.call::<op::TaskPlan>(id, &(), &()).await?.plan)
     }
 
     pub async fn events(
@@ -117,46 +145,30 @@ impl Backend {
         after: u64,
         limit: usize,
     ) -> anyhow::Result<Vec<HarnessEvent>> {
-        Ok(match self {
-            Backend::Local(e) => e.events(id, after, limit).await?,
-            Backend::Remote(c) => {
-                let query = [("after", after.to_string()), ("limit", limit.to_string())];
-                c.get::<List<HarnessEvent>>(&format!("admin/tasks/{id}/events"), &query)
-                    .await?
-                    .items
-            }
-        })
+        let query = LogQuery {
+            after: Some(after),
+            limit: Some(limit),
+        };
+        Ok(self
+            .client
+            .call::<op::TaskEvents>(id, &query, &())
+            .await?
+            .items)
     }
 
     pub async fn list(&self, filter: &TaskFilter) -> anyhow::Result<TaskPage> {
-        Ok(match self {
-            Backend::Local(e) => e.list(filter).await?,
-            Backend::Remote(c) => {
-                let mut query = Vec::new();
-                if let Some(s) = &filter.session_id {
-                    query.push(("session_id", s.clone()));
-                }
-                if let Some(s) = filter.status {
-                    query.push(("status", s.as_str().to_owned()));
-                }
-                if let Some(t) = filter.created_from {
-                    query.push(("created_from", t.to_rfc3339()));
-                }
-                if let Some(t) = filter.created_to {
-                    query.push(("created_to", t.to_rfc3339()));
-                }
-                if let Some(l) = filter.limit {
-                    query.push(("limit", l.to_string()));
-                }
-                if let Some(c) = &filter.cursor {
-                    query.push(("cursor", c.clone()));
-                }
-                c.get::<TaskPage>("admin/tasks", &query).await?
-            }
-        })
+        let query = TaskQuery {
+            session_id: filter.session_id.clone(),
+            status: filter.status.map(|s| s.as_str().to_owned()),
+            created_from: filter.created_from.map(|t| t.to_rfc3339()),
+            created_to: filter.created_to.map(|t| t.to_rfc3339()),
+            limit: filter.limit,
+            cursor: filter.cursor.clone(),
+        };
+        Ok(self.client.call::<op::ListTasks>(&(), &query, &()).await?)
     }
 
-    /// Pauses (`abort == false`) or aborts a task, as `by` when embedded (a server
+    /// Pauses (`abort == false`) or aborts a task, as `by` here (a server
     /// records the token's name).
     pub async fn control(
         &self,
@@ -165,33 +177,20 @@ impl Backend {
         by: &str,
         reason: &str,
     ) -> anyhow::Result<Control> {
-        match self {
-            Backend::Local(e) => {
-                let outcome = if abort {
-                    e.abort(id, by, reason).await?
-                } else {
-                    e.pause(id, by, reason).await?
-                };
-                Ok(match outcome {
-                    ControlOutcome::Applied(_) => Control::Applied,
-                    ControlOutcome::Requested { runner } => Control::Requested { pid: runner.pid },
-                    ControlOutcome::AlreadyThere(_) => Control::Already,
-                })
-            }
-            Backend::Remote(c) => {
-                let what = if abort { "abort" } else { "pause" };
-                let reason = Reason {
-                    reason: Some(reason.to_owned()),
-                };
-                let body: ControlResult =
-                    c.post(&format!("admin/tasks/{id}/{what}"), reason).await?;
-                Ok(match body {
-                    ControlResult::Applied { .. } => Control::Applied,
-                    ControlResult::Requested { runner } => Control::Requested { pid: runner.pid },
-                    ControlResult::Already { .. } => Control::Already,
-                })
-            }
-        }
+        let reason = Reason {
+            reason: Some(reason.to_owned()),
+        };
+        let client = self.client.acting_as(by);
+        let result = if abort {
+            client.call::<op::AbortTask>(id, &(), &reason).await?
+        } else {
+            client.call::<op::PauseTask>(id, &(), &reason).await?
+        };
+        Ok(match result {
+            ControlResult::Applied { .. } => Control::Applied,
+            ControlResult::Requested { runner } => Control::Requested { pid: runner.pid },
+            ControlResult::Already { .. } => Control::Already,
+        })
     }
 
     /// Asks the server to run a task (remote only; embedded runs are driven here).
@@ -201,237 +200,147 @@ impl Backend {
         rerun: &[String],
         skip: &[String],
     ) -> anyhow::Result<()> {
-        if let Backend::Remote(c) = self {
+        if self.is_remote() {
             let request = ResumeRequest {
                 rerun: rerun.to_vec(),
                 skip: skip.to_vec(),
             };
-            let _: ResumeResult = c.post(&format!("admin/tasks/{id}/resume"), request).await?;
+            self.client
+                .call::<op::ResumeTask>(id, &(), &request)
+                .await?;
         }
         Ok(())
     }
 
     pub async fn snapshot(&self, id: &TaskId) -> anyhow::Result<Snapshot> {
-        Ok(match self {
-            Backend::Local(e) => {
-                let s = e.snapshot(id).await?;
-                Snapshot {
-                    status: s.state.status(),
-                    id: s.id,
-                    task_id: s.task_id,
-                    seq: s.seq,
-                    created_at: s.created_at,
-                }
-            }
-            Backend::Remote(c) => {
-                c.call::<SnapshotEnvelope>(
-                    reqwest::Method::POST,
-                    &format!("admin/tasks/{id}/snapshots"),
-                    &[],
-                    None,
-                )
-                .await?
-                .snapshot
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::TakeSnapshot>(id, &(), &())
+            .await?
+            .snapshot)
     }
 
     pub async fn snapshots(&self, id: &TaskId) -> anyhow::Result<Vec<SnapshotInfo>> {
-        Ok(match self {
-            Backend::Local(e) => {
-                e.get(id).await?;
-                e.store().list_snapshots(id).await?
-            }
-            Backend::Remote(c) => {
-                c.get::<List<SnapshotInfo>>(&format!("admin/tasks/{id}/snapshots"), &[])
-                    .await?
-                    .items
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::ListSnapshots>(id, &(), &())
+            .await?
+            .items)
     }
 
     pub async fn restore(&self, id: &SnapshotId) -> anyhow::Result<TaskState> {
-        Ok(match self {
-            Backend::Local(e) => e.restore(id).await?,
-            Backend::Remote(c) => {
-                c.call::<TaskEnvelope>(
-                    reqwest::Method::POST,
-                    &format!("admin/snapshots/{id}/restore"),
-                    &[],
-                    None,
-                )
-                .await?
-                .task
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::RestoreSnapshot>(id, &(), &())
+            .await?
+            .task)
     }
 
     pub async fn delete(&self, id: &TaskId) -> anyhow::Result<()> {
-        match self {
-            Backend::Local(e) => e.delete(id).await?,
-            Backend::Remote(c) => {
-                let Nothing = c
-                    .call(
-                        reqwest::Method::DELETE,
-                        &format!("admin/tasks/{id}"),
-                        &[],
-                        None,
-                    )
-                    .await?;
-            }
-        }
-        Ok(())
+        Ok(self.client.call::<op::DeleteTask>(id, &(), &()).await?)
     }
 
     pub async fn approvals(&self, filter: &ApprovalFilter) -> anyhow::Result<Vec<ApprovalRequest>> {
-        Ok(match self {
-            Backend::Local(e) => e.approvals(filter).await?,
-            Backend::Remote(c) => {
-                let mut query = vec![(
-                    "status",
-                    filter.status.map_or("all", |s| s.as_str()).to_owned(),
-                )];
-                if let Some(t) = &filter.task_id {
-                    query.push(("task_id", t.to_string()));
-                }
-                if let Some(l) = filter.limit {
-                    query.push(("limit", l.to_string()));
-                }
-                c.get::<List<ApprovalRequest>>("admin/approvals", &query)
-                    .await?
-                    .items
-            }
-        })
+        let query = ApprovalQuery {
+            status: Some(filter.status.map_or("all", |s| s.as_str()).to_owned()),
+            task_id: filter.task_id.as_ref().map(ToString::to_string),
+            limit: filter.limit,
+        };
+        Ok(self
+            .client
+            .call::<op::ListApprovals>(&(), &query, &())
+            .await?
+            .items)
     }
 
     pub async fn approval(&self, id: &ApprovalId) -> anyhow::Result<ApprovalRequest> {
-        Ok(match self {
-            Backend::Local(e) => e.approval(id).await?,
-            Backend::Remote(c) => {
-                c.get::<ApprovalEnvelope>(&format!("admin/approvals/{id}"), &[])
-                    .await?
-                    .approval
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::ShowApproval>(id, &(), &())
+            .await?
+            .approval)
     }
 
-    /// Records a decision; a server records it as the token's name, not
-    /// `response.decided_by`.
+    /// Records a decision as `response.decided_by` here; a server records it
+    /// as the token's name.
     pub async fn decide(&self, response: ApprovalResponse) -> anyhow::Result<ApprovalRequest> {
-        Ok(match self {
-            Backend::Local(e) => e.decide(response).await?,
-            Backend::Remote(c) => {
-                let body = DecisionRequest {
-                    decision: response.decision,
-                    selected_option: response.selected_option,
-                    reason: response.reason,
-                    delegate_to: response.delegate_to,
-                };
-                c.post::<ApprovalEnvelope>(
-                    &format!("admin/approvals/{}/decision", response.request_id),
-                    body,
-                )
-                .await?
-                .approval
-            }
-        })
+        let body = DecisionRequest {
+            decision: response.decision,
+            selected_option: response.selected_option,
+            reason: response.reason,
+            delegate_to: response.delegate_to,
+        };
+        Ok(self
+            .client
+            .acting_as(&response.decided_by)
+            .call::<op::Decide>(&response.request_id, &(), &body)
+            .await?
+            .approval)
     }
 
     pub async fn ledger(&self) -> anyhow::Result<Vec<LedgerEntry>> {
-        Ok(match self {
-            Backend::Local(e) => e.ledger().await?,
-            Backend::Remote(c) => c.get::<List<LedgerEntry>>("admin/ledger", &[]).await?.items,
-        })
+        Ok(self.client.call::<op::Ledger>(&(), &(), &()).await?.items)
     }
 
     pub async fn verify_ledger(
         &self,
         head: Option<rein_protocol::LedgerHead>,
     ) -> anyhow::Result<rein_protocol::LedgerCheck> {
-        Ok(match self {
-            Backend::Local(e) => e.ledger_check(head).await?,
-            Backend::Remote(c) => {
-                let query: Vec<(&str, String)> =
-                    head.iter().map(|h| ("head", h.to_string())).collect();
-                c.get("admin/ledger/verify", &query).await?
-            }
-        })
+        let query = VerifyQuery {
+            head: head.map(|h| h.to_string()),
+        };
+        Ok(self
+            .client
+            .call::<op::VerifyLedger>(&(), &query, &())
+            .await?)
     }
 
     pub async fn shared_states(
         &self,
         filter: &SharedStateFilter,
     ) -> anyhow::Result<SharedStatePage> {
-        Ok(match self {
-            Backend::Local(e) => e.shared_states(filter).await?,
-            Backend::Remote(c) => {
-                let mut query = Vec::new();
-                if let Some(s) = &filter.session_id {
-                    query.push(("session_id", s.clone()));
-                }
-                if let Some(s) = filter.status {
-                    query.push(("status", s.as_str().to_owned()));
-                }
-                if let Some(t) = &filter.tag {
-                    query.push(("tag", t.clone()));
-                }
-                if let Some(l) = filter.limit {
-                    query.push(("limit", l.to_string()));
-                }
-                if let Some(c) = &filter.cursor {
-                    query.push(("cursor", c.clone()));
-                }
-                c.get("admin/harness/shared-state", &query).await?
-            }
-        })
+        let query = StateQuery {
+            session_id: filter.session_id.clone(),
+            parent_session_id: filter.parent_session_id.clone(),
+            harness_contract_id: filter.harness_contract_id.clone(),
+            status: filter.status.map(|s| s.as_str().to_owned()),
+            tag: filter.tag.clone(),
+            created_from: filter.created_from.map(|t| t.to_rfc3339()),
+            created_to: filter.created_to.map(|t| t.to_rfc3339()),
+            limit: filter.limit,
+            cursor: filter.cursor.clone(),
+        };
+        Ok(self
+            .client
+            .call::<op::ListSharedStates>(&(), &query, &())
+            .await?)
     }
 
     pub async fn shared_state(&self, id: &str) -> anyhow::Result<SharedHarnessState> {
-        Ok(match self {
-            Backend::Local(e) => e.shared_state(id).await?,
-            Backend::Remote(c) => {
-                c.get::<SharedStateEnvelope>(
-                    &format!("admin/harness/shared-state/{}", escape(id)),
-                    &[],
-                )
-                .await?
-                .state
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::ShowSharedState>(id, &(), &())
+            .await?
+            .state)
     }
 
     pub async fn session_shared_state(&self, session: &str) -> anyhow::Result<SharedHarnessState> {
-        Ok(match self {
-            Backend::Local(e) => e.session_shared_state(session).await?,
-            Backend::Remote(c) => {
-                c.get::<SharedStateEnvelope>(
-                    &format!("admin/sessions/{}/harness-state", escape(session)),
-                    &[],
-                )
-                .await?
-                .state
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::SessionSharedState>(session, &(), &())
+            .await?
+            .state)
     }
 
     pub async fn create_shared_state(
         &self,
         state: SharedHarnessState,
     ) -> anyhow::Result<SharedHarnessState> {
-        Ok(match self {
-            Backend::Local(e) => {
-                e.create_shared_state(state, &crate::commands::actor(None))
-                    .await?
-            }
-            Backend::Remote(c) => {
-                c.post::<SharedStateEnvelope>(
-                    "admin/harness/shared-state",
-                    serde_json::to_value(state)?,
-                )
-                .await?
-                .state
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::CreateSharedState>(&(), &(), &state)
+            .await?
+            .state)
     }
 
     pub async fn add_participant(
@@ -439,100 +348,61 @@ impl Backend {
         id: &str,
         participant: Participant,
     ) -> anyhow::Result<SharedHarnessState> {
-        Ok(match self {
-            Backend::Local(e) => {
-                e.add_participant(id, participant, &crate::commands::actor(None))
-                    .await?
-            }
-            Backend::Remote(c) => {
-                c.post::<SharedStateEnvelope>(
-                    &format!("admin/harness/shared-state/{}/participants", escape(id)),
-                    serde_json::to_value(participant)?,
-                )
-                .await?
-                .state
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::AddParticipant>(id, &(), &participant)
+            .await?
+            .state)
     }
 
     pub async fn add_action(&self, id: &str, action: Action) -> anyhow::Result<SharedHarnessState> {
-        Ok(match self {
-            Backend::Local(e) => {
-                e.add_action(id, action, &crate::commands::actor(None))
-                    .await?
-            }
-            Backend::Remote(c) => {
-                c.post::<SharedStateEnvelope>(
-                    &format!("admin/harness/shared-state/{}/actions", escape(id)),
-                    serde_json::to_value(action)?,
-                )
-                .await?
-                .state
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::AddAction>(id, &(), &action)
+            .await?
+            .state)
     }
 
     /// Runs detection; the state's conflict list is replaced.
     pub async fn detect_conflicts(&self, id: &str) -> anyhow::Result<Vec<Conflict>> {
-        Ok(match self {
-            Backend::Local(e) => {
-                e.detect_conflicts(id, &crate::commands::actor(None))
-                    .await?
-                    .1
-            }
-            Backend::Remote(c) => {
-                c.call::<ConflictReport>(
-                    reqwest::Method::POST,
-                    &format!("admin/harness/shared-state/{}/detect-conflicts", escape(id)),
-                    &[],
-                    None,
-                )
-                .await?
-                .conflicts
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::DetectConflicts>(id, &(), &())
+            .await?
+            .conflicts)
     }
 
     pub async fn contracts(&self, filter: &RecordFilter) -> anyhow::Result<ContractPage> {
-        Ok(match self {
-            Backend::Local(e) => e.records().contracts(filter).await?,
-            Backend::Remote(c) => {
-                c.get("admin/harness/contracts", &record_query(filter))
-                    .await?
-            }
-        })
+        let query = ContractQuery {
+            status: filter.status.clone(),
+            task_id: filter.task_id.clone(),
+            shared_state_id: filter.shared_state_id.clone(),
+            limit: filter.limit,
+            cursor: filter.cursor.clone(),
+        };
+        Ok(self
+            .client
+            .call::<op::ListContracts>(&(), &query, &())
+            .await?)
     }
 
     pub async fn contract(&self, id: &str) -> anyhow::Result<HarnessContract> {
-        Ok(match self {
-            Backend::Local(e) => e.records().contract(id).await?,
-            Backend::Remote(c) => {
-                c.get::<ContractEnvelope>(&format!("admin/harness/contracts/{}", escape(id)), &[])
-                    .await?
-                    .contract
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::ShowContract>(id, &(), &())
+            .await?
+            .contract)
     }
 
     pub async fn create_contract(
         &self,
         contract: HarnessContract,
     ) -> anyhow::Result<HarnessContract> {
-        Ok(match self {
-            Backend::Local(e) => {
-                e.records()
-                    .create_contract(contract, &crate::commands::actor(None))
-                    .await?
-            }
-            Backend::Remote(c) => {
-                c.post::<ContractEnvelope>(
-                    "admin/harness/contracts",
-                    serde_json::to_value(contract)?,
-                )
-                .await?
-                .contract
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::CreateContract>(&(), &(), &contract)
+            .await?
+            .contract)
     }
 
     /// Moves a contract along its status flow.
@@ -542,57 +412,42 @@ impl Backend {
         to: ContractStatus,
         reason: Option<String>,
     ) -> anyhow::Result<HarnessContract> {
-        Ok(match self {
-            Backend::Local(e) => {
-                e.records()
-                    .transition_contract(id, to, &crate::commands::actor(None), reason)
-                    .await?
-            }
-            Backend::Remote(c) => {
-                c.post::<ContractEnvelope>(
-                    &format!("admin/harness/contracts/{}/status", escape(id)),
-                    StatusRequest { status: to, reason },
-                )
-                .await?
-                .contract
-            }
-        })
+        let request = StatusRequest { status: to, reason };
+        Ok(self
+            .client
+            .call::<op::ChangeContractStatus>(id, &(), &request)
+            .await?
+            .contract)
     }
 
     pub async fn evidence_bundles(&self, filter: &RecordFilter) -> anyhow::Result<EvidencePage> {
-        Ok(match self {
-            Backend::Local(e) => e.records().evidence_bundles(filter).await?,
-            Backend::Remote(c) => {
-                c.get("admin/harness/evidence", &record_query(filter))
-                    .await?
-            }
-        })
+        let query = EvidenceQuery {
+            contract_id: filter.contract_id.clone(),
+            task_id: filter.task_id.clone(),
+            shared_state_id: filter.shared_state_id.clone(),
+            limit: filter.limit,
+            cursor: filter.cursor.clone(),
+        };
+        Ok(self
+            .client
+            .call::<op::ListEvidence>(&(), &query, &())
+            .await?)
     }
 
     pub async fn evidence(&self, id: &str) -> anyhow::Result<EvidenceBundle> {
-        Ok(match self {
-            Backend::Local(e) => e.records().evidence(id).await?,
-            Backend::Remote(c) => {
-                c.get::<EvidenceEnvelope>(&format!("admin/harness/evidence/{}", escape(id)), &[])
-                    .await?
-                    .evidence
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::ShowEvidence>(id, &(), &())
+            .await?
+            .evidence)
     }
 
     pub async fn create_evidence(&self, bundle: EvidenceBundle) -> anyhow::Result<EvidenceBundle> {
-        Ok(match self {
-            Backend::Local(e) => {
-                e.records()
-                    .create_evidence(bundle, &crate::commands::actor(None))
-                    .await?
-            }
-            Backend::Remote(c) => {
-                c.post::<EvidenceEnvelope>("admin/harness/evidence", serde_json::to_value(bundle)?)
-                    .await?
-                    .evidence
-            }
-        })
+        Ok(self
+            .client
+            .call::<op::CreateEvidence>(&(), &(), &bundle)
+            .await?
+            .evidence)
     }
 
     /// Adds an item, a check or the caller's review to an evidence bundle.
@@ -601,62 +456,37 @@ impl Backend {
         id: &str,
         part: EvidencePart,
     ) -> anyhow::Result<EvidenceBundle> {
-        Ok(match self {
-            Backend::Local(e) => {
-                let records = e.records();
-                let by = crate::commands::actor(None);
-                match part {
-                    EvidencePart::Item(item) => records.add_evidence_item(id, item, &by).await?,
-                    EvidencePart::Check(check) => {
-                        records.add_evidence_check(id, check, &by).await?
-                    }
-                    EvidencePart::Review { verdict, comment } => {
-                        let review = Review {
-                            id: String::new(),
-                            reviewer: by.clone(),
-                            verdict,
-                            comment,
-                            at: None,
-                        };
-                        records.add_evidence_review(id, review, &by).await?
-                    }
-                }
+        let added = match part {
+            EvidencePart::Item(item) => {
+                self.client
+                    .call::<op::AddEvidenceItem>(id, &(), &item)
+                    .await?
             }
-            Backend::Remote(c) => {
-                let (path, body) = match part {
-                    EvidencePart::Item(item) => ("items", serde_json::to_value(item)?),
-                    EvidencePart::Check(check) => ("checks", serde_json::to_value(check)?),
-                    EvidencePart::Review { verdict, comment } => (
-                        "reviews",
-                        serde_json::to_value(ReviewRequest {
-                            verdict,
-                            comment,
-                            id: None,
-                        })?,
-                    ),
+            EvidencePart::Check(check) => {
+                self.client
+                    .call::<op::AddEvidenceCheck>(id, &(), &check)
+                    .await?
+            }
+            EvidencePart::Review { verdict, comment } => {
+                let review = ReviewRequest {
+                    verdict,
+                    comment,
+                    id: None,
                 };
-                c.post::<EvidenceEnvelope>(
-                    &format!("admin/harness/evidence/{}/{path}", escape(id)),
-                    body,
-                )
-                .await?
-                .evidence
+                self.client
+                    .call::<op::AddEvidenceReview>(id, &(), &review)
+                    .await?
             }
-        })
+        };
+        Ok(added.evidence)
     }
 
     /// The health report of `/healthz`: each component probed for real.
     pub async fn health(&self) -> anyhow::Result<rein_protocol::api::Health> {
-        Ok(match self {
-            Backend::Local(e) => rein_server::health::check(e).await,
-            Backend::Remote(c) => c.health().await?,
-        })
+        Ok(self.client.health().await?)
     }
 
     pub async fn metrics(&self) -> anyhow::Result<HarnessMetrics> {
-        Ok(match self {
-            Backend::Local(e) => e.metrics().await?,
-            Backend::Remote(c) => c.get("admin/metrics", &[]).await?,
-        })
+        Ok(self.client.call::<op::Metrics>(&(), &(), &()).await?)
     }
 }

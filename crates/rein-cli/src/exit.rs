@@ -29,7 +29,7 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
             PlanFileError::Parse { .. } | PlanFileError::Invalid { .. } => USAGE,
         };
     }
-    if let Some(e) = error.downcast_ref::<crate::remote::RemoteError>() {
+    if let Some(e) = error.downcast_ref::<crate::client::RemoteError>() {
         return if e.is_usage() { USAGE } else { FAILURE };
     }
     if error.downcast_ref::<UsageError>().is_some() {

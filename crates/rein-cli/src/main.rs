@@ -2,8 +2,8 @@
 //! prints; everything else lives in the library crates.
 //!
 //! Layout: [`cli`] (arguments), [`commands`] (one module per command group),
-//! [`backend`] (the store here or a server over HTTP, one set of operations),
-//! [`remote`] (the HTTP client of a running `rein serve`),
+//! [`backend`] (the operations commands call, on the store here or a server),
+//! [`client`] (the admin API's client: over HTTP, or to the router in-process),
 //! [`progress`] (live progress of a run), [`prompt`] (approvals asked inline), [`render`] (human-readable output),
 //! [`config`] (`rein.toml`, the environment and flags resolved into one configuration),
 //! [`exit`] (the one mapping from errors to exit codes), [`output`] (printing that
@@ -11,13 +11,13 @@
 
 mod backend;
 mod cli;
+mod client;
 mod commands;
 mod config;
 mod exit;
 mod output;
 mod progress;
 mod prompt;
-mod remote;
 mod render;
 mod telemetry;
 

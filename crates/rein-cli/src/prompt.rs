@@ -16,8 +16,8 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
+use crate::client::RemoteError;
 use crate::output::say;
-use crate::remote::RemoteError;
 
 /// Whether this process can ask: stdin, stdout and stderr are all a terminal.
 pub fn interactive() -> bool {

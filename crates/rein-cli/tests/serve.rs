@@ -565,6 +565,55 @@ fn the_state_commands_work_the_same_against_a_server() {
     stop(server);
 }
 
+/// Embedded, a command calls the same router a server serves, in-process:
+/// what it refuses, and how, is the server's, to the byte and exit code.
+#[test]
+fn an_embedded_command_refuses_what_a_server_refuses_in_the_same_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (server, _, remote) = served(dir.path());
+    for args in [
+        // A value the API's query refuses (400: exit 2).
+        vec!["tasks", "list", "--cursor", "xyz"],
+        vec!["sessions", "list", "--cursor", "abc"],
+        // An id of the right form that names nothing (404: exit 1).
+        vec!["tasks", "show", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"],
+        vec!["approvals", "show", "apr_01ARZ3NDEKTSV4RRFFQ69G5FAV"],
+        vec!["contracts", "show", "hctr_nothing"],
+        // A ledger head the chain does not hold.
+        vec![
+            "ledger",
+            "verify",
+            "--head",
+            "7:00000000000000000000000000000000000000000000000000000000000000ff",
+        ],
+    ] {
+        let over_http = remote.cmd().args(&args).output().unwrap();
+        let embedded = rein(&data).args(&args).output().unwrap();
+        assert_eq!(
+            (
+                over_http.status.code(),
+                String::from_utf8_lossy(&over_http.stderr)
+            ),
+            (
+                embedded.status.code(),
+                String::from_utf8_lossy(&embedded.stderr)
+            ),
+            "rein {args:?}"
+        );
+        assert_eq!(over_http.stdout, embedded.stdout, "rein {args:?}");
+    }
+    // And what it lists, it lists the same.
+    for args in [
+        vec!["tasks", "list"],
+        vec!["sessions", "list", "--json"],
+        vec!["usage", "--json"],
+    ] {
+        remote.same_as_embedded(&data, &args);
+    }
+    stop(server);
+}
+
 /// `rein serve` on a tmpfs of `size` of its own (a mount namespace made with
 /// `unshare`), the data directory in it; returns the server, its address and
 /// the tmpfs as this process reaches it (through the server's /proc root).

@@ -346,7 +346,7 @@ endpoints! {
 
     /// Run a plan (JSON {plan, session_id?, workspace?}, or a plan file's TOML), or a goal a model decomposes (JSON {goal, provider?, model?, runtime?, confirm?, attempts?, …}); a `workspace` or `allow_read` outside the server's --workspace-root is a 400
     CreateTask = Post "/admin/tasks" for Operator {
-        request: serde_json::Value = Content::PlanOrToml,
+        request: SubmitTask = Content::PlanOrToml,
         response: 201 TaskEnvelope,
         errors: [400, 401, 403, 413],
     }

@@ -27,6 +27,12 @@ pub struct Principal {
     pub cookie: bool,
 }
 
+/// A caller inside this process (the CLI's embedded commands calling the
+/// router directly), put on the request as an extension: a request from the
+/// network cannot carry one, so it stands in for a token.
+#[derive(Debug, Clone)]
+pub struct InProcess(pub Principal);
+
 /// One configured token: its name, role and SHA-256 (hex).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenEntry {

@@ -1,5 +1,6 @@
-//! The OpenAPI document: checked in at `docs/openapi.json`, generated from the same
-//! route table as the router. Regenerate with
+//! The OpenAPI document and the API reference: checked in at
+//! `docs/openapi.json` and `docs/api.md`, generated from the same operations
+//! as the router. Regenerate with
 //! `REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test openapi`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -24,6 +25,25 @@ fn the_checked_in_document_matches_the_code() {
         stored == text,
         "docs/openapi.json is out of date; run REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test openapi"
     );
+}
+
+#[test]
+fn the_checked_in_reference_matches_the_code() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api.md");
+    let text = openapi::reference();
+    if std::env::var_os("REIN_UPDATE_OPENAPI").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let stored = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        stored == text,
+        "docs/api.md is out of date; run REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test openapi"
+    );
+    // Every operation is in it, on its own row.
+    for o in rein_protocol::endpoints::ALL {
+        let row = format!("| {} | {} | `{}` |", o.name, o.method.as_str(), o.path);
+        assert_eq!(text.matches(&row).count(), 1, "{row}");
+    }
 }
 
 #[test]

@@ -187,7 +187,7 @@ pub async fn health(target: &Target, json: bool, acknowledge: bool) -> anyhow::R
         None => {
             let executor = crate::commands::executor(&target.sandbox, false).await?;
             let ctx = crate::commands::Context::for_target(target, 4, executor)?;
-            crate::backend::Backend::Local(ctx.engine)
+            target.serve_here(ctx)
         }
     };
     let report = backend.health().await?;

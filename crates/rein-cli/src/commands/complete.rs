@@ -5,13 +5,13 @@
 use std::io::Read as _;
 
 use rein_core::harness::completion::{CompletionFailure, CompletionRequest, Route};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::cli::{CompleteArgs, RouteArgs};
+use crate::client::Client;
 use crate::commands::{Context, Target, print_json};
 use crate::exit::{self, UsageError};
 use crate::output::say;
-use crate::remote::Client;
 
 /// The route flags as a completion's route.
 pub fn route(args: &RouteArgs) -> Route {
@@ -84,20 +84,29 @@ pub async fn complete(target: &Target, args: CompleteArgs) -> anyhow::Result<u8>
     let completion: Value = match &target.url {
         Some(url) => {
             let client = Client::new(url, target.token.clone())?;
-            client
-                .post(
-                    "admin/completions",
-                    json!({
-                        "prompt": request.prompt,
-                        "system": request.system,
-                        "provider": request.route.provider,
-                        "model": request.route.model,
-                        "runtime": request.route.runtime,
-                        "timeout_ms": u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                        "schema": schema,
-                    }),
-                )
-                .await?
+            let schema = match schema {
+                None => None,
+                Some(Value::Object(schema)) => Some(schema),
+                Some(_) => {
+                    return Err(UsageError(
+                        "--schema: a server takes a JSON Schema that is an object".into(),
+                    )
+                    .into());
+                }
+            };
+            let request = rein_protocol::api::CompletionRequest {
+                prompt: request.prompt,
+                system: request.system,
+                provider: request.route.provider,
+                model: request.route.model,
+                runtime: request.route.runtime,
+                timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+                schema,
+            };
+            let done = client
+                .call::<rein_protocol::endpoints::Complete>(&(), &(), &request)
+                .await?;
+            serde_json::to_value(done)?
         }
         None => {
             let ctx = Context::for_completions(target)?;

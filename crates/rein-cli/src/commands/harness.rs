@@ -5,7 +5,8 @@
 //! `REIN_PLUGINS`); with none, the built-in runtime serves every route. With
 //! `--url`, both report the server's registry and runtime policy.
 
-use rein_protocol::api::{HarnessInfo, List};
+use rein_protocol::api::{ExplainQuery, HarnessInfo};
+use rein_protocol::endpoints;
 
 use crate::cli::HarnessCommand;
 use crate::commands::{Target, print_json};
@@ -13,22 +14,15 @@ use crate::exit::{self, UsageError};
 use crate::output::say;
 
 pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8> {
-    let client = match &target.url {
-        Some(url) => Some(crate::remote::Client::new(url, target.token.clone())?),
-        None => None,
-    };
-    let local = || target.harnesses();
+    let backend = target.open_with_harnesses()?;
+    let client = backend.client();
     match cmd {
         HarnessCommand::List { json } => {
             // With --url, the server's registry: the harnesses its runs use.
-            let rows: Vec<HarnessInfo> = match &client {
-                Some(c) => {
-                    c.get::<List<HarnessInfo>>("admin/harnesses", &[])
-                        .await?
-                        .items
-                }
-                None => local()?.list(),
-            };
+            let rows: Vec<HarnessInfo> = client
+                .call::<endpoints::ListHarnesses>(&(), &(), &())
+                .await?
+                .items;
             if json {
                 print_json(&rows)?;
             } else {
@@ -58,15 +52,14 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
                 return Err(UsageError("--provider must not be empty".into()).into());
             }
             // `--runtime` is what a step's `runtime` would say.
-            let decision: rein_protocol::SelectionDecision = match &client {
-                Some(c) => {
-                    let mut query = vec![("provider", provider)];
-                    query.extend(model.map(|m| ("model", m)));
-                    query.extend(runtime.map(|r| ("runtime", r)));
-                    c.get("admin/harnesses/explain", &query).await?
-                }
-                None => local()?.explain(provider, model, runtime).await?,
+            let query = ExplainQuery {
+                provider,
+                model,
+                runtime,
             };
+            let decision = client
+                .call::<endpoints::ExplainHarness>(&(), &query, &())
+                .await?;
             if json {
                 print_json(&decision)?;
             } else {

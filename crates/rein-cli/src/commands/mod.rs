@@ -22,10 +22,10 @@ use rein_core::{CommandExecutor, Engine, EngineConfig};
 use rein_protocol::{SnapshotId, TaskId};
 use rein_store::SqliteStore;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Serving};
 use crate::cli::{Cli, Command};
+use crate::client::Client;
 use crate::exit::UsageError;
-use crate::remote::Client;
 
 /// What every command that touches tasks needs: the engine over the store.
 pub struct Context {
@@ -404,26 +404,56 @@ impl Target {
     /// with the agent runtimes, so the task's sessions' executors are retired
     /// through the controllers of the plugins named with `--plugin`.
     pub fn open_ending(&self, max_parallel: usize) -> anyhow::Result<Backend> {
-        Ok(match &self.url {
-            Some(url) => Backend::Remote(Client::new(url, self.token.clone())?),
-            None => {
-                let why = rein_sandbox::Unavailable {
-                    reason: "this command does not run steps".into(),
-                    remedy: "run the task with `rein run` or `rein tasks resume`".into(),
-                };
-                Backend::Local(
-                    Context::for_target(self, max_parallel, CommandExecutor::refusing(why))?.engine,
-                )
-            }
-        })
+        if self.url.is_some() {
+            return self.open(max_parallel);
+        }
+        let why = rein_sandbox::Unavailable {
+            reason: "this command does not run steps".into(),
+            remedy: "run the task with `rein run` or `rein tasks resume`".into(),
+        };
+        let ctx = Context::for_target(self, max_parallel, CommandExecutor::refusing(why))?;
+        Ok(self.serve_here(ctx))
     }
 
     /// The backend for commands that read and steer tasks.
     pub fn open(&self, max_parallel: usize) -> anyhow::Result<Backend> {
         Ok(match &self.url {
-            Some(url) => Backend::Remote(Client::new(url, self.token.clone())?),
-            None => Backend::Local(Context::open(self.place(), max_parallel)?.engine),
+            Some(url) => Backend::remote(Client::new(url, self.token.clone())?),
+            None => Backend::local(
+                Context::open(self.place(), max_parallel)?.engine,
+                Serving {
+                    harnesses: None,
+                    models: self.models.clone(),
+                },
+            ),
         })
+    }
+
+    /// The backend for commands about agent runtimes and sessions: here,
+    /// with the harnesses of the plugins named with `--plugin`.
+    pub fn open_with_harnesses(&self) -> anyhow::Result<Backend> {
+        if self.url.is_some() {
+            return self.open(1);
+        }
+        let ctx = Context::open(self.place(), 1)?;
+        Ok(Backend::local(
+            ctx.engine,
+            Serving {
+                harnesses: Some(Arc::new(self.harnesses()?)),
+                models: self.models.clone(),
+            },
+        ))
+    }
+
+    /// The API served here over `ctx`'s engine, with its harnesses.
+    pub fn serve_here(&self, ctx: Context) -> Backend {
+        Backend::local(
+            ctx.engine,
+            Serving {
+                harnesses: ctx.harnesses,
+                models: self.models.clone(),
+            },
+        )
     }
 }
 

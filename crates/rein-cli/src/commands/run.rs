@@ -15,17 +15,16 @@ use std::sync::Arc;
 use rein_core::plan::{PlanSpec, load_plan_file};
 use rein_core::{CreateTask, Engine, RunOptions};
 use rein_protocol::{TaskChange, TaskId, TaskState, TaskStatus};
-use serde_json::json;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::cli::{ResumeArgs, RunArgs, RunOutput};
+use crate::client::{Client, TaskEnvelope};
 use crate::commands::{Context, Target, parse_task_id, print_json};
 use crate::exit::{self, UsageError};
 use crate::progress::ProgressView;
 use crate::prompt::{self, Prompter};
-use crate::remote::{Client, TaskEnvelope};
 use rein_protocol::api::SubmitTask;
 
 /// The plan of `rein run --goal`: no steps yet, the goal to decompose.
@@ -168,7 +167,9 @@ async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Re
             ..SubmitTask::default()
         },
     };
-    let created: TaskEnvelope = client.post("admin/tasks", body).await?;
+    let created: TaskEnvelope = client
+        .call::<rein_protocol::endpoints::CreateTask>(&(), &(), &body)
+        .await?;
     let out = Out::new(args.output, true);
     announce(out, &created.task);
     let signals = Signals::install(out, args.no_wait);
@@ -204,7 +205,7 @@ async fn watch_remote(
     signals: &Signals,
     output: RunOutput,
 ) -> anyhow::Result<Vec<TaskState>> {
-    let backend = Backend::Remote(client.clone());
+    let backend = Backend::remote(client.clone());
     let mut steps = 0;
     for s in &states {
         steps += backend.plan(s.id()).await?.steps.len() as u64;
@@ -376,7 +377,7 @@ fn nothing_to_resume(out: Out) -> u8 {
 
 /// `rein tasks resume --url`: the server takes the task(s) up; this process follows.
 async fn resume_remote(client: Client, args: ResumeArgs) -> anyhow::Result<u8> {
-    let backend = Backend::Remote(client.clone());
+    let backend = Backend::remote(client.clone());
     let out = Out::new(args.output, true);
     let signals = Signals::install(out, args.no_wait);
     if let Some(id) = &args.id {
@@ -388,8 +389,9 @@ async fn resume_remote(client: Client, args: ResumeArgs) -> anyhow::Result<u8> {
         return report(out, &finals, false);
     }
     refuse_steps_with_all(&args)?;
-    let resumed: rein_protocol::api::ResumeAllResult =
-        client.post("admin/tasks/resume", json!({})).await?;
+    let resumed = client
+        .call::<rein_protocol::endpoints::ResumeAll>(&(), &(), &())
+        .await?;
     if resumed.task_ids.is_empty() {
         return Ok(nothing_to_resume(out));
     }
@@ -441,7 +443,7 @@ async fn drive(
     let asking =
         (prompt::interactive() && !signals.no_wait && !output.json && !output.quiet).then(|| {
             Prompter::start(
-                Backend::Local(Arc::clone(engine)),
+                Backend::local(Arc::clone(engine), Default::default()),
                 engine.subscribe(),
                 id.clone(),
                 crate::commands::actor(None),

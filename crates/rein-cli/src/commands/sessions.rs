@@ -4,8 +4,9 @@
 //! (a session a plugin's harness served is reset through that plugin); with
 //! `--url`, the server's.
 
-use rein_protocol::api::{AgentSessionEnvelope, Page, PinRequest};
-use rein_protocol::{AgentSessionInfo, SessionStatus};
+use rein_protocol::api::{PinRequest, SessionQuery};
+use rein_protocol::endpoints;
+use rein_protocol::{AgentSessionInfo, SessionId};
 use serde_json::json;
 
 use crate::cli::SessionsCommand;
@@ -14,14 +15,7 @@ use crate::exit;
 use crate::output::say;
 
 pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u8> {
-    let client = match &target.url {
-        Some(url) => Some(crate::remote::Client::new(url, target.token.clone())?),
-        None => None,
-    };
-    let local = || -> anyhow::Result<rein_core::sessions::Sessions> {
-        Ok(Context::open(target.place(), 1)?.engine.sessions())
-    };
-    let harnesses = || target.harnesses();
+    let backend = || target.open_with_harnesses();
     match cmd {
         SessionsCommand::List {
             task,
@@ -32,32 +26,17 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             json,
         } => {
             let task = task.as_deref().map(parse_task_id).transpose()?;
-            let page = match &client {
-                Some(c) => {
-                    let mut query = vec![("limit", limit.to_string())];
-                    query.extend(task.as_ref().map(|t| ("task_id", t.to_string())));
-                    query.extend(status.map(|s| ("status", s)));
-                    query.extend(parent.map(|p| ("parent", p)));
-                    query.extend(cursor.map(|c| ("cursor", c)));
-                    c.get::<Page<AgentSessionInfo>>("admin/agent-sessions", &query)
-                        .await?
-                }
-                None => {
-                    let status = status.map(|s| match s.as_str() {
-                        "ended" => SessionStatus::Ended,
-                        _ => SessionStatus::Active,
-                    });
-                    local()?
-                        .list(
-                            task.as_ref(),
-                            status,
-                            parent.as_deref(),
-                            Some(limit as usize),
-                            cursor,
-                        )
-                        .await?
-                }
+            let query = SessionQuery {
+                task_id: task.as_ref().map(ToString::to_string),
+                status,
+                parent,
+                limit: Some(limit as usize),
+                cursor,
             };
+            let page = backend()?
+                .client()
+                .call::<endpoints::ListAgentSessions>(&(), &query, &())
+                .await?;
             print_page(
                 &page.items,
                 page.next_cursor.as_deref(),
@@ -87,24 +66,10 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             Ok(exit::SUCCESS)
         }
         SessionsCommand::Show { id, json } => {
-            let shown = match &client {
-                Some(c) => {
-                    c.get::<AgentSessionEnvelope>(&format!("admin/agent-sessions/{id}"), &[])
-                        .await?
-                }
-                None => {
-                    let sessions = local()?;
-                    let session = sessions.get(id.trim()).await?;
-                    let children = sessions
-                        .list(None, None, Some(id.trim()), Some(500), None)
-                        .await?
-                        .items;
-                    AgentSessionEnvelope {
-                        session,
-                        children: Some(children),
-                    }
-                }
-            };
+            let shown = backend()?
+                .client()
+                .call::<endpoints::ShowAgentSession>(&session_id(&id)?, &(), &())
+                .await?;
             let children = shown.children.unwrap_or_default();
             if json {
                 print_json(&json!({ "session": shown.session, "children": children }))?;
@@ -114,21 +79,11 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             Ok(exit::SUCCESS)
         }
         SessionsCommand::Reset { id, json } => {
-            let session = match &client {
-                Some(c) => {
-                    c.post::<AgentSessionEnvelope>(
-                        &format!("admin/agent-sessions/{id}/reset"),
-                        json!({}),
-                    )
-                    .await?
-                    .session
-                }
-                None => {
-                    local()?
-                        .reset(id.trim(), &harnesses()?, &actor(None))
-                        .await?
-                }
-            };
+            let session = backend()?
+                .client()
+                .call::<endpoints::ResetAgentSession>(&session_id(&id)?, &(), &())
+                .await?
+                .session;
             if json {
                 print_json(&session)?;
             } else {
@@ -140,63 +95,18 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             }
             Ok(exit::SUCCESS)
         }
-        SessionsCommand::Compact { id, json } => {
-            if client.is_some() {
-                return Err(crate::exit::UsageError(
-                    "rein sessions compact asks the session's model from here, on the store itself: run it where the store is, without --url (REIN_URL)".into(),
-                )
-                .into());
-            }
-            let done = rein_runtimes::context::compact_session(
-                &local()?,
-                id.trim(),
-                &target.providers,
-                &target.models,
-                &actor(None),
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!(e))?;
-            if json {
-                print_json(&done)?;
-            } else if done.compacted {
-                say!(
-                    "{} was compacted by {}: {} messages summarised, about {} → {} tokens",
-                    done.session,
-                    done.model,
-                    done.messages,
-                    done.tokens_before,
-                    done.tokens_after
-                );
-            } else {
-                say!(
-                    "{} has nothing older to compact (about {} tokens)",
-                    done.session,
-                    done.tokens_before
-                );
-            }
-            Ok(exit::SUCCESS)
-        }
+        SessionsCommand::Compact { id, json } => compact(target, &id, json).await,
         SessionsCommand::Pin {
             id,
             runtime,
             unpin: _,
             json,
         } => {
-            let session = match &client {
-                Some(c) => {
-                    c.post::<AgentSessionEnvelope>(
-                        &format!("admin/agent-sessions/{id}/pin"),
-                        PinRequest { runtime },
-                    )
-                    .await?
-                    .session
-                }
-                None => {
-                    local()?
-                        .pin(id.trim(), runtime.as_deref(), &harnesses()?, &actor(None))
-                        .await?
-                }
-            };
+            let session = backend()?
+                .client()
+                .call::<endpoints::PinAgentSession>(&session_id(&id)?, &(), &PinRequest { runtime })
+                .await?
+                .session;
             if json {
                 print_json(&session)?;
             } else {
@@ -208,6 +118,52 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             Ok(exit::SUCCESS)
         }
     }
+}
+
+/// `rein sessions compact`: the session's model asked from here.
+async fn compact(target: &Target, id: &str, json: bool) -> anyhow::Result<u8> {
+    if target.url.is_some() {
+        return Err(crate::exit::UsageError(
+            "rein sessions compact asks the session's model from here, on the store itself: run it where the store is, without --url (REIN_URL)".into(),
+        )
+        .into());
+    }
+    let sessions = Context::open(target.place(), 1)?.engine.sessions();
+    let done = rein_runtimes::context::compact_session(
+        &sessions,
+        id.trim(),
+        &target.providers,
+        &target.models,
+        &actor(None),
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!(e))?;
+    if json {
+        print_json(&done)?;
+    } else if done.compacted {
+        say!(
+            "{} was compacted by {}: {} messages summarised, about {} → {} tokens",
+            done.session,
+            done.model,
+            done.messages,
+            done.tokens_before,
+            done.tokens_after
+        );
+    } else {
+        say!(
+            "{} has nothing older to compact (about {} tokens)",
+            done.session,
+            done.tokens_before
+        );
+    }
+    Ok(exit::SUCCESS)
+}
+
+/// A session id as typed, refused naming the problem when it is none.
+fn session_id(id: &str) -> anyhow::Result<SessionId> {
+    id.trim()
+        .parse()
+        .map_err(|e| crate::exit::UsageError(format!("`{id}` is not a session id: {e}")).into())
 }
 
 fn show(s: &AgentSessionInfo, children: &[AgentSessionInfo]) {

@@ -11,9 +11,9 @@ use rein_protocol::{HarnessEvent, TaskId, TaskStatus, Timestamp};
 
 use crate::backend::{Backend, Control};
 use crate::cli::{ListArgs, TasksCommand};
+use crate::client::{Client, Ended};
 use crate::commands::{Target, parse_snapshot_id, parse_task_id, print_json, run};
 use crate::exit::{self, UsageError};
-use crate::remote::{Client, Ended};
 use crate::render::{self, CheckpointIndex};
 
 /// How often `follow` looks for new events written by another process.
@@ -70,9 +70,9 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
         }
         TasksCommand::Follow { id, after, json } => {
             let id = parse_task_id(&id)?;
-            match &backend {
-                Backend::Local(engine) => follow(engine, &id, after, json).await,
-                Backend::Remote(client) => follow_remote(client, &id, after, json).await,
+            match backend.engine() {
+                Some(engine) => follow(engine, &id, after, json).await,
+                None => follow_remote(backend.client(), &id, after, json).await,
             }
         }
         TasksCommand::Pause { id, reason } => {

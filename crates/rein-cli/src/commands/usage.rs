@@ -41,23 +41,18 @@ pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
             .transpose()?,
         by: group,
     };
-    let report: rein_protocol::UsageReport = match &target.url {
-        Some(url) => {
-            let client = crate::remote::Client::new(url, target.token.clone())?;
-            let mut query: Vec<(&str, String)> = Vec::new();
-            query.extend(filter.task_id.as_ref().map(|t| ("task", t.to_string())));
-            query.extend(filter.session_id.clone().map(|s| ("session", s)));
-            query.extend(filter.since.map(|t| ("since", t.to_rfc3339())));
-            query.extend(filter.until.map(|t| ("until", t.to_rfc3339())));
-            query.extend(by.map(|b| ("by", b.to_owned())));
-            client.get("admin/usage", &query).await?
-        }
-        None => {
-            let store = crate::commands::open_target_store(target)?;
-            let found = store.usage(&filter).await?;
-            rein_core::store::usage_report(&found, by, &target.models)
-        }
+    let query = rein_protocol::api::UsageQuery {
+        task: filter.task_id.as_ref().map(ToString::to_string),
+        session: filter.session_id.clone(),
+        since: filter.since.map(|t| t.to_rfc3339()),
+        until: filter.until.map(|t| t.to_rfc3339()),
+        by: by.map(str::to_owned),
     };
+    let report = target
+        .open(1)?
+        .client()
+        .call::<rein_protocol::endpoints::Usage>(&(), &query, &())
+        .await?;
     if args.json {
         crate::commands::print_json(&report)?;
         return Ok(exit::SUCCESS);

@@ -2,14 +2,20 @@
 //! handlers: the router is built from this table, and the OpenAPI document
 //! from the same operations, so the two cannot drift apart. The document's
 //! schemas are derived from the request, response and query types each
-//! operation names. `docs/openapi.json` is the document as generated; a test
-//! fails when it is out of date.
+//! operation names. `docs/openapi.json` is the document as generated and
+//! `docs/api.md` the reference a person reads; a test fails when either is
+//! out of date.
+//!
+//! Layout: [`document`] (the OpenAPI document), `generators` (the document
+//! spelled for client generators), [`reference`] (the Markdown reference).
 
 mod document;
 mod generators;
+mod reference;
 
 pub use document::document;
 use generators::*;
+pub use reference::reference;
 
 use axum::handler::Handler;
 use axum::routing::{MethodFilter, MethodRouter};
