@@ -5,9 +5,8 @@
 //! has one code path, and local and remote output are the same by
 //! construction.
 //!
-//! What is not an API call stays with the engine: embedded, `rein run`,
-//! `rein tasks resume` and `rein tasks follow` drive and watch tasks in this
-//! process ([`Backend::engine`]).
+//! What is not an API call stays with the engine: embedded, `rein run` and
+//! `rein tasks resume` drive their tasks in this process.
 
 use std::sync::Arc;
 
@@ -35,7 +34,7 @@ use crate::client::Client;
 pub struct Backend {
     client: Client,
     /// Embedded: the engine over the store here, which the router answering
-    /// [`Backend::client`] serves, and which this process's runs use.
+    /// [`Backend::client`] serves (its clock is the one `now` reads).
     engine: Option<Arc<Engine>>,
 }
 
@@ -112,11 +111,6 @@ impl Backend {
     /// The API, as every operation below calls it.
     pub fn client(&self) -> &Client {
         &self.client
-    }
-
-    /// Embedded: the engine over the store here.
-    pub fn engine(&self) -> Option<&Arc<Engine>> {
-        self.engine.as_ref()
     }
 
     pub fn is_remote(&self) -> bool {

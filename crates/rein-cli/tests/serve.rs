@@ -491,6 +491,13 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
         "{}",
         text(&out)
     );
+    // Embedded, the same stream is served here: the same lines, the same exit.
+    let here = rein(&data)
+        .args(["tasks", "follow", &task])
+        .output()
+        .unwrap();
+    assert_eq!(here.status.code(), Some(3), "{}", text(&here));
+    assert_eq!(text(&here), text(&out));
     // The sandbox died with its runner (bwrap --die-with-parent): nothing waits on.
     stop(server);
 }

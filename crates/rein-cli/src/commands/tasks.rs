@@ -2,10 +2,7 @@
 //! restore, delete.
 
 use crate::output::{say, say_raw, shout};
-use std::time::Duration;
 
-use rein_core::Engine;
-use rein_core::process::runner_alive;
 use rein_core::store::TaskFilter;
 use rein_protocol::{HarnessEvent, TaskId, TaskStatus, Timestamp};
 
@@ -15,9 +12,6 @@ use crate::client::{Client, Ended};
 use crate::commands::{Target, parse_snapshot_id, parse_task_id, print_json, run};
 use crate::exit::{self, UsageError};
 use crate::render::{self, CheckpointIndex};
-
-/// How often `follow` looks for new events written by another process.
-const FOLLOW_POLL: Duration = Duration::from_millis(100);
 
 pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> {
     if let TasksCommand::Resume(args) = cmd {
@@ -70,10 +64,7 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
         }
         TasksCommand::Follow { id, after, json } => {
             let id = parse_task_id(&id)?;
-            match backend.engine() {
-                Some(engine) => follow(engine, &id, after, json).await,
-                None => follow_remote(backend.client(), &id, after, json).await,
-            }
+            follow(backend.client(), &id, after, json).await
         }
         TasksCommand::Pause { id, reason } => {
             let id = parse_task_id(&id)?;
@@ -216,46 +207,6 @@ async fn list(backend: &Backend, args: ListArgs) -> anyhow::Result<u8> {
 
 /// Prints events as another process records them, until the task finishes, pauses,
 /// or its runner is gone.
-async fn follow(engine: &Engine, id: &TaskId, after: u64, json: bool) -> anyhow::Result<u8> {
-    let id = id.clone();
-    let mut index = CheckpointIndex::from_state(&engine.get(&id).await?);
-    let mut seen = after;
-    loop {
-        // The state first: every event up to its last_seq is already in the log.
-        let head = engine
-            .store()
-            .load_summary(&id)
-            .await?
-            .ok_or_else(|| anyhow::anyhow!("task {id} was deleted while being followed"))?;
-        loop {
-            let events = engine.events(&id, seen, 500).await?;
-            for e in &events {
-                print_followed(&mut index, e, json)?;
-                seen = e.seq;
-            }
-            if events.len() < 500 {
-                break;
-            }
-        }
-        if seen >= head.last_seq {
-            match head.status {
-                s if s.is_terminal() => return Ok(exit::for_status(s)),
-                TaskStatus::Paused => return Ok(exit::WAITING),
-                TaskStatus::InProgress
-                    if head.runner.as_ref().is_some_and(|r| !runner_alive(r)) =>
-                {
-                    if !json {
-                        say!("the task's runner is gone; resume it with: rein tasks resume {id}");
-                    }
-                    return Ok(exit::WAITING);
-                }
-                _ => {}
-            }
-        }
-        tokio::time::sleep(FOLLOW_POLL).await;
-    }
-}
-
 /// One followed event: its JSON line, or its description.
 fn print_followed(index: &mut CheckpointIndex, e: &HarnessEvent, json: bool) -> anyhow::Result<()> {
     index.observe(e);
@@ -267,9 +218,10 @@ fn print_followed(index: &mut CheckpointIndex, e: &HarnessEvent, json: bool) -> 
     Ok(())
 }
 
-/// `follow` against a server: its event stream, until the task finishes (the
-/// stream ends), pauses, or its runner is gone (the server says `stalled`).
-async fn follow_remote(client: &Client, id: &TaskId, after: u64, json: bool) -> anyhow::Result<u8> {
+/// `rein tasks follow`: the task's event stream (a server's, or the same
+/// route served here over the store), until the task finishes (the stream
+/// ends), pauses, or its runner is gone (the stream says `stalled`).
+async fn follow(client: &Client, id: &TaskId, after: u64, json: bool) -> anyhow::Result<u8> {
     let mut index = CheckpointIndex::from_state(&client.task(id).await?);
     let never = tokio_util::sync::CancellationToken::new();
     let (ended, state) = client
