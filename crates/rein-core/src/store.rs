@@ -623,7 +623,7 @@ pub fn usage_group(by: Option<&str>) -> Option<UsageGroup> {
 
 /// What the engine needs from durable storage: all four parts, from one
 /// backend (SQLite, or any store that passes the conformance suite in
-/// `rein-store/tests/conformance.rs`).
+/// `rein-store/tests/suite/conformance.rs`).
 pub trait Store:
     TaskStore + ApprovalStore + DocumentStore + JournalStore + std::fmt::Debug
 {

@@ -1,6 +1,9 @@
 //! The engine's `tracing` spans: one per task run and one per step attempt, the
 //! step's a child of the task's, each carrying the trace and span ids its events
-//! carry.
+//! carry. It lives in its own test binary, away from `tests/all.rs`: the engine
+//! tests there hit the same span callsites on other threads with no subscriber,
+//! and they race with this test's subscriber over `tracing`'s per-callsite
+//! interest cache, which can leave the spans disabled.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;

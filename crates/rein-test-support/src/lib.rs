@@ -10,6 +10,9 @@
 //!   here (OpenAI-compatible chat completions, streamed or whole; Responses;
 //!   Anthropic Messages; a llama.cpp-like server), speaking their exact wire
 //!   formats and playing scripts keyed by the prompt.
+//! - [`npm`]: the npm packages tests drive (the ACP test agent on the ACP
+//!   SDK, the MCP reference servers), installed on first use.
 
 pub mod model;
+pub mod npm;
 pub mod postgres;

@@ -45,7 +45,7 @@ pub fn reference() -> String {
         "# The admin API\n\n\
          Generated from the operations' definitions (`rein-protocol`'s `endpoints`);\n\
          the schemas named here are those of `docs/openapi.json`. Regenerate both\n\
-         with `REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test openapi`.\n\n\
+         with `REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::`.\n\n\
          Roles go viewer < operator < admin; `none` needs no credentials. Every\n\
          error is JSON `{error: {code, message}}` (`Error`). Besides the errors\n\
          listed: 405 for a method a path does not take (with `Allow`), 415 for a\n\

@@ -1,0 +1,616 @@
+//! Goals and isolated completions from the command line, against a local fake
+//! chat-completions server that speaks the real streaming wire format (the
+//! hosted API cannot be reached here): `rein plan draft`, `rein run --goal`
+//! (with a refused answer sent back, a person's confirmation, and a SIGKILL
+//! while the model is being asked), and `rein complete --schema`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+use crate::model;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use common::{eventually, json, rein, run_ok, task_ids};
+use model::model;
+use serde_json::Value;
+
+const GOAL: &str = "Write release notes for the changes in CHANGELOG.md";
+
+fn user_prompt(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap()
+        .to_owned()
+}
+
+fn workspace(dir: &Path) -> std::path::PathBuf {
+    let ws = dir.join("project");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("CHANGELOG.md"), "0.3.0\n- goals become plans\n").unwrap();
+    ws
+}
+
+fn events(data: &Path, task: &str) -> Vec<Value> {
+    let out = run_ok(rein(data).args(["tasks", "events", task, "--json"]));
+    json(&out).as_array().unwrap().clone()
+}
+
+#[test]
+fn plan_draft_writes_a_plan_that_runs_and_sends_a_refused_answer_back() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let file = dir.path().join("plan.toml");
+    let out = run_ok(
+        m.rein(&data)
+            .args(["plan", "draft", "--goal", GOAL, "--workspace"])
+            .arg(&ws)
+            .arg("-o")
+            .arg(&file),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("answer 1 was refused and sent back"),
+        "{stderr}"
+    );
+    let asked = m.decompositions();
+    assert_eq!(asked.len(), 2, "one refused answer, one accepted");
+    for request in &asked {
+        assert!(request.get("tools").is_none(), "isolated: {request}");
+        assert_eq!(request["messages"][0]["role"], "system");
+    }
+    // The first prompt lists the workspace; the second carries the errors.
+    assert!(user_prompt(&asked[0]).contains("CHANGELOG.md"));
+    let retry = user_prompt(&asked[1]);
+    assert!(retry.contains("\"delete\""), "{retry}");
+    assert!(retry.contains("risk_level"), "{retry}");
+
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("kind = \"review\""), "{text}");
+    assert!(text.contains("confirm = true"), "{text}");
+    // What the draft says is a plan `rein plan check` takes, steps in order.
+    let checked = json(&run_ok(
+        rein(&data).args(["plan", "check", "--json"]).arg(&file),
+    ));
+    let ids: Vec<&str> = checked["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["confirm", "notes", "check"]);
+    assert_eq!(checked["steps"][1]["type"], "write");
+    assert_eq!(checked["steps"][2]["checkpoint"], "task_review");
+    // No task was made.
+    assert!(task_ids(&data).is_empty());
+}
+
+#[test]
+fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let state = json(&run_ok(
+        m.rein(&data)
+            .args(["run", "--goal", GOAL, "--yes", "--json", "--workspace"])
+            .arg(&ws),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let notes = std::fs::read_to_string(ws.join("RELEASE_NOTES.md")).unwrap();
+    assert_eq!(notes, "rein 0.3.0: contracts, evidence and agent steps.\n");
+    let task = state["id"].as_str().unwrap();
+    // CP2: a refused attempt, then the accepted one with the decomposition.
+    let plans: Vec<&Value> = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "task_plan")
+        .collect();
+    assert_eq!(plans.len(), 2, "{plans:?}");
+    assert_eq!(plans[0]["status"], "failed");
+    assert!(
+        plans[0]["error"].as_str().unwrap().contains("refused"),
+        "{}",
+        plans[0]
+    );
+    assert_eq!(plans[1]["status"], "completed");
+    assert_eq!(
+        plans[1]["output"]["decomposition"]["steps"][0]["id"],
+        "notes"
+    );
+    let types: Vec<String> = events(&data, task)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(types.contains(&"plan_decomposed".to_owned()), "{types:?}");
+    // The finished task's one-line summary, asked of the goal's model with no tools.
+    let shown =
+        String::from_utf8(run_ok(rein(&data).args(["tasks", "show", task])).stdout).unwrap();
+    assert!(
+        shown.contains("summary: Wrote RELEASE_NOTES.md for 0.3.0 and checked it."),
+        "{shown}"
+    );
+    let summaries: Vec<Value> = m
+        .requests()
+        .into_iter()
+        .filter(|r| user_prompt(r).starts_with("Say in one line"))
+        .collect();
+    assert_eq!(summaries.len(), 1);
+    assert!(summaries[0].get("tools").is_none());
+    assert!(user_prompt(&summaries[0]).contains("- notes: Read CHANGELOG.md"));
+    let step_requests: Vec<Value> = m
+        .requests()
+        .into_iter()
+        .filter(|r| user_prompt(r).starts_with("Read CHANGELOG.md"))
+        .collect();
+    let tools: Vec<&str> = step_requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["read_file", "list_dir", "write_file"]);
+    assert!(user_prompt(&step_requests[0]).contains(GOAL));
+    // Every model call the task caused counts toward it: both decomposition
+    // attempts, the step's turns, the summary; token for token as reported.
+    let report = json(&run_ok(
+        rein(&data).args(["usage", "--task", task, "--json"]),
+    ));
+    let requests = m.requests();
+    assert_eq!(report["calls"], requests.len(), "{report}");
+    let reported: u64 = requests
+        .iter()
+        .map(|r| r["reported_usage"]["prompt_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(report["input_tokens"], reported);
+    assert_eq!(report["estimated"], false);
+}
+
+#[test]
+fn a_goal_waits_for_a_person_to_confirm_its_plan_and_high_risk_steps() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let out = m
+        .rein(&data)
+        .args([
+            "run",
+            "--goal",
+            "risky notes",
+            "--no-wait",
+            "--json",
+            "--workspace",
+        ])
+        .arg(&ws)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let state = json(&out);
+    assert_eq!(state["status"], "paused");
+    let task = state["id"].as_str().unwrap().to_owned();
+    let pending = common::all_approvals(&data);
+    let asks: Vec<&Value> = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["status"] == "pending")
+        .collect();
+    assert_eq!(asks.len(), 1, "{pending}");
+    assert_eq!(asks[0]["step_id"], "confirm");
+    let description = asks[0]["description"].as_str().unwrap();
+    assert!(description.contains("notes, check"), "{description}");
+    nothing_ran(&ws);
+    let id = asks[0]["id"].as_str().unwrap();
+    run_ok(rein(&data).args(["approvals", "approve", id, "--as", "alice"]));
+
+    // The high-risk step asks next, before it runs.
+    let out = m
+        .rein(&data)
+        .args(["tasks", "resume", &task, "--no-wait", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    nothing_ran(&ws);
+    let pending = common::all_approvals(&data);
+    let permit = pending
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["status"] == "pending")
+        .unwrap()
+        .clone();
+    assert_eq!(permit["step_id"], "notes.permit");
+    assert!(
+        permit["description"]
+            .as_str()
+            .unwrap()
+            .contains("overwrites the notes"),
+        "{permit}"
+    );
+    run_ok(rein(&data).args([
+        "approvals",
+        "approve",
+        permit["id"].as_str().unwrap(),
+        "--as",
+        "alice",
+    ]));
+    let state = json(&run_ok(
+        m.rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert!(ws.join("RELEASE_NOTES.md").exists());
+    let ledger = json(&run_ok(rein(&data).args(["ledger", "list", "--json"])));
+    let by_alice = ledger
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.to_string().contains("alice"))
+        .count();
+    assert_eq!(by_alice, 2, "{ledger}");
+}
+
+fn nothing_ran(ws: &Path) {
+    assert!(
+        !ws.join("RELEASE_NOTES.md").exists(),
+        "a step ran unconfirmed"
+    );
+}
+
+#[test]
+fn a_rein_killed_while_the_model_decomposes_asks_again_on_resume() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let mut runner = m
+        .rein(&data)
+        .args([
+            "run",
+            "--goal",
+            "hang, then write release notes",
+            "--yes",
+            // One answer allowed: the interrupted request is not one.
+            "--attempts",
+            "1",
+            "--workspace",
+        ])
+        .arg(&ws)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the model is being asked", || {
+        (!m.decompositions().is_empty()).then_some(())
+    });
+    let task = task_ids(&data)[0].clone();
+    common::kill9(&mut runner);
+    let state = common::show(&data, &task);
+    assert_eq!(state["status"], "in_progress", "{state}");
+
+    let state = json(&run_ok(
+        m.rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(m.decompositions().len(), 2, "{:#?}", m.decompositions());
+    let plans: Vec<&Value> = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "task_plan")
+        .collect();
+    assert_eq!(plans.len(), 2);
+    assert!(
+        plans[0]["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("interrupted"),
+        "{}",
+        plans[0]
+    );
+    // The interrupted request gave no answer: the one after it is the
+    // goal's first attempt.
+    assert_eq!(plans[0]["attempt"], 1);
+    assert_eq!(plans[1]["attempt"], 1);
+    assert!(ws.join("RELEASE_NOTES.md").exists());
+}
+
+#[test]
+fn an_empty_or_cut_off_decomposition_is_asked_again_naming_why() {
+    for (goal, why) in [
+        (
+            "say nothing, then write release notes",
+            "the answer was empty",
+        ),
+        (
+            "cut off, then write release notes",
+            "the answer was cut off at the token limit (4096 tokens, the goal's `max_tokens`)",
+        ),
+    ] {
+        let m = model();
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let ws = workspace(dir.path());
+        let state = json(&run_ok(
+            m.rein(&data)
+                .args([
+                    "run",
+                    "--goal",
+                    goal,
+                    "--yes",
+                    "--attempts",
+                    "2",
+                    "--json",
+                    "--workspace",
+                ])
+                .arg(&ws),
+        ));
+        assert_eq!(state["status"], "completed", "{goal}: {state}");
+        let asked = m.decompositions();
+        assert_eq!(asked.len(), 2, "{goal}");
+        // Bounded, and asked for as structured output.
+        assert_eq!(asked[0]["max_tokens"], 4096);
+        assert_eq!(asked[0]["response_format"]["type"], "json_schema");
+        assert!(
+            asked[0]["response_format"]["json_schema"]["schema"]["properties"]["steps"].is_object(),
+            "{}",
+            asked[0]["response_format"]
+        );
+        // The second request says what was wrong with the first answer.
+        assert!(asked[1].to_string().contains(why), "{goal}: {}", asked[1]);
+        let plans: Vec<&Value> = state["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["type"] == "task_plan")
+            .collect();
+        assert_eq!(plans.len(), 2);
+        assert!(
+            plans[0]["error"].as_str().unwrap().contains(why),
+            "{goal}: {}",
+            plans[0]
+        );
+        assert_eq!(plans[1]["attempt"], 2);
+        assert!(ws.join("RELEASE_NOTES.md").exists(), "{goal}");
+    }
+}
+
+#[test]
+fn a_goal_whose_answers_are_always_refused_fails_naming_why() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = m
+        .rein(&data)
+        .args([
+            "run",
+            "--goal",
+            "nonsense",
+            "--yes",
+            "--attempts",
+            "2",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let state = json(&out);
+    assert_eq!(state["status"], "failed");
+    let error = state["error"].as_str().unwrap();
+    assert!(error.contains("refused 2 time(s)"), "{error}");
+    assert!(error.contains("original_task"), "{error}");
+    assert_eq!(m.decompositions().len(), 2);
+}
+
+#[test]
+fn complete_checks_the_answer_against_a_schema_and_sends_no_tools() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = run_ok(m.rein(&data).args(["complete", "--json", "hello"]));
+    let done = json(&out);
+    assert_eq!(done["text"], "I do not know this script");
+    assert_eq!(done["selection"]["selected"], "rein");
+    assert_eq!(done["runtime"], "rein");
+    let sent = m.requests();
+    assert!(sent[0].get("tools").is_none(), "{}", sent[0]);
+
+    // A schema the answer matches: the JSON is printed.
+    let schema = dir.path().join("plan.schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "required": ["original_task", "steps"]}"#,
+    )
+    .unwrap();
+    let out = run_ok(
+        m.rein(&data)
+            .args(["complete", "--schema"])
+            .arg(&schema)
+            .arg(format!("Goal: {GOAL}\n")),
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["original_task"], "notes");
+
+    // One it does not: exit 1, naming the violation.
+    std::fs::write(&schema, r#"{"type": "array"}"#).unwrap();
+    let out = m
+        .rein(&data)
+        .args(["complete", "--schema"])
+        .arg(&schema)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not match the schema"), "{stderr}");
+    // An answer that calls a tool is refused (spec harness-sdk rule 20).
+    let out = m
+        .rein(&data)
+        .args(["complete", "write notes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("returned a tool call"), "{stderr}");
+    // A schema that is none: exit 2.
+    std::fs::write(&schema, r#"{"type": 7}"#).unwrap();
+    let out = m
+        .rein(&data)
+        .args(["complete", "--schema"])
+        .arg(&schema)
+        .arg("hello")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+#[test]
+fn a_server_decomposes_a_goal_and_serves_completions() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let mut child = m
+        .rein(&data)
+        .args(["serve", "--listen", "127.0.0.1:0", "--workspace-root"])
+        .arg(&ws)
+        .env("REIN_TOKEN", "s3cret-operator-token")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let url = format!("http://{addr}");
+    let client = |args: &[&str]| {
+        let mut cmd = rein(&dir.path().join("client"));
+        cmd.args(["--url", &url, "--token", "s3cret-operator-token"])
+            .args(args);
+        cmd
+    };
+
+    let done = json(&run_ok(&mut client(&["complete", "--json", "hello"])));
+    assert_eq!(done["text"], "I do not know this script");
+    // A goal with a budget, over the API: the task's plan carries it.
+    let state = json(&run_ok(
+        client(&[
+            "run",
+            "--goal",
+            GOAL,
+            "--yes",
+            "--budget-tokens",
+            "1000000",
+            "--json",
+            "--workspace",
+        ])
+        .arg(&ws),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert!(ws.join("RELEASE_NOTES.md").exists());
+    let (status, plan) = common::http(
+        &addr,
+        "GET",
+        &format!("/admin/tasks/{}/plan", state["id"].as_str().unwrap()),
+        Some("s3cret-operator-token"),
+        None,
+    );
+    assert_eq!(status, 200, "{plan}");
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_eq!(plan["plan"]["budget"]["tokens"], 1_000_000, "{plan}");
+
+    let post = |path: &str, body: &str| {
+        common::http(
+            &addr,
+            "POST",
+            path,
+            Some("s3cret-operator-token"),
+            Some(("application/json", body)),
+        )
+    };
+    let (status, body) = post(
+        "/admin/tasks",
+        r#"{"goal": "x", "plan": {"original_task": "x", "steps": []}}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("not both"), "{body}");
+    let (status, body) = post("/admin/tasks", r#"{"goal": "x", "attempts": 0}"#);
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post("/admin/tasks", r#"{"goal": "x", "max_tokens": 100}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body.contains("max_tokens must be between 256 and 131072"),
+        "{body}"
+    );
+    let (status, body) = post("/admin/tasks", r#"{"goal": "x", "budget": {"tokens": 0}}"#);
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("budget: `tokens` is at least 1"), "{body}");
+    let (status, body) = post(
+        "/admin/tasks",
+        r#"{"plan": {"original_task": "x", "steps": []}, "model": "m"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("goes with a `goal`"), "{body}");
+    let (status, body) = post("/admin/completions", r#"{"prompt": " "}"#);
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post(
+        "/admin/completions",
+        r#"{"prompt": "hello", "schema": {"type": "array"}}"#,
+    );
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("does not match the schema"), "{body}");
+    let (status, body) = post(
+        "/admin/completions",
+        r#"{"prompt": "hello", "runtime": "nope"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no harness `nope`"), "{body}");
+    // A provider nothing here speaks is the caller's to fix, not the model's.
+    let (status, body) = post(
+        "/admin/completions",
+        r#"{"prompt": "hello", "provider": "mistral"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("speaks the providers"), "{body}");
+}
+
+#[test]
+fn a_rein_killed_in_a_decomposed_step_resumes_the_stored_plan_without_asking_again() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let mut runner = m
+        .rein(&data)
+        .args(["run", "--goal", "slow step", "--yes", "--workspace"])
+        .arg(&ws)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually("the step's second command is running", || {
+        ws.join("started").exists().then_some(())
+    });
+    common::kill9(&mut runner);
+    let task = task_ids(&data)[0].clone();
+    let state = json(&run_ok(
+        m.rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    // The plan was not asked for again, and the first command did not run twice.
+    assert_eq!(m.decompositions().len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(ws.join("runs.log")).unwrap(),
+        "ran\n"
+    );
+    let decomposed = events(&data, &task)
+        .iter()
+        .filter(|e| e["type"] == "plan_decomposed")
+        .count();
+    assert_eq!(decomposed, 1);
+}

@@ -1,0 +1,388 @@
+//! `rein harness list | explain` with nothing but the built-in runtime: the
+//! decision is explained, and an explicit runtime nobody registered is an
+//! error naming what is registered.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use common::{json, rein, run_ok};
+
+/// Writes the manifest of the test echo plugin (harness `echo`, labelled
+/// "Echo agent") into `dir`.
+fn echo_plugin(dir: &std::path::Path) -> std::path::PathBuf {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let manifest = dir.join("plugin.toml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
+#[test]
+fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let listed = json(&run_ok(rein(&data).args(["harness", "list", "--json"])));
+    assert_eq!(listed[0]["id"], "rein");
+    assert_eq!(listed[0]["builtin"], true);
+
+    let decision = json(&run_ok(rein(&data).args([
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt-4.1-mini",
+        "--json",
+    ])));
+    assert_eq!(decision["selected"], "rein");
+    assert_eq!(decision["reason"], "auto_builtin");
+    assert_eq!(decision["policy"]["source"], "default");
+    let forced = json(&run_ok(rein(&data).args([
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--runtime",
+        "rein",
+        "--json",
+    ])));
+    assert_eq!(forced["reason"], "forced_builtin");
+    assert_eq!(forced["policy"]["source"], "step");
+
+    let out = rein(&data)
+        .args([
+            "harness",
+            "explain",
+            "--provider",
+            "openai",
+            "--runtime",
+            "codex",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("no harness `codex` is registered (registered: none)")
+    );
+}
+
+#[test]
+fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let manifest = echo_plugin(dir.path());
+    let plugin = ["--plugin", manifest.to_str().unwrap()];
+    let listed = json(&run_ok(
+        rein(&data).args(plugin).args(["harness", "list", "--json"]),
+    ));
+    assert_eq!(listed[1]["id"], "echo");
+    assert_eq!(listed[1]["plugin"], "echo");
+    let decision = json(&run_ok(rein(&data).args(plugin).args([
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt",
+        "--json",
+    ])));
+    assert_eq!(decision["selected"], "echo");
+    assert_eq!(decision["reason"], "auto_plugin");
+    assert_eq!(decision["candidates"][0]["reason"], "echo serves openai");
+    // Asked for explicitly where it does not serve: the error carries its reason.
+    let out = rein(&data)
+        .args(plugin)
+        .args([
+            "harness",
+            "explain",
+            "--provider",
+            "anthropic",
+            "--runtime",
+            "echo",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("harness \"echo\" does not support anthropic (only openai)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same plugins through REIN_PLUGINS.
+    let text = String::from_utf8_lossy(
+        &run_ok(
+            rein(&data)
+                .env("REIN_PLUGINS", &manifest)
+                .args(["harness", "list"]),
+        )
+        .stdout,
+    )
+    .into_owned();
+    assert!(
+        text.contains("echo             plugin echo    rein  Echo agent"),
+        "{text}"
+    );
+    // A manifest that cannot be read is bad usage.
+    let out = rein(&data)
+        .args(["--plugin", "missing.toml", "harness", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+}
+
+#[test]
+fn a_runtime_policy_file_pins_models_and_providers_to_runtimes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let manifest = echo_plugin(dir.path());
+    let policy = dir.path().join("runtimes.toml");
+    std::fs::write(
+        &policy,
+        "default = \"auto\"\n[providers]\nopenai = \"echo\"\n[models]\n\"openai/gpt-local\" = \"rein\"\n",
+    )
+    .unwrap();
+    let explain = |model: &str| {
+        json(&run_ok(
+            rein(&data)
+                .args(["--plugin", manifest.to_str().unwrap()])
+                .args(["--runtime-policy", policy.to_str().unwrap()])
+                .args([
+                    "harness",
+                    "explain",
+                    "--provider",
+                    "openai",
+                    "--model",
+                    model,
+                    "--json",
+                ]),
+        ))
+    };
+    let d = explain("gpt-local");
+    assert_eq!(d["policy"]["source"], "model");
+    assert_eq!(
+        (d["selected"].as_str(), d["reason"].as_str()),
+        (Some("rein"), Some("forced_builtin"))
+    );
+    let d = explain("gpt-4.1");
+    assert_eq!(d["policy"]["source"], "provider");
+    assert_eq!(
+        (d["selected"].as_str(), d["reason"].as_str()),
+        (Some("echo"), Some("forced_plugin"))
+    );
+    // A policy file that is not one is bad usage, named.
+    std::fs::write(&policy, "colour = \"blue\"\n").unwrap();
+    let out = rein(&data)
+        .args(["--runtime-policy", policy.to_str().unwrap()])
+        .args(["harness", "explain", "--provider", "openai"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("runtimes.toml") && err.contains("colour"),
+        "{err}"
+    );
+}
+
+#[test]
+fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = echo_plugin(dir.path());
+    let mut child = rein(&dir.path().join("data"))
+        .args(["--plugin", manifest.to_str().unwrap()])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("REIN_TOKEN", "s3cret-operator-token")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let url = format!("http://{addr}");
+    // This client names no plugin: what it lists is the server's.
+    let remote = |args: &[&str]| {
+        let mut cmd = rein(&dir.path().join("client"));
+        cmd.args(["--url", &url, "--token", "s3cret-operator-token"])
+            .args(args);
+        cmd
+    };
+    let listed = json(&run_ok(&mut remote(&["harness", "list", "--json"])));
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["rein", "echo"]);
+    let local = json(&run_ok(
+        rein(&dir.path().join("client")).args(["harness", "list", "--json"]),
+    ));
+    assert_eq!(local.as_array().unwrap().len(), 1);
+
+    let decision = json(&run_ok(&mut remote(&[
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--model",
+        "gpt",
+        "--json",
+    ])));
+    assert_eq!(decision["selected"], "echo");
+    assert_eq!(decision["reason"], "auto_plugin");
+    let forced = json(&run_ok(&mut remote(&[
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--runtime",
+        "rein",
+        "--json",
+    ])));
+    assert_eq!(forced["policy"]["source"], "step");
+    let out = remote(&[
+        "harness",
+        "explain",
+        "--provider",
+        "openai",
+        "--runtime",
+        "codex",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no harness `codex`"), "{stderr}");
+    let (status, _) = common::http(
+        &addr,
+        "GET",
+        "/admin/harnesses/explain",
+        Some("s3cret-operator-token"),
+        None,
+    );
+    assert_eq!(status, 400, "provider is required");
+}
+
+#[test]
+fn a_plugin_that_serves_only_routes_declaring_it_compatible_is_chosen_where_the_policy_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let manifest = echo_plugin(dir.path());
+    let policy = dir.path().join("runtimes.toml");
+    std::fs::write(&policy, "[compatible]\ncompat = [\"echo\"]\n").unwrap();
+    let explain = |with_policy: bool| {
+        let mut cmd = rein(&data);
+        cmd.args(["--plugin", manifest.to_str().unwrap()]);
+        if with_policy {
+            cmd.args(["--runtime-policy", policy.to_str().unwrap()]);
+        }
+        json(&run_ok(cmd.args([
+            "harness",
+            "explain",
+            "--provider",
+            "compat",
+            "--json",
+        ])))
+    };
+    // Without the declaration the harness says no, and the built-in runtime serves.
+    let d = explain(false);
+    assert_eq!(d["selected"], "rein");
+    assert_eq!(
+        d["candidates"][0]["reason"],
+        "effective route is not harness-compatible"
+    );
+    let d = explain(true);
+    assert_eq!(d["selected"], "echo");
+    assert_eq!(d["reason"], "auto_plugin");
+
+    // A run on that route is served by the plugin, which was told the session.
+    let plan = common::write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"compat\"\n[[steps]]\nid = \"hi\"\nkind = \"agent\"\nprovider = \"compat\"\nprompt = \"say hi\"\n",
+    );
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--plugin", manifest.to_str().unwrap()])
+            .args(["--runtime-policy", policy.to_str().unwrap()])
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let output = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "hi" && c["status"] == "completed")
+        .map(|c| c["output"].clone())
+        .unwrap();
+    assert_eq!(output["text"], "SAY HI");
+    assert_eq!(output["selection"]["selected"], "echo");
+    let reason = output["selection"]["candidates"][0]["reason"]
+        .as_str()
+        .unwrap();
+    let session = output["session"].as_str().unwrap();
+    assert_eq!(reason, format!("declared compatible; session {session}"));
+}
+
+#[test]
+fn a_manifest_named_by_its_bare_file_name_starts_from_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    echo_plugin(dir.path());
+    let decision = json(&run_ok(
+        rein(&data)
+            .current_dir(dir.path())
+            .args(["--plugin", "plugin.toml"])
+            .args(["harness", "explain", "--provider", "openai", "--json"]),
+    ));
+    // The plugin started and answered: it serves openai.
+    assert_eq!(decision["selected"], "echo", "{decision}");
+    assert_eq!(decision["candidates"][0]["reason"], "echo serves openai");
+}
+
+#[test]
+fn a_plugins_reported_usage_is_metered_once_with_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let manifest = echo_plugin(dir.path());
+    let plan = common::write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"metered\"\n[[steps]]\nid = \"hi\"\nkind = \"agent\"\nprompt = \"metered hello\"\n",
+    );
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--plugin", manifest.to_str().unwrap()])
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let output = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "hi" && c["status"] == "completed")
+        .map(|c| c["output"].clone())
+        .unwrap();
+    assert_eq!(output["selection"]["selected"], "echo");
+    // As the plugin reported it: every prompt token, the cached part, the output.
+    assert_eq!(output["usage"]["input_tokens"], 30, "{output}");
+    assert_eq!(output["usage"]["cached_input_tokens"], 10);
+    assert_eq!(output["usage"]["output_tokens"], 7);
+    let report = json(&run_ok(
+        rein(&data).args(["usage", "--json", "--by", "model"]),
+    ));
+    assert_eq!(report["calls"], 1, "{report}");
+    assert_eq!(report["input_tokens"], 30);
+    assert_eq!(report["estimated"], false);
+}

@@ -1,0 +1,252 @@
+//! Permission rules end to end: `rein policy check` names the rule that decided;
+//! a denied step stops the plan before anything runs; an asked-about step waits,
+//! durably, for a person, and runs only once approved; every run records what the
+//! rules said.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use common::{json, rein, run_ok, show, task_ids, write_plan};
+
+const POLICY: &str = r#"
+[[rules]]
+verdict = "allow"
+command = "rm **"
+
+[[rules]]
+verdict = "deny"
+command = "rm -rf /*"
+reason = "never wipe the root"
+
+[[rules]]
+verdict = "ask"
+command = "touch shipped"
+trigger = "destructive_action"
+
+[[rules]]
+verdict = "ask"
+network = "*"
+
+[[rules]]
+verdict = "deny"
+mcp = "fs/write_*"
+"#;
+
+fn policy_file(dir: &std::path::Path) -> std::path::PathBuf {
+    write_plan(dir, "policy.toml", POLICY)
+}
+
+#[test]
+fn policy_check_prints_the_verdict_and_the_rule_with_a_script_friendly_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let policy = policy_file(dir.path());
+    let check = |args: &[&str]| {
+        rein(&data)
+            .arg("--policy")
+            .arg(&policy)
+            .args(["policy", "check"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = check(&["--", "rm", "-rf", "/usr"]);
+    assert_eq!(out.status.code(), Some(1), "deny exits 1");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("deny: `rm -rf /usr`")
+            && said.contains("rule 2 of")
+            && said.contains("never wipe the root"),
+        "{said}"
+    );
+    assert_eq!(check(&["--", "rm", "-rf", "build"]).status.code(), Some(0));
+    assert_eq!(
+        check(&["--", "touch", "shipped"]).status.code(),
+        Some(3),
+        "ask exits 3"
+    );
+    let out = check(&["--json", "--script", "cd x && rm -rf /srv"]);
+    assert_eq!(out.status.code(), Some(1));
+    let decision = json(&out);
+    assert_eq!(decision["verdict"], "deny");
+    assert_eq!(decision["subject"], "rm -rf /srv");
+    let out = check(&["--json", "--mcp", "fs/write_file"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(json(&out)["subject"], "mcp:fs/write_file");
+    assert_eq!(check(&["--mcp", "fs/read_file"]).status.code(), Some(0));
+    let out = check(&["--mcp", "write_file"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("write SERVER/TOOL"));
+    assert!(!data.exists(), "checking touches no store");
+    // A malformed policy is refused, naming the rule.
+    let bad = write_plan(dir.path(), "bad.toml", "[[rules]]\nverdict = 'deny'\n");
+    let out = rein(&data)
+        .arg("--policy")
+        .arg(&bad)
+        .args(["policy", "check", "--", "ls"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("rule 1 of"));
+}
+
+#[test]
+fn a_denied_step_stops_the_plan_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description = 'wipe'\n[[steps]]\nid = 'ok'\nrun = 'true'\n\
+         [[steps]]\nid = 'wipe'\nrun = 'rm -rf /opt'\n",
+    );
+    let out = rein(&data)
+        .arg("--policy")
+        .arg(policy_file(dir.path()))
+        .arg("run")
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("step `wipe`: `rm -rf /opt` is denied by rule 2 of"),
+        "{said}"
+    );
+    assert!(task_ids(&data).is_empty(), "no task was created");
+    // A step's own rule denies too, and deny wins over the policy's allow.
+    let own = write_plan(
+        dir.path(),
+        "own.toml",
+        "description = 'own'\n[[steps]]\nid = 'clean'\nrun = 'rm -rf build'\n\
+         permissions = [{ verdict = 'deny', command = 'rm **' }]\n",
+    );
+    let out = rein(&data)
+        .arg("--policy")
+        .arg(policy_file(dir.path()))
+        .args(["plan", "check"])
+        .arg(&own)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("rule 1 of step `clean`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn an_asked_step_waits_for_a_person_and_runs_only_once_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let policy = policy_file(dir.path());
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description = 'ship'\n[[steps]]\nid = 'build'\nrun = 'echo built > built'\n\
+         [[steps]]\nid = 'ship'\nrun = 'touch shipped'\ndepends_on = ['build']\n",
+    );
+    // The plan as the engine takes it: `ship` waits on `ship.permit`.
+    let checked = json(&run_ok(
+        rein(&data)
+            .arg("--policy")
+            .arg(&policy)
+            .args(["plan", "check", "--json"])
+            .arg(&plan),
+    ));
+    let steps = checked["steps"].as_array().unwrap();
+    let ship = steps.iter().find(|s| s["id"] == "ship").unwrap();
+    assert_eq!(ship["depends_on"], serde_json::json!(["ship.permit"]));
+    let permit = steps.iter().find(|s| s["id"] == "ship.permit").unwrap();
+    assert_eq!(permit["depends_on"], serde_json::json!(["build"]));
+
+    let out = rein(&data)
+        .arg("--policy")
+        .arg(&policy)
+        .args(["run", "--no-wait"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "it waits for a person");
+    let id = task_ids(&data)[0].clone();
+    let workspace = data.join("workspaces").join(&id);
+    assert!(workspace.join("built").exists());
+    assert!(
+        !workspace.join("shipped").exists(),
+        "nothing ran before the answer"
+    );
+    let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
+    let request = &pending.as_array().unwrap()[0];
+    assert_eq!(request["trigger"], "destructive_action");
+    assert_eq!(request["step_id"], "ship.permit");
+    assert!(
+        request["title"].as_str().unwrap().contains("touch shipped"),
+        "{request}"
+    );
+    run_ok(rein(&data).args(["approvals", "approve", request["id"].as_str().unwrap()]));
+    run_ok(
+        rein(&data)
+            .arg("--policy")
+            .arg(&policy)
+            .args(["tasks", "resume", &id]),
+    );
+    assert!(workspace.join("shipped").exists(), "approved, the step ran");
+    let state = show(&data, &id);
+    let ran = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "ship")
+        .unwrap();
+    assert_eq!(ran["output"]["permission"]["verdict"], "ask");
+    assert_eq!(ran["output"]["sandbox"], "bubblewrap");
+    assert!(
+        ran["output"]["policy"]
+            .as_str()
+            .unwrap()
+            .starts_with("5 rule(s): 5 from"),
+        "{ran}"
+    );
+    assert_eq!(ran["output"]["exit_code"], 0);
+    assert!(
+        ran["output"]["permission"]["rule"]
+            .as_str()
+            .unwrap()
+            .contains("rule 3 of"),
+        "{ran}"
+    );
+}
+
+#[test]
+fn a_denied_answer_keeps_the_step_from_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let policy = policy_file(dir.path());
+    let plan = write_plan(
+        dir.path(),
+        "p.toml",
+        "description = 'net'\n[[steps]]\nid = 'fetch'\nrun = 'touch fetched'\nnetwork = true\n",
+    );
+    let out = rein(&data)
+        .arg("--policy")
+        .arg(&policy)
+        .args(["run", "--no-wait"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let id = task_ids(&data)[0].clone();
+    let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
+    let request = &pending.as_array().unwrap()[0];
+    assert_eq!(request["trigger"], "external_network_call");
+    run_ok(rein(&data).args(["approvals", "deny", request["id"].as_str().unwrap()]));
+    let out = rein(&data)
+        .arg("--policy")
+        .arg(&policy)
+        .args(["tasks", "resume", &id])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "denied, the task fails");
+    assert!(!data.join("workspaces").join(&id).join("fetched").exists());
+}

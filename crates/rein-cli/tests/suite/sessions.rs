@@ -1,0 +1,646 @@
+//! Agent sessions from the command line: steps naming one session share its
+//! conversation (against the fake chat server, which speaks the streaming
+//! wire format), `rein sessions list | show | reset | pin`, a `delegate` call
+//! that survives two SIGKILLs without running twice, and a plugin's executor
+//! controller ensured, found stale after a SIGKILL, retired, and reset
+//! through the plugin (the test echo plugin, a real child process).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+use crate::model;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::{eventually, json, rein, run_ok, task_ids, write_plan};
+use model::model;
+use serde_json::Value;
+
+fn sessions_of(data: &Path, task: &str) -> Vec<Value> {
+    json(&run_ok(
+        rein(data).args(["sessions", "list", "--task", task, "--json"]),
+    ))
+    .as_array()
+    .unwrap()
+    .clone()
+}
+
+fn named<'a>(sessions: &'a [Value], name: &str) -> &'a Value {
+    sessions
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no session named {name} in {sessions:?}"))
+}
+
+/// The text a step's newest completed checkpoint recorded.
+fn step_text(state: &Value, step: &str) -> String {
+    state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == step && c["status"] == "completed")
+        .and_then(|c| c["output"]["text"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+const SHARED: &str = r#"
+description = "a code word"
+[[steps]]
+id = "tell"
+kind = "agent"
+prompt = "Remember: the code word is heron."
+session = "talk"
+[[steps]]
+id = "ask"
+kind = "agent"
+prompt = "What was the code word?"
+session = "talk"
+depends_on = ["tell"]
+[[steps]]
+id = "alone"
+kind = "agent"
+prompt = "What was the code word?"
+depends_on = ["tell"]
+"#;
+
+#[test]
+fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned_and_reset() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "plan.toml", SHARED);
+    let state = json(&run_ok(
+        m.rein(&data)
+            .args(["run", "--json"])
+            .arg(&plan)
+            .stderr(Stdio::null()),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    // The later step of the session saw what the earlier one was told; a step
+    // of its own did not.
+    assert_eq!(step_text(&state, "ask"), "The code word was heron.");
+    assert_eq!(step_text(&state, "alone"), "I was never told a code word.");
+
+    let task = state["id"].as_str().unwrap();
+    let sessions = sessions_of(&data, task);
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    let talk = named(&sessions, "talk");
+    assert_eq!(talk["shared"], true);
+    assert_eq!(talk["steps"], serde_json::json!(["tell", "ask"]));
+    assert_eq!(talk["runtime"], "rein");
+    assert_eq!(talk["turns"], 2);
+    assert_eq!(talk["status"], "ended");
+    assert_eq!(
+        named(&sessions, "alone")["steps"],
+        serde_json::json!(["alone"])
+    );
+    let id = talk["id"].as_str().unwrap();
+    assert!(id.starts_with("ses_"), "{id}");
+
+    // Pinning to a runtime nobody registered is bad usage, naming the runtimes.
+    let out = rein(&data)
+        .args(["sessions", "pin", id, "--runtime", "codex"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no runtime `codex`"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pinned = json(&run_ok(rein(&data).args([
+        "sessions",
+        "pin",
+        id,
+        "--runtime",
+        "rein",
+        "--json",
+    ])));
+    assert_eq!(pinned["pinned_runtime"], "rein");
+    let unpinned = json(&run_ok(
+        rein(&data).args(["sessions", "pin", id, "--unpin", "--json"]),
+    ));
+    assert!(unpinned.get("pinned_runtime").is_none(), "{unpinned}");
+
+    let reset = json(&run_ok(
+        rein(&data).args(["sessions", "reset", id, "--json"]),
+    ));
+    assert_eq!(reset["generation"], 1);
+    assert_eq!(reset["turns"], 0);
+    let shown = run_ok(rein(&data).args(["sessions", "show", id]));
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("steps tell, ask"), "{shown}");
+    assert!(shown.contains("turns 0, generation 1"), "{shown}");
+
+    let missing = rein(&data)
+        .args(["sessions", "show", "ses_01JAAAAAAAAAAAAAAAAAAAAAAA"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
+
+    // The same through the API, and `--url`.
+    let (_server, addr) = common::start(&data, "session-test-token");
+    let url = format!("http://{addr}");
+    let remote = |args: &[&str]| {
+        json(&run_ok(
+            rein(&data)
+                .args(["--url", &url, "--token", "session-test-token", "sessions"])
+                .args(args),
+        ))
+    };
+    let listed = remote(&["list", "--task", task, "--json"]);
+    assert_eq!(listed, serde_json::json!(sessions_of(&data, task)));
+    let shown = remote(&["show", id, "--json"]);
+    assert_eq!(shown["session"]["generation"], 1);
+    let (status, body) = common::http(
+        &addr,
+        "POST",
+        &format!("/admin/agent-sessions/{id}/pin"),
+        Some("session-test-token"),
+        Some(("application/json", r#"{"runtime": "codex"}"#)),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("no runtime `codex`"), "{body}");
+    let (status, _) = common::http(
+        &addr,
+        "GET",
+        "/admin/agent-sessions/ses_01JAAAAAAAAAAAAAAAAAAAAAAA",
+        Some("session-test-token"),
+        None,
+    );
+    assert_eq!(status, 404);
+    // A malformed id is refused before anything is looked up, naming the form.
+    for (method, path) in [
+        ("GET", "/admin/agent-sessions/ses_nope"),
+        ("POST", "/admin/agent-sessions/ses_nope/reset"),
+    ] {
+        let (status, body) = common::http(&addr, method, path, Some("session-test-token"), None);
+        assert_eq!(status, 400, "{method} {path}: {body}");
+        assert!(body.contains("expected `ses_`"), "{body}");
+    }
+    let pinned = remote(&["pin", id, "--runtime", "rein", "--json"]);
+    assert_eq!(pinned["pinned_runtime"], "rein");
+    let reset = remote(&["reset", id, "--json"]);
+    assert_eq!(reset["generation"], 2);
+}
+
+#[test]
+fn steps_sharing_a_session_must_be_ordered_by_their_dependencies() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // `ask` no longer waits for `tell`: both could talk at once.
+    let unordered = SHARED.replacen("depends_on = [\"tell\"]\n", "", 1);
+    let plan = write_plan(dir.path(), "plan.toml", &unordered);
+    let out = rein(&data)
+        .args(["plan", "check"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "steps `tell` and `ask` share session `talk` but neither depends on the other"
+        ),
+        "{err}"
+    );
+}
+
+const DELEGATING: &str = r#"
+description = "delegate"
+[[steps]]
+id = "lead"
+kind = "agent"
+prompt = "Delegate the work"
+tools = ["run_command", "delegate"]
+"#;
+
+#[test]
+fn a_delegation_survives_sigkill_without_running_twice_and_only_its_owner_may_change_it() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let plan = write_plan(dir.path(), "plan.toml", DELEGATING);
+    let spawn = |args: &[&str]| {
+        m.rein(&data)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut runner = spawn(&[
+        "run",
+        plan.to_str().unwrap(),
+        "--workspace",
+        ws.to_str().unwrap(),
+    ]);
+    // Killed while the child waits in its second command…
+    eventually("the child's second command is running", || {
+        ws.join("child-started").exists().then_some(())
+    });
+    common::kill9(&mut runner);
+    let task = task_ids(&data)[0].clone();
+    // …and again once the child has answered and the parent waits.
+    let mut runner = spawn(&["tasks", "resume", &task]);
+    eventually("the parent's command is running", || {
+        ws.join("parent-started").exists().then_some(())
+    });
+    common::kill9(&mut runner);
+    let state = json(&run_ok(
+        m.rein(&data).args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(
+        step_text(&state, "lead"),
+        "parent done; the helper said: child done"
+    );
+    // The child's first command ran once: the child was picked up where it
+    // stopped, and the finished child was not run again.
+    assert_eq!(
+        std::fs::read_to_string(ws.join("child.log")).unwrap(),
+        "child\n"
+    );
+
+    let sessions = sessions_of(&data, &task);
+    assert_eq!(sessions.len(), 2, "{sessions:?}");
+    let parent = named(&sessions, "lead");
+    let child = named(&sessions, "delegate:lead:call_d");
+    assert_eq!(child["delegation"]["parent"], parent["id"]);
+    assert_eq!(child["delegation"]["answer"], "child done");
+    assert_eq!(child["route"], parent["route"]);
+    assert_eq!(child["status"], "ended");
+    let children = json(&run_ok(rein(&data).args([
+        "sessions",
+        "list",
+        "--parent",
+        parent["id"].as_str().unwrap(),
+        "--json",
+    ])));
+    assert_eq!(children.as_array().unwrap().len(), 1);
+    // The task's log has the delegation.
+    let events = json(&run_ok(
+        rein(&data).args(["tasks", "events", &task, "--json"]),
+    ));
+    let delegations = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e.to_string().contains("\"delegation\""))
+        .count();
+    assert!(delegations >= 2, "{events}");
+
+    // Nobody but the owner changes the child.
+    let child_id = child["id"].as_str().unwrap();
+    for args in [
+        vec!["sessions", "reset", child_id],
+        vec!["sessions", "pin", child_id, "--runtime", "rein"],
+    ] {
+        let out = rein(&data).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "owned by session {}",
+                parent["id"].as_str().unwrap()
+            )),
+            "{err}"
+        );
+    }
+}
+
+/// The echo plugin's manifest, with an executor controller working in
+/// `exec`, started with `mode`.
+fn echo_plugin(dir: &Path, name: &str, mode: &str, exec: &Path) -> std::path::PathBuf {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let manifest = dir.join(name);
+    std::fs::write(
+        &manifest,
+        format!(
+            "id = \"echo\"\ncommand = [\"python3\", {:?}, {mode:?}]\n[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n[executor]\nworkspace_directory = {:?}\n",
+            script.display().to_string(),
+            exec.display().to_string()
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
+const ECHOED: &str = r#"
+description = "echo"
+[[steps]]
+id = "first"
+kind = "agent"
+runtime = "echo"
+prompt = "hang once"
+session = "work"
+[[steps]]
+id = "second"
+kind = "agent"
+runtime = "echo"
+prompt = "say hi"
+session = "work"
+depends_on = ["first"]
+"#;
+
+/// A data directory and a workspace, with the echo plugin (`ok.toml`) whose
+/// executor controller works in `exec`.
+struct Echo {
+    dir: tempfile::TempDir,
+    data: std::path::PathBuf,
+    ws: std::path::PathBuf,
+    exec: std::path::PathBuf,
+    ok: std::path::PathBuf,
+}
+
+impl Echo {
+    fn new() -> Echo {
+        let dir = tempfile::tempdir().unwrap();
+        let (data, ws, exec) = (
+            dir.path().join("data"),
+            dir.path().join("ws"),
+            dir.path().join("exec"),
+        );
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::create_dir(&exec).unwrap();
+        let ok = echo_plugin(dir.path(), "ok.toml", "ok", &exec);
+        Echo {
+            dir,
+            data,
+            ws,
+            exec,
+            ok,
+        }
+    }
+
+    /// `rein` with the plugin of `manifest`.
+    fn with(&self, manifest: &Path) -> Command {
+        let mut cmd = rein(&self.data);
+        cmd.arg("--plugin").arg(manifest);
+        cmd
+    }
+
+    /// `rein` with the plugin that works.
+    fn rein(&self) -> Command {
+        self.with(&self.ok)
+    }
+
+    /// What the executor controller was asked, a line a call.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.exec.join("executor.log")).unwrap_or_default()
+    }
+
+    /// `rein run` of [`ECHOED`] in the workspace, once its first attempt
+    /// (after `ensure`) is under way.
+    fn running(&self) -> Child {
+        let plan = write_plan(self.dir.path(), "plan.toml", ECHOED);
+        let runner = self
+            .rein()
+            .arg("run")
+            .arg(&plan)
+            .arg("--workspace")
+            .arg(&self.ws)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        eventually("the first attempt is running", || {
+            self.ws.join("hung").exists().then_some(())
+        });
+        runner
+    }
+}
+
+#[test]
+fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_through_the_plugin() {
+    let echo = Echo::new();
+    let data = &echo.data;
+    let stuck = echo_plugin(echo.dir.path(), "stuck.toml", "reset-fails", &echo.exec);
+    // Killed after `ensure`, while the harness works on the first turn.
+    let mut runner = echo.running();
+    common::kill9(&mut runner);
+    let task = task_ids(data)[0].clone();
+    let log = || echo.log();
+    assert_eq!(log().lines().count(), 1, "{}", log());
+    let state = json(&run_ok(
+        echo.rein().args(["tasks", "resume", &task, "--json"]),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(step_text(&state, "second"), "SAY HI");
+
+    // The executor from before the crash was stale: retired, and a new one
+    // ensured for both steps of the session, retired when the task ended.
+    let lines: Vec<(String, String)> = log()
+        .lines()
+        .map(|l| {
+            let (method, env) = l.split_once(' ').unwrap();
+            (method.to_owned(), env.to_owned())
+        })
+        .collect();
+    let methods: Vec<&str> = lines.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(
+        methods,
+        [
+            "executor/ensure",
+            "executor/retire",
+            "executor/ensure",
+            "executor/retire"
+        ],
+        "{lines:?}"
+    );
+    assert_eq!(lines[0].1, lines[1].1);
+    assert_eq!(lines[2].1, lines[3].1);
+    assert_ne!(lines[0].1, lines[2].1);
+    let sessions = sessions_of(data, &task);
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    let work = &sessions[0];
+    let id = work["id"].as_str().unwrap();
+    assert!(lines[0].1.starts_with(id), "{lines:?}");
+    assert_eq!(work["runtime"], "echo");
+    assert_eq!(work["executor"]["phase"], "retired");
+    assert_eq!(work["executor"]["environment_id"], lines[2].1.as_str());
+    assert_eq!(work["steps"], serde_json::json!(["first", "second"]));
+
+    // Without the plugin, nothing would reset its side: refused, saying so.
+    let out = rein(data).args(["sessions", "reset", id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("name its plugin with --plugin"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A reset whose required cleanup fails is refused, and the session stays.
+    let out = echo
+        .with(&stuck)
+        .args(["sessions", "reset", id])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("was not reset") && err.contains("the native sandbox is still attached"),
+        "{err}"
+    );
+    let kept = json(&run_ok(rein(data).args(["sessions", "show", id, "--json"])));
+    assert_eq!(kept["session"]["generation"], 0);
+    // Through a plugin whose cleanup works, it is reset.
+    let reset = json(&run_ok(
+        echo.rein().args(["sessions", "reset", id, "--json"]),
+    ));
+    assert_eq!(reset["generation"], 1);
+}
+
+#[test]
+fn a_session_is_not_reset_while_its_task_runs_and_a_reset_retires_its_executor() {
+    let echo = Echo::new();
+    let data = &echo.data;
+    let with = || echo.rein();
+    let mut runner = echo.running();
+    let task = task_ids(data)[0].clone();
+    let id = sessions_of(data, &task)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = with().args(["sessions", "reset", &id]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("while its task") && err.contains("is running (process"),
+        "{err}"
+    );
+
+    // Once nothing runs it (rein was killed), the reset goes through the
+    // plugin and retires the session's executor.
+    common::kill9(&mut runner);
+    let reset = json(&run_ok(with().args(["sessions", "reset", &id, "--json"])));
+    assert_eq!(reset["generation"], 1);
+    assert_eq!(reset["executor"]["phase"], "retired");
+    let log = || echo.log();
+    let methods = |log: &str| -> Vec<String> {
+        log.lines()
+            .map(|l| l.split(' ').next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(methods(&log()), ["executor/ensure", "executor/retire"]);
+
+    // The next turn is the new generation's: a new executor, retired at the end.
+    let state = json(&run_ok(with().args(["tasks", "resume", &task, "--json"])));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(
+        methods(&log()),
+        [
+            "executor/ensure",
+            "executor/retire",
+            "executor/ensure",
+            "executor/retire"
+        ]
+    );
+    let shown = json(&run_ok(
+        rein(data).args(["sessions", "show", &id, "--json"]),
+    ));
+    assert_eq!(shown["session"]["executor"]["generation"], 1);
+    assert_eq!(shown["session"]["turns"], 2);
+}
+
+#[test]
+fn aborting_a_paused_task_retires_its_sessions_executors() {
+    let echo = Echo::new();
+    let data = &echo.data;
+    let plan = write_plan(
+        echo.dir.path(),
+        "plan.toml",
+        "description = \"held\"\n[[steps]]\nid = \"first\"\nkind = \"agent\"\nruntime = \"echo\"\nprompt = \"say one\"\n[[steps]]\nid = \"hold\"\nkind = \"approve\"\ntitle = \"Go on?\"\ndepends_on = [\"first\"]\n",
+    );
+    let with = || echo.rein();
+    let out = with()
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = || echo.log();
+    assert_eq!(log().lines().count(), 1, "{}", log());
+    let task = task_ids(data)[0].clone();
+    run_ok(with().args(["tasks", "abort", &task]));
+    let lines: Vec<String> = log().lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[1].starts_with("executor/retire"), "{lines:?}");
+    let session = &sessions_of(data, &task)[0];
+    assert_eq!(session["status"], "ended");
+    assert_eq!(session["executor"]["phase"], "retired");
+}
+
+#[test]
+fn a_session_is_compacted_by_hand_on_its_own_model_and_metered() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(
+        dir.path(),
+        "notes.toml",
+        "description = \"notes\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"write notes\"\ntools = [\"write_file\", \"run_command\"]\n",
+    );
+    let state = json(&run_ok(
+        m.rein(&data)
+            .args(["run", "--json"])
+            .arg(&plan)
+            .stderr(Stdio::null()),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let task = state["id"].as_str().unwrap();
+    let id = sessions_of(&data, task)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let calls = |data: &Path| {
+        json(&run_ok(rein(data).args([
+            "usage",
+            "--session",
+            &id,
+            "--json",
+        ])))["calls"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = calls(&data);
+    let asked = m.requests().len();
+    let done = json(&run_ok(
+        m.rein(&data).args(["sessions", "compact", &id, "--json"]),
+    ));
+    assert_eq!(done["compacted"], true, "{done}");
+    assert_eq!(done["model"], "openai/gpt-test");
+    assert!(done["messages"].as_u64().unwrap() > 0, "{done}");
+    assert!(
+        done["tokens_after"].as_u64() < done["tokens_before"].as_u64(),
+        "{done}"
+    );
+    // One request, with no tools, summarised it; metered with the session.
+    let requests = m.requests();
+    assert_eq!(requests.len(), asked + 1);
+    assert!(requests[asked].get("tools").is_none());
+    assert_eq!(calls(&data), before + 1);
+    // A session that is not there is named.
+    let out = m
+        .rein(&data)
+        .args(["sessions", "compact", "ses_01JAAAAAAAAAAAAAAAAAAAAAAA"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("ses_01JAAAAAAAAAAAAAAAAAAAAAAA"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,6 @@
+//! `rein-protocol`'s integration tests, as one test binary (one link, one run):
+//! each file of `suite/` is a module; run one with
+//! `cargo test -p rein-protocol --test all -- suite::MODULE::`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod suite;

@@ -1,0 +1,6 @@
+//! `rein-runtimes`'s integration tests, as one test binary (one link, one run):
+//! each file of `suite/` is a module; run one with
+//! `cargo test -p rein-runtimes --test all -- suite::MODULE::`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod suite;

@@ -1,0 +1,9 @@
+//! The test files of `rein-runtimes`, one module each.
+
+mod acp;
+mod agent;
+mod budget;
+mod context;
+mod fallback;
+mod openai;
+mod plugins;

@@ -1,0 +1,4 @@
+//! The test files of `rein-server`, one module each.
+
+mod api;
+mod openapi;

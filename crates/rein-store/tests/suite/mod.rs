@@ -1,0 +1,5 @@
+//! The test files of `rein-store`, one module each.
+
+mod conformance;
+mod postgres;
+mod sqlite;
