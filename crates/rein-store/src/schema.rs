@@ -213,6 +213,16 @@ const MIGRATIONS: &[&str] = &[
     UPDATE events SET commit_no = (SELECT commits FROM store_head WHERE id = 0)
      WHERE gseq = (SELECT max(gseq) FROM events);
     ",
+    // 12: the task row keeps the lasting part of the summary it was written
+    //     with (id, session, description, workspace, trace, …), and a write
+    //     whose summary still has it carries only the part that moves (status,
+    //     steps, runner, position, time) as a JSON merge patch over the row's:
+    //     a third of the bytes a step's commit wrote. Rows written before have
+    //     none, and their writes carry whole summaries until the next status
+    //     change writes it.
+    "
+    ALTER TABLE tasks ADD COLUMN lasting TEXT;
+    ",
 ];
 
 /// The schema version this build writes.

@@ -363,7 +363,9 @@ async fn a_store_of_the_previous_schema_opens_with_its_tasks_whole() {
         "INSERT INTO tasks (tkey, id, session_id, status, created_at, updated_at, last_seq, summary)
            SELECT t.tkey, t.id, t.session_id, t.status, t.created_at, t.status_at,
                   (SELECT max(seq) FROM cur.events e WHERE e.tkey = t.tkey),
-                  (SELECT e.summary FROM cur.events e
+                  (SELECT CASE WHEN substr(e.summary, 1, 6) = '{\"id\":' THEN e.summary
+                               ELSE json_patch(t.summary, e.summary) END
+                     FROM cur.events e
                     WHERE e.tkey = t.tkey AND e.summary IS NOT NULL ORDER BY e.seq DESC LIMIT 1)
            FROM cur.tasks t;
          INSERT INTO plans SELECT * FROM cur.plans;

@@ -6,8 +6,13 @@
 //! the task; any other event keeps its whole body. A step's commit then writes
 //! fewer bytes, so the log's pages fill (and the file grows) less often.
 //!
+//! A slim body also leaves out the event's `checkpoint_id` when it is the one
+//! its change names (every event rein records; a read takes it from the
+//! change), so a step's three checkpoint events do not each say it twice.
+//!
 //! A slim body is one without `seq`: every whole body has it. Bodies written
-//! before slim ones existed are whole, and read as they were.
+//! before slim ones existed are whole, and read as they were; slim ones
+//! written before the checkpoint id was left out carry it, and are read with it.
 
 use rein_protocol::{
     CheckpointId, EventId, HarnessEvent, TaskChange, TaskId, TaskSummary, Timestamp,
@@ -33,14 +38,17 @@ pub(super) fn encode(event: &HarnessEvent, summary: &TaskSummary) -> serde_json:
     let own = event.task_id.as_ref() == Some(&summary.id)
         && event.session_id == summary.session_id
         && event.trace_id == summary.trace_id;
-    if !own {
+    // No checkpoint id where the change names one could not be told from the
+    // change's own, left out: such an event keeps its whole body.
+    let named = event.change.checkpoint_id();
+    if !own || (event.checkpoint_id.is_none() && named.is_some()) {
         return serde_json::to_string(event);
     }
     serde_json::to_string(&Slim {
         id: &event.id,
         timestamp: &event.timestamp,
         change: &event.change,
-        checkpoint_id: event.checkpoint_id.as_ref(),
+        checkpoint_id: event.checkpoint_id.as_ref().filter(|&id| Some(id) != named),
         span_id: &event.span_id,
         parent_span_id: event.parent_span_id.as_deref(),
     })
@@ -84,17 +92,21 @@ pub(super) fn decode(body: &str, row: &Row<'_>) -> Result<HarnessEvent, String> 
     let whole = |field: Option<String>, name: &str| {
         field.ok_or_else(|| format!("a whole event body without `{name}`"))
     };
-    let (task_id, session_id, trace_id) = if slim {
+    let (task_id, session_id, trace_id, checkpoint_id) = if slim {
         (
             Some(TaskId::parse(row.task_id).map_err(|e| e.to_string())?),
             row.session_id.to_owned(),
             row.trace_id.to_owned(),
+            stored
+                .checkpoint_id
+                .or_else(|| stored.change.checkpoint_id().cloned()),
         )
     } else {
         (
             stored.task_id,
             whole(stored.session_id, "session_id")?,
             whole(stored.trace_id, "trace_id")?,
+            stored.checkpoint_id,
         )
     };
     Ok(HarnessEvent {
@@ -103,7 +115,7 @@ pub(super) fn decode(body: &str, row: &Row<'_>) -> Result<HarnessEvent, String> 
         timestamp: stored.timestamp,
         change: stored.change,
         task_id,
-        checkpoint_id: stored.checkpoint_id,
+        checkpoint_id,
         session_id,
         trace_id,
         span_id: stored.span_id,
@@ -170,6 +182,45 @@ mod tests {
         assert_eq!(decode(&body, &row).unwrap(), event);
         // A whole body (any written before, or one not of its task's) reads as it is.
         assert_eq!(decode(&whole, &row).unwrap(), event);
+    }
+
+    #[test]
+    fn a_checkpoint_id_its_change_names_is_stored_once() {
+        let summary = summary();
+        let checkpoint = CheckpointId::new();
+        let mut event = event(&summary);
+        event.change = TaskChange::CheckpointPassed {
+            checkpoint_id: checkpoint.clone(),
+            duration_ms: 3,
+            output: None,
+            approved_by: None,
+        };
+        event.checkpoint_id = Some(checkpoint.clone());
+        let body = encode(&event, &summary).unwrap();
+        assert_eq!(body.matches(checkpoint.as_str()).count(), 1, "{body}");
+        let id = summary.id.to_string();
+        let row = Row {
+            seq: 7,
+            task_id: &id,
+            session_id: &summary.session_id,
+            trace_id: &summary.trace_id,
+        };
+        assert_eq!(decode(&body, &row).unwrap(), event);
+        // A slim body written before, with the id twice, reads the same.
+        let mut before: serde_json::Value = serde_json::from_str(&body).unwrap();
+        before["checkpoint_id"] = serde_json::json!(checkpoint);
+        assert_eq!(decode(&before.to_string(), &row).unwrap(), event);
+        // One naming another checkpoint keeps it; one naming none where its
+        // change names one is stored whole (a read could not tell it apart).
+        let other = CheckpointId::new();
+        event.checkpoint_id = Some(other.clone());
+        let body = encode(&event, &summary).unwrap();
+        assert!(body.contains(other.as_str()), "{body}");
+        assert_eq!(decode(&body, &row).unwrap(), event);
+        event.checkpoint_id = None;
+        let body = encode(&event, &summary).unwrap();
+        assert_eq!(body, serde_json::to_string(&event).unwrap());
+        assert_eq!(decode(&body, &row).unwrap(), event);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! from a small pool of read connections.
 //!
 //! A write appends a task's events, the last of them carrying the task's summary
-//! as of that write; the task row is rewritten only when the status changes. A
+//! as of that write (only what moved, where the rest is the task row's); the
+//! task row is rewritten only when the status changes. A
 //! step's commit thus touches the end of the log and of its per-task index: a
 //! few pages, whatever the size of the task, so a long task does not write more
 //! per step than a short one.

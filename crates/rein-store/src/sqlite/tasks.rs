@@ -1,17 +1,79 @@
 //! Tasks on SQLite: a write's events appended with the summary they carry, the
 //! task row touched only when the status changes, reads of logs and summaries.
 
+use rein_protocol::Timestamp;
+use serde::Serialize;
+
 use super::event_body::Row;
 use super::*;
 
 /// A task's summary as of its last write: the one its last write's last event
-/// carries, or the task row's for a task none of whose events carries one.
+/// carries, or the task row's for a task none of whose events carries one. An
+/// event carries either a whole summary (it starts with its `id`) or only what
+/// moves as the task runs ([`Moving`]), a JSON merge patch over the row's.
 macro_rules! current_summary {
     () => {
-        "COALESCE((SELECT e.summary FROM events e
+        "COALESCE((SELECT CASE WHEN substr(e.summary, 1, 6) = '{\"id\":' THEN e.summary
+                               ELSE json_patch(tasks.summary, e.summary) END
+                   FROM events e
                    WHERE e.tkey = tasks.tkey AND e.summary IS NOT NULL
                    ORDER BY e.seq DESC LIMIT 1), tasks.summary)"
     };
+}
+
+/// What of a task's summary stays as it was when the row was last written:
+/// the task row keeps it (`tasks.lasting`), and a write whose summary still
+/// has it carries only [`Moving`].
+#[derive(Serialize)]
+struct Lasting<'a> {
+    id: &'a TaskId,
+    session_id: &'a str,
+    description: &'a str,
+    workspace_path: &'a Option<String>,
+    restored_from: &'a Option<rein_protocol::SnapshotId>,
+    trace_id: &'a str,
+    created_at: &'a Timestamp,
+}
+
+/// What of a task's summary moves as the task runs, as a JSON merge patch:
+/// a field that is none is written `null`, which takes it out.
+#[derive(Serialize)]
+struct Moving<'a> {
+    status: rein_protocol::TaskStatus,
+    steps_total: usize,
+    steps_finished: usize,
+    blocked_reason: &'a Option<String>,
+    error: &'a Option<String>,
+    runner: &'a Option<rein_protocol::RunnerInfo>,
+    last_seq: u64,
+    updated_at: &'a Timestamp,
+}
+
+/// A summary's lasting part and its moving part, as stored.
+fn split(summary: &TaskSummary) -> serde_json::Result<(String, String)> {
+    let lasting = Lasting {
+        id: &summary.id,
+        session_id: &summary.session_id,
+        description: &summary.description,
+        workspace_path: &summary.workspace_path,
+        restored_from: &summary.restored_from,
+        trace_id: &summary.trace_id,
+        created_at: &summary.created_at,
+    };
+    let moving = Moving {
+        status: summary.status,
+        steps_total: summary.steps_total,
+        steps_finished: summary.steps_finished,
+        blocked_reason: &summary.blocked_reason,
+        error: &summary.error,
+        runner: &summary.runner,
+        last_seq: summary.last_seq,
+        updated_at: &summary.updated_at,
+    };
+    Ok((
+        serde_json::to_string(&lasting)?,
+        serde_json::to_string(&moving)?,
+    ))
 }
 
 /// A write encoded on the caller's thread, so the writer thread only runs SQL.
@@ -23,6 +85,9 @@ pub(super) struct Encoded {
     created_at: String,
     updated_at: String,
     summary: String,
+    /// The summary's [`Lasting`] part, and its [`Moving`] part.
+    lasting: String,
+    moving: String,
     events: Vec<(i64, &'static str, String)>,
     /// New approval requests: (id, status, created_at, body).
     approvals: Vec<(String, &'static str, String, String)>,
@@ -51,7 +116,10 @@ pub(super) fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
                 .map_err(backend)
         })
         .collect::<StoreResult<Vec<_>>>()?;
+    let (lasting, moving) = split(&write.summary).map_err(backend)?;
     Ok(Encoded {
+        lasting,
+        moving,
         approvals,
         ledger: write.ledger.clone(),
         plan: write
@@ -75,10 +143,10 @@ pub(super) fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
 pub(super) const EVENTS_PER_INSERT: usize = 64;
 
 /// Appends a write's events to the log of the task whose key is `tkey`; the last
-/// of them carries the write's summary.
-pub(super) fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<()> {
+/// of them carries `summary` (the write's whole summary, or its moving part).
+pub(super) fn append(conn: &Connection, tkey: i64, w: &Encoded, summary: &str) -> StoreResult<()> {
     let last = w.events.len().saturating_sub(1);
-    let (none, summary): (Option<&str>, Option<&str>) = (None, Some(&w.summary));
+    let (none, summary): (Option<&str>, Option<&str>) = (None, Some(summary));
     for (n, chunk) in w.events.chunks(EVENTS_PER_INSERT).enumerate() {
         let mut sql = String::from("INSERT INTO events (tkey, seq, type, body, summary) VALUES ");
         for i in 0..chunk.len() {
@@ -120,10 +188,12 @@ pub(super) fn append(conn: &Connection, tkey: i64, w: &Encoded) -> StoreResult<(
     Ok(())
 }
 
-/// A task's row as a write finds it: its key and its status.
+/// A task's row as a write finds it: its key, its status and the lasting
+/// part of its summary (none in a row written before it was kept).
 pub(super) struct TaskRow {
     tkey: i64,
     status: String,
+    lasting: Option<String>,
 }
 
 /// The row of a task whose log is at `expected` (its largest event `seq`); a
@@ -131,7 +201,8 @@ pub(super) struct TaskRow {
 pub(super) fn task_at(conn: &Connection, task_id: &TaskId, expected: i64) -> StoreResult<TaskRow> {
     let found = conn
         .prepare_cached(
-            "SELECT tkey, status, (SELECT max(seq) FROM events WHERE events.tkey = tasks.tkey)
+            "SELECT tkey, status, (SELECT max(seq) FROM events WHERE events.tkey = tasks.tkey),
+                    lasting
              FROM tasks WHERE id = ?1",
         )
         .and_then(|mut stmt| {
@@ -139,6 +210,7 @@ pub(super) fn task_at(conn: &Connection, task_id: &TaskId, expected: i64) -> Sto
                 let row = TaskRow {
                     tkey: r.get(0)?,
                     status: r.get(1)?,
+                    lasting: r.get(3)?,
                 };
                 Ok((row, r.get::<_, Option<i64>>(2)?))
             })
@@ -186,9 +258,9 @@ impl TaskStore for SqliteStore {
             .write(move |conn| {
                 let tkey: Option<i64> = conn
                     .query_row(
-                        "INSERT INTO tasks (id, session_id, status, created_at, status_at, summary)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (id) DO NOTHING RETURNING tkey",
-                        params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.summary],
+                        "INSERT INTO tasks (id, session_id, status, created_at, status_at, summary, lasting)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (id) DO NOTHING RETURNING tkey",
+                        params![w.task_id, w.session_id, w.status, w.created_at, w.updated_at, w.summary, w.lasting],
                         |r| r.get(0),
                     )
                     .optional()
@@ -198,7 +270,7 @@ impl TaskStore for SqliteStore {
                 };
                 conn.execute("INSERT INTO plans (task_id, plan) VALUES (?1, ?2)", params![w.task_id, plan])
                     .map_err(backend)?;
-                append(conn, tkey, &w)
+                append(conn, tkey, &w, &w.moving)
             })
             .await
     }
@@ -215,16 +287,29 @@ impl TaskStore for SqliteStore {
                     return Ok(());
                 }
                 // Most writes keep the status, and then the task row stays as it
-                // is: the summary travels with the events.
-                if task.status != w.status {
+                // is: the summary travels with the events, as what moved since
+                // the row was written where the rest is the row's.
+                let carried = if task.status != w.status {
                     conn.prepare_cached(
-                        "UPDATE tasks SET status = ?2, status_at = ?3, summary = ?4 WHERE tkey = ?1",
+                        "UPDATE tasks SET status = ?2, status_at = ?3, summary = ?4, lasting = ?5
+                         WHERE tkey = ?1",
                     )
                     .and_then(|mut stmt| {
-                        stmt.execute(params![task.tkey, w.status, w.updated_at, w.summary])
+                        stmt.execute(params![
+                            task.tkey,
+                            w.status,
+                            w.updated_at,
+                            w.summary,
+                            w.lasting
+                        ])
                     })
                     .map_err(backend)?;
-                }
+                    &w.moving
+                } else if task.lasting.as_deref() == Some(w.lasting.as_str()) {
+                    &w.moving
+                } else {
+                    &w.summary
+                };
                 if let Some(plan) = &w.plan {
                     conn.execute(
                         "UPDATE plans SET plan = ?2 WHERE task_id = ?1",
@@ -232,7 +317,7 @@ impl TaskStore for SqliteStore {
                     )
                     .map_err(backend)?;
                 }
-                append(conn, task.tkey, &w)
+                append(conn, task.tkey, &w, carried)
             })
             .await
     }
@@ -594,4 +679,82 @@ impl TaskStore for SqliteStore {
 /// A stored event body read back whole, given its row ([`super::event_body`]).
 fn decode_event(body: &str, row: &Row<'_>) -> StoreResult<HarnessEvent> {
     super::event_body::decode(body, row).map_err(|e| corrupt("event", e))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn summary(status: &str, error: Option<&str>, runner: bool) -> TaskSummary {
+        let mut value = serde_json::json!({
+            "id": "task_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "session_id": "s",
+            "description": "d",
+            "status": status,
+            "steps_total": 4,
+            "steps_finished": 2,
+            "blocked_reason": "waiting",
+            "workspace_path": "/w",
+            "restored_from": "snap_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+            "last_seq": 9,
+            "created_at": "2026-12-05T00:00:00Z",
+            "updated_at": "2026-12-05T00:00:01Z"
+        });
+        if let Some(e) = error {
+            value["error"] = e.into();
+        }
+        if runner {
+            value["runner"] = serde_json::json!({ "host": "h", "pid": 7 });
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn keys(json: &str) -> Vec<String> {
+        let value: serde_json::Value = serde_json::from_str(json).unwrap();
+        value.as_object().unwrap().keys().cloned().collect()
+    }
+
+    #[test]
+    fn a_summary_is_its_lasting_part_and_its_moving_part_each_field_once() {
+        let full = summary("failed", Some("boom"), true);
+        let (lasting, moving) = split(&full).unwrap();
+        let mut parts = keys(&lasting);
+        parts.extend(keys(&moving));
+        parts.sort();
+        let mut whole = keys(&serde_json::to_string(&full).unwrap());
+        whole.sort();
+        assert_eq!(
+            parts, whole,
+            "a field of TaskSummary in neither part, or in both"
+        );
+        // The whole summary starts with its id (what a read tells it by); the
+        // moving part does not.
+        assert!(
+            serde_json::to_string(&full)
+                .unwrap()
+                .starts_with("{\"id\":")
+        );
+        assert!(!moving.starts_with("{\"id\":"));
+    }
+
+    #[test]
+    fn the_moving_part_over_an_older_row_reads_as_the_whole_summary() {
+        let conn = Connection::open_in_memory().unwrap();
+        // The row as written at a status change; then the task moved on, and
+        // lost its error and its runner.
+        let row = summary("in_progress", Some("old"), true);
+        let now = summary("paused", None, false);
+        let (_, moving) = split(&now).unwrap();
+        let merged: String = conn
+            .query_row(
+                "SELECT json_patch(?1, ?2)",
+                [serde_json::to_string(&row).unwrap(), moving],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(serde_json::from_str::<TaskSummary>(&merged).unwrap(), now);
+    }
 }

@@ -174,6 +174,60 @@ async fn a_task_is_stored_whole_and_its_id_only_once(b: Backend) {
     );
 }
 
+/// A task's summary reads back exactly as its last write gave it, whichever
+/// of its fields the write changed, kept or took out, with or without a
+/// change of status (the SQLite store keeps the lasting part in the task row
+/// and the moving part on the log: this holds it to the whole).
+async fn a_summary_reads_back_as_each_write_left_it(b: Backend) {
+    let state = completed(&b, 1).await;
+    let s = &b.store;
+    let mut log = s.events(state.id(), 0, usize::MAX).await.unwrap();
+    let mut summary = state.head.summary();
+    let changes: [&dyn Fn(&mut rein_protocol::TaskSummary); 4] = [
+        // The moving part only.
+        &|t| {
+            t.error = Some("boom".into());
+            t.runner = Some(rein_protocol::RunnerInfo {
+                host: "h".into(),
+                pid: 7,
+                process_start: Some(9),
+            });
+        },
+        // What moved taken out again; a lasting field changed too.
+        &|t| {
+            t.error = None;
+            t.runner = None;
+            t.description = "renamed".into();
+        },
+        // A change of status.
+        &|t| t.status = TaskStatus::Failed,
+        // The moving part after it.
+        &|t| t.blocked_reason = Some("waiting".into()),
+    ];
+    for change in changes {
+        change(&mut summary);
+        let event = next_event(&log);
+        summary.last_seq = event.seq;
+        let write = TaskWrite {
+            task_id: state.id().clone(),
+            expected_seq: event.seq - 1,
+            events: vec![event.clone()],
+            summary: summary.clone(),
+            approvals: Vec::new(),
+            ledger: Vec::new(),
+            plan: None,
+        };
+        s.save(write).await.unwrap();
+        log.push(event);
+        assert_eq!(
+            s.load_summary(state.id()).await.unwrap(),
+            Some(summary.clone())
+        );
+        let listed = s.list(&TaskFilter::default()).await.unwrap();
+        assert_eq!(listed.items, vec![summary.clone()]);
+    }
+}
+
 /// Of writers at one position, exactly one wins; the others are told where
 /// the log is, and the log stays gap-free.
 async fn of_writers_at_one_position_exactly_one_wins(b: Backend) {
@@ -858,6 +912,7 @@ macro_rules! conformance {
                 a_journal_takes_each_position_once,
                 model_usage_is_counted_once_and_added_up,
                 the_counters_count_what_the_store_holds,
+                a_summary_reads_back_as_each_write_left_it,
             );
         }
     };
