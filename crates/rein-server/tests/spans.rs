@@ -5,11 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
-use rein_core::{CommandExecutor, Engine, EngineConfig};
 use rein_server::auth::hash_token;
 use rein_server::{AppState, Auth, Role, TokenEntry, router};
 use tokio_util::sync::CancellationToken;
@@ -59,17 +57,9 @@ async fn every_request_gets_a_span_in_the_http_semantic_conventions() {
     let spans = RequestSpans::default();
     tracing::subscriber::set_global_default(tracing_subscriber::registry().with(spans.clone()))
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let mut config = EngineConfig::new(dir.path().join("ws"));
-    config.control_poll = Duration::from_millis(20);
-    let engine = Arc::new(Engine::new(
-        store,
-        Arc::new(CommandExecutor::unsandboxed()),
-        config,
-    ));
+    let built = rein_test_support::engine::engine().build();
     let state = AppState::new(
-        engine,
+        built.engine.clone(),
         Auth::new(vec![TokenEntry {
             name: "otto".into(),
             role: Role::Operator,

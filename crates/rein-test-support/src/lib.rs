@@ -3,6 +3,8 @@
 //! a dependency of `rein-bench`, which measures against the same parts).
 //!
 //! Layout, one line a module:
+//! - [`engine`]: an engine over a real SQLite store in a directory of its
+//!   own, with the settings most tests want, built step by step.
 //! - [`postgres`]: a throwaway PostgreSQL cluster (Debian's server binaries),
 //!   shared by a test binary or started alone, with TLS and a relay that can
 //!   cut connections.
@@ -13,6 +15,7 @@
 //! - [`npm`]: the npm packages tests drive (the ACP test agent on the ACP
 //!   SDK, the MCP reference servers), installed on first use.
 
+pub mod engine;
 pub mod model;
 pub mod npm;
 pub mod postgres;

@@ -2,12 +2,10 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use rein_core::clock::Clock;
 use rein_core::{
-    CommandExecutor, CreateTask, Engine, EngineConfig, EngineError, RunOptions, StepExecutor,
-    Store, TaskStore,
+    CommandExecutor, CreateTask, Engine, EngineError, RunOptions, StepExecutor, TaskStore,
 };
 use rein_protocol::{
     ApprovalRequest, HarnessEvent, TaskChange, TaskDecomposition, TaskId, TaskState, TaskStep,
@@ -21,46 +19,34 @@ pub struct Harness {
 }
 
 pub fn harness_with(executor: Arc<dyn StepExecutor>, max_parallel: usize) -> Harness {
-    build(executor, max_parallel, None)
+    built(
+        rein_test_support::engine::engine()
+            .executor(executor)
+            .config(move |c| c.max_parallel = max_parallel),
+    )
 }
 
 /// A harness whose deadlines follow `clock` (a `TokioClock` under `tokio::time::pause`).
 pub fn harness_with_clock(clock: Arc<dyn Clock>) -> Harness {
-    build(Arc::new(CommandExecutor::unsandboxed()), 4, Some(clock))
+    built(rein_test_support::engine::engine().clock(clock))
 }
 
 /// A harness with its own executor and clock.
 pub fn harness_on(executor: Arc<dyn StepExecutor>, clock: Arc<dyn Clock>) -> Harness {
-    build(executor, 4, Some(clock))
+    built(
+        rein_test_support::engine::engine()
+            .executor(executor)
+            .clock(clock),
+    )
 }
 
-fn build(
-    executor: Arc<dyn StepExecutor>,
-    max_parallel: usize,
-    clock: Option<Arc<dyn Clock>>,
-) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    // On tokio's paused clock the runtime looks idle while it waits on the
-    // store's writer thread, and the clock would jump to the next timer:
-    // waiting on the blocking pool holds it still, so only the engine's own
-    // timers move time.
-    let options = rein_store::WriterOptions {
-        wait_blocking: clock.is_some(),
-        ..rein_store::WriterOptions::default()
-    };
-    let store = Arc::new(SqliteStore::open_with(&dir.path().join("rein.db"), options).unwrap());
-    let mut config = EngineConfig::new(dir.path().join("workspaces"));
-    config.max_parallel = max_parallel;
-    config.control_poll = Duration::from_millis(20);
-    let engine_store: Arc<dyn Store> = store.clone();
-    if let Some(clock) = clock {
-        config.clock = clock;
-        // Deadlines of minutes on a paused clock: polling every 20 ms would mean
-        // tens of thousands of store reads.
-        config.control_poll = Duration::from_secs(1);
+fn built(builder: rein_test_support::engine::EngineBuilder) -> Harness {
+    let t = builder.build();
+    Harness {
+        dir: t.dir.unwrap(),
+        store: t.store,
+        engine: t.engine,
     }
-    let engine = Arc::new(Engine::new(engine_store, executor, config));
-    Harness { dir, store, engine }
 }
 
 pub fn harness() -> Harness {

@@ -5,18 +5,17 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::{plan, step};
-use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_core::{CreateTask, Engine, RunOptions};
 use rein_protocol::TaskStatus;
 
-fn engine_with(dir: &std::path::Path, rules: &str) -> Engine {
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db")).unwrap());
-    let mut config = EngineConfig::new(dir.join("workspaces"));
-    config.control_poll = Duration::from_millis(20);
-    config.policy = Arc::new(rein_sandbox::Policy::parse(rules, "rules.toml").unwrap());
-    Engine::new(store, Arc::new(CommandExecutor::unsandboxed()), config)
+fn engine_with(dir: &std::path::Path, rules: &str) -> Arc<Engine> {
+    let policy = Arc::new(rein_sandbox::Policy::parse(rules, "rules.toml").unwrap());
+    rein_test_support::engine::engine_in(dir)
+        .config(move |c| c.policy = policy)
+        .build()
+        .engine
 }
 
 /// Creates a task of `steps` under no rules, then runs it (not waiting for

@@ -7,11 +7,10 @@
 use crate::common;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use common::*;
 use rein_core::store::{ApprovalFilter, RecordFilter, RecordKind};
-use rein_core::{CommandExecutor, ControlOutcome, Engine, EngineConfig, RunOptions};
+use rein_core::{ControlOutcome, RunOptions};
 use rein_protocol::{
     ApprovalStatus, Capture, CheckStatus, ContractStatus, Decision, EvidenceKind, HarnessContract,
     Pev, Risk, StepAction, TaskChange, TaskDecomposition, TaskState, TaskStatus,
@@ -303,10 +302,9 @@ async fn another_engine_over_the_same_store_finishes_what_the_first_started() {
 
     // A second engine, as after a restart: the plan, the pending approval and
     // the contract are all in the file.
-    let store = Arc::new(rein_store::SqliteStore::open(&h.dir.path().join("rein.db")).unwrap());
-    let mut config = EngineConfig::new(h.dir.path().join("workspaces"));
-    config.control_poll = Duration::from_millis(20);
-    let engine = Engine::new(store, Arc::new(CommandExecutor::unsandboxed()), config);
+    let engine = rein_test_support::engine::engine_in(h.dir.path())
+        .build()
+        .engine;
     engine
         .decide(answer(&request, Decision::Approve, "ana"))
         .await

@@ -15,15 +15,9 @@ use rein_protocol::{
 };
 use rein_store::SqliteStore;
 
-fn setup() -> (tempfile::TempDir, Arc<SqliteStore>, Engine) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let engine = Engine::new(
-        store.clone(),
-        Arc::new(CommandExecutor::unsandboxed()),
-        EngineConfig::new(dir.path().join("ws")),
-    );
-    (dir, store, engine)
+fn setup() -> (tempfile::TempDir, Arc<SqliteStore>, Arc<Engine>) {
+    let t = rein_test_support::engine::engine().build();
+    (t.dir.unwrap(), t.store, t.engine)
 }
 
 /// A chain of idempotent command steps `s0`, `s1`, … running `runs`.
@@ -287,24 +281,16 @@ async fn list_filters_by_session_status_and_time_and_pages_newest_first() {
 #[tokio::test]
 async fn state_survives_reopening_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rein.db");
     let id = {
-        let store = Arc::new(SqliteStore::open(&path).unwrap());
-        let engine = Engine::new(
-            store,
-            Arc::new(CommandExecutor::unsandboxed()),
-            EngineConfig::new(dir.path().join("ws")),
-        );
+        let engine = rein_test_support::engine::engine_in(dir.path())
+            .build()
+            .engine;
         let t = create(&engine, &["true", "true"], "s").await;
         engine.run(t.id(), RunOptions::default()).await.unwrap();
         t.id().clone()
     };
-    let store = Arc::new(SqliteStore::open(&path).unwrap());
-    let engine = Engine::new(
-        store.clone(),
-        Arc::new(CommandExecutor::unsandboxed()),
-        EngineConfig::new(dir.path().join("ws")),
-    );
+    let rein_test_support::engine::TestEngine { store, engine, .. } =
+        rein_test_support::engine::engine_in(dir.path()).build();
     let state = engine.get(&id).await.unwrap();
     assert_eq!(state.status(), TaskStatus::Completed);
     assert!(

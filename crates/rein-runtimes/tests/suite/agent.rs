@@ -9,11 +9,9 @@ use rein_test_support::model as common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_core::harness::{HarnessRegistry, RuntimePolicy};
-use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_core::{CreateTask, Engine, RunOptions};
 use rein_core::{JournalStore, TaskStore};
 use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
-use rein_runtimes::AgentExecutor;
 use rein_runtimes::openai::{Ask, ChatConfig};
 
 fn agent_step(prompt: &str) -> TaskStep {
@@ -35,7 +33,7 @@ fn agent_step(prompt: &str) -> TaskStep {
     )
 }
 
-async fn engine(dir: &std::path::Path, base: &str) -> (Engine, Arc<rein_store::SqliteStore>) {
+async fn engine(dir: &std::path::Path, base: &str) -> (Arc<Engine>, Arc<rein_store::SqliteStore>) {
     engine_with(dir, base, rein_sandbox::Policy::default()).await
 }
 
@@ -43,27 +41,15 @@ async fn engine_with(
     dir: &std::path::Path,
     base: &str,
     policy: rein_sandbox::Policy,
-) -> (Engine, Arc<rein_store::SqliteStore>) {
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db")).unwrap());
-    let agent = AgentExecutor::new(
-        Arc::new(CommandExecutor::unsandboxed()),
-        Arc::new(HarnessRegistry::new(1)),
-        RuntimePolicy::default(),
-        ChatConfig {
-            base_url: base.into(),
-            api_key: Some("sk-test".into()),
-            model: "gpt-test".into(),
-            idle_timeout: Duration::from_secs(10),
-            stream: true,
-        },
-    );
-    let mut config = EngineConfig::new(dir.join("workspaces"));
-    config.control_poll = Duration::from_millis(20);
-    config.policy = Arc::new(policy);
-    // The test's own directory is declared for workspaces (its directories
-    // are root's when the tests run as root).
-    config.workspace_roots = vec![dir.to_owned()];
-    (Engine::new(store.clone(), Arc::new(agent), config), store)
+) -> (Arc<Engine>, Arc<rein_store::SqliteStore>) {
+    let agent = rein_test_support::engine::agent(base, "gpt-test");
+    let policy = Arc::new(policy);
+    let t = rein_test_support::engine::engine_in(dir)
+        .executor(Arc::new(agent))
+        .workspaces_here()
+        .config(move |c| c.policy = policy)
+        .build();
+    (t.engine, t.store)
 }
 
 /// A task of the one step, in a fresh workspace unless one is given.
@@ -641,7 +627,6 @@ async fn at_turn_limit(
     let (base, seen) = common::fake_model().await;
     let dir = tempfile::tempdir().unwrap();
     let (engine, _) = engine(dir.path(), &base).await;
-    let engine = Arc::new(engine);
     let step = with_limits(
         "list three times",
         rein_protocol::AgentLimits {
@@ -708,20 +693,16 @@ fn anthropic(base: &str) -> rein_runtimes::anthropic::AnthropicConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_step_on_anthropic_writes_a_file_through_the_messages_api() {
     let (base, seen) = common::anthropic_like().await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let agent = AgentExecutor::new(
-        Arc::new(CommandExecutor::unsandboxed()),
-        Arc::new(HarnessRegistry::new(1)),
-        RuntimePolicy::default(),
-        ChatConfig::default(),
-    )
-    .with_anthropic(anthropic(&base));
-    let engine = Engine::new(
-        store.clone(),
-        Arc::new(agent),
-        EngineConfig::new(dir.path().join("workspaces")),
-    );
+    let agent =
+        rein_test_support::engine::agent_on(ChatConfig::default()).with_anthropic(anthropic(&base));
+    let rein_test_support::engine::TestEngine {
+        store,
+        engine,
+        dir: _dir,
+        ..
+    } = rein_test_support::engine::engine()
+        .executor(Arc::new(agent))
+        .build();
     let step = on_provider("anthropic", "write hello");
     let state = create(&engine, step, None).await;
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
@@ -1106,20 +1087,15 @@ async fn a_step_with_stream_false_asks_each_provider_for_one_json_body() {
 
     // The Messages API: the message's blocks, its stop reason and usage.
     let (base, seen) = common::anthropic_like().await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let agent = AgentExecutor::new(
-        Arc::new(CommandExecutor::unsandboxed()),
-        Arc::new(HarnessRegistry::new(1)),
-        RuntimePolicy::default(),
-        ChatConfig::default(),
-    )
-    .with_anthropic(anthropic(&base));
-    let messages = Engine::new(
-        store.clone(),
-        Arc::new(agent),
-        EngineConfig::new(dir.path().join("workspaces")),
-    );
+    let agent =
+        rein_test_support::engine::agent_on(ChatConfig::default()).with_anthropic(anthropic(&base));
+    let rein_test_support::engine::TestEngine {
+        engine: messages,
+        dir: _dir,
+        ..
+    } = rein_test_support::engine::engine()
+        .executor(Arc::new(agent))
+        .build();
     let state = create(
         &messages,
         unstreamed(Some("anthropic"), "write hello"),

@@ -12,13 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rein_core::JournalStore;
-use rein_core::harness::{HarnessRegistry, RuntimePolicy};
-use rein_core::{ApprovalStore, CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_core::{ApprovalStore, CreateTask, Engine, RunOptions};
 use rein_protocol::{
     Budget, ModelInfo, Models, StepAction, TaskDecomposition, TaskStatus, TaskStep,
 };
-use rein_runtimes::AgentExecutor;
-use rein_runtimes::openai::ChatConfig;
 
 type Running = tokio::task::JoinHandle<Result<rein_protocol::TaskState, rein_core::EngineError>>;
 
@@ -32,37 +29,24 @@ struct Setup {
 
 async fn setup(daily: Option<Budget>) -> Setup {
     let (base, seen) = common::fake_model().await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let agent = AgentExecutor::new(
-        Arc::new(CommandExecutor::unsandboxed()),
-        Arc::new(HarnessRegistry::new(1)),
-        RuntimePolicy::default(),
-        ChatConfig {
-            base_url: base.clone(),
-            api_key: Some("sk-test".into()),
-            model: "gpt-test".into(),
-            idle_timeout: Duration::from_secs(10),
-            stream: true,
-        },
-    )
-    .with_models(Models::from([(
-        "openai/gpt-test".to_owned(),
-        ModelInfo {
-            input_usd_per_mtok: Some(2.0),
-            output_usd_per_mtok: Some(8.0),
-            ..ModelInfo::default()
-        },
-    )]))
-    .with_daily_budget(daily);
-    let mut config = EngineConfig::new(dir.path().join("workspaces"));
-    config.control_poll = Duration::from_millis(20);
-    config.workspace_roots = vec![dir.path().to_owned()];
-    let engine = Arc::new(Engine::new(store.clone(), Arc::new(agent), config));
+    let agent = rein_test_support::engine::agent(&base, "gpt-test")
+        .with_models(Models::from([(
+            "openai/gpt-test".to_owned(),
+            ModelInfo {
+                input_usd_per_mtok: Some(2.0),
+                output_usd_per_mtok: Some(8.0),
+                ..ModelInfo::default()
+            },
+        )]))
+        .with_daily_budget(daily);
+    let t = rein_test_support::engine::engine()
+        .executor(Arc::new(agent))
+        .workspaces_here()
+        .build();
     Setup {
-        _dir: dir,
-        engine,
-        store,
+        _dir: t.dir.unwrap(),
+        engine: t.engine,
+        store: t.store,
         seen,
         base,
     }
@@ -347,21 +331,11 @@ async fn the_tasks_dollars_and_the_days_tokens_count_every_step_and_every_task()
 
 /// Another engine on `s`'s store and model server, with a daily budget.
 fn engine_on(s: &Setup, daily: Option<Budget>) -> Arc<Engine> {
-    let agent = AgentExecutor::new(
-        Arc::new(CommandExecutor::unsandboxed()),
-        Arc::new(HarnessRegistry::new(1)),
-        RuntimePolicy::default(),
-        ChatConfig {
-            base_url: s.base.clone(),
-            api_key: Some("sk-test".into()),
-            model: "gpt-test".into(),
-            idle_timeout: Duration::from_secs(10),
-            stream: true,
-        },
-    )
-    .with_daily_budget(daily);
-    let mut config = EngineConfig::new(s._dir.path().join("workspaces"));
-    config.control_poll = Duration::from_millis(20);
-    config.workspace_roots = vec![s._dir.path().to_owned()];
-    Arc::new(Engine::new(s.store.clone(), Arc::new(agent), config))
+    let agent = rein_test_support::engine::agent(&s.base, "gpt-test").with_daily_budget(daily);
+    rein_test_support::engine::engine_in(s._dir.path())
+        .store(Arc::clone(&s.store))
+        .executor(Arc::new(agent))
+        .workspaces_here()
+        .build()
+        .engine
 }

@@ -17,11 +17,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use rein_core::harness::{HarnessRegistry, RuntimePolicy};
-use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_core::{CreateTask, Engine, RunOptions};
 use rein_core::{JournalStore, TaskStore};
 use rein_protocol::{ModelInfo, Models, StepAction, TaskDecomposition, TaskStatus, TaskStep};
-use rein_runtimes::AgentExecutor;
 use rein_runtimes::openai::ChatConfig;
 use serde_json::{Value, json};
 
@@ -169,25 +167,20 @@ async fn engine(
     dir: &std::path::Path,
     base: &str,
     models: Models,
-) -> (Engine, Arc<rein_store::SqliteStore>) {
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db")).unwrap());
-    let agent = AgentExecutor::new(
-        Arc::new(CommandExecutor::unsandboxed()),
-        Arc::new(HarnessRegistry::new(1)),
-        RuntimePolicy::default(),
-        ChatConfig {
-            base_url: base.into(),
-            api_key: None,
-            model: "small".into(),
-            idle_timeout: Duration::from_secs(10),
-            stream: true,
-        },
-    )
+) -> (Arc<Engine>, Arc<rein_store::SqliteStore>) {
+    let agent = rein_test_support::engine::agent_on(ChatConfig {
+        base_url: base.into(),
+        api_key: None,
+        model: "small".into(),
+        idle_timeout: Duration::from_secs(10),
+        stream: true,
+    })
     .with_models(models);
-    let mut config = EngineConfig::new(dir.join("workspaces"));
-    config.control_poll = Duration::from_millis(20);
-    config.workspace_roots = vec![dir.to_owned()];
-    (Engine::new(store.clone(), Arc::new(agent), config), store)
+    let t = rein_test_support::engine::engine_in(dir)
+        .executor(Arc::new(agent))
+        .workspaces_here()
+        .build();
+    (t.engine, t.store)
 }
 
 fn reads_step() -> TaskStep {

@@ -15,12 +15,9 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use rein_core::harness::{HarnessRegistry, RuntimePolicy};
-use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_core::{CreateTask, RunOptions};
 use rein_core::{JournalStore, TaskStore};
 use rein_protocol::{StepAction, TaskDecomposition, TaskStatus, TaskStep};
-use rein_runtimes::AgentExecutor;
-use rein_runtimes::openai::ChatConfig;
 use serde_json::{Value, json};
 
 /// The models asked, in order.
@@ -127,26 +124,16 @@ async fn run_with(
     models: rein_protocol::Models,
 ) -> Ran {
     let (base, asked) = start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let agent = AgentExecutor::new(
-        Arc::new(CommandExecutor::unsandboxed()),
-        Arc::new(HarnessRegistry::new(1)),
-        RuntimePolicy::default(),
-        ChatConfig {
-            base_url: base,
-            api_key: Some("sk-test".into()),
-            model: "unused".into(),
-            idle_timeout: Duration::from_secs(10),
-            stream: true,
-        },
-    )
-    .with_fallback_models(configured.iter().map(|m| (*m).to_owned()).collect())
-    .with_models(models);
-    let mut config = EngineConfig::new(dir.path().join("workspaces"));
-    config.control_poll = Duration::from_millis(20);
-    config.workspace_roots = vec![dir.path().to_owned()];
-    let engine = Engine::new(store.clone(), Arc::new(agent), config);
+    let agent = rein_test_support::engine::agent(&base, "unused")
+        .with_fallback_models(configured.iter().map(|m| (*m).to_owned()).collect())
+        .with_models(models);
+    let rein_test_support::engine::TestEngine {
+        engine, store, dir, ..
+    } = rein_test_support::engine::engine()
+        .executor(Arc::new(agent))
+        .workspaces_here()
+        .build();
+    let dir = dir.unwrap();
     let mut step = TaskStep::new(
         "ask",
         StepAction::Agent {

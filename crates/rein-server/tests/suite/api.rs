@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
-use rein_core::{CommandExecutor, Engine, EngineConfig};
+use rein_core::CommandExecutor;
 use rein_server::auth::hash_token;
 use rein_server::{AppState, Auth, Role, TokenEntry, router};
 use serde_json::{Value, json};
@@ -28,11 +28,9 @@ fn api() -> Api {
 }
 
 fn api_with(executor: CommandExecutor) -> Api {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let mut config = EngineConfig::new(dir.path().join("ws"));
-    config.control_poll = Duration::from_millis(20);
-    let engine = Arc::new(Engine::new(store, Arc::new(executor), config));
+    let t = rein_test_support::engine::engine()
+        .executor(Arc::new(executor))
+        .build();
     let auth = Auth::new(vec![
         TokenEntry {
             name: "vera".into(),
@@ -46,8 +44,8 @@ fn api_with(executor: CommandExecutor) -> Api {
         },
     ]);
     Api {
-        _dir: dir,
-        state: AppState::new(engine, auth, CancellationToken::new()),
+        _dir: t.dir.unwrap(),
+        state: AppState::new(t.engine, auth, CancellationToken::new()),
     }
 }
 

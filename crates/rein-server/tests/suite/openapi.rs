@@ -4,8 +4,6 @@
 //! `REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use rein_server::{AppState, Auth, openapi, router};
@@ -76,14 +74,12 @@ fn every_reference_resolves() {
 
 #[tokio::test]
 async fn every_documented_operation_is_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(rein_store::SqliteStore::open(&dir.path().join("rein.db")).unwrap());
-    let engine = Arc::new(rein_core::Engine::new(
-        store,
-        Arc::new(rein_core::CommandExecutor::unsandboxed()),
-        rein_core::EngineConfig::new(dir.path().join("ws")),
-    ));
-    let state = AppState::new(engine, Auth::new(Vec::new()), CancellationToken::new());
+    let built = rein_test_support::engine::engine().build();
+    let state = AppState::new(
+        built.engine,
+        Auth::new(Vec::new()),
+        CancellationToken::new(),
+    );
     let doc = openapi::document();
     let mut checked = 0;
     for (path, item) in doc["paths"].as_object().unwrap() {
