@@ -69,3 +69,70 @@ impl Where {
         self.args.push(value);
     }
 }
+
+/// `AND` the position before `cursor` (`TIME|ID` of the previous page's last
+/// item), newest first.
+fn before(q: &mut Where, cursor: Option<(String, String)>) {
+    if let Some((t, id)) = cursor {
+        q.and("(created_at < ? OR (created_at = ? AND id < ?))", t.clone());
+        q.also(t);
+        q.also(id);
+    }
+}
+
+/// The query of a page of records of `filter`'s kind, newest first (one
+/// more than `limit`, to tell whether a next page follows).
+pub(crate) fn records_page(
+    filter: &rein_core::store::RecordFilter,
+    cursor: Option<(String, String)>,
+    limit: usize,
+    mark: Mark,
+) -> Where {
+    let mut q = Where::new(
+        "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body FROM records",
+        mark,
+    );
+    q.and("kind =", filter.kind.as_str().to_owned());
+    q.and_some("status =", filter.status.clone());
+    q.and_some("task_id =", filter.task_id.clone());
+    q.and_some("shared_state_id =", filter.shared_state_id.clone());
+    q.and_some("contract_id =", filter.contract_id.clone());
+    before(&mut q, cursor);
+    q.sql.push_str(&format!(
+        " ORDER BY created_at DESC, id DESC LIMIT {}",
+        limit + 1
+    ));
+    q
+}
+
+/// The query of a page of shared states' bodies, newest first (one more than
+/// `limit`); `tagged` is the condition that a state has the filter's tag, as
+/// the backend reads a JSON array.
+pub(crate) fn shared_states_page(
+    filter: &rein_core::store::SharedStateFilter,
+    cursor: Option<(String, String)>,
+    limit: usize,
+    mark: Mark,
+    tagged: &str,
+) -> Where {
+    let mut q = Where::new("SELECT body FROM shared_states", mark);
+    q.and_some("session_id =", filter.session_id.clone());
+    q.and_some("parent_session_id =", filter.parent_session_id.clone());
+    q.and_some("harness_contract_id =", filter.harness_contract_id.clone());
+    q.and_some("status =", filter.status.map(|s| s.as_str().to_owned()));
+    q.and_some(
+        "created_at >=",
+        filter.created_from.as_ref().map(crate::rows::ts),
+    );
+    q.and_some(
+        "created_at <",
+        filter.created_to.as_ref().map(crate::rows::ts),
+    );
+    q.and_some(tagged, filter.tag.clone());
+    before(&mut q, cursor);
+    q.sql.push_str(&format!(
+        " ORDER BY created_at DESC, id DESC LIMIT {}",
+        limit + 1
+    ));
+    q
+}

@@ -2,7 +2,7 @@
 //! stored, page cursors, and the columns of shared states and records.
 
 use chrono::SecondsFormat;
-use rein_core::store::{Record, UsageFilter, UsageGroup, UsageRow};
+use rein_core::store::{Record, RecordKind, UsageFilter, UsageGroup, UsageRow};
 use rein_core::{StoreError, StoreResult};
 use rein_protocol::{SharedHarnessState, Timestamp};
 
@@ -56,6 +56,30 @@ pub(crate) enum WriteBack {
     /// Someone wrote it since it was read.
     Moved,
     Missing,
+}
+
+impl WriteBack {
+    /// A shared state's write-back as its outcome.
+    pub fn of_state(self, id: &str, expected: u64) -> StoreResult<()> {
+        match self {
+            WriteBack::Written => Ok(()),
+            WriteBack::Moved => Err(StoreError::SharedStateMoved {
+                id: id.to_owned(),
+                expected,
+            }),
+            WriteBack::Missing => Err(StoreError::SharedStateNotFound(id.to_owned())),
+        }
+    }
+
+    /// A record's write-back as its outcome.
+    pub fn of_record(self, kind: RecordKind, id: &str, expected: u64) -> StoreResult<()> {
+        let id = id.to_owned();
+        match self {
+            WriteBack::Written => Ok(()),
+            WriteBack::Moved => Err(StoreError::RecordMoved { kind, id, expected }),
+            WriteBack::Missing => Err(StoreError::RecordNotFound { kind, id }),
+        }
+    }
 }
 
 /// The columns of a shared state's row.

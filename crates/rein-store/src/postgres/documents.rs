@@ -131,11 +131,7 @@ impl DocumentStore for PostgresStore {
                         &audit,
                     )
                     .await?;
-                    match written {
-                        WriteBack::Written => Ok(()),
-                        WriteBack::Moved => Err(StoreError::SharedStateMoved { id: row.id.clone(), expected }),
-                        WriteBack::Missing => Err(StoreError::SharedStateNotFound(row.id.clone())),
-                    }
+                    written.of_state(&row.id, expected)
                 })
             })
             .await
@@ -144,30 +140,16 @@ impl DocumentStore for PostgresStore {
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage> {
         let cursor = time_id_cursor(filter.cursor.as_deref())?;
         let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-        let mut q = Where::new("SELECT body FROM shared_states", Mark::Dollar);
-        q.and_some("session_id =", filter.session_id.clone());
-        q.and_some("parent_session_id =", filter.parent_session_id.clone());
-        q.and_some("harness_contract_id =", filter.harness_contract_id.clone());
-        q.and_some("status =", filter.status.map(|s| s.as_str().to_owned()));
-        q.and_some("created_at >=", filter.created_from.as_ref().map(ts));
-        q.and_some("created_at <", filter.created_to.as_ref().map(ts));
-        q.and_some(
+        let q = crate::query::shared_states_page(
+            filter,
+            cursor,
+            limit,
+            Mark::Dollar,
             "EXISTS (SELECT 1 FROM json_array_elements_text(
                  CASE WHEN json_typeof(body::json -> 'tags') = 'array' THEN body::json -> 'tags' ELSE '[]'::json END
              ) AS tag WHERE tag = ?)",
-            filter.tag.clone(),
         );
-        if let Some((t, id)) = cursor {
-            q.and("(created_at < ? OR (created_at = ? AND id < ?))", t.clone());
-            q.also(t);
-            q.also(id);
-        }
-        let sql = format!(
-            "{} ORDER BY created_at DESC, id DESC LIMIT {}",
-            q.sql,
-            limit + 1
-        );
-        let rows = self.rows(&sql, &params(&q.args)).await?;
+        let rows = self.rows(&q.sql, &params(&q.args)).await?;
         let items: Vec<SharedHarnessState> = bodies(&rows, "shared state")?;
         let (items, next_cursor) = page(items, limit, shared_state_cursor);
         Ok(SharedStatePage { items, next_cursor })
@@ -252,12 +234,7 @@ impl DocumentStore for PostgresStore {
                         &audit,
                     )
                     .await?;
-                    let id = row.id.clone();
-                    match written {
-                        WriteBack::Written => Ok(()),
-                        WriteBack::Moved => Err(StoreError::RecordMoved { kind, id, expected }),
-                        WriteBack::Missing => Err(StoreError::RecordNotFound { kind, id }),
-                    }
+                    written.of_record(kind, &row.id, expected)
                 })
             })
             .await
@@ -266,26 +243,8 @@ impl DocumentStore for PostgresStore {
     async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage> {
         let cursor = time_id_cursor(filter.cursor.as_deref())?;
         let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-        let mut q = Where::new(
-            "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body FROM records",
-            Mark::Dollar,
-        );
-        q.and("kind =", filter.kind.as_str().to_owned());
-        q.and_some("status =", filter.status.clone());
-        q.and_some("task_id =", filter.task_id.clone());
-        q.and_some("shared_state_id =", filter.shared_state_id.clone());
-        q.and_some("contract_id =", filter.contract_id.clone());
-        if let Some((t, id)) = cursor {
-            q.and("(created_at < ? OR (created_at = ? AND id < ?))", t.clone());
-            q.also(t);
-            q.also(id);
-        }
-        let sql = format!(
-            "{} ORDER BY created_at DESC, id DESC LIMIT {}",
-            q.sql,
-            limit + 1
-        );
-        let rows = self.rows(&sql, &params(&q.args)).await?;
+        let q = crate::query::records_page(filter, cursor, limit, Mark::Dollar);
+        let rows = self.rows(&q.sql, &params(&q.args)).await?;
         let items = rows
             .iter()
             .map(|r| record_of(filter.kind, r))

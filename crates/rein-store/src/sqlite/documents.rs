@@ -70,11 +70,7 @@ impl DocumentStore for SqliteStore {
                     params![row.id],
                     &audit,
                 )?;
-                match written {
-                    WriteBack::Written => Ok(()),
-                    WriteBack::Moved => Err(StoreError::SharedStateMoved { id: row.id.clone(), expected }),
-                    WriteBack::Missing => Err(StoreError::SharedStateNotFound(row.id.clone())),
-                }
+                written.of_state(&row.id, expected)
             })
             .await
     }
@@ -84,29 +80,14 @@ impl DocumentStore for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut q = Where::new("SELECT body FROM shared_states", Mark::Question);
-            q.and_some("session_id =", filter.session_id.clone());
-            q.and_some("parent_session_id =", filter.parent_session_id.clone());
-            q.and_some("harness_contract_id =", filter.harness_contract_id.clone());
-            q.and_some("status =", filter.status.map(|s| s.as_str().to_owned()));
-            q.and_some("created_at >=", filter.created_from.as_ref().map(ts));
-            q.and_some("created_at <", filter.created_to.as_ref().map(ts));
-            if let Some(t) = &filter.tag {
-                q.and(
-                    "EXISTS (SELECT 1 FROM json_each(body, '$.tags') WHERE value = ?)",
-                    t.clone(),
-                );
-            }
-            if let Some((t, id)) = cursor {
-                q.and("(created_at < ? OR (created_at = ? AND id < ?))", t.clone());
-                q.also(t);
-                q.also(id);
-            }
-            let items: Vec<SharedHarnessState> = q.run(
-                conn,
-                &format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1),
-                "shared state",
-            )?;
+            let q = crate::query::shared_states_page(
+                &filter,
+                cursor,
+                limit,
+                Mark::Question,
+                "EXISTS (SELECT 1 FROM json_each(body, '$.tags') WHERE value = ?)",
+            );
+            let items: Vec<SharedHarnessState> = q.run(conn, "", "shared state")?;
             let (items, next_cursor) = page(items, limit, shared_state_cursor);
             Ok(SharedStatePage { items, next_cursor })
         })
@@ -199,12 +180,7 @@ impl DocumentStore for SqliteStore {
                     params![row.kind, row.id],
                     &audit,
                 )?;
-                let id = row.id.clone();
-                match written {
-                    WriteBack::Written => Ok(()),
-                    WriteBack::Moved => Err(StoreError::RecordMoved { kind, id, expected }),
-                    WriteBack::Missing => Err(StoreError::RecordNotFound { kind, id }),
-                }
+                written.of_record(kind, &row.id, expected)
             })
             .await
     }
@@ -214,34 +190,10 @@ impl DocumentStore for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let mut sql = String::from(
-                "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body FROM records WHERE kind = ?1",
-            );
-            let mut values: Vec<String> = vec![filter.kind.as_str().to_owned()];
-            let mut and = |column: &str, value: String| {
-                values.push(value);
-                sql.push_str(&format!(" AND {column} ?{}", values.len()));
-            };
-            for (column, value) in [
-                ("status =", &filter.status),
-                ("task_id =", &filter.task_id),
-                ("shared_state_id =", &filter.shared_state_id),
-                ("contract_id =", &filter.contract_id),
-            ] {
-                if let Some(v) = value {
-                    and(column, v.clone());
-                }
-            }
-            if let Some((t, id)) = cursor {
-                values.push(t);
-                values.push(id);
-                let (a, b) = (values.len() - 1, values.len());
-                sql.push_str(&format!(" AND (created_at < ?{a} OR (created_at = ?{a} AND id < ?{b}))"));
-            }
-            sql.push_str(&format!(" ORDER BY created_at DESC, id DESC LIMIT {}", limit + 1));
-            let mut stmt = conn.prepare(&sql).map_err(backend)?;
+            let q = crate::query::records_page(&filter, cursor, limit, Mark::Question);
+            let mut stmt = conn.prepare(&q.sql).map_err(backend)?;
             let rows = stmt
-                .query_map(rusqlite::params_from_iter(values.iter()), |r| {
+                .query_map(rusqlite::params_from_iter(q.args.iter()), |r| {
                     Ok(record_of(filter.kind, r))
                 })
                 .map_err(backend)?;
