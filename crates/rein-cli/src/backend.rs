@@ -38,6 +38,15 @@ pub struct Backend {
     engine: Option<Arc<Engine>>,
 }
 
+/// Who a decision comes from: `--as`, else $REIN_USER, else $USER, else "cli".
+pub fn actor(flag: Option<&str>) -> String {
+    flag.map(str::to_owned)
+        .or_else(|| std::env::var("REIN_USER").ok())
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| "cli".to_owned())
+}
+
 /// What a pause or abort did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
@@ -83,7 +92,7 @@ impl Backend {
     }
 
     /// The API served in this process over `engine`, called as the user
-    /// running the command (`crate::commands::actor`) as an operator: every
+    /// running the command (`actor`) as an operator: every
     /// operation is open to them, but, as for an operator of a server, a
     /// request delegated to someone else is that person's to decide (only
     /// an admin token may override a delegation).
@@ -98,7 +107,7 @@ impl Backend {
             state = state.with_harnesses(harnesses);
         }
         let caller = rein_server::auth::Principal {
-            name: crate::commands::actor(None),
+            name: actor(None),
             role: rein_server::Role::Operator,
             cookie: false,
         };

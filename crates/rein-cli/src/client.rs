@@ -48,6 +48,11 @@ impl RemoteError {
 
 pub use rein_protocol::api::TaskEnvelope;
 
+/// A `--url` (or `REIN_URL`) that cannot be used: the user's to fix (exit 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadUrl(String);
+
 /// A frame of a task's event stream.
 #[derive(Debug)]
 pub enum Frame {
@@ -105,9 +110,9 @@ impl Answer {
 
 impl Client {
     /// The API of the server at `url`.
-    pub fn new(url: &str, token: Option<String>) -> Result<Client, crate::exit::UsageError> {
+    pub fn new(url: &str, token: Option<String>) -> Result<Client, BadUrl> {
         let bad = |why: &str| {
-            crate::exit::UsageError(format!(
+            BadUrl(format!(
                 "--url `{url}` {why}; give the server's address, e.g. http://127.0.0.1:7433"
             ))
         };

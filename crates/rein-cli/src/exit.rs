@@ -32,7 +32,9 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
     if let Some(e) = error.downcast_ref::<crate::client::RemoteError>() {
         return if e.is_usage() { USAGE } else { FAILURE };
     }
-    if error.downcast_ref::<UsageError>().is_some() {
+    if error.downcast_ref::<UsageError>().is_some()
+        || error.downcast_ref::<crate::client::BadUrl>().is_some()
+    {
         return USAGE;
     }
     FAILURE

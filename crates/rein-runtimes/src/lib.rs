@@ -21,6 +21,8 @@
 //!
 //! - [`acp`]: external agents that speak the Agent Client Protocol, declared
 //!   by a plugin manifest with `protocol = "acp"`.
+//! - [`manifest`]: what every harness a manifest declares shares: how its
+//!   command is started, and the harness methods its declaration answers.
 
 pub mod acp;
 pub mod agent;
@@ -28,6 +30,7 @@ pub mod anthropic;
 pub mod budget;
 pub mod completion;
 pub mod context;
+pub mod manifest;
 pub mod mcp;
 pub mod openai;
 pub mod plugin;

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -241,32 +240,6 @@ impl std::fmt::Debug for PluginProcess {
     }
 }
 
-/// A manifest's program, ready to start: a relative program path (and the
-/// working directory) is the manifest's directory; stdin, stdout and stderr
-/// are pipes; the child is killed if rein drops it. Returns the program's path
-/// too, for error messages.
-pub(crate) fn manifest_command(
-    dir: &Path,
-    command: &[String],
-    env: &std::collections::BTreeMap<String, String>,
-) -> (tokio::process::Command, PathBuf) {
-    let program = command.first().map(String::as_str).unwrap_or_default();
-    let path = if program.contains('/') && !Path::new(program).is_absolute() {
-        dir.join(program)
-    } else {
-        PathBuf::from(program)
-    };
-    let mut cmd = tokio::process::Command::new(&path);
-    cmd.args(command.get(1..).unwrap_or_default())
-        .envs(env)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    (cmd, path)
-}
-
 impl PluginProcess {
     fn new(manifest: PluginManifest, dir: PathBuf) -> PluginProcess {
         let timeout = manifest
@@ -288,8 +261,11 @@ impl PluginProcess {
 
     /// Starts the program and its stdout reader.
     fn spawn(&self) -> Result<Connection, PluginError> {
-        let (mut command, path) =
-            manifest_command(&self.dir, &self.manifest.command, &self.manifest.env);
+        let (mut command, path) = crate::manifest::manifest_command(
+            &self.dir,
+            &self.manifest.command,
+            &self.manifest.env,
+        );
         let mut child = command.spawn().map_err(|e| PluginError::Start {
             plugin: self.id().to_owned(),
             program: path.display().to_string(),
@@ -574,37 +550,6 @@ fn dispatch(text: &str, shared: &Shared) -> Result<(), String> {
     Ok(())
 }
 
-/// The parts of [`AgentHarness`] a manifest's harness declaration (`decl`)
-/// answers, for the harnesses plugins register.
-macro_rules! declared_harness {
-    () => {
-        fn id(&self) -> &str {
-            &self.decl.id
-        }
-
-        fn label(&self) -> &str {
-            &self.decl.label
-        }
-
-        fn auto_selection_provider_ids(&self) -> Option<Vec<String>> {
-            self.decl.auto_selection_provider_ids.clone()
-        }
-
-        fn auth_bootstrap_harness(&self) -> bool {
-            self.decl.auth_bootstrap == rein_protocol::plugin::AuthBootstrap::Harness
-        }
-
-        fn workspace_environment(&self) -> Option<rein_protocol::WorkspaceEnvironment> {
-            self.decl.workspace_environment.clone()
-        }
-
-        fn delegated_execution_plugin_ids(&self) -> Vec<String> {
-            self.decl.delegated_execution_plugin_ids.clone()
-        }
-    };
-}
-pub(crate) use declared_harness;
-
 /// A harness a plugin serves.
 struct PluginHarness {
     decl: HarnessDeclaration,
@@ -613,7 +558,7 @@ struct PluginHarness {
 
 #[async_trait]
 impl AgentHarness for PluginHarness {
-    crate::plugin::declared_harness!();
+    crate::manifest::declared_harness!();
 
     /// What the plugin says; a plugin that cannot answer does not support it,
     /// and the reason says why.

@@ -285,7 +285,7 @@ fn read_rule(resolved: &Path) -> Option<String> {
             "`{top}` itself holds everybody's files; name the directory inside it that is needed"
         ));
     }
-    crate::bwrap::MASKED
+    crate::confinement::MASKED
         .iter()
         .find(|m| resolved.starts_with(m))
         .map(|m| format!("`{m}` is hidden from every step"))

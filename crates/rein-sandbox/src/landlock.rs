@@ -27,7 +27,7 @@ use landlock::{
     RulesetStatus, path_beneath_rules,
 };
 
-use crate::bwrap::{Confinement, READ_ONLY};
+use crate::confinement::{Confinement, READ_ONLY};
 use crate::pin::Pinned;
 
 /// Exit status of a trampoline that could not confine itself.

@@ -6,7 +6,10 @@
 //! paths elsewhere and symlinks out are refused, naming the path); [`pin`]
 //! holds a task's workspace to the directory it was given (device and inode,
 //! checked by opening the path with no symlink followed, and then used by
-//! its open handle); [`bwrap`] runs
+//! its open handle); [`confinement`] is what a sandboxed command may reach
+//! beyond its workspace (the system's read-only directories, the files
+//! among them kept hidden, the step's limits), whichever sandbox runs it;
+//! [`bwrap`] runs
 //! commands under bubblewrap with the workspace writable, the system read-only,
 //! the rest of the file system absent, no network unless allowed, a fresh PID
 //! namespace and a memory limit, after a real probe that says whether it can;
@@ -22,6 +25,7 @@
 //! This crate decides nothing about people: asking for approval is the engine's.
 
 pub mod bwrap;
+pub mod confinement;
 pub mod guard;
 pub mod landlock;
 pub mod pin;
@@ -30,7 +34,8 @@ pub mod process;
 pub mod supervise;
 pub mod workspace;
 
-pub use bwrap::{Confinement, Reach, Sandbox, SandboxKind, Trampoline, Unavailable};
+pub use bwrap::{Reach, Sandbox, SandboxKind, Trampoline, Unavailable};
+pub use confinement::Confinement;
 pub use guard::{Protected, Refused};
 pub use pin::{Changed, Pinned, WorkspacePin};
 pub use policy::{

@@ -22,6 +22,7 @@ use rein_core::{CommandExecutor, Engine, EngineConfig};
 use rein_protocol::{SnapshotId, TaskId};
 use rein_store::SqliteStore;
 
+pub use crate::backend::actor;
 use crate::backend::{Backend, Serving};
 use crate::cli::{Cli, Command};
 use crate::client::Client;
@@ -476,15 +477,6 @@ pub fn parse_task_id(id: &str) -> anyhow::Result<TaskId> {
 
 pub fn parse_snapshot_id(id: &str) -> anyhow::Result<SnapshotId> {
     SnapshotId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
-}
-
-/// Who a decision comes from: `--as`, else $REIN_USER, else $USER, else "cli".
-pub fn actor(flag: Option<&str>) -> String {
-    flag.map(str::to_owned)
-        .or_else(|| std::env::var("REIN_USER").ok())
-        .or_else(|| std::env::var("USER").ok())
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| "cli".to_owned())
 }
 
 /// Prints one page of a listing: with `json`, the items (and the next page's

@@ -118,7 +118,7 @@ impl AcpHarness {
     /// Starts the agent in its own process group.
     fn spawn(&self) -> Result<AgentProcess, HarnessError> {
         let (mut command, path) =
-            crate::plugin::manifest_command(&self.dir, &self.command, &self.env);
+            crate::manifest::manifest_command(&self.dir, &self.command, &self.env);
         let mut child = command.process_group(0).spawn().map_err(|e| {
             self.failed(format!(
                 "the ACP agent of plugin `{}` cannot be started ({}): {e}",
@@ -356,7 +356,7 @@ type PermissionAsk = (
 
 #[async_trait]
 impl AgentHarness for AcpHarness {
-    crate::plugin::declared_harness!();
+    crate::manifest::declared_harness!();
 
     /// An ACP agent serves whatever route it is chosen for: which providers
     /// `auto` may choose it for is the manifest's
