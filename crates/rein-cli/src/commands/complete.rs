@@ -1,17 +1,20 @@
 //! `rein complete`: one isolated completion — a fresh, prompt-only request
-//! with no tools, on the runtime the selection policy picks — here, or in the
-//! server with `--url` (`POST /admin/completions`).
+//! with no tools, on the runtime the selection policy picks — through
+//! `POST /admin/completions`: the server's with `--url`, else the same route
+//! served here.
 
 use std::io::Read as _;
 
-use rein_core::harness::completion::{CompletionFailure, CompletionRequest, Route};
+use rein_core::harness::completion::{CompletionFailure, Route};
 use serde_json::Value;
 
 use crate::cli::{CompleteArgs, RouteArgs};
-use crate::client::Client;
 use crate::commands::{Context, Target, print_json};
 use crate::exit::{self, UsageError};
 use crate::output::say;
+
+/// The longest a completion may take (the API's bound).
+const MAX_TIMEOUT_MS: u64 = 1_800_000;
 
 /// The route flags as a completion's route.
 pub fn route(args: &RouteArgs) -> Route {
@@ -58,66 +61,55 @@ pub async fn complete(target: &Target, args: CompleteArgs) -> anyhow::Result<u8>
             args.timeout
         ))
     })?;
+    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    if !(1..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
+        return Err(UsageError(format!(
+            "--timeout: `{}` is outside 1ms–30m, what a completion may take",
+            args.timeout
+        ))
+        .into());
+    }
     let schema = match &args.schema {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| UsageError(format!("cannot read {}: {e}", path.display())))?;
-            Some(
-                serde_json::from_str::<Value>(&text)
-                    .map_err(|e| UsageError(format!("{}: not JSON ({e})", path.display())))?,
-            )
+            match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Object(schema)) => Some(schema),
+                Ok(_) => {
+                    return Err(UsageError(format!(
+                        "{}: a JSON Schema here is an object",
+                        path.display()
+                    ))
+                    .into());
+                }
+                Err(e) => {
+                    return Err(UsageError(format!("{}: not JSON ({e})", path.display())).into());
+                }
+            }
         }
         None => None,
     };
-    let request = CompletionRequest {
+    let route = route(&args.route);
+    let request = rein_protocol::api::CompletionRequest {
         prompt,
         system: args.system.clone(),
-        route: route(&args.route),
-        timeout,
-        // The schema is asked of the model as structured output too, where
-        // its provider has that.
-        shape: rein_core::harness::isolated::AnswerShape {
-            max_tokens: None,
-            json_schema: schema.clone(),
-        },
+        provider: route.provider,
+        model: route.model,
+        runtime: route.runtime,
+        timeout_ms: Some(timeout_ms),
+        schema,
     };
-    let completion: Value = match &target.url {
-        Some(url) => {
-            let client = Client::new(url, target.token.clone())?;
-            let schema = match schema {
-                None => None,
-                Some(Value::Object(schema)) => Some(schema),
-                Some(_) => {
-                    return Err(UsageError(
-                        "--schema: a server takes a JSON Schema that is an object".into(),
-                    )
-                    .into());
-                }
-            };
-            let request = rein_protocol::api::CompletionRequest {
-                prompt: request.prompt,
-                system: request.system,
-                provider: request.route.provider,
-                model: request.route.model,
-                runtime: request.route.runtime,
-                timeout_ms: Some(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-                schema,
-            };
-            let done = client
-                .call::<rein_protocol::endpoints::Complete>(&(), &(), &request)
-                .await?;
-            serde_json::to_value(done)?
-        }
-        None => {
-            let ctx = Context::for_completions(target)?;
-            let done = ctx
-                .engine
-                .complete(&request, schema.as_ref())
-                .await
-                .map_err(failure)?;
-            serde_json::to_value(done)?
-        }
+    // The same operation either way: a server's, or the same route served
+    // here over this machine's model settings and plugins.
+    let backend = match &target.url {
+        Some(_) => target.open(1)?,
+        None => target.serve_here(Context::for_completions(target)?),
     };
+    let done = backend
+        .client()
+        .call::<rein_protocol::endpoints::Complete>(&(), &(), &request)
+        .await?;
+    let completion = serde_json::to_value(done)?;
     if args.json {
         print_json(&completion)?;
     } else if let Some(answer) = completion.get("json") {
