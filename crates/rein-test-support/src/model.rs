@@ -17,6 +17,18 @@ use serde_json::{Value, json};
 pub struct Seen(pub Arc<Mutex<Vec<Value>>>);
 
 /// A streamed chat-completions answer of `chunks`, ended with `[DONE]`.
+/// Serves `app` on a free loopback port, in the background: its address.
+///
+/// # Panics
+/// If no loopback port can be bound.
+#[allow(clippy::unwrap_used)]
+pub async fn serve(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
 pub fn sse(chunks: Vec<Value>) -> Response {
     let mut body = String::new();
     for c in chunks {
@@ -557,9 +569,7 @@ async fn serve_completions(whole: bool) -> (String, Seen) {
             },
         )
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await;
     (format!("http://{addr}/v1"), seen)
 }
 
@@ -611,9 +621,7 @@ pub async fn llama_like() -> (String, Seen) {
     let app = Router::new()
         .route("/v1/chat/completions", post(llama_completions))
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await;
     (format!("http://{addr}/v1"), seen)
 }
 
@@ -741,9 +749,7 @@ pub async fn anthropic_like() -> (String, Seen) {
     let app = Router::new()
         .route("/v1/messages", post(messages))
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await;
     (format!("http://{addr}"), seen)
 }
 
@@ -832,8 +838,6 @@ pub async fn responses_like() -> (String, Seen) {
     let app = Router::new()
         .route("/v1/responses", post(responses))
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = serve(app).await;
     (format!("http://{addr}/v1"), seen)
 }

@@ -205,9 +205,7 @@ async fn collector() -> (std::net::SocketAddr, Received) {
     let app = Router::new()
         .route("/v1/traces", post(traces))
         .with_state(Arc::clone(&received));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = rein_test_support::model::serve(app).await;
     (addr, received)
 }
 

@@ -1175,9 +1175,7 @@ async fn a_json_body_that_is_not_an_answer_is_named() {
                 )
             }),
         );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = rein_test_support::model::serve(app).await;
     let ask = [rein_runtimes::openai::Message::User {
         content: "hello".into(),
     }];

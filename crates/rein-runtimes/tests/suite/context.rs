@@ -157,9 +157,7 @@ async fn start(props_said: bool, n_ctx: u64) -> (String, Server) {
         .route("/v1/chat/completions", post(completions))
         .route("/props", get(props))
         .with_state(server.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = rein_test_support::model::serve(app).await;
     (format!("http://{addr}/v1"), server)
 }
 

@@ -96,9 +96,7 @@ async fn start() -> (String, Asked) {
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
         .with_state(Arc::clone(&asked));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = rein_test_support::model::serve(app).await;
     (format!("http://{addr}/v1"), asked)
 }
 

@@ -161,9 +161,7 @@ async fn fake_server() -> (String, Seen) {
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
         .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = rein_test_support::model::serve(app).await;
     (format!("http://{addr}/v1"), seen)
 }
 
