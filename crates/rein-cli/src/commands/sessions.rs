@@ -15,6 +15,9 @@ use crate::exit;
 use crate::output::say;
 
 pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u8> {
+    // Reading sessions needs no runtime; resetting and pinning one go
+    // through the harnesses of the plugins named with `--plugin`.
+    let reader = || target.open(1);
     let backend = || target.open_with_harnesses();
     match cmd {
         SessionsCommand::List {
@@ -33,7 +36,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
                 limit: Some(limit as usize),
                 cursor,
             };
-            let page = backend()?
+            let page = reader()?
                 .client()
                 .call::<endpoints::ListAgentSessions>(&(), &query, &())
                 .await?;
@@ -66,7 +69,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             Ok(exit::SUCCESS)
         }
         SessionsCommand::Show { id, json } => {
-            let shown = backend()?
+            let shown = reader()?
                 .client()
                 .call::<endpoints::ShowAgentSession>(&session_id(&id)?, &(), &())
                 .await?;
