@@ -162,6 +162,18 @@ mod tests {
         .unwrap()
     }
 
+    /// A stored body read back as the row of `summary`'s task at position 7.
+    fn read(body: &str, summary: &TaskSummary) -> Result<HarnessEvent, String> {
+        let id = summary.id.to_string();
+        let row = Row {
+            seq: 7,
+            task_id: &id,
+            session_id: &summary.session_id,
+            trace_id: &summary.trace_id,
+        };
+        decode(body, &row)
+    }
+
     #[test]
     fn an_event_of_its_own_task_is_stored_slim_and_read_back_whole() {
         let summary = summary();
@@ -172,16 +184,9 @@ mod tests {
         for field in ["\"seq\"", "\"task_id\"", "\"session_id\"", "\"trace_id\""] {
             assert!(!body.contains(field), "{field} in {body}");
         }
-        let id = summary.id.to_string();
-        let row = Row {
-            seq: 7,
-            task_id: &id,
-            session_id: &summary.session_id,
-            trace_id: &summary.trace_id,
-        };
-        assert_eq!(decode(&body, &row).unwrap(), event);
+        assert_eq!(read(&body, &summary).unwrap(), event);
         // A whole body (any written before, or one not of its task's) reads as it is.
-        assert_eq!(decode(&whole, &row).unwrap(), event);
+        assert_eq!(read(&whole, &summary).unwrap(), event);
     }
 
     #[test]
@@ -198,29 +203,22 @@ mod tests {
         event.checkpoint_id = Some(checkpoint.clone());
         let body = encode(&event, &summary).unwrap();
         assert_eq!(body.matches(checkpoint.as_str()).count(), 1, "{body}");
-        let id = summary.id.to_string();
-        let row = Row {
-            seq: 7,
-            task_id: &id,
-            session_id: &summary.session_id,
-            trace_id: &summary.trace_id,
-        };
-        assert_eq!(decode(&body, &row).unwrap(), event);
+        assert_eq!(read(&body, &summary).unwrap(), event);
         // A slim body written before, with the id twice, reads the same.
         let mut before: serde_json::Value = serde_json::from_str(&body).unwrap();
         before["checkpoint_id"] = serde_json::json!(checkpoint);
-        assert_eq!(decode(&before.to_string(), &row).unwrap(), event);
+        assert_eq!(read(&before.to_string(), &summary).unwrap(), event);
         // One naming another checkpoint keeps it; one naming none where its
         // change names one is stored whole (a read could not tell it apart).
         let other = CheckpointId::new();
         event.checkpoint_id = Some(other.clone());
         let body = encode(&event, &summary).unwrap();
         assert!(body.contains(other.as_str()), "{body}");
-        assert_eq!(decode(&body, &row).unwrap(), event);
+        assert_eq!(read(&body, &summary).unwrap(), event);
         event.checkpoint_id = None;
         let body = encode(&event, &summary).unwrap();
         assert_eq!(body, serde_json::to_string(&event).unwrap());
-        assert_eq!(decode(&body, &row).unwrap(), event);
+        assert_eq!(read(&body, &summary).unwrap(), event);
     }
 
     #[test]
@@ -230,15 +228,8 @@ mod tests {
         event.trace_id = "0af7651916cd43dd8448eb211c80319c".into();
         let body = encode(&event, &summary).unwrap();
         assert_eq!(body, serde_json::to_string(&event).unwrap());
-        let id = summary.id.to_string();
-        let row = Row {
-            seq: 7,
-            task_id: &id,
-            session_id: &summary.session_id,
-            trace_id: &summary.trace_id,
-        };
-        assert_eq!(decode(&body, &row).unwrap(), event);
+        assert_eq!(read(&body, &summary).unwrap(), event);
         let broken = body.replace("\"session_id\"", "\"session\"");
-        assert!(decode(&broken, &row).unwrap_err().contains("session_id"));
+        assert!(read(&broken, &summary).unwrap_err().contains("session_id"));
     }
 }
