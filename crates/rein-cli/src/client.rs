@@ -163,6 +163,21 @@ impl Client {
         }
     }
 
+    /// An answer that broke off while it was read: the server is unreachable
+    /// over HTTP; in this process, the router's body failed.
+    fn broke(&self, detail: String) -> RemoteError {
+        match &self.transport {
+            Transport::Http { base, .. } => RemoteError::Unreachable {
+                url: base.to_string(),
+                detail,
+            },
+            Transport::InProcess { .. } => RemoteError::Protocol {
+                url: self.place(),
+                detail,
+            },
+        }
+    }
+
     /// Sends one request; `stream`: its answer is read as it comes, with no
     /// deadline.
     async fn send(
@@ -309,13 +324,7 @@ impl Client {
         } else {
             self.check(answer, &target).await?
         };
-        let bytes = answer
-            .bytes()
-            .await
-            .map_err(|detail| RemoteError::Unreachable {
-                url: self.place(),
-                detail,
-            })?;
+        let bytes = answer.bytes().await.map_err(|detail| self.broke(detail))?;
         let decoded = if bytes.is_empty() {
             serde_json::from_value(Value::Null)
         } else {
@@ -355,16 +364,13 @@ impl Client {
             .send(Stream::OPERATION.method, &target, None, true)
             .await?;
         let answer = self.check(answer, &target).await?;
-        let place = self.place();
+        let this = self.clone();
         let frames = answer.body.eventsource().filter_map(move |item| {
             let target = target.clone();
-            let place = place.clone();
+            let this = this.clone();
             async move {
                 match item {
-                    Err(e) => Some(Err(RemoteError::Unreachable {
-                        url: place,
-                        detail: format!("the event stream broke off ({e})"),
-                    })),
+                    Err(e) => Some(Err(this.broke(format!("the event stream broke off ({e})")))),
                     Ok(event) if event.event == rein_server::events::STALLED => {
                         Some(Ok(Frame::Stalled))
                     }
