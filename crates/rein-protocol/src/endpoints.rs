@@ -137,12 +137,6 @@ macro_rules! path_params {
 
 path_params!(TaskId, ApprovalId, SnapshotId, SessionId, String, str);
 
-impl<T: PathParam + ?Sized> PathParam for &T {
-    fn segment(&self) -> Option<String> {
-        (**self).segment()
-    }
-}
-
 /// One operation, typed: what a client sends and what it gets back.
 pub trait Endpoint {
     /// What fills the path's `{id}` (`()`: none).
