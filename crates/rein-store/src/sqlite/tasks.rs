@@ -49,6 +49,15 @@ struct Moving<'a> {
     updated_at: &'a Timestamp,
 }
 
+/// The whole summary of its two parts, both JSON objects: the lasting fields,
+/// then the moving ones (a field that is none written `null`, which reads as
+/// none). It starts with its `id`, as a read expects of a whole summary.
+fn whole(lasting: &str, moving: &str) -> String {
+    let open = lasting.strip_suffix('}').unwrap_or(lasting);
+    let rest = moving.strip_prefix('{').unwrap_or(moving);
+    format!("{open},{rest}")
+}
+
 /// A summary's lasting part and its moving part, as stored.
 fn split(summary: &TaskSummary) -> serde_json::Result<(String, String)> {
     let lasting = Lasting {
@@ -117,6 +126,7 @@ pub(super) fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
         })
         .collect::<StoreResult<Vec<_>>>()?;
     let (lasting, moving) = split(&write.summary).map_err(backend)?;
+    let summary = whole(&lasting, &moving);
     Ok(Encoded {
         lasting,
         moving,
@@ -134,7 +144,7 @@ pub(super) fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
         session_id: write.summary.session_id.clone(),
         created_at: ts(&write.summary.created_at),
         updated_at: ts(&write.summary.updated_at),
-        summary: serde_json::to_string(&write.summary).map_err(backend)?,
+        summary,
         events,
     })
 }
@@ -724,10 +734,10 @@ mod tests {
         let mut parts = keys(&lasting);
         parts.extend(keys(&moving));
         parts.sort();
-        let mut whole = keys(&serde_json::to_string(&full).unwrap());
-        whole.sort();
+        let mut fields = keys(&serde_json::to_string(&full).unwrap());
+        fields.sort();
         assert_eq!(
-            parts, whole,
+            parts, fields,
             "a field of TaskSummary in neither part, or in both"
         );
         // The whole summary starts with its id (what a read tells it by); the
@@ -738,6 +748,11 @@ mod tests {
                 .starts_with("{\"id\":")
         );
         assert!(!moving.starts_with("{\"id\":"));
+        // What a write stores as the whole summary is its parts joined: it
+        // starts with the id, and reads as the summary itself.
+        let joined = whole(&lasting, &moving);
+        assert!(joined.starts_with("{\"id\":"), "{joined}");
+        assert_eq!(serde_json::from_str::<TaskSummary>(&joined).unwrap(), full);
     }
 
     #[test]
