@@ -420,13 +420,7 @@ impl Target {
     pub fn open(&self, max_parallel: usize) -> anyhow::Result<Backend> {
         Ok(match &self.url {
             Some(url) => Backend::remote(Client::new(url, self.token.clone())?),
-            None => Backend::local(
-                Context::open(self.place(), max_parallel)?.engine,
-                Serving {
-                    harnesses: None,
-                    models: self.models.clone(),
-                },
-            ),
+            None => self.serve_here(Context::open(self.place(), max_parallel)?),
         })
     }
 
@@ -436,14 +430,9 @@ impl Target {
         if self.url.is_some() {
             return self.open(1);
         }
-        let ctx = Context::open(self.place(), 1)?;
-        Ok(Backend::local(
-            ctx.engine,
-            Serving {
-                harnesses: Some(Arc::new(self.harnesses()?)),
-                models: self.models.clone(),
-            },
-        ))
+        let mut ctx = Context::open(self.place(), 1)?;
+        ctx.harnesses = Some(Arc::new(self.harnesses()?));
+        Ok(self.serve_here(ctx))
     }
 
     /// The API served here over `ctx`'s engine, with its harnesses.
@@ -477,6 +466,10 @@ pub fn parse_task_id(id: &str) -> anyhow::Result<TaskId> {
 
 pub fn parse_snapshot_id(id: &str) -> anyhow::Result<SnapshotId> {
     SnapshotId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
+}
+
+pub fn parse_session_id(id: &str) -> anyhow::Result<rein_protocol::SessionId> {
+    rein_protocol::SessionId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
 }
 
 /// Prints one page of a listing: with `json`, the items (and the next page's

@@ -4,13 +4,15 @@
 //! (a session a plugin's harness served is reset through that plugin); with
 //! `--url`, the server's.
 
+use rein_protocol::AgentSessionInfo;
 use rein_protocol::api::{PinRequest, SessionQuery};
 use rein_protocol::endpoints;
-use rein_protocol::{AgentSessionInfo, SessionId};
 use serde_json::json;
 
 use crate::cli::SessionsCommand;
-use crate::commands::{Context, Target, actor, parse_task_id, print_json, print_page};
+use crate::commands::{
+    Context, Target, actor, parse_session_id, parse_task_id, print_json, print_page,
+};
 use crate::exit;
 use crate::output::say;
 
@@ -71,7 +73,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
         SessionsCommand::Show { id, json } => {
             let shown = reader()?
                 .client()
-                .call::<endpoints::ShowAgentSession>(&session_id(&id)?, &(), &())
+                .call::<endpoints::ShowAgentSession>(&parse_session_id(&id)?, &(), &())
                 .await?;
             let children = shown.children.unwrap_or_default();
             if json {
@@ -84,7 +86,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
         SessionsCommand::Reset { id, json } => {
             let session = backend()?
                 .client()
-                .call::<endpoints::ResetAgentSession>(&session_id(&id)?, &(), &())
+                .call::<endpoints::ResetAgentSession>(&parse_session_id(&id)?, &(), &())
                 .await?
                 .session;
             if json {
@@ -107,7 +109,11 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
         } => {
             let session = backend()?
                 .client()
-                .call::<endpoints::PinAgentSession>(&session_id(&id)?, &(), &PinRequest { runtime })
+                .call::<endpoints::PinAgentSession>(
+                    &parse_session_id(&id)?,
+                    &(),
+                    &PinRequest { runtime },
+                )
                 .await?
                 .session;
             if json {
@@ -160,13 +166,6 @@ async fn compact(target: &Target, id: &str, json: bool) -> anyhow::Result<u8> {
         );
     }
     Ok(exit::SUCCESS)
-}
-
-/// A session id as typed, refused naming the problem when it is none.
-fn session_id(id: &str) -> anyhow::Result<SessionId> {
-    id.trim()
-        .parse()
-        .map_err(|e| crate::exit::UsageError(format!("`{id}` is not a session id: {e}")).into())
 }
 
 fn show(s: &AgentSessionInfo, children: &[AgentSessionInfo]) {

@@ -2,8 +2,6 @@
 //! prices of `rein.toml` (`[models."PROVIDER/MODEL"]`); with `--url`, the
 //! server's report (`GET /admin/usage`, at the server's prices).
 
-use rein_core::store::UsageFilter;
-
 use crate::cli::UsageArgs;
 use crate::commands::Target;
 use crate::exit::{self, UsageError};
@@ -11,14 +9,16 @@ use crate::output::say;
 use crate::render::{dollars, tokens};
 
 pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
+    // Checked here, to name the flag that is wrong.
     let by = args.by.as_deref();
-    let group = rein_core::store::usage_group(by).ok_or_else(|| {
-        UsageError(format!(
+    if rein_core::store::usage_group(by).is_none() {
+        return Err(UsageError(format!(
             "--by `{}`: add up by task, model or day",
             by.unwrap_or_default()
         ))
-    })?;
-    let task_id = args
+        .into());
+    }
+    let task = args
         .task
         .as_deref()
         .map(|t| {
@@ -26,26 +26,16 @@ pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
                 .map_err(|e| UsageError(format!("--task `{t}`: {e}")))
         })
         .transpose()?;
-    let filter = UsageFilter {
-        task_id,
-        session_id: args.session,
-        since: args
-            .since
-            .as_deref()
-            .map(|v| crate::commands::tasks::parse_time("--since", v))
-            .transpose()?,
-        until: args
-            .until
-            .as_deref()
-            .map(|v| crate::commands::tasks::parse_time("--until", v))
-            .transpose()?,
-        by: group,
+    let time = |flag: &str, value: Option<&str>| {
+        value
+            .map(|v| crate::commands::tasks::parse_time(flag, v).map(|t| t.to_rfc3339()))
+            .transpose()
     };
     let query = rein_protocol::api::UsageQuery {
-        task: filter.task_id.as_ref().map(ToString::to_string),
-        session: filter.session_id.clone(),
-        since: filter.since.map(|t| t.to_rfc3339()),
-        until: filter.until.map(|t| t.to_rfc3339()),
+        task: task.as_ref().map(ToString::to_string),
+        session: args.session,
+        since: time("--since", args.since.as_deref())?,
+        until: time("--until", args.until.as_deref())?,
         by: by.map(str::to_owned),
     };
     let report = target
