@@ -18,8 +18,6 @@ pub struct TestEngine {
     pub store: Arc<SqliteStore>,
     /// The temporary directory made for it, if it made one.
     pub dir: Option<tempfile::TempDir>,
-    /// Where the store and the workspaces are.
-    pub path: PathBuf,
 }
 
 /// How to build one: [`engine`] in a fresh directory, [`engine_in`] in the
@@ -145,7 +143,6 @@ impl EngineBuilder {
             engine: Arc::new(Engine::new(shared, self.executor, config)),
             store,
             dir: self.dir,
-            path: self.path,
         }
     }
 }
