@@ -254,21 +254,12 @@ pub async fn complete(
         Err(e @ CompletionFailure::NotConfigured(_)) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_configured",
-            format!(
-                "{e}: set OPENAI_BASE_URL (and OPENAI_API_KEY, REIN_MODEL) where rein runs to a model server, or register a harness with --plugin"
-            ),
-        )),
-        Err(e @ CompletionFailure::Completion(_)) => Err(ApiError::new(
-            StatusCode::BAD_GATEWAY,
-            "completion_failed",
-            format!(
-                "{e}\n  the model is the one at OPENAI_BASE_URL (with OPENAI_API_KEY), named by the route's model or REIN_MODEL; `rein harness explain --provider openai` shows which runtime serves the route"
-            ),
+            e.advised(),
         )),
         Err(e) => Err(ApiError::new(
             StatusCode::BAD_GATEWAY,
             "completion_failed",
-            e.to_string(),
+            e.advised(),
         )),
     }
 }

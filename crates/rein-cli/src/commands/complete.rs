@@ -32,13 +32,7 @@ pub fn failure(e: CompletionFailure) -> anyhow::Error {
         CompletionFailure::BadSchema(_) | CompletionFailure::Selection(_) => {
             UsageError(e.to_string()).into()
         }
-        CompletionFailure::NotConfigured(m) => anyhow::anyhow!(
-            "{m}: set OPENAI_BASE_URL (and OPENAI_API_KEY, REIN_MODEL) to a model server, or register a harness with --plugin"
-        ),
-        e @ CompletionFailure::Completion(_) => anyhow::anyhow!(
-            "{e}\n  the model is the one at OPENAI_BASE_URL (with OPENAI_API_KEY), named by --model or REIN_MODEL; `rein harness explain --provider openai` shows which runtime serves the route"
-        ),
-        other => anyhow::anyhow!("{other}"),
+        other => anyhow::anyhow!(other.advised()),
     }
 }
 

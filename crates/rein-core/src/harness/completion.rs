@@ -104,6 +104,22 @@ pub enum CompletionFailure {
     NotConfigured(String),
 }
 
+impl CompletionFailure {
+    /// The failure as said to a person: where the fix is a setting of the
+    /// machine rein runs on, what to set and where to look.
+    pub fn advised(&self) -> String {
+        match self {
+            CompletionFailure::NotConfigured(m) => format!(
+                "{m}: set OPENAI_BASE_URL (and OPENAI_API_KEY, REIN_MODEL) where rein runs to a model server, or register a harness with --plugin"
+            ),
+            CompletionFailure::Completion(_) => format!(
+                "{self}\n  the model is the one at OPENAI_BASE_URL (with OPENAI_API_KEY), named by the route's model (--model) or REIN_MODEL; `rein harness explain --provider openai` shows which runtime serves the route"
+            ),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// What serves isolated completions: selection, then dispatch to the runtime
 /// chosen.
 #[async_trait]
