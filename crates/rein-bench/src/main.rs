@@ -9,6 +9,10 @@
 //! write-ahead log has reached its working size (a fresh one pays a one-off while
 //! its log grows; `--cold` times that instead), and the ceiling is measured half
 //! before and half after the run, so a drift in the disk's speed is shared.
+//! Beside the ceiling, the same disk's bare commits shaped like a step's
+//! (`sqlite_shape_commits_per_s`: as many rows per commit, of the same size,
+//! into a table laid out like the event log) split the gap in two: what the
+//! shape of a step's writes costs the disk, and what the engine adds to it.
 //! `--runs K` repeats the whole measurement K times, each on a fresh store, and
 //! prints the median of each figure, with every run's figures beside them.
 //!

@@ -3,10 +3,50 @@
 
 use super::*;
 
-/// Bare sequential commits of one small row each, WAL + synchronous=FULL.
+/// Bare sequential commits, WAL + synchronous=FULL: of one small row each
+/// (the ceiling), or of rows shaped like a step's commit.
 pub(super) struct Ceiling {
     conn: rusqlite::Connection,
     next: i64,
+    /// Rows each commit inserts, and the text each row carries.
+    rows: usize,
+    body: String,
+}
+
+/// What a step's commit writes, as bare rows: how many rows, of how many
+/// bytes of text each.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StepShape {
+    rows: usize,
+    bytes: usize,
+}
+
+impl StepShape {
+    /// A no-op step's commit as rein writes it today: the step before it
+    /// passed, this one created and entered; about 370 bytes of text each.
+    const TYPICAL: StepShape = StepShape {
+        rows: 3,
+        bytes: 370,
+    };
+
+    /// The shape of the commits a store has made so far: its events per
+    /// commit, each of the average size (body and summary) of its events.
+    fn of(store: &Path, commits: u64) -> anyhow::Result<StepShape> {
+        let conn = rusqlite::Connection::open_with_flags(
+            store,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )?;
+        let (events, bytes): (i64, f64) = conn.query_row(
+            "SELECT count(*), coalesce(avg(length(body) + coalesce(length(summary), 0)), 0) FROM events",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let rows = (events as f64 / commits.max(1) as f64).round() as usize;
+        Ok(StepShape {
+            rows: rows.max(1),
+            bytes: bytes.round() as usize,
+        })
+    }
 }
 
 impl Ceiling {
@@ -14,25 +54,60 @@ impl Ceiling {
     /// automatic checkpoint (at 1,000 WAL pages) has run once, every commit
     /// grows the WAL file, and growing a file costs its fsync more than
     /// overwriting it does. Measuring those commits would lower the ceiling.
-    fn open(dir: &Path) -> anyhow::Result<Ceiling> {
-        let conn = rusqlite::Connection::open(dir.join("ceiling.db"))?;
+    ///
+    /// With a `shape`, each commit inserts its rows into a table laid out as
+    /// the event log is (an integer key, a unique per-task index): the
+    /// physical cost of a step's commit with no engine around it.
+    fn open(dir: &Path, shape: Option<StepShape>) -> anyhow::Result<Ceiling> {
+        let name = if shape.is_some() {
+            "shape.db"
+        } else {
+            "ceiling.db"
+        };
+        let conn = rusqlite::Connection::open(dir.join(name))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.execute_batch("CREATE TABLE t (x INTEGER)")?;
-        let mut ceiling = Ceiling { conn, next: 0 };
+        let (rows, body) = match shape {
+            Some(s) => {
+                conn.execute_batch(
+                    "CREATE TABLE t (g INTEGER PRIMARY KEY, k INTEGER, s INTEGER, b TEXT, UNIQUE (k, s))",
+                )?;
+                (s.rows, "x".repeat(s.bytes))
+            }
+            None => {
+                conn.execute_batch("CREATE TABLE t (x INTEGER)")?;
+                (1, String::new())
+            }
+        };
+        let mut ceiling = Ceiling {
+            conn,
+            next: 0,
+            rows,
+            body,
+        };
         ceiling.time(1_100)?;
         Ok(ceiling)
     }
 
     /// How long `commits` of them take.
     fn time(&mut self, commits: usize) -> anyhow::Result<Duration> {
+        let shaped = !self.body.is_empty();
         let started = Instant::now();
         for _ in 0..commits {
             self.conn.execute_batch("BEGIN")?;
-            self.conn
-                .execute("INSERT INTO t VALUES (?1)", [self.next])?;
+            for _ in 0..self.rows {
+                if shaped {
+                    self.conn.execute(
+                        "INSERT INTO t (k, s, b) VALUES (1, ?1, ?2)",
+                        rusqlite::params![self.next, self.body],
+                    )?;
+                } else {
+                    self.conn
+                        .execute("INSERT INTO t VALUES (?1)", [self.next])?;
+                }
+                self.next += 1;
+            }
             self.conn.execute_batch("COMMIT")?;
-            self.next += 1;
         }
         Ok(started.elapsed())
     }
@@ -81,15 +156,26 @@ pub(super) async fn steps(
     if warm_up > 0 {
         run_all(&engine, chains(&engine, 1, warm_up).await?).await?;
     }
+    // What a step's commit writes, from the warm-up's (a cold store has none
+    // to go by).
+    let shape = if warm_up > 0 {
+        StepShape::of(&dir.join("rein.db"), store.stats().commits)?
+    } else {
+        StepShape::TYPICAL
+    };
     let ids = chains(&engine, tasks, steps).await?;
     // The ceiling is measured in two halves, just before the run and just
     // after it: the disk's speed drifts over seconds, and bracketing the run
     // averages the drift out instead of comparing against one side of it.
     let (first_half, second_half) = (ceiling_commits / 2, ceiling_commits - ceiling_commits / 2);
     let mut bare = (ceiling_commits > 0)
-        .then(|| Ceiling::open(dir))
+        .then(|| Ceiling::open(dir, None))
+        .transpose()?;
+    let mut shaped = (ceiling_commits > 0)
+        .then(|| Ceiling::open(dir, Some(shape)))
         .transpose()?;
     let ceiling_before = bare.as_mut().map(|c| c.time(first_half)).transpose()?;
+    let shape_before = shaped.as_mut().map(|c| c.time(first_half)).transpose()?;
     let before = store.stats();
     latencies
         .lock()
@@ -106,7 +192,12 @@ pub(super) async fn steps(
     latencies.sort();
     let total = tasks * steps;
     let steps_per_s = total as f64 / elapsed;
+    let shape_after = shaped.as_mut().map(|c| c.time(second_half)).transpose()?;
     let ceiling_after = bare.as_mut().map(|c| c.time(second_half)).transpose()?;
+    let shape_per_s = match (shape_before, shape_after) {
+        (Some(before), Some(after)) => Some(per_s(ceiling_commits, before + after)),
+        _ => None,
+    };
     let (ceiling, halves) = match (ceiling_before, ceiling_after) {
         (Some(before), Some(after)) => (
             Some(per_s(ceiling_commits, before + after)),
@@ -134,6 +225,10 @@ pub(super) async fn steps(
         "sqlite_ceiling_commits_per_s": ceiling.map(f64::round),
         "sqlite_ceiling_before_after": halves,
         "steps_per_s_over_ceiling": ceiling.map(|c| (steps_per_s / c * 1000.0).round() / 1000.0),
+        "step_shape": {"rows": shape.rows, "bytes": shape.bytes},
+        "sqlite_shape_commits_per_s": shape_per_s.map(f64::round),
+        "shape_over_ceiling": shape_per_s.zip(ceiling).map(|(s, c)| (s / c * 1000.0).round() / 1000.0),
+        "steps_per_s_over_shape": shape_per_s.map(|s| (steps_per_s / s * 1000.0).round() / 1000.0),
     }))
 }
 

@@ -37,9 +37,19 @@ fn steps_prints_one_json_line_with_the_promised_fields() {
         "commit_p50_ms",
         "commit_p99_ms",
         "sqlite_ceiling_commits_per_s",
+        "sqlite_shape_commits_per_s",
+        "steps_per_s_over_shape",
     ] {
         assert!(line[field].as_f64().unwrap() > 0.0, "{field}: {line}");
     }
+    // The shape is the warm-up's: its events per commit (about three for a
+    // no-op step), each of their average size.
+    let rows = line["step_shape"]["rows"].as_u64().unwrap();
+    assert!((2..=4).contains(&rows), "{line}");
+    assert!(
+        line["step_shape"]["bytes"].as_u64().unwrap() > 100,
+        "{line}"
+    );
     assert!(line["commit_p50_ms"].as_f64() <= line["commit_p99_ms"].as_f64());
 }
 
