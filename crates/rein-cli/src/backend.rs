@@ -223,6 +223,10 @@ impl Backend {
             .snapshot)
     }
 
+    pub async fn history(&self, id: &TaskId) -> anyhow::Result<rein_protocol::History> {
+        Ok(self.client.call::<op::TaskHistory>(id, &(), &()).await?)
+    }
+
     pub async fn snapshots(&self, id: &TaskId) -> anyhow::Result<Vec<SnapshotInfo>> {
         Ok(self
             .client

@@ -723,6 +723,14 @@ pub enum TasksCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Print a task's history: each step started and finished (with its
+    /// attempt), each checkpoint, each approval decided, each agent turn,
+    /// with its log position and time.
+    History {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Resume unfinished tasks from their last completed checkpoint.
     Resume(ResumeArgs),
     /// Pause a task: its runner starts no more steps and pauses once running ones end.

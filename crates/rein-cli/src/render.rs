@@ -293,6 +293,27 @@ pub fn short_time(t: &rein_protocol::Timestamp) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
+/// A task's history as a table: log position, time (UTC), what happened.
+/// An agent turn, which has no time of its own, is indented under its step.
+pub fn history_table(history: &rein_protocol::History) -> String {
+    let mut out = format!("{:>5}  {:<23}  {}\n", "SEQ", "TIME (UTC)", "WHAT");
+    for p in &history.points {
+        let time =
+            p.at.map(|t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
+                .unwrap_or_default();
+        let indent = if p.turn.is_some() { "  " } else { "" };
+        out.push_str(&format!(
+            "{:>5}  {time:<23}  {indent}{}\n",
+            p.seq, p.description
+        ));
+    }
+    out.push_str(&format!(
+        "task {} is {} at event {}\n",
+        history.task_id, history.status, history.last_seq
+    ));
+    out
+}
+
 pub fn task_table(items: &[TaskSummary]) -> String {
     let row = |id: &str, status: &str, steps: &str, created: &str, description: &str| {
         format!("{id:<31} {status:<11} {steps:>9}  {created:<19} {description}\n")

@@ -801,6 +801,27 @@ impl Engine {
         Ok(())
     }
 
+    /// A task's history: the points of its log, with its agent steps' turns
+    /// from their journals.
+    pub async fn history(&self, id: &TaskId) -> Result<rein_protocol::History> {
+        let summary = self.summary(id).await?;
+        let events = self.store.events(id, 0, usize::MAX).await?;
+        let plan = self.plan(id).await?;
+        let mut journals = Vec::new();
+        for step in &plan.steps {
+            let entries = self.store.load_journal(id, &step.id).await?;
+            if !entries.is_empty() {
+                journals.push((step.id.clone(), entries));
+            }
+        }
+        Ok(rein_protocol::History {
+            task_id: id.clone(),
+            status: summary.status,
+            last_seq: summary.last_seq,
+            points: crate::history::points(&events, &journals),
+        })
+    }
+
     /// Copies a task's current state (and plan) into a snapshot.
     pub async fn snapshot(&self, id: &TaskId) -> Result<Snapshot> {
         let state = self.get(id).await?;

@@ -25,6 +25,7 @@
 //! - [`lifecycle`]: every lifecycle as a transition table (tasks, checkpoints,
 //!   steps, approval requests, contracts), and the one [`lifecycle::IllegalTransition`].
 //! - [`fold`]: state as the fold of the event log.
+//! - [`history`]: a task's history, the points of its log and its steps' turns.
 //! - [`journal`]: a step's journal, appended entry by entry, for resuming turns.
 //! - [`store`]: the [`Store`] trait the storage backends implement.
 //! - [`shared_state`]: shared harness states, validated and changed optimistically.
@@ -53,6 +54,7 @@ pub mod fold;
 pub mod goal;
 pub mod goal_run;
 pub mod harness;
+pub mod history;
 pub mod journal;
 pub mod lifecycle;
 pub mod paths;

@@ -14,7 +14,7 @@ use crate::api::*;
 use crate::harness::Completion;
 use crate::{
     Action, AgentSessionInfo, ApprovalId, ApprovalRequest, EvidenceBundle, EvidenceCheck,
-    EvidenceItem, HarnessContract, HarnessEvent, HarnessMetrics, LedgerCheck, LedgerEntry,
+    EvidenceItem, HarnessContract, HarnessEvent, HarnessMetrics, History, LedgerCheck, LedgerEntry,
     Participant, SelectionDecision, SessionId, SharedHarnessState, SnapshotId, TaskId, TaskSummary,
     UsageReport,
 };
@@ -459,6 +459,12 @@ endpoints! {
         response: 200 PlanEnvelope,
     }
 
+    /// A task's history, oldest point first: each step started and finished (with its attempt), each engine checkpoint settled, each approval decided, each agent turn of each step, and the task's changes of status, with its log position, time and a one-line description
+    TaskHistory = Get "/admin/tasks/{id}/history" for Viewer {
+        id: TaskId,
+        response: 200 History,
+    }
+
     /// A task's snapshots, oldest first
     ListSnapshots = Get "/admin/tasks/{id}/snapshots" for Viewer {
         id: TaskId,
@@ -668,7 +674,7 @@ mod tests {
                 o.name
             );
         }
-        assert_eq!(ALL.len(), 52);
+        assert_eq!(ALL.len(), 53);
     }
 
     #[test]

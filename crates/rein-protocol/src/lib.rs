@@ -10,6 +10,7 @@
 //! - [`event`]: [`HarnessEvent`], the envelope of every entry in a task's log, and
 //!   [`TaskChange`], the typed change it carries.
 //! - [`snapshot`]: [`Snapshot`], a copy of a task's state at a point of its log.
+//! - [`history`]: [`History`], the points of a task's log a person looks back at.
 //! - [`approval`]: [`ApprovalRequest`] and [`ApprovalResponse`], the human in the loop.
 //! - [`recovery`]: [`ErrorType`], [`RecoveryAction`], [`RecoveryStrategy`]: error recovery.
 //! - [`metrics`]: [`HarnessMetrics`], the counters of spec §6.
@@ -40,6 +41,7 @@ pub mod de;
 pub mod endpoints;
 pub mod event;
 pub mod harness;
+pub mod history;
 pub mod ids;
 pub mod ledger;
 pub mod metrics;
@@ -68,6 +70,7 @@ pub use harness::{
     SelectionReason, Support, SupportContext, TransportOverrides, WorkspaceEnvironment,
     WorkspaceKind,
 };
+pub use history::{History, HistoryKind, HistoryPoint};
 pub use ids::{
     ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SessionId, SharedStateId,
     SnapshotId, TaskId,

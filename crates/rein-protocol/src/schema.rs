@@ -39,6 +39,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         one::<crate::HarnessEvent>("HarnessEvent"),
         one::<crate::EventType>("EventType"),
         one::<crate::Snapshot>("Snapshot"),
+        one::<crate::History>("History"),
         one::<crate::ApprovalRequest>("ApprovalRequest"),
         one::<crate::ApprovalResponse>("ApprovalResponse"),
         one::<crate::LedgerEntry>("LedgerEntry"),

@@ -509,6 +509,13 @@ pub async fn task_plan(
     Ok(Json(PlanEnvelope { plan }))
 }
 
+pub async fn task_history(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<rein_protocol::History>> {
+    Ok(Json(state.engine.history(&task_id(&id)?).await?))
+}
+
 pub async fn list_snapshots(
     State(state): State<AppState>,
     Path(id): Path<String>,

@@ -62,6 +62,15 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
             }
             Ok(exit::SUCCESS)
         }
+        TasksCommand::History { id, json } => {
+            let history = engine.history(&parse_task_id(&id)?).await?;
+            if json {
+                print_json(&history)?;
+            } else {
+                say_raw!("{}", render::history_table(&history));
+            }
+            Ok(exit::SUCCESS)
+        }
         TasksCommand::Follow { id, after, json } => {
             let id = parse_task_id(&id)?;
             follow(backend.client(), &id, after, json).await

@@ -378,6 +378,62 @@ fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
 }
 
 #[test]
+fn a_tasks_history_lists_its_points_as_text_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    run_ok(rein(&data).arg("run").arg(example_plan()).arg("--quiet"));
+    let id = task_ids(&data)[0].clone();
+    let history = json(&run_ok(
+        rein(&data).args(["tasks", "history", &id, "--json"]),
+    ));
+    assert_eq!(history["task_id"], id.as_str());
+    let points = history["points"].as_array().unwrap();
+    assert_eq!(points[0]["kind"], "task_created");
+    assert_eq!(points.last().unwrap()["description"], "completed");
+    let events = json(&run_ok(
+        rein(&data).args(["tasks", "events", &id, "--json"]),
+    ));
+    let events = events.as_array().unwrap();
+    assert_eq!(history["last_seq"], events.len());
+    // Every step of the plan started once and finished once, in order.
+    for p in points {
+        let seq = p["seq"].as_u64().unwrap() as usize;
+        assert_eq!(p["at"], events[seq - 1]["timestamp"], "{p}");
+    }
+    let started = points
+        .iter()
+        .filter(|p| p["kind"] == "step_started")
+        .count();
+    let finished = points
+        .iter()
+        .filter(|p| p["kind"] == "step_finished")
+        .count();
+    assert!(started > 0 && started == finished, "{points:?}");
+    let table =
+        String::from_utf8(run_ok(rein(&data).args(["tasks", "history", &id])).stdout).unwrap();
+    assert!(table.lines().count() == points.len() + 2, "{table}");
+    assert!(
+        table.ends_with(&format!(
+            "task {id} is completed at event {}\n",
+            events.len()
+        )),
+        "{table}"
+    );
+
+    let out = rein(&data)
+        .args(["tasks", "history", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("task task_01ARZ3NDEKTSV4RRFFQ69G5FAV not found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn snapshot_and_restore_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");

@@ -383,6 +383,28 @@ fn pause_resume_snapshot_restore_and_delete_over_the_server() {
         "{}",
         text(&resumed)
     );
+    // Its history over the API: the pause and the take-up again are points,
+    // in order, between the steps.
+    let history = json(&remote.ok(&["tasks", "history", &task, "--json"]));
+    let said: Vec<&str> = history["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["description"].as_str().unwrap())
+        .collect();
+    let at = |what: &str| {
+        said.iter()
+            .position(|d| d.starts_with(what))
+            .unwrap_or_else(|| panic!("no {what:?} in {said:?}"))
+    };
+    assert!(at("step wait started") < at("paused: "), "{said:?}");
+    assert!(at("paused: ") < at("resumed"), "{said:?}");
+    assert!(at("resumed") < at("step after started"), "{said:?}");
+    assert_eq!(history["status"], "completed");
+    let table = text(&remote.ok(&["tasks", "history", &task]));
+    assert!(table.starts_with("  SEQ  TIME (UTC)"), "{table}");
+    assert!(table.contains("step after passed in"), "{table}");
+
     let restored = json(&remote.ok(&["tasks", "restore", &snapshot_id, "--json"]));
     let copy = restored["id"].as_str().unwrap().to_owned();
     assert_ne!(copy, task);

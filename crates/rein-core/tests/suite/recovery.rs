@@ -12,8 +12,8 @@ use rein_core::clock::{Clock, TokioClock};
 use rein_core::recovery::Failure;
 use rein_core::{RunOptions, StepExecutor, StepOutcome, StepRequest};
 use rein_protocol::{
-    CheckpointStatus, ErrorType, EventType, HarnessEvent, RecoveryAction, RecoveryStrategy,
-    StepAction, TaskChange, TaskState, TaskStatus, TaskStep,
+    CheckpointStatus, ErrorType, EventType, HarnessEvent, HistoryKind, RecoveryAction,
+    RecoveryStrategy, StepAction, TaskChange, TaskState, TaskStatus, TaskStep,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -354,5 +354,82 @@ async fn a_retry_timer_survives_a_stopped_runner() {
         ended < at + chrono::TimeDelta::seconds(15),
         "and no fresh thirty seconds: {}",
         ended - at
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retried_step_shows_each_attempt_in_the_history() {
+    let transient = Failure::Exit { code: 75 };
+    let (h, _) = setup(vec![fails(transient), passes()]);
+    let state = h.create(two_steps(noop("work", &[]))).await;
+    let done = h.resume(state.id()).await;
+    assert_eq!(done.status(), TaskStatus::Completed);
+    let history = h.engine.history(done.id()).await.unwrap();
+    assert_eq!(history.last_seq, done.head.last_seq);
+    assert_eq!(history.status, TaskStatus::Completed);
+    let steps: Vec<(HistoryKind, &str, u32)> = history
+        .points
+        .iter()
+        .filter_map(|p| Some((p.kind, p.step_id.as_deref()?, p.attempt?)))
+        .collect();
+    use HistoryKind::{StepFinished, StepStarted};
+    assert_eq!(
+        steps,
+        [
+            (StepStarted, "work", 1),
+            (StepFinished, "work", 1),
+            (StepStarted, "work", 2),
+            (StepFinished, "work", 2),
+            (StepStarted, "after", 1),
+            (StepFinished, "after", 1),
+        ]
+    );
+    let said: Vec<&str> = history
+        .points
+        .iter()
+        .map(|p| p.description.as_str())
+        .collect();
+    assert!(
+        said.iter()
+            .any(|d| d.starts_with("step work failed") && d.ends_with("(it will run again)")),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|d| d.starts_with("step work (attempt 2) passed in")),
+        "{said:?}"
+    );
+    assert_eq!(history.points[0].kind, HistoryKind::TaskCreated);
+    let last = history.points.last().unwrap();
+    assert_eq!(
+        (last.kind, last.description.as_str()),
+        (HistoryKind::TaskEnded, "completed")
+    );
+    // Each point is the event at its position: same time, in log order.
+    let events = log(&h, &done).await;
+    let mut seq = 0;
+    for p in &history.points {
+        assert!(p.seq >= seq, "{p:?} after {seq}");
+        seq = p.seq;
+        let event = &events[(p.seq - 1) as usize];
+        assert_eq!(event.seq, p.seq);
+        assert_eq!(Some(event.timestamp), p.at, "{p:?}");
+    }
+    // The engine's own checkpoints are points too: confirm and plan.
+    let engine_points: Vec<&str> = history
+        .points
+        .iter()
+        .filter(|p| p.kind == HistoryKind::Checkpoint)
+        .map(|p| p.description.as_str())
+        .collect();
+    assert!(
+        engine_points.contains(&"task_start passed in 0 ms"),
+        "{engine_points:?}"
+    );
+    assert!(
+        engine_points
+            .iter()
+            .any(|d| d.starts_with("task_plan passed")),
+        "{engine_points:?}"
     );
 }

@@ -133,6 +133,44 @@ async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn(
     assert_eq!(journal.len(), 7);
     assert_eq!(journal[0]["message"]["role"], "system");
     assert_eq!(journal[6]["message"]["content"], text);
+
+    // The history shows each of the three turns under the step's start,
+    // with where it ends in the journal.
+    let history = engine.history(state.id()).await.unwrap();
+    let started = history
+        .points
+        .iter()
+        .position(|p| p.kind == rein_protocol::HistoryKind::StepStarted)
+        .unwrap();
+    let turns: Vec<_> = history.points[started + 1..started + 4].to_vec();
+    assert!(
+        turns
+            .iter()
+            .all(|t| t.kind == rein_protocol::HistoryKind::AgentTurn
+                && t.seq == history.points[started].seq
+                && t.step_id.as_deref() == Some("draft")
+                && t.at.is_none()),
+        "{turns:#?}"
+    );
+    let ends: Vec<u64> = turns.iter().map(|t| t.journal_entries.unwrap()).collect();
+    let assistant: Vec<u64> = (0..journal.len())
+        .filter(|&i| journal[i]["message"]["role"] == "assistant")
+        .map(|i| i as u64 + 1)
+        .collect();
+    assert_eq!(ends, assistant);
+    assert_eq!(
+        turns.iter().map(|t| t.turn.unwrap()).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert!(
+        turns[0].description.contains("called write_file"),
+        "{turns:#?}"
+    );
+    assert!(turns[2].description.contains("said \"done: "), "{turns:#?}");
+    assert_eq!(
+        history.points[started + 4].kind,
+        rein_protocol::HistoryKind::StepFinished
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -85,6 +85,7 @@ pub fn table() -> Vec<Route> {
         bind::<ResumeTask, _>(resume_task),
         bind::<ResumeAll, _>(resume_all),
         bind::<TaskPlan, _>(task_plan),
+        bind::<TaskHistory, _>(task_history),
         bind::<ListSnapshots, _>(list_snapshots),
         bind::<TakeSnapshot, _>(snapshot_task),
         bind::<RestoreSnapshot, _>(restore_snapshot),
