@@ -26,6 +26,7 @@
 //!   steps, approval requests, contracts), and the one [`lifecycle::IllegalTransition`].
 //! - [`fold`]: state as the fold of the event log.
 //! - [`history`]: a task's history, the points of its log and its steps' turns.
+//! - [`saved`]: [`saved::WorkspaceHistory`], the keeper of workspaces as they were.
 //! - [`journal`]: a step's journal, appended entry by entry, for resuming turns.
 //! - [`store`]: the [`Store`] trait the storage backends implement.
 //! - [`shared_state`]: shared harness states, validated and changed optimistically.
@@ -65,6 +66,7 @@ pub mod process;
 pub mod recorder;
 pub mod recovery;
 mod runner;
+pub mod saved;
 pub mod sessions;
 pub mod shared_state;
 pub mod spans;

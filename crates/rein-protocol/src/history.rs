@@ -88,3 +88,73 @@ pub struct History {
     pub last_seq: u64,
     pub points: Vec<HistoryPoint>,
 }
+
+/// What of a task's workspace rein keeps at each step boundary (`snapshot`
+/// in `rein.toml` and in a plan; the plan's patterns add to the
+/// configuration's, its cap replaces it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRules {
+    /// Paths left out, as in `.gitignore`: `target/` is a directory of that
+    /// name anywhere, `*.log` a file name anywhere, `/build` one at the top.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// The most bytes of files a kept workspace may hold; a larger one is not
+    /// kept (the point is recorded as not forkable). `0` keeps nothing.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
+    pub max_bytes: Option<u64>,
+}
+
+impl SnapshotRules {
+    /// The cap when none is set: 2 GiB.
+    pub const DEFAULT_MAX_BYTES: u64 = 2 << 30;
+
+    pub fn is_empty(&self) -> bool {
+        self.exclude.is_empty() && self.max_bytes.is_none()
+    }
+
+    /// These rules with `over`'s on top: its patterns added, its cap if set.
+    pub fn with(&self, over: &SnapshotRules) -> SnapshotRules {
+        let mut exclude = self.exclude.clone();
+        exclude.extend(over.exclude.iter().cloned());
+        SnapshotRules {
+            exclude,
+            max_bytes: over.max_bytes.or(self.max_bytes),
+        }
+    }
+
+    pub fn cap(&self) -> u64 {
+        self.max_bytes.unwrap_or(Self::DEFAULT_MAX_BYTES)
+    }
+}
+
+/// A task's workspace as rein kept it at a point of its log.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SavedWorkspace {
+    /// The kept tree (a content address, `sha256:…`); none when the
+    /// workspace could not be kept, and `unavailable` says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    /// Files kept, and their bytes.
+    pub files: u64,
+    pub bytes: u64,
+    /// Bytes this point stored that no earlier point had.
+    pub new_bytes: u64,
+    /// What was left out: the patterns that matched, and how many files
+    /// (special files, sockets and the like, are left out too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded: Vec<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub left_out: u64,
+    /// Why the workspace was not kept here (over the cap, a full disk, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}

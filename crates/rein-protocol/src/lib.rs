@@ -70,7 +70,7 @@ pub use harness::{
     SelectionReason, Support, SupportContext, TransportOverrides, WorkspaceEnvironment,
     WorkspaceKind,
 };
-pub use history::{History, HistoryKind, HistoryPoint};
+pub use history::{History, HistoryKind, HistoryPoint, SavedWorkspace, SnapshotRules};
 pub use ids::{
     ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SessionId, SharedStateId,
     SnapshotId, TaskId,

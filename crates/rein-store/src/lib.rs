@@ -15,6 +15,8 @@
 //! - `query`: `SELECT`s with conditions, numbered for either backend.
 //! - `rows`: what both backends write the same way (times, positions, cursors).
 //! - `metrics`: the counters of spec §6, aggregated in SQL.
+//! - `workspaces`: [`SavedWorkspaces`], task workspaces as they were at their
+//!   step boundaries, content-addressed beside the store.
 
 mod head;
 mod metrics;
@@ -23,8 +25,10 @@ mod query;
 mod rows;
 pub mod schema;
 pub mod sqlite;
+mod workspaces;
 mod writer;
 
 pub use postgres::PostgresStore;
 pub use sqlite::{SqliteStore, StoreStats};
+pub use workspaces::SavedWorkspaces;
 pub use writer::WriterOptions;

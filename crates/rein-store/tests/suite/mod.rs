@@ -3,3 +3,4 @@
 mod conformance;
 mod postgres;
 mod sqlite;
+mod workspaces;

@@ -1,0 +1,42 @@
+//! Workspaces as they were: rein keeps a task's workspace at its step
+//! boundaries, content-addressed (a file that did not change is not stored
+//! again, identical files across tasks are stored once), so that a task can
+//! later be taken back to one of those points. [`WorkspaceHistory`] is what
+//! the engine asks of the keeper; `rein-store` has the one rein uses.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use rein_protocol::{SavedWorkspace, SnapshotRules, TaskId};
+
+/// What a kept tree wrote back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// The keeper of tasks' workspaces as they were.
+#[async_trait]
+pub trait WorkspaceHistory: Send + Sync {
+    /// Keeps `dir` as it is now, as task `task`'s workspace at log position
+    /// `seq`. Never an error: a workspace that could not be kept (over the
+    /// cap, a full disk) comes back with `unavailable` saying why, and the
+    /// task goes on.
+    async fn save(
+        &self,
+        task: &TaskId,
+        seq: u64,
+        dir: &Path,
+        rules: &SnapshotRules,
+    ) -> SavedWorkspace;
+
+    /// Writes the kept tree `root` into `into`, which must not exist or be
+    /// empty: every file byte for byte with its permissions, every
+    /// directory and symbolic link.
+    async fn restore(&self, root: &str, into: &Path) -> Result<Restored, String>;
+
+    /// Forgets task `task`'s points; what no other task's points use is
+    /// deleted. Answers the bytes freed.
+    async fn release(&self, task: &TaskId) -> Result<u64, String>;
+}

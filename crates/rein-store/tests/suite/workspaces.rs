@@ -1,0 +1,283 @@
+//! Workspaces kept as they were: byte for byte with their permissions,
+//! stored once however often they are kept, what is left out said, a cap
+//! that keeps nothing half, and releases that delete only what no other
+//! point reaches.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use rein_core::saved::WorkspaceHistory;
+use rein_protocol::{SnapshotRules, TaskId};
+use rein_store::SavedWorkspaces;
+
+fn write(dir: &Path, rel: &str, body: &[u8]) {
+    let path = dir.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, body).unwrap();
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Every file under `dir`, by path: its bytes and mode; links by target.
+fn listing(dir: &Path) -> Vec<(String, String, u32)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String, u32)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let path = e.path();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let kind = e.file_type().unwrap();
+            if kind.is_symlink() {
+                out.push((
+                    rel,
+                    format!("-> {}", std::fs::read_link(&path).unwrap().display()),
+                    0,
+                ));
+            } else if kind.is_dir() {
+                out.push((rel.clone(), "dir".into(), mode(&path)));
+                walk(root, &path, out);
+            } else {
+                let body = std::fs::read(&path).unwrap();
+                out.push((
+                    rel,
+                    format!("{} bytes {:x?}", body.len(), &body[..body.len().min(16)]),
+                    mode(&path),
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Large objects kept as files of their own.
+fn large_objects(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("saved/objects"))
+        .unwrap()
+        .flatten()
+        .filter(|s| s.path().is_dir())
+        .map(|s| std::fs::read_dir(s.path()).unwrap().count())
+        .sum()
+}
+
+fn keeper(dir: &Path) -> SavedWorkspaces {
+    SavedWorkspaces::open(&dir.join("saved")).unwrap()
+}
+
+#[tokio::test]
+async fn a_kept_workspace_comes_back_byte_for_byte_with_its_permissions() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(&ws, "README", b"hello\n");
+    write(&ws, "bin/run.sh", b"#!/bin/sh\necho hi\n");
+    std::fs::set_permissions(
+        ws.join("bin/run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    write(&ws, "secret/key", b"k");
+    std::fs::set_permissions(
+        ws.join("secret/key"),
+        std::fs::Permissions::from_mode(0o400),
+    )
+    .unwrap();
+    std::fs::set_permissions(ws.join("secret"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    write(&ws, "data/big.bin", &big);
+    std::fs::create_dir_all(ws.join("empty")).unwrap();
+    std::os::unix::fs::symlink("../README", ws.join("bin/readme")).unwrap();
+    let before = listing(&ws);
+
+    let keeper = keeper(dir.path());
+    let task = TaskId::new();
+    let saved = keeper.save(&task, 7, &ws, &SnapshotRules::default()).await;
+    assert_eq!(saved.unavailable, None);
+    assert_eq!((saved.files, saved.left_out), (4, 0), "{saved:?}");
+    assert_eq!(saved.bytes, 6 + 18 + 1 + 300_000);
+    let root = saved.root.clone().unwrap();
+    assert!(root.starts_with("sha256:"), "{root}");
+    // The large file is an object file of its own; the rest are packed.
+    assert_eq!(large_objects(dir.path()), 1, "the one large file");
+
+    // The workspace moves on; the kept one does not.
+    write(&ws, "README", b"changed\n");
+    std::fs::remove_file(ws.join("data/big.bin")).unwrap();
+    let back = dir.path().join("back");
+    let restored = keeper.restore(&root, &back).await.unwrap();
+    assert_eq!((restored.files, restored.bytes), (4, saved.bytes));
+    assert_eq!(listing(&back), before);
+    assert_eq!(
+        keeper.point_at(&task, 100).unwrap(),
+        Some((7, root.clone()))
+    );
+    assert_eq!(keeper.point_at(&task, 6).unwrap(), None);
+
+    // Only into a new or empty directory.
+    let refused = keeper.restore(&root, &back).await.unwrap_err();
+    assert!(refused.contains("is not empty"), "{refused}");
+    let bad = keeper
+        .restore("sha256:zz", &dir.path().join("x"))
+        .await
+        .unwrap_err();
+    assert!(bad.contains("not a kept tree's address"), "{bad}");
+}
+
+#[tokio::test]
+async fn what_did_not_change_is_not_stored_again_here_or_for_another_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    for i in 0..20 {
+        write(
+            &ws,
+            &format!("src/f{i}.rs"),
+            format!("fn f{i}() {{}}\n").as_bytes(),
+        );
+    }
+    write(&ws, "notes.txt", b"one");
+    let keeper = keeper(dir.path());
+    let (a, b) = (TaskId::new(), TaskId::new());
+    let first = keeper.save(&a, 1, &ws, &SnapshotRules::default()).await;
+    assert!(first.new_bytes >= first.bytes, "{first:?}");
+    // Nothing changed: nothing new, the same tree.
+    let again = keeper.save(&a, 2, &ws, &SnapshotRules::default()).await;
+    assert_eq!((again.new_bytes, &again.root), (0, &first.root));
+    // One file of the same size changed at once (within the file system's
+    // clock tick): still seen, by its bytes.
+    write(&ws, "notes.txt", b"two");
+    let changed = keeper.save(&a, 3, &ws, &SnapshotRules::default()).await;
+    assert_ne!(changed.root, first.root);
+    let tree_bytes = changed.new_bytes - 3;
+    assert!(
+        tree_bytes < 2_000,
+        "only the root's listing is new: {changed:?}"
+    );
+    // Another task with the same files stores nothing new.
+    let other = keeper.save(&b, 1, &ws, &SnapshotRules::default()).await;
+    assert_eq!((other.new_bytes, &other.root), (0, &changed.root));
+}
+
+#[tokio::test]
+async fn what_the_rules_leave_out_is_said_and_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(&ws, "src/main.rs", b"fn main() {}");
+    write(&ws, "target/debug/app", b"binary");
+    write(&ws, "src/target", b"a file named target is kept");
+    write(&ws, "run.log", b"log");
+    write(&ws, "build/out", b"top build dir");
+    write(&ws, "src/build/keep", b"nested build dir kept");
+    let rules = SnapshotRules {
+        exclude: vec!["target/".into(), "*.log".into(), "/build".into()],
+        max_bytes: None,
+    };
+    let keeper = keeper(dir.path());
+    let saved = keeper.save(&TaskId::new(), 1, &ws, &rules).await;
+    assert_eq!(saved.excluded, ["*.log", "/build", "target/"], "{saved:?}");
+    assert_eq!((saved.left_out, saved.files), (3, 3), "{saved:?}");
+    let back = dir.path().join("back");
+    keeper
+        .restore(saved.root.as_deref().unwrap(), &back)
+        .await
+        .unwrap();
+    let kept: Vec<String> = listing(&back).into_iter().map(|(p, _, _)| p).collect();
+    assert_eq!(
+        kept,
+        [
+            "src",
+            "src/build",
+            "src/build/keep",
+            "src/main.rs",
+            "src/target"
+        ]
+    );
+
+    let bad = SnapshotRules {
+        exclude: vec!["a[".into()],
+        max_bytes: None,
+    };
+    let refused = keeper.save(&TaskId::new(), 1, &ws, &bad).await;
+    assert!(
+        refused
+            .unavailable
+            .unwrap()
+            .contains("snapshot.exclude `a[`")
+    );
+}
+
+#[tokio::test]
+async fn a_workspace_over_the_cap_is_not_kept_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(&ws, "a.bin", &vec![1u8; 100_000]);
+    write(&ws, "b.bin", &vec![2u8; 100_000]);
+    let keeper = keeper(dir.path());
+    let task = TaskId::new();
+    let rules = SnapshotRules {
+        exclude: vec![],
+        max_bytes: Some(150_000),
+    };
+    let saved = keeper.save(&task, 4, &ws, &rules).await;
+    let why = saved.unavailable.clone().unwrap();
+    assert!(why.contains("snapshot.max_bytes (150000 bytes)"), "{why}");
+    assert_eq!(saved.root, None);
+    assert_eq!(keeper.point_at(&task, 4).unwrap(), None);
+    // The large file copied before the cap was reached is gone again.
+    let objects = dir.path().join("saved/objects");
+    assert_eq!(large_objects(dir.path()), 0, "nothing half-kept");
+    // Under the cap it is kept; a leftover temporary copy is cleared at open.
+    let kept = keeper.save(&task, 5, &ws, &SnapshotRules::default()).await;
+    assert!(kept.root.is_some(), "{kept:?}");
+    std::fs::write(objects.join("123-456.tmp"), b"half").unwrap();
+    drop(keeper);
+    let reopened = SavedWorkspaces::open(&dir.path().join("saved")).unwrap();
+    assert!(!objects.join("123-456.tmp").exists());
+    assert_eq!(
+        reopened.point_at(&task, 9).unwrap().unwrap().1,
+        kept.root.unwrap()
+    );
+}
+
+#[tokio::test]
+async fn releasing_a_task_deletes_only_what_no_other_point_reaches() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    let shared: Vec<u8> = vec![7u8; 200_000];
+    write(&one, "shared.bin", &shared);
+    write(&two, "shared.bin", &shared);
+    write(&one, "own.bin", &vec![1u8; 100_000]);
+    write(&one, "own.txt", b"only one");
+    write(&two, "own.txt", b"only two");
+    let keeper = keeper(dir.path());
+    let (a, b) = (TaskId::new(), TaskId::new());
+    let kept_a = keeper.save(&a, 1, &one, &SnapshotRules::default()).await;
+    let kept_b = keeper.save(&b, 1, &two, &SnapshotRules::default()).await;
+    assert_eq!(large_objects(dir.path()), 2);
+    let freed = keeper.release(&a).await.unwrap();
+    // Task a's own large file, its own small one and its root listing.
+    assert!(
+        freed > 100_000 + 8 && freed < 100_000 + 8 + 1_000,
+        "{freed}"
+    );
+    assert_eq!(large_objects(dir.path()), 1);
+    assert_eq!(keeper.point_at(&a, 9).unwrap(), None);
+    let back = dir.path().join("back");
+    keeper
+        .restore(kept_b.root.as_deref().unwrap(), &back)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(back.join("shared.bin")).unwrap(), shared);
+    let gone = keeper
+        .restore(kept_a.root.as_deref().unwrap(), &dir.path().join("gone"))
+        .await
+        .unwrap_err();
+    assert!(gone.contains("missing from the keeper"), "{gone}");
+    keeper.release(&b).await.unwrap();
+    assert_eq!(large_objects(dir.path()), 0);
+}
