@@ -57,6 +57,10 @@
 //! append, and the store's usage reports (and `rein usage`) over N recorded
 //! turns.
 //!
+//! `rein-bench saved` times keeping a workspace at a step boundary: 10,000
+//! files with one changed, 1 GiB unchanged, and the store's growth over
+//! 1,000 steps that each change one 1 KiB file.
+//!
 //! `rein-bench sse --clients N` measures what N idle event-stream clients cost a
 //! real `rein serve` process: CPU while they idle, memory, files and threads
 //! before, with and after them.
@@ -70,6 +74,7 @@ mod goal;
 mod http;
 mod postgres;
 mod sandbox;
+mod saved;
 mod sse;
 mod steps;
 mod takeover;
@@ -158,6 +163,24 @@ enum Bench {
         /// Journal appends timed with and without a usage, each.
         #[arg(long, default_value_t = 1000)]
         appends: usize,
+    },
+    /// What keeping a workspace at a step boundary costs and stores.
+    Saved {
+        /// Small files in the workspace where one changes between saves.
+        #[arg(long, default_value_t = 10_000)]
+        files: usize,
+        /// MiB of the workspace saved again unchanged.
+        #[arg(long, default_value_t = 1024)]
+        large_mb: u64,
+        /// Saves, each after one 1 KiB file changed, for the store's growth.
+        #[arg(long, default_value_t = 1000)]
+        steps: usize,
+        /// Saves timed for each median.
+        #[arg(long, default_value_t = 21)]
+        saves: usize,
+        /// Directory for the workspaces and the keepers [default: a temporary directory].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
     },
     /// A minimal MCP server over stdio (`echo {text}`), for `agent --mcp`.
     #[command(hide = true)]
@@ -342,6 +365,19 @@ fn main() -> anyhow::Result<()> {
             runs,
             appends,
         } => runtime.block_on(usage::run(turns, runs.max(1), appends.max(1)))?,
+        Bench::Saved {
+            files,
+            large_mb,
+            steps,
+            saves,
+            dir,
+        } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            let line = runtime.block_on(saved::run(files, large_mb, steps, saves.max(1), &dir))?;
+            println!("{line}");
+        }
         Bench::Agent {
             tool_calls,
             mcp,

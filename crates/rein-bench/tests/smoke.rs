@@ -132,3 +132,42 @@ fn goal_times_a_decomposition_answer_to_the_first_step() {
     assert!(t["median"].as_f64().unwrap() > 0.0, "{line}");
     assert!(t["min"].as_f64().unwrap() <= t["max"].as_f64().unwrap());
 }
+
+#[test]
+fn saved_times_a_save_with_one_file_changed_and_measures_the_growth() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
+        .args([
+            "saved",
+            "--files",
+            "200",
+            "--large-mb",
+            "1",
+            "--steps",
+            "20",
+            "--saves",
+            "3",
+            "--dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for field in [
+        "first_save_ms",
+        "one_file_changed_p50_ms",
+        "stat_walk_p50_ms",
+        "large_unchanged_p50_ms",
+    ] {
+        assert!(line[field].as_f64().unwrap() > 0.0, "{field}: {line}");
+    }
+    // Twenty kilobytes that no other step wrote, and their listings: stored
+    // once each, so the keeper grew by more than them and not by much more.
+    let grown = line["growth_bytes"].as_u64().unwrap();
+    assert!(grown >= 20 * 1024 && grown < 200 * 1024, "{line}");
+}

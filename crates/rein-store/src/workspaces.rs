@@ -4,7 +4,9 @@
 //!
 //! - An object is a file's bytes or a directory's listing (a tree), named by
 //!   its SHA-256. Objects up to 64 KiB live in `saved/objects.db` (SQLite:
-//!   small files packed into pages, not a disk block each); larger files
+//!   small files packed into pages, not a disk block each: a table with a
+//!   row id keeps a row of up to a page in the page, where a table keyed by
+//!   the hash itself would spill any row over a quarter page); larger files
 //!   under `saved/objects/`, written whole to a temporary name and renamed.
 //! - A tree lists its entries by name: a file's mode, size and object, a
 //!   directory's tree, a link's target. A directory that did not change has
@@ -20,6 +22,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -29,7 +32,6 @@ use async_trait::async_trait;
 use rein_core::saved::{Restored, WorkspaceHistory};
 use rein_protocol::{SavedWorkspace, SnapshotRules, TaskId};
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// Files up to this size are kept in the database.
@@ -57,8 +59,13 @@ impl Stamp {
     }
 }
 
-/// A task's remembered hashes, by path in its workspace.
-type Cache = HashMap<PathBuf, (Stamp, Hash)>;
+/// A task's remembered hashes, by path in its workspace (its bytes), each
+/// with the save that last saw it.
+#[derive(Default)]
+struct Cache {
+    files: HashMap<Vec<u8>, (Stamp, Hash, u64)>,
+    saves: u64,
+}
 
 /// The keeper of workspaces as they were.
 #[derive(Clone)]
@@ -81,28 +88,160 @@ impl std::fmt::Debug for SavedWorkspaces {
 }
 
 /// One entry of a tree.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Entry {
-    /// Name.
-    n: String,
-    /// `f` file, `d` directory, `l` symbolic link.
-    k: char,
-    /// Permission bits (files and directories).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    m: Option<u32>,
-    /// A file's size.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    s: Option<u64>,
-    /// A file's object or a directory's tree, hex.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    h: Option<String>,
-    /// A link's target.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    t: Option<String>,
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    File {
+        name: String,
+        mode: u32,
+        size: u64,
+        hash: Hash,
+    },
+    Dir {
+        name: String,
+        mode: u32,
+        tree: Hash,
+    },
+    Link {
+        name: String,
+        target: String,
+    },
+}
+
+/// A tree's bytes: a version mark, then each entry as its kind (`f`, `d`,
+/// `l`) and its name (a length byte and UTF-8: a name is at most 255
+/// bytes), then a file's mode (u16, little-endian), size (LEB128) and hash
+/// (32 bytes), a directory's mode and tree, a link's target (a u16 length
+/// and UTF-8). About 45 bytes a file.
+const TREE_MARK: &[u8] = b"rein-tree-1\n";
+
+fn encode_tree(entries: &[Entry]) -> Vec<u8> {
+    fn name(out: &mut Vec<u8>, s: &str) {
+        let bytes = &s.as_bytes()[..s.len().min(255)];
+        out.push(bytes.len() as u8);
+        out.extend_from_slice(bytes);
+    }
+    fn mode(out: &mut Vec<u8>, m: u32) {
+        out.extend_from_slice(&((m & 0o7777) as u16).to_le_bytes());
+    }
+    let mut out = Vec::with_capacity(TREE_MARK.len() + entries.len() * 48);
+    out.extend_from_slice(TREE_MARK);
+    for entry in entries {
+        match entry {
+            Entry::File {
+                name: n,
+                mode: m,
+                size,
+                hash,
+            } => {
+                out.push(b'f');
+                name(&mut out, n);
+                mode(&mut out, *m);
+                let mut size = *size;
+                loop {
+                    let byte = (size & 0x7f) as u8;
+                    size >>= 7;
+                    if size == 0 {
+                        out.push(byte);
+                        break;
+                    }
+                    out.push(byte | 0x80);
+                }
+                out.extend_from_slice(hash);
+            }
+            Entry::Dir {
+                name: n,
+                mode: m,
+                tree,
+            } => {
+                out.push(b'd');
+                name(&mut out, n);
+                mode(&mut out, *m);
+                out.extend_from_slice(tree);
+            }
+            Entry::Link { name: n, target } => {
+                out.push(b'l');
+                name(&mut out, n);
+                let bytes = &target.as_bytes()[..target.len().min(usize::from(u16::MAX))];
+                out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+                out.extend_from_slice(bytes);
+            }
+        }
+    }
+    out
+}
+
+fn decode_tree(bytes: &[u8]) -> Option<Vec<Entry>> {
+    struct Reader<'a>(&'a [u8]);
+    impl Reader<'_> {
+        fn take(&mut self, n: usize) -> Option<&[u8]> {
+            let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+            self.0 = rest;
+            Some(head)
+        }
+        fn byte(&mut self) -> Option<u8> {
+            Some(self.take(1)?[0])
+        }
+        fn name(&mut self) -> Option<String> {
+            let len = self.byte()?;
+            String::from_utf8(self.take(usize::from(len))?.to_vec()).ok()
+        }
+        fn mode(&mut self) -> Option<u32> {
+            Some(u32::from(u16::from_le_bytes(
+                self.take(2)?.try_into().ok()?,
+            )))
+        }
+        fn size(&mut self) -> Option<u64> {
+            let mut size = 0u64;
+            for shift in (0..64).step_by(7) {
+                let byte = self.byte()?;
+                size |= u64::from(byte & 0x7f) << shift;
+                if byte & 0x80 == 0 {
+                    return Some(size);
+                }
+            }
+            None
+        }
+        fn hash(&mut self) -> Option<Hash> {
+            self.take(32)?.try_into().ok()
+        }
+    }
+    let mut r = Reader(bytes.strip_prefix(TREE_MARK)?);
+    let mut out = Vec::new();
+    while let Some(kind) = r.byte() {
+        let name = r.name()?;
+        out.push(match kind {
+            b'f' => Entry::File {
+                name,
+                mode: r.mode()?,
+                size: r.size()?,
+                hash: r.hash()?,
+            },
+            b'd' => Entry::Dir {
+                name,
+                mode: r.mode()?,
+                tree: r.hash()?,
+            },
+            b'l' => {
+                let len = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
+                Entry::Link {
+                    name,
+                    target: String::from_utf8(r.take(usize::from(len))?.to_vec()).ok()?,
+                }
+            }
+            _ => return None,
+        });
+    }
+    Some(out)
 }
 
 fn hex(hash: &Hash) -> String {
-    hash.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in hash {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
 }
 
 fn unhex(text: &str) -> Result<Hash, String> {
@@ -121,16 +260,17 @@ fn unhex(text: &str) -> Result<Hash, String> {
 
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS objects (
-        hash BLOB PRIMARY KEY,
+        id   INTEGER PRIMARY KEY,
+        hash BLOB NOT NULL UNIQUE,
         size INTEGER NOT NULL,
         data BLOB
-    ) STRICT, WITHOUT ROWID;
+    ) STRICT;
     CREATE TABLE IF NOT EXISTS points (
         task_id TEXT NOT NULL,
         seq     INTEGER NOT NULL,
         root    BLOB NOT NULL,
         PRIMARY KEY (task_id, seq)
-    ) STRICT;
+    ) STRICT, WITHOUT ROWID;
 ";
 
 impl SavedWorkspaces {
@@ -152,9 +292,12 @@ impl SavedWorkspaces {
         let path = dir.join("objects.db");
         let conn =
             Connection::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
+        // Large pages: objects of about a kilobyte leave less of each page
+        // unused (a new file only; an existing one keeps its size).
+        conn.pragma_update(None, "page_size", 16384)
+            .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
             .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
-            .and_then(|()| conn.pragma_update(None, "wal_autocheckpoint", 256))
+            .and_then(|()| conn.pragma_update(None, "wal_autocheckpoint", 64))
             .and_then(|()| conn.pragma_update(None, "journal_size_limit", 1 << 20))
             .and_then(|()| conn.execute_batch(SCHEMA))
             .map_err(|e| format!("cannot set up {}: {e}", path.display()))?;
@@ -197,25 +340,6 @@ impl SavedWorkspaces {
         })
     }
 
-    /// The bytes the keeper holds: its database and its large objects.
-    pub fn size_on_disk(&self) -> u64 {
-        fn walk(dir: &Path) -> u64 {
-            std::fs::read_dir(dir)
-                .map(|entries| {
-                    entries
-                        .flatten()
-                        .map(|e| match e.metadata() {
-                            Ok(m) if m.is_dir() => walk(&e.path()),
-                            Ok(m) => m.blocks() * 512,
-                            Err(_) => 0,
-                        })
-                        .sum()
-                })
-                .unwrap_or(0)
-        }
-        self.inner.objects.parent().map(walk).unwrap_or(0)
-    }
-
     fn save_now(
         &self,
         task: &TaskId,
@@ -236,6 +360,7 @@ impl SavedWorkspaces {
             Ok(tx) => tx,
             Err(e) => return unavailable(format!("the keeper's database: {e}")),
         };
+        cache.saves += 1;
         let settled = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX) - 1)
@@ -245,8 +370,7 @@ impl SavedWorkspaces {
             objects: &self.inner.objects,
             excludes: &excludes,
             cap: rules.cap(),
-            old: &cache,
-            new: Cache::new(),
+            cache: &mut cache,
             settled,
             saved: SavedWorkspace::default(),
             matched: BTreeSet::new(),
@@ -254,7 +378,7 @@ impl SavedWorkspaces {
         };
         let root = walk.tree(dir, Path::new(""));
         let mut written = std::mem::take(&mut walk.written);
-        let (new_cache, mut saved, matched) = (walk.new, walk.saved, walk.matched);
+        let (mut saved, matched) = (walk.saved, walk.matched);
         let committed = root.and_then(|root| {
             tx.execute(
                 "INSERT OR REPLACE INTO points (task_id, seq, root) VALUES (?1, ?2, ?3)",
@@ -271,12 +395,16 @@ impl SavedWorkspaces {
         });
         match committed {
             Ok(root) => {
-                *cache = new_cache;
+                // Files gone since are forgotten.
+                let now = cache.saves;
+                cache.files.retain(|_, (_, _, seen)| *seen == now);
                 saved.root = Some(format!("sha256:{}", hex(&root)));
                 saved.excluded = matched.into_iter().collect();
                 saved
             }
             Err(why) => {
+                // What this save remembered may name objects rolled back.
+                cache.files.clear();
                 // Large objects this save wrote are not referenced by any
                 // committed row: gone with the transaction.
                 for file in written.drain(..) {
@@ -318,24 +446,26 @@ impl SavedWorkspaces {
         done: &mut Restored,
     ) -> Result<(), String> {
         for entry in read_tree(conn, tree)? {
-            let path = into.join(&entry.n);
-            let failed = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
-            match entry.k {
-                'd' => {
-                    std::fs::create_dir(&path).map_err(failed)?;
-                    let sub = unhex(entry.h.as_deref().unwrap_or_default())?;
-                    self.write_tree(conn, &sub, &path, done)?;
-                    if let Some(mode) = entry.m {
-                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                            .map_err(failed)?;
-                    }
+            let name = match &entry {
+                Entry::File { name, .. } | Entry::Dir { name, .. } | Entry::Link { name, .. } => {
+                    name
                 }
-                'l' => {
-                    std::os::unix::fs::symlink(entry.t.as_deref().unwrap_or_default(), &path)
+            };
+            let path = into.join(name);
+            let failed = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+            match &entry {
+                Entry::Dir { mode, tree, .. } => {
+                    std::fs::create_dir(&path).map_err(failed)?;
+                    self.write_tree(conn, tree, &path, done)?;
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
                         .map_err(failed)?;
                 }
-                _ => {
-                    let hash = unhex(entry.h.as_deref().unwrap_or_default())?;
+                Entry::Link { target, .. } => {
+                    std::os::unix::fs::symlink(target, &path).map_err(failed)?;
+                }
+                Entry::File {
+                    mode, size, hash, ..
+                } => {
                     let data: Option<Option<Vec<u8>>> = conn
                         .query_row(
                             "SELECT data FROM objects WHERE hash = ?1",
@@ -347,7 +477,7 @@ impl SavedWorkspaces {
                     match data {
                         Some(Some(bytes)) => std::fs::write(&path, &bytes).map_err(failed)?,
                         Some(None) => {
-                            std::fs::copy(self.large(&hash), &path).map_err(failed)?;
+                            std::fs::copy(self.large(hash), &path).map_err(failed)?;
                         }
                         None => {
                             return Err(format!(
@@ -356,12 +486,10 @@ impl SavedWorkspaces {
                             ));
                         }
                     }
-                    if let Some(mode) = entry.m {
-                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                            .map_err(failed)?;
-                    }
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+                        .map_err(failed)?;
                     done.files += 1;
-                    done.bytes += entry.s.unwrap_or(0);
+                    done.bytes += size;
                 }
             }
         }
@@ -398,13 +526,12 @@ impl SavedWorkspaces {
                 continue;
             }
             for entry in read_tree(&tx, &tree)? {
-                if let Some(h) = entry.h.as_deref() {
-                    let hash = unhex(h)?;
-                    if entry.k == 'd' {
-                        trees.push(hash);
-                    } else {
+                match entry {
+                    Entry::Dir { tree, .. } => trees.push(tree),
+                    Entry::File { hash, .. } => {
                         live.insert(hash);
                     }
+                    Entry::Link { .. } => {}
                 }
             }
         }
@@ -467,7 +594,7 @@ fn read_tree(conn: &Connection, tree: &Hash) -> Result<Vec<Entry>, String> {
         .flatten();
     let data =
         data.ok_or_else(|| format!("tree sha256:{} is missing from the keeper", hex(tree)))?;
-    serde_json::from_slice(&data).map_err(|e| format!("tree sha256:{}: {e}", hex(tree)))
+    decode_tree(&data).ok_or_else(|| format!("tree sha256:{} is damaged", hex(tree)))
 }
 
 /// `.gitignore`-like patterns.
@@ -513,8 +640,7 @@ struct Walk<'a> {
     objects: &'a Path,
     excludes: &'a Excludes,
     cap: u64,
-    old: &'a Cache,
-    new: Cache,
+    cache: &'a mut Cache,
     /// Seconds since the epoch before which a file's times are trusted.
     settled: i64,
     saved: SavedWorkspace,
@@ -550,44 +676,35 @@ impl Walk<'_> {
                 self.matched.insert(pattern.to_owned());
                 continue;
             }
-            let mode = Some(meta.permissions().mode() & 0o7777);
+            let mode = meta.permissions().mode() & 0o7777;
             let kind = meta.file_type();
             if kind.is_symlink() {
                 let target = std::fs::read_link(&path).map_err(read)?;
-                entries.push(Entry {
-                    n,
-                    k: 'l',
-                    m: None,
-                    s: None,
-                    h: None,
-                    t: Some(target.to_string_lossy().into_owned()),
+                entries.push(Entry::Link {
+                    name: n,
+                    target: target.to_string_lossy().into_owned(),
                 });
             } else if kind.is_dir() {
-                let hash = self.tree(&path, &sub)?;
-                entries.push(Entry {
-                    n,
-                    k: 'd',
-                    m: mode,
-                    s: None,
-                    h: Some(hex(&hash)),
-                    t: None,
+                let tree = self.tree(&path, &sub)?;
+                entries.push(Entry::Dir {
+                    name: n,
+                    mode,
+                    tree,
                 });
             } else if kind.is_file() {
                 let hash = self.file(&path, &sub, &meta)?;
-                entries.push(Entry {
-                    n,
-                    k: 'f',
-                    m: mode,
-                    s: Some(meta.len()),
-                    h: Some(hex(&hash)),
-                    t: None,
+                entries.push(Entry::File {
+                    name: n,
+                    mode,
+                    size: meta.len(),
+                    hash,
                 });
             } else {
                 self.saved.left_out += 1;
                 self.matched.insert("(sockets, pipes and devices)".into());
             }
         }
-        let body = serde_json::to_vec(&entries).map_err(|e| e.to_string())?;
+        let body = encode_tree(&entries);
         let hash: Hash = Sha256::digest(&body).into();
         self.put(&hash, body.len() as u64, Some(&body))?;
         Ok(hash)
@@ -605,10 +722,11 @@ impl Walk<'_> {
             ));
         }
         let stamp = Stamp::of(meta);
-        if let Some((was, hash)) = self.old.get(rel)
+        let save = self.cache.saves;
+        if let Some((was, hash, seen)) = self.cache.files.get_mut(rel.as_os_str().as_bytes())
             && *was == stamp
         {
-            self.remember(rel, stamp, *hash);
+            *seen = save;
             return Ok(*hash);
         }
         let hash = if meta.len() <= INLINE_MAX {
@@ -683,11 +801,17 @@ impl Walk<'_> {
         Ok(hash)
     }
 
-    /// Remembers a file's hash for the next save, unless its times are too
-    /// recent to tell a later change by.
+    /// Remembers a file's hash for the next save, unless it was modified
+    /// too recently to tell a later change by. (A change that puts an old
+    /// modification time back, as `cp -p` and `tar` do, still moves the
+    /// change time, which the stamp compares.)
     fn remember(&mut self, rel: &Path, stamp: Stamp, hash: Hash) {
-        if stamp.mtime.0 < self.settled && stamp.ctime.0 < self.settled {
-            self.new.insert(rel.to_owned(), (stamp, hash));
+        let key = rel.as_os_str().as_bytes();
+        if stamp.mtime.0 < self.settled {
+            let save = self.cache.saves;
+            self.cache.files.insert(key.to_vec(), (stamp, hash, save));
+        } else {
+            self.cache.files.remove(key);
         }
     }
 
