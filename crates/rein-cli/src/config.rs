@@ -46,6 +46,9 @@ struct File {
     /// What every task's model calls together may spend in a UTC day.
     #[serde(default)]
     daily_budget: Option<rein_protocol::Budget>,
+    /// What of each task's workspace is kept at its step boundaries.
+    #[serde(default)]
+    snapshot: rein_protocol::SnapshotRules,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -116,6 +119,8 @@ pub struct Config {
     pub fallback_models: Vec<String>,
     /// What all tasks' model calls may spend in a UTC day.
     pub daily_budget: Option<rein_protocol::Budget>,
+    /// What of each task's workspace is kept at its step boundaries.
+    pub snapshot: rein_protocol::SnapshotRules,
     pub shown: Vec<Shown>,
 }
 
@@ -541,6 +546,23 @@ impl Config {
             }
             show("daily_budget", Some(value.join(", ")), in_file.clone());
         }
+        rein_core::saved::Excludes::new(&file.snapshot.exclude)
+            .map_err(|e| UsageError(format!("{in_file}: {e}")))?;
+        if !file.snapshot.exclude.is_empty() {
+            show(
+                "snapshot.exclude",
+                Some(file.snapshot.exclude.join(", ")),
+                in_file.clone(),
+            );
+        }
+        show(
+            "snapshot.max_bytes",
+            Some(file.snapshot.cap().to_string()),
+            match file.snapshot.max_bytes {
+                Some(_) => in_file.clone(),
+                None => "default".into(),
+            },
+        );
         Ok(Config {
             file: file_path,
             data_dir,
@@ -556,6 +578,7 @@ impl Config {
             models: file.models,
             fallback_models: file.fallback_models,
             daily_budget: file.daily_budget,
+            snapshot: file.snapshot,
             shown,
         })
     }

@@ -181,6 +181,9 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
         TaskChange::PlanDecomposed { steps, .. } => {
             format!("planned  {} steps: {}", steps.len(), steps.join(", "))
         }
+        TaskChange::WorkspaceSaved { workspace, .. } => {
+            format!("saved    {}", workspace.describe())
+        }
         TaskChange::HumanApprovalRequested { request } => {
             let step = request.step_id.as_deref().unwrap_or("task");
             format!("waiting  {step} for a person: {}", ask(request))

@@ -43,6 +43,11 @@ pub struct EngineConfig {
     /// a server's `--workspace-root`): a root rein accepts root's
     /// directories inside them as workspaces (see [`rein_sandbox::guard`]).
     pub workspace_roots: Vec<PathBuf>,
+    /// The keeper of each task's workspace as it was at its step boundaries
+    /// (none: nothing is kept), and what it keeps unless a plan says more
+    /// (`[snapshot]` in `rein.toml`).
+    pub saved: Option<Arc<dyn crate::saved::WorkspaceHistory>>,
+    pub snapshot: rein_protocol::SnapshotRules,
 }
 
 /// [`EngineConfig::max_tasks`] unless set.
@@ -61,6 +66,8 @@ impl EngineConfig {
             data_dir: None,
             max_tasks: DEFAULT_MAX_TASKS,
             workspace_roots: Vec::new(),
+            saved: None,
+            snapshot: rein_protocol::SnapshotRules::default(),
         }
     }
 

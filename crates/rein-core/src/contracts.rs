@@ -140,9 +140,10 @@ fn check_id(id: &str, what: &str) -> Result<(), EngineError> {
     let bad = id
         .chars()
         .any(|c| c.is_whitespace() || c == '/' || c == '?' || c == '#' || c == '%');
-    if bad || id.len() > 200 {
+    // `.` and `..` are path segments every client resolves away.
+    if bad || id.len() > 200 || id == "." || id == ".." {
         return Err(EngineError::BadRequest(format!(
-            "{what} id `{id}` must be at most 200 characters without spaces, `/`, `?`, `#` or `%`"
+            "{what} id `{id}` must be at most 200 characters without spaces, `/`, `?`, `#` or `%`, and not `.` or `..`"
         )));
     }
     Ok(())

@@ -915,7 +915,14 @@ impl Engine {
                 // Executors still connected for its sessions are released
                 // before the sessions go with the task.
                 self.executor.task_ended(id, &self.sessions()).await;
-                Ok(self.store.delete(id, head.last_seq).await?)
+                self.store.delete(id, head.last_seq).await?;
+                // What only its kept workspaces used goes with it.
+                if let Some(keeper) = &self.config.saved
+                    && let Err(e) = keeper.release(id).await
+                {
+                    tracing::warn!(task_id = %id, "the task's kept workspaces stay: {e}");
+                }
+                Ok(())
             }
         }
     }

@@ -285,7 +285,8 @@ pub(crate) fn apply_checked(
         | TaskChange::RecoverySucceeded { .. }
         | TaskChange::RecoveryFailed { .. }
         | TaskChange::AgentUpdate { .. }
-        | TaskChange::Compacted { .. } => {}
+        | TaskChange::Compacted { .. }
+        | TaskChange::WorkspaceSaved { .. } => {}
         TaskChange::PlanDecomposed {
             checkpoint_id,
             steps,

@@ -18,7 +18,7 @@ pub struct Restored {
 
 /// The keeper of tasks' workspaces as they were.
 #[async_trait]
-pub trait WorkspaceHistory: Send + Sync {
+pub trait WorkspaceHistory: Send + Sync + std::fmt::Debug {
     /// Keeps `dir` as it is now, as task `task`'s workspace at log position
     /// `seq`. Never an error: a workspace that could not be kept (over the
     /// cap, a full disk) comes back with `unavailable` saying why, and the
@@ -39,4 +39,44 @@ pub trait WorkspaceHistory: Send + Sync {
     /// Forgets task `task`'s points; what no other task's points use is
     /// deleted. Answers the bytes freed.
     async fn release(&self, task: &TaskId) -> Result<u64, String>;
+}
+
+/// The patterns of [`SnapshotRules::exclude`], as in `.gitignore`: `target/`
+/// a directory of that name anywhere, `*.log` a name anywhere, `/build` one
+/// at the top, `docs/*.pdf` a path from the top.
+#[derive(Debug)]
+pub struct Excludes {
+    patterns: Vec<(String, globset::GlobMatcher, bool)>,
+}
+
+impl Excludes {
+    pub fn new(patterns: &[String]) -> Result<Excludes, String> {
+        let mut out = Vec::new();
+        for pattern in patterns {
+            let dir_only = pattern.ends_with('/');
+            let body = pattern.trim_end_matches('/');
+            let glob = if let Some(anchored) = body.strip_prefix('/') {
+                anchored.to_owned()
+            } else if body.contains('/') {
+                body.to_owned()
+            } else {
+                format!("**/{body}")
+            };
+            let matcher = globset::GlobBuilder::new(&glob)
+                .literal_separator(true)
+                .build()
+                .map_err(|e| format!("snapshot.exclude `{pattern}`: {e}"))?
+                .compile_matcher();
+            out.push((pattern.clone(), matcher, dir_only));
+        }
+        Ok(Excludes { patterns: out })
+    }
+
+    /// The pattern that leaves `rel` out, if one does.
+    pub fn matching(&self, rel: &Path, is_dir: bool) -> Option<&str> {
+        self.patterns
+            .iter()
+            .find(|(_, m, dir_only)| (is_dir || !dir_only) && m.is_match(rel))
+            .map(|(p, _, _)| p.as_str())
+    }
 }

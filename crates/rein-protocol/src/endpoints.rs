@@ -168,9 +168,10 @@ fn inline<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
 }
 
 /// A path's `{id}` that the caller may choose (shared states, contracts,
-/// evidence, the sessions tasks are grouped by): any non-empty name.
+/// evidence, the sessions tasks are grouped by): any non-empty name but the
+/// dot segments, which every client resolves away before sending the path.
 fn name(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "string", "minLength": 1 })
+    json_schema!({ "type": "string", "minLength": 1, "not": { "enum": [".", ".."] } })
 }
 
 /// A contract as created: a [`HarnessContract`] that starts as `draft` or

@@ -40,6 +40,7 @@ pub enum EventType {
     ProcessStarted,
     PlanDecomposed,
     Compacted,
+    WorkspaceSaved,
 }
 
 impl EventType {
@@ -68,6 +69,7 @@ impl EventType {
             EventType::ProcessStarted => "process_started",
             EventType::PlanDecomposed => "plan_decomposed",
             EventType::Compacted => "compacted",
+            EventType::WorkspaceSaved => "workspace_saved",
         }
     }
 }
@@ -229,6 +231,15 @@ pub enum TaskChange {
         tokens_before: u64,
         tokens_after: u64,
     },
+    /// rein kept the task's workspace as it was here: as the step whose
+    /// checkpoint this names ended, or (none) as the task was taken up; or
+    /// says why it could not (`workspace.unavailable`), and the point is not
+    /// one a fork can start from with its files.
+    WorkspaceSaved {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        checkpoint_id: Option<CheckpointId>,
+        workspace: crate::history::SavedWorkspace,
+    },
     /// `pending` or `in_progress` → `skipped`.
     CheckpointSkipped {
         checkpoint_id: CheckpointId,
@@ -317,6 +328,7 @@ impl TaskChange {
             TaskChange::ProcessStarted { .. } => EventType::ProcessStarted,
             TaskChange::PlanDecomposed { .. } => EventType::PlanDecomposed,
             TaskChange::Compacted { .. } => EventType::Compacted,
+            TaskChange::WorkspaceSaved { .. } => EventType::WorkspaceSaved,
         }
     }
 
@@ -335,6 +347,7 @@ impl TaskChange {
             | TaskChange::CheckpointPassed { checkpoint_id, .. }
             | TaskChange::CheckpointFailed { checkpoint_id, .. }
             | TaskChange::CheckpointSkipped { checkpoint_id, .. } => Some(checkpoint_id),
+            TaskChange::WorkspaceSaved { checkpoint_id, .. } => checkpoint_id.as_ref(),
             TaskChange::TaskCreated { .. }
             | TaskChange::TaskStarted { .. }
             | TaskChange::TaskResumed { .. }

@@ -155,6 +155,28 @@ pub struct SavedWorkspace {
     pub unavailable: Option<String>,
 }
 
+impl SavedWorkspace {
+    /// In a line: what was kept, what was new and what was left out; or
+    /// why nothing was.
+    pub fn describe(&self) -> String {
+        if let Some(why) = &self.unavailable {
+            return format!("workspace not kept: {why}");
+        }
+        let mut line = format!(
+            "workspace kept: {} files, {} bytes ({} new)",
+            self.files, self.bytes, self.new_bytes
+        );
+        if self.left_out > 0 {
+            line.push_str(&format!(
+                "; {} left out ({})",
+                self.left_out,
+                self.excluded.join(", ")
+            ));
+        }
+        line
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }

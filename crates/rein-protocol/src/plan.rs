@@ -409,6 +409,10 @@ pub struct TaskDecomposition {
     /// before a person is asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::Budget>,
+    /// What of the workspace rein keeps at each step boundary, over the
+    /// configuration's (`snapshot = { exclude = […], max_bytes = … }`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<crate::SnapshotRules>,
 }
 
 /// How a goal is turned into steps (CP2): by an isolated completion on this
@@ -531,6 +535,7 @@ impl TaskDecomposition {
             shared_state: None,
             goal: None,
             budget: None,
+            snapshot: None,
         }
     }
 

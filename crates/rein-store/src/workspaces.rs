@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use rein_core::saved::{Restored, WorkspaceHistory};
+use rein_core::saved::{Excludes, Restored, WorkspaceHistory};
 use rein_protocol::{SavedWorkspace, SnapshotRules, TaskId};
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
@@ -595,43 +595,6 @@ fn read_tree(conn: &Connection, tree: &Hash) -> Result<Vec<Entry>, String> {
     let data =
         data.ok_or_else(|| format!("tree sha256:{} is missing from the keeper", hex(tree)))?;
     decode_tree(&data).ok_or_else(|| format!("tree sha256:{} is damaged", hex(tree)))
-}
-
-/// `.gitignore`-like patterns.
-struct Excludes {
-    patterns: Vec<(String, globset::GlobMatcher, bool)>,
-}
-
-impl Excludes {
-    fn new(patterns: &[String]) -> Result<Excludes, String> {
-        let mut out = Vec::new();
-        for pattern in patterns {
-            let dir_only = pattern.ends_with('/');
-            let body = pattern.trim_end_matches('/');
-            let glob = if let Some(anchored) = body.strip_prefix('/') {
-                anchored.to_owned()
-            } else if body.contains('/') {
-                body.to_owned()
-            } else {
-                format!("**/{body}")
-            };
-            let matcher = globset::GlobBuilder::new(&glob)
-                .literal_separator(true)
-                .build()
-                .map_err(|e| format!("snapshot.exclude `{pattern}`: {e}"))?
-                .compile_matcher();
-            out.push((pattern.clone(), matcher, dir_only));
-        }
-        Ok(Excludes { patterns: out })
-    }
-
-    /// The pattern that leaves `rel` out, if one does.
-    fn matching(&self, rel: &Path, is_dir: bool) -> Option<&str> {
-        self.patterns
-            .iter()
-            .find(|(_, m, dir_only)| (is_dir || !dir_only) && m.is_match(rel))
-            .map(|(p, _, _)| p.as_str())
-    }
 }
 
 /// One save under way.

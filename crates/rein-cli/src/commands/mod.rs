@@ -58,6 +58,8 @@ pub struct Place {
     pub max_tasks: Option<usize>,
     /// Directories declared for workspaces.
     pub workspace_roots: Vec<PathBuf>,
+    /// What of each task's workspace is kept at its step boundaries.
+    pub snapshot: rein_protocol::SnapshotRules,
 }
 
 /// How often a process on a PostgreSQL store looks for pause, abort and
@@ -208,6 +210,13 @@ impl Context {
         }
         config.workspace_roots = place.workspace_roots.clone();
         config.policy = Arc::new(load_policy(policy)?);
+        config.snapshot = place.snapshot.clone();
+        if let Some(data) = &config.data_dir {
+            // Beside the store, inside the data directory no step may reach.
+            let saved = rein_store::SavedWorkspaces::open(&data.join("saved"))
+                .map_err(anyhow::Error::msg)?;
+            config.saved = Some(Arc::new(saved));
+        }
         let mut engine = Engine::new(store, executor, config);
         if let Some(completer) = completer {
             engine = engine.with_completer(completer);
@@ -349,6 +358,8 @@ pub struct Target {
     pub fallback_models: Vec<String>,
     /// What all tasks' model calls may spend in a UTC day.
     pub daily_budget: Option<rein_protocol::Budget>,
+    /// What of each task's workspace is kept at its step boundaries.
+    pub snapshot: rein_protocol::SnapshotRules,
 }
 
 /// `rein config show`.
@@ -387,6 +398,7 @@ impl Target {
             lease: self.lease,
             max_tasks: self.max_tasks,
             workspace_roots: self.workspace_roots.clone(),
+            snapshot: self.snapshot.clone(),
         }
     }
 
@@ -540,6 +552,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         models: config.models.clone(),
         fallback_models: config.fallback_models.clone(),
         daily_budget: config.daily_budget,
+        snapshot: config.snapshot.clone(),
     };
     match cli.command {
         Command::Config(crate::cli::ConfigCommand::Show { json }) => show_config(&config, json),

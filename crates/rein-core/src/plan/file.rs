@@ -59,6 +59,9 @@ pub(super) struct PlanFile {
     /// What the task's model calls may spend before a person is asked.
     #[serde(default)]
     budget: Option<rein_protocol::Budget>,
+    /// What of the workspace is kept at each step boundary.
+    #[serde(default)]
+    snapshot: Option<rein_protocol::SnapshotRules>,
     #[serde(default)]
     steps: Vec<StepFile>,
 }
@@ -268,6 +271,7 @@ pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<P
         shared_state: file.shared_state,
         goal: None,
         budget: file.budget,
+        snapshot: file.snapshot,
     };
     let plan = validate(plan).map_err(|e| (e.to_string(), Some(e)))?;
     Ok(PlanSpec {

@@ -72,6 +72,10 @@ pub enum PlanIssue {
         step: String,
     },
     ZeroParallelism,
+    /// A `snapshot.exclude` pattern that is no pattern.
+    BadSnapshotPattern {
+        detail: String,
+    },
     /// A budget bounds nothing, or not sensibly (`step`: a step's; `None`:
     /// the plan's).
     BadBudget {
@@ -177,6 +181,7 @@ impl fmt::Display for PlanIssue {
             }
             PlanIssue::ZeroTimeout { step } => write!(f, "step `{step}` has a zero timeout"),
             PlanIssue::ZeroParallelism => write!(f, "max_parallel must be at least 1"),
+            PlanIssue::BadSnapshotPattern { detail } => write!(f, "{detail}"),
             PlanIssue::BadBudget { step: None, detail } => {
                 write!(f, "the plan's `budget`: {detail}")
             }
@@ -306,6 +311,13 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
     }
     if let Some(Err(detail)) = plan.budget.as_ref().map(rein_protocol::Budget::check) {
         issues.push(PlanIssue::BadBudget { step: None, detail });
+    }
+    if let Some(Err(detail)) = plan
+        .snapshot
+        .as_ref()
+        .map(|rules| crate::saved::Excludes::new(&rules.exclude))
+    {
+        issues.push(PlanIssue::BadSnapshotPattern { detail });
     }
     for step in &plan.steps {
         if let StepAction::Agent {

@@ -312,6 +312,15 @@ impl TaskRun<'_> {
             return Ok(());
         };
         let duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        // A step that can change files: the workspace it left is kept.
+        if self.ctx.config.saved.is_some()
+            && matches!(
+                self.steps[i].action,
+                StepAction::Command { .. } | StepAction::Agent { .. }
+            )
+        {
+            self.to_save.push(checkpoint.clone());
+        }
         if let Some(question) = self.take_parked(i) {
             // Stopped to wait for a person (--no-wait): it runs again on resume.
             self.rec.record(

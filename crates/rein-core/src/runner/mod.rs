@@ -118,6 +118,10 @@ pub(crate) struct TaskRun<'e> {
     taken_up: bool,
     /// A goal task's goal and route: its finished task gets a one-line summary.
     goal: Option<(String, rein_protocol::Goal)>,
+    /// What of the workspace is kept (the configuration's rules with the
+    /// plan's on top), and the steps whose end is still to be kept.
+    snapshot: rein_protocol::SnapshotRules,
+    to_save: Vec<CheckpointId>,
 }
 
 /// A plan–execute–verify step whose contract follows it.
@@ -281,6 +285,11 @@ impl<'e> TaskRun<'e> {
             recoveries,
             plan_recovery: plan.recovery,
             budget: plan.budget,
+            snapshot: ctx
+                .config
+                .snapshot
+                .with(&plan.snapshot.clone().unwrap_or_default()),
+            to_save: Vec::new(),
             goal: plan.goal.clone().map(|g| (plan.original_task.clone(), g)),
             shared_state,
             contracts,
@@ -359,6 +368,9 @@ impl<'e> TaskRun<'e> {
             } else {
                 self.flush().await.map_err(raced)?;
                 taken_up = true;
+                // The workspace as this run found it, before any step it
+                // starts runs.
+                self.save_workspace(None).await?;
             }
             self.sync_contracts(false).await;
             for i in started {
@@ -379,6 +391,11 @@ impl<'e> TaskRun<'e> {
                     while let Some(finished) = self.running.next_ended() {
                         self.take_step_messages().await?;
                         self.on_joined(finished)?;
+                    }
+                    // The workspace as those steps left it, before any step
+                    // that depends on them starts.
+                    for checkpoint in std::mem::take(&mut self.to_save) {
+                        self.save_workspace(Some(checkpoint)).await?;
                     }
                     self.withdraw_questions("the step that asked has ended", false).await?;
                 }
@@ -406,6 +423,36 @@ impl<'e> TaskRun<'e> {
                     if self.awaiting_any() || self.questions.any() => self.poll_approvals().await?,
             }
         }
+    }
+
+    /// Keeps the task's workspace as it is now — as the step whose
+    /// checkpoint is `after` left it, or as the run took the task up — and
+    /// records what was kept (or why nothing could be: the task goes on
+    /// either way).
+    async fn save_workspace(&mut self, after: Option<CheckpointId>) -> Result<()> {
+        let Some(keeper) = self.ctx.config.saved.clone() else {
+            return Ok(());
+        };
+        let Some(dir) = self.rec.state.head.resources.workspace_path.clone() else {
+            return Ok(());
+        };
+        // The point is this event's position: a fork at or after it finds it.
+        let seq = self.rec.state.head.last_seq + 1;
+        let workspace = keeper
+            .save(
+                &self.rec.state.head.id,
+                seq,
+                std::path::Path::new(&dir),
+                &self.snapshot,
+            )
+            .await;
+        if let Some(why) = &workspace.unavailable {
+            tracing::warn!(task_id = %self.rec.state.head.id, "{why}");
+        }
+        self.rec.task_event(TaskChange::WorkspaceSaved {
+            checkpoint_id: after,
+            workspace,
+        })
     }
 
     /// Takes a pause/abort request or a settled approval.

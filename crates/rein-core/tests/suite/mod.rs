@@ -12,6 +12,7 @@ mod permissions;
 mod pev;
 mod questions;
 mod recovery;
+mod saved;
 mod shared_state_rules;
 mod shared_state_store;
 mod store_rules;
