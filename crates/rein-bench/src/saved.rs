@@ -40,6 +40,11 @@ fn on_disk(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// A workspace as the runner hands it over: its directory, open.
+fn open_dir(dir: &Path) -> anyhow::Result<std::os::fd::OwnedFd> {
+    Ok(std::fs::File::open(dir)?.into())
+}
+
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
 }
@@ -91,14 +96,16 @@ pub async fn run(
     let keeper = SavedWorkspaces::open(&dir.join("saved-many")).map_err(anyhow::Error::msg)?;
     let task = TaskId::new();
     let started = Instant::now();
-    let first = keeper.save(&task, 1, &ws, &rules).await;
+    let first = keeper.save(&task, 1, open_dir(&ws)?, &rules).await;
     let first_ms = ms(started.elapsed());
     anyhow::ensure!(first.unavailable.is_none(), "{first:?}");
     let mut one_changed = Vec::with_capacity(saves);
     for n in 0..saves {
         rewrite(&ws.join("d07/f7.txt"), format!("change {n}\n").as_bytes())?;
         let started = Instant::now();
-        let saved = keeper.save(&task, 2 + n as u64, &ws, &rules).await;
+        let saved = keeper
+            .save(&task, 2 + n as u64, open_dir(&ws)?, &rules)
+            .await;
         one_changed.push(started.elapsed());
         anyhow::ensure!(saved.new_bytes > 0 && saved.new_bytes < 50_000, "{saved:?}");
     }
@@ -149,13 +156,15 @@ pub async fn run(
     let large_keeper =
         SavedWorkspaces::open(&dir.join("saved-large")).map_err(anyhow::Error::msg)?;
     let started = Instant::now();
-    let first_large = large_keeper.save(&task, 1, &big, &rules).await;
+    let first_large = large_keeper.save(&task, 1, open_dir(&big)?, &rules).await;
     let first_large_ms = ms(started.elapsed());
     anyhow::ensure!(first_large.unavailable.is_none(), "{first_large:?}");
     let mut unchanged = Vec::with_capacity(saves);
     for n in 0..saves {
         let started = Instant::now();
-        let saved = large_keeper.save(&task, 2 + n as u64, &big, &rules).await;
+        let saved = large_keeper
+            .save(&task, 2 + n as u64, open_dir(&big)?, &rules)
+            .await;
         unchanged.push(started.elapsed());
         anyhow::ensure!(saved.new_bytes == 0, "{saved:?}");
     }
@@ -167,7 +176,9 @@ pub async fn run(
     let growth_dir = dir.join("saved-growth");
     let growth_keeper = SavedWorkspaces::open(&growth_dir).map_err(anyhow::Error::msg)?;
     let growth_task = TaskId::new();
-    growth_keeper.save(&growth_task, 0, &small, &rules).await;
+    growth_keeper
+        .save(&growth_task, 0, open_dir(&small)?, &rules)
+        .await;
     drop(growth_keeper);
     let before = on_disk(&growth_dir);
     let growth_keeper = SavedWorkspaces::open(&growth_dir).map_err(anyhow::Error::msg)?;
@@ -181,7 +192,7 @@ pub async fn run(
         body.truncate(1024);
         rewrite(&small.join(format!("out{}.bin", step % 10)), &body)?;
         let saved = growth_keeper
-            .save(&growth_task, 1 + step as u64, &small, &rules)
+            .save(&growth_task, 1 + step as u64, open_dir(&small)?, &rules)
             .await;
         anyhow::ensure!(saved.unavailable.is_none(), "{saved:?}");
         wal = wal.max(std::fs::metadata(growth_dir.join("objects.db-wal")).map_or(0, |m| m.len()));

@@ -19,15 +19,15 @@ pub struct Restored {
 /// The keeper of tasks' workspaces as they were.
 #[async_trait]
 pub trait WorkspaceHistory: Send + Sync + std::fmt::Debug {
-    /// Keeps `dir` as it is now, as task `task`'s workspace at log position
-    /// `seq`. Never an error: a workspace that could not be kept (over the
-    /// cap, a full disk) comes back with `unavailable` saying why, and the
-    /// task goes on.
+    /// Keeps the directory open as `workspace` as it is now, as task
+    /// `task`'s workspace at log position `seq`. Never an error: a workspace
+    /// that could not be kept (over the cap, a full disk) comes back with
+    /// `unavailable` saying why, and the task goes on.
     async fn save(
         &self,
         task: &TaskId,
         seq: u64,
-        dir: &Path,
+        workspace: std::os::fd::OwnedFd,
         rules: &SnapshotRules,
     ) -> SavedWorkspace;
 

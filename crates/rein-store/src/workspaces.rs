@@ -14,6 +14,12 @@
 //! - A point is (task, log position, root tree). Saving one is one
 //!   transaction: a kill leaves either the whole point or none of it, and
 //!   at worst a temporary file, removed at the next open.
+//! - A workspace is read through the descriptor of the directory the task
+//!   was given (opened against its pin by the caller), and everything in it
+//!   through descriptors opened beneath it with no symbolic link followed
+//!   (`openat2`, `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, `O_NOFOLLOW`): a
+//!   step that swaps a file or a directory for a link while it is kept
+//!   cannot make rein read what the link names. A link is kept as a link.
 //! - What a file's bytes hash to is remembered per task with the file's
 //!   size, times and inode, so an unchanged file is not read again. A file
 //!   changed in the last second is always read: its time may not have moved
@@ -21,14 +27,18 @@
 //! - Releasing a task's points deletes what no other point reaches.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::OsStr;
 use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
+use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2, readlinkat};
+use nix::sys::stat::{FileStat, SFlag, fstat, fstatat};
 use rein_core::saved::{Excludes, Restored, WorkspaceHistory};
 use rein_protocol::{SavedWorkspace, SnapshotRules, TaskId};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -49,14 +59,28 @@ struct Stamp {
 }
 
 impl Stamp {
-    fn of(meta: &std::fs::Metadata) -> Stamp {
+    fn of(st: &FileStat) -> Stamp {
         Stamp {
-            len: meta.len(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-            ino: meta.ino(),
+            len: u64::try_from(st.st_size).unwrap_or(0),
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+            ino: st.st_ino,
         }
     }
+}
+
+/// Opens `name` in `dir` without following any symbolic link, nor leaving
+/// `dir`: a file a step swapped for a link since the listing is not read
+/// through it.
+fn open_in(dir: &OwnedFd, name: &OsStr, flags: OFlag) -> nix::Result<OwnedFd> {
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS);
+    openat2(dir.as_fd(), name, how)
+}
+
+fn kind(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
 }
 
 /// A task's remembered hashes, by path in its workspace (its bytes), each
@@ -344,7 +368,7 @@ impl SavedWorkspaces {
         &self,
         task: &TaskId,
         seq: u64,
-        dir: &Path,
+        dir: &OwnedFd,
         rules: &SnapshotRules,
     ) -> SavedWorkspace {
         let cache = self.cache(task);
@@ -376,7 +400,11 @@ impl SavedWorkspaces {
             matched: BTreeSet::new(),
             written: Vec::new(),
         };
-        let root = walk.tree(dir, Path::new(""));
+        // The handle given may be a path handle (`O_PATH`): the directory is
+        // opened for reading through it.
+        let root = open_in(dir, OsStr::new("."), OFlag::O_RDONLY | OFlag::O_DIRECTORY)
+            .map_err(|e| format!("cannot open the workspace: {e}"))
+            .and_then(|dir| walk.tree(&dir, Path::new("")));
         let mut written = std::mem::take(&mut walk.written);
         let (mut saved, matched) = (walk.saved, walk.matched);
         let committed = root.and_then(|root| {
@@ -616,55 +644,83 @@ fn db(e: rusqlite::Error) -> String {
 }
 
 impl Walk<'_> {
-    /// Keeps directory `abs` (at `rel` in the workspace): its tree's hash.
-    fn tree(&mut self, abs: &Path, rel: &Path) -> Result<Hash, String> {
-        let read = |e: std::io::Error| format!("cannot read {}: {e}", abs.display());
-        let mut names: Vec<(std::ffi::OsString, std::fs::Metadata)> = Vec::new();
-        for entry in std::fs::read_dir(abs).map_err(read)? {
-            let entry = entry.map_err(read)?;
-            let meta = entry.metadata().map_err(read)?;
-            names.push((entry.file_name(), meta));
+    /// Keeps the directory open as `dir` (at `rel` in the workspace): its
+    /// tree's hash. Everything in it is read through descriptors opened
+    /// beneath it, so what a step changes meanwhile is never followed out.
+    fn tree(&mut self, dir: &OwnedFd, rel: &Path) -> Result<Hash, String> {
+        let shown = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        let read = |e: nix::Error| format!("cannot read {} in the workspace: {e}", shown.display());
+        let listing = dir
+            .try_clone()
+            .map_err(|e| format!("cannot read {}: {e}", shown.display()))?;
+        let mut listing = nix::dir::Dir::from_fd(listing).map_err(read)?;
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        for entry in listing.iter() {
+            let name = entry.map_err(read)?.file_name().to_bytes().to_vec();
+            if name != b"." && name != b".." {
+                names.push(name);
+            }
         }
-        names.sort_by(|a, b| a.0.cmp(&b.0));
+        names.sort();
         let mut entries = Vec::with_capacity(names.len());
-        for (name, meta) in names {
-            let (path, sub) = (abs.join(&name), rel.join(&name));
-            let Some(n) = name.to_str().map(str::to_owned) else {
+        for bytes in names {
+            let name = OsStr::from_bytes(&bytes);
+            let sub = rel.join(name);
+            let st = match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                // Gone since the listing.
+                Err(nix::Error::ENOENT) => continue,
+                Err(e) => return Err(read(e)),
+            };
+            let Ok(n) = std::str::from_utf8(&bytes).map(str::to_owned) else {
                 self.saved.left_out += 1;
                 self.matched.insert("(names that are not UTF-8)".into());
                 continue;
             };
-            if let Some(pattern) = self.excludes.matching(&sub, meta.is_dir()) {
+            let is_dir = kind(&st) == SFlag::S_IFDIR;
+            if let Some(pattern) = self.excludes.matching(&sub, is_dir) {
                 self.saved.left_out += 1;
                 self.matched.insert(pattern.to_owned());
                 continue;
             }
-            let mode = meta.permissions().mode() & 0o7777;
-            let kind = meta.file_type();
-            if kind.is_symlink() {
-                let target = std::fs::read_link(&path).map_err(read)?;
-                entries.push(Entry::Link {
-                    name: n,
-                    target: target.to_string_lossy().into_owned(),
-                });
-            } else if kind.is_dir() {
-                let tree = self.tree(&path, &sub)?;
-                entries.push(Entry::Dir {
-                    name: n,
-                    mode,
-                    tree,
-                });
-            } else if kind.is_file() {
-                let hash = self.file(&path, &sub, &meta)?;
-                entries.push(Entry::File {
-                    name: n,
-                    mode,
-                    size: meta.len(),
-                    hash,
-                });
-            } else {
-                self.saved.left_out += 1;
-                self.matched.insert("(sockets, pipes and devices)".into());
+            let mode = st.st_mode & 0o7777;
+            match kind(&st) {
+                SFlag::S_IFLNK => {
+                    let target = readlinkat(dir.as_fd(), name).map_err(read)?;
+                    entries.push(Entry::Link {
+                        name: n,
+                        target: target.to_string_lossy().into_owned(),
+                    });
+                }
+                SFlag::S_IFDIR => {
+                    let sub_dir = open_in(dir, name, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
+                        .map_err(|e| {
+                            format!("cannot open {} in the workspace: {e}", sub.display())
+                        })?;
+                    let tree = self.tree(&sub_dir, &sub)?;
+                    entries.push(Entry::Dir {
+                        name: n,
+                        mode,
+                        tree,
+                    });
+                }
+                SFlag::S_IFREG => {
+                    let (hash, size) = self.file(dir, name, &sub, &st)?;
+                    entries.push(Entry::File {
+                        name: n,
+                        mode,
+                        size,
+                        hash,
+                    });
+                }
+                _ => {
+                    self.saved.left_out += 1;
+                    self.matched.insert("(sockets, pipes and devices)".into());
+                }
             }
         }
         let body = encode_tree(&entries);
@@ -673,48 +729,78 @@ impl Walk<'_> {
         Ok(hash)
     }
 
-    /// Keeps one file: its object's hash.
-    fn file(&mut self, path: &Path, rel: &Path, meta: &std::fs::Metadata) -> Result<Hash, String> {
-        let failed = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+    /// Keeps the regular file `name` of `dir` (listed as `st`): its
+    /// object's hash and its size as read.
+    fn file(
+        &mut self,
+        dir: &OwnedFd,
+        name: &OsStr,
+        rel: &Path,
+        st: &FileStat,
+    ) -> Result<(Hash, u64), String> {
+        let failed = |e: String| format!("cannot read {} in the workspace: {e}", rel.display());
+        let stamp = Stamp::of(st);
+        let save = self.cache.saves;
+        if let Some((was, hash, seen)) = self.cache.files.get_mut(rel.as_os_str().as_bytes())
+            && *was == stamp
+        {
+            *seen = save;
+            let hash = *hash;
+            return self.count(stamp.len).map(|()| (hash, stamp.len));
+        }
+        // Not blocking on a pipe swapped in since the listing; what was
+        // opened is read only if it is still a regular file.
+        let fd = open_in(dir, name, OFlag::O_RDONLY | OFlag::O_NONBLOCK)
+            .map_err(|e| failed(e.to_string()))?;
+        let now = fstat(fd.as_fd()).map_err(|e| failed(e.to_string()))?;
+        if kind(&now) != SFlag::S_IFREG {
+            return Err(failed("it was replaced while it was being kept".into()));
+        }
+        let stamp = Stamp::of(&now);
+        self.count(stamp.len)?;
+        let mut file = std::fs::File::from(fd);
+        let (hash, size) = if stamp.len <= INLINE_MAX {
+            let mut bytes = Vec::with_capacity(stamp.len as usize);
+            file.read_to_end(&mut bytes)
+                .map_err(|e| failed(e.to_string()))?;
+            let hash: Hash = Sha256::digest(&bytes).into();
+            self.put(&hash, bytes.len() as u64, Some(&bytes))?;
+            (hash, bytes.len() as u64)
+        } else {
+            self.large(&mut file, rel, stamp.ino)?
+        };
+        if size == stamp.len {
+            self.remember(rel, stamp, hash);
+        }
+        Ok((hash, size))
+    }
+
+    /// Counts a file's bytes against the cap.
+    fn count(&mut self, len: u64) -> Result<(), String> {
         self.saved.files += 1;
-        self.saved.bytes += meta.len();
+        self.saved.bytes += len;
         if self.saved.bytes > self.cap {
             return Err(format!(
                 "the workspace holds more than snapshot.max_bytes ({} bytes); raise it or exclude what need not be kept",
                 self.cap
             ));
         }
-        let stamp = Stamp::of(meta);
-        let save = self.cache.saves;
-        if let Some((was, hash, seen)) = self.cache.files.get_mut(rel.as_os_str().as_bytes())
-            && *was == stamp
-        {
-            *seen = save;
-            return Ok(*hash);
-        }
-        let hash = if meta.len() <= INLINE_MAX {
-            let mut bytes = Vec::with_capacity(meta.len() as usize);
-            std::fs::File::open(path)
-                .and_then(|mut f| f.read_to_end(&mut bytes))
-                .map_err(failed)?;
-            let hash: Hash = Sha256::digest(&bytes).into();
-            self.put(&hash, bytes.len() as u64, Some(&bytes))?;
-            hash
-        } else {
-            self.large(path, meta)?
-        };
-        self.remember(rel, stamp, hash);
-        Ok(hash)
+        Ok(())
     }
 
     /// A large file copied to a temporary object while it is hashed, then
     /// renamed to its name (or dropped, if the keeper has it already).
-    fn large(&mut self, path: &Path, meta: &std::fs::Metadata) -> Result<Hash, String> {
-        let failed = |e: std::io::Error| format!("cannot keep {}: {e}", path.display());
+    fn large(
+        &mut self,
+        from: &mut std::fs::File,
+        rel: &Path,
+        ino: u64,
+    ) -> Result<(Hash, u64), String> {
+        let failed =
+            |e: std::io::Error| format!("cannot keep {} of the workspace: {e}", rel.display());
         let temp = self
             .objects
-            .join(format!("{}-{}.tmp", std::process::id(), meta.ino()));
-        let mut from = std::fs::File::open(path).map_err(failed)?;
+            .join(format!("{}-{ino}.tmp", std::process::id()));
         let mut to = std::fs::File::create(&temp).map_err(failed)?;
         let mut hasher = Sha256::new();
         let mut buffer = vec![0u8; 256 * 1024];
@@ -748,7 +834,7 @@ impl Walk<'_> {
             .is_some();
         if known {
             let _ = std::fs::remove_file(&temp);
-            return Ok(hash);
+            return Ok((hash, size));
         }
         let name = hex(&hash);
         let shard = self.objects.join(&name[..2]);
@@ -761,7 +847,7 @@ impl Walk<'_> {
         }
         self.written.push(shard.join(&name[2..]));
         self.put(&hash, size, None)?;
-        Ok(hash)
+        Ok((hash, size))
     }
 
     /// Remembers a file's hash for the next save, unless it was modified
@@ -805,11 +891,11 @@ impl WorkspaceHistory for SavedWorkspaces {
         &self,
         task: &TaskId,
         seq: u64,
-        dir: &Path,
+        workspace: OwnedFd,
         rules: &SnapshotRules,
     ) -> SavedWorkspace {
-        let (me, task, dir, rules) = (self.clone(), task.clone(), dir.to_owned(), rules.clone());
-        tokio::task::spawn_blocking(move || me.save_now(&task, seq, &dir, &rules))
+        let (me, task, rules) = (self.clone(), task.clone(), rules.clone());
+        tokio::task::spawn_blocking(move || me.save_now(&task, seq, &workspace, &rules))
             .await
             .unwrap_or_else(|e| unavailable(format!("the save stopped: {e}")))
     }

@@ -433,19 +433,21 @@ impl<'e> TaskRun<'e> {
         let Some(keeper) = self.ctx.config.saved.clone() else {
             return Ok(());
         };
-        let Some(dir) = self.rec.state.head.resources.workspace_path.clone() else {
-            return Ok(());
-        };
         // The point is this event's position: a fork at or after it finds it.
         let seq = self.rec.state.head.last_seq + 1;
-        let workspace = keeper
-            .save(
-                &self.rec.state.head.id,
-                seq,
-                std::path::Path::new(&dir),
-                &self.snapshot,
-            )
-            .await;
+        // The directory the task was given, by its pin, not whatever its
+        // path names now.
+        let workspace = match self.workspace.open() {
+            Ok(dir) => {
+                keeper
+                    .save(&self.rec.state.head.id, seq, dir, &self.snapshot)
+                    .await
+            }
+            Err(changed) => rein_protocol::SavedWorkspace {
+                unavailable: Some(changed.to_string()),
+                ..rein_protocol::SavedWorkspace::default()
+            },
+        };
         if let Some(why) = &workspace.unavailable {
             tracing::warn!(task_id = %self.rec.state.head.id, "{why}");
         }

@@ -67,6 +67,11 @@ fn large_objects(dir: &Path) -> usize {
         .sum()
 }
 
+/// The workspace as the runner hands it over: its directory, open.
+fn open_dir(dir: &Path) -> std::os::fd::OwnedFd {
+    std::fs::File::open(dir).unwrap().into()
+}
+
 fn keeper(dir: &Path) -> SavedWorkspaces {
     SavedWorkspaces::open(&dir.join("saved")).unwrap()
 }
@@ -97,7 +102,9 @@ async fn a_kept_workspace_comes_back_byte_for_byte_with_its_permissions() {
 
     let keeper = keeper(dir.path());
     let task = TaskId::new();
-    let saved = keeper.save(&task, 7, &ws, &SnapshotRules::default()).await;
+    let saved = keeper
+        .save(&task, 7, open_dir(&ws), &SnapshotRules::default())
+        .await;
     assert_eq!(saved.unavailable, None);
     assert_eq!((saved.files, saved.left_out), (4, 0), "{saved:?}");
     assert_eq!(saved.bytes, 6 + 18 + 1 + 300_000);
@@ -143,15 +150,21 @@ async fn what_did_not_change_is_not_stored_again_here_or_for_another_task() {
     write(&ws, "notes.txt", b"one");
     let keeper = keeper(dir.path());
     let (a, b) = (TaskId::new(), TaskId::new());
-    let first = keeper.save(&a, 1, &ws, &SnapshotRules::default()).await;
+    let first = keeper
+        .save(&a, 1, open_dir(&ws), &SnapshotRules::default())
+        .await;
     assert!(first.new_bytes >= first.bytes, "{first:?}");
     // Nothing changed: nothing new, the same tree.
-    let again = keeper.save(&a, 2, &ws, &SnapshotRules::default()).await;
+    let again = keeper
+        .save(&a, 2, open_dir(&ws), &SnapshotRules::default())
+        .await;
     assert_eq!((again.new_bytes, &again.root), (0, &first.root));
     // One file of the same size changed at once (within the file system's
     // clock tick): still seen, by its bytes.
     write(&ws, "notes.txt", b"two");
-    let changed = keeper.save(&a, 3, &ws, &SnapshotRules::default()).await;
+    let changed = keeper
+        .save(&a, 3, open_dir(&ws), &SnapshotRules::default())
+        .await;
     assert_ne!(changed.root, first.root);
     let tree_bytes = changed.new_bytes - 3;
     assert!(
@@ -159,7 +172,9 @@ async fn what_did_not_change_is_not_stored_again_here_or_for_another_task() {
         "only the root's listing is new: {changed:?}"
     );
     // Another task with the same files stores nothing new.
-    let other = keeper.save(&b, 1, &ws, &SnapshotRules::default()).await;
+    let other = keeper
+        .save(&b, 1, open_dir(&ws), &SnapshotRules::default())
+        .await;
     assert_eq!((other.new_bytes, &other.root), (0, &changed.root));
 }
 
@@ -178,7 +193,7 @@ async fn what_the_rules_leave_out_is_said_and_not_kept() {
         max_bytes: None,
     };
     let keeper = keeper(dir.path());
-    let saved = keeper.save(&TaskId::new(), 1, &ws, &rules).await;
+    let saved = keeper.save(&TaskId::new(), 1, open_dir(&ws), &rules).await;
     assert_eq!(saved.excluded, ["*.log", "/build", "target/"], "{saved:?}");
     assert_eq!((saved.left_out, saved.files), (3, 3), "{saved:?}");
     let back = dir.path().join("back");
@@ -202,7 +217,7 @@ async fn what_the_rules_leave_out_is_said_and_not_kept() {
         exclude: vec!["a[".into()],
         max_bytes: None,
     };
-    let refused = keeper.save(&TaskId::new(), 1, &ws, &bad).await;
+    let refused = keeper.save(&TaskId::new(), 1, open_dir(&ws), &bad).await;
     assert!(
         refused
             .unavailable
@@ -223,7 +238,7 @@ async fn a_workspace_over_the_cap_is_not_kept_and_leaves_nothing_behind() {
         exclude: vec![],
         max_bytes: Some(150_000),
     };
-    let saved = keeper.save(&task, 4, &ws, &rules).await;
+    let saved = keeper.save(&task, 4, open_dir(&ws), &rules).await;
     let why = saved.unavailable.clone().unwrap();
     assert!(why.contains("snapshot.max_bytes (150000 bytes)"), "{why}");
     assert_eq!(saved.root, None);
@@ -232,7 +247,9 @@ async fn a_workspace_over_the_cap_is_not_kept_and_leaves_nothing_behind() {
     let objects = dir.path().join("saved/objects");
     assert_eq!(large_objects(dir.path()), 0, "nothing half-kept");
     // Under the cap it is kept; a leftover temporary copy is cleared at open.
-    let kept = keeper.save(&task, 5, &ws, &SnapshotRules::default()).await;
+    let kept = keeper
+        .save(&task, 5, open_dir(&ws), &SnapshotRules::default())
+        .await;
     assert!(kept.root.is_some(), "{kept:?}");
     std::fs::write(objects.join("123-456.tmp"), b"half").unwrap();
     drop(keeper);
@@ -256,8 +273,12 @@ async fn releasing_a_task_deletes_only_what_no_other_point_reaches() {
     write(&two, "own.txt", b"only two");
     let keeper = keeper(dir.path());
     let (a, b) = (TaskId::new(), TaskId::new());
-    let kept_a = keeper.save(&a, 1, &one, &SnapshotRules::default()).await;
-    let kept_b = keeper.save(&b, 1, &two, &SnapshotRules::default()).await;
+    let kept_a = keeper
+        .save(&a, 1, open_dir(&one), &SnapshotRules::default())
+        .await;
+    let kept_b = keeper
+        .save(&b, 1, open_dir(&two), &SnapshotRules::default())
+        .await;
     assert_eq!(large_objects(dir.path()), 2);
     let freed = keeper.release(&a).await.unwrap();
     // Task a's own large file, its own small one and its root listing.
@@ -280,4 +301,85 @@ async fn releasing_a_task_deletes_only_what_no_other_point_reaches() {
     assert!(gone.contains("missing from the keeper"), "{gone}");
     keeper.release(&b).await.unwrap();
     assert_eq!(large_objects(dir.path()), 0);
+}
+
+/// A step that swaps a file for a link to a secret outside the workspace
+/// while rein keeps it, again and again, as a hostile step would: the
+/// secret's bytes never reach the keeper (a link is kept as a link, and a
+/// file is read only through a descriptor that follows none).
+#[tokio::test]
+async fn a_step_swapping_files_for_links_cannot_make_rein_keep_what_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, b"TOP-SECRET-BYTES").unwrap();
+    std::fs::create_dir_all(dir.path().join("outside/deep")).unwrap();
+    std::fs::write(dir.path().join("outside/deep/key"), b"TOP-SECRET-BYTES too").unwrap();
+    let ws = dir.path().join("ws");
+    write(&ws, "f", b"plain");
+    write(&ws, "d/inner", b"inner");
+    // A link present from the start: kept as a link.
+    std::os::unix::fs::symlink(&secret, ws.join("leak")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (ws, secret, outside, stop) = (
+            ws.clone(),
+            secret.clone(),
+            dir.path().join("outside"),
+            stop.clone(),
+        );
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                // The file, then a link to the secret in its place.
+                let _ = std::fs::remove_file(ws.join("f"));
+                let _ = std::os::unix::fs::symlink(&secret, ws.join("f"));
+                let _ = std::fs::remove_file(ws.join("f"));
+                let _ = std::fs::write(ws.join("f"), b"plain");
+                // The directory, then a link to one outside in its place.
+                let _ = std::fs::rename(ws.join("d"), ws.join("d.away"));
+                let _ = std::os::unix::fs::symlink(&outside, ws.join("d"));
+                let _ = std::fs::remove_file(ws.join("d"));
+                let _ = std::fs::rename(ws.join("d.away"), ws.join("d"));
+                n += 1;
+            }
+            n
+        })
+    };
+    let keeper = keeper(dir.path());
+    let task = TaskId::new();
+    let mut kept = 0;
+    for seq in 0..1000 {
+        let saved = keeper
+            .save(&task, seq, open_dir(&ws), &SnapshotRules::default())
+            .await;
+        if let Some(root) = saved.root {
+            kept += 1;
+            let back = dir.path().join(format!("back{seq}"));
+            keeper.restore(&root, &back).await.unwrap();
+            for (path, what, _) in listing(&back) {
+                if what.ends_with("bytes") || what.contains(" bytes ") {
+                    let body = std::fs::read(back.join(&path)).unwrap();
+                    assert!(!body.windows(10).any(|w| w == b"TOP-SECRET"), "{path}");
+                }
+            }
+            assert_eq!(
+                std::fs::read_link(back.join("leak")).unwrap(),
+                secret,
+                "a link is kept as a link"
+            );
+            std::fs::remove_dir_all(&back).unwrap();
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 10 && kept > 0, "{swaps} swaps, {kept} points kept");
+    // Nothing the keeper holds has the secret's bytes.
+    let db = std::fs::read(dir.path().join("saved/objects.db")).unwrap();
+    let wal = std::fs::read(dir.path().join("saved/objects.db-wal")).unwrap_or_default();
+    for bytes in [db, wal] {
+        assert!(
+            !bytes.windows(16).any(|w| w == b"TOP-SECRET-BYTES"),
+            "the secret reached the keeper"
+        );
+    }
 }
