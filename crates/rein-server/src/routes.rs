@@ -694,7 +694,9 @@ pub async fn open_session(
 }
 
 pub async fn not_found() -> ApiError {
-    ApiError::not_found("no such route; the API lives under /admin/ (see the README)")
+    ApiError::not_found(
+        "no such route; the API lives under /admin/ (docs/api.md lists every operation)",
+    )
 }
 
 /// A route that exists, asked with a method it does not take: 405 with the
@@ -704,7 +706,7 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         format!(
-            "{} does not take {method}; the README's table lists what each route takes",
+            "{} does not take {method}; its Allow header says what it takes, and docs/api.md lists every operation",
             uri.path()
         ),
     )
