@@ -801,6 +801,26 @@ impl Engine {
         Ok(())
     }
 
+    /// A task's state as of event `seq`: the fold of its log up to and
+    /// including it.
+    pub async fn state_at(&self, id: &TaskId, seq: u64) -> Result<TaskState> {
+        let summary = self.summary(id).await?;
+        if seq == 0 || seq > summary.last_seq {
+            return Err(EngineError::BadRequest(format!(
+                "task {id} has no event {seq}: its log runs from 1 to {}",
+                summary.last_seq
+            )));
+        }
+        let events = self
+            .store
+            .events(id, 0, usize::try_from(seq).unwrap_or(usize::MAX))
+            .await?;
+        fold::fold(&events).map_err(|error| EngineError::Corrupt {
+            task_id: id.clone(),
+            error,
+        })
+    }
+
     /// A task's history: the points of its log, with its agent steps' turns
     /// from their journals.
     pub async fn history(&self, id: &TaskId) -> Result<rein_protocol::History> {

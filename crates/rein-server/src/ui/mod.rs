@@ -16,6 +16,7 @@
 //! back/forward cache do not use up its connections to the server.
 
 mod graph;
+mod history;
 mod pages;
 mod states;
 mod system;
@@ -48,6 +49,9 @@ pub fn router() -> Router<AppState> {
         .route("/ui/tasks/{id}", get(pages::task))
         .route("/ui/tasks/{id}/body", get(pages::task_body))
         .route("/ui/tasks/{id}/control", post(pages::control))
+        .route("/ui/tasks/{id}/history", get(history::history))
+        .route("/ui/tasks/{id}/history/body", get(history::history_body))
+        .route("/ui/tasks/{id}/history/{seq}", get(history::point))
         .route("/ui/snapshots/{id}/restore", post(pages::restore))
         .route("/ui/approvals", get(pages::approvals))
         .route("/ui/approvals/list", get(pages::approvals_list))

@@ -774,6 +774,115 @@ async fn ui_pages_may_not_be_framed_and_run_no_inline_script() {
     }
 }
 
+/// The Control UI's timeline of a task: every point of its history, one
+/// kind at a time on request, each opening onto the state as of it.
+#[tokio::test]
+async fn a_tasks_timeline_lists_its_points_and_opens_each_onto_the_state_there() {
+    let api = api();
+    let r = api
+        .submit(plan(json!([
+            command("first", "true"),
+            { "id": "second", "checkpoint": "task_exec", "depends_on": ["first"],
+              "action": { "kind": "command", "run": "true" } }
+        ])))
+        .await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    api.reaches(&id, "completed").await;
+    let login = Request::post("/auth/session")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(json!({ "token": VIEWER }).to_string()))
+        .unwrap();
+    let cookie = api.send(login).await.headers[header::SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let get = |path: String| {
+        let cookie = cookie.clone();
+        let api = &api;
+        async move {
+            api.send(
+                Request::get(path)
+                    .header(header::COOKIE, cookie)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    let history = api
+        .call(
+            Method::GET,
+            &format!("/admin/tasks/{id}/history"),
+            Some(VIEWER),
+            None,
+        )
+        .await
+        .body;
+    let points = history["points"].as_array().unwrap();
+    let page = get(format!("/ui/tasks/{id}/history")).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    assert_eq!(
+        page.text.matches("<li data-seq=").count(),
+        points.len(),
+        "one row a point: {}",
+        page.text
+    );
+    // The task's page links to it.
+    let task = get(format!("/ui/tasks/{id}")).await;
+    assert!(
+        task.text
+            .contains(&format!("href=\"/ui/tasks/{id}/history\"")),
+        "{}",
+        task.text
+    );
+    // One kind.
+    let finished = get(format!("/ui/tasks/{id}/history?kind=step_finished")).await;
+    assert_eq!(
+        finished.text.matches("<li data-seq=").count(),
+        2,
+        "{}",
+        finished.text
+    );
+    assert!(!finished.text.contains("data-kind=\"step_started\""));
+    let odd = get(format!("/ui/tasks/{id}/history?kind=lunch")).await;
+    assert_eq!(odd.status, StatusCode::BAD_REQUEST);
+    assert!(odd.text.contains("step_finished"), "{}", odd.text);
+    // As of the second step's start: the first completed, the second not.
+    let second = points
+        .iter()
+        .find(|p| p["kind"] == "step_started" && p["step_id"] == "second")
+        .unwrap();
+    let seq = second["seq"].as_u64().unwrap();
+    let there = get(format!("/ui/tasks/{id}/history/{seq}")).await;
+    assert_eq!(there.status, StatusCode::OK, "{}", there.text);
+    assert!(
+        there.text.contains("data-status=\"in_progress\""),
+        "{}",
+        there.text
+    );
+    assert!(
+        there.text.contains("<dt>completed</dt><dd>first</dd>"),
+        "{}",
+        there.text
+    );
+    let end = get(format!("/ui/tasks/{id}/history/{}", history["last_seq"])).await;
+    assert!(
+        end.text.contains("data-status=\"completed\""),
+        "{}",
+        end.text
+    );
+    let past = get(format!(
+        "/ui/tasks/{id}/history/{}",
+        history["last_seq"].as_u64().unwrap() + 1
+    ))
+    .await;
+    assert_eq!(past.status, StatusCode::BAD_REQUEST);
+    assert!(past.text.contains("has no event"), "{}", past.text);
+}
+
 #[tokio::test]
 async fn pause_and_abort_over_the_api() {
     let api = api();

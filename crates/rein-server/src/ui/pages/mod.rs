@@ -487,6 +487,7 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
         p.meta {
             (status_badge(head.status)) " "
             small.id { (head.id) } " · session " (head.session_id)
+            " · " a.history href={"/ui/tasks/" (id) "/history"} { "history" }
         }
         @if let Some(error) = &head.error {
             p.error { (error) }

@@ -1,0 +1,183 @@
+//! A task's history as a timeline (`/ui/tasks/{id}/history`): every point
+//! `GET /admin/tasks/{id}/history` lists, newest last, narrowed to one kind
+//! by a link, each opening onto the task's state as of that point (the fold
+//! of its log up to there, `/ui/tasks/{id}/history/{seq}`, fetched when
+//! opened).
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use rein_protocol::{HistoryKind, TaskId, TaskState};
+use serde::Deserialize;
+
+use super::{Refusal, User, engine_refusal, live, opt_time, page, parse_id};
+use crate::AppState;
+
+/// The kinds a person narrows the timeline to, in the order offered.
+const KINDS: [HistoryKind; 9] = [
+    HistoryKind::TaskCreated,
+    HistoryKind::TaskStarted,
+    HistoryKind::TaskPaused,
+    HistoryKind::TaskEnded,
+    HistoryKind::Checkpoint,
+    HistoryKind::StepStarted,
+    HistoryKind::StepFinished,
+    HistoryKind::ApprovalDecided,
+    HistoryKind::AgentTurn,
+];
+
+#[derive(Debug, Default, Deserialize)]
+pub struct KindQuery {
+    #[serde(default)]
+    kind: Option<String>,
+}
+
+/// The kind `?kind=` names, or a refusal naming the kinds there are.
+fn kind_of(query: &KindQuery) -> Result<Option<HistoryKind>, Refusal> {
+    match query.kind.as_deref().filter(|k| !k.is_empty()) {
+        None => Ok(None),
+        Some(named) => KINDS
+            .into_iter()
+            .find(|k| k.as_str() == named)
+            .map(Some)
+            .ok_or_else(|| {
+                let known: Vec<&str> = KINDS.iter().map(|k| k.as_str()).collect();
+                Refusal(
+                    axum::http::StatusCode::BAD_REQUEST,
+                    format!(
+                        "no points are of kind `{named}`; the kinds are {}",
+                        known.join(", ")
+                    ),
+                )
+            }),
+    }
+}
+
+pub async fn history(
+    State(state): State<AppState>,
+    user: User,
+    Path(id): Path<String>,
+    Query(query): Query<KindQuery>,
+) -> Response {
+    let id = match parse_id::<TaskId>(&id) {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(),
+    };
+    let kind = match kind_of(&query) {
+        Ok(kind) => kind,
+        Err(refused) => return refused.into_response(),
+    };
+    let source = match kind {
+        Some(k) => format!("/ui/tasks/{id}/history/body?kind={}", k.as_str()),
+        None => format!("/ui/tasks/{id}/history/body"),
+    };
+    let body = html! {
+        h1 { "History of " a href={"/ui/tasks/" (id)} { (id) } }
+        nav.kinds aria-label="kinds" {
+            a href={"/ui/tasks/" (id) "/history"} aria-current=[kind.is_none().then_some("page")] { "all" }
+            @for k in KINDS {
+                " " a href={"/ui/tasks/" (id) "/history?kind=" (k.as_str())}
+                    aria-current=[(kind == Some(k)).then_some("page")] { (k.as_str().replace('_', " ")) }
+            }
+        }
+        (live("history", &source, timeline(&state, &id, kind).await))
+    };
+    page(&user, &format!("History of {id}"), body).into_response()
+}
+
+pub async fn history_body(
+    State(state): State<AppState>,
+    _user: User,
+    Path(id): Path<String>,
+    Query(query): Query<KindQuery>,
+) -> Response {
+    let id = match parse_id::<TaskId>(&id) {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(),
+    };
+    match kind_of(&query) {
+        Ok(kind) => timeline(&state, &id, kind).await.into_response(),
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// The points, oldest first: each a row that opens onto the state there.
+async fn timeline(state: &AppState, id: &TaskId, kind: Option<HistoryKind>) -> Markup {
+    let history = match state.engine.history(id).await {
+        Ok(h) => h,
+        Err(e) => {
+            let e = crate::error::ApiError::from(e);
+            return html! { p.error { (e.message) } };
+        }
+    };
+    let points: Vec<_> = history
+        .points
+        .iter()
+        .filter(|p| kind.is_none_or(|k| p.kind == k))
+        .collect();
+    html! {
+        p.meta { (history.status.as_str()) " · " (history.points.len()) " points · log at event " (history.last_seq) }
+        @if points.is_empty() {
+            p { "No points of this kind." }
+        }
+        ol.timeline {
+            @for p in points {
+                li data-seq=(p.seq) data-kind=(p.kind.as_str()) {
+                    details {
+                        summary {
+                            span.seq { "#" (p.seq) } " "
+                            (opt_time(p.at.as_ref())) " "
+                            span class={"badge k-" (p.kind.as_str())} { (p.kind.as_str().replace('_', " ")) } " "
+                            (p.description)
+                        }
+                        div hx-get={"/ui/tasks/" (id) "/history/" (p.seq)} hx-trigger="toggle from:closest details once" hx-swap="innerHTML" {
+                            small { "the state as of event " (p.seq) "…" }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The task's state as of event `seq`: the fold of its log up to there.
+pub async fn point(
+    State(state): State<AppState>,
+    _user: User,
+    Path((id, seq)): Path<(String, u64)>,
+) -> Response {
+    let id = match parse_id::<TaskId>(&id) {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(),
+    };
+    match state.engine.state_at(&id, seq).await {
+        Ok(at) => as_of(&at).into_response(),
+        Err(e) => engine_refusal(e),
+    }
+}
+
+fn as_of(task: &TaskState) -> Markup {
+    let context = &task.head.context;
+    html! {
+        dl.as-of data-status=(task.status().as_str()) {
+            dt { "status" } dd { (task.status().as_str()) }
+            dt { "completed" } dd { (context.completed_steps.join(", ")) }
+            dt { "pending" } dd { (context.pending_steps.join(", ")) }
+            @if let Some(why) = &context.blocked_reason { dt { "blocked" } dd { (why) } }
+            @if let Some(error) = &task.head.error { dt { "error" } dd { (error) } }
+        }
+        table.checkpoints {
+            thead { tr { th { "step" } th { "checkpoint" } th { "attempt" } th { "status" } } }
+            tbody {
+                @for cp in &task.checkpoints {
+                    tr data-checkpoint=(cp.id) {
+                        td { (cp.step_id.as_deref().unwrap_or("—")) }
+                        td { (cp.kind.as_str()) }
+                        td { (cp.attempt) }
+                        td { (cp.status.as_str()) }
+                    }
+                }
+            }
+        }
+    }
+}
