@@ -2,21 +2,12 @@
 //! measured in release builds, not asserted here).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[test]
-fn steps_prints_one_json_line_with_the_promised_fields() {
-    let dir = tempfile::tempdir().unwrap();
+/// The one JSON line `rein-bench ARGS --dir DIR` prints, once it succeeded.
+fn line_of(args: &[&str], dir: &std::path::Path) -> serde_json::Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
-        .args([
-            "steps",
-            "--tasks",
-            "3",
-            "--steps",
-            "20",
-            "--ceiling-commits",
-            "20",
-            "--dir",
-        ])
-        .arg(dir.path())
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
         .output()
         .unwrap();
     assert!(
@@ -26,7 +17,24 @@ fn steps_prints_one_json_line_with_the_promised_fields() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
-    let line: serde_json::Value = serde_json::from_str(&text).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[test]
+fn steps_prints_one_json_line_with_the_promised_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = line_of(
+        &[
+            "steps",
+            "--tasks",
+            "3",
+            "--steps",
+            "20",
+            "--ceiling-commits",
+            "20",
+        ],
+        dir.path(),
+    );
     assert_eq!(line["total_steps"], 60);
     // Every write is counted: one per step, plus the task's start and the
     // run's take of its control requests; the last step's result shares the
@@ -96,17 +104,10 @@ fn steps_with_runs_reports_the_median_of_each_figure_and_every_run() {
 #[test]
 fn approvals_reports_latency_and_memory_with_tasks_paused() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
-        .args(["approvals", "--decisions", "5", "--paused", "20", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let line = line_of(
+        &["approvals", "--decisions", "5", "--paused", "20"],
+        dir.path(),
     );
-    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(line["paused_tasks"], 20);
     assert_eq!(line["pending_requests"], 20);
     assert!(line["decision_to_next_step_p50_ms"].as_f64().unwrap() > 0.0);
@@ -136,8 +137,8 @@ fn goal_times_a_decomposition_answer_to_the_first_step() {
 #[test]
 fn saved_times_a_save_with_one_file_changed_and_measures_the_growth() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
-        .args([
+    let line = line_of(
+        &[
             "saved",
             "--files",
             "200",
@@ -147,17 +148,9 @@ fn saved_times_a_save_with_one_file_changed_and_measures_the_growth() {
             "20",
             "--saves",
             "3",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        dir.path(),
     );
-    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for field in [
         "first_save_ms",
         "one_file_changed_p50_ms",

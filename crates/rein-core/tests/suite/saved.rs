@@ -57,6 +57,8 @@ struct Ran {
     engine: Arc<rein_core::Engine>,
     keeper: Arc<SavedWorkspaces>,
     done: rein_protocol::TaskState,
+    /// Its kept workspaces, as [`saves`] reads them from its log.
+    kept: Vec<(Option<String>, SavedWorkspace, u64)>,
 }
 
 async fn run(plan: TaskDecomposition) -> Ran {
@@ -81,10 +83,18 @@ async fn run(plan: TaskDecomposition) -> Ran {
         .run(created.id(), RunOptions::default())
         .await
         .unwrap();
+    assert_eq!(
+        done.status(),
+        TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    let events = t.engine.events(done.id(), 0, usize::MAX).await.unwrap();
     Ran {
         _dir: dir,
         engine: t.engine,
         keeper,
+        kept: saves(&events, &done),
         done,
     }
 }
@@ -107,16 +117,9 @@ async fn each_step_that_can_change_files_keeps_the_workspace_it_left() {
         engine,
         keeper,
         done,
+        kept,
         ..
     } = run(plan).await;
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
-    let events = engine.events(done.id(), 0, usize::MAX).await.unwrap();
-    let kept = saves(&events, &done);
     let steps: Vec<Option<&str>> = kept.iter().map(|(s, _, _)| s.as_deref()).collect();
     // As the run took the task up, then after each command; not after the
     // no-op, which cannot change a file.
@@ -188,15 +191,7 @@ async fn a_workspace_that_cannot_be_kept_is_said_and_the_step_goes_on() {
         exclude: vec![],
         max_bytes: Some(4),
     });
-    let Ran { engine, done, .. } = run(plan).await;
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
-    let events = engine.events(done.id(), 0, usize::MAX).await.unwrap();
-    let kept = saves(&events, &done);
+    let Ran { kept, .. } = run(plan).await;
     assert_eq!(kept.len(), 2, "{kept:?}");
     let why = kept[1].1.unavailable.clone().unwrap();
     assert!(why.contains("snapshot.max_bytes (4 bytes)"), "{why}");

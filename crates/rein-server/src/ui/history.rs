@@ -53,18 +53,19 @@ fn kind_of(query: &KindQuery) -> Result<Option<HistoryKind>, Refusal> {
     }
 }
 
+/// The task and the kind a request names.
+fn asked(id: &str, query: &KindQuery) -> Result<(TaskId, Option<HistoryKind>), Refusal> {
+    Ok((parse_id::<TaskId>(id)?, kind_of(query)?))
+}
+
 pub async fn history(
     State(state): State<AppState>,
     user: User,
     Path(id): Path<String>,
     Query(query): Query<KindQuery>,
 ) -> Response {
-    let id = match parse_id::<TaskId>(&id) {
-        Ok(id) => id,
-        Err(refused) => return refused.into_response(),
-    };
-    let kind = match kind_of(&query) {
-        Ok(kind) => kind,
+    let (id, kind) = match asked(&id, &query) {
+        Ok(asked) => asked,
         Err(refused) => return refused.into_response(),
     };
     let source = match kind {
@@ -91,12 +92,8 @@ pub async fn history_body(
     Path(id): Path<String>,
     Query(query): Query<KindQuery>,
 ) -> Response {
-    let id = match parse_id::<TaskId>(&id) {
-        Ok(id) => id,
-        Err(refused) => return refused.into_response(),
-    };
-    match kind_of(&query) {
-        Ok(kind) => timeline(&state, &id, kind).await.into_response(),
+    match asked(&id, &query) {
+        Ok((id, kind)) => timeline(&state, &id, kind).await.into_response(),
         Err(refused) => refused.into_response(),
     }
 }

@@ -103,6 +103,21 @@ impl Api {
         .await
     }
 
+    /// A browser session's cookie (`name=value`) for `token`.
+    async fn signed_in(&self, token: &str) -> String {
+        let login = Request::post("/auth/session")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(json!({ "token": token }).to_string()))
+            .unwrap();
+        self.send(login).await.headers[header::SET_COOKIE]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned()
+    }
+
     /// Waits until the task is in `status`.
     async fn reaches(&self, id: &str, status: &str) {
         for _ in 0..500 {
@@ -728,17 +743,7 @@ async fn a_callers_plan_reaches_host_directories_only_inside_the_servers_roots()
 #[tokio::test]
 async fn ui_pages_may_not_be_framed_and_run_no_inline_script() {
     let api = api();
-    let login = Request::post("/auth/session")
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({ "token": VIEWER }).to_string()))
-        .unwrap();
-    let cookie = api.send(login).await.headers[header::SET_COOKIE]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = api.signed_in(VIEWER).await;
     for (path, signed_in) in [
         ("/ui/login", false),
         ("/ui/tasks", false),
@@ -788,17 +793,7 @@ async fn a_tasks_timeline_lists_its_points_and_opens_each_onto_the_state_there()
         .await;
     let id = r.body["task"]["id"].as_str().unwrap().to_owned();
     api.reaches(&id, "completed").await;
-    let login = Request::post("/auth/session")
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(json!({ "token": VIEWER }).to_string()))
-        .unwrap();
-    let cookie = api.send(login).await.headers[header::SET_COOKIE]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = api.signed_in(VIEWER).await;
     let get = |path: String| {
         let cookie = cookie.clone();
         let api = &api;
