@@ -100,8 +100,21 @@ pub struct SavedWorkspaces {
 struct Inner {
     objects: PathBuf,
     conn: Mutex<Connection>,
-    caches: Mutex<HashMap<TaskId, Arc<Mutex<Cache>>>>,
+    caches: Mutex<Caches>,
 }
+
+/// The remembered stamps of the tasks saved most recently, each with when it
+/// was last used: a server that runs task after task keeps at most
+/// [`CACHED_TASKS`] of them, and a task whose were let go reads its files
+/// again at its next save.
+#[derive(Default)]
+struct Caches {
+    by_task: HashMap<TaskId, (u64, Arc<Mutex<Cache>>)>,
+    uses: u64,
+}
+
+/// How many tasks' remembered stamps are kept.
+const CACHED_TASKS: usize = 64;
 
 impl std::fmt::Debug for SavedWorkspaces {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -268,6 +281,11 @@ fn hex(hash: &Hash) -> String {
     out
 }
 
+/// A kept tree's address, as events and callers name it: `sha256:<hex>`.
+fn address(hash: &Hash) -> String {
+    format!("sha256:{}", hex(hash))
+}
+
 fn unhex(text: &str) -> Result<Hash, String> {
     let text = text.strip_prefix("sha256:").unwrap_or(text);
     if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -329,7 +347,7 @@ impl SavedWorkspaces {
             inner: Arc::new(Inner {
                 objects,
                 conn: Mutex::new(conn),
-                caches: Mutex::new(HashMap::new()),
+                caches: Mutex::new(Caches::default()),
             }),
         })
     }
@@ -340,7 +358,21 @@ impl SavedWorkspaces {
             .caches
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Arc::clone(caches.entry(task.clone()).or_default())
+        caches.uses += 1;
+        let now = caches.uses;
+        if !caches.by_task.contains_key(task) && caches.by_task.len() >= CACHED_TASKS {
+            let oldest = caches
+                .by_task
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                caches.by_task.remove(&oldest);
+            }
+        }
+        let (used, cache) = caches.by_task.entry(task.clone()).or_default();
+        *used = now;
+        Arc::clone(cache)
     }
 
     /// The root of task `task`'s last point at or before `seq`.
@@ -359,7 +391,7 @@ impl SavedWorkspaces {
         .map(|found| {
             found.and_then(|(seq, root)| {
                 let hash: Hash = root.try_into().ok()?;
-                Some((u64::try_from(seq).unwrap_or(0), format!("sha256:{}", hex(&hash))))
+                Some((u64::try_from(seq).unwrap_or(0), address(&hash)))
             })
         })
     }
@@ -382,7 +414,7 @@ impl SavedWorkspaces {
         };
         let tx = match conn.transaction() {
             Ok(tx) => tx,
-            Err(e) => return unavailable(format!("the keeper's database: {e}")),
+            Err(e) => return unavailable(db(e)),
         };
         cache.saves += 1;
         let settled = SystemTime::now()
@@ -416,9 +448,8 @@ impl SavedWorkspaces {
                     root.as_slice()
                 ],
             )
-            .map_err(|e| format!("the keeper's database: {e}"))?;
-            tx.commit()
-                .map_err(|e| format!("the keeper's database: {e}"))?;
+            .map_err(db)?;
+            tx.commit().map_err(db)?;
             Ok(root)
         });
         match committed {
@@ -426,7 +457,7 @@ impl SavedWorkspaces {
                 // Files gone since are forgotten.
                 let now = cache.saves;
                 cache.files.retain(|_, (_, _, seen)| *seen == now);
-                saved.root = Some(format!("sha256:{}", hex(&root)));
+                saved.root = Some(address(&root));
                 saved.excluded = matched.into_iter().collect();
                 saved
             }
@@ -534,6 +565,7 @@ impl SavedWorkspaces {
             .caches
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .by_task
             .remove(task);
         let mut conn = self.inner.lock();
         let tx = conn.transaction().map_err(|e| e.to_string())?;
@@ -912,5 +944,35 @@ impl WorkspaceHistory for SavedWorkspaces {
         tokio::task::spawn_blocking(move || me.release_now(&task))
             .await
             .map_err(|e| format!("the release stopped: {e}"))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_long_run_of_tasks_keeps_the_stamps_of_the_most_recent_few() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(ws.join("f"), b"kept").unwrap();
+        let keeper = SavedWorkspaces::open(&dir.path().join("saved")).unwrap();
+        let tasks: Vec<TaskId> = (0..CACHED_TASKS + 6).map(|_| TaskId::new()).collect();
+        let mut roots = BTreeSet::new();
+        for task in &tasks {
+            let fd: OwnedFd = std::fs::File::open(&ws).unwrap().into();
+            let saved = keeper.save_now(task, 1, &fd, &SnapshotRules::default());
+            roots.insert(saved.root.unwrap());
+        }
+        let caches = keeper.inner.caches.lock().unwrap();
+        assert_eq!(caches.by_task.len(), CACHED_TASKS);
+        // The oldest went first; the newest are there.
+        assert!(!caches.by_task.contains_key(&tasks[0]));
+        assert!(caches.by_task.contains_key(tasks.last().unwrap()));
+        // Every task kept the same workspace, however its stamps fared.
+        assert_eq!(roots.len(), 1);
     }
 }
