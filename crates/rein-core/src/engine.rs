@@ -828,7 +828,12 @@ impl Engine {
         let events = self.store.events(id, 0, usize::MAX).await?;
         let plan = self.plan(id).await?;
         let mut journals = Vec::new();
-        for step in &plan.steps {
+        // Only agent steps keep a journal (the runner gives no other one).
+        let agents = plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s.action, rein_protocol::StepAction::Agent { .. }));
+        for step in agents {
             let entries = self.store.load_journal(id, &step.id).await?;
             if !entries.is_empty() {
                 journals.push((step.id.clone(), entries));

@@ -32,17 +32,7 @@ pub fn points(events: &[HarnessEvent], journals: &[(String, Vec<Value>)]) -> Vec
     // Where each step's turns go: after its latest start.
     let mut turns_at: HashMap<String, usize> = HashMap::new();
     for event in events {
-        let point = |kind, description: String| HistoryPoint {
-            seq: event.seq,
-            at: Some(event.timestamp),
-            kind,
-            step_id: None,
-            attempt: None,
-            checkpoint_id: None,
-            turn: None,
-            journal_entries: None,
-            description,
-        };
+        let point = |kind, description| point(event, kind, description);
         match &event.change {
             TaskChange::TaskCreated { description, .. } => {
                 out.push(point(
@@ -282,19 +272,32 @@ fn settled(
             ));
         }
         None => out.push(HistoryPoint {
-            seq: event.seq,
-            at: Some(event.timestamp),
-            kind: HistoryKind::Checkpoint,
-            step_id: None,
-            attempt: None,
             checkpoint_id: Some(checkpoint_id.clone()),
-            turn: None,
-            journal_entries: None,
-            description: format!("{} {how}", cp.kind.as_str()),
+            ..point(
+                event,
+                HistoryKind::Checkpoint,
+                format!("{} {how}", cp.kind.as_str()),
+            )
         }),
     }
 }
 
+/// The point `event` makes, of `kind`, said as `description`.
+fn point(event: &HarnessEvent, kind: HistoryKind, description: String) -> HistoryPoint {
+    HistoryPoint {
+        seq: event.seq,
+        at: Some(event.timestamp),
+        kind,
+        step_id: None,
+        attempt: None,
+        checkpoint_id: None,
+        turn: None,
+        journal_entries: None,
+        description,
+    }
+}
+
+/// The point `event` makes for an attempt of `step`.
 fn step_point(
     event: &HarnessEvent,
     kind: HistoryKind,
@@ -304,15 +307,10 @@ fn step_point(
     description: String,
 ) -> HistoryPoint {
     HistoryPoint {
-        seq: event.seq,
-        at: Some(event.timestamp),
-        kind,
         step_id: Some(step.to_owned()),
         attempt: Some(attempt),
         checkpoint_id: Some(checkpoint_id.clone()),
-        turn: None,
-        journal_entries: None,
-        description,
+        ..point(event, kind, description)
     }
 }
 

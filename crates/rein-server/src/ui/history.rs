@@ -2,12 +2,13 @@
 //! `GET /admin/tasks/{id}/history` lists, newest last, narrowed to one kind
 //! by a link, each opening onto the task's state as of that point (the fold
 //! of its log up to there, `/ui/tasks/{id}/history/{seq}`, fetched when
-//! opened).
+//! opened). The list is live while the task is unfinished; a refresh then
+//! closes a point that was open.
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
-use rein_protocol::{HistoryKind, TaskId, TaskState};
+use rein_protocol::{History, HistoryKind, TaskId, TaskState};
 use serde::Deserialize;
 
 use super::{Refusal, User, engine_refusal, live, opt_time, page, parse_id};
@@ -68,9 +69,20 @@ pub async fn history(
         Ok(asked) => asked,
         Err(refused) => return refused.into_response(),
     };
-    let source = match kind {
-        Some(k) => format!("/ui/tasks/{id}/history/body?kind={}", k.as_str()),
-        None => format!("/ui/tasks/{id}/history/body"),
+    let history = match state.engine.history(&id).await {
+        Ok(history) => history,
+        Err(e) => return engine_refusal(e),
+    };
+    let rows = timeline(&id, &history, kind);
+    // A finished task's history no longer moves: nothing to fetch again.
+    let rows = if history.status.is_terminal() {
+        html! { div #history { (rows) } }
+    } else {
+        let source = match kind {
+            Some(k) => format!("/ui/tasks/{id}/history/body?kind={}", k.as_str()),
+            None => format!("/ui/tasks/{id}/history/body"),
+        };
+        live("history", &source, rows)
     };
     let body = html! {
         h1 { "History of " a href={"/ui/tasks/" (id)} { (id) } }
@@ -81,7 +93,7 @@ pub async fn history(
                     aria-current=[(kind == Some(k)).then_some("page")] { (k.as_str().replace('_', " ")) }
             }
         }
-        (live("history", &source, timeline(&state, &id, kind).await))
+        (rows)
     };
     page(&user, &format!("History of {id}"), body).into_response()
 }
@@ -92,21 +104,18 @@ pub async fn history_body(
     Path(id): Path<String>,
     Query(query): Query<KindQuery>,
 ) -> Response {
-    match asked(&id, &query) {
-        Ok((id, kind)) => timeline(&state, &id, kind).await.into_response(),
-        Err(refused) => refused.into_response(),
+    let (id, kind) = match asked(&id, &query) {
+        Ok(asked) => asked,
+        Err(refused) => return refused.into_response(),
+    };
+    match state.engine.history(&id).await {
+        Ok(history) => timeline(&id, &history, kind).into_response(),
+        Err(e) => engine_refusal(e),
     }
 }
 
 /// The points, oldest first: each a row that opens onto the state there.
-async fn timeline(state: &AppState, id: &TaskId, kind: Option<HistoryKind>) -> Markup {
-    let history = match state.engine.history(id).await {
-        Ok(h) => h,
-        Err(e) => {
-            let e = crate::error::ApiError::from(e);
-            return html! { p.error { (e.message) } };
-        }
-    };
+fn timeline(id: &TaskId, history: &History, kind: Option<HistoryKind>) -> Markup {
     let points: Vec<_> = history
         .points
         .iter()

@@ -825,6 +825,11 @@ async fn a_tasks_timeline_lists_its_points_and_opens_each_onto_the_state_there()
         "one row a point: {}",
         page.text
     );
+    // A finished task's history no longer moves: it is not fetched again.
+    assert!(page.text.contains("<div id=\"history\">"), "{}", page.text);
+    assert!(!page.text.contains("/history/body"), "{}", page.text);
+    let unknown = get("/ui/tasks/task_01ARZ3NDEKTSV4RRFFQ69G5FAV/history".to_owned()).await;
+    assert_eq!(unknown.status, StatusCode::NOT_FOUND, "{}", unknown.text);
     // The task's page links to it.
     let task = get(format!("/ui/tasks/{id}")).await;
     assert!(
@@ -842,6 +847,14 @@ async fn a_tasks_timeline_lists_its_points_and_opens_each_onto_the_state_there()
         finished.text
     );
     assert!(!finished.text.contains("data-kind=\"step_started\""));
+    // What a live timeline fetches again: the same rows.
+    let body = get(format!("/ui/tasks/{id}/history/body?kind=step_finished")).await;
+    assert_eq!(
+        body.text.matches("<li data-seq=").count(),
+        2,
+        "{}",
+        body.text
+    );
     let odd = get(format!("/ui/tasks/{id}/history?kind=lunch")).await;
     assert_eq!(odd.status, StatusCode::BAD_REQUEST);
     assert!(odd.text.contains("step_finished"), "{}", odd.text);
