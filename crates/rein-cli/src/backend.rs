@@ -167,6 +167,7 @@ impl Backend {
             created_to: filter.created_to.map(|t| t.to_rfc3339()),
             limit: filter.limit,
             cursor: filter.cursor.clone(),
+            forked_from: filter.forked_from.as_ref().map(|t| t.to_string()),
         };
         Ok(self.client.call::<op::ListTasks>(&(), &query, &()).await?)
     }

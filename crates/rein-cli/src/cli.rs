@@ -733,6 +733,13 @@ pub enum TasksCommand {
     },
     /// Resume unfinished tasks from their last completed checkpoint.
     Resume(ResumeArgs),
+    /// Fork a task from a point of its history (see `rein tasks history`):
+    /// a new task with the task's state and workspace as they were there,
+    /// which then runs the rest of the plan. The task itself is not changed.
+    Fork(ForkArgs),
+    /// Run a failed task again: fork it just before its first failed step,
+    /// and run the fork.
+    Retry(RetryArgs),
     /// Pause a task: its runner starts no more steps and pauses once running ones end.
     Pause {
         id: String,
@@ -785,8 +792,60 @@ pub struct ListArgs {
     /// Continue after a previous page (its `next_cursor`).
     #[arg(long)]
     pub cursor: Option<String>,
+    /// Only the forks of this task.
+    #[arg(long, value_name = "ID")]
+    pub forked_from: Option<String>,
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("point").required(true).args(["before", "after", "at"])))]
+pub struct ForkArgs {
+    /// The task to fork.
+    pub id: String,
+    /// Just before this step's first attempt started.
+    #[arg(long, value_name = "STEP")]
+    pub before: Option<String>,
+    /// Just after this step completed.
+    #[arg(long, value_name = "STEP")]
+    pub after: Option<String>,
+    /// As of this event of the task's log (a point's `seq` in its history).
+    #[arg(long, value_name = "SEQ")]
+    pub at: Option<u64>,
+    /// With --at the event an agent step started at: its session goes on
+    /// after this many of its turns.
+    #[arg(long, value_name = "N", requires = "at")]
+    pub turn: Option<u32>,
+    #[command(flatten)]
+    pub changes: ForkChanges,
+}
+
+#[derive(Debug, Args)]
+pub struct RetryArgs {
+    /// The failed task.
+    pub id: String,
+    #[command(flatten)]
+    pub changes: ForkChanges,
+}
+
+/// What a fork changes, and how it is run.
+#[derive(Debug, Args)]
+pub struct ForkChanges {
+    /// An empty directory for the fork's workspace (default: a new one
+    /// under the data directory).
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<std::path::PathBuf>,
+    /// A step's field for the fork, as STEP.FIELD=VALUE (repeatable): for
+    /// example `draft.model=other-model` or `build.run='make test'`. VALUE
+    /// is read as JSON when it is JSON, else as text.
+    #[arg(long = "set", value_name = "STEP.FIELD=VALUE")]
+    pub set: Vec<String>,
+    /// Exit 3 as soon as the fork waits for a person, instead of waiting for the answer.
+    #[arg(long)]
+    pub no_wait: bool,
+    #[command(flatten)]
+    pub output: RunOutput,
 }
 
 #[derive(Debug, Args)]

@@ -69,6 +69,20 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
         } => {
             format!("task restored from snapshot {snapshot_id} of {from_task_id}")
         }
+        TaskChange::TaskForked {
+            from, workspace, ..
+        } => {
+            let turn = from
+                .turn
+                .map(|n| format!(" after turn {n}"))
+                .unwrap_or_default();
+            format!(
+                "task forked from {} at event {}{turn}; {}",
+                from.task_id,
+                from.seq,
+                workspace.describe()
+            )
+        }
         TaskChange::TaskStarted { .. } => "task started".to_owned(),
         TaskChange::TaskResumed { rerun, skip, .. } => {
             let mut s = "task resumed".to_owned();
@@ -345,6 +359,16 @@ pub fn task_details(state: &TaskState) -> String {
     ));
     if let Some(ws) = &h.resources.workspace_path {
         out.push_str(&format!("  workspace {ws}\n"));
+    }
+    if let Some(from) = &h.forked_from {
+        let turn = from
+            .turn
+            .map(|n| format!(", after turn {n}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  forked from {} at event {}{turn} (rein tasks history {})\n",
+            from.task_id, from.seq, from.task_id
+        ));
     }
     if let Some(phase) = state.phase() {
         out.push_str(&format!("  reached {}\n", phase.label()));

@@ -1005,7 +1005,7 @@ fn cancel_interrupted(rec: &mut Recorder, by: &str) -> Result<()> {
 
 /// Gives a copied state's checkpoints ids of their own (checkpoint ids are unique
 /// across tasks), remembering in each the id it was copied from.
-fn fresh_checkpoint_ids(mut state: TaskState) -> TaskState {
+pub(crate) fn fresh_checkpoint_ids(mut state: TaskState) -> TaskState {
     for cp in &mut state.checkpoints {
         let fresh = CheckpointId::new();
         if state.head.current_checkpoint.as_ref() == Some(&cp.id) {

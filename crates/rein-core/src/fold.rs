@@ -108,6 +108,7 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
                 parent_span_id: event.parent_span_id.clone(),
                 runner: None,
                 restored_from: None,
+                forked_from: None,
                 last_seq: 1,
                 created_at: event.timestamp,
                 updated_at: event.timestamp,
@@ -126,6 +127,25 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
             state.head.runner = None;
             state.head.trace_id = event.trace_id.clone();
             state.head.span_id = event.span_id.clone();
+            state.head.resources.last_active_at = Some(event.timestamp);
+            state.head.last_seq = 1;
+            state.head.created_at = event.timestamp;
+            state.head.updated_at = event.timestamp;
+            for cp in &mut state.checkpoints {
+                cp.task_id = state.head.id.clone();
+            }
+            Ok(state)
+        }
+        TaskChange::TaskForked { from, state, .. } => {
+            let mut state = (**state).clone();
+            state.head.id = task_id;
+            state.head.restored_from = None;
+            state.head.forked_from = Some((**from).clone());
+            state.head.context.task_history.push(from.task_id.clone());
+            state.head.runner = None;
+            state.head.trace_id = event.trace_id.clone();
+            state.head.span_id = event.span_id.clone();
+            state.head.parent_span_id = event.parent_span_id.clone();
             state.head.resources.last_active_at = Some(event.timestamp);
             state.head.last_seq = 1;
             state.head.created_at = event.timestamp;
@@ -180,7 +200,9 @@ pub(crate) fn apply_checked(
     };
     let head = &mut state.head;
     match &event.change {
-        TaskChange::TaskCreated { .. } | TaskChange::TaskRestored { .. } => {
+        TaskChange::TaskCreated { .. }
+        | TaskChange::TaskRestored { .. }
+        | TaskChange::TaskForked { .. } => {
             return Err(FoldError::SecondGenesis(event.change.event_type().as_str()));
         }
         TaskChange::TaskStarted { runner } => {

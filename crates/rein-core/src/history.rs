@@ -60,6 +60,29 @@ pub fn points(events: &[HarnessEvent], journals: &[(String, Vec<Value>)]) -> Vec
                     format!("restored from snapshot {snapshot_id} of task {from_task_id}"),
                 ));
             }
+            TaskChange::TaskForked { from, state, .. } => {
+                for cp in &state.checkpoints {
+                    known.insert(
+                        cp.id.clone(),
+                        Known {
+                            step_id: cp.step_id.clone(),
+                            kind: cp.kind,
+                            attempt: cp.attempt,
+                        },
+                    );
+                }
+                let turn = from
+                    .turn
+                    .map(|n| format!(", after turn {n}"))
+                    .unwrap_or_default();
+                out.push(point(
+                    HistoryKind::TaskCreated,
+                    format!(
+                        "forked from task {} at event {}{turn}",
+                        from.task_id, from.seq
+                    ),
+                ));
+            }
             TaskChange::TaskStarted { .. } => {
                 out.push(point(HistoryKind::TaskStarted, "started".into()));
             }

@@ -27,6 +27,7 @@
 //! - [`fold`]: state as the fold of the event log.
 //! - [`history`]: a task's history, the points of its log and its steps' turns.
 //! - [`saved`]: [`saved::WorkspaceHistory`], the keeper of workspaces as they were.
+//! - [`fork`]: forks, new tasks from a point of another's history, and retries.
 //! - [`journal`]: a step's journal, appended entry by entry, for resuming turns.
 //! - [`store`]: the [`Store`] trait the storage backends implement.
 //! - [`shared_state`]: shared harness states, validated and changed optimistically.
@@ -52,6 +53,7 @@ pub mod engine;
 pub mod error;
 pub mod executor;
 pub mod fold;
+pub mod fork;
 pub mod goal;
 pub mod goal_run;
 pub mod harness;

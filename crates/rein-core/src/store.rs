@@ -116,6 +116,8 @@ pub struct TaskFilter {
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+    /// Only the forks of this task.
+    pub forked_from: Option<TaskId>,
 }
 
 pub type TaskPage = Page<TaskSummary>;

@@ -216,6 +216,51 @@ pub struct ResumeRequest {
     pub skip: Vec<String>,
 }
 
+/// `POST /admin/tasks/{id}/fork`: where in the source's history the fork
+/// starts (exactly one of `before`, `after` and `at`), and what it changes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// Just before this step's first attempt started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<String>,
+    /// Just after this step completed (as rein kept the workspace then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// As of this event of the source's log (`seq` of a history point).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<u64>,
+    /// With `at` (an agent step's start) or `before`: the step's agent
+    /// session continues after this many of its turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// An empty directory to make the fork's workspace in (a server's caller
+    /// may name only one inside its `--workspace-root`); a new one under the
+    /// data directory if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// Steps' fields for the fork, as `STEP.FIELD` → value (for example
+    /// `{"draft.model": "other-model"}` or `{"build.run": "make test"}`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub set: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
+/// `POST /admin/tasks/{id}/retry`: a failed task forked just before its
+/// first failed step, with these changes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryRequest {
+    /// An empty directory to make the fork's workspace in (a server's caller
+    /// may name only one inside its `--workspace-root`); a new one under the
+    /// data directory if absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
+    /// Steps' fields for the fork, as `STEP.FIELD` → value (for example
+    /// `{"draft.model": "other-model"}` or `{"build.run": "make test"}`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub set: std::collections::BTreeMap<String, serde_json::Value>,
+}
+
 /// A person's answer to an approval request; who decided is whoever is signed in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -528,6 +573,10 @@ pub struct TaskQuery {
     #[serde(default)]
     #[schemars(with = "TaskId")]
     pub cursor: Option<String>,
+    /// Only the forks of this task.
+    #[serde(default)]
+    #[schemars(with = "TaskId")]
+    pub forked_from: Option<String>,
 }
 
 /// `GET /admin/usage`.

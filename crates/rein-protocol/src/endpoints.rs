@@ -466,6 +466,22 @@ endpoints! {
         response: 200 History,
     }
 
+    /// Fork a task: a new task whose state is the source's as of a point of its history (before or after a step, or at an event), whose workspace holds the source's files as rein kept them there, and which then runs the rest of the plan. The source is not changed. Steps that already completed in the source after the point and are not idempotent are asked about before they run
+    ForkTask = Post "/admin/tasks/{id}/fork" for Operator {
+        id: TaskId,
+        request: ForkRequest,
+        response: 201 TaskEnvelope,
+        errors: [400, 401, 403, 404, 409],
+    }
+
+    /// Run a failed task again: a fork made just before its first failed step, run
+    RetryTask = Post "/admin/tasks/{id}/retry" for Operator {
+        id: TaskId,
+        request: RetryRequest,
+        response: 201 TaskEnvelope,
+        errors: [400, 401, 403, 404, 409],
+    }
+
     /// A task's snapshots, oldest first
     ListSnapshots = Get "/admin/tasks/{id}/snapshots" for Viewer {
         id: TaskId,
@@ -675,7 +691,7 @@ mod tests {
                 o.name
             );
         }
-        assert_eq!(ALL.len(), 53);
+        assert_eq!(ALL.len(), 55);
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub enum EventType {
     PlanDecomposed,
     Compacted,
     WorkspaceSaved,
+    TaskForked,
 }
 
 impl EventType {
@@ -70,6 +71,7 @@ impl EventType {
             EventType::PlanDecomposed => "plan_decomposed",
             EventType::Compacted => "compacted",
             EventType::WorkspaceSaved => "workspace_saved",
+            EventType::TaskForked => "task_forked",
         }
     }
 }
@@ -124,6 +126,14 @@ pub enum TaskChange {
         snapshot_id: SnapshotId,
         from_task_id: TaskId,
         state: Box<TaskState>,
+    },
+    /// First entry of a fork: its state is the fold of the source's log up
+    /// to the fork point, made ready to run on (see [`crate::ForkedFrom`]);
+    /// its workspace was made from what rein kept of the source's there.
+    TaskForked {
+        from: Box<crate::ForkedFrom>,
+        state: Box<TaskState>,
+        workspace: crate::history::SavedWorkspace,
     },
     /// A checkpoint is recorded, `pending`.
     CheckpointCreated {
@@ -313,6 +323,7 @@ impl TaskChange {
             TaskChange::TaskFailed { .. } => EventType::TaskFailed,
             TaskChange::TaskCancelled { .. } => EventType::TaskCancelled,
             TaskChange::TaskRestored { .. } => EventType::TaskRestored,
+            TaskChange::TaskForked { .. } => EventType::TaskForked,
             TaskChange::CheckpointCreated { .. } => EventType::CheckpointCreated,
             TaskChange::CheckpointEntered { .. } => EventType::CheckpointEntered,
             TaskChange::CheckpointPassed { .. } => EventType::CheckpointPassed,
@@ -356,6 +367,7 @@ impl TaskChange {
             | TaskChange::TaskFailed { .. }
             | TaskChange::TaskCancelled { .. }
             | TaskChange::TaskRestored { .. }
+            | TaskChange::TaskForked { .. }
             | TaskChange::HumanApprovalReceived { .. }
             | TaskChange::RecoverySucceeded { .. }
             | TaskChange::RecoveryFailed { .. } => None,

@@ -180,3 +180,57 @@ impl SavedWorkspace {
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
+
+/// Where a fork came from: its source task and the point of the source's log
+/// it starts at (the fold of the log up to and including event `seq`), with
+/// what the fork must do before it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ForkedFrom {
+    pub task_id: TaskId,
+    pub seq: u64,
+    /// The fork continues the agent session of the step started at `seq`
+    /// after this many of its turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// Steps the fork runs that had already completed in the source after
+    /// the fork point, and whose effects a run would repeat: each is asked
+    /// about before it runs in the fork.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ran_in_source: Vec<RanInSource>,
+    /// The agent sessions' conversations the fork takes over, each as the
+    /// first `entries` of the source's journal `from`, copied to the fork's
+    /// journal `to` as it is first taken up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub journals: Vec<JournalCopy>,
+}
+
+impl ForkedFrom {
+    /// Where it came from, without what the fork still does (a task's
+    /// summary keeps this much).
+    pub fn origin(&self) -> ForkedFrom {
+        ForkedFrom {
+            ran_in_source: Vec::new(),
+            journals: Vec::new(),
+            ..self.clone()
+        }
+    }
+}
+
+/// A step that completed in a fork's source after the fork point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RanInSource {
+    pub step_id: String,
+    /// The source's event that completed it, and when.
+    pub seq: u64,
+    pub at: Timestamp,
+    /// What it did there, in a line.
+    pub did: String,
+}
+
+/// Part of an agent session's journal a fork takes over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct JournalCopy {
+    pub from: String,
+    pub to: String,
+    pub entries: u64,
+}

@@ -70,7 +70,10 @@ pub use harness::{
     SelectionReason, Support, SupportContext, TransportOverrides, WorkspaceEnvironment,
     WorkspaceKind,
 };
-pub use history::{History, HistoryKind, HistoryPoint, SavedWorkspace, SnapshotRules};
+pub use history::{
+    ForkedFrom, History, HistoryKind, HistoryPoint, JournalCopy, RanInSource, SavedWorkspace,
+    SnapshotRules,
+};
 pub use ids::{
     ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SessionId, SharedStateId,
     SnapshotId, TaskId,

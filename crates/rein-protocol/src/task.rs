@@ -381,6 +381,9 @@ pub struct TaskHead {
     pub runner: Option<RunnerInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<SnapshotId>,
+    /// The task this one was forked from, and where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<crate::ForkedFrom>,
     /// Sequence number of the last event applied (the log's length).
     pub last_seq: u64,
     pub created_at: Timestamp,
@@ -409,6 +412,9 @@ pub struct TaskSummary {
     pub runner: Option<RunnerInfo>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<SnapshotId>,
+    /// The task this one was forked from, and where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<crate::ForkedFrom>,
     pub trace_id: String,
     pub last_seq: u64,
     pub created_at: Timestamp,
@@ -430,6 +436,7 @@ impl TaskHead {
             workspace_path: self.resources.workspace_path.clone(),
             runner: self.runner.clone(),
             restored_from: self.restored_from.clone(),
+            forked_from: self.forked_from.as_ref().map(crate::ForkedFrom::origin),
             trace_id: self.trace_id.clone(),
             last_seq: self.last_seq,
             created_at: self.created_at,

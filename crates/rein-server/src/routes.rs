@@ -124,6 +124,7 @@ pub async fn list_tasks(
         created_to: parse_time("created_to", &q.created_to)?,
         limit: q.limit,
         cursor: q.cursor,
+        forked_from: q.forked_from.as_deref().map(task_id).transpose()?,
     };
     Ok(Json(state.engine.list(&filter).await?))
 }
@@ -514,6 +515,72 @@ pub async fn task_history(
     Path(id): Path<String>,
 ) -> ApiResult<Json<rein_protocol::History>> {
     Ok(Json(state.engine.history(&task_id(&id)?).await?))
+}
+
+/// Forks a task and runs the fork in this server.
+pub async fn fork_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<rein_protocol::api::ForkRequest>,
+) -> ApiResult<Response> {
+    let id = task_id(&id)?;
+    let point = match (body.before, body.after, body.at) {
+        (Some(step), None, None) if body.turn.is_none() => rein_core::fork::ForkPoint::Before(step),
+        (None, Some(step), None) if body.turn.is_none() => rein_core::fork::ForkPoint::After(step),
+        (None, None, Some(seq)) => rein_core::fork::ForkPoint::At {
+            seq,
+            turn: body.turn,
+        },
+        (None, None, None) => {
+            return Err(ApiError::bad_request(
+                "say where the fork starts: one of `before` (a step), `after` (a step) or `at` (an event's seq)",
+            ));
+        }
+        _ if body.turn.is_some() => {
+            return Err(ApiError::bad_request(
+                "`turn` goes with `at` (the seq an agent step started at), alone",
+            ));
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "give one of `before`, `after` and `at`, not several",
+            ));
+        }
+    };
+    forked(&state, &id, point, body.workspace, body.set).await
+}
+
+/// Runs a failed task again: forks it just before its first failed step.
+pub async fn retry_task(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Body(body): Body<rein_protocol::api::RetryRequest>,
+) -> ApiResult<Response> {
+    let id = task_id(&id)?;
+    let point = state.engine.retry_point(&id).await?;
+    forked(&state, &id, point, body.workspace, body.set).await
+}
+
+async fn forked(
+    state: &AppState,
+    id: &TaskId,
+    point: rein_core::fork::ForkPoint,
+    workspace: Option<String>,
+    set: std::collections::BTreeMap<String, serde_json::Value>,
+) -> ApiResult<Response> {
+    let fork = rein_core::fork::Fork {
+        point,
+        workspace: workspace.map(std::path::PathBuf::from),
+        set,
+        confined_to: Some(state.workspace_roots.to_vec()),
+    };
+    let task = state.engine.fork(id, fork).await?;
+    let _ = state.start(task.id().clone(), RunOptions::default());
+    Ok((
+        StatusCode::CREATED,
+        Json(TaskEnvelope { task, usage: None }),
+    )
+        .into_response())
 }
 
 pub async fn list_snapshots(

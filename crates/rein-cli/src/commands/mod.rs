@@ -3,6 +3,7 @@
 mod acp;
 mod approvals;
 pub mod complete;
+mod fork;
 mod harness;
 mod plan;
 mod records;

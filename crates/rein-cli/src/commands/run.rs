@@ -179,7 +179,7 @@ async fn run_remote(client: Client, spec: PlanSpec, args: RunArgs) -> anyhow::Re
 
 /// Prints how runs ended (with --json their states: a list if `list`, else the
 /// one) and returns the exit code of the worst.
-fn report(out: Out, finals: &[TaskState], list: bool) -> anyhow::Result<u8> {
+pub(super) fn report(out: Out, finals: &[TaskState], list: bool) -> anyhow::Result<u8> {
     if out.output.json {
         match finals {
             [one] if !list => print_json(one)?,
@@ -199,7 +199,7 @@ fn report(out: Out, finals: &[TaskState], list: bool) -> anyhow::Result<u8> {
 /// Follows tasks the server runs, with progress and (on a terminal, for one task)
 /// its questions asked here, until each finishes, pauses, stalls, waits for a
 /// person under --no-wait, or the user stops watching. Returns their states then.
-async fn watch_remote(
+pub(super) async fn watch_remote(
     client: &Client,
     states: Vec<TaskState>,
     signals: &Signals,
@@ -423,7 +423,7 @@ async fn plan_steps(engine: &Engine, states: &[TaskState]) -> anyhow::Result<u64
 }
 
 /// Runs one task with progress, then reports how it ended.
-async fn drive(
+pub(super) async fn drive(
     engine: &Arc<Engine>,
     state: TaskState,
     rerun: Vec<String>,
@@ -467,17 +467,17 @@ async fn drive(
 /// Progress and outcome lines: stdout normally, stderr with --json, none with
 /// --quiet; `remote` when the task runs in a server.
 #[derive(Clone, Copy)]
-struct Out {
+pub(super) struct Out {
     output: RunOutput,
     remote: bool,
 }
 
 impl Out {
-    fn new(output: RunOutput, remote: bool) -> Out {
+    pub(super) fn new(output: RunOutput, remote: bool) -> Out {
         Out { output, remote }
     }
 
-    fn line(&self, text: &str) {
+    pub(super) fn line(&self, text: &str) {
         if self.output.quiet {
         } else if self.output.json {
             shout!("{text}");
@@ -530,14 +530,14 @@ impl Out {
 
 /// Ctrl-C and SIGTERM, turned into the engine's pause and cancel tokens, and how
 /// runs started here treat waiting for a person.
-struct Signals {
+pub(super) struct Signals {
     pause: CancellationToken,
     cancel: CancellationToken,
     no_wait: bool,
 }
 
 impl Signals {
-    fn install(out: Out, no_wait: bool) -> Signals {
+    pub(super) fn install(out: Out, no_wait: bool) -> Signals {
         let pause = CancellationToken::new();
         let cancel = CancellationToken::new();
         let (p, c) = (pause.clone(), cancel.clone());

@@ -14,8 +14,11 @@ use crate::exit::{self, UsageError};
 use crate::render::{self, CheckpointIndex};
 
 pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> {
-    if let TasksCommand::Resume(args) = cmd {
-        return run::resume(target, args).await;
+    match cmd {
+        TasksCommand::Resume(args) => return run::resume(target, args).await,
+        TasksCommand::Fork(args) => return super::fork::fork(target, args).await,
+        TasksCommand::Retry(args) => return super::fork::retry(target, args).await,
+        _ => {}
     }
     let backend = if matches!(
         cmd,
@@ -27,7 +30,9 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
     };
     let engine = &backend;
     match cmd {
-        TasksCommand::Resume(_) => Ok(exit::SUCCESS),
+        TasksCommand::Resume(_) | TasksCommand::Fork(_) | TasksCommand::Retry(_) => {
+            Ok(exit::SUCCESS)
+        }
         TasksCommand::List(args) => list(&backend, args).await,
         TasksCommand::Show { id, json } => {
             let state = engine.get(&parse_task_id(&id)?).await?;
@@ -35,6 +40,17 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
                 print_json(&state)?;
             } else {
                 say_raw!("{}", render::task_details(&state));
+                let forks = engine
+                    .list(&TaskFilter {
+                        forked_from: Some(state.id().clone()),
+                        limit: Some(500),
+                        ..TaskFilter::default()
+                    })
+                    .await?;
+                for fork in &forks.items {
+                    let at = fork.forked_from.as_ref().map_or(0, |f| f.seq);
+                    say!("  fork {} from event {at} ({})", fork.id, fork.status);
+                }
             }
             Ok(exit::SUCCESS)
         }
@@ -196,6 +212,7 @@ async fn list(backend: &Backend, args: ListArgs) -> anyhow::Result<u8> {
             .transpose()?,
         limit: Some(args.limit as usize),
         cursor: args.cursor,
+        forked_from: args.forked_from.as_deref().map(parse_task_id).transpose()?,
     };
     let page = backend.list(&filter).await?;
     if args.json {

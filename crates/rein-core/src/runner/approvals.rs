@@ -476,6 +476,18 @@ impl TaskRun<'_> {
             .state
             .checkpoint(&checkpoint)
             .is_some_and(|c| c.kind == rein_protocol::CheckpointType::UserApproval);
+        // Why the step was asked about: rein stopped in it, or (a fork's
+        // question) it already ran in the source.
+        let why = if self
+            .rec
+            .state
+            .checkpoint(&checkpoint)
+            .is_some_and(|c| c.metadata.contains_key(super::forked::FORK_QUESTION))
+        {
+            "it had already run in the task this one was forked from"
+        } else {
+            "rein stopped while it was running"
+        };
         match choice.as_str() {
             "rerun" if escalation => {
                 self.rec.record(
@@ -506,7 +518,7 @@ impl TaskRun<'_> {
                 self.rec.record(
                     TaskChange::CheckpointSkipped {
                         checkpoint_id: checkpoint,
-                        reason: format!("skipped by {who} after rein stopped while it was running"),
+                        reason: format!("skipped by {who}: {why}"),
                         duration_ms: Some(duration_ms),
                     },
                     &span,
@@ -514,7 +526,7 @@ impl TaskRun<'_> {
                 self.complete(i, StepEvent::Skip)?;
             }
             _ => {
-                let error = format!("abandoned by {who} after rein stopped while it was running");
+                let error = format!("abandoned by {who}: {why}");
                 self.fail_step(i, checkpoint, &span, duration_ms, error)?;
             }
         }
@@ -560,9 +572,19 @@ impl TaskRun<'_> {
             .iter()
             .map(|r| {
                 let step = r.step_id.as_deref().unwrap_or("-");
+                let forked = self
+                    .rec
+                    .state
+                    .checkpoint(&r.checkpoint_id)
+                    .is_some_and(|c| c.metadata.contains_key(super::forked::FORK_QUESTION));
                 if r.trigger == Trigger::TaskBlocked {
+                    let why = if forked {
+                        "already ran in the task this one was forked from"
+                    } else {
+                        "may have partly run"
+                    };
                     format!(
-                        "{} (step `{step}` may have partly run: `rein tasks resume {task} --rerun {step}` or `--skip {step}`)",
+                        "{} (step `{step}` {why}: `rein tasks resume {task} --rerun {step}` or `--skip {step}`)",
                         r.id
                     )
                 } else {

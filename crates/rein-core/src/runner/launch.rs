@@ -39,6 +39,12 @@ impl TaskRun<'_> {
             };
             let step = Arc::clone(&self.steps[i]);
             self.attempts[i] += 1;
+            if let Some(ran) = self.ran_in_source(i) {
+                // A fork's step that already ran in the source: a person
+                // says whether it runs again.
+                self.ask_ran_in_source(i, ran)?;
+                continue;
+            }
             if matches!(step.action, StepAction::Approval { .. }) {
                 // A person does this step: it waits without taking a running slot.
                 self.ask(i)?;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 mod approvals;
 mod end;
+mod forked;
 mod launch;
 mod progress;
 mod questions;
@@ -331,9 +332,24 @@ impl<'e> TaskRun<'e> {
             self.flush().await.map_err(raced)?;
             return Ok(self.rec.state);
         }
+        // A fork takes over the source's conversations before its steps run.
+        if let Err(reason) = self.copy_fork_journals().await {
+            self.rec.task_event(TaskChange::TaskPaused {
+                reason: format!("{reason}; abort the fork, or fork the source again"),
+            })?;
+            self.flush().await.map_err(raced)?;
+            return Ok(self.rec.state);
+        }
         let mut taken_up = false;
         self.settle_dependencies()?;
         self.apply_settled()?;
+        if self.ctx.config.saved.is_some() {
+            // The workspace as this run found it, kept before any step
+            // starts: a fork before the first step finds it there.
+            self.flush().await.map_err(raced)?;
+            taken_up = true;
+            self.save_workspace(None).await?;
+        }
         let mut pause_seen = false;
         let mut poll = tokio::time::interval(self.ctx.config.control_poll);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -368,9 +384,6 @@ impl<'e> TaskRun<'e> {
             } else {
                 self.flush().await.map_err(raced)?;
                 taken_up = true;
-                // The workspace as this run found it, before any step it
-                // starts runs.
-                self.save_workspace(None).await?;
             }
             self.sync_contracts(false).await;
             for i in started {

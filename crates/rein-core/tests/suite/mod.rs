@@ -4,6 +4,7 @@ mod approvals;
 mod conflicts;
 mod contracts;
 mod engine;
+mod fork;
 mod harness;
 mod harness_contract;
 mod journal;

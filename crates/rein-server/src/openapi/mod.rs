@@ -86,6 +86,8 @@ pub fn table() -> Vec<Route> {
         bind::<ResumeAll, _>(resume_all),
         bind::<TaskPlan, _>(task_plan),
         bind::<TaskHistory, _>(task_history),
+        bind::<ForkTask, _>(fork_task),
+        bind::<RetryTask, _>(retry_task),
         bind::<ListSnapshots, _>(list_snapshots),
         bind::<TakeSnapshot, _>(snapshot_task),
         bind::<RestoreSnapshot, _>(restore_snapshot),

@@ -258,6 +258,10 @@ impl TaskStore for PostgresStore {
         q.and_some("created_at >=", filter.created_from.as_ref().map(ts));
         q.and_some("created_at <", filter.created_to.as_ref().map(ts));
         q.and_some("id <", filter.cursor.clone());
+        q.and_some(
+            "(summary::jsonb -> 'forked_from' ->> 'task_id') =",
+            filter.forked_from.as_ref().map(|t| t.to_string()),
+        );
         let sql = format!("{} ORDER BY id DESC LIMIT {}", q.sql, limit + 1);
         let rows = self.rows(&sql, &params(&q.args)).await?;
         let items: Vec<TaskSummary> = bodies(&rows, "task summary")?;

@@ -31,6 +31,8 @@ struct Lasting<'a> {
     description: &'a str,
     workspace_path: &'a Option<String>,
     restored_from: &'a Option<rein_protocol::SnapshotId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forked_from: &'a Option<rein_protocol::ForkedFrom>,
     trace_id: &'a str,
     created_at: &'a Timestamp,
 }
@@ -66,6 +68,7 @@ fn split(summary: &TaskSummary) -> serde_json::Result<(String, String)> {
         description: &summary.description,
         workspace_path: &summary.workspace_path,
         restored_from: &summary.restored_from,
+        forked_from: &summary.forked_from,
         trace_id: &summary.trace_id,
         created_at: &summary.created_at,
     };
@@ -368,6 +371,10 @@ impl TaskStore for SqliteStore {
             q.and_some("created_at >=", filter.created_from.as_ref().map(ts));
             q.and_some("created_at <", filter.created_to.as_ref().map(ts));
             q.and_some("id <", filter.cursor.clone());
+            q.and_some(
+                "json_extract(tasks.summary, '$.forked_from.task_id') =",
+                filter.forked_from.as_ref().map(|t| t.to_string()),
+            );
             let items: Vec<TaskSummary> = q.run(
                 conn,
                 &format!(" ORDER BY id DESC LIMIT {}", limit + 1),

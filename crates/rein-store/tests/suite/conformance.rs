@@ -30,10 +30,14 @@ fn with_engine(
     dir: &std::path::Path,
     keep: Box<dyn std::any::Any + Send>,
 ) -> Backend {
+    let mut config = EngineConfig::new(dir.join("workspaces"));
+    config.saved = Some(Arc::new(
+        rein_store::SavedWorkspaces::open(&dir.join("saved")).unwrap(),
+    ));
     let engine = Arc::new(Engine::new(
         Arc::clone(&store),
         Arc::new(CommandExecutor::unsandboxed()),
-        EngineConfig::new(dir.join("workspaces")),
+        config,
     ));
     Backend {
         store,
@@ -363,6 +367,58 @@ async fn listings_page_newest_first_and_refuse_a_bad_cursor(b: Backend) {
         .await
         .unwrap_err();
     assert!(matches!(err, StoreError::BadCursor(_)), "{err}");
+}
+
+/// A fork's summary names its source and where it forked, and the source's
+/// forks are listed by it.
+async fn a_forks_source_lists_it(b: Backend) {
+    let source = completed(&b, 2).await;
+    let other = completed(&b, 1).await;
+    let mut forks = Vec::new();
+    for step in ["s0", "s1"] {
+        let fork = b
+            .engine
+            .fork(
+                source.id(),
+                rein_core::fork::Fork {
+                    point: rein_core::fork::ForkPoint::After(step.into()),
+                    workspace: None,
+                    set: Default::default(),
+                    confined_to: None,
+                },
+            )
+            .await
+            .unwrap();
+        forks.push(fork);
+    }
+    let listed = b
+        .store
+        .list(&TaskFilter {
+            forked_from: Some(source.id().clone()),
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap();
+    let ids: Vec<&rein_protocol::TaskId> = listed.items.iter().map(|t| &t.id).collect();
+    assert_eq!(ids, [forks[1].id(), forks[0].id()], "newest first");
+    let origin = listed.items[1].forked_from.clone().unwrap();
+    assert_eq!(
+        (&origin.task_id, origin.seq),
+        (source.id(), forks[0].head.forked_from.as_ref().unwrap().seq)
+    );
+    // What the fork still had to do stays in its state, not its summary.
+    assert!(origin.ran_in_source.is_empty() && origin.journals.is_empty());
+    let none = b
+        .store
+        .list(&TaskFilter {
+            forked_from: Some(other.id().clone()),
+            ..TaskFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(none.items.is_empty());
+    let read = b.store.load_summary(forks[0].id()).await.unwrap().unwrap();
+    assert_eq!(read.forked_from, Some(origin));
 }
 
 /// Control requests wait until their task's runner takes them, once.
@@ -905,6 +961,7 @@ macro_rules! conformance {
                 of_writers_at_one_position_exactly_one_wins,
                 logs_are_gap_free_and_the_feed_is_in_commit_order,
                 listings_page_newest_first_and_refuse_a_bad_cursor,
+                a_forks_source_lists_it,
                 control_requests_wait_until_taken_once,
                 deleting_needs_the_current_position_and_takes_everything,
                 the_first_decision_wins_and_is_sealed_onto_the_chain,

@@ -78,6 +78,7 @@ impl TasksQuery {
             created_to: time("created before", &self.created_to)?,
             limit: Some(50),
             cursor: some(&self.cursor),
+            forked_from: None,
         })
     }
 
