@@ -815,7 +815,7 @@ pub struct ForkArgs {
     pub at: Option<u64>,
     /// With --at the event an agent step started at: its session goes on
     /// after this many of its turns.
-    #[arg(long, value_name = "N", requires = "at")]
+    #[arg(long, value_name = "N")]
     pub turn: Option<u32>,
     #[command(flatten)]
     pub changes: ForkChanges,

@@ -429,34 +429,56 @@ pub(crate) fn apply_set(
         if field == "id" {
             return Err(format!("--set {key}: a step's id cannot be changed"));
         }
-        let mut json = serde_json::to_value(step).map_err(|e| e.to_string())?;
-        let own = json.as_object().is_some_and(|o| o.contains_key(&field))
-            || STEP_FIELDS.contains(&field.as_str());
-        if own {
-            json[field.as_str()] = value.clone();
-        } else {
-            json["action"][field.as_str()] = value.clone();
-        }
-        let changed: TaskStep =
-            serde_json::from_value(json).map_err(|e| format!("--set {key}: {e}"))?;
-        // What was set must be there: a field the step does not know would
-        // be dropped.
-        let back = serde_json::to_value(&changed).map_err(|e| e.to_string())?;
-        let kept = if own {
-            &back[field.as_str()]
-        } else {
-            &back["action"][field.as_str()]
-        };
-        if kept != value {
-            let kind = back["action"]["kind"].as_str().unwrap_or("a");
-            return Err(format!(
-                "--set {key}: step `{}` ({kind} step) has no field `{field}` that takes {value}",
-                changed.id
-            ));
-        }
+        let own = STEP_FIELDS.contains(&field.as_str())
+            || serde_json::to_value(step)
+                .ok()
+                .and_then(|j| j.as_object().map(|o| o.contains_key(&field)))
+                .unwrap_or(false);
+        // As given; else, for a text field, as its text (`run=true` is the
+        // command `true`, not a boolean).
+        let changed = set_field(step, &field, own, value).or_else(|first| match value {
+            Value::String(_) => Err(first),
+            other => {
+                set_field(step, &field, own, &Value::String(other.to_string())).map_err(|_| first)
+            }
+        });
+        let changed = changed.map_err(|why| format!("--set {key}: {why}"))?;
         plan.steps[i] = changed;
     }
     Ok(())
+}
+
+/// `step` with `field` (its own if `own`, else its action's) set to
+/// `value`; refused if the step does not take it, or would drop it.
+fn set_field(
+    step: &TaskStep,
+    field: &str,
+    own: bool,
+    value: &Value,
+) -> std::result::Result<TaskStep, String> {
+    let mut json = serde_json::to_value(step).map_err(|e| e.to_string())?;
+    if own {
+        json[field] = value.clone();
+    } else {
+        json["action"][field] = value.clone();
+    }
+    let changed: TaskStep = serde_json::from_value(json).map_err(|e| e.to_string())?;
+    // What was set must be there: a field the step does not know would be
+    // dropped.
+    let back = serde_json::to_value(&changed).map_err(|e| e.to_string())?;
+    let kept = if own {
+        &back[field]
+    } else {
+        &back["action"][field]
+    };
+    if kept != value {
+        let kind = back["action"]["kind"].as_str().unwrap_or("a");
+        return Err(format!(
+            "step `{}` ({kind} step) has no field `{field}` that takes {value}",
+            step.id
+        ));
+    }
+    Ok(changed)
 }
 
 /// Removes what forks stopped halfway (their process gone) left beside

@@ -36,6 +36,12 @@ fn parse_set(set: &[String]) -> anyhow::Result<BTreeMap<String, serde_json::Valu
 
 pub async fn fork(target: &Target, args: ForkArgs) -> anyhow::Result<u8> {
     let id = parse_task_id(&args.id)?;
+    if args.turn.is_some() && args.at.is_none() {
+        return Err(UsageError(
+            "--turn goes with --at, the event an agent step started at (its turns' SEQ in `rein tasks history`)".into(),
+        )
+        .into());
+    }
     let point = match (args.before, args.after, args.at) {
         (Some(step), None, None) => ForkPoint::Before(step),
         (None, Some(step), None) => ForkPoint::After(step),

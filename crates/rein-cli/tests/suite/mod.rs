@@ -8,6 +8,7 @@ mod config;
 mod crash;
 mod editor;
 mod escape;
+mod fork;
 mod goal;
 mod harness;
 mod llama;

@@ -1048,3 +1048,100 @@ fn one_client_cannot_hold_every_connection() {
     });
     stop(server);
 }
+
+#[test]
+fn fork_and_retry_over_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, addr, remote) = served(dir.path());
+    let plan = write_plan(
+        dir.path(),
+        "fails.toml",
+        "description = 'fails'\n[[steps]]\nid = 'write'\nrun = 'echo one > a.txt'\n[[steps]]\nid = 'check'\nrun = 'test -f missing'\ndepends_on = ['write']\n",
+    );
+    let ran = remote
+        .cmd()
+        .arg("run")
+        .arg(&plan)
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(1));
+    let task = remote.first("the task appears", &["tasks", "list", "--json"])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Forked after `write` with `check` corrected: the server runs it, the
+    // CLI follows it to its end.
+    let out = remote.ok(&[
+        "tasks",
+        "fork",
+        &task,
+        "--after",
+        "write",
+        "--set",
+        "check.run=cat a.txt",
+        "--json",
+    ]);
+    let fork = json(&out);
+    assert_eq!(fork["status"], "completed", "{fork}");
+    assert_eq!(fork["forked_from"]["task_id"], task.as_str());
+    let retried = json(&remote.ok(&["tasks", "retry", &task, "--set", "check.run=true", "--json"]));
+    assert_eq!(retried["status"], "completed", "{retried}");
+    let (status, body) = http(
+        &addr,
+        "GET",
+        &format!("/admin/tasks?forked_from={task}"),
+        Some(&remote.token),
+        None,
+    );
+    assert_eq!(status, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 2, "{listed}");
+
+    // Mistakes are the caller's, named; nothing is made of them.
+    let post = |path: &str, body: &str| {
+        http(
+            &addr,
+            "POST",
+            path,
+            Some(&remote.token),
+            Some(("application/json", body)),
+        )
+    };
+    let fork_path = format!("/admin/tasks/{task}/fork");
+    for (body, code, says) in [
+        ("{}", 400, "say where the fork starts"),
+        (r#"{"before":"check","at":3}"#, 400, "not several"),
+        (r#"{"befor":"check"}"#, 400, "befor"),
+        (r#"{"after":"check"}"#, 400, "never completed"),
+        (
+            r#"{"before":"write","turn":1}"#,
+            400,
+            "`turn` goes with `at`",
+        ),
+        (r#"{"after":"write","workspace":"/tmp"}"#, 400, "workspace"),
+    ] {
+        let (status, answer) = post(&fork_path, body);
+        assert_eq!(status, code, "{body}: {answer}");
+        assert!(answer.contains(says), "{body}: {answer}");
+    }
+    let (status, answer) = post(
+        "/admin/tasks/task_01ARZ3NDEKTSV4RRFFQ69G5FAV/fork",
+        r#"{"after":"write"}"#,
+    );
+    assert_eq!(status, 404, "{answer}");
+    let (status, answer) = post(
+        &format!("/admin/tasks/{}/retry", fork["id"].as_str().unwrap()),
+        "{}",
+    );
+    assert_eq!(status, 409, "a completed task is not retried: {answer}");
+    assert_eq!(
+        json(&remote.ok(&["tasks", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    stop(server);
+}

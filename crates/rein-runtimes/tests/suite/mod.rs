@@ -5,5 +5,6 @@ mod agent;
 mod budget;
 mod context;
 mod fallback;
+mod fork;
 mod openai;
 mod plugins;
