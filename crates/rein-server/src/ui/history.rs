@@ -3,16 +3,21 @@
 //! by a link, each opening onto the task's state as of that point (the fold
 //! of its log up to there, `/ui/tasks/{id}/history/{seq}`, fetched when
 //! opened). The list is live while the task is unfinished; a refresh then
-//! closes a point that was open.
+//! closes a point that was open. An operator forks the task from a point
+//! ("Fork from here", `POST /ui/tasks/{id}/fork`): the fork runs in the
+//! server and the browser goes to it.
 
+use axum::Form;
 use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use rein_protocol::{History, HistoryKind, TaskId, TaskState};
 use serde::Deserialize;
 
-use super::{Refusal, User, engine_refusal, live, opt_time, page, parse_id};
+use super::{Refusal, User, changer, engine_refusal, live, opt_time, page, parse_id};
 use crate::AppState;
+use crate::auth::Role;
 
 /// The kinds a person narrows the timeline to, in the order offered.
 const KINDS: [HistoryKind; 9] = [
@@ -73,7 +78,7 @@ pub async fn history(
         Ok(history) => history,
         Err(e) => return engine_refusal(e),
     };
-    let rows = timeline(&id, &history, kind);
+    let rows = timeline(&user, &id, &history, kind);
     // A finished task's history no longer moves: nothing to fetch again.
     let rows = if history.status.is_terminal() {
         html! { div #history { (rows) } }
@@ -100,7 +105,7 @@ pub async fn history(
 
 pub async fn history_body(
     State(state): State<AppState>,
-    _user: User,
+    user: User,
     Path(id): Path<String>,
     Query(query): Query<KindQuery>,
 ) -> Response {
@@ -109,13 +114,14 @@ pub async fn history_body(
         Err(refused) => return refused.into_response(),
     };
     match state.engine.history(&id).await {
-        Ok(history) => timeline(&id, &history, kind).into_response(),
+        Ok(history) => timeline(&user, &id, &history, kind).into_response(),
         Err(e) => engine_refusal(e),
     }
 }
 
-/// The points, oldest first: each a row that opens onto the state there.
-fn timeline(id: &TaskId, history: &History, kind: Option<HistoryKind>) -> Markup {
+/// The points, oldest first: each a row that opens onto the state there,
+/// and (for an operator) forks the task from there.
+fn timeline(user: &User, id: &TaskId, history: &History, kind: Option<HistoryKind>) -> Markup {
     let points: Vec<_> = history
         .points
         .iter()
@@ -139,10 +145,65 @@ fn timeline(id: &TaskId, history: &History, kind: Option<HistoryKind>) -> Markup
                         div hx-get={"/ui/tasks/" (id) "/history/" (p.seq)} hx-trigger="toggle from:closest details once" hx-swap="innerHTML" {
                             small { "the state as of event " (p.seq) "…" }
                         }
+                        // Nothing runs on from the task's end.
+                        @if user.can_change() && p.kind != HistoryKind::TaskEnded {
+                            @let vals = match p.turn {
+                                Some(turn) => serde_json::json!({ "at": p.seq, "turn": turn }),
+                                None => serde_json::json!({ "at": p.seq }),
+                            };
+                            @let target = format!("fork-{}-{}", p.seq, p.turn.unwrap_or(0));
+                            button.fork hx-post={"/ui/tasks/" (id) "/fork"} hx-vals=(vals.to_string())
+                                hx-target={"#" (target)}
+                                hx-confirm="Fork the task from here: a new task with its state and workspace as they were, which then runs?" {
+                                "Fork from here"
+                            }
+                            " " span id=(target) {}
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ForkForm {
+    at: u64,
+    #[serde(default)]
+    turn: Option<u32>,
+}
+
+/// Forks the task as of event `at` (after `turn` turns of the agent step
+/// started there), as the signed-in operator, and runs the fork here; the
+/// browser goes to it.
+pub async fn fork(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Form(form): Form<ForkForm>,
+) -> Response {
+    if let Err(refused) = changer(&state, &headers, Role::Operator) {
+        return refused.into_response();
+    }
+    let id = match parse_id::<TaskId>(&id) {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(),
+    };
+    let fork = rein_core::fork::Fork {
+        point: rein_core::fork::ForkPoint::At {
+            seq: form.at,
+            turn: form.turn,
+        },
+        workspace: None,
+        set: Default::default(),
+        confined_to: Some(state.workspace_roots.to_vec()),
+    };
+    match state.engine.fork(&id, fork).await {
+        Ok(task) => {
+            let _ = state.start(task.id().clone(), rein_core::RunOptions::default());
+            super::pages::started(task.id())
+        }
+        Err(e) => engine_refusal(e),
     }
 }
 

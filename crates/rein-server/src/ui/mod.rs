@@ -52,6 +52,7 @@ pub fn router() -> Router<AppState> {
         .route("/ui/tasks/{id}/history", get(history::history))
         .route("/ui/tasks/{id}/history/body", get(history::history_body))
         .route("/ui/tasks/{id}/history/{seq}", get(history::point))
+        .route("/ui/tasks/{id}/fork", post(history::fork))
         .route("/ui/snapshots/{id}/restore", post(pages::restore))
         .route("/ui/approvals", get(pages::approvals))
         .route("/ui/approvals/list", get(pages::approvals_list))

@@ -28,9 +28,23 @@ fn api() -> Api {
 }
 
 fn api_with(executor: CommandExecutor) -> Api {
-    let t = rein_test_support::engine::engine()
-        .executor(Arc::new(executor))
-        .build();
+    build_api(rein_test_support::engine::engine().executor(Arc::new(executor)))
+}
+
+/// An API whose engine keeps workspaces (so its tasks can be forked).
+fn api_keeping() -> Api {
+    let dir = tempfile::tempdir().unwrap();
+    let keeper = Arc::new(rein_store::SavedWorkspaces::open(&dir.path().join("saved")).unwrap());
+    let builder = rein_test_support::engine::engine_in(dir.path())
+        .executor(Arc::new(CommandExecutor::unsandboxed()))
+        .config(move |c| c.saved = Some(keeper));
+    let mut api = build_api(builder);
+    api._dir = dir;
+    api
+}
+
+fn build_api(builder: rein_test_support::engine::EngineBuilder) -> Api {
+    let t = builder.build();
     let auth = Auth::new(vec![
         TokenEntry {
             name: "vera".into(),
@@ -44,7 +58,8 @@ fn api_with(executor: CommandExecutor) -> Api {
         },
     ]);
     Api {
-        _dir: t.dir.unwrap(),
+        // An engine made in a directory of the caller's has none of its own.
+        _dir: t.dir.unwrap_or_else(|| tempfile::tempdir().unwrap()),
         state: AppState::new(t.engine, auth, CancellationToken::new()),
     }
 }
@@ -2122,4 +2137,143 @@ async fn every_route_answers_a_wrong_method_or_media_type_with_the_json_error() 
             );
         }
     }
+}
+
+#[tokio::test]
+async fn forking_from_the_timeline_runs_the_fork_and_links_the_two() {
+    let api = api_keeping();
+    let mut second = command("second", "echo two >> f");
+    second["depends_on"] = json!(["first"]);
+    second["idempotent"] = json!(true);
+    let r = api
+        .submit(plan(json!([command("first", "echo one > f"), second])))
+        .await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    api.reaches(&id, "completed").await;
+    let history = api
+        .call(
+            Method::GET,
+            &format!("/admin/tasks/{id}/history"),
+            Some(VIEWER),
+            None,
+        )
+        .await
+        .body;
+    let start = history["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["kind"] == "step_started" && p["step_id"] == "second")
+        .unwrap()["seq"]
+        .as_u64()
+        .unwrap();
+    let page = |token: &'static str| {
+        let api = &api;
+        let path = format!("/ui/tasks/{id}/history");
+        async move {
+            let cookie = api.signed_in(token).await;
+            api.send(
+                Request::get(path)
+                    .header(header::COOKIE, cookie)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    // An operator may fork from each point but the end; a viewer from none.
+    let theirs = page(OPERATOR).await;
+    let buttons = theirs.text.matches("Fork from here").count();
+    assert_eq!(
+        buttons,
+        history["points"].as_array().unwrap().len() - 1,
+        "{}",
+        theirs.text
+    );
+    assert!(
+        theirs.text.contains(&format!("{{&quot;at&quot;:{start}}}")),
+        "{}",
+        theirs.text
+    );
+    assert!(!page(VIEWER).await.text.contains("Fork from here"));
+
+    let fork = |body: String| {
+        api.send(
+            Request::post(format!("/ui/tasks/{id}/fork"))
+                .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(body))
+                .unwrap(),
+        )
+    };
+    let made = fork(format!("at={start}")).await;
+    assert_eq!(made.status, StatusCode::OK, "{}", made.text);
+    let to = made.headers["hx-redirect"].to_str().unwrap().to_owned();
+    let fork_id = to.strip_prefix("/ui/tasks/").unwrap().to_owned();
+    assert_ne!(fork_id, id);
+    // It runs in the server: `second` again, on the files as they were
+    // before it.
+    api.reaches(&fork_id, "completed").await;
+    let forked = api
+        .call(
+            Method::GET,
+            &format!("/admin/tasks/{fork_id}"),
+            Some(VIEWER),
+            None,
+        )
+        .await
+        .body;
+    let ws = forked["task"]["resources"]["workspace_path"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(std::path::Path::new(ws).join("f")).unwrap(),
+        "one\ntwo\n"
+    );
+    // The two pages link each other.
+    let cookie = api.signed_in(VIEWER).await;
+    let get = |path: String| {
+        let cookie = cookie.clone();
+        let api = &api;
+        async move {
+            api.send(
+                Request::get(path)
+                    .header(header::COOKIE, cookie)
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    let fork_page = get(format!("/ui/tasks/{fork_id}/body")).await;
+    assert!(
+        fork_page
+            .text
+            .contains(&format!("Forked from <a href=\"/ui/tasks/{id}\">"))
+            && fork_page.text.contains(&format!("event {start}")),
+        "{}",
+        fork_page.text
+    );
+    let source_page = get(format!("/ui/tasks/{id}/body")).await;
+    assert!(
+        source_page
+            .text
+            .contains(&format!("data-fork=\"{fork_id}\"")),
+        "{}",
+        source_page.text
+    );
+    // Not from the end, and not by a viewer.
+    let end = fork(format!("at={}", history["last_seq"])).await;
+    assert_eq!(end.status, StatusCode::BAD_REQUEST, "{}", end.text);
+    assert!(end.text.contains("had ended"), "{}", end.text);
+    let by_viewer = api
+        .send(
+            Request::post(format!("/ui/tasks/{id}/fork"))
+                .header(header::AUTHORIZATION, format!("Bearer {VIEWER}"))
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(format!("at={start}")))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(by_viewer.status, StatusCode::FORBIDDEN);
 }

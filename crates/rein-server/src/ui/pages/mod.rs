@@ -296,7 +296,7 @@ pub async fn submit_goal(
 }
 
 /// The answer to a submission that made a task: the browser goes to it.
-fn started(id: &TaskId) -> Response {
+pub(super) fn started(id: &TaskId) -> Response {
     (
         [("hx-redirect", format!("/ui/tasks/{id}"))],
         html! { p { "Started " (id) } },
@@ -483,12 +483,41 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
         .list_snapshots(id)
         .await
         .unwrap_or_default();
+    let forks = state
+        .engine
+        .list(&TaskFilter {
+            forked_from: Some(id.clone()),
+            limit: Some(500),
+            ..TaskFilter::default()
+        })
+        .await
+        .map(|page| page.items)
+        .unwrap_or_default();
     html! {
         h1 { (head.description) }
         p.meta {
             (status_badge(head.status)) " "
             small.id { (head.id) } " · session " (head.session_id)
             " · " a.history href={"/ui/tasks/" (id) "/history"} { "history" }
+        }
+        @if let Some(from) = &head.forked_from {
+            p.forked-from {
+                "Forked from " a href={"/ui/tasks/" (from.task_id)} { (from.task_id) }
+                " at " a href={"/ui/tasks/" (from.task_id) "/history"} { "event " (from.seq) }
+                @if let Some(turn) = from.turn { ", after turn " (turn) }
+            }
+        }
+        @if !forks.is_empty() {
+            p.forks {
+                "Forks: "
+                @for (i, fork) in forks.iter().enumerate() {
+                    @if i > 0 { ", " }
+                    a href={"/ui/tasks/" (fork.id)} data-fork=(fork.id) { (fork.id) }
+                    " (" (fork.status.as_str())
+                    @if let Some(from) = &fork.forked_from { ", from event " (from.seq) }
+                    ")"
+                }
+            }
         }
         @if let Some(error) = &head.error {
             p.error { (error) }
