@@ -24,5 +24,6 @@ mod schemathesis;
 mod serve;
 mod sessions;
 mod state;
+mod time_travel;
 mod trampoline;
 mod ui;
