@@ -109,7 +109,7 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
     };
     let mut rng = rng();
     let mut killed_while_writing = 0;
-    for _ in 0..8 {
+    for round in 0..8 {
         let mut child = fork();
         // Killed once it is writing the fork's workspace (the directory it
         // writes, named with its pid, is there), a moment later.
@@ -119,7 +119,15 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
         while !mine() && child.try_wait().unwrap().is_none() && Instant::now() < until {
             std::thread::sleep(Duration::from_micros(200));
         }
-        std::thread::sleep(Duration::from_millis(rng.random_range(0..40)));
+        if round % 2 == 0 {
+            // A moment into the writing.
+            std::thread::sleep(Duration::from_millis(rng.random_range(0..40)));
+        } else {
+            // As soon as the written directory is put in place.
+            while mine() && child.try_wait().unwrap().is_none() && Instant::now() < until {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
         if child.try_wait().unwrap().is_none() {
             killed_while_writing += usize::from(mine());
             common::kill9(&mut child);
@@ -144,9 +152,19 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
             assert_eq!(tree(ws), expected, "fork {id}'s workspace");
         }
     }
-    eprintln!("{killed_while_writing} of 8 forks killed while writing their workspace");
+    let made = json(&run_ok(rein(&data).args([
+        "tasks",
+        "list",
+        "--forked-from",
+        &source,
+        "--json",
+    ])));
+    eprintln!(
+        "{killed_while_writing} of 8 forks killed while writing their workspace, {} made",
+        made.as_array().unwrap().len()
+    );
     assert!(
-        killed_while_writing >= 4,
+        killed_while_writing >= 3,
         "only {killed_while_writing} kills landed while a workspace was written"
     );
     // The next fork sweeps what the killed ones left, and is whole.
