@@ -61,6 +61,9 @@
 //! files with one changed, 1 GiB unchanged, and the store's growth over
 //! 1,000 steps that each change one 1 KiB file.
 //!
+//! `rein-bench fork` times a fork of a task of 100,000 events with a 100 MiB
+//! workspace, from asking to its first step running.
+//!
 //! `rein-bench sse --clients N` measures what N idle event-stream clients cost a
 //! real `rein serve` process: CPU while they idle, memory, files and threads
 //! before, with and after them.
@@ -70,6 +73,7 @@ mod acp;
 mod agent;
 mod approvals;
 mod conflicts;
+mod fork;
 mod goal;
 mod http;
 mod postgres;
@@ -179,6 +183,24 @@ enum Bench {
         #[arg(long, default_value_t = 21)]
         saves: usize,
         /// Directory for the workspaces and the keepers [default: a temporary directory].
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// How long a fork of a long task with a large workspace takes to run.
+    Fork {
+        /// Events in the source task's log.
+        #[arg(long, default_value_t = 100_000)]
+        events: usize,
+        /// MiB of its workspace (in 1 MiB files).
+        #[arg(long, default_value_t = 100)]
+        workspace_mb: u64,
+        /// Small files beside them.
+        #[arg(long, default_value_t = 1000)]
+        files: usize,
+        /// Forks timed.
+        #[arg(long, default_value_t = 5)]
+        forks: usize,
+        /// Directory for the store, the keeper and the workspaces [default: a temporary directory].
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
@@ -376,6 +398,20 @@ fn main() -> anyhow::Result<()> {
             let dir = dir.unwrap_or_else(|| temp.path().to_owned());
             std::fs::create_dir_all(&dir)?;
             let line = runtime.block_on(saved::run(files, large_mb, steps, saves.max(1), &dir))?;
+            println!("{line}");
+        }
+        Bench::Fork {
+            events,
+            workspace_mb,
+            files,
+            forks,
+            dir,
+        } => {
+            let temp = tempfile::tempdir()?;
+            let dir = dir.unwrap_or_else(|| temp.path().to_owned());
+            std::fs::create_dir_all(&dir)?;
+            let line =
+                runtime.block_on(fork::run(events, workspace_mb, files, forks.max(1), &dir))?;
             println!("{line}");
         }
         Bench::Agent {

@@ -164,3 +164,35 @@ fn saved_times_a_save_with_one_file_changed_and_measures_the_growth() {
     let grown = line["growth_bytes"].as_u64().unwrap();
     assert!((20 * 1024..200 * 1024).contains(&grown), "{line}");
 }
+
+#[test]
+fn fork_times_a_fork_of_a_long_task_to_its_first_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let line = line_of(
+        &[
+            "fork",
+            "--events",
+            "600",
+            "--workspace-mb",
+            "2",
+            "--files",
+            "20",
+            "--forks",
+            "2",
+        ],
+        dir.path(),
+    );
+    assert!(line["events"].as_u64().unwrap() >= 600, "{line}");
+    for field in [
+        "fork_made_p50_ms",
+        "fork_running_p50_ms",
+        "log_read_and_fold_p50_ms",
+        "workspace_written_p50_ms",
+    ] {
+        assert!(line[field].as_f64().unwrap() > 0.0, "{field}: {line}");
+    }
+    assert!(
+        line["fork_running_p50_ms"].as_f64() >= line["fork_made_p50_ms"].as_f64(),
+        "{line}"
+    );
+}

@@ -223,6 +223,17 @@ impl Engine {
         Ok(state)
     }
 
+    /// Keeps `state`, just recorded, for the next read (a fork's, whose
+    /// first event holds its whole state, is not read back and folded).
+    pub(crate) fn remember(&self, state: &TaskState) {
+        if let Ok(mut cache) = self.states.lock() {
+            if cache.len() >= STATE_CACHE && !cache.contains_key(state.id()) {
+                cache.clear();
+            }
+            cache.insert(state.id().clone(), state.clone());
+        }
+    }
+
     /// Resolves when another node may have written `what` (a store several
     /// nodes share notifies); never, for a store only this machine writes.
     fn forget(&self, id: &TaskId) {

@@ -164,6 +164,16 @@ pub fn apply(state: &mut TaskState, event: &HarnessEvent) -> Result<(), FoldErro
     apply_checked(state, event, Checked::Nothing)
 }
 
+/// What a whole fold ([`fold`]) keeps beside the state, so that a long log
+/// folds in time proportional to its length: the checkpoint ids seen (a new
+/// one is checked against them, not against every checkpoint), and the steps
+/// finished (taken out of `pending_steps` once, at the end, not one by one).
+#[derive(Default)]
+struct Batch {
+    ids: std::collections::HashSet<rein_protocol::CheckpointId>,
+    finished: std::collections::HashSet<String>,
+}
+
 /// What the caller of [`apply_checked`] has already checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Checked {
@@ -177,6 +187,15 @@ pub(crate) fn apply_checked(
     state: &mut TaskState,
     event: &HarnessEvent,
     checked: Checked,
+) -> Result<(), FoldError> {
+    apply_in(state, event, checked, None)
+}
+
+fn apply_in(
+    state: &mut TaskState,
+    event: &HarnessEvent,
+    checked: Checked,
+    mut batch: Option<&mut Batch>,
 ) -> Result<(), FoldError> {
     let seq = event.seq;
     if seq != state.head.last_seq + 1 {
@@ -245,9 +264,14 @@ pub(crate) fn apply_checked(
                     status: checkpoint.status,
                 });
             }
-            if checked != Checked::NewCheckpointIsNew
-                && state.checkpoints.iter().any(|c| c.id == checkpoint.id)
-            {
+            let seen = match batch.as_deref_mut() {
+                Some(batch) => !batch.ids.insert(checkpoint.id.clone()),
+                None => {
+                    checked != Checked::NewCheckpointIsNew
+                        && state.checkpoints.iter().any(|c| c.id == checkpoint.id)
+                }
+            };
+            if seen {
                 return Err(FoldError::DuplicateCheckpoint {
                     seq,
                     checkpoint_id: checkpoint.id.to_string(),
@@ -275,7 +299,7 @@ pub(crate) fn apply_checked(
             cp.output = output.clone();
             cp.approved_by = approved_by.clone();
             if let Some(step) = cp.step_id.clone() {
-                finish_step(&mut head.context, step);
+                finish_step(&mut head.context, step, batch.as_deref_mut());
             }
         }
         TaskChange::CheckpointFailed {
@@ -384,7 +408,7 @@ pub(crate) fn apply_checked(
             cp.metadata
                 .insert("skipped_reason".into(), reason.clone().into());
             if let Some(step) = cp.step_id.clone() {
-                finish_step(&mut head.context, step);
+                finish_step(&mut head.context, step, batch);
             }
         }
     }
@@ -401,9 +425,15 @@ pub fn fold<'a>(
     let mut events = events.into_iter();
     let first = events.next().ok_or(FoldError::Empty)?;
     let mut state = genesis(first)?;
+    let mut batch = Batch {
+        ids: state.checkpoints.iter().map(|c| c.id.clone()).collect(),
+        finished: state.head.context.completed_steps.iter().cloned().collect(),
+    };
     for event in events {
-        apply(&mut state, event)?;
+        apply_in(&mut state, event, Checked::Nothing, Some(&mut batch))?;
     }
+    let pending = &mut state.head.context.pending_steps;
+    pending.retain(|s| !batch.finished.contains(s));
     Ok(state)
 }
 
@@ -423,7 +453,14 @@ fn find<'a>(
         })
 }
 
-fn finish_step(context: &mut TaskContext, step: String) {
+fn finish_step(context: &mut TaskContext, step: String, batch: Option<&mut Batch>) {
+    // In a whole fold, taken out of `pending_steps` at the end.
+    if let Some(batch) = batch {
+        if batch.finished.insert(step.clone()) {
+            context.completed_steps.push(step);
+        }
+        return;
+    }
     // A step leaves `pending_steps` once; steps mostly finish in plan order, so it is
     // usually found at the front.
     if let Some(pos) = context.pending_steps.iter().position(|s| *s == step) {

@@ -26,8 +26,9 @@ use std::path::PathBuf;
 
 use rein_protocol::ids::{new_span_id, new_trace_id};
 use rein_protocol::{
-    CheckpointStatus, EventId, ForkedFrom, HarnessEvent, JournalCopy, RanInSource, SavedWorkspace,
-    StepAction, TaskChange, TaskDecomposition, TaskId, TaskState, TaskStatus, TaskStep,
+    CheckpointStatus, CheckpointType, EventId, ForkedFrom, HarnessEvent, JournalCopy, RanInSource,
+    SavedWorkspace, StepAction, TaskChange, TaskDecomposition, TaskId, TaskState, TaskStatus,
+    TaskStep,
 };
 use serde_json::Value;
 
@@ -74,19 +75,41 @@ pub(crate) struct Located {
     pub saved: Option<(u64, SavedWorkspace)>,
 }
 
-/// The step a checkpoint records, by checkpoint id, from the log.
-fn step_of(events: &[HarnessEvent], checkpoint: &rein_protocol::CheckpointId) -> Option<String> {
-    events.iter().find_map(|e| match &e.change {
-        TaskChange::CheckpointCreated { checkpoint: cp } if &cp.id == checkpoint => {
-            cp.step_id.clone()
+/// Each checkpoint of a log: the step it records and its type, found once
+/// (a log of 100,000 events is looked up many times).
+pub(crate) struct Checkpoints<'a>(
+    std::collections::HashMap<&'a rein_protocol::CheckpointId, (Option<&'a str>, CheckpointType)>,
+);
+
+impl<'a> Checkpoints<'a> {
+    pub(crate) fn of(events: &'a [HarnessEvent]) -> Checkpoints<'a> {
+        let mut out = std::collections::HashMap::new();
+        for e in events {
+            match &e.change {
+                TaskChange::CheckpointCreated { checkpoint } => {
+                    out.insert(
+                        &checkpoint.id,
+                        (checkpoint.step_id.as_deref(), checkpoint.kind),
+                    );
+                }
+                TaskChange::TaskRestored { state, .. } | TaskChange::TaskForked { state, .. } => {
+                    for cp in &state.checkpoints {
+                        out.insert(&cp.id, (cp.step_id.as_deref(), cp.kind));
+                    }
+                }
+                _ => {}
+            }
         }
-        TaskChange::TaskRestored { state, .. } | TaskChange::TaskForked { state, .. } => state
-            .checkpoints
-            .iter()
-            .find(|cp| &cp.id == checkpoint)
-            .and_then(|cp| cp.step_id.clone()),
-        _ => None,
-    })
+        Checkpoints(out)
+    }
+
+    fn step(&self, id: &rein_protocol::CheckpointId) -> Option<&'a str> {
+        self.0.get(id).and_then(|(step, _)| *step)
+    }
+
+    fn kind(&self, id: &rein_protocol::CheckpointId) -> Option<CheckpointType> {
+        self.0.get(id).map(|(_, kind)| *kind)
+    }
 }
 
 /// Finds `point` in a task's whole log (`plan` its plan).
@@ -96,6 +119,8 @@ pub(crate) fn locate(
     plan: &TaskDecomposition,
     point: &ForkPoint,
 ) -> std::result::Result<Located, String> {
+    let checkpoints = Checkpoints::of(events);
+    let step_of = |id| checkpoints.step(id).map(str::to_owned);
     let last = events.last().map_or(0, |e| e.seq);
     let has_step = |id: &str| {
         if plan.steps.iter().any(|s| s.id == id) {
@@ -119,9 +144,7 @@ pub(crate) fn locate(
                 None => None,
                 Some(_) => {
                     let started = events.get(*seq as usize - 1).and_then(|e| match &e.change {
-                        TaskChange::CheckpointEntered { checkpoint_id } => {
-                            step_of(events, checkpoint_id)
-                        }
+                        TaskChange::CheckpointEntered { checkpoint_id } => step_of(checkpoint_id),
                         _ => None,
                     });
                     let agent = started.filter(|s| {
@@ -147,7 +170,7 @@ pub(crate) fn locate(
             // skipped because a dependency failed never was).
             let entered = events.iter().find_map(|e| match &e.change {
                 TaskChange::CheckpointEntered { checkpoint_id }
-                    if step_of(events, checkpoint_id).as_deref() == Some(step.as_str()) =>
+                    if step_of(checkpoint_id).as_deref() == Some(step.as_str()) =>
                 {
                     Some(checkpoint_id)
                 }
@@ -171,7 +194,7 @@ pub(crate) fn locate(
             has_step(step)?;
             let passed = events.iter().rev().find_map(|e| match &e.change {
                 TaskChange::CheckpointPassed { checkpoint_id, .. }
-                    if step_of(events, checkpoint_id).as_deref() == Some(step.as_str()) =>
+                    if step_of(checkpoint_id).as_deref() == Some(step.as_str()) =>
                 {
                     Some((e.seq, checkpoint_id.clone()))
                 }
@@ -325,6 +348,7 @@ fn ran_after(
     state: &TaskState,
 ) -> Vec<RanInSource> {
     let done = &state.head.context.completed_steps;
+    let checkpoints = Checkpoints::of(events);
     let mut out: Vec<RanInSource> = Vec::new();
     for e in &events[located.seq as usize..] {
         let TaskChange::CheckpointPassed {
@@ -335,19 +359,14 @@ fn ran_after(
         else {
             continue;
         };
-        let Some(step_id) = step_of(events, checkpoint_id) else {
+        let Some(step_id) = checkpoints.step(checkpoint_id).map(str::to_owned) else {
             continue;
         };
         let Some(step) = plan.steps.iter().find(|s| s.id == step_id) else {
             continue;
         };
         // An answered escalation is not the step's run.
-        let kind = events.iter().find_map(|c| match &c.change {
-            TaskChange::CheckpointCreated { checkpoint } if &checkpoint.id == checkpoint_id => {
-                Some(checkpoint.kind)
-            }
-            _ => None,
-        });
+        let kind = checkpoints.kind(checkpoint_id);
         if kind != Some(step.checkpoint)
             || done.contains(&step_id)
             || located.named.as_deref() == Some(step_id.as_str())
@@ -481,6 +500,76 @@ fn set_field(
     Ok(changed)
 }
 
+/// Writes what `keeper` kept (`kept`) into `dir`: a new directory made
+/// beside it under a temporary name and renamed into place, so a fork
+/// stopped halfway leaves no half-written workspace where a task's is.
+async fn make_fork_workspace(
+    keeper: &std::sync::Arc<dyn crate::saved::WorkspaceHistory>,
+    task: &TaskId,
+    kept: &SavedWorkspace,
+    dir: &std::path::Path,
+) -> Result<crate::saved::Restored> {
+    let root = kept.root.as_deref().unwrap_or_default();
+    let refused = |error: String| EngineError::Workspace {
+        path: dir.display().to_string(),
+        error: std::io::Error::other(error),
+    };
+    let named_empty = dir.exists();
+    if named_empty {
+        // A directory the person named: it must be empty, and is written
+        // in place.
+        let empty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
+        if !empty {
+            return Err(refused(format!(
+                "{} is not empty: a fork's workspace is written only into a new or empty directory",
+                dir.display()
+            )));
+        }
+        let made = keeper.restore_for(task, root, dir).await;
+        if made.is_err() {
+            discard(dir, true);
+        }
+        return made.map_err(refused);
+    }
+    let parent = dir.parent().unwrap_or(std::path::Path::new("."));
+    crate::paths::make_workspace(parent).map_err(|e| refused(e.to_string()))?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    sweep_stopped_forks(parent);
+    let partial = parent.join(format!(".{name}.forking.{}", std::process::id()));
+    let made = keeper
+        .restore_for(task, root, &partial)
+        .await
+        .map_err(refused)?;
+    std::fs::rename(&partial, dir).map_err(|e| refused(e.to_string()))?;
+    Ok(made)
+}
+
+/// Takes away a workspace written for a fork that was not made: a new
+/// directory whole, a named one's contents (it was empty).
+fn discard(dir: &std::path::Path, named: bool) {
+    let gone = if named {
+        std::fs::read_dir(dir).and_then(|entries| {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    std::fs::remove_dir_all(path)?;
+                } else {
+                    std::fs::remove_file(path)?;
+                }
+            }
+            Ok(())
+        })
+    } else {
+        std::fs::remove_dir_all(dir)
+    };
+    if let Err(e) = gone {
+        tracing::warn!(path = %dir.display(), "cannot take away a workspace written for a fork that was not made: {e}");
+    }
+}
+
 /// Removes what forks stopped halfway (their process gone) left beside
 /// the workspaces: `.NAME.forking.PID` directories no task has.
 fn sweep_stopped_forks(dir: &std::path::Path) {
@@ -548,6 +637,148 @@ impl Engine {
                 )));
             }
         };
+        // The workspace: an empty directory named, or a new one; written
+        // while the log is folded.
+        let task_id = TaskId::new();
+        let guard = self.config.protected(fork.confined_to.clone());
+        let (workspace, guard) = match &fork.workspace {
+            Some(dir) => {
+                let dir = guard
+                    .check_workspace(dir)
+                    .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
+                (dir, guard)
+            }
+            None => (
+                self.config.workspace_root.join(task_id.as_str()),
+                self.config.protected(None),
+            ),
+        };
+        let named = fork.workspace.is_some();
+        let writing = {
+            let (keeper, task, kept, dir) = (
+                keeper.clone(),
+                task_id.clone(),
+                kept.clone(),
+                workspace.clone(),
+            );
+            tokio::spawn(async move { make_fork_workspace(&keeper, &task, &kept, &dir).await })
+        };
+        let made = self
+            .fork_state(id, &events, source_plan, &located, &fork.set, &task_id)
+            .await;
+        let written = writing.await.map_err(|e| EngineError::Workspace {
+            path: workspace.display().to_string(),
+            error: std::io::Error::other(e.to_string()),
+        });
+        let (state, mut plan, ran_in_source, journals, done, made) = match (made, written) {
+            (Ok(m), Ok(Ok(w))) => (m.0, m.1, m.2, m.3, m.4, w),
+            (made, written) => {
+                // What was written for a fork that is not made goes.
+                if matches!(written, Ok(Ok(_))) {
+                    discard(&workspace, named);
+                }
+                made?;
+                return Err(match written {
+                    Ok(Err(e)) | Err(e) => e,
+                    Ok(Ok(_)) => EngineError::BadRequest("the fork could not be made".into()),
+                });
+            }
+        };
+        let written_to = workspace.clone();
+        let recorded = async {
+            let workspace = guard
+                .check_workspace(&workspace)
+                .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
+            let pinned = crate::paths::pin(&workspace)?;
+            let now = chrono::Utc::now();
+            let mut state = ready_to_run(state, now);
+            state.head.resources.workspace_path = Some(workspace.display().to_string());
+            state.head.resources.workspace_pin = Some(pinned.pin);
+            let from = ForkedFrom {
+                task_id: id.clone(),
+                seq: located.seq,
+                turn: located.turn,
+                ran_in_source,
+                journals,
+            };
+            let (trace_id, parent_span_id) = match caller_span() {
+                Some((trace, parent)) => (trace, Some(parent)),
+                None => (new_trace_id(), None),
+            };
+            let first = HarnessEvent {
+                id: EventId::new(),
+                seq: 1,
+                timestamp: now,
+                change: TaskChange::TaskForked {
+                    from: Box::new(from),
+                    state: Box::new(state.clone()),
+                    workspace: SavedWorkspace {
+                        files: made.files,
+                        bytes: made.bytes,
+                        ..kept
+                    },
+                },
+                task_id: Some(task_id.clone()),
+                checkpoint_id: None,
+                session_id: state.head.session_id.clone(),
+                trace_id,
+                span_id: new_span_id(),
+                parent_span_id,
+            };
+            tracing::info!(task_id = %task_id, source = %id, seq = located.seq, kept_at, "forking");
+            let mut rec = Recorder::genesis(first)?;
+            // Plan–execute–verify steps the fork runs get contracts of their own.
+            let records = self.records();
+            let finished: HashSet<&str> = done.iter().map(String::as_str).collect();
+            for step in plan
+                .steps
+                .iter_mut()
+                .filter(|s| s.pev.is_some() && !finished.contains(s.id.as_str()))
+            {
+                if let Some(pev) = step.pev.as_mut() {
+                    pev.contract_id = None;
+                }
+            }
+            let session = rec.state.head.session_id.clone();
+            let proposed =
+                crate::pev::propose(&records, &mut plan, task_id.as_str(), &session).await?;
+            if let Err(e) = rec.flush_new(plan, &self.store, &self.events).await {
+                crate::pev::withdraw(&records, &proposed, "the fork could not be made").await;
+                return Err(e);
+            }
+            Ok(rec.state)
+        }
+        .await;
+        match recorded {
+            Ok(state) => {
+                self.remember(&state);
+                Ok(state)
+            }
+            Err(e) => {
+                discard(&written_to, named);
+                Err(e)
+            }
+        }
+    }
+
+    /// The fork's state as of the point (checked), its plan with the
+    /// changes, the steps to ask about, the journals to take over, and the
+    /// steps done.
+    async fn fork_state(
+        &self,
+        id: &TaskId,
+        events: &[HarnessEvent],
+        source_plan: TaskDecomposition,
+        located: &Located,
+        set: &BTreeMap<String, Value>,
+        task_id: &TaskId,
+    ) -> Result<(
+        TaskState,
+        TaskDecomposition,
+        Vec<RanInSource>,
+        Vec<JournalCopy>,
+        Vec<String>,
+    )> {
         let state = crate::fold::fold(&events[..located.seq as usize]).map_err(|error| {
             EngineError::Corrupt {
                 task_id: id.clone(),
@@ -574,85 +805,13 @@ impl Engine {
         // (a goal's steps came at its decomposition), with the changes.
         let mut plan = source_plan;
         let done = state.head.context.completed_steps.clone();
-        apply_set(&mut plan, &fork.set, &done).map_err(EngineError::BadRequest)?;
-        if !fork.set.is_empty() {
+        apply_set(&mut plan, set, &done).map_err(EngineError::BadRequest)?;
+        if !set.is_empty() {
             plan = crate::plan::validate(plan)?;
         }
-        let ran_in_source = ran_after(&events, &located, &plan, &state);
-        let task_id = TaskId::new();
-        let journals = self
-            .journals_to_copy(id, &task_id, &state, &located)
-            .await?;
-        // The workspace: an empty directory named, or a new one.
-        let guard = self.config.protected(fork.confined_to.clone());
-        let (workspace, guard) = match &fork.workspace {
-            Some(dir) => {
-                let dir = guard
-                    .check_workspace(dir)
-                    .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
-                (dir, guard)
-            }
-            None => (
-                self.config.workspace_root.join(task_id.as_str()),
-                self.config.protected(None),
-            ),
-        };
-        let made = self.make_fork_workspace(&keeper, &kept, &workspace).await?;
-        let workspace = guard
-            .check_workspace(&workspace)
-            .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
-        let pinned = crate::paths::pin(&workspace)?;
-        let now = chrono::Utc::now();
-        let mut state = ready_to_run(state, now);
-        state.head.resources.workspace_path = Some(workspace.display().to_string());
-        state.head.resources.workspace_pin = Some(pinned.pin);
-        let from = ForkedFrom {
-            task_id: id.clone(),
-            seq: located.seq,
-            turn: located.turn,
-            ran_in_source,
-            journals,
-        };
-        let (trace_id, parent_span_id) = match caller_span() {
-            Some((trace, parent)) => (trace, Some(parent)),
-            None => (new_trace_id(), None),
-        };
-        let first = HarnessEvent {
-            id: EventId::new(),
-            seq: 1,
-            timestamp: now,
-            change: TaskChange::TaskForked {
-                from: Box::new(from),
-                state: Box::new(state.clone()),
-                workspace: SavedWorkspace {
-                    files: made.files,
-                    bytes: made.bytes,
-                    ..kept
-                },
-            },
-            task_id: Some(task_id.clone()),
-            checkpoint_id: None,
-            session_id: state.head.session_id.clone(),
-            trace_id,
-            span_id: new_span_id(),
-            parent_span_id,
-        };
-        tracing::info!(task_id = %task_id, source = %id, seq = located.seq, kept_at, "forking");
-        let mut rec = Recorder::genesis(first)?;
-        // Plan–execute–verify steps the fork runs get contracts of their own.
-        let records = self.records();
-        for step in plan.steps.iter_mut().filter(|s| !done.contains(&s.id)) {
-            if let Some(pev) = step.pev.as_mut() {
-                pev.contract_id = None;
-            }
-        }
-        let session = rec.state.head.session_id.clone();
-        let proposed = crate::pev::propose(&records, &mut plan, task_id.as_str(), &session).await?;
-        if let Err(e) = rec.flush_new(plan, &self.store, &self.events).await {
-            crate::pev::withdraw(&records, &proposed, "the fork could not be made").await;
-            return Err(e);
-        }
-        Ok(rec.state)
+        let ran_in_source = ran_after(events, located, &plan, &state);
+        let journals = self.journals_to_copy(id, task_id, &state, located).await?;
+        Ok((state, plan, ran_in_source, journals, done))
     }
 
     /// The point `rein tasks retry` forks a failed task at: just before its
@@ -684,39 +843,6 @@ impl Engine {
                 state.head.error.as_deref().unwrap_or("no error recorded")
             ))),
         }
-    }
-
-    /// Writes what `keeper` kept (`kept`) into `dir`: a new directory made
-    /// beside it under a temporary name and renamed into place, so a fork
-    /// stopped halfway leaves no half-written workspace where a task's is.
-    async fn make_fork_workspace(
-        &self,
-        keeper: &std::sync::Arc<dyn crate::saved::WorkspaceHistory>,
-        kept: &SavedWorkspace,
-        dir: &std::path::Path,
-    ) -> Result<crate::saved::Restored> {
-        let root = kept.root.as_deref().unwrap_or_default();
-        let refused = |error: String| EngineError::Workspace {
-            path: dir.display().to_string(),
-            error: std::io::Error::other(error),
-        };
-        let named_empty = dir.exists();
-        if named_empty {
-            // A directory the person named: it must be empty, and is written
-            // in place.
-            return keeper.restore(root, dir).await.map_err(refused);
-        }
-        let parent = dir.parent().unwrap_or(std::path::Path::new("."));
-        crate::paths::make_workspace(parent).map_err(|e| refused(e.to_string()))?;
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        sweep_stopped_forks(parent);
-        let partial = parent.join(format!(".{name}.forking.{}", std::process::id()));
-        let made = keeper.restore(root, &partial).await.map_err(refused)?;
-        std::fs::rename(&partial, dir).map_err(|e| refused(e.to_string()))?;
-        Ok(made)
     }
 
     /// What of the source's agent sessions the fork takes over.

@@ -36,6 +36,19 @@ pub trait WorkspaceHistory: Send + Sync + std::fmt::Debug {
     /// directory and symbolic link.
     async fn restore(&self, root: &str, into: &Path) -> Result<Restored, String>;
 
+    /// [`WorkspaceHistory::restore`], for task `task`'s workspace (a
+    /// fork's): the keeper may remember what it wrote, so that the task's
+    /// first save does not read it all again.
+    async fn restore_for(
+        &self,
+        task: &TaskId,
+        root: &str,
+        into: &Path,
+    ) -> Result<Restored, String> {
+        let _ = task;
+        self.restore(root, into).await
+    }
+
     /// Forgets task `task`'s points; what no other task's points use is
     /// deleted. Answers the bytes freed.
     async fn release(&self, task: &TaskId) -> Result<u64, String>;

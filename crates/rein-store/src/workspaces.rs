@@ -474,7 +474,12 @@ impl SavedWorkspaces {
         }
     }
 
-    fn restore_now(&self, root: &str, into: &Path) -> Result<Restored, String> {
+    fn restore_now(
+        &self,
+        root: &str,
+        into: &Path,
+        task: Option<&TaskId>,
+    ) -> Result<Restored, String> {
         let root = unhex(root)?;
         match std::fs::read_dir(into) {
             Ok(mut entries) => {
@@ -493,7 +498,29 @@ impl SavedWorkspaces {
         }
         let conn = self.inner.lock();
         let mut done = Restored::default();
-        self.write_tree(&conn, &root, into, &mut done)?;
+        let mut written = task.map(|_| Vec::new());
+        self.write_tree(
+            &conn,
+            &root,
+            into,
+            Path::new(""),
+            &mut done,
+            written.as_mut(),
+        )?;
+        drop(conn);
+        // What was written is remembered for the task's first save, as a
+        // save remembers what it read (its times back-dated past the last
+        // second, so a later change always moves them).
+        if let (Some(task), Some(written)) = (task, written) {
+            let cache = self.cache(task);
+            let mut cache = cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let save = cache.saves;
+            for (rel, stamp, hash) in written {
+                cache.files.insert(rel, (stamp, hash, save));
+            }
+        }
         Ok(done)
     }
 
@@ -502,7 +529,9 @@ impl SavedWorkspaces {
         conn: &Connection,
         tree: &Hash,
         into: &Path,
+        rel: &Path,
         done: &mut Restored,
+        mut written: Option<&mut Vec<(Vec<u8>, Stamp, Hash)>>,
     ) -> Result<(), String> {
         for entry in read_tree(conn, tree)? {
             let name = match &entry {
@@ -515,7 +544,14 @@ impl SavedWorkspaces {
             match &entry {
                 Entry::Dir { mode, tree, .. } => {
                     std::fs::create_dir(&path).map_err(failed)?;
-                    self.write_tree(conn, tree, &path, done)?;
+                    self.write_tree(
+                        conn,
+                        tree,
+                        &path,
+                        &rel.join(name),
+                        done,
+                        written.as_deref_mut(),
+                    )?;
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
                         .map_err(failed)?;
                 }
@@ -547,6 +583,24 @@ impl SavedWorkspaces {
                     }
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
                         .map_err(failed)?;
+                    if let Some(written) = written.as_deref_mut() {
+                        let back = SystemTime::now() - std::time::Duration::from_secs(2);
+                        let file = std::fs::File::options()
+                            .write(true)
+                            .open(&path)
+                            .or_else(|_| std::fs::File::open(&path))
+                            .map_err(failed)?;
+                        // Read-only files keep their own time; they are
+                        // read again at the first save.
+                        if file.set_modified(back).is_ok() {
+                            let st = fstat(file.as_fd()).map_err(|e| failed(e.into()))?;
+                            written.push((
+                                rel.join(name).as_os_str().as_bytes().to_vec(),
+                                Stamp::of(&st),
+                                *hash,
+                            ));
+                        }
+                    }
                     done.files += 1;
                     done.bytes += size;
                 }
@@ -934,7 +988,19 @@ impl WorkspaceHistory for SavedWorkspaces {
 
     async fn restore(&self, root: &str, into: &Path) -> Result<Restored, String> {
         let (me, root, into) = (self.clone(), root.to_owned(), into.to_owned());
-        tokio::task::spawn_blocking(move || me.restore_now(&root, &into))
+        tokio::task::spawn_blocking(move || me.restore_now(&root, &into, None))
+            .await
+            .map_err(|e| format!("the restore stopped: {e}"))?
+    }
+
+    async fn restore_for(
+        &self,
+        task: &TaskId,
+        root: &str,
+        into: &Path,
+    ) -> Result<Restored, String> {
+        let (me, task, root, into) = (self.clone(), task.clone(), root.to_owned(), into.to_owned());
+        tokio::task::spawn_blocking(move || me.restore_now(&root, &into, Some(&task)))
             .await
             .map_err(|e| format!("the restore stopped: {e}"))?
     }

@@ -383,3 +383,49 @@ async fn a_step_swapping_files_for_links_cannot_make_rein_keep_what_they_name() 
         );
     }
 }
+
+#[tokio::test]
+async fn a_workspace_written_for_a_task_is_known_to_its_first_save_and_a_change_is_still_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(&ws, "a.txt", b"aaaa");
+    write(&ws, "sub/b.txt", b"bbbb");
+    let keeper = keeper(&dir.path().join("saved"));
+    let rules = SnapshotRules::default();
+    let source = TaskId::new();
+    let kept = keeper.save(&source, 1, open_dir(&ws), &rules).await;
+    let root = kept.root.clone().unwrap();
+
+    // Written for a fork, then kept as it was taken up: the same tree.
+    let fork = TaskId::new();
+    let into = dir.path().join("fork");
+    let made = keeper.restore_for(&fork, &root, &into).await.unwrap();
+    assert_eq!(made.files, 2);
+    assert_eq!(listing(&into), listing(&ws));
+    let first = keeper.save(&fork, 1, open_dir(&into), &rules).await;
+    assert_eq!(first.root.as_deref(), Some(root.as_str()));
+    assert_eq!(first.new_bytes, 0);
+
+    // A change right after, of the same size, is seen by the next save.
+    std::fs::write(into.join("a.txt"), b"AAAA").unwrap();
+    let second = keeper.save(&fork, 2, open_dir(&into), &rules).await;
+    assert_ne!(second.root.as_deref(), Some(root.as_str()));
+    let back = dir.path().join("back");
+    keeper
+        .restore(second.root.as_deref().unwrap(), &back)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(back.join("a.txt")).unwrap(), b"AAAA");
+    // And one made before the first save, too.
+    let other = TaskId::new();
+    let into = dir.path().join("other");
+    keeper.restore_for(&other, &root, &into).await.unwrap();
+    std::fs::write(into.join("sub/b.txt"), b"BBBB").unwrap();
+    let first = keeper.save(&other, 1, open_dir(&into), &rules).await;
+    let back = dir.path().join("back-other");
+    keeper
+        .restore(first.root.as_deref().unwrap(), &back)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(back.join("sub/b.txt")).unwrap(), b"BBBB");
+}
