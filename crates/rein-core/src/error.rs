@@ -59,6 +59,11 @@ pub enum EngineError {
     /// A session change its state or its owner does not allow now.
     #[error("{0}")]
     SessionRefused(String),
+    /// A fork (or retry) the task's history does not allow: a point it does
+    /// not have, one it had ended at, a workspace not kept there, a change
+    /// its plan does not take.
+    #[error("{0}")]
+    NotForkable(String),
     /// A change of status its lifecycle's table does not allow (a contract
     /// moved where it cannot go, a step's run out of order).
     #[error(transparent)]
@@ -137,7 +142,8 @@ impl EngineError {
             | EngineError::Busy { .. }
             | EngineError::Raced { .. }
             | EngineError::CutOff { .. }
-            | EngineError::SessionRefused(_) => ErrorKind::Conflict,
+            | EngineError::SessionRefused(_)
+            | EngineError::NotForkable(_) => ErrorKind::Conflict,
             EngineError::Workspace { .. } | EngineError::Corrupt { .. } => ErrorKind::Internal,
             EngineError::Store(e) => match e {
                 StoreError::TaskNotFound(_)

@@ -616,22 +616,22 @@ impl Engine {
         }
         let source_plan = self.plan(id).await?;
         let located =
-            locate(id, &events, &source_plan, &fork.point).map_err(EngineError::BadRequest)?;
+            locate(id, &events, &source_plan, &fork.point).map_err(EngineError::NotForkable)?;
         let Some(keeper) = self.config.saved.clone() else {
-            return Err(EngineError::BadRequest(
+            return Err(EngineError::NotForkable(
                 "this rein keeps no workspaces (it has no data directory for them), so it cannot fork".into(),
             ));
         };
         let (kept_at, kept) = match &located.saved {
             Some((at, kept)) if kept.root.is_some() => (*at, kept.clone()),
             Some((at, kept)) => {
-                return Err(EngineError::BadRequest(format!(
+                return Err(EngineError::NotForkable(format!(
                     "rein could not keep the workspace of task {id} at event {at} ({}), so no fork can start there with its files; fork from another point (rein tasks history {id})",
                     kept.unavailable.as_deref().unwrap_or("no reason recorded")
                 )));
             }
             None => {
-                return Err(EngineError::BadRequest(format!(
+                return Err(EngineError::NotForkable(format!(
                     "rein kept no workspace of task {id} at or before event {}: fork from a later point (rein tasks history {id})",
                     located.seq
                 )));
@@ -680,7 +680,7 @@ impl Engine {
                 made?;
                 return Err(match written {
                     Ok(Err(e)) | Err(e) => e,
-                    Ok(Ok(_)) => EngineError::BadRequest("the fork could not be made".into()),
+                    Ok(Ok(_)) => EngineError::NotForkable("the fork could not be made".into()),
                 });
             }
         };
@@ -786,7 +786,7 @@ impl Engine {
             }
         })?;
         if state.status().is_terminal() {
-            return Err(EngineError::BadRequest(format!(
+            return Err(EngineError::NotForkable(format!(
                 "task {id} had ended ({}) at event {}: fork from a point before its end (rein tasks history {id})",
                 state.status(),
                 located.seq
@@ -796,7 +796,7 @@ impl Engine {
             .iter()
             .any(|e| matches!(e.change, TaskChange::PlanDecomposed { .. }));
         if source_plan.goal.is_some() && !decomposed {
-            return Err(EngineError::BadRequest(format!(
+            return Err(EngineError::NotForkable(format!(
                 "task {id} had no plan yet at event {} (its goal was decomposed later): fork from a point after its plan was made",
                 located.seq
             )));
@@ -805,7 +805,7 @@ impl Engine {
         // (a goal's steps came at its decomposition), with the changes.
         let mut plan = source_plan;
         let done = state.head.context.completed_steps.clone();
-        apply_set(&mut plan, set, &done).map_err(EngineError::BadRequest)?;
+        apply_set(&mut plan, set, &done).map_err(EngineError::NotForkable)?;
         if !set.is_empty() {
             plan = crate::plan::validate(plan)?;
         }
@@ -838,7 +838,7 @@ impl Engine {
             .find(|s| !state.head.context.completed_steps.contains(s));
         match failed {
             Some(step) => Ok(ForkPoint::Before(step)),
-            None => Err(EngineError::BadRequest(format!(
+            None => Err(EngineError::NotForkable(format!(
                 "task {id} failed before any of its steps did ({}): there is no step to run again; fork it at an event instead (rein tasks history {id})",
                 state.head.error.as_deref().unwrap_or("no error recorded")
             ))),
@@ -855,7 +855,7 @@ impl Engine {
     ) -> Result<Vec<JournalCopy>> {
         let done = &state.head.context.completed_steps;
         let too_few = |step: &str, had: u32| {
-            EngineError::BadRequest(format!(
+            EngineError::NotForkable(format!(
                 "step `{step}` of task {source} took {had} turn(s): there is no turn {} to fork after",
                 located.turn.unwrap_or_default()
             ))

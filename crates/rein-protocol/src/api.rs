@@ -217,18 +217,45 @@ pub struct ResumeRequest {
 }
 
 /// `POST /admin/tasks/{id}/fork`: where in the source's history the fork
-/// starts (exactly one of `before`, `after` and `at`), and what it changes.
+/// starts (exactly one of `before`, `after` and `at`; `turn` only with
+/// `at`), and what it changes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(extend("oneOf" = [
+    {
+        "required": ["before"],
+        "properties": {
+            "before": { "type": "string" },
+            "after": { "type": "null" }, "at": { "type": "null" }, "turn": { "type": "null" },
+        },
+    },
+    {
+        "required": ["after"],
+        "properties": {
+            "after": { "type": "string" },
+            "before": { "type": "null" }, "at": { "type": "null" }, "turn": { "type": "null" },
+        },
+    },
+    {
+        "required": ["at"],
+        "properties": {
+            "at": { "type": "integer" },
+            "before": { "type": "null" }, "after": { "type": "null" },
+        },
+    },
+]))]
 pub struct ForkRequest {
     /// Just before this step's first attempt started.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub before: Option<String>,
     /// Just after this step completed (as rein kept the workspace then).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
     pub after: Option<String>,
     /// As of this event of the source's log (`seq` of a history point).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub at: Option<u64>,
     /// With `at` (an agent step's start) or `before`: the step's agent
     /// session continues after this many of its turns.
@@ -242,6 +269,7 @@ pub struct ForkRequest {
     /// Steps' fields for the fork, as `STEP.FIELD` → value (for example
     /// `{"draft.model": "other-model"}` or `{"build.run": "make test"}`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = { "pattern": "^.+\\..+$" }))]
     pub set: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
@@ -258,6 +286,7 @@ pub struct RetryRequest {
     /// Steps' fields for the fork, as `STEP.FIELD` → value (for example
     /// `{"draft.model": "other-model"}` or `{"build.run": "make test"}`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = { "pattern": "^.+\\..+$" }))]
     pub set: std::collections::BTreeMap<String, serde_json::Value>,
 }
 

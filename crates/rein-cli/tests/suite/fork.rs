@@ -214,8 +214,9 @@ fn fork_mistakes_are_named_and_make_nothing() {
             "cannot be used with",
         ),
         (vec!["--turn", "2", "--before", "write"], 2, "--at"),
-        (vec!["--before", "ghost"], 2, "has no step `ghost`"),
-        (vec!["--after", "check"], 2, "never completed"),
+        // What the task's history or plan does not allow: exit 1.
+        (vec!["--before", "ghost"], 1, "has no step `ghost`"),
+        (vec!["--after", "check"], 1, "never completed"),
         (
             vec!["--before", "check", "--set", "check"],
             2,
@@ -223,10 +224,10 @@ fn fork_mistakes_are_named_and_make_nothing() {
         ),
         (
             vec!["--before", "check", "--set", "check.rnu=true"],
-            2,
+            1,
             "has no field `rnu`",
         ),
-        (vec!["--at", "99999"], 2, "has no event 99999"),
+        (vec!["--at", "99999"], 1, "has no event 99999"),
     ] {
         let out = rein(&data)
             .args(["tasks", "fork", &source])

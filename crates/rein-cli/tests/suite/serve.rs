@@ -1114,7 +1114,7 @@ fn fork_and_retry_over_the_server() {
         ("{}", 400, "say where the fork starts"),
         (r#"{"before":"check","at":3}"#, 400, "not several"),
         (r#"{"befor":"check"}"#, 400, "befor"),
-        (r#"{"after":"check"}"#, 400, "never completed"),
+        (r#"{"after":"check"}"#, 409, "never completed"),
         (
             r#"{"before":"write","turn":1}"#,
             400,

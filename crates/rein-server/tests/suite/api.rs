@@ -2264,7 +2264,7 @@ async fn forking_from_the_timeline_runs_the_fork_and_links_the_two() {
     );
     // Not from the end, and not by a viewer.
     let end = fork(format!("at={}", history["last_seq"])).await;
-    assert_eq!(end.status, StatusCode::BAD_REQUEST, "{}", end.text);
+    assert_eq!(end.status, StatusCode::CONFLICT, "{}", end.text);
     assert!(end.text.contains("had ended"), "{}", end.text);
     let by_viewer = api
         .send(
