@@ -334,15 +334,37 @@ impl SavedWorkspaces {
         let path = dir.join("objects.db");
         let conn =
             Connection::open(&path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        // Another process of the same data directory (a run beside `rein
+        // tasks list`, two runs) may be writing: its lock is waited for.
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
         // Large pages: objects of about a kilobyte leave less of each page
         // unused (a new file only; an existing one keeps its size).
-        conn.pragma_update(None, "page_size", 16384)
-            .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
-            .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
-            .and_then(|()| conn.pragma_update(None, "wal_autocheckpoint", 64))
-            .and_then(|()| conn.pragma_update(None, "journal_size_limit", 1 << 20))
-            .and_then(|()| conn.execute_batch(SCHEMA))
-            .map_err(|e| format!("cannot set up {}: {e}", path.display()))?;
+        let set_up = || {
+            conn.pragma_update(None, "page_size", 16384)
+                .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
+                .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
+                .and_then(|()| conn.pragma_update(None, "wal_autocheckpoint", 64))
+                .and_then(|()| conn.pragma_update(None, "journal_size_limit", 1 << 20))
+                .and_then(|()| conn.execute_batch(SCHEMA))
+        };
+        // Two processes making the database at once: switching it to WAL
+        // is refused at once to one of them (no waiting), so it tries again.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            match set_up() {
+                Ok(()) => break,
+                Err(rusqlite::Error::SqliteFailure(e, _))
+                    if matches!(
+                        e.code,
+                        rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                    ) && std::time::Instant::now() < until =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => return Err(format!("cannot set up {}: {e}", path.display())),
+            }
+        }
         Ok(SavedWorkspaces {
             inner: Arc::new(Inner {
                 objects,

@@ -429,3 +429,28 @@ async fn a_workspace_written_for_a_task_is_known_to_its_first_save_and_a_change_
         .unwrap();
     assert_eq!(std::fs::read(back.join("sub/b.txt")).unwrap(), b"BBBB");
 }
+
+#[test]
+fn keepers_opened_at_once_on_a_new_directory_all_open() {
+    // `rein run` and `rein tasks list` started together on a fresh data
+    // directory both make the keeper's database: the second waits for the
+    // first, it is not refused.
+    for _ in 0..20 {
+        let dir = tempfile::tempdir().unwrap();
+        let saved = std::sync::Arc::new(dir.path().join("saved"));
+        let start = std::sync::Arc::new(std::sync::Barrier::new(6));
+        let opens: Vec<_> = (0..6)
+            .map(|_| {
+                let (saved, start) = (saved.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    SavedWorkspaces::open(&saved).map(|_| ())
+                })
+            })
+            .collect();
+        for open in opens {
+            let opened = open.join().unwrap();
+            assert!(opened.is_ok(), "{:?}", opened.err());
+        }
+    }
+}
