@@ -507,3 +507,76 @@ async fn a_fork_into_a_named_directory_needs_it_empty() {
     assert!(matches!(&first[0].change,
         TaskChange::TaskForked { workspace, .. } if workspace.files == 1));
 }
+
+#[tokio::test]
+async fn a_point_whose_workspace_could_not_be_kept_is_refused_saying_why() {
+    let k = keeping();
+    let mut plan = TaskDecomposition::new(
+        "over the cap",
+        vec![
+            step("big", "echo 0123456789 > big.txt", &[], true),
+            step("next", "true", &["big"], true),
+        ],
+    );
+    plan.snapshot = Some(rein_protocol::SnapshotRules {
+        exclude: vec![],
+        max_bytes: Some(4),
+    });
+    let source = k.run(plan).await;
+    assert_eq!(source.status(), TaskStatus::Completed);
+    let refused = k
+        .fork(source.id(), ForkPoint::After("big".into()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), rein_core::ErrorKind::Conflict);
+    assert!(
+        refused.to_string().contains("could not keep the workspace")
+            && refused.to_string().contains("snapshot.max_bytes"),
+        "{refused}"
+    );
+    // Before it, the workspace (empty) was kept: a fork starts there.
+    let fork = k
+        .fork(source.id(), ForkPoint::Before("big".into()))
+        .await
+        .unwrap();
+    assert_eq!(fork.head.context.completed_steps, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_idempotent_step_is_asked_about_when_it_had_the_network() {
+    let k = keeping();
+    let mut online = step("fetch", "true", &["first"], true);
+    if let rein_protocol::StepAction::Command { network, .. } = &mut online.action {
+        *network = true;
+    }
+    let source = k
+        .run(TaskDecomposition::new(
+            "online",
+            vec![
+                step("first", "true", &[], true),
+                online,
+                step("local", "true", &["fetch"], true),
+            ],
+        ))
+        .await;
+    assert_eq!(source.status(), TaskStatus::Completed);
+    let fork = k
+        .fork(source.id(), ForkPoint::After("first".into()))
+        .await
+        .unwrap();
+    let asked: Vec<&str> = fork
+        .head
+        .forked_from
+        .as_ref()
+        .unwrap()
+        .ran_in_source
+        .iter()
+        .map(|r| r.step_id.as_str())
+        .collect();
+    assert_eq!(asked, ["fetch"], "the network step, not the local one");
+    assert!(
+        fork.head.forked_from.as_ref().unwrap().ran_in_source[0]
+            .did
+            .contains("with the network")
+    );
+}
