@@ -120,43 +120,43 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
             snapshot_id,
             from_task_id,
         } => {
-            let mut state = (**state).clone();
-            state.head.id = task_id;
+            let mut state = copied(state, task_id, from_task_id, event);
             state.head.restored_from = Some(snapshot_id.clone());
-            state.head.context.task_history.push(from_task_id.clone());
-            state.head.runner = None;
-            state.head.trace_id = event.trace_id.clone();
-            state.head.span_id = event.span_id.clone();
-            state.head.resources.last_active_at = Some(event.timestamp);
-            state.head.last_seq = 1;
-            state.head.created_at = event.timestamp;
-            state.head.updated_at = event.timestamp;
-            for cp in &mut state.checkpoints {
-                cp.task_id = state.head.id.clone();
-            }
             Ok(state)
         }
         TaskChange::TaskForked { from, state, .. } => {
-            let mut state = (**state).clone();
-            state.head.id = task_id;
+            let mut state = copied(state, task_id, &from.task_id, event);
             state.head.restored_from = None;
             state.head.forked_from = Some((**from).clone());
-            state.head.context.task_history.push(from.task_id.clone());
-            state.head.runner = None;
-            state.head.trace_id = event.trace_id.clone();
-            state.head.span_id = event.span_id.clone();
             state.head.parent_span_id = event.parent_span_id.clone();
-            state.head.resources.last_active_at = Some(event.timestamp);
-            state.head.last_seq = 1;
-            state.head.created_at = event.timestamp;
-            state.head.updated_at = event.timestamp;
-            for cp in &mut state.checkpoints {
-                cp.task_id = state.head.id.clone();
-            }
             Ok(state)
         }
         other => Err(FoldError::BadGenesis(other.event_type().as_str())),
     }
+}
+
+/// The state a restored or forked task starts from: `state`, copied from
+/// task `from`, as task `task_id`'s, made by `event`.
+fn copied(
+    state: &TaskState,
+    task_id: rein_protocol::TaskId,
+    from: &rein_protocol::TaskId,
+    event: &HarnessEvent,
+) -> TaskState {
+    let mut state = state.clone();
+    state.head.id = task_id;
+    state.head.context.task_history.push(from.clone());
+    state.head.runner = None;
+    state.head.trace_id = event.trace_id.clone();
+    state.head.span_id = event.span_id.clone();
+    state.head.resources.last_active_at = Some(event.timestamp);
+    state.head.last_seq = 1;
+    state.head.created_at = event.timestamp;
+    state.head.updated_at = event.timestamp;
+    for cp in &mut state.checkpoints {
+        cp.task_id = state.head.id.clone();
+    }
+    state
 }
 
 /// Applies one event to a task's state.

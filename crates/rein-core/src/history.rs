@@ -45,32 +45,14 @@ pub fn points(events: &[HarnessEvent], journals: &[(String, Vec<Value>)]) -> Vec
                 from_task_id,
                 state,
             } => {
-                for cp in &state.checkpoints {
-                    known.insert(
-                        cp.id.clone(),
-                        Known {
-                            step_id: cp.step_id.clone(),
-                            kind: cp.kind,
-                            attempt: cp.attempt,
-                        },
-                    );
-                }
+                know_all(&mut known, state);
                 out.push(point(
                     HistoryKind::TaskCreated,
                     format!("restored from snapshot {snapshot_id} of task {from_task_id}"),
                 ));
             }
             TaskChange::TaskForked { from, state, .. } => {
-                for cp in &state.checkpoints {
-                    known.insert(
-                        cp.id.clone(),
-                        Known {
-                            step_id: cp.step_id.clone(),
-                            kind: cp.kind,
-                            attempt: cp.attempt,
-                        },
-                    );
-                }
+                know_all(&mut known, state);
                 let turn = from
                     .turn
                     .map(|n| format!(", after turn {n}"))
@@ -218,6 +200,21 @@ pub fn points(events: &[HarnessEvent], journals: &[(String, Vec<Value>)]) -> Vec
         out.splice(after..after, turns);
     }
     out
+}
+
+/// Remembers the checkpoints a copied state (a restored or forked task's
+/// first event) starts with.
+fn know_all(known: &mut HashMap<CheckpointId, Known>, state: &rein_protocol::TaskState) {
+    for cp in &state.checkpoints {
+        known.insert(
+            cp.id.clone(),
+            Known {
+                step_id: cp.step_id.clone(),
+                kind: cp.kind,
+                attempt: cp.attempt,
+            },
+        );
+    }
 }
 
 /// A step's agent turns: the entries of its journal that are the model's

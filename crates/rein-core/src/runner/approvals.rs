@@ -21,6 +21,16 @@ use crate::recorder::SpanRef;
 /// What a person may answer about a step that may have partly run.
 pub const INTERRUPTED_CHOICES: [&str; 3] = ["rerun", "skip", "abort"];
 
+/// What a step runs, for a person asked about it: its command, or its
+/// agent's prompt.
+pub(super) fn command_of(action: &StepAction) -> Option<String> {
+    match action {
+        StepAction::Command { run, .. } => Some(run.clone()),
+        StepAction::Agent { prompt, .. } => Some(format!("agent: {prompt}")),
+        StepAction::Noop | StepAction::Approval { .. } | StepAction::Verify { .. } => None,
+    }
+}
+
 impl TaskRun<'_> {
     /// Opens the step's checkpoint and raises its request; the step then waits.
     pub(super) fn ask(&mut self, i: usize) -> Result<()> {
@@ -108,11 +118,7 @@ impl TaskRun<'_> {
     ) -> Result<()> {
         let step = Arc::clone(&self.steps[i]);
         let span = SpanRef::child_of(&self.rec.state.head.span_id);
-        let command = match &step.action {
-            StepAction::Command { run, .. } => Some(run.clone()),
-            StepAction::Agent { prompt, .. } => Some(format!("agent: {prompt}")),
-            StepAction::Noop | StepAction::Approval { .. } | StepAction::Verify { .. } => None,
-        };
+        let command = super::approvals::command_of(&step.action);
         let request = ApprovalRequest {
             description: format!(
                 "rein stopped while `{}` was running, and the step is not idempotent. \

@@ -3,7 +3,7 @@
 //! about before they run again.
 
 use rein_protocol::{
-    ApprovalContext, ApprovalRequest, Checkpoint, CheckpointType, RanInSource, StepAction, Trigger,
+    ApprovalContext, ApprovalRequest, Checkpoint, CheckpointType, RanInSource, Trigger,
 };
 
 use super::approvals::INTERRUPTED_CHOICES;
@@ -106,11 +106,7 @@ impl TaskRun<'_> {
             serde_json::to_value(&ran).unwrap_or_default(),
         );
         let checkpoint_id = self.rec.enter_checkpoint(checkpoint, &span)?;
-        let command = match &step.action {
-            StepAction::Command { run, .. } => Some(run.clone()),
-            StepAction::Agent { prompt, .. } => Some(format!("agent: {prompt}")),
-            StepAction::Noop | StepAction::Approval { .. } | StepAction::Verify { .. } => None,
-        };
+        let command = super::approvals::command_of(&step.action);
         let request = ApprovalRequest {
             description: format!(
                 "`{}` already ran in task {from}, which this task was forked from: it completed there at {} (event {}) and {}. \

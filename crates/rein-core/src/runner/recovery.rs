@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rein_protocol::{
     ApprovalContext, ApprovalRequest, Checkpoint, CheckpointId, CheckpointType, ErrorType,
-    LedgerKind, RecoveryAction, StepAction, TaskChange, Trigger,
+    LedgerKind, RecoveryAction, TaskChange, Trigger,
 };
 
 use super::approvals::INTERRUPTED_CHOICES;
@@ -176,11 +176,7 @@ impl TaskRun<'_> {
             | ErrorType::Fatal
             | ErrorType::Unsupported => Trigger::TaskBlocked,
         };
-        let command = match &step.action {
-            StepAction::Command { run, .. } => Some(run.clone()),
-            StepAction::Agent { prompt, .. } => Some(format!("agent: {prompt}")),
-            StepAction::Noop | StepAction::Approval { .. } | StepAction::Verify { .. } => None,
-        };
+        let command = super::approvals::command_of(&step.action);
         let request = ApprovalRequest {
             description: error.to_owned(),
             options: INTERRUPTED_CHOICES

@@ -62,18 +62,34 @@ impl Keeping {
             .unwrap()
     }
 
+    /// Runs task `id` until it ends or waits.
+    async fn go(&self, id: &TaskId) -> TaskState {
+        self.engine.run(id, RunOptions::default()).await.unwrap()
+    }
+
     async fn fork(&self, id: &TaskId, point: ForkPoint) -> rein_core::Result<TaskState> {
-        self.engine
-            .fork(
-                id,
-                Fork {
-                    point,
-                    workspace: None,
-                    set: BTreeMap::new(),
-                    confined_to: None,
-                },
-            )
-            .await
+        self.fork_setting(id, point, BTreeMap::new()).await
+    }
+
+    async fn fork_setting(
+        &self,
+        id: &TaskId,
+        point: ForkPoint,
+        set: BTreeMap<String, serde_json::Value>,
+    ) -> rein_core::Result<TaskState> {
+        let fork = Fork {
+            point,
+            workspace: None,
+            set,
+            confined_to: None,
+        };
+        self.engine.fork(id, fork).await
+    }
+
+    /// The approval requests raised in task `id`.
+    async fn questions(&self, id: &TaskId) -> Vec<rein_protocol::ApprovalRequest> {
+        let all = self.engine.approvals(&Default::default()).await.unwrap();
+        all.into_iter().filter(|r| &r.task_id == id).collect()
     }
 }
 
@@ -158,14 +174,7 @@ async fn a_fork_after_a_step_has_the_files_as_they_were_and_asks_before_repeatin
 
     let paused = k.engine.run(fork.id(), no_wait()).await.unwrap();
     assert_eq!(paused.status(), TaskStatus::Paused);
-    let request = k
-        .engine
-        .approvals(&Default::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|r| r.task_id == *fork.id())
-        .unwrap();
+    let request = k.questions(fork.id()).await.remove(0);
     assert_eq!(request.step_id.as_deref(), Some("append"));
     assert_eq!(request.options, ["rerun", "skip", "abort"]);
     assert!(
@@ -180,11 +189,7 @@ async fn a_fork_after_a_step_has_the_files_as_they_were_and_asks_before_repeatin
         .decide(choose(&request, "rerun", "ana"))
         .await
         .unwrap();
-    let done = k
-        .engine
-        .run(fork.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = k.go(fork.id()).await;
     assert_eq!(
         done.status(),
         TaskStatus::Completed,
@@ -194,15 +199,7 @@ async fn a_fork_after_a_step_has_the_files_as_they_were_and_asks_before_repeatin
     assert_eq!(read(&done, "a.txt").as_deref(), Some("one\ntwo\n"));
     assert_eq!(read(&done, "n.txt").as_deref(), Some("2\n"));
     // Asked once: the rerun ran without a second question.
-    let questions = k
-        .engine
-        .approvals(&Default::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|r| r.task_id == *fork.id())
-        .count();
-    assert_eq!(questions, 1);
+    assert_eq!(k.questions(fork.id()).await.len(), 1);
     assert_eq!(read(&source, "a.txt").as_deref(), Some("one\ntwo\n"));
 }
 
@@ -223,23 +220,12 @@ async fn a_step_skipped_at_the_question_does_not_run_in_the_fork() {
         .await
         .unwrap();
     k.engine.run(fork.id(), no_wait()).await.unwrap();
-    let request = k
-        .engine
-        .approvals(&Default::default())
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|r| r.task_id == *fork.id())
-        .unwrap();
+    let request = k.questions(fork.id()).await.remove(0);
     k.engine
         .decide(choose(&request, "skip", "ana"))
         .await
         .unwrap();
-    let done = k
-        .engine
-        .run(fork.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = k.go(fork.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
     assert_eq!(read(&done, "outbox"), None, "the skipped step did not run");
     let send = done
@@ -294,11 +280,7 @@ async fn a_failed_task_retried_after_its_cause_is_fixed_completes() {
             .ran_in_source
             .is_empty()
     );
-    let done = k
-        .engine
-        .run(fork.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = k.go(fork.id()).await;
     assert_eq!(
         done.status(),
         TaskStatus::Completed,
@@ -342,25 +324,12 @@ async fn a_fork_with_a_step_changed_runs_the_change() {
     set.insert("build.run".to_owned(), "cat m > built".into());
     set.insert("build.timeout_ms".to_owned(), 60_000.into());
     let fork = k
-        .engine
-        .fork(
-            source.id(),
-            Fork {
-                point: ForkPoint::Before("build".into()),
-                workspace: None,
-                set,
-                confined_to: None,
-            },
-        )
+        .fork_setting(source.id(), ForkPoint::Before("build".into()), set)
         .await
         .unwrap();
     let plan = k.engine.plan(fork.id()).await.unwrap();
     assert_eq!(plan.steps[1].timeout_ms, Some(60_000));
-    let done = k
-        .engine
-        .run(fork.id(), RunOptions::default())
-        .await
-        .unwrap();
+    let done = k.go(fork.id()).await;
     assert_eq!(
         done.status(),
         TaskStatus::Completed,
@@ -399,16 +368,7 @@ async fn a_fork_with_a_step_changed_runs_the_change() {
         let mut set = BTreeMap::new();
         set.insert(key.to_owned(), value);
         let refused = k
-            .engine
-            .fork(
-                source.id(),
-                Fork {
-                    point: ForkPoint::Before("build".into()),
-                    workspace: None,
-                    set,
-                    confined_to: None,
-                },
-            )
+            .fork_setting(source.id(), ForkPoint::Before("build".into()), set)
             .await
             .unwrap_err();
         assert!(refused.to_string().contains(says), "{key}: {refused}");
