@@ -181,8 +181,24 @@ pub(crate) fn locate(
                     matches!(&e.change, TaskChange::CheckpointCreated { checkpoint } if &checkpoint.id == id)
                 })
             });
+            // A fork's (or a restored task's) first event holds the steps
+            // that ran before it was made.
+            let copied = events.first().is_some_and(|e| match &e.change {
+                TaskChange::TaskForked { state, .. } | TaskChange::TaskRestored { state, .. } => {
+                    state
+                        .checkpoints
+                        .iter()
+                        .any(|c| c.step_id.as_deref() == Some(step.as_str()))
+                }
+                _ => false,
+            });
             match first {
                 Some(e) => (e.seq - 1, Some(step.clone()), None),
+                None if copied => {
+                    return Err(format!(
+                        "step `{step}` ran before task {task} was made from another task (its first event says which): fork that task before it, or fork this one at an event (--at SEQ)"
+                    ));
+                }
                 None => {
                     return Err(format!(
                         "step `{step}` never started in task {task}: there is no point before it to fork from (fork at an event instead: --at SEQ)"

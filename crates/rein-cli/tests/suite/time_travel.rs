@@ -164,7 +164,7 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
         made.as_array().unwrap().len()
     );
     assert!(
-        killed_while_writing >= 3,
+        killed_while_writing >= 2,
         "only {killed_while_writing} kills landed while a workspace was written"
     );
     // The next fork sweeps what the killed ones left, and is whole.

@@ -540,3 +540,37 @@ async fn an_idempotent_step_is_asked_about_when_it_had_the_network() {
             .contains("with the network")
     );
 }
+
+#[tokio::test]
+async fn a_fork_of_a_fork_says_where_a_step_before_it_ran() {
+    let k = keeping();
+    let source = k
+        .run(TaskDecomposition::new(
+            "two",
+            vec![
+                step("a", "echo a > a", &[], true),
+                step("b", "echo b > b", &["a"], true),
+            ],
+        ))
+        .await;
+    let fork = k
+        .fork(source.id(), ForkPoint::After("a".into()))
+        .await
+        .unwrap();
+    let done = k.go(fork.id()).await;
+    assert_eq!(done.status(), TaskStatus::Completed);
+    // `b` ran in the fork: a fork of the fork goes back before it.
+    let again = k
+        .fork(fork.id(), ForkPoint::Before("b".into()))
+        .await
+        .unwrap();
+    assert_eq!(again.head.context.completed_steps, ["a"]);
+    assert_eq!(read(&again, "a").as_deref(), Some("a\n"));
+    assert_eq!(read(&again, "b"), None);
+    // `a` ran before the fork was made: said so.
+    let refused = k
+        .fork(fork.id(), ForkPoint::Before("a".into()))
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("ran before task"), "{refused}");
+}
