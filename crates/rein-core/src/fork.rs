@@ -81,6 +81,12 @@ pub(crate) struct Checkpoints<'a>(
     std::collections::HashMap<&'a rein_protocol::CheckpointId, (Option<&'a str>, CheckpointType)>,
 );
 
+/// A source task's log, with its checkpoints found once.
+pub(crate) struct Log<'a> {
+    events: &'a [HarnessEvent],
+    checkpoints: Checkpoints<'a>,
+}
+
 impl<'a> Checkpoints<'a> {
     pub(crate) fn of(events: &'a [HarnessEvent]) -> Checkpoints<'a> {
         let mut out = std::collections::HashMap::new();
@@ -118,8 +124,8 @@ pub(crate) fn locate(
     events: &[HarnessEvent],
     plan: &TaskDecomposition,
     point: &ForkPoint,
+    checkpoints: &Checkpoints,
 ) -> std::result::Result<Located, String> {
-    let checkpoints = Checkpoints::of(events);
     let step_of = |id| checkpoints.step(id).map(str::to_owned);
     let last = events.last().map_or(0, |e| e.seq);
     let has_step = |id: &str| {
@@ -362,9 +368,9 @@ fn ran_after(
     located: &Located,
     plan: &TaskDecomposition,
     state: &TaskState,
+    checkpoints: &Checkpoints,
 ) -> Vec<RanInSource> {
     let done = &state.head.context.completed_steps;
-    let checkpoints = Checkpoints::of(events);
     let mut out: Vec<RanInSource> = Vec::new();
     for e in &events[located.seq as usize..] {
         let TaskChange::CheckpointPassed {
@@ -631,8 +637,13 @@ impl Engine {
             return Err(EngineError::TaskNotFound(id.clone()));
         }
         let source_plan = self.plan(id).await?;
-        let located =
-            locate(id, &events, &source_plan, &fork.point).map_err(EngineError::NotForkable)?;
+        // Each checkpoint's step and type, looked up all through.
+        let log = Log {
+            events: &events,
+            checkpoints: Checkpoints::of(&events),
+        };
+        let located = locate(id, log.events, &source_plan, &fork.point, &log.checkpoints)
+            .map_err(EngineError::NotForkable)?;
         let Some(keeper) = self.config.saved.clone() else {
             return Err(EngineError::NotForkable(
                 "this rein keeps no workspaces (it has no data directory for them), so it cannot fork".into(),
@@ -680,7 +691,7 @@ impl Engine {
             tokio::spawn(async move { make_fork_workspace(&keeper, &task, &kept, &dir).await })
         };
         let made = self
-            .fork_state(id, &events, source_plan, &located, &fork.set, &task_id)
+            .fork_state(id, &log, source_plan, &located, &fork.set, &task_id)
             .await;
         let written = writing.await.map_err(|e| EngineError::Workspace {
             path: workspace.display().to_string(),
@@ -783,7 +794,7 @@ impl Engine {
     async fn fork_state(
         &self,
         id: &TaskId,
-        events: &[HarnessEvent],
+        log: &Log<'_>,
         source_plan: TaskDecomposition,
         located: &Located,
         set: &BTreeMap<String, Value>,
@@ -795,7 +806,7 @@ impl Engine {
         Vec<JournalCopy>,
         Vec<String>,
     )> {
-        let state = crate::fold::fold(&events[..located.seq as usize]).map_err(|error| {
+        let state = crate::fold::fold(&log.events[..located.seq as usize]).map_err(|error| {
             EngineError::Corrupt {
                 task_id: id.clone(),
                 error,
@@ -808,7 +819,7 @@ impl Engine {
                 located.seq
             )));
         }
-        let decomposed = events[..located.seq as usize]
+        let decomposed = log.events[..located.seq as usize]
             .iter()
             .any(|e| matches!(e.change, TaskChange::PlanDecomposed { .. }));
         if source_plan.goal.is_some() && !decomposed {
@@ -825,7 +836,7 @@ impl Engine {
         if !set.is_empty() {
             plan = crate::plan::validate(plan)?;
         }
-        let ran_in_source = ran_after(events, located, &plan, &state);
+        let ran_in_source = ran_after(log.events, located, &plan, &state, &log.checkpoints);
         let journals = self.journals_to_copy(id, task_id, &state, located).await?;
         Ok((state, plan, ran_in_source, journals, done))
     }

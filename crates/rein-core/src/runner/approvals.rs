@@ -108,6 +108,56 @@ impl TaskRun<'_> {
         Ok(())
     }
 
+    /// Opens a `user_approval` checkpoint of step `i`'s current attempt,
+    /// marked `mark` (why a person is asked about the step), for a question.
+    pub(super) fn open_question(
+        &mut self,
+        i: usize,
+        mark: (&str, serde_json::Value),
+        span: &SpanRef,
+    ) -> Result<CheckpointId> {
+        let mut checkpoint = Checkpoint::pending(
+            self.rec.state.head.id.clone(),
+            Some(self.steps[i].id.clone()),
+            rein_protocol::CheckpointType::UserApproval,
+            self.attempts[i],
+        );
+        checkpoint.metadata.insert(mark.0.into(), mark.1);
+        self.rec.enter_checkpoint(checkpoint, span)
+    }
+
+    /// A question whether step `i` runs again, is skipped or is aborted
+    /// ([`INTERRUPTED_CHOICES`]), at `checkpoint`, showing what the step runs.
+    pub(super) fn rerun_question(
+        &self,
+        i: usize,
+        checkpoint: &CheckpointId,
+        trigger: Trigger,
+        title: String,
+        description: String,
+    ) -> ApprovalRequest {
+        let step = &self.steps[i];
+        ApprovalRequest {
+            description,
+            options: INTERRUPTED_CHOICES
+                .iter()
+                .map(|c| (*c).to_owned())
+                .collect(),
+            context: ApprovalContext {
+                command: command_of(&step.action),
+                ..ApprovalContext::default()
+            },
+            ..ApprovalRequest::pending(
+                self.rec.state.head.id.clone(),
+                checkpoint.clone(),
+                Some(step.id.clone()),
+                trigger,
+                title,
+                self.ctx.config.clock.now(),
+            )
+        }
+    }
+
     /// A step left running by a stopped runner that is not idempotent may have partly
     /// run: ask whether to run it again, skip it, or abort it.
     pub(super) fn ask_interrupted(
@@ -116,36 +166,19 @@ impl TaskRun<'_> {
         checkpoint: CheckpointId,
         leftover: Option<&str>,
     ) -> Result<()> {
-        let step = Arc::clone(&self.steps[i]);
+        let id = &self.steps[i].id;
         let span = SpanRef::child_of(&self.rec.state.head.span_id);
-        let command = super::approvals::command_of(&step.action);
-        let request = ApprovalRequest {
-            description: format!(
-                "rein stopped while `{}` was running, and the step is not idempotent. \
+        let request = self.rerun_question(
+            i,
+            &checkpoint,
+            Trigger::TaskBlocked,
+            format!("Step `{id}` may have partly run: run it again, skip it, or abort it?"),
+            format!(
+                "rein stopped while `{id}` was running, and the step is not idempotent. \
                  rerun: run it again; skip: go on without it; abort: fail the step (its dependants do not run).{}",
-                step.id,
                 leftover.map(|l| format!(" {l}.")).unwrap_or_default()
             ),
-            options: INTERRUPTED_CHOICES
-                .iter()
-                .map(|c| (*c).to_owned())
-                .collect(),
-            context: ApprovalContext {
-                command,
-                ..ApprovalContext::default()
-            },
-            ..ApprovalRequest::pending(
-                self.rec.state.head.id.clone(),
-                checkpoint.clone(),
-                Some(step.id.clone()),
-                Trigger::TaskBlocked,
-                format!(
-                    "Step `{}` may have partly run: run it again, skip it, or abort it?",
-                    step.id
-                ),
-                self.ctx.config.clock.now(),
-            )
-        };
+        );
         self.await_request(i, checkpoint, span, request)
     }
 

@@ -2,11 +2,8 @@
 //! it is first taken up, and the steps that already ran in the source asked
 //! about before they run again.
 
-use rein_protocol::{
-    ApprovalContext, ApprovalRequest, Checkpoint, CheckpointType, RanInSource, Trigger,
-};
+use rein_protocol::{RanInSource, Trigger};
 
-use super::approvals::INTERRUPTED_CHOICES;
 use super::*;
 
 /// Marks the checkpoint of a fork's question about a step that ran in the
@@ -85,7 +82,6 @@ impl TaskRun<'_> {
     /// again in the fork: `rerun`, `skip` or `abort`, as for a step rein
     /// stopped in the middle of.
     pub(super) fn ask_ran_in_source(&mut self, i: usize, ran: RanInSource) -> Result<()> {
-        let step = Arc::clone(&self.steps[i]);
         let from = self
             .rec
             .state
@@ -95,48 +91,23 @@ impl TaskRun<'_> {
             .map(|f| f.task_id.to_string())
             .unwrap_or_default();
         let span = SpanRef::child_of(&self.rec.state.head.span_id);
-        let mut checkpoint = Checkpoint::pending(
-            self.rec.state.head.id.clone(),
-            Some(step.id.clone()),
-            CheckpointType::UserApproval,
-            self.attempts[i],
-        );
-        checkpoint.metadata.insert(
-            FORK_QUESTION.into(),
-            serde_json::to_value(&ran).unwrap_or_default(),
-        );
-        let checkpoint_id = self.rec.enter_checkpoint(checkpoint, &span)?;
-        let command = super::approvals::command_of(&step.action);
-        let request = ApprovalRequest {
-            description: format!(
-                "`{}` already ran in task {from}, which this task was forked from: it completed there at {} (event {}) and {}. \
+        let mark = serde_json::to_value(&ran).unwrap_or_default();
+        let checkpoint_id = self.open_question(i, (FORK_QUESTION, mark), &span)?;
+        let id = &self.steps[i].id;
+        let request = self.rerun_question(
+            i,
+            &checkpoint_id,
+            Trigger::TaskBlocked,
+            format!("Step `{id}` already ran in task {from}: run it again, skip it, or abort it?"),
+            format!(
+                "`{id}` already ran in task {from}, which this task was forked from: it completed there at {} (event {}) and {}. \
                  Running it again here may repeat what it did. \
                  rerun: run it again; skip: go on without it; abort: fail the step (its dependants do not run).",
-                step.id,
                 ran.at.format("%Y-%m-%d %H:%M:%S UTC"),
                 ran.seq,
                 ran.did
             ),
-            options: INTERRUPTED_CHOICES
-                .iter()
-                .map(|c| (*c).to_owned())
-                .collect(),
-            context: ApprovalContext {
-                command,
-                ..ApprovalContext::default()
-            },
-            ..ApprovalRequest::pending(
-                self.rec.state.head.id.clone(),
-                checkpoint_id.clone(),
-                Some(step.id.clone()),
-                Trigger::TaskBlocked,
-                format!(
-                    "Step `{}` already ran in task {from}: run it again, skip it, or abort it?",
-                    step.id
-                ),
-                self.ctx.config.clock.now(),
-            )
-        };
+        );
         self.await_request(i, checkpoint_id, span, request)
     }
 }

@@ -5,12 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rein_protocol::{
-    ApprovalContext, ApprovalRequest, Checkpoint, CheckpointId, CheckpointType, ErrorType,
-    LedgerKind, RecoveryAction, TaskChange, Trigger,
-};
+use rein_protocol::{CheckpointId, ErrorType, LedgerKind, RecoveryAction, TaskChange, Trigger};
 
-use super::approvals::INTERRUPTED_CHOICES;
 use super::{Progress, TaskRun};
 use crate::clock::until;
 use crate::error::Result;
@@ -156,16 +152,8 @@ impl TaskRun<'_> {
         let step = Arc::clone(&self.steps[i]);
         let span = SpanRef::child_of(&self.rec.state.head.span_id);
         self.attempts[i] += 1;
-        let mut checkpoint = Checkpoint::pending(
-            self.rec.state.head.id.clone(),
-            Some(step.id.clone()),
-            CheckpointType::UserApproval,
-            self.attempts[i],
-        );
-        checkpoint
-            .metadata
-            .insert(RECOVERY.into(), RecoveryAction::Escalate.as_str().into());
-        let checkpoint_id = self.rec.enter_checkpoint(checkpoint, &span)?;
+        let mark = RecoveryAction::Escalate.as_str().into();
+        let checkpoint_id = self.open_question(i, (RECOVERY, mark), &span)?;
         let trigger = match error_type {
             ErrorType::PermissionDenied => Trigger::PermissionDenied,
             ErrorType::SecurityViolation => Trigger::SecurityViolation,
@@ -176,33 +164,20 @@ impl TaskRun<'_> {
             | ErrorType::Fatal
             | ErrorType::Unsupported => Trigger::TaskBlocked,
         };
-        let command = super::approvals::command_of(&step.action);
-        let request = ApprovalRequest {
-            description: error.to_owned(),
-            options: INTERRUPTED_CHOICES
-                .iter()
-                .map(|c| (*c).to_owned())
-                .collect(),
-            context: ApprovalContext {
-                command,
-                risk_assessment: Some(format!(
-                    "attempt {} failed with a {error_type} error: {error}",
-                    self.attempts[i] - 1
-                )),
-                ..ApprovalContext::default()
-            },
-            ..ApprovalRequest::pending(
-                self.rec.state.head.id.clone(),
-                checkpoint_id.clone(),
-                Some(step.id.clone()),
-                trigger,
-                format!(
-                    "Step `{}` failed ({error_type}): run it again, skip it, or abort it?",
-                    step.id
-                ),
-                self.ctx.config.clock.now(),
-            )
-        };
+        let mut request = self.rerun_question(
+            i,
+            &checkpoint_id,
+            trigger,
+            format!(
+                "Step `{}` failed ({error_type}): run it again, skip it, or abort it?",
+                step.id
+            ),
+            error.to_owned(),
+        );
+        request.context.risk_assessment = Some(format!(
+            "attempt {} failed with a {error_type} error: {error}",
+            self.attempts[i] - 1
+        ));
         // The escalation itself is on the record, with the failure behind it.
         self.rec.record_ledger(crate::approvals::ledger_entry(
             &request,

@@ -118,6 +118,17 @@ impl Api {
         .await
     }
 
+    /// A page of the UI, as the browser session `cookie` gets it.
+    async fn browse(&self, cookie: &str, path: String) -> Reply {
+        self.send(
+            Request::get(path)
+                .header(header::COOKIE, cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+    }
+
     /// A browser session's cookie (`name=value`) for `token`.
     async fn signed_in(&self, token: &str) -> String {
         let login = Request::post("/auth/session")
@@ -809,19 +820,7 @@ async fn a_tasks_timeline_lists_its_points_and_opens_each_onto_the_state_there()
     let id = r.body["task"]["id"].as_str().unwrap().to_owned();
     api.reaches(&id, "completed").await;
     let cookie = api.signed_in(VIEWER).await;
-    let get = |path: String| {
-        let cookie = cookie.clone();
-        let api = &api;
-        async move {
-            api.send(
-                Request::get(path)
-                    .header(header::COOKIE, cookie)
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-        }
-    };
+    let get = |path: String| api.browse(&cookie, path);
     let history = api
         .call(
             Method::GET,
@@ -2170,16 +2169,7 @@ async fn forking_from_the_timeline_runs_the_fork_and_links_the_two() {
     let page = |token: &'static str| {
         let api = &api;
         let path = format!("/ui/tasks/{id}/history");
-        async move {
-            let cookie = api.signed_in(token).await;
-            api.send(
-                Request::get(path)
-                    .header(header::COOKIE, cookie)
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-        }
+        async move { api.browse(&api.signed_in(token).await, path).await }
     };
     // An operator may fork from each point but the end; a viewer from none.
     let theirs = page(OPERATOR).await;
@@ -2232,19 +2222,7 @@ async fn forking_from_the_timeline_runs_the_fork_and_links_the_two() {
     );
     // The two pages link each other.
     let cookie = api.signed_in(VIEWER).await;
-    let get = |path: String| {
-        let cookie = cookie.clone();
-        let api = &api;
-        async move {
-            api.send(
-                Request::get(path)
-                    .header(header::COOKIE, cookie)
-                    .body(Body::empty())
-                    .unwrap(),
-            )
-            .await
-        }
-    };
+    let get = |path: String| api.browse(&cookie, path);
     let fork_page = get(format!("/ui/tasks/{fork_id}/body")).await;
     assert!(
         fork_page
