@@ -64,8 +64,8 @@ pub type Snapshot = TakenSnapshot;
 /// What `rein evidence add-item | add-check | review` adds.
 #[derive(Debug)]
 pub enum EvidencePart {
-    Item(EvidenceItem),
-    Check(EvidenceCheck),
+    Item(Box<EvidenceItem>),
+    Check(Box<EvidenceCheck>),
     Review {
         verdict: ReviewVerdict,
         comment: Option<String>,
@@ -387,6 +387,7 @@ impl Backend {
             shared_state_id: filter.shared_state_id.clone(),
             limit: filter.limit,
             cursor: filter.cursor.clone(),
+            ..ContractQuery::default()
         };
         Ok(self
             .client
@@ -435,6 +436,7 @@ impl Backend {
             shared_state_id: filter.shared_state_id.clone(),
             limit: filter.limit,
             cursor: filter.cursor.clone(),
+            ..EvidenceQuery::default()
         };
         Ok(self
             .client

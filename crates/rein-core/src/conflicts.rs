@@ -363,13 +363,17 @@ impl<'a> Index<'a> {
     }
 }
 
+/// An action's risk; none given and the seed's `unknown` count as low.
 fn risk_of(action: &Action) -> Risk {
-    action.risk_level.unwrap_or(Risk::Low)
+    match action.risk_level {
+        None | Some(Risk::Unknown) => Risk::Low,
+        Some(r) => r,
+    }
 }
 
 fn policy_for(severity: Risk) -> ConflictPolicy {
     match severity {
-        Risk::Low | Risk::Medium => ConflictPolicy::Warn,
+        Risk::Unknown | Risk::Low | Risk::Medium => ConflictPolicy::Warn,
         Risk::High | Risk::Critical => ConflictPolicy::Escalate,
     }
 }

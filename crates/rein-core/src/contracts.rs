@@ -11,8 +11,9 @@
 use std::sync::Arc;
 
 use rein_protocol::{
-    Capture, ContractId, ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceId, EvidenceItem,
-    EvidenceKind, HarnessContract, Resource, Review, Risk, StatusChange, Timestamp,
+    Capture, Confidence, ContractId, ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceId,
+    EvidenceItem, EvidenceKind, HarnessContract, Resource, Review, Risk, StatusChange, TextOr,
+    Timestamp, ToolRequirement,
 };
 
 use crate::clock::Clock;
@@ -55,7 +56,7 @@ const CRITICAL_KINDS: &[&str] = &["secret", "credential", "database", "productio
 ///   workspace (a shell, the network, deployment, deletion);
 /// - medium: it writes anything else;
 /// - low: it writes nothing.
-pub fn derive_risk(write_set: &[Resource], required_tools: &[String]) -> Risk {
+pub fn derive_risk(write_set: &[Resource], required_tools: &[TextOr<ToolRequirement>]) -> Risk {
     let critical = write_set.iter().any(|r| {
         r.sensitive
             || CRITICAL_KINDS
@@ -72,6 +73,7 @@ pub fn derive_risk(write_set: &[Resource], required_tools: &[String]) -> Risk {
             || r.path.as_deref().is_some_and(|p| p.starts_with('/'))
     });
     let reaching = required_tools.iter().any(|t| {
+        let t = t.said();
         let t = t.trim().to_ascii_lowercase().replace(' ', "-");
         REACHING_TOOLS.contains(&t.as_str())
     });
@@ -118,7 +120,18 @@ pub fn prepare_contract(
     match contract.risk {
         Some(_) => contract.risk_derived = false,
         None => {
-            contract.risk = Some(derive_risk(&contract.write_set, &contract.required_tools));
+            // The riskiest of what the sets and tools say and what each
+            // planned action says of itself.
+            let planned = contract.planned_actions.iter().map(|a| {
+                a.risk_level
+                    .unwrap_or_default()
+                    .max(derive_risk(&a.write_set, &[]))
+            });
+            let derived = planned
+                .chain([derive_risk(&contract.write_set, &contract.required_tools)])
+                .max()
+                .unwrap_or_default();
+            contract.risk = Some(derived);
             contract.risk_derived = true;
         }
     }
@@ -130,7 +143,8 @@ pub fn prepare_contract(
         reason: None,
     }];
     contract.evidence_bundle_ids.clear();
-    contract.created_at = Some(now);
+    // A creation time the caller gives (the seed's `createdAtUtc`) is kept.
+    contract.created_at.get_or_insert(now);
     contract.updated_at = Some(now);
     Ok(contract)
 }
@@ -160,6 +174,19 @@ pub fn transition(
     let from = contract.status;
     crate::lifecycle::contract_transition(from, to).map_err(|e| e.of(&contract.id))?;
     contract.status = to;
+    if to == ContractStatus::Approved {
+        contract.approved_at = Some(now);
+    }
+    if matches!(
+        to,
+        ContractStatus::Verified
+            | ContractStatus::Failed
+            | ContractStatus::Rejected
+            | ContractStatus::RolledBack
+            | ContractStatus::Cancelled
+    ) {
+        contract.completed_at = Some(now);
+    }
     contract.history.push(StatusChange {
         from: Some(from),
         to,
@@ -194,16 +221,16 @@ pub fn prepare_evidence(
     for review in reviews {
         add_review(&mut bundle, review, now)?;
     }
-    bundle.created_at = Some(now);
+    bundle.created_at.get_or_insert(now);
     bundle.updated_at = Some(now);
     Ok(bundle)
 }
 
-fn check_confidence(confidence: Option<f64>) -> Result<(), EngineError> {
+fn check_confidence(confidence: Option<Confidence>) -> Result<(), EngineError> {
     match confidence {
-        Some(c) if !(0.0..=1.0).contains(&c) => Err(EngineError::BadRequest(format!(
-            "`confidence` must be between 0 and 1, not {c}"
-        ))),
+        Some(Confidence::Score(c)) if !(0.0..=1.0).contains(&c) => Err(EngineError::BadRequest(
+            format!("`confidence` must be between 0 and 1, not {c}"),
+        )),
         _ => Ok(()),
     }
 }
@@ -216,11 +243,6 @@ pub(crate) fn add_item(
     now: Timestamp,
     by_rein: bool,
 ) -> Result<(), EngineError> {
-    if item.title.trim().is_empty() {
-        return Err(EngineError::BadRequest(
-            "an evidence item needs a `title`".into(),
-        ));
-    }
     if item.capture == Capture::Rein && !by_rein {
         return Err(EngineError::BadRequest(format!(
             "evidence item `{}`: only rein records items it captured itself; report it as `reported` (or `callback` when a rein-owned callback delivered it)",
@@ -242,11 +264,6 @@ pub(crate) fn add_check(
     check: EvidenceCheck,
     now: Timestamp,
 ) -> Result<(), EngineError> {
-    if check.name.trim().is_empty() {
-        return Err(EngineError::BadRequest(
-            "an evidence check needs a `name`".into(),
-        ));
-    }
     upsert(&mut bundle.checks, "check", check, now);
     bundle.updated_at = Some(now);
     Ok(())
@@ -706,7 +723,7 @@ pub fn agent_evidence(
                         path: Some(p),
                         ..Resource::default()
                     }),
-                    at: None,
+                    ..EvidenceItem::default()
                 }
             })
             .collect(),
@@ -717,8 +734,7 @@ pub fn agent_evidence(
             content: None,
             exit_code: None,
             capture: Capture::Unsupported,
-            resource: None,
-            at: None,
+            ..EvidenceItem::default()
         }],
         _ => return None,
     };

@@ -21,9 +21,9 @@
 use std::sync::Arc;
 
 use rein_protocol::{
-    Capture, CheckStatus, ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceItem,
+    Capture, CheckStatus, Confidence, ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceItem,
     EvidenceKind, HarnessContract, PlannedAction, Risk, RiskLevel, StepAction, StepType,
-    TaskDecomposition, TaskStep,
+    TaskDecomposition, TaskStep, TextOr,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -188,6 +188,7 @@ fn contract_of(
             title: step.id.clone(),
             tool_name: Some(tool.clone()),
             command: Some(run),
+            ..PlannedAction::default()
         }],
         read_set: step
             .reads
@@ -199,9 +200,9 @@ fn contract_of(
             .iter()
             .map(|p| crate::shared_state::declared(p))
             .collect(),
-        required_tools: vec![tool],
-        verification_plan: pev.verify.clone(),
-        rollback_plan: pev.rollback.clone(),
+        required_tools: vec![tool.into()],
+        verification_plan: pev.verify.iter().map(|v| v.as_str().into()).collect(),
+        rollback_plan: pev.rollback.as_deref().map(Into::into),
         success_criteria: success,
         // A step marked medium or high risk says so; a low one is derived.
         risk: match step.risk_level {
@@ -214,10 +215,7 @@ fn contract_of(
         session_id: Some(session_id.to_owned()),
         task_id: Some(task_id.to_owned()),
         step_id: Some(step.id.clone()),
-        evidence_bundle_ids: Vec::new(),
-        history: Vec::new(),
-        created_at: None,
-        updated_at: None,
+        ..HarnessContract::default()
     }
 }
 
@@ -408,11 +406,13 @@ impl Verification {
             now,
             true,
         );
-        bundle.risks.retain(|r| !r.starts_with(UNSANDBOXED));
+        bundle
+            .risks
+            .retain(|r| !matches!(r, TextOr::Text(t) if t.starts_with(UNSANDBOXED)));
         if unsandboxed(step_output.as_ref()) {
-            bundle.risks.push(format!(
-                "{UNSANDBOXED}: `{run}` ran with rein's own permissions"
-            ));
+            bundle
+                .risks
+                .push(format!("{UNSANDBOXED}: `{run}` ran with rein's own permissions").into());
         }
         let mut failures = Vec::new();
         for (n, command) in pev.verify.iter().enumerate() {
@@ -422,9 +422,12 @@ impl Verification {
             }
             let passed = matches!(outcome, StepOutcome::Passed { .. });
             if unsandboxed(output.as_ref()) {
-                bundle.risks.push(format!(
-                    "{UNSANDBOXED}: the verifier `{command}` ran with rein's own permissions"
-                ));
+                bundle.risks.push(
+                    format!(
+                        "{UNSANDBOXED}: the verifier `{command}` ran with rein's own permissions"
+                    )
+                    .into(),
+                );
             }
             let _ = crate::contracts::add_item(
                 &mut bundle,
@@ -445,7 +448,8 @@ impl Verification {
                     },
                     verifier: Some("rein".into()),
                     detail: Some(detail.clone()),
-                    at: None,
+                    command: Some(command.clone()),
+                    ..EvidenceCheck::default()
                 },
                 now,
             );
@@ -454,7 +458,7 @@ impl Verification {
             }
         }
         let total = pev.verify.len().max(1) as f64;
-        bundle.confidence = Some((total - failures.len() as f64) / total);
+        bundle.confidence = Some(Confidence::Score((total - failures.len() as f64) / total));
         bundle.summary = if failures.is_empty() {
             format!("`{run}` ran and {} verifier(s) passed", pev.verify.len())
         } else {
@@ -482,10 +486,13 @@ impl Verification {
             let _ = crate::contracts::add_item(&mut bundle, rb, now, true);
             rolled_back = Some(matches!(outcome, StepOutcome::Passed { .. }));
             if rolled_back == Some(false) {
-                bundle.risks.push(format!(
-                    "the rollback `{rollback}` failed: {}",
-                    summary(output.as_ref(), &outcome)
-                ));
+                bundle.risks.push(
+                    format!(
+                        "the rollback `{rollback}` failed: {}",
+                        summary(output.as_ref(), &outcome)
+                    )
+                    .into(),
+                );
             }
         }
         let bundle_id = bundle.id.clone();
@@ -644,8 +651,7 @@ fn item(kind: EvidenceKind, command: &str, out: Option<&CommandOutput>) -> Evide
         content: content.filter(|c| !c.is_empty()),
         exit_code: out.and_then(|o| o.exit_code),
         capture: Capture::Rein,
-        resource: None,
-        at: None,
+        ..EvidenceItem::default()
     }
 }
 

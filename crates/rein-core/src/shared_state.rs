@@ -136,14 +136,6 @@ pub fn prepare_new(
         state.id = SharedStateId::new().to_string();
     }
     fill_ids(&mut state)?;
-    for a in &state.actions {
-        if a.title.trim().is_empty() {
-            return Err(SharedStateError::Empty {
-                what: "action",
-                field: "title",
-            });
-        }
-    }
     for p in &mut state.participants {
         p.started_at.get_or_insert(now);
     }
@@ -173,12 +165,6 @@ pub fn upsert_action(
     mut action: Action,
     now: Timestamp,
 ) -> Result<(), SharedStateError> {
-    if action.title.trim().is_empty() {
-        return Err(SharedStateError::Empty {
-            what: "action",
-            field: "title",
-        });
-    }
     fill(&state.actions, "action", &mut action, now);
     // Only the new action's paths need checking: the rest were checked on the way in.
     crate::conflicts::check_action(&action)?;

@@ -192,6 +192,16 @@ pub struct RecordFilter {
     pub task_id: Option<String>,
     pub shared_state_id: Option<String>,
     pub contract_id: Option<String>,
+    /// Top-level text fields of the record that must equal a value (the
+    /// seed's list filters: a contract's `riskLevel`, a bundle's `actorId`,
+    /// …). The names are rein's own constants, never a caller's text.
+    pub fields: Vec<(&'static str, String)>,
+    /// Only records with this tag.
+    pub tag: Option<String>,
+    /// Created at or after.
+    pub created_from: Option<Timestamp>,
+    /// Created before.
+    pub created_to: Option<Timestamp>,
     /// At most this many items (the store caps it at 500).
     pub limit: Option<usize>,
     /// `next_cursor` of the previous page.
@@ -206,6 +216,10 @@ impl RecordFilter {
             task_id: None,
             shared_state_id: None,
             contract_id: None,
+            fields: Vec::new(),
+            tag: None,
+            created_from: None,
+            created_to: None,
             limit: None,
             cursor: None,
         }

@@ -746,6 +746,29 @@ pub struct ContractQuery {
     /// Only contracts linked to this shared state.
     #[serde(alias = "sharedStateId")]
     pub shared_state_id: Option<String>,
+    /// Only contracts of this risk (the seed's `riskLevel`).
+    #[serde(default, alias = "riskLevel")]
+    #[schemars(with = "Option<crate::Risk>")]
+    pub risk_level: Option<String>,
+    /// Only records with this tag.
+    pub tag: Option<String>,
+    /// Only this actor's (the seed's `actorId`).
+    #[serde(alias = "actorId")]
+    pub actor_id: Option<String>,
+    /// Only this channel's (the seed's `channelId`).
+    #[serde(alias = "channelId")]
+    pub channel_id: Option<String>,
+    /// Only those of this source session (the seed's `sourceSessionId`).
+    #[serde(alias = "sourceSessionId")]
+    pub source_session_id: Option<String>,
+    /// Created at or after (RFC 3339; the seed's `createdFromUtc`).
+    #[serde(alias = "createdFromUtc", alias = "createdFrom")]
+    #[schemars(extend("format" = "date-time"))]
+    pub created_from: Option<String>,
+    /// Created before (RFC 3339; the seed's `createdToUtc`).
+    #[serde(alias = "createdToUtc", alias = "createdTo")]
+    #[schemars(extend("format" = "date-time"))]
+    pub created_to: Option<String>,
     /// 1–500 (default 50).
     #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
     #[schemars(range(min = 1, max = 500))]
@@ -760,8 +783,8 @@ pub struct ContractQuery {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvidenceQuery {
-    /// Only the bundles of this contract.
-    #[serde(alias = "contractId")]
+    /// Only the bundles of this contract (the seed's `harnessContractId`).
+    #[serde(alias = "contractId", alias = "harnessContractId")]
     pub contract_id: Option<String>,
     /// Only the bundles of this task.
     #[serde(alias = "taskId")]
@@ -769,6 +792,32 @@ pub struct EvidenceQuery {
     /// Only bundles linked to this shared state.
     #[serde(alias = "sharedStateId")]
     pub shared_state_id: Option<String>,
+    /// Only bundles of this learning proposal (the seed's).
+    #[serde(alias = "learningProposalId")]
+    pub learning_proposal_id: Option<String>,
+    /// Only bundles of this confidence level (the seed's levels).
+    #[serde(default)]
+    #[schemars(with = "Option<crate::ConfidenceLevel>")]
+    pub confidence: Option<String>,
+    /// Only records with this tag.
+    pub tag: Option<String>,
+    /// Only this actor's (the seed's `actorId`).
+    #[serde(alias = "actorId")]
+    pub actor_id: Option<String>,
+    /// Only this channel's (the seed's `channelId`).
+    #[serde(alias = "channelId")]
+    pub channel_id: Option<String>,
+    /// Only those of this source session (the seed's `sourceSessionId`).
+    #[serde(alias = "sourceSessionId")]
+    pub source_session_id: Option<String>,
+    /// Created at or after (RFC 3339; the seed's `createdFromUtc`).
+    #[serde(alias = "createdFromUtc", alias = "createdFrom")]
+    #[schemars(extend("format" = "date-time"))]
+    pub created_from: Option<String>,
+    /// Created before (RFC 3339; the seed's `createdToUtc`).
+    #[serde(alias = "createdToUtc", alias = "createdTo")]
+    #[schemars(extend("format" = "date-time"))]
+    pub created_to: Option<String>,
     /// 1–500 (default 50).
     #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
     #[schemars(range(min = 1, max = 500))]
@@ -798,12 +847,12 @@ pub struct StateQuery {
     pub status: Option<String>,
     /// Only states with this tag.
     pub tag: Option<String>,
-    /// Created at or after (RFC 3339).
-    #[serde(alias = "createdFrom")]
+    /// Created at or after (RFC 3339; the seed's `createdFromUtc`).
+    #[serde(alias = "createdFromUtc", alias = "createdFrom")]
     #[schemars(extend("format" = "date-time"))]
     pub created_from: Option<String>,
-    /// Created before (RFC 3339).
-    #[serde(alias = "createdTo")]
+    /// Created before (RFC 3339; the seed's `createdToUtc`).
+    #[serde(alias = "createdToUtc", alias = "createdTo")]
     #[schemars(extend("format" = "date-time"))]
     pub created_to: Option<String>,
     /// 1–500 (default 50).

@@ -2,10 +2,13 @@
 //! was planned (a contract, `hctr_…`) and what happened (an evidence bundle,
 //! `evb_…`). Wire names are camelCase, as the shared state's are.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Resource, Risk, Timestamp};
+use crate::seed::{Confidence, RecordMetadata, Said, TextOr, first_said};
+use crate::{Assumption, Resource, Risk, Timestamp};
 
 /// Where a contract is in its life: draft → proposed → approved → executing →
 /// verified | failed | rejected | rolled_back | cancelled.
@@ -56,20 +59,149 @@ impl ContractStatus {
     }
 }
 
-/// One step of the planned work.
+/// One step of the planned work: rein's `title`, `toolName` and `command`,
+/// and the seed's fields beside them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct PlannedAction {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub id: String,
+    #[serde(default)]
     pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk_level: Option<Risk>,
+    #[serde(default)]
+    pub requires_approval: bool,
+    #[serde(default)]
+    pub read_set: Vec<Resource>,
+    #[serde(default)]
+    pub write_set: Vec<Resource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_outcome: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// A tool the work needs (the seed's `toolsRequired` entry).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct ToolRequirement {
+    pub tool_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    #[serde(default)]
+    pub requires_approval: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_scope: Option<String>,
+}
+
+impl Said for ToolRequirement {
+    fn said(&self) -> String {
+        self.tool_name.clone()
+    }
+}
+
+/// How the result will be checked (the seed's verification step).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct VerificationStep {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_signal: Option<String>,
+    #[serde(default = "yes")]
+    pub required: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_summary: Option<String>,
+}
+
+impl Said for VerificationStep {
+    fn said(&self) -> String {
+        first_said(
+            &[
+                Some(&self.title),
+                self.command.as_deref(),
+                self.check_name.as_deref(),
+            ],
+            &self.id,
+        )
+    }
+}
+
+/// How the work is undone (the seed's rollback step).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct RollbackStep {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+impl Said for RollbackStep {
+    fn said(&self) -> String {
+        first_said(&[Some(&self.title), self.description.as_deref()], &self.id)
+    }
+}
+
+/// A limit the work keeps to (the seed's contract constraint).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct Constraint {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// Whether the work needs a person's approval (the seed's values).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalRequirement {
+    #[default]
+    None,
+    Optional,
+    Required,
+    AlreadySatisfied,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A change of a contract's status: from what, to what, by whom, when, why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StatusChange {
     pub from: Option<ContractStatus>,
     pub to: ContractStatus,
@@ -80,9 +212,10 @@ pub struct StatusChange {
 }
 
 /// Planned work (`hctr_…`): its goal, planned actions, read and write sets,
-/// required tools, verification and rollback plans, success criteria and risk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+/// required tools, verification and rollback plans, success criteria and risk,
+/// with every field of the seed's contract under the seed's name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct HarnessContract {
     #[serde(default)]
     pub id: String,
@@ -91,32 +224,63 @@ pub struct HarnessContract {
     pub goal: String,
     #[serde(default)]
     pub status: ContractStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_request_summary: Option<String>,
     #[serde(default)]
     pub planned_actions: Vec<PlannedAction>,
     #[serde(default)]
     pub read_set: Vec<Resource>,
     #[serde(default)]
     pub write_set: Vec<Resource>,
+    /// The seed's `toolsRequired` (objects); rein's `requiredTools` (names)
+    /// is read too. Each entry is returned as it came.
+    #[serde(default, rename = "toolsRequired", alias = "requiredTools")]
+    pub required_tools: Vec<TextOr<ToolRequirement>>,
     #[serde(default)]
-    pub required_tools: Vec<String>,
-    /// How the result will be checked: one entry per verifier (a command for a
-    /// plan step's contract).
+    pub assumptions: Vec<Assumption>,
     #[serde(default)]
-    pub verification_plan: Vec<String>,
+    pub constraints: Vec<Constraint>,
+    /// How the result will be checked: one entry per verifier, text (a
+    /// command for a plan step's contract) or the seed's step object.
+    #[serde(default)]
+    pub verification_plan: Vec<TextOr<VerificationStep>>,
+    /// Text, or the seed's list of rollback steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rollback_plan: Option<String>,
+    pub rollback_plan: Option<TextOr<Vec<RollbackStep>>>,
     #[serde(default)]
     pub success_criteria: Vec<String>,
-    /// Given, or derived from the write set and the tools when not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The seed's `riskLevel` (rein's earlier `risk` is read too): given, or
+    /// derived from the write set, the tools and the planned actions when not.
+    #[serde(
+        default,
+        rename = "riskLevel",
+        alias = "risk",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub risk: Option<Risk>,
-    /// Whether `risk` was derived (not given).
+    /// Whether `riskLevel` was derived (not given).
     #[serde(default)]
     pub risk_derived: bool,
+    #[serde(default)]
+    pub approval_required: ApprovalRequirement,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_state_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The seed's `sourceSessionId`; rein's earlier `sessionId` is read too.
+    #[serde(
+        default,
+        rename = "sourceSessionId",
+        alias = "sessionId",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_id: Option<String>,
     /// The task and step whose plan–execute–verify made this contract.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
@@ -125,15 +289,44 @@ pub struct HarnessContract {
     #[serde(default)]
     pub evidence_bundle_ids: Vec<String>,
     #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<RecordMetadata>,
+    #[serde(default)]
     pub history: Vec<StatusChange>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "createdAtUtc",
+        alias = "createdAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub created_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "updatedAtUtc",
+        alias = "updatedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub updated_at: Option<Timestamp>,
+    /// Set when it moves to `approved`.
+    #[serde(
+        default,
+        rename = "approvedAtUtc",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub approved_at: Option<Timestamp>,
+    /// Set when it reaches an end: verified, failed, rejected, rolled back
+    /// or cancelled.
+    #[serde(
+        default,
+        rename = "completedAtUtc",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub completed_at: Option<Timestamp>,
 }
 
-/// What an evidence item is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// What an evidence item is: rein's kinds and the seed's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EvidenceKind {
     ToolCall,
@@ -144,6 +337,20 @@ pub enum EvidenceKind {
     Note,
     /// A side effect inside an agent runtime rein does not run.
     ExternalSideEffect,
+    BuildResult,
+    StaticAnalysis,
+    SecurityCheck,
+    Approval,
+    HumanReview,
+    RuntimeEvent,
+    AuditEvent,
+    DoctorReport,
+    PostureCheck,
+    ModelResponse,
+    MemoryLookup,
+    VerificationResult,
+    #[default]
+    Unknown,
 }
 
 /// How rein knows of an item: it saw it (`rein`), a runtime reported it
@@ -160,15 +367,33 @@ pub enum Capture {
     Unsupported,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+/// Where an item came from (the seed's evidence source).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct EvidenceSource {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceItem {
     #[serde(default)]
     pub id: String,
+    #[serde(default)]
     pub kind: EvidenceKind,
-    /// Not empty, nor only spaces.
-    #[schemars(regex(pattern = r"\S"))]
+    #[serde(default)]
     pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     #[serde(
@@ -182,16 +407,51 @@ pub struct EvidenceItem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<Resource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<EvidenceSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_event_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_event_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted_payload: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+    /// When it was added: the seed's `createdAtUtc` (rein's earlier `at` is
+    /// read too).
+    #[serde(
+        default,
+        rename = "createdAtUtc",
+        alias = "at",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub at: Option<Timestamp>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// How a check came out: rein's statuses and the seed's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckStatus {
     Passed,
     Failed,
     Skipped,
     Pending,
+    NotRun,
+    Running,
+    Warning,
+    #[default]
+    Unknown,
 }
 
 impl CheckStatus {
@@ -201,24 +461,63 @@ impl CheckStatus {
             CheckStatus::Failed => "failed",
             CheckStatus::Skipped => "skipped",
             CheckStatus::Pending => "pending",
+            CheckStatus::NotRun => "not_run",
+            CheckStatus::Running => "running",
+            CheckStatus::Warning => "warning",
+            CheckStatus::Unknown => "unknown",
         }
     }
 }
 
 /// One verification: what was checked, by whom, how it came out.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceCheck {
     #[serde(default)]
     pub id: String,
-    /// Not empty, nor only spaces.
-    #[schemars(regex(pattern = r"\S"))]
+    #[serde(default)]
     pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default = "yes")]
+    pub required: bool,
+    #[serde(default)]
     pub status: CheckStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The seed's `details`; rein's earlier `detail` is read too.
+    #[serde(
+        default,
+        rename = "details",
+        alias = "detail",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub detail: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::integral"
+    )]
+    pub exit_code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(
+        default,
+        rename = "startedAtUtc",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub started_at: Option<Timestamp>,
+    #[serde(
+        default,
+        rename = "completedAtUtc",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub completed_at: Option<Timestamp>,
+    /// When rein recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Timestamp>,
 }
@@ -232,9 +531,9 @@ pub enum ReviewVerdict {
     Commented,
 }
 
-/// A person's review of the evidence.
+/// A person's review of the evidence (rein's; the seed's are `humanReviews`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Review {
     #[serde(default)]
     pub id: String,
@@ -246,17 +545,116 @@ pub struct Review {
     pub at: Option<Timestamp>,
 }
 
+/// The seed's human review, kept as given.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct HumanReview {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reviewer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    #[serde(
+        default,
+        rename = "reviewedAtUtc",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reviewed_at: Option<Timestamp>,
+}
+
+/// A risk the evidence leaves (the seed's object form).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct EvidenceRisk {
+    #[serde(default)]
+    pub risk_level: Risk,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mitigation: Option<String>,
+    #[serde(default)]
+    pub accepted: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_by: Option<String>,
+    #[serde(
+        default,
+        rename = "acceptedAtUtc",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub accepted_at: Option<Timestamp>,
+}
+
+impl Said for EvidenceRisk {
+    fn said(&self) -> String {
+        format!("{} ({})", self.description, self.risk_level.as_str())
+    }
+}
+
+/// Something left untested (the seed's object form).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct UntestedArea {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk_level: Option<Risk>,
+}
+
+impl Said for UntestedArea {
+    fn said(&self) -> String {
+        match &self.reason {
+            Some(r) => format!("{} ({r})", self.description),
+            None => self.description.clone(),
+        }
+    }
+}
+
+/// An assumption the evidence rests on (the seed's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct EvidenceAssumption {
+    #[serde(default)]
+    pub id: String,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub verified: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_item_id: Option<String>,
+}
+
 /// What happened (`evb_…`): items, checks, risks, untested areas, reviews and
-/// a confidence between 0 and 1.
+/// a confidence, with every field of the seed's bundle under the seed's name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceBundle {
     #[serde(default)]
     pub id: String,
     #[serde(default)]
+    pub title: String,
+    #[serde(default)]
     pub summary: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness_contract_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning_proposal_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automation_run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_state_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -267,16 +665,54 @@ pub struct EvidenceBundle {
     pub items: Vec<EvidenceItem>,
     #[serde(default)]
     pub checks: Vec<EvidenceCheck>,
+    /// Text (rein's form) or the seed's risk objects, each kept as given.
     #[serde(default)]
-    pub risks: Vec<String>,
+    pub risks: Vec<TextOr<EvidenceRisk>>,
     #[serde(default)]
-    pub untested_areas: Vec<String>,
+    pub assumptions: Vec<EvidenceAssumption>,
+    #[serde(default)]
+    pub untested_areas: Vec<TextOr<UntestedArea>>,
     #[serde(default)]
     pub reviews: Vec<Review>,
+    #[serde(default)]
+    pub human_reviews: Vec<HumanReview>,
+    /// A score from 0 to 1 or the seed's level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confidence: Option<f64>,
+    pub confidence: Option<Confidence>,
+    #[serde(default)]
+    pub tags: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<RecordMetadata>,
+    #[serde(
+        default,
+        rename = "createdAtUtc",
+        alias = "createdAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub created_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "updatedAtUtc",
+        alias = "updatedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub updated_at: Option<Timestamp>,
 }
+
+crate::objects_only!(
+    PlannedAction,
+    ToolRequirement,
+    VerificationStep,
+    RollbackStep,
+    Constraint,
+    HarnessContract,
+    EvidenceSource,
+    EvidenceItem,
+    EvidenceCheck,
+    Review,
+    HumanReview,
+    EvidenceRisk,
+    UntestedArea,
+    EvidenceAssumption,
+    EvidenceBundle,
+);

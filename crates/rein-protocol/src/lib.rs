@@ -50,6 +50,7 @@ pub mod plan;
 pub mod plugin;
 pub mod recovery;
 pub mod schema;
+pub mod seed;
 pub mod session;
 pub mod shared_state;
 pub mod snapshot;
@@ -61,8 +62,10 @@ pub use approval::{
     Priority, Trigger,
 };
 pub use contract::{
-    Capture, CheckStatus, ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceItem,
-    EvidenceKind, HarnessContract, PlannedAction, Review, ReviewVerdict, StatusChange,
+    ApprovalRequirement, Capture, CheckStatus, Constraint, ContractStatus, EvidenceAssumption,
+    EvidenceBundle, EvidenceCheck, EvidenceItem, EvidenceKind, EvidenceRisk, EvidenceSource,
+    HarnessContract, HumanReview, PlannedAction, Review, ReviewVerdict, RollbackStep, StatusChange,
+    ToolRequirement, UntestedArea, VerificationStep,
 };
 pub use event::{EventType, HarnessEvent, TaskChange};
 pub use harness::{
@@ -86,6 +89,7 @@ pub use plan::{
     StepAction, StepType, TaskDecomposition, TaskStep, WorkspaceCleanup,
 };
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
+pub use seed::{Confidence, ConfidenceLevel, RecordMetadata, Said, TextOr};
 pub use session::{AgentSessionInfo, Delegation, ExecutorPhase, SessionExecutor, SessionStatus};
 pub use shared_state::{
     Action, Assumption, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Enforcement,

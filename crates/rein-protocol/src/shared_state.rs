@@ -58,8 +58,8 @@ impl WorkStatus {
     }
 }
 
-/// What a participant does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// What a participant does; `custom` when not given, as in the seed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ParticipantRole {
     Manager,
@@ -72,6 +72,7 @@ pub enum ParticipantRole {
     DocsWriter,
     Researcher,
     Operator,
+    #[default]
     Custom,
 }
 
@@ -95,10 +96,13 @@ impl ParticipantRole {
 
 /// How risky an action is.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Risk {
+    /// The seed's `unknown`: not said. It counts as low where risk decides.
+    #[default]
+    Unknown,
     Low,
     Medium,
     High,
@@ -108,6 +112,7 @@ pub enum Risk {
 impl Risk {
     pub fn as_str(self) -> &'static str {
         match self {
+            Risk::Unknown => "unknown",
             Risk::Low => "low",
             Risk::Medium => "medium",
             Risk::High => "high",
@@ -117,7 +122,7 @@ impl Risk {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct SharedHarnessState {
     #[serde(default)]
     pub id: String,
@@ -160,17 +165,28 @@ pub struct SharedHarnessState {
     /// (`serialize`) or fail naming the conflict (`reject`). None: record only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<Enforcement>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "createdAtUtc",
+        alias = "createdAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub created_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "updatedAtUtc",
+        alias = "updatedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub updated_at: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Participant {
     #[serde(default)]
     pub id: String,
+    #[serde(default)]
     pub role: ParticipantRole,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
@@ -188,20 +204,30 @@ pub struct Participant {
     pub parent_participant_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "startedAtUtc",
+        alias = "startedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub started_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "completedAtUtc",
+        alias = "completedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub completed_at: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Action {
     #[serde(default)]
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub participant_id: Option<String>,
-    #[schemars(regex(pattern = r"\S"))]
+    #[serde(default)]
     pub title: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
@@ -225,16 +251,28 @@ pub struct Action {
     pub harness_contract_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_level: Option<Risk>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "startedAtUtc",
+        alias = "startedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub started_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "completedAtUtc",
+        alias = "completedAt",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub completed_at: Option<Timestamp>,
 }
 
 /// Something read or written: a file, a directory, a key, a record, a URL.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Resource {
+    /// `unknown` when not given, as in the seed.
+    #[serde(default = "unknown_kind")]
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -250,8 +288,13 @@ pub struct Resource {
     pub scope: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    #[serde(default)]
+    /// The seed's `isSensitive`; rein's earlier `sensitive` is read too.
+    #[serde(default, rename = "isSensitive", alias = "sensitive")]
     pub sensitive: bool,
+}
+
+fn unknown_kind() -> String {
+    "unknown".to_owned()
 }
 
 impl Resource {
@@ -274,7 +317,7 @@ impl Resource {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Assumption {
     #[serde(default)]
     pub id: String,
@@ -291,7 +334,7 @@ pub struct Assumption {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct VersionDependency {
     #[serde(default)]
     pub id: String,
@@ -309,19 +352,26 @@ fn yes() -> bool {
     true
 }
 
+fn unknown_status() -> WorkStatus {
+    WorkStatus::Unknown
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct VerifierObligation {
     #[serde(default)]
     pub id: String,
+    #[serde(default)]
     pub title: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<String>,
-    #[serde(default)]
+    /// Required unless said otherwise, as in the seed.
+    #[serde(default = "yes")]
     pub required: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<Resource>,
-    #[serde(default)]
+    /// `unknown` until a verifier reports, as in the seed.
+    #[serde(default = "unknown_status")]
     pub status: WorkStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
@@ -377,7 +427,9 @@ impl ConflictPolicy {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ConflictStatus {
+    /// The seed calls it `active`.
     #[default]
+    #[serde(alias = "active")]
     Open,
     Resolved,
     Dismissed,
@@ -394,7 +446,7 @@ impl ConflictStatus {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Conflict {
     pub id: String,
     #[serde(rename = "type")]
@@ -409,3 +461,13 @@ pub struct Conflict {
     pub status: ConflictStatus,
     pub recommendation: String,
 }
+
+crate::objects_only!(
+    SharedHarnessState,
+    Participant,
+    Action,
+    Resource,
+    Assumption,
+    VersionDependency,
+    VerifierObligation,
+);

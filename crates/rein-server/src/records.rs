@@ -13,36 +13,39 @@ use rein_protocol::api::{
     StatusRequest,
 };
 use rein_protocol::{
-    ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceItem, HarnessContract, Review,
+    ConfidenceLevel, ContractStatus, EvidenceBundle, EvidenceCheck, EvidenceItem, HarnessContract,
+    Review, Risk,
 };
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller};
+use crate::routes::{Body, Caller, parse_time};
 
-/// What a listing of contracts or bundles filters on.
-struct Filter {
-    status: Option<String>,
-    task_id: Option<String>,
-    shared_state_id: Option<String>,
-    contract_id: Option<String>,
-    limit: Option<usize>,
-    cursor: Option<String>,
+/// What a listing of contracts or bundles filters on beyond its own
+/// fields: the seed's filters (actor, channel, source session, tag, times).
+struct Seed {
+    tag: Option<String>,
+    actor_id: Option<String>,
+    channel_id: Option<String>,
+    source_session_id: Option<String>,
+    created_from: Option<String>,
+    created_to: Option<String>,
 }
 
-fn filter(kind: RecordKind, q: Filter) -> ApiResult<RecordFilter> {
-    if let Some(s) = &q.status {
-        parse_status(s)?;
+impl Seed {
+    fn into_filter(self, mut f: RecordFilter) -> ApiResult<RecordFilter> {
+        f.tag = self.tag;
+        f.created_from = parse_time("createdFromUtc", &self.created_from)?;
+        f.created_to = parse_time("createdToUtc", &self.created_to)?;
+        let named = [
+            ("actorId", self.actor_id),
+            ("channelId", self.channel_id),
+            ("sourceSessionId", self.source_session_id),
+        ];
+        f.fields
+            .extend(named.into_iter().filter_map(|(n, v)| Some((n, v?))));
+        Ok(f)
     }
-    Ok(RecordFilter {
-        kind,
-        status: q.status,
-        task_id: q.task_id,
-        shared_state_id: q.shared_state_id,
-        contract_id: q.contract_id,
-        limit: q.limit,
-        cursor: q.cursor,
-    })
 }
 
 fn parse_status(s: &str) -> ApiResult<ContractStatus> {
@@ -60,18 +63,36 @@ pub async fn list_contracts(
     query: Result<Query<ContractQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<HarnessContract>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let q = Filter {
-        status: q.status,
-        task_id: q.task_id,
-        shared_state_id: q.shared_state_id,
-        contract_id: None,
-        limit: q.limit,
-        cursor: q.cursor,
+    if let Some(s) = &q.status {
+        parse_status(s)?;
+    }
+    let mut f = RecordFilter::new(RecordKind::Contract);
+    f.status = q.status;
+    f.task_id = q.task_id;
+    f.shared_state_id = q.shared_state_id;
+    f.limit = q.limit;
+    f.cursor = q.cursor;
+    if let Some(r) = q.risk_level {
+        let risk: Risk =
+            serde_json::from_value(serde_json::Value::String(r.clone())).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "riskLevel `{r}` is not one of unknown, low, medium, high, critical"
+                ))
+            })?;
+        f.fields.push(("riskLevel", risk.as_str().to_owned()));
+    }
+    let seed = Seed {
+        tag: q.tag,
+        actor_id: q.actor_id,
+        channel_id: q.channel_id,
+        source_session_id: q.source_session_id,
+        created_from: q.created_from,
+        created_to: q.created_to,
     };
     let page = state
         .engine
         .records()
-        .contracts(&filter(RecordKind::Contract, q)?)
+        .contracts(&seed.into_filter(f)?)
         .await?;
     Ok(Json(page))
 }
@@ -120,18 +141,36 @@ pub async fn list_evidence(
     query: Result<Query<EvidenceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<EvidenceBundle>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let q = Filter {
-        status: None,
-        task_id: q.task_id,
-        shared_state_id: q.shared_state_id,
-        contract_id: q.contract_id,
-        limit: q.limit,
-        cursor: q.cursor,
+    let mut f = RecordFilter::new(RecordKind::Evidence);
+    f.task_id = q.task_id;
+    f.shared_state_id = q.shared_state_id;
+    f.contract_id = q.contract_id;
+    f.limit = q.limit;
+    f.cursor = q.cursor;
+    if let Some(c) = q.confidence {
+        let level: ConfidenceLevel = serde_json::from_value(serde_json::Value::String(c.clone()))
+            .map_err(|_| {
+            ApiError::bad_request(format!(
+                "confidence `{c}` is not one of unknown, low, medium, high"
+            ))
+        })?;
+        f.fields.push(("confidence", level.as_str().to_owned()));
+    }
+    if let Some(l) = q.learning_proposal_id {
+        f.fields.push(("learningProposalId", l));
+    }
+    let seed = Seed {
+        tag: q.tag,
+        actor_id: q.actor_id,
+        channel_id: q.channel_id,
+        source_session_id: q.source_session_id,
+        created_from: q.created_from,
+        created_to: q.created_to,
     };
     let page = state
         .engine
         .records()
-        .evidence_bundles(&filter(RecordKind::Evidence, q)?)
+        .evidence_bundles(&seed.into_filter(f)?)
         .await?;
     Ok(Json(page))
 }

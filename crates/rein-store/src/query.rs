@@ -81,12 +81,16 @@ fn before(q: &mut Where, cursor: Option<(String, String)>) {
 }
 
 /// The query of a page of records of `filter`'s kind, newest first (one
-/// more than `limit`, to tell whether a next page follows).
+/// more than `limit`, to tell whether a next page follows). `field` is how
+/// the backend reads a top-level text field of the body, `tagged` the
+/// condition that the body's `tags` hold the filter's tag.
 pub(crate) fn records_page(
     filter: &rein_core::store::RecordFilter,
     cursor: Option<(String, String)>,
     limit: usize,
     mark: Mark,
+    field: fn(&str) -> String,
+    tagged: &str,
 ) -> Where {
     let mut q = Where::new(
         "SELECT id, status, task_id, shared_state_id, contract_id, created_at, body FROM records",
@@ -97,6 +101,19 @@ pub(crate) fn records_page(
     q.and_some("task_id =", filter.task_id.clone());
     q.and_some("shared_state_id =", filter.shared_state_id.clone());
     q.and_some("contract_id =", filter.contract_id.clone());
+    for (name, value) in &filter.fields {
+        debug_assert!(name.chars().all(|c| c.is_ascii_alphanumeric()));
+        q.and(&format!("{} =", field(name)), value.clone());
+    }
+    q.and_some(tagged, filter.tag.clone());
+    q.and_some(
+        "created_at >=",
+        filter.created_from.as_ref().map(crate::rows::ts),
+    );
+    q.and_some(
+        "created_at <",
+        filter.created_to.as_ref().map(crate::rows::ts),
+    );
     before(&mut q, cursor);
     q.sql.push_str(&format!(
         " ORDER BY created_at DESC, id DESC LIMIT {}",

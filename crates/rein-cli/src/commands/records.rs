@@ -107,6 +107,28 @@ fn show_contract(c: &HarnessContract, json: bool) -> anyhow::Result<u8> {
     };
     say!("{}  {}  {}", c.id, c.status.as_str(), c.goal);
     say!("  risk {risk}");
+    if c.approval_required != rein_protocol::ApprovalRequirement::None {
+        let why = c
+            .approval_reason
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default();
+        say!(
+            "  approval {}{why}",
+            serde_json::to_value(c.approval_required)?
+                .as_str()
+                .unwrap_or("?")
+        );
+    }
+    if let Some(u) = &c.user_request_summary {
+        say!("  asked  {u}");
+    }
+    for a in &c.planned_actions {
+        say!(
+            "  action {}",
+            if a.title.is_empty() { &a.id } else { &a.title }
+        );
+    }
     if let (Some(t), Some(s)) = (&c.task_id, &c.step_id) {
         say!("  task {t}, step {s}");
     }
@@ -117,7 +139,14 @@ fn show_contract(c: &HarnessContract, json: bool) -> anyhow::Result<u8> {
         say!("  writes {}", rein_protocol::Resource::names(&c.write_set));
     }
     if !c.required_tools.is_empty() {
-        say!("  tools  {}", c.required_tools.join(", "));
+        say!(
+            "  tools  {}",
+            c.required_tools
+                .iter()
+                .map(|t| t.said())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     for v in &c.verification_plan {
         say!("  verify {v}");
@@ -197,7 +226,9 @@ pub async fn evidence(target: &Target, cmd: EvidenceCommand) -> anyhow::Result<u
         EvidenceCommand::AddItem { id, file, json } => {
             let item = read_json(&file, "evidence item")?;
             show_bundle(
-                &backend.add_evidence(&id, EvidencePart::Item(item)).await?,
+                &backend
+                    .add_evidence(&id, EvidencePart::Item(Box::new(item)))
+                    .await?,
                 json,
             )
         }
@@ -205,7 +236,7 @@ pub async fn evidence(target: &Target, cmd: EvidenceCommand) -> anyhow::Result<u
             let check = read_json(&file, "evidence check")?;
             show_bundle(
                 &backend
-                    .add_evidence(&id, EvidencePart::Check(check))
+                    .add_evidence(&id, EvidencePart::Check(Box::new(check)))
                     .await?,
                 json,
             )
@@ -229,7 +260,11 @@ fn show_bundle(b: &EvidenceBundle, json: bool) -> anyhow::Result<u8> {
         print_json(b)?;
         return Ok(exit::SUCCESS);
     }
-    say!("{}  {}", b.id, b.summary);
+    if b.title.is_empty() {
+        say!("{}  {}", b.id, b.summary);
+    } else {
+        say!("{}  {}: {}", b.id, b.title, b.summary);
+    }
     if let Some(c) = &b.harness_contract_id {
         say!("  contract {c}");
     }
@@ -268,6 +303,17 @@ fn show_bundle(b: &EvidenceBundle, json: bool) -> anyhow::Result<u8> {
     }
     for u in &b.untested_areas {
         say!("  untested {u}");
+    }
+    for h in &b.human_reviews {
+        say!(
+            "  human review {} by {}{}",
+            h.decision.as_deref().unwrap_or("-"),
+            h.reviewer.as_deref().unwrap_or("-"),
+            h.notes
+                .as_deref()
+                .map(|n| format!(": {n}"))
+                .unwrap_or_default()
+        );
     }
     for r in &b.reviews {
         let comment = r

@@ -21,6 +21,7 @@ mod policy;
 mod postgres;
 mod sandbox;
 mod schemathesis;
+mod seed;
 mod serve;
 mod sessions;
 mod state;

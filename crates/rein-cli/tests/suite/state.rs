@@ -133,7 +133,7 @@ fn plans_that_name_a_shared_state_record_their_steps_and_collide_there() {
     for a in actions {
         assert_eq!(a["status"], "completed");
         assert_eq!(a["writeSet"][0]["kind"], "directory");
-        assert!(a["completedAt"].is_string());
+        assert!(a["completedAtUtc"].is_string());
     }
     let conflicts = json(&run_ok(rein(&data).args([
         "state",

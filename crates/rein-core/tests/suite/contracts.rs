@@ -27,7 +27,7 @@ fn contract(id: &str) -> HarnessContract {
 
 #[test]
 fn risk_is_derived_from_what_is_written_and_the_tools_needed() {
-    let tools = |t: &[&str]| t.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let tools = |t: &[&str]| t.iter().map(|s| (*s).into()).collect::<Vec<_>>();
     assert_eq!(derive_risk(&[], &tools(&["grep"])), Risk::Low);
     assert_eq!(
         derive_risk(&[res("file", "a.md")], &tools(&["editor"])),
@@ -158,8 +158,7 @@ async fn concurrent_additions_to_a_bundle_are_never_lost() {
                 content: None,
                 exit_code: None,
                 capture: rein_protocol::Capture::Reported,
-                resource: None,
-                at: None,
+                ..EvidenceItem::default()
             };
             records.add_evidence_item(&id, item, "ana").await.unwrap();
         });

@@ -195,7 +195,10 @@ async fn a_pev_step_runs_as_contract_approval_execution_evidence_and_verificatio
             .all(|c| c.status == CheckStatus::Passed)
     );
     assert_eq!(bundle.checks.len(), 2);
-    assert_eq!(bundle.confidence, Some(1.0));
+    assert_eq!(
+        bundle.confidence,
+        Some(rein_protocol::Confidence::Score(1.0))
+    );
     // The harness runs steps unsandboxed, and the evidence says so.
     assert_eq!(
         bundle.risks,
@@ -259,7 +262,10 @@ async fn a_failed_verification_fails_the_contract_rolls_it_back_and_stops_the_de
         .unwrap();
     let checks: Vec<CheckStatus> = bundle.checks.iter().map(|c| c.status).collect();
     assert_eq!(checks, [CheckStatus::Passed, CheckStatus::Failed]);
-    assert_eq!(bundle.confidence, Some(0.5));
+    assert_eq!(
+        bundle.confidence,
+        Some(rein_protocol::Confidence::Score(0.5))
+    );
     assert!(
         bundle
             .items

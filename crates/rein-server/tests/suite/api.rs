@@ -1809,7 +1809,7 @@ async fn the_contract_and_evidence_routes_with_their_errors_and_auth() {
         .await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.text);
     // One file with a plain tool: medium, derived; the history names the caller.
-    assert_eq!(created.body["contract"]["risk"], "medium");
+    assert_eq!(created.body["contract"]["riskLevel"], "medium");
     assert_eq!(created.body["contract"]["riskDerived"], true);
     assert_eq!(created.body["contract"]["history"][0]["by"], "otto");
     let again = api

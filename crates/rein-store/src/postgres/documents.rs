@@ -140,15 +140,7 @@ impl DocumentStore for PostgresStore {
     async fn list_shared_states(&self, filter: &SharedStateFilter) -> StoreResult<SharedStatePage> {
         let cursor = time_id_cursor(filter.cursor.as_deref())?;
         let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-        let q = crate::query::shared_states_page(
-            filter,
-            cursor,
-            limit,
-            Mark::Dollar,
-            "EXISTS (SELECT 1 FROM json_array_elements_text(
-                 CASE WHEN json_typeof(body::json -> 'tags') = 'array' THEN body::json -> 'tags' ELSE '[]'::json END
-             ) AS tag WHERE tag = ?)",
-        );
+        let q = crate::query::shared_states_page(filter, cursor, limit, Mark::Dollar, TAGGED);
         let rows = self.rows(&q.sql, &params(&q.args)).await?;
         let items: Vec<SharedHarnessState> = bodies(&rows, "shared state")?;
         let (items, next_cursor) = page(items, limit, shared_state_cursor);
@@ -243,7 +235,14 @@ impl DocumentStore for PostgresStore {
     async fn list_records(&self, filter: &RecordFilter) -> StoreResult<RecordPage> {
         let cursor = time_id_cursor(filter.cursor.as_deref())?;
         let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-        let q = crate::query::records_page(filter, cursor, limit, Mark::Dollar);
+        let q = crate::query::records_page(
+            filter,
+            cursor,
+            limit,
+            Mark::Dollar,
+            |name| format!("(body::json ->> '{name}')"),
+            TAGGED,
+        );
         let rows = self.rows(&q.sql, &params(&q.args)).await?;
         let items = rows
             .iter()
@@ -253,3 +252,8 @@ impl DocumentStore for PostgresStore {
         Ok(RecordPage { items, next_cursor })
     }
 }
+
+/// That a document's body has the filter's tag among its `tags`.
+const TAGGED: &str = "EXISTS (SELECT 1 FROM json_array_elements_text(
+     CASE WHEN json_typeof(body::json -> 'tags') = 'array' THEN body::json -> 'tags' ELSE '[]'::json END
+ ) AS tag WHERE tag = ?)";

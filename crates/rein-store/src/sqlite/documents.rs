@@ -80,13 +80,8 @@ impl DocumentStore for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let q = crate::query::shared_states_page(
-                &filter,
-                cursor,
-                limit,
-                Mark::Question,
-                "EXISTS (SELECT 1 FROM json_each(body, '$.tags') WHERE value = ?)",
-            );
+            let q =
+                crate::query::shared_states_page(&filter, cursor, limit, Mark::Question, TAGGED);
             let items: Vec<SharedHarnessState> = q.run(conn, "", "shared state")?;
             let (items, next_cursor) = page(items, limit, shared_state_cursor);
             Ok(SharedStatePage { items, next_cursor })
@@ -190,7 +185,14 @@ impl DocumentStore for SqliteStore {
         let filter = filter.clone();
         self.read(move |conn| {
             let limit = filter.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-            let q = crate::query::records_page(&filter, cursor, limit, Mark::Question);
+            let q = crate::query::records_page(
+                &filter,
+                cursor,
+                limit,
+                Mark::Question,
+                |name| format!("json_extract(body, '$.{name}')"),
+                TAGGED,
+            );
             let mut stmt = conn.prepare(&q.sql).map_err(backend)?;
             let rows = stmt
                 .query_map(rusqlite::params_from_iter(q.args.iter()), |r| {
@@ -277,3 +279,6 @@ pub(super) fn record_of(kind: RecordKind, r: &rusqlite::Row<'_>) -> StoreResult<
         body: serde_json::from_str(&body).map_err(|e| corrupt(kind.noun(), e))?,
     })
 }
+
+/// That a document's body has the filter's tag among its `tags`.
+const TAGGED: &str = "EXISTS (SELECT 1 FROM json_each(body, '$.tags') WHERE value = ?)";
