@@ -290,6 +290,29 @@ impl Backend {
         Ok(self.client.call::<op::Ledger>(&(), &(), &()).await?.items)
     }
 
+    pub async fn add_governance(
+        &self,
+        add: &rein_protocol::GovernanceAdd,
+    ) -> anyhow::Result<rein_protocol::GovernanceEntry> {
+        Ok(self
+            .client
+            .call::<op::AddGovernance>(&(), &(), add)
+            .await?
+            .entry)
+    }
+
+    pub async fn revoke_governance(
+        &self,
+        id: &str,
+        request: &rein_protocol::RevokeRequest,
+    ) -> anyhow::Result<rein_protocol::GovernanceEntry> {
+        Ok(self
+            .client
+            .call::<op::RevokeGovernance>(id, &(), request)
+            .await?
+            .entry)
+    }
+
     pub async fn verify_ledger(
         &self,
         head: Option<rein_protocol::LedgerHead>,

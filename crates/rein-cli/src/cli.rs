@@ -254,6 +254,48 @@ pub enum LedgerCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Record a decision by hand: FILE is an entry in the seed's shape
+    /// (OpenClaw.NET's governance-ledger entry), or give it with the flags.
+    Add {
+        /// The entry as JSON.
+        #[arg(conflicts_with_all = ["decision", "summary", "scope", "risk", "tool", "reason", "by"])]
+        file: Option<std::path::PathBuf>,
+        /// approved, rejected, escalated, expired, revoked or unknown.
+        #[arg(long)]
+        decision: Option<String>,
+        /// What was decided on (the seed's actionSummary).
+        #[arg(long)]
+        summary: Option<String>,
+        /// once, session, actor, channel, project, tool, global or unknown.
+        #[arg(long)]
+        scope: Option<String>,
+        /// unknown, low, medium, high or critical.
+        #[arg(long)]
+        risk: Option<String>,
+        /// The tool the decision is about.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Who decided [default: you].
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an entry: a revocation entry naming it is appended (the entry
+    /// itself is never changed). Exit 1 if it was already revoked.
+    Revoke {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+        /// Who revokes [default: you].
+        #[arg(long)]
+        by: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The model route a goal or a completion uses.

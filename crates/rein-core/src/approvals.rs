@@ -142,6 +142,94 @@ impl RunContext {
         }
     }
 
+    /// Appends a decision recorded by hand (the seed's governance entry):
+    /// `decidedBy`, or `caller` when not given, decided it. A field rein sets
+    /// (`id`, times, a revocation's) is refused naming it.
+    pub async fn add_governance(
+        &self,
+        add: rein_protocol::GovernanceAdd,
+        caller: &str,
+    ) -> Result<rein_protocol::GovernanceEntry> {
+        if let Some(why) = add.set_by_rein() {
+            return Err(EngineError::BadRequest(why));
+        }
+        let who = add
+            .decided_by
+            .filter(|w| !w.trim().is_empty())
+            .unwrap_or_else(|| caller.to_owned());
+        let details = add.details;
+        let scope = details.scope_key.clone().unwrap_or_else(|| {
+            if details.action_summary.is_empty() {
+                details.scope.as_str().to_owned()
+            } else {
+                details.action_summary.clone()
+            }
+        });
+        let mut entry = LedgerEntry::new(add.decision, &who, scope);
+        entry.reason = add.decision_reason;
+        entry.details = Some(Box::new(details));
+        let sealed = self.store.append_ledger(entry).await?;
+        Ok(rein_protocol::GovernanceEntry::of(
+            &sealed,
+            None,
+            chrono::Utc::now(),
+        ))
+    }
+
+    /// Takes an entry back: appends a `revoked` entry that names it, by
+    /// `revoked_by` (the caller when not given). The entry itself is never
+    /// changed; it reads as revoked from then on. Refused (409) for an entry
+    /// already revoked or one that is itself a revocation.
+    pub async fn revoke_governance(
+        &self,
+        id: &str,
+        request: rein_protocol::RevokeRequest,
+        caller: &str,
+    ) -> Result<rein_protocol::GovernanceEntry> {
+        let target: LedgerId = id
+            .parse()
+            .map_err(|_| EngineError::Store(StoreError::LedgerEntryNotFound(id.to_owned())))?;
+        let who = request
+            .revoked_by
+            .filter(|w| !w.trim().is_empty())
+            .unwrap_or_else(|| caller.to_owned());
+        let mut entry = LedgerEntry::new(LedgerKind::Revoked, &who, format!("ledger:{target}"));
+        entry.reason = request.reason;
+        entry.revokes = Some(target);
+        self.store.append_ledger(entry).await?;
+        self.governance_entry(id).await
+    }
+
+    /// The ledger in the seed's terms, newest first, each entry's status as of
+    /// now, filtered as the seed's list query says.
+    pub async fn governance(
+        &self,
+        keep: impl Fn(&rein_protocol::GovernanceEntry) -> bool,
+        limit: usize,
+    ) -> Result<Vec<rein_protocol::GovernanceEntry>> {
+        let entries = self.ledger().await?;
+        let now = chrono::Utc::now();
+        let revocations: std::collections::HashMap<&LedgerId, &LedgerEntry> = entries
+            .iter()
+            .filter_map(|e| e.revokes.as_ref().map(|t| (t, e)))
+            .collect();
+        Ok(entries
+            .iter()
+            .rev()
+            .map(|e| rein_protocol::GovernanceEntry::of(e, revocations.get(&e.id).copied(), now))
+            .filter(|e| keep(e))
+            .take(limit)
+            .collect())
+    }
+
+    /// One entry in the seed's terms.
+    pub async fn governance_entry(&self, id: &str) -> Result<rein_protocol::GovernanceEntry> {
+        self.governance(|e| e.id == id, 1)
+            .await?
+            .pop()
+            .ok_or_else(|| EngineError::Store(StoreError::LedgerEntryNotFound(id.to_owned())))
+    }
+
     /// Every break in the ledger's hash chain (none when it is intact), and how many
     /// entries were checked.
     pub async fn verify_ledger(&self) -> Result<(usize, Vec<ChainBreak>)> {
@@ -330,18 +418,9 @@ pub(crate) fn ledger_entry(
         .as_deref()
         .map(|s| format!(" step:{s}"))
         .unwrap_or_default();
-    LedgerEntry {
-        id: LedgerId::new(),
-        seq: 0,
-        kind,
-        request_id: Some(request.id.clone()),
-        task_id: Some(request.task_id.clone()),
-        who: who.to_owned(),
-        at: chrono::Utc::now(),
-        scope: format!("task:{}{step}", request.task_id),
-        reason,
-        selected_option: None,
-        prev_hash: String::new(),
-        hash: String::new(),
-    }
+    let mut entry = LedgerEntry::new(kind, who, format!("task:{}{step}", request.task_id));
+    entry.request_id = Some(request.id.clone());
+    entry.task_id = Some(request.task_id.clone());
+    entry.reason = reason;
+    entry
 }

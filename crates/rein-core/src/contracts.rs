@@ -155,7 +155,7 @@ fn check_id(id: &str, what: &str) -> Result<(), EngineError> {
         .chars()
         .any(|c| c.is_whitespace() || c == '/' || c == '?' || c == '#' || c == '%');
     // `.` and `..` are path segments every client resolves away.
-    if bad || id.len() > 200 || id == "." || id == ".." {
+    if bad || id.chars().count() > 200 || id == "." || id == ".." {
         return Err(EngineError::BadRequest(format!(
             "{what} id `{id}` must be at most 200 characters without spaces, `/`, `?`, `#` or `%`, and not `.` or `..`"
         )));

@@ -150,7 +150,8 @@ impl EngineError {
                 | StoreError::SnapshotNotFound(_)
                 | StoreError::ApprovalNotFound(_)
                 | StoreError::SharedStateNotFound(_)
-                | StoreError::RecordNotFound { .. } => ErrorKind::NotFound,
+                | StoreError::RecordNotFound { .. }
+                | StoreError::LedgerEntryNotFound(_) => ErrorKind::NotFound,
                 StoreError::AlreadyExists(_)
                 | StoreError::Conflict { .. }
                 | StoreError::NotPending { .. }
@@ -159,6 +160,7 @@ impl EngineError {
                 | StoreError::RecordExists { .. }
                 | StoreError::RecordMoved { .. }
                 | StoreError::JournalMoved { .. }
+                | StoreError::NotRevocable { .. }
                 | StoreError::LeaseLost { .. } => ErrorKind::Conflict,
                 StoreError::BadCursor(_) => ErrorKind::Invalid,
                 StoreError::Backend(_) | StoreError::Corrupt(_) => ErrorKind::Internal,

@@ -70,6 +70,12 @@ pub enum StoreError {
         "task {task_id} is now run by {holder}: this node's lease on it expired and was taken over, so it no longer writes to the task"
     )]
     LeaseLost { task_id: TaskId, holder: String },
+    #[error("ledger entry {0} not found")]
+    LedgerEntryNotFound(String),
+    /// A revocation of an entry that cannot be revoked (already revoked, or
+    /// itself a revocation).
+    #[error("ledger entry {id} cannot be revoked: {why}")]
+    NotRevocable { id: String, why: String },
     #[error("store error: {0}")]
     Backend(String),
     #[error("stored data is corrupt: {0}")]
@@ -483,6 +489,12 @@ pub trait ApprovalStore: Send + Sync {
     ) -> StoreResult<LedgerEntry>;
     /// Ledger entries with `seq > after_seq`, oldest first, at most `limit`.
     async fn ledger(&self, after_seq: u64, limit: usize) -> StoreResult<Vec<LedgerEntry>>;
+    /// Appends `entry` (a decision recorded by hand, or a revocation),
+    /// sealed after the last entry. One that revokes another is appended only
+    /// if that entry exists (else `LedgerEntryNotFound`), is not a revocation
+    /// itself and has not been revoked (else `NotRevocable`), checked in the
+    /// same transaction: of two revocations of one entry, one is appended.
+    async fn append_ledger(&self, entry: LedgerEntry) -> StoreResult<LedgerEntry>;
 }
 
 /// Versioned documents kept beside tasks — shared harness states, contracts,

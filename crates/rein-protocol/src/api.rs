@@ -106,6 +106,13 @@ pub struct SharedStateEnvelope {
     pub state: SharedHarnessState,
 }
 
+/// A governance-ledger entry, as the seed's detail and mutation responses
+/// name it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GovernanceEnvelope {
+    pub entry: crate::GovernanceEntry,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ContractEnvelope {
     pub contract: HarnessContract,

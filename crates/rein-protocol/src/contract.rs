@@ -217,7 +217,9 @@ pub struct StatusChange {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct HarnessContract {
+    /// Given by rein when empty; one given must be usable in a URL path.
     #[serde(default)]
+    #[schemars(regex(pattern = r"^(?!\.{1,2}$)[^\s/?#%]{0,200}$"))]
     pub id: String,
     /// What the work is for: not empty.
     #[schemars(regex(pattern = r"\S"))]
@@ -265,15 +267,22 @@ pub struct HarnessContract {
     pub approval_required: ApprovalRequirement,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub shared_state_id: Option<String>,
     /// The seed's `sourceSessionId`; rein's earlier `sessionId` is read too.
     #[serde(
         default,
         rename = "sourceSessionId",
         alias = "sessionId",
-        skip_serializing_if = "Option::is_none"
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
     )]
+    #[schemars(length(min = 1))]
     pub session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor_id: Option<String>,
@@ -282,7 +291,12 @@ pub struct HarnessContract {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_id: Option<String>,
     /// The task and step whose plan–execute–verify made this contract.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub task_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_id: Option<String>,
@@ -633,15 +647,27 @@ pub struct EvidenceAssumption {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceBundle {
+    /// Given by rein when empty; one given must be usable in a URL path.
     #[serde(default)]
+    #[schemars(regex(pattern = r"^(?!\.{1,2}$)[^\s/?#%]{0,200}$"))]
     pub id: String,
     #[serde(default)]
     pub title: String,
     #[serde(default)]
     pub summary: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub source_session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub harness_contract_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learning_proposal_id: Option<String>,
@@ -655,9 +681,19 @@ pub struct EvidenceBundle {
     pub channel_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub shared_state_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub task_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_id: Option<String>,

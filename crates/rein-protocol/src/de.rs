@@ -99,6 +99,19 @@ where
         .map_err(|_| de::Error::custom(format_args!("{value} is too large here")))
 }
 
+/// An optional id that refers to another record (an evidence bundle, a
+/// contract, a shared state, a session, a task): absent or null is none, and
+/// empty text is refused — it refers to nothing, and as a path segment it
+/// would name another route.
+pub fn reference<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        Some(s) if s.is_empty() => Err(de::Error::custom(
+            "an id that refers to another record must not be empty; leave the field out instead",
+        )),
+        other => Ok(other),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -111,6 +124,31 @@ mod tests {
         code: Option<i32>,
         #[serde(default, deserialize_with = "super::integral")]
         count: Option<u32>,
+    }
+
+    #[test]
+    fn an_empty_reference_is_refused() {
+        #[derive(Debug, serde::Deserialize)]
+        struct R {
+            #[serde(default, deserialize_with = "super::reference")]
+            id: Option<String>,
+        }
+        assert_eq!(
+            serde_json::from_str::<R>(r#"{"id": "x"}"#)
+                .unwrap()
+                .id
+                .as_deref(),
+            Some("x")
+        );
+        assert_eq!(
+            serde_json::from_str::<R>(r#"{"id": null}"#).unwrap().id,
+            None
+        );
+        assert_eq!(serde_json::from_str::<R>("{}").unwrap().id, None);
+        let e = serde_json::from_str::<R>(r#"{"id": ""}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("must not be empty"), "{e}");
     }
 
     #[test]

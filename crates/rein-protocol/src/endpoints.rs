@@ -14,9 +14,9 @@ use crate::api::*;
 use crate::harness::Completion;
 use crate::{
     Action, AgentSessionInfo, ApprovalId, ApprovalRequest, EvidenceBundle, EvidenceCheck,
-    EvidenceItem, HarnessContract, HarnessEvent, HarnessMetrics, History, LedgerCheck, LedgerEntry,
-    Participant, SelectionDecision, SessionId, SharedHarnessState, SnapshotId, TaskId, TaskSummary,
-    UsageReport,
+    EvidenceItem, GovernanceAdd, GovernanceEntry, GovernanceQuery, HarnessContract, HarnessEvent,
+    HarnessMetrics, History, LedgerCheck, LedgerEntry, Participant, RevokeRequest,
+    SelectionDecision, SessionId, SharedHarnessState, SnapshotId, TaskId, TaskSummary, UsageReport,
 };
 
 /// Who may call an operation: roles go viewer < operator < admin.
@@ -660,6 +660,33 @@ endpoints! {
         query: VerifyQuery,
         response: 200 LedgerCheck,
     }
+
+    /// The ledger in the seed's terms, newest first, each entry's status as of now (active, expired, revoked)
+    ListGovernance = Get "/admin/governance/ledger" for Viewer {
+        query: GovernanceQuery,
+        response: 200 List<GovernanceEntry>,
+    }
+
+    /// Record a decision by hand, in the seed's shape (a field rein sets is refused, naming it)
+    AddGovernance = Post "/admin/governance/ledger" for Operator {
+        request: GovernanceAdd,
+        response: 201 GovernanceEnvelope,
+        errors: [400, 401, 403, 413],
+    }
+
+    /// One ledger entry in the seed's terms
+    ShowGovernance = Get "/admin/governance/ledger/{id}" for Viewer {
+        id: str = name,
+        response: 200 GovernanceEnvelope,
+    }
+
+    /// Revoke an entry: a revocation entry naming it is appended (one already revoked, or itself a revocation, is 409)
+    RevokeGovernance = Post "/admin/governance/ledger/{id}/revoke" for Operator {
+        id: str = name,
+        request: RevokeRequest,
+        response: 200 GovernanceEnvelope,
+        errors: [400, 401, 403, 404, 409, 413],
+    }
 }
 
 #[cfg(test)]
@@ -691,7 +718,7 @@ mod tests {
                 o.name
             );
         }
-        assert_eq!(ALL.len(), 55);
+        assert_eq!(ALL.len(), 59);
     }
 
     #[test]

@@ -5,8 +5,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::Timestamp;
+use std::collections::BTreeMap;
+
 use crate::ids::{ApprovalId, LedgerId, TaskId};
+use crate::{Risk, Timestamp};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -18,6 +20,8 @@ pub enum LedgerKind {
     Escalated,
     Expired,
     Revoked,
+    /// The seed's `unknown` decision (an entry added by hand that does not say).
+    Unknown,
 }
 
 impl LedgerKind {
@@ -30,6 +34,7 @@ impl LedgerKind {
             LedgerKind::Escalated => "escalated",
             LedgerKind::Expired => "expired",
             LedgerKind::Revoked => "revoked",
+            LedgerKind::Unknown => "unknown",
         }
     }
 }
@@ -55,14 +60,397 @@ pub struct LedgerEntry {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_option: Option<String>,
+    /// A revocation's target: the entry it takes back (spec: entries are
+    /// never changed; a revocation is an entry of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revokes: Option<LedgerId>,
+    /// What an entry added by hand says in the seed's terms (source, tool,
+    /// risk, scope, links, policy hint, tags, metadata).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Box<GovernanceDetails>>,
     pub prev_hash: String,
     pub hash: String,
+}
+
+/// The seed's governance scopes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GovernanceScope {
+    Once,
+    Session,
+    Actor,
+    Channel,
+    Project,
+    Tool,
+    Global,
+    #[default]
+    Unknown,
+}
+
+impl GovernanceScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GovernanceScope::Once => "once",
+            GovernanceScope::Session => "session",
+            GovernanceScope::Actor => "actor",
+            GovernanceScope::Channel => "channel",
+            GovernanceScope::Project => "project",
+            GovernanceScope::Tool => "tool",
+            GovernanceScope::Global => "global",
+            GovernanceScope::Unknown => "unknown",
+        }
+    }
+}
+
+/// The seed's policy hint on a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct PolicyHint {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggested_future_behavior: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suggested_scope: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confidence: Option<String>,
+    #[serde(default = "yes")]
+    pub requires_review: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The seed's ledger metadata.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct LedgerMetadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation_id: Option<String>,
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The seed's fields of a governance-ledger entry that rein's own entry does
+/// not have, kept with an entry added by hand (and covered by its hash).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
+pub struct GovernanceDetails {
+    /// `manual` when not given.
+    #[serde(default = "manual")]
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
+    #[serde(default)]
+    pub action_summary: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argument_summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redacted_arguments: Option<String>,
+    #[serde(default)]
+    pub risk_level: Risk,
+    #[serde(default)]
+    pub scope: GovernanceScope,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness_contract_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_bundle_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learning_proposal_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actor_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_id: Option<String>,
+    #[serde(
+        default,
+        rename = "expiresAtUtc",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expires_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_hint: Option<PolicyHint>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<LedgerMetadata>,
+}
+
+fn manual() -> String {
+    "manual".to_owned()
+}
+
+crate::objects_only!(PolicyHint, LedgerMetadata, GovernanceDetails, GovernanceAdd);
+
+/// `POST /admin/governance/ledger`: a decision recorded by hand, in the seed's
+/// shape. The fields rein sets when it appends the entry (`id`,
+/// `createdAtUtc`, `updatedAtUtc`, a `status` other than `active`, the
+/// `revoked…` fields) are refused naming them: an entry is sealed as rein
+/// appends it, and a revocation is its own request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+// Unknown fields are refused by `details` (flattened, it gets every field
+// this struct does not name); serde's own check does not work with `flatten`.
+#[serde(rename_all = "camelCase", remote = "Self")]
+#[schemars(deny_unknown_fields)]
+pub struct GovernanceAdd {
+    /// approved, rejected, escalated, expired, revoked or unknown (the default).
+    #[serde(default = "unknown_decision")]
+    pub decision: LedgerKind,
+    /// Who decided; the caller when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_reason: Option<String>,
+    /// Set by rein: only `""` is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>", regex(pattern = "^$"))]
+    pub id: Option<serde_json::Value>,
+    /// Set by rein: only `active` is taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<String>", regex(pattern = "^active$"))]
+    pub status: Option<serde_json::Value>,
+    /// Set by rein: refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<()>")]
+    pub created_at_utc: Option<serde_json::Value>,
+    /// Set by rein: refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<()>")]
+    pub updated_at_utc: Option<serde_json::Value>,
+    /// Set by a revocation: refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<()>")]
+    pub revoked_at_utc: Option<serde_json::Value>,
+    /// Set by a revocation: refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<()>")]
+    pub revoked_by: Option<serde_json::Value>,
+    /// Set by a revocation: refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<()>")]
+    pub revocation_reason: Option<serde_json::Value>,
+    #[serde(flatten)]
+    pub details: GovernanceDetails,
+}
+
+fn unknown_decision() -> LedgerKind {
+    LedgerKind::Unknown
+}
+
+impl GovernanceAdd {
+    /// The first field rein sets that the request gives, named, with why.
+    pub fn set_by_rein(&self) -> Option<String> {
+        let given = |v: &Option<serde_json::Value>| v.as_ref().is_some_and(|v| !v.is_null());
+        if self.id.as_ref().is_some_and(|v| v != "") {
+            return Some("`id` is given by rein when it appends the entry; leave it out".into());
+        }
+        if self.status.as_ref().is_some_and(|v| v != "active") {
+            return Some(
+                "`status` of a new entry is `active`; to revoke an entry, POST /admin/governance/ledger/{id}/revoke".into(),
+            );
+        }
+        for (name, v) in [
+            ("createdAtUtc", &self.created_at_utc),
+            ("updatedAtUtc", &self.updated_at_utc),
+            ("revokedAtUtc", &self.revoked_at_utc),
+            ("revokedBy", &self.revoked_by),
+            ("revocationReason", &self.revocation_reason),
+        ] {
+            if given(v) {
+                return Some(format!(
+                    "`{name}` is set by rein (an entry is sealed when it is appended, and a revocation is its own request); leave it out"
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// `POST /admin/governance/ledger/{id}/revoke`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RevokeRequest {
+    /// Who revokes; the caller when not given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// An entry as the seed's governance ledger shows it: the seed's fields (with
+/// `status` active, expired or revoked as of now), and rein's chain fields.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GovernanceEntry {
+    pub id: String,
+    pub seq: u64,
+    #[serde(rename = "createdAtUtc")]
+    pub created_at: Timestamp,
+    #[serde(rename = "updatedAtUtc")]
+    pub updated_at: Timestamp,
+    pub decision: LedgerKind,
+    /// active, expired (past `expiresAtUtc`) or revoked.
+    pub status: String,
+    pub decided_by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selected_option: Option<String>,
+    /// The entry this one revokes, if it is a revocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revokes: Option<String>,
+    #[serde(
+        default,
+        rename = "revokedAtUtc",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub revoked_at: Option<Timestamp>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revocation_reason: Option<String>,
+    /// The entry's own fields in the seed's terms; for an entry rein made (an
+    /// approval), `scope` is `once` and `scopeKey` rein's scope (`task:… step:…`).
+    #[serde(flatten)]
+    pub details: GovernanceDetails,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl GovernanceEntry {
+    /// `entry` as the seed shows it; `revoked_by` is the revocation of it, if
+    /// any; `now` decides whether it has expired.
+    pub fn of(entry: &LedgerEntry, revoked_by: Option<&LedgerEntry>, now: Timestamp) -> Self {
+        let details = entry
+            .details
+            .as_deref()
+            .cloned()
+            .unwrap_or_else(|| GovernanceDetails {
+                source: if entry.request_id.is_some() {
+                    "tool_approval".into()
+                } else {
+                    "manual".into()
+                },
+                action_summary: entry.scope.clone(),
+                scope: GovernanceScope::Once,
+                scope_key: Some(entry.scope.clone()),
+                ..GovernanceDetails::default()
+            });
+        let status = if revoked_by.is_some() {
+            "revoked"
+        } else if details.expires_at.is_some_and(|t| t <= now) {
+            "expired"
+        } else {
+            "active"
+        };
+        GovernanceEntry {
+            id: entry.id.to_string(),
+            seq: entry.seq,
+            created_at: entry.at,
+            updated_at: revoked_by.map_or(entry.at, |r| r.at),
+            decision: entry.kind,
+            status: status.into(),
+            decided_by: entry.who.clone(),
+            decision_reason: entry.reason.clone(),
+            task_id: entry.task_id.as_ref().map(ToString::to_string),
+            request_id: entry.request_id.as_ref().map(ToString::to_string),
+            selected_option: entry.selected_option.clone(),
+            revokes: entry.revokes.as_ref().map(ToString::to_string),
+            revoked_at: revoked_by.map(|r| r.at),
+            revoked_by: revoked_by.map(|r| r.who.clone()),
+            revocation_reason: revoked_by.and_then(|r| r.reason.clone()),
+            details,
+            prev_hash: entry.prev_hash.clone(),
+            hash: entry.hash.clone(),
+        }
+    }
+}
+
+/// An entry's status as of now, in the seed's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GovernanceStatus {
+    Active,
+    Expired,
+    Revoked,
+}
+
+/// `GET /admin/governance/ledger`: the seed's list filters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GovernanceQuery {
+    #[serde(default)]
+    #[schemars(with = "Option<LedgerKind>")]
+    pub decision: Option<String>,
+    /// active, expired or revoked.
+    #[serde(default)]
+    #[schemars(with = "Option<GovernanceStatus>")]
+    pub status: Option<String>,
+    pub tool_name: Option<String>,
+    pub action_type: Option<String>,
+    #[serde(default)]
+    #[schemars(with = "Option<Risk>")]
+    pub risk_level: Option<String>,
+    #[serde(default)]
+    #[schemars(with = "Option<GovernanceScope>")]
+    pub scope: Option<String>,
+    pub session_id: Option<String>,
+    pub actor_id: Option<String>,
+    pub channel_id: Option<String>,
+    pub decided_by: Option<String>,
+    pub tag: Option<String>,
+    /// Created at or after (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub created_from_utc: Option<String>,
+    /// Created before (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
+    pub created_to_utc: Option<String>,
+    /// 1–500 (default 100, as in the seed): the newest that match.
+    #[serde(default, deserialize_with = "crate::de::within::<_, _, 1, 500>")]
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<usize>,
 }
 
 /// `prev_hash` of the first entry.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 impl LedgerEntry {
+    /// A new entry, not yet sealed: `who` decided `kind` on `scope`, now.
+    pub fn new(kind: LedgerKind, who: &str, scope: String) -> LedgerEntry {
+        LedgerEntry {
+            id: LedgerId::new(),
+            seq: 0,
+            kind,
+            request_id: None,
+            task_id: None,
+            who: who.to_owned(),
+            at: chrono::Utc::now(),
+            scope,
+            reason: None,
+            selected_option: None,
+            revokes: None,
+            details: None,
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
     /// The hash this entry must carry: SHA-256 over its fields (all but `hash`) as
     /// JSON, in declaration order.
     pub fn compute_hash(&self) -> String {
@@ -285,6 +673,8 @@ mod tests {
             scope: "test".into(),
             reason: None,
             selected_option: None,
+            revokes: None,
+            details: None,
             prev_hash: String::new(),
             hash: String::new(),
         }
@@ -297,6 +687,70 @@ mod tests {
             out.push(e);
         }
         out
+    }
+
+    const SEED: &str = include_str!("../tests/data/seed-000-ledger-full.json");
+
+    #[test]
+    fn an_entry_without_seed_details_hashes_as_before() {
+        // The fields added for the seed are left out when empty, so entries
+        // sealed before them still verify.
+        let e = entry("ana");
+        let text = serde_json::to_string(&e).unwrap();
+        assert!(
+            !text.contains("revokes") && !text.contains("details"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn the_seed_entry_is_taken_with_every_field_and_shown_back() {
+        let add: GovernanceAdd = serde_json::from_str(SEED).unwrap();
+        assert_eq!(add.set_by_rein(), None);
+        assert_eq!(add.decision, LedgerKind::Approved);
+        assert_eq!(add.details.scope, GovernanceScope::Session);
+        assert_eq!(add.details.risk_level, Risk::High);
+        let mut e = entry("ana");
+        e.details = Some(Box::new(add.details.clone()));
+        e.reason = add.decision_reason.clone();
+        let shown =
+            serde_json::to_value(GovernanceEntry::of(&e, None, chrono::Utc::now())).unwrap();
+        let given: serde_json::Value = serde_json::from_str(SEED).unwrap();
+        for (k, v) in given.as_object().unwrap() {
+            if k == "id" || k == "expiresAtUtc" {
+                continue;
+            }
+            assert_eq!(&shown[k], v, "{k}");
+        }
+        assert_eq!(shown["status"], "active");
+    }
+
+    #[test]
+    fn a_seed_entry_refuses_unknown_fields_and_what_rein_sets() {
+        let mut v: serde_json::Value = serde_json::from_str(SEED).unwrap();
+        v["mood"] = "calm".into();
+        let e = serde_json::from_value::<GovernanceAdd>(v)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mood"), "{e}");
+        let mut v: serde_json::Value = serde_json::from_str(SEED).unwrap();
+        v["policyHint"]["urgency"] = "high".into();
+        let e = serde_json::from_value::<GovernanceAdd>(v)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("urgency"), "{e}");
+        for (field, value) in [
+            ("revokedBy", "bob"),
+            ("createdAtUtc", "2026-01-01T00:00:00Z"),
+            ("status", "revoked"),
+            ("id", "gl_1"),
+        ] {
+            let mut v: serde_json::Value = serde_json::from_str(SEED).unwrap();
+            v[field] = value.into();
+            let add: GovernanceAdd = serde_json::from_value(v).unwrap();
+            let why = add.set_by_rein().unwrap();
+            assert!(why.contains(&format!("`{field}`")), "{why}");
+        }
     }
 
     #[test]

@@ -81,7 +81,10 @@ pub use ids::{
     ApprovalId, CheckpointId, ContractId, EventId, EvidenceId, LedgerId, SessionId, SharedStateId,
     SnapshotId, TaskId,
 };
-pub use ledger::{LedgerCheck, LedgerEntry, LedgerHead, LedgerKind};
+pub use ledger::{
+    GovernanceAdd, GovernanceDetails, GovernanceEntry, GovernanceQuery, GovernanceScope,
+    LedgerCheck, LedgerEntry, LedgerHead, LedgerKind, RevokeRequest,
+};
 pub use metrics::HarnessMetrics;
 pub use permission::{Access, AskTrigger, PermissionDecision, PermissionRule, Verdict};
 pub use plan::{

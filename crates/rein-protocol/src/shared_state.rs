@@ -126,11 +126,26 @@ impl Risk {
 pub struct SharedHarnessState {
     #[serde(default)]
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub parent_session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub harness_contract_id: Option<String>,
     #[serde(default)]
     pub status: WorkStatus,
@@ -188,7 +203,12 @@ pub struct Participant {
     pub id: String,
     #[serde(default)]
     pub role: ParticipantRole,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub session_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
@@ -245,9 +265,19 @@ pub struct Action {
     pub version_dependencies: Vec<VersionDependency>,
     #[serde(default)]
     pub verifier_obligations: Vec<VerifierObligation>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub evidence_bundle_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub harness_contract_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_level: Option<Risk>,
@@ -329,7 +359,12 @@ pub struct Assumption {
     pub text: String,
     #[serde(default)]
     pub verified: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub evidence_bundle_id: Option<String>,
 }
 
@@ -375,7 +410,12 @@ pub struct VerifierObligation {
     pub status: WorkStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::de::reference"
+    )]
+    #[schemars(length(min = 1))]
     pub evidence_bundle_id: Option<String>,
 }
 

@@ -17,6 +17,7 @@ pub mod activity;
 pub mod auth;
 pub mod error;
 pub mod events;
+pub mod governance;
 pub mod health;
 pub mod hub;
 pub mod listen;

@@ -297,3 +297,24 @@ pub(crate) fn journal_rows(entries: &[serde_json::Value]) -> StoreResult<Journal
     let metered = entries.iter().map(rein_core::store::entry_usage).collect();
     Ok((bodies, metered))
 }
+
+/// Whether `target` may be revoked: not a revocation itself, and not revoked
+/// already (`revoked_by` finds the entry that did, if any).
+pub(crate) fn revocable(
+    target: &rein_protocol::LedgerEntry,
+    revoked_by: impl FnOnce() -> rein_core::store::StoreResult<Option<String>>,
+) -> rein_core::store::StoreResult<()> {
+    let refuse = |why: String| rein_core::store::StoreError::NotRevocable {
+        id: target.id.to_string(),
+        why,
+    };
+    if let Some(of) = &target.revokes {
+        return Err(refuse(format!(
+            "it is itself the revocation of {of}; an entry is never taken back twice"
+        )));
+    }
+    if let Some(by) = revoked_by()? {
+        return Err(refuse(format!("it was already revoked by {by}")));
+    }
+    Ok(())
+}

@@ -101,15 +101,97 @@ pub async fn ledger(target: &Target, cmd: LedgerCommand) -> anyhow::Result<u8> {
                         .as_deref()
                         .map(|r| format!(" — {r}"))
                         .unwrap_or_default();
+                    let revokes = e
+                        .revokes
+                        .as_ref()
+                        .map(|r| format!(" (revokes {r})"))
+                        .unwrap_or_default();
                     say!(
-                        "{:>5} {} {:<9} {:<16} {}{reason}",
+                        "{:>5} {} {:<9} {:<16} {}{revokes}{reason}",
                         e.seq,
                         render::short_time(&e.at),
-                        format!("{:?}", e.kind).to_lowercase(),
+                        e.kind.as_str(),
                         e.who,
                         e.scope
                     );
                 }
+            }
+            Ok(exit::SUCCESS)
+        }
+        LedgerCommand::Add {
+            file,
+            decision,
+            summary,
+            scope,
+            risk,
+            tool,
+            reason,
+            by,
+            json,
+        } => {
+            let add: rein_protocol::GovernanceAdd = match file {
+                Some(path) => crate::commands::state::read_json(&path, "governance-ledger entry")?,
+                None => {
+                    let mut v = serde_json::Map::new();
+                    for (name, value) in [
+                        ("decision", decision),
+                        ("actionSummary", summary),
+                        ("scope", scope),
+                        ("riskLevel", risk),
+                        ("toolName", tool),
+                        ("decisionReason", reason),
+                        ("decidedBy", by),
+                    ] {
+                        if let Some(value) = value {
+                            v.insert(name.into(), value.into());
+                        }
+                    }
+                    if v.is_empty() {
+                        return Err(UsageError(
+                            "give the entry as a JSON file, or at least --decision and --summary"
+                                .into(),
+                        )
+                        .into());
+                    }
+                    serde_json::from_value(serde_json::Value::Object(v))
+                        .map_err(|e| UsageError(format!("the entry: {e}")))?
+                }
+            };
+            let entry = backend.add_governance(&add).await?;
+            if json {
+                print_json(&entry)?;
+            } else {
+                say!(
+                    "recorded {} (entry {}): {} by {}",
+                    entry.id,
+                    entry.seq,
+                    entry.decision.as_str(),
+                    entry.decided_by
+                );
+            }
+            Ok(exit::SUCCESS)
+        }
+        LedgerCommand::Revoke {
+            id,
+            reason,
+            by,
+            json,
+        } => {
+            let request = rein_protocol::RevokeRequest {
+                revoked_by: by,
+                reason,
+            };
+            let entry = backend.revoke_governance(&id, &request).await?;
+            if json {
+                print_json(&entry)?;
+            } else {
+                say!(
+                    "revoked {} (was {} by {}), by {}",
+                    entry.id,
+                    entry.decision.as_str(),
+                    entry.decided_by,
+                    entry.revoked_by.as_deref().unwrap_or("-")
+                );
             }
             Ok(exit::SUCCESS)
         }

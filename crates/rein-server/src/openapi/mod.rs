@@ -115,6 +115,10 @@ pub fn table() -> Vec<Route> {
         bind::<AuditStream, _>(shared_state::audit_stream),
         bind::<Ledger, _>(ledger),
         bind::<VerifyLedger, _>(verify_ledger),
+        bind::<ListGovernance, _>(crate::governance::list),
+        bind::<AddGovernance, _>(crate::governance::add),
+        bind::<ShowGovernance, _>(crate::governance::show),
+        bind::<RevokeGovernance, _>(crate::governance::revoke),
     ]
 }
 

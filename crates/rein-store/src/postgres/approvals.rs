@@ -22,8 +22,42 @@ pub(super) async fn append_ledger(c: &Object, entry: LedgerEntry) -> StoreResult
     Ok(sealed)
 }
 
+/// Whether the entry `id` may be revoked, in the caller's transaction.
+async fn revocable(c: &Object, id: &str) -> StoreResult<()> {
+    let target = c
+        .query_opt("SELECT body FROM ledger WHERE id = $1", &[&id])
+        .await
+        .map_err(pg)?
+        .map(|r| json::<LedgerEntry>(r.get::<_, &str>(0), "ledger entry"))
+        .transpose()?
+        .ok_or_else(|| StoreError::LedgerEntryNotFound(id.to_owned()))?;
+    let by = c
+        .query_opt(
+            "SELECT id FROM ledger WHERE body::json ->> 'revokes' = $1 LIMIT 1",
+            &[&id],
+        )
+        .await
+        .map_err(pg)?
+        .map(|r| r.get::<_, String>(0));
+    crate::rows::revocable(&target, || Ok(by))
+}
+
 #[async_trait]
 impl ApprovalStore for PostgresStore {
+    async fn append_ledger(&self, entry: LedgerEntry) -> StoreResult<LedgerEntry> {
+        self.writer
+            .write(move |c| {
+                let entry = entry.clone();
+                Box::pin(async move {
+                    if let Some(target) = &entry.revokes {
+                        revocable(c, target.as_str()).await?;
+                    }
+                    append_ledger(c, entry).await
+                })
+            })
+            .await
+    }
+
     async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>> {
         self.body(
             "SELECT body FROM approvals WHERE id = $1",

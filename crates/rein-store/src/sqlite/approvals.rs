@@ -24,8 +24,41 @@ pub(super) fn append_ledger(conn: &Connection, entry: LedgerEntry) -> StoreResul
     Ok(sealed)
 }
 
+/// Whether the entry `id` may be revoked, in the caller's transaction.
+fn revocable(conn: &Connection, id: &str) -> StoreResult<()> {
+    let mut target: Vec<LedgerEntry> = query_json(
+        conn,
+        "SELECT body FROM ledger WHERE id = ?1",
+        [id],
+        "ledger entry",
+    )?;
+    let target = target
+        .pop()
+        .ok_or_else(|| StoreError::LedgerEntryNotFound(id.to_owned()))?;
+    crate::rows::revocable(&target, || {
+        conn.query_row(
+            "SELECT id FROM ledger WHERE json_extract(body, '$.revokes') = ?1 LIMIT 1",
+            [id],
+            |r| r.get::<_, String>(0),
+        )
+        .optional()
+        .map_err(backend)
+    })
+}
+
 #[async_trait]
 impl ApprovalStore for SqliteStore {
+    async fn append_ledger(&self, entry: LedgerEntry) -> StoreResult<LedgerEntry> {
+        self.writer
+            .write(move |conn| {
+                if let Some(target) = &entry.revokes {
+                    revocable(conn, target.as_str())?;
+                }
+                append_ledger(conn, entry.clone())
+            })
+            .await
+    }
+
     async fn get_approval(&self, id: &ApprovalId) -> StoreResult<Option<ApprovalRequest>> {
         let id = id.to_string();
         self.read(move |conn| {

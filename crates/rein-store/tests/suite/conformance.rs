@@ -542,6 +542,8 @@ async fn the_first_decision_wins_and_is_sealed_onto_the_chain(b: Backend) {
                 scope: "conformance".into(),
                 reason: None,
                 selected_option: None,
+                revokes: None,
+                details: None,
                 prev_hash: String::new(),
                 hash: String::new(),
             };
@@ -952,6 +954,49 @@ async fn the_counters_count_what_the_store_holds(b: Backend) {
     assert_eq!((m.recovery.attempts, m.recovery.failures), (0, 0));
 }
 
+/// An entry added by hand is sealed onto the chain; of revocations of it sent
+/// at once, exactly one is appended; a revocation cannot itself be revoked,
+/// nor an entry that does not exist.
+async fn a_ledger_entry_is_revoked_once(b: Backend) {
+    let decided = LedgerEntry::new(LedgerKind::Approved, "ana", "tool:deploy".into());
+    let decided = b.store.append_ledger(decided).await.unwrap();
+    assert_eq!(decided.seq, 1);
+    let mut revokers = tokio::task::JoinSet::new();
+    for who in ["bob", "cy", "di", "ed"] {
+        let store = Arc::clone(&b.store);
+        let mut revocation = LedgerEntry::new(LedgerKind::Revoked, who, "ledger".into());
+        revocation.revokes = Some(decided.id.clone());
+        revokers.spawn(async move { store.append_ledger(revocation).await });
+    }
+    let (mut won, mut refused) = (Vec::new(), 0);
+    while let Some(done) = revokers.join_next().await {
+        match done.unwrap() {
+            Ok(e) => won.push(e),
+            Err(StoreError::NotRevocable { why, .. }) => {
+                assert!(why.contains("already revoked"), "{why}");
+                refused += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!((won.len(), refused), (1, 3));
+    let mut again = LedgerEntry::new(LedgerKind::Revoked, "fay", "ledger".into());
+    again.revokes = Some(won[0].id.clone());
+    assert!(matches!(
+        b.store.append_ledger(again).await,
+        Err(StoreError::NotRevocable { .. })
+    ));
+    let mut nothing = LedgerEntry::new(LedgerKind::Revoked, "fay", "ledger".into());
+    nothing.revokes = Some(LedgerId::new());
+    assert!(matches!(
+        b.store.append_ledger(nothing).await,
+        Err(StoreError::LedgerEntryNotFound(_))
+    ));
+    let ledger = b.store.ledger(0, usize::MAX).await.unwrap();
+    assert_eq!(ledger.len(), 2);
+    assert!(rein_protocol::ledger::verify_chain(&ledger).is_empty());
+}
+
 /// The suite for one backend: `conformance!(module, constructor)`.
 macro_rules! conformance {
     ($backend:ident, $make:expr) => {
@@ -965,6 +1010,7 @@ macro_rules! conformance {
                 control_requests_wait_until_taken_once,
                 deleting_needs_the_current_position_and_takes_everything,
                 the_first_decision_wins_and_is_sealed_onto_the_chain,
+                a_ledger_entry_is_revoked_once,
                 documents_are_written_back_only_at_the_version_read,
                 a_journal_takes_each_position_once,
                 model_usage_is_counted_once_and_added_up,
