@@ -294,6 +294,19 @@ pub(crate) async fn advance(
     by: &str,
     reason: &str,
 ) -> Result<(), EngineError> {
+    advance_decided(records, id, target, by, None, reason).await
+}
+
+/// [`advance`], with the move to `approved` made by `approver` — the person
+/// who approved the step's approval — when one is known.
+pub(crate) async fn advance_decided(
+    records: &Records,
+    id: &str,
+    target: ContractStatus,
+    by: &str,
+    approver: Option<&str>,
+    reason: &str,
+) -> Result<(), EngineError> {
     let now = records.clock.now();
     let audit = crate::store::audit(now, by, &format!("contract.{}", target.as_str()), id);
     records
@@ -302,6 +315,10 @@ pub(crate) async fn advance(
                 return Ok(None);
             };
             for to in path {
+                let by = match (to, approver) {
+                    (ContractStatus::Approved, Some(person)) => person,
+                    _ => by,
+                };
                 crate::contracts::transition(c, to, by, Some(reason.to_owned()), now)?;
             }
             Ok(Some(()))

@@ -86,6 +86,8 @@ fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
         "verify grep -q final notes.txt",
         "rollback echo draft > notes.txt",
         "executing by rein",
+        // The approval is the person's, not rein's.
+        "approved by ana",
     ] {
         assert!(shown.contains(expected), "{expected} in {shown}");
     }

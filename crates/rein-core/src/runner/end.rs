@@ -111,11 +111,32 @@ impl TaskRun<'_> {
             let Some((target, reason)) = target else {
                 continue;
             };
-            let watch = &mut self.contracts[w];
-            if watch.seen == Some(target) {
+            if self.contracts[w].seen == Some(target) {
                 continue;
             }
-            match crate::pev::advance(&records, &watch.contract, target, "rein", &reason).await {
+            // The approval step's checkpoint says who let it pass.
+            let approver = approve.and_then(|j| {
+                let step = Some(self.steps[j].id.as_str());
+                self.rec
+                    .state
+                    .checkpoints
+                    .iter()
+                    .rev()
+                    .filter(|c| c.step_id.as_deref() == step)
+                    .find_map(|c| c.approved_by.as_ref())
+                    .map(|a| a.who.clone())
+            });
+            let watch = &mut self.contracts[w];
+            match crate::pev::advance_decided(
+                &records,
+                &watch.contract,
+                target,
+                "rein",
+                approver.as_deref(),
+                &reason,
+            )
+            .await
+            {
                 Ok(()) => watch.seen = Some(target),
                 Err(e) => {
                     tracing::warn!(contract = %watch.contract, error = %e, "cannot bring the contract up to date")
