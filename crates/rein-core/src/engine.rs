@@ -314,7 +314,7 @@ impl Engine {
             }
             request.plan
         } else {
-            let plan = plan::validate(request.plan)?;
+            let plan = plan::validate_given(request.plan)?;
             let plan = plan::validate(crate::permissions::apply(plan, &self.config.policy)?)?;
             plan::validate(crate::pev::expand(plan)?)?
         };

@@ -56,12 +56,13 @@ agents (and, for approvals, people) carry out in a workspace.\n\
 Answer with one JSON object that matches this JSON Schema, and nothing else:\n{}\n\
 Rules:\n\
 - ids use letters, digits, '-', '_' and '.', and are unique; `confirm` is reserved.\n\
-- depends_on lists the ids of steps that must finish first; no cycles.\n\
+- dependsOn lists the ids of steps that must finish first; blockingSteps (optional) the ids of \
+steps that must wait for this one; no cycles.\n\
 - type: read (look at files), write (create or change files), execute (run commands), \
 review (check the work done so far), approve (a person decides before what depends on it goes on).\n\
 - checkpoint: leave it out, or task_exec for read, write and execute, task_review for review, \
 user_approval for approve.\n\
-- risk_level: low, medium or high; a person is asked before a high-risk step runs.\n\
+- riskLevel: low, medium or high; a person is asked before a high-risk step runs.\n\
 - Each description says what to do so that an agent with file tools can do it without asking.",
         serde_json::to_string(schema).unwrap_or_default()
     )
@@ -242,7 +243,24 @@ pub fn draft(
 ) -> Result<String, Vec<String>> {
     let mut errors = Vec::new();
     let mut steps = Vec::new();
+    // The seed's `blockingSteps`: each step it names depends on this one.
     for s in &answer.steps {
+        for b in &s.blocking_steps {
+            if !answer.steps.iter().any(|t| &t.id == b) {
+                errors.push(format!(
+                    "step `{}`: blockingSteps names `{b}`, which is not a step of the plan",
+                    s.id
+                ));
+            }
+        }
+    }
+    for s in &answer.steps {
+        let mut depends_on = s.depends_on.clone();
+        for t in &answer.steps {
+            if t.blocking_steps.contains(&s.id) && !depends_on.contains(&t.id) {
+                depends_on.push(t.id.clone());
+            }
+        }
         if let Some(cp) = s.checkpoint
             && cp != checkpoint_of(s.step_type)
         {
@@ -265,9 +283,9 @@ pub fn draft(
             step_type: matches!(s.step_type, StepType::Read | StepType::Write)
                 .then_some(s.step_type),
             description: s.description.clone(),
-            depends_on: s.depends_on.clone(),
             title: (!by_agent).then(|| s.description.clone()),
-            prompt: by_agent.then(|| step_prompt(goal_text, &s.id, &s.description, &s.depends_on)),
+            prompt: by_agent.then(|| step_prompt(goal_text, &s.id, &s.description, &depends_on)),
+            depends_on,
             provider: goal.provider.clone().filter(|_| by_agent),
             model: goal.model.clone().filter(|_| by_agent),
             runtime: goal.runtime.clone().filter(|_| by_agent),
@@ -322,6 +340,48 @@ pub fn plan_from(
     Ok((plan, text))
 }
 
+/// rein's snake_case names in a decomposition answer mapped to the seed's
+/// camelCase ones the schema asks for (`original_task` → `originalTask`, a
+/// step's `depends_on` → `dependsOn`, …), where the seed's is not given too:
+/// a model that answers in either form is understood.
+pub fn seed_names(answer: &mut Value) {
+    fn rename(object: &mut serde_json::Map<String, Value>, names: &[(&str, &str)]) {
+        for (rein, seed) in names {
+            if !object.contains_key(*seed)
+                && let Some(v) = object.remove(*rein)
+            {
+                object.insert((*seed).to_owned(), v);
+            }
+        }
+    }
+    let Some(top) = answer.as_object_mut() else {
+        return;
+    };
+    rename(
+        top,
+        &[
+            ("original_task", "originalTask"),
+            ("estimated_duration_s", "estimatedDuration"),
+            ("estimated_duration", "estimatedDuration"),
+            ("risk_level", "riskLevel"),
+        ],
+    );
+    if let Some(steps) = top.get_mut("steps").and_then(Value::as_array_mut) {
+        for step in steps.iter_mut().filter_map(Value::as_object_mut) {
+            rename(
+                step,
+                &[
+                    ("depends_on", "dependsOn"),
+                    ("blocking_steps", "blockingSteps"),
+                    ("required_permissions", "requiredPermissions"),
+                    ("risk_level", "riskLevel"),
+                    ("risk_description", "riskDescription"),
+                ],
+            );
+        }
+    }
+}
+
 /// An answer that was refused, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Refused {
@@ -367,7 +427,7 @@ pub fn accept(
     goal: &Goal,
     check: &dyn Fn(TaskDecomposition) -> Result<TaskDecomposition, Vec<String>>,
 ) -> Result<(DecompositionAnswer, TaskDecomposition, String), Vec<String>> {
-    let value = schema.check(text)?;
+    let value = schema.check_with(text, seed_names)?;
     let answer: DecompositionAnswer =
         serde_json::from_value(value).map_err(|e| vec![format!("the answer: {e}")])?;
     let (plan, draft) = plan_from(&answer, goal_text, goal)?;
@@ -600,6 +660,7 @@ mod tests {
             description: format!("do {id}"),
             step_type,
             depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+            blocking_steps: Vec::new(),
             checkpoint: None,
             required_permissions: Vec::new(),
             risk_level: RiskLevel::Low,
@@ -748,5 +809,54 @@ mod tests {
         assert!(again.contains("- missing steps"), "{again}");
         let d = d.after(&[refused.clone(), refused]);
         assert!(!d.has_attempts());
+    }
+
+    /// The seed's `TaskDecomposition` (seed 002 §6.1), verbatim in its
+    /// camelCase, and the same answer in rein's snake_case names: both are
+    /// accepted, and `blockingSteps` orders the steps it names.
+    #[test]
+    fn a_decomposition_in_the_seeds_names_or_reins_is_accepted() {
+        let goal = Goal::default();
+        let schema = AnswerSchema::new(&answer_schema()).unwrap();
+        let keep = |p: TaskDecomposition| Ok(p);
+        let seed = r#"{
+            "originalTask": "update the notes",
+            "estimatedDuration": 120,
+            "riskLevel": "medium",
+            "steps": [
+                {"id": "look", "description": "read the notes", "type": "read",
+                 "dependsOn": [], "blockingSteps": ["edit"], "checkpoint": "task_exec",
+                 "requiredPermissions": ["file_read"], "riskLevel": "low"},
+                {"id": "edit", "description": "rewrite them", "type": "write",
+                 "dependsOn": [], "blockingSteps": [], "checkpoint": "task_exec",
+                 "requiredPermissions": ["file_write"], "riskLevel": "medium",
+                 "riskDescription": "changes a file"}
+            ]
+        }"#;
+        let (answer, plan, _) = accept(seed, &schema, "g", &goal, &keep).unwrap();
+        assert_eq!(answer.estimated_duration_s, Some(120));
+        let edit = plan.step("edit").unwrap();
+        assert_eq!(edit.depends_on, ["look"], "blockingSteps made a dependency");
+        assert_eq!(edit.required_permissions, ["file_write"]);
+        assert_eq!(edit.risk_description.as_deref(), Some("changes a file"));
+        let rein = seed
+            .replace("originalTask", "original_task")
+            .replace("estimatedDuration", "estimated_duration_s")
+            .replace("riskLevel", "risk_level")
+            .replace("dependsOn", "depends_on")
+            .replace("blockingSteps", "blocking_steps")
+            .replace("requiredPermissions", "required_permissions")
+            .replace("riskDescription", "risk_description");
+        let (_, again, _) = accept(&rein, &schema, "g", &goal, &keep).unwrap();
+        assert_eq!(again.step("edit").unwrap().depends_on, ["look"]);
+        let unknown = seed.replace(
+            r#""blockingSteps": ["edit"]"#,
+            r#""blockingSteps": ["ship"]"#,
+        );
+        let errors = accept(&unknown, &schema, "g", &goal, &keep).unwrap_err();
+        assert!(errors.iter().any(|e| e.contains("`ship`")), "{errors:?}");
+        let extra = seed.replace(r#""originalTask""#, r#""mood": "calm", "originalTask""#);
+        let errors = accept(&extra, &schema, "g", &goal, &keep).unwrap_err();
+        assert!(errors.iter().any(|e| e.contains("mood")), "{errors:?}");
     }
 }

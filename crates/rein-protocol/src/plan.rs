@@ -285,18 +285,22 @@ pub struct TaskStep {
     pub description: String,
     #[serde(rename = "type", default)]
     pub step_type: StepType,
-    #[serde(default)]
+    #[serde(default, alias = "dependsOn")]
     pub depends_on: Vec<String>,
     /// Steps that depend on this one; derived from `depends_on` by validation.
-    #[serde(default)]
+    #[serde(default, alias = "blockingSteps")]
     pub blocking_steps: Vec<String>,
     /// The checkpoint type recorded when the step runs.
     pub checkpoint: CheckpointType,
-    #[serde(default)]
+    #[serde(default, alias = "requiredPermissions")]
     pub required_permissions: Vec<String>,
-    #[serde(default)]
+    #[serde(default, alias = "riskLevel")]
     pub risk_level: RiskLevel,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        alias = "riskDescription",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub risk_description: Option<String>,
     pub action: StepAction,
     /// Longest the step may run before it is stopped and fails.
@@ -371,15 +375,17 @@ impl TaskStep {
 /// A plan: the task decomposed into steps that form a DAG.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskDecomposition {
+    #[serde(alias = "originalTask")]
     pub original_task: String,
     pub steps: Vec<TaskStep>,
     #[serde(
         default,
+        alias = "estimatedDuration",
         skip_serializing_if = "Option::is_none",
         deserialize_with = "crate::de::integral"
     )]
     pub estimated_duration_s: Option<u64>,
-    #[serde(default)]
+    #[serde(default, alias = "riskLevel")]
     pub risk_level: RiskLevel,
     /// Most steps running at once; `None` takes the engine's default.
     #[serde(
@@ -456,8 +462,11 @@ pub struct Goal {
 }
 
 /// What a model must answer when it decomposes a goal: the source plan's
-/// `TaskDecomposition`, without what rein adds to run it.
+/// `TaskDecomposition` (seed 002 §6.1), under the seed's camelCase names,
+/// without what rein adds to run it. rein's snake_case names are mapped to
+/// these before the answer is checked (`rein_core::goal::seed_names`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DecompositionAnswer {
     /// The goal, as the model understood it.
     pub original_task: String,
@@ -467,6 +476,7 @@ pub struct DecompositionAnswer {
     /// Seconds the whole task should take.
     #[serde(
         default,
+        rename = "estimatedDuration",
         skip_serializing_if = "Option::is_none",
         deserialize_with = "crate::de::integral"
     )]
@@ -476,6 +486,7 @@ pub struct DecompositionAnswer {
 
 /// One step of a [`DecompositionAnswer`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DecomposedStep {
     /// Letters, digits, `-`, `_` and `.`.
     #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))]
@@ -487,8 +498,12 @@ pub struct DecomposedStep {
     /// review: an agent checks the work; approve: a person decides.
     #[serde(rename = "type")]
     pub step_type: StepType,
+    /// The steps that must finish first.
     #[serde(default)]
     pub depends_on: Vec<String>,
+    /// The steps that wait for this one (each then depends on it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocking_steps: Vec<String>,
     /// The checkpoint the step records; unset: the one its type records.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointType>,

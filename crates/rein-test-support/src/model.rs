@@ -484,6 +484,24 @@ fn release_notes_plan() -> Value {
     })
 }
 
+/// A decomposition in the seed's own camelCase shape: `blockingSteps` (not
+/// `dependsOn`) orders the two steps.
+fn seed_shaped_plan() -> Value {
+    json!({
+        "originalTask": "Write release notes",
+        "estimatedDuration": 90,
+        "riskLevel": "low",
+        "steps": [
+            { "id": "notes", "description": "Read CHANGELOG.md and write RELEASE_NOTES.md naming the latest version.",
+              "type": "write", "dependsOn": [], "blockingSteps": ["check"], "checkpoint": "task_exec",
+              "requiredPermissions": ["file_write"], "riskLevel": "low" },
+            { "id": "check", "description": "Check RELEASE_NOTES.md against CHANGELOG.md.",
+              "type": "review", "dependsOn": [], "blockingSteps": [], "checkpoint": "task_review",
+              "requiredPermissions": ["file_read"], "riskLevel": "low", "riskDescription": "none: it only reads" }
+        ]
+    })
+}
+
 /// Answers a decomposition request by the goal: the first answer to the
 /// release-notes goal is malformed (a refused answer goes back with its
 /// errors); `hang` holds its first request for a minute; `nonsense` is never
@@ -507,6 +525,8 @@ async fn decompose(prompt: &str, seen: &Seen) -> Response {
             "```json\n{\"original_task\": \"notes\", \"risk_level\": \"low\", \"steps\": [{\"id\": \"notes\", \"type\": \"delete\", \"description\": \"x\"}]}\n```",
         ),
         g if g.starts_with("Write release notes") => say(&release_notes_plan().to_string()),
+        // The seed's TaskDecomposition (seed 002 §6.1), field for field.
+        g if g.starts_with("seed shaped") => say(&seed_shaped_plan().to_string()),
         // Nothing at all, then a plan.
         g if g.starts_with("say nothing") && !again => say(""),
         // An answer cut at the token limit, then a plan.

@@ -69,7 +69,7 @@ fn plan_draft_writes_a_plan_that_runs_and_sends_a_refused_answer_back() {
     assert!(user_prompt(&asked[0]).contains("CHANGELOG.md"));
     let retry = user_prompt(&asked[1]);
     assert!(retry.contains("\"delete\""), "{retry}");
-    assert!(retry.contains("risk_level"), "{retry}");
+    assert!(retry.contains("riskLevel"), "{retry}");
 
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("kind = \"review\""), "{text}");
@@ -405,7 +405,7 @@ fn a_goal_whose_answers_are_always_refused_fails_naming_why() {
     assert_eq!(state["status"], "failed");
     let error = state["error"].as_str().unwrap();
     assert!(error.contains("refused 2 time(s)"), "{error}");
-    assert!(error.contains("original_task"), "{error}");
+    assert!(error.contains("originalTask"), "{error}");
     assert_eq!(m.decompositions().len(), 2);
 }
 
@@ -613,4 +613,61 @@ fn a_rein_killed_in_a_decomposed_step_resumes_the_stored_plan_without_asking_aga
         .filter(|e| e["type"] == "plan_decomposed")
         .count();
     assert_eq!(decomposed, 1);
+}
+
+/// A model that answers in the seed's exact `TaskDecomposition` shape
+/// (camelCase, `blockingSteps`) is understood the first time: the draft
+/// orders the steps as `blockingSteps` says and keeps what each step needs.
+#[test]
+fn a_decomposition_in_the_seeds_exact_shape_is_taken_at_once() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let out = run_ok(
+        m.rein(&data)
+            .args([
+                "plan",
+                "draft",
+                "--goal",
+                "seed shaped notes",
+                "--workspace",
+            ])
+            .arg(&ws),
+    );
+    assert_eq!(m.decompositions().len(), 1, "accepted at the first answer");
+    let draft = String::from_utf8_lossy(&out.stdout).into_owned();
+    let plan: toml::Value = toml::from_str(&draft).unwrap();
+    let steps = plan["steps"].as_array().unwrap();
+    let check = steps
+        .iter()
+        .find(|s| s["id"].as_str() == Some("check"))
+        .unwrap();
+    assert_eq!(
+        check["depends_on"].as_array().unwrap()[0].as_str(),
+        Some("notes"),
+        "{draft}"
+    );
+    assert_eq!(
+        check["risk_description"].as_str(),
+        Some("none: it only reads"),
+        "{draft}"
+    );
+    let notes = steps
+        .iter()
+        .find(|s| s["id"].as_str() == Some("notes"))
+        .unwrap();
+    assert_eq!(
+        notes["required_permissions"].as_array().unwrap()[0].as_str(),
+        Some("file_write")
+    );
+    // The schema the model was asked to follow uses the seed's names.
+    let system = m.decompositions()[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        system.contains("\"originalTask\"") && system.contains("\"blockingSteps\""),
+        "{system}"
+    );
 }

@@ -145,12 +145,23 @@ impl AnswerSchema {
     /// it: the JSON is the fenced block if there is one, else the text from
     /// the first `{` or `[` to the last `}` or `]`.
     pub fn check(&self, text: &str) -> Result<Value, Vec<String>> {
+        self.check_with(text, |_| {})
+    }
+
+    /// [`AnswerSchema::check`], with `prepare` applied to the JSON before it
+    /// is checked (a decomposition's other names mapped to the schema's).
+    pub fn check_with(
+        &self,
+        text: &str,
+        prepare: impl FnOnce(&mut Value),
+    ) -> Result<Value, Vec<String>> {
         let body = json_part(text);
-        let value: Value = serde_json::from_str(body).map_err(|e| {
+        let mut value: Value = serde_json::from_str(body).map_err(|e| {
             vec![format!(
                 "the answer is not JSON ({e}); answer with one JSON value and nothing else"
             )]
         })?;
+        prepare(&mut value);
         let errors: Vec<String> = self
             .validator
             .iter_errors(&value)

@@ -46,6 +46,11 @@ pub enum PlanIssue {
         step: String,
         dependency: String,
     },
+    /// A step's `blocking_steps` names no step of the plan.
+    UnknownBlocked {
+        step: String,
+        blocked: String,
+    },
     DuplicateDependency {
         step: String,
         dependency: String,
@@ -155,6 +160,12 @@ impl fmt::Display for PlanIssue {
                 write!(
                     f,
                     "step `{step}` depends on `{dependency}`, which is not a step of the plan"
+                )
+            }
+            PlanIssue::UnknownBlocked { step, blocked } => {
+                write!(
+                    f,
+                    "step `{step}` blocks `{blocked}` (blocking_steps), which is not a step of the plan"
                 )
             }
             PlanIssue::DuplicateDependency { step, dependency } => {
@@ -294,6 +305,19 @@ fn exec_issues(step: &TaskStep, issues: &mut Vec<PlanIssue>) {
     }
 }
 
+/// [`validate`] for a plan as a caller gives it: the `blocking_steps` it
+/// gives (the seed's `blockingSteps`) are first made dependencies of the steps
+/// they name, never dropped. Plans rein derived itself (a stored plan, a
+/// fork's) keep to [`validate`], whose blocking steps follow the dependencies.
+pub fn validate_given(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanErrors> {
+    let mut issues = Vec::new();
+    fold_blocking(&mut plan.steps, &mut issues);
+    if !issues.is_empty() {
+        return Err(PlanErrors(issues));
+    }
+    validate(plan)
+}
+
 /// Checks a plan and derives `blocking_steps` from `depends_on`.
 ///
 /// Reports every issue found, not just the first; a cycle is reported once, as a
@@ -423,6 +447,35 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
         step.blocking_steps = blocks;
     }
     Ok(plan)
+}
+
+/// Each step's `blocking_steps` (the seed's: the steps that wait for it) made
+/// dependencies of those steps, so the plan says each order one way; the
+/// blocking steps are then derived again from the dependencies. One that names
+/// no step is an issue.
+fn fold_blocking(steps: &mut [TaskStep], issues: &mut Vec<PlanIssue>) {
+    let ids: HashMap<String, usize> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.id.clone(), i))
+        .collect();
+    let mut adds = Vec::new();
+    for s in steps.iter() {
+        for blocked in &s.blocking_steps {
+            match ids.get(blocked) {
+                Some(&j) => adds.push((j, s.id.clone())),
+                None => issues.push(PlanIssue::UnknownBlocked {
+                    step: s.id.clone(),
+                    blocked: blocked.clone(),
+                }),
+            }
+        }
+    }
+    for (j, dep) in adds {
+        if !steps[j].depends_on.contains(&dep) {
+            steps[j].depends_on.push(dep);
+        }
+    }
 }
 
 /// Steps sharing a session must take their turns one after the other: each
