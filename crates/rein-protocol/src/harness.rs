@@ -7,6 +7,21 @@ use serde::{Deserialize, Serialize};
 /// The id of the built-in runtime; reserved.
 pub const BUILTIN_RUNTIME: &str = "rein";
 
+/// The built-in runtime's name in the OpenClaw harness SDK: a plugin ported
+/// from it answers `fallbackRuntime: "openclaw"`, and a policy may name it.
+/// It means rein's built-in runtime, and is reserved too.
+pub const SDK_BUILTIN_RUNTIME: &str = "openclaw";
+
+/// A runtime setting that defers to the one below it (the SDK's `default`:
+/// the policy's default runtime).
+pub const DEFAULT_RUNTIME: &str = "default";
+
+/// Whether `id` names rein's built-in runtime (`rein`, or the SDK's
+/// `openclaw`).
+pub fn is_builtin(id: &str) -> bool {
+    id == BUILTIN_RUNTIME || id == SDK_BUILTIN_RUNTIME
+}
+
 /// Whether the model provider's request transport is overridden.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -33,17 +48,63 @@ pub struct SupportContext {
     pub session_key: Option<String>,
 }
 
+/// The model provider of a route, as the SDK's `ctx.modelProvider` has it:
+/// `runtimePolicy.compatibleIds`, `requestTransportOverrides`,
+/// `preparedAuth.source`. rein's earlier flat names (`compatibleIds`,
+/// `preparedAuthSource`) are sent beside them for plugins written against
+/// them.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelProvider {
     #[serde(default)]
     pub request_transport_overrides: TransportOverrides,
+    #[serde(default)]
+    pub runtime_policy: ProviderRuntimePolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_auth: Option<PreparedAuth>,
+    /// The same as `runtimePolicy.compatibleIds` (rein's earlier name).
+    #[serde(default)]
+    pub compatible_ids: Vec<String>,
+    /// The same as `preparedAuth.source` (rein's earlier name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_auth_source: Option<String>,
+}
+
+/// The provider's runtime policy, as a harness is shown it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderRuntimePolicy {
     /// Runtime ids the provider's policy declares compatible.
     #[serde(default)]
     pub compatible_ids: Vec<String>,
-    /// Where the prepared credentials come from (a profile, the environment).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prepared_auth_source: Option<String>,
+}
+
+/// How the route's credentials were prepared.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedAuth {
+    /// Where they come from (`env:OPENAI_API_KEY`, a profile).
+    pub source: String,
+}
+
+impl ModelProvider {
+    /// A provider's facts, in the SDK's structure and rein's earlier flat
+    /// names alike.
+    pub fn new(
+        transport: TransportOverrides,
+        compatible_ids: Vec<String>,
+        auth_source: Option<String>,
+    ) -> ModelProvider {
+        ModelProvider {
+            request_transport_overrides: transport,
+            runtime_policy: ProviderRuntimePolicy {
+                compatible_ids: compatible_ids.clone(),
+            },
+            prepared_auth: auth_source.clone().map(|source| PreparedAuth { source }),
+            compatible_ids,
+            prepared_auth_source: auth_source,
+        }
+    }
 }
 
 /// A harness's answer about one model route.

@@ -69,7 +69,8 @@ pub use contract::{
 };
 pub use event::{EventType, HarnessEvent, TaskChange};
 pub use harness::{
-    BUILTIN_RUNTIME, Candidate, ModelProvider, PolicySource, SelectionDecision, SelectionPolicy,
+    BUILTIN_RUNTIME, Candidate, DEFAULT_RUNTIME, ModelProvider, PolicySource, PreparedAuth,
+    ProviderRuntimePolicy, SDK_BUILTIN_RUNTIME, SelectionDecision, SelectionPolicy,
     SelectionReason, Support, SupportContext, TransportOverrides, WorkspaceEnvironment,
     WorkspaceKind,
 };

@@ -348,5 +348,10 @@ mod supports_tests {
             context["modelProvider"]["compatibleIds"].is_array(),
             "{context}"
         );
+        // The SDK's own structure: `runtimePolicy.compatibleIds`.
+        assert!(
+            context["modelProvider"]["runtimePolicy"]["compatibleIds"].is_array(),
+            "{context}"
+        );
     }
 }

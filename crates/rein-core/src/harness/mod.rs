@@ -12,8 +12,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use rein_protocol::api::{AuthBootstrap, HarnessInfo};
 use rein_protocol::{
-    BUILTIN_RUNTIME, Candidate, PolicySource, SelectionDecision, SelectionPolicy, SelectionReason,
-    Support, SupportContext, WorkspaceEnvironment,
+    BUILTIN_RUNTIME, Candidate, DEFAULT_RUNTIME, PolicySource, SelectionDecision, SelectionPolicy,
+    SelectionReason, Support, SupportContext, WorkspaceEnvironment,
 };
 
 /// A plugin: it registers harnesses (and, later, executor controllers).
@@ -226,9 +226,9 @@ pub enum RegistrationError {
     #[error("plugin `{plugin}` registered a harness with an empty id")]
     EmptyId { plugin: String },
     #[error(
-        "plugin `{plugin}` cannot register a harness with id `rein`: it is the built-in runtime's"
+        "plugin `{plugin}` cannot register a harness with id `{id}`: `rein` and `openclaw` name the built-in runtime, `auto` and `default` runtime settings"
     )]
-    Reserved { plugin: String },
+    Reserved { plugin: String, id: String },
     #[error(
         "plugin `{plugin}` cannot register harness `{id}`: plugin `{owner}` registered it first"
     )]
@@ -397,9 +397,10 @@ impl HarnessRegistry {
                 plugin: plugin.id.clone(),
             });
         }
-        if id == BUILTIN_RUNTIME {
+        if rein_protocol::harness::is_builtin(&id) || id == DEFAULT_RUNTIME || id == "auto" {
             return Err(RegistrationError::Reserved {
                 plugin: plugin.id.clone(),
+                id,
             });
         }
         if let Some(first) = self.harnesses.get(&id) {
@@ -559,15 +560,15 @@ impl RuntimePolicy {
         provider: &str,
         facts: &ProviderFacts,
     ) -> rein_protocol::ModelProvider {
-        rein_protocol::ModelProvider {
-            request_transport_overrides: if facts.transport_overridden {
+        rein_protocol::ModelProvider::new(
+            if facts.transport_overridden {
                 rein_protocol::TransportOverrides::Present
             } else {
                 rein_protocol::TransportOverrides::None
             },
-            compatible_ids: self.compatible.get(provider).cloned().unwrap_or_default(),
-            prepared_auth_source: facts.auth_source.clone(),
-        }
+            self.compatible.get(provider).cloned().unwrap_or_default(),
+            facts.auth_source.clone(),
+        )
     }
 
     /// The selection request of a run on `provider`/`model`, its context
@@ -594,16 +595,21 @@ impl RuntimePolicy {
             .model
             .as_ref()
             .map(|m| format!("{}/{m}", request.provider));
-        let (source, runtime) = if let Some(r) = &request.session_runtime {
-            (PolicySource::Session, r.clone())
-        } else if let Some(r) = &request.step_runtime {
-            (PolicySource::Step, r.clone())
-        } else if let Some(r) = model_key.as_ref().and_then(|k| self.models.get(k)) {
-            (PolicySource::Model, r.clone())
-        } else if let Some(r) = self.providers.get(&request.provider) {
-            (PolicySource::Provider, r.clone())
+        // A level set to `default` (the SDK's) defers to the levels below it.
+        let set = |r: Option<&String>| r.filter(|r| r.as_str() != DEFAULT_RUNTIME).cloned();
+        let (source, runtime) = if let Some(r) = set(request.session_runtime.as_ref()) {
+            (PolicySource::Session, r)
+        } else if let Some(r) = set(request.step_runtime.as_ref()) {
+            (PolicySource::Step, r)
+        } else if let Some(r) = set(model_key.as_ref().and_then(|k| self.models.get(k))) {
+            (PolicySource::Model, r)
+        } else if let Some(r) = set(self.providers.get(&request.provider)) {
+            (PolicySource::Provider, r)
         } else {
-            (PolicySource::Default, self.default.clone())
+            (
+                PolicySource::Default,
+                set(Some(&self.default)).unwrap_or_else(auto),
+            )
         };
         SelectionPolicy { source, runtime }
     }
@@ -660,7 +666,7 @@ pub async fn select(
         fallback_models: Vec::new(),
     };
     match in_force.runtime.as_str() {
-        BUILTIN_RUNTIME => Ok(decision(
+        id if rein_protocol::harness::is_builtin(id) => Ok(decision(
             BUILTIN_RUNTIME,
             SelectionReason::ForcedBuiltin,
             Vec::new(),
@@ -727,7 +733,7 @@ pub async fn select(
                 Support::Unsupported {
                     fallback_runtime: Some(fallback),
                     ..
-                } if fallback == BUILTIN_RUNTIME => Ok(decision(
+                } if rein_protocol::harness::is_builtin(&fallback) => Ok(decision(
                     BUILTIN_RUNTIME,
                     SelectionReason::PluginDeclaredFallback,
                     candidates,

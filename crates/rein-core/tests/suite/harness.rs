@@ -115,8 +115,11 @@ fn empty_reserved_and_duplicate_ids_are_refused_and_the_first_stays() {
     assert_eq!(refused.len(), 1);
     let refused = r.load(plugin("second"), |api| {
         let _ = api.register_agent_harness(Arc::new(Fake::new("codex", yes(9))));
-        // The built-in runtime cannot be impersonated.
-        let _ = api.register_agent_harness(Arc::new(Fake::new("rein", yes(9))));
+        // The built-in runtime cannot be impersonated, under rein's name or
+        // the SDK's, nor a runtime setting taken for an id.
+        for reserved in ["rein", "openclaw", "default"] {
+            let _ = api.register_agent_harness(Arc::new(Fake::new(reserved, yes(9))));
+        }
     });
     assert_eq!(
         refused,
@@ -127,7 +130,16 @@ fn empty_reserved_and_duplicate_ids_are_refused_and_the_first_stays() {
                 owner: "first".into()
             },
             RegistrationError::Reserved {
-                plugin: "second".into()
+                plugin: "second".into(),
+                id: "rein".into()
+            },
+            RegistrationError::Reserved {
+                plugin: "second".into(),
+                id: "openclaw".into()
+            },
+            RegistrationError::Reserved {
+                plugin: "second".into(),
+                id: "default".into()
             },
         ]
     );
@@ -288,6 +300,48 @@ async fn an_explicit_runtime_is_used_falls_back_only_when_it_says_or_is_an_error
         (d.selected.as_str(), d.reason),
         ("rein", SelectionReason::ForcedBuiltin)
     );
+}
+
+/// A plugin ported from the SDK names the built-in runtime `openclaw`; a
+/// policy may too, and may set a level to `default` to defer to the policy's
+/// default.
+#[tokio::test]
+async fn the_sdks_names_for_the_builtin_runtime_and_the_default_are_understood() {
+    let r = registry(vec![
+        Arc::new(Fake::new("codex", yes(0))),
+        Arc::new(Fake::new("ported", no("no such model", Some("openclaw")))),
+    ]);
+    let req = request("openai", "gpt");
+    let policy = |default: &str, provider: &str| RuntimePolicy {
+        default: default.into(),
+        providers: [("openai".to_owned(), provider.to_owned())].into(),
+        ..RuntimePolicy::default()
+    };
+    let d = select(&r, &policy("ported", "default"), &req)
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.selected.as_str(), d.reason),
+        ("rein", SelectionReason::PluginDeclaredFallback),
+        "fallbackRuntime openclaw is rein's built-in runtime"
+    );
+    let d = select(&r, &policy("auto", "openclaw"), &req).await.unwrap();
+    assert_eq!(
+        (d.selected.as_str(), d.reason),
+        ("rein", SelectionReason::ForcedBuiltin)
+    );
+    // `default` at the provider defers to the policy's default (codex);
+    // `default` as the policy's default is `auto`.
+    let d = select(&r, &policy("codex", "default"), &req).await.unwrap();
+    assert_eq!(
+        (d.selected.as_str(), d.policy.source),
+        ("codex", rein_protocol::PolicySource::Default)
+    );
+    let d = select(&r, &policy("default", "default"), &req)
+        .await
+        .unwrap();
+    assert_eq!(d.policy.runtime, "auto");
+    assert_eq!(d.reason, SelectionReason::AutoPlugin);
 }
 
 #[tokio::test]

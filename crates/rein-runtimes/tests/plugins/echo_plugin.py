@@ -49,9 +49,12 @@ for line in sys.stdin:
     if method == "harness/supports":
         context = params["context"]
         if context["provider"] == "compat":
-            # Like the seed's supports(): only where the provider's policy
-            # declares this harness compatible.
-            if "echo" in context["modelProvider"]["compatibleIds"]:
+            # The seed's supports(), ported literally: only where the
+            # provider's runtime policy declares this harness compatible and
+            # the request transport is not overridden.
+            provider = context["modelProvider"]
+            if ("echo" in provider["runtimePolicy"]["compatibleIds"]
+                    and provider["requestTransportOverrides"] != "present"):
                 answer(mid, {"supported": True, "priority": 1,
                              "reason": "declared compatible; session " + str(context.get("sessionKey"))})
             else:
