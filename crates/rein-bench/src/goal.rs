@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use rein_core::executor::{StepOutcome, StepRequest};
 use rein_core::harness::completion::{Completer, Completion, CompletionFailure, CompletionRequest};
-use rein_core::harness::isolated::{CompletionOwner, CompletionRuntime};
+use rein_core::harness::isolated::CompletionOwner;
 use rein_core::{CreateTask, Engine, EngineConfig, RunOptions, StepExecutor};
 use rein_protocol::{
     BUILTIN_RUNTIME, Goal, PolicySource, SelectionDecision, SelectionPolicy, SelectionReason,
@@ -55,7 +55,7 @@ impl Completer for AtOnce {
                 fallback_models: Vec::new(),
             },
             owner: CompletionOwner::Host,
-            runtime: CompletionRuntime::Rein,
+            runtime: "rein".into(),
             profile: "default".into(),
             request_durations_ms: vec![0],
             stop_reason: "stop".into(),

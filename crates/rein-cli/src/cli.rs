@@ -358,6 +358,11 @@ pub struct CompleteArgs {
     /// The longest the completion may take, every attempt included.
     #[arg(long, default_value = "2m")]
     pub timeout: String,
+    /// What counts as an answer: `default` refuses empty visible text;
+    /// `strict` takes it (the model may answer only in thinking) and never
+    /// shows thinking as text.
+    #[arg(long, value_name = "default|strict", value_parser = ["default", "strict"])]
+    pub visible: Option<String>,
     #[command(flatten)]
     pub route: RouteArgs,
     /// Print the completion with how it was served, as JSON.

@@ -523,6 +523,7 @@ impl Decomposition {
                 max_tokens: Some(self.goal.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
                 json_schema: Some(self.json_schema.clone()),
             },
+            policy: Default::default(),
         }
     }
 

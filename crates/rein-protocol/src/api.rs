@@ -460,6 +460,21 @@ pub struct CompletionRequest {
     /// A JSON Schema the answer must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<serde_json::Map<String, serde_json::Value>>,
+    /// What counts as an answer (spec harness-sdk rule 20): `default` refuses
+    /// empty visible text; `strict` (the SDK's `strict_visible`) takes it,
+    /// and never shows thinking as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub visibility: Option<Visibility>,
+}
+
+/// The output text policy of an isolated completion.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Visibility {
+    #[default]
+    Default,
+    #[serde(alias = "strict_visible")]
+    Strict,
 }
 
 /// Who prepares a harness's credentials.

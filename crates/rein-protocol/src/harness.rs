@@ -276,7 +276,9 @@ pub struct Completion {
     /// Which runtime served it, and why (the rule-21 selector's choice).
     pub selection: SelectionDecision,
     pub owner: CompletionOwner,
-    pub runtime: CompletionRuntime,
+    /// What answered: `rein` (rein's host-prepared path) or the id of the
+    /// harness whose own runtime did (rule 21: what is reported is what ran).
+    pub runtime: String,
     /// Which credential profile served it.
     pub profile: String,
     /// Each inference request's own duration.

@@ -43,6 +43,35 @@ pub struct HarnessDeclaration {
     /// Whether it serves isolated completions (`completion/isolated`).
     #[serde(default)]
     pub isolated_completion: bool,
+    /// The SDK's `resolveIsolatedCompletionRuntime({authorizationOwner})`,
+    /// declared: for each owner, whether rein's host-prepared path (`rein`,
+    /// or the SDK's `openclaw`) or the harness itself (`self`) serves an
+    /// isolated completion. Absent: the harness itself. The completion is
+    /// dispatched as declared, so what is reported is what ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolated_completion_runtime: Option<IsolatedCompletionRuntime>,
+}
+
+/// Which path serves a harness's isolated completions, by owner.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IsolatedCompletionRuntime {
+    /// When rein owns the credentials (`auth_bootstrap = "host"`).
+    #[serde(default)]
+    pub host: RuntimeChoice,
+    /// When the harness owns them (`auth_bootstrap = "harness"`).
+    #[serde(default)]
+    pub harness: RuntimeChoice,
+}
+
+/// rein's host-prepared completion path, or the harness's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RuntimeChoice {
+    #[serde(rename = "rein", alias = "openclaw")]
+    Rein,
+    #[default]
+    #[serde(rename = "self")]
+    OwnRuntime,
 }
 
 /// When a plugin must be loaded besides the harnesses it registers.

@@ -10,8 +10,8 @@ use std::time::Instant;
 use async_trait::async_trait;
 use rein_core::harness::completion::{Completer, Completion, CompletionFailure, CompletionRequest};
 use rein_core::harness::isolated::{
-    AuthProfile, CompletionAuth, CompletionError, CompletionOutput, ContentPart, IsolatedParams,
-    IsolatedRequest, OutputTextPolicy, run_isolated,
+    AuthProfile, CompletionAuth, CompletionError, CompletionOutput, CompletionOwner,
+    CompletionRuntime, ContentPart, IsolatedParams, IsolatedRequest, run_isolated,
 };
 use rein_core::harness::{
     AgentHarness, HarnessRegistry, RuntimePolicy, SelectionError, SelectionRequest, select,
@@ -86,22 +86,11 @@ impl Completer for Completions {
             )
         };
         let selection = select(&self.registry, &self.policy, &wanted).await?;
-        let builtin;
-        let harness: &dyn AgentHarness = if selection.selected == BUILTIN_RUNTIME {
-            // A provider it does not speak is the caller's mistake, told
-            // before any request is made.
-            if let Err(reason) = crate::provider::speaks(&provider) {
-                return Err(SelectionError::Unsupported {
-                    id: BUILTIN_RUNTIME.to_owned(),
-                    route: format!("{provider}/{model}"),
-                    reason,
-                }
-                .into());
-            }
-            builtin = Builtin {
-                provider: provider.clone(),
-                providers: self.providers.clone(),
-            };
+        let builtin = Builtin {
+            provider: provider.clone(),
+            providers: self.providers.clone(),
+        };
+        let selected: &dyn AgentHarness = if selection.selected == BUILTIN_RUNTIME {
             &builtin
         } else {
             match self.registry.get(&selection.selected) {
@@ -114,6 +103,29 @@ impl Completer for Completions {
                 }
             }
         };
+        // Rule 21: the harness's own selector decides the path, and the
+        // dispatch follows it — rein's host-prepared path, or the harness.
+        let owner = if selected.auth_bootstrap_harness() {
+            CompletionOwner::Harness
+        } else {
+            CompletionOwner::Host
+        };
+        let harness: &dyn AgentHarness = match selected.resolve_isolated_completion_runtime(owner) {
+            CompletionRuntime::Rein => &builtin,
+            CompletionRuntime::OwnRuntime => selected,
+        };
+        if harness.id() == BUILTIN_RUNTIME {
+            // A provider it does not speak is the caller's mistake, told
+            // before any request is made.
+            if let Err(reason) = crate::provider::speaks(&provider) {
+                return Err(SelectionError::Unsupported {
+                    id: BUILTIN_RUNTIME.to_owned(),
+                    route: format!("{provider}/{model}"),
+                    reason,
+                }
+                .into());
+            }
+        }
         let isolated = IsolatedRequest {
             prompt: request.prompt.clone(),
             system: request.system.clone(),
@@ -128,7 +140,7 @@ impl Completer for Completions {
                 .unwrap_or_default(),
             }],
             deadline: request.timeout,
-            policy: OutputTextPolicy::Default,
+            policy: request.policy,
             shape: request.shape.clone(),
         };
         let result = run_isolated(harness, &isolated).await?;
@@ -137,7 +149,11 @@ impl Completer for Completions {
             json: None,
             selection,
             owner: result.owner,
-            runtime: result.runtime,
+            // What answered: rein's own path, or the harness by its id.
+            runtime: match result.runtime {
+                CompletionRuntime::Rein => BUILTIN_RUNTIME.to_owned(),
+                CompletionRuntime::OwnRuntime => harness.id().to_owned(),
+            },
             profile: result.profile,
             request_durations_ms: result.request_durations_ms,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -162,6 +178,10 @@ impl AgentHarness for Builtin {
 
     fn label(&self) -> &str {
         "rein (built-in)"
+    }
+
+    fn resolve_isolated_completion_runtime(&self, _owner: CompletionOwner) -> CompletionRuntime {
+        CompletionRuntime::Rein
     }
 
     async fn supports(&self, _ctx: &SupportContext) -> Support {

@@ -59,6 +59,23 @@ macro_rules! declared_harness {
         fn delegated_execution_plugin_ids(&self) -> Vec<String> {
             self.decl.delegated_execution_plugin_ids.clone()
         }
+
+        fn resolve_isolated_completion_runtime(
+            &self,
+            owner: rein_core::harness::isolated::CompletionOwner,
+        ) -> rein_core::harness::isolated::CompletionRuntime {
+            use rein_core::harness::isolated::{CompletionOwner, CompletionRuntime};
+            use rein_protocol::plugin::RuntimeChoice;
+            let declared = self.decl.isolated_completion_runtime.unwrap_or_default();
+            let choice = match owner {
+                CompletionOwner::Host => declared.host,
+                CompletionOwner::Harness => declared.harness,
+            };
+            match choice {
+                RuntimeChoice::Rein => CompletionRuntime::Rein,
+                RuntimeChoice::OwnRuntime => CompletionRuntime::OwnRuntime,
+            }
+        }
     };
 }
 pub(crate) use declared_harness;

@@ -236,6 +236,14 @@ pub async fn complete(
         },
         timeout: std::time::Duration::from_millis(timeout_ms),
         shape: Default::default(),
+        policy: match body.visibility.unwrap_or_default() {
+            rein_protocol::api::Visibility::Default => {
+                rein_core::harness::isolated::OutputTextPolicy::Default
+            }
+            rein_protocol::api::Visibility::Strict => {
+                rein_core::harness::isolated::OutputTextPolicy::StrictVisible
+            }
+        },
     };
     let schema = body.schema.map(serde_json::Value::Object);
     // The schema is asked of the model as structured output too, where its

@@ -463,6 +463,8 @@ async fn script(State(seen): State<Seen>, body: String) -> Response {
         (p, _) if p.starts_with("Say in one line") => {
             say("Wrote RELEASE_NOTES.md for 0.3.0 and checked it.")
         }
+        // An answer with no visible text at all.
+        (p, _) if p.starts_with("Answer with nothing") => say(""),
         // Goals: a decomposition request (isolated: no tools).
         (p, _) if p.starts_with("Goal: ") => decompose(p, &seen).await,
         _ => say("I do not know this script"),

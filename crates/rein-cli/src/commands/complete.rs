@@ -92,6 +92,10 @@ pub async fn complete(target: &Target, args: CompleteArgs) -> anyhow::Result<u8>
         runtime: route.runtime,
         timeout_ms: Some(timeout_ms),
         schema,
+        visibility: args.visible.as_deref().map(|v| match v {
+            "strict" => rein_protocol::api::Visibility::Strict,
+            _ => rein_protocol::api::Visibility::Default,
+        }),
     };
     // The same operation either way: a server's, or the same route served
     // here over this machine's model settings and plugins.

@@ -671,3 +671,91 @@ fn a_decomposition_in_the_seeds_exact_shape_is_taken_at_once() {
         "{system}"
     );
 }
+
+/// Rule 20 through the command line: empty visible text is refused as an
+/// answer unless `--visible strict` says it is one.
+#[test]
+fn an_empty_answer_is_refused_unless_strict_visibility_is_asked_for() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = m
+        .rein(&data)
+        .args(["complete", "Answer with nothing"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("returned empty output"), "{said}");
+    let done = json(&run_ok(m.rein(&data).args([
+        "complete",
+        "--visible",
+        "strict",
+        "--json",
+        "Answer with nothing",
+    ])));
+    assert_eq!(done["text"], "");
+    assert_eq!(done["stop_reason"], "stop");
+}
+
+/// Rule 21 through the command line: a plugin that answers isolated
+/// completions itself is reported as the runtime that answered; one that
+/// declares rein's host-prepared path for its owner is dispatched there, and
+/// rein is reported.
+#[test]
+fn the_reported_completion_runtime_is_the_one_that_answered() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let manifest = |extra: &str| {
+        let path = dir.path().join("plugin.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nisolated_completion = true\n{extra}",
+                script.display().to_string()
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let own = manifest("");
+    let done = json(&run_ok(m.rein(&data).arg("--plugin").arg(&own).args([
+        "complete",
+        "--runtime",
+        "echo",
+        "--json",
+        "hello there",
+    ])));
+    assert_eq!(done["text"], "Title: hello there");
+    assert_eq!(
+        (
+            done["selection"]["selected"].as_str(),
+            done["runtime"].as_str()
+        ),
+        (Some("echo"), Some("echo"))
+    );
+    let asked = m.requests().len();
+    let host = manifest("isolated_completion_runtime = { host = \"openclaw\" }\n");
+    let done = json(&run_ok(m.rein(&data).arg("--plugin").arg(&host).args([
+        "complete",
+        "--runtime",
+        "echo",
+        "--json",
+        "hello there",
+    ])));
+    assert_eq!(
+        done["text"], "I do not know this script",
+        "rein's path asked the model"
+    );
+    assert_eq!(
+        (
+            done["selection"]["selected"].as_str(),
+            done["runtime"].as_str()
+        ),
+        (Some("echo"), Some("rein"))
+    );
+    assert_eq!(m.requests().len(), asked + 1);
+}

@@ -39,6 +39,8 @@ pub struct CompletionRequest {
     /// Its token limit and the schema its answer must match, where the
     /// runtime can ask for them.
     pub shape: super::isolated::AnswerShape,
+    /// Whether empty visible text is an answer (rule 20).
+    pub policy: super::isolated::OutputTextPolicy,
 }
 
 pub use rein_protocol::harness::Completion;

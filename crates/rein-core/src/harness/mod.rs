@@ -77,15 +77,14 @@ pub trait AgentHarness: Send + Sync {
     }
     /// Which path serves an isolated completion for this owner: the host's
     /// (`Rein`) or the harness's own (`OwnRuntime`). Synchronous and free of side
-    /// effects: the same selector the dispatch uses.
+    /// effects: the same selector the dispatch uses. Without a declaration,
+    /// the harness itself (as the SDK reports a harness without the hook).
     fn resolve_isolated_completion_runtime(
         &self,
         owner: isolated::CompletionOwner,
     ) -> isolated::CompletionRuntime {
-        match owner {
-            isolated::CompletionOwner::Host => isolated::CompletionRuntime::Rein,
-            isolated::CompletionOwner::Harness => isolated::CompletionRuntime::OwnRuntime,
-        }
+        let _ = owner;
+        isolated::CompletionRuntime::OwnRuntime
     }
 }
 

@@ -175,6 +175,7 @@ impl TaskRun<'_> {
                 max_tokens: Some(200),
                 json_schema: None,
             },
+            policy: Default::default(),
         };
         match completer.complete(&request).await {
             Ok(done) => {

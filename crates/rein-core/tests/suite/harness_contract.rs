@@ -485,9 +485,11 @@ async fn the_host_walks_its_profiles_and_the_owner_decides_what_the_harness_gets
     let done = run_isolated(&h, &ask(&["work", "backup"])).await.unwrap();
     assert_eq!(done.text, "Release notes");
     assert_eq!(done.profile, "backup");
+    // No declared selector: the harness itself served it (the SDK reports a
+    // harness without the hook as itself).
     assert_eq!(
         (done.owner, done.runtime),
-        (CompletionOwner::Host, CompletionRuntime::Rein)
+        (CompletionOwner::Host, CompletionRuntime::OwnRuntime)
     );
     let seen = h.seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "once per candidate profile");
