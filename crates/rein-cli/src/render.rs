@@ -10,7 +10,12 @@ use rein_protocol::{
 
 /// What the renderer knows about each checkpoint: its step and type.
 #[derive(Debug, Default)]
-pub struct CheckpointIndex(HashMap<CheckpointId, (Option<String>, CheckpointType, u32)>);
+pub struct CheckpointIndex(
+    HashMap<CheckpointId, (Option<String>, CheckpointType, u32)>,
+    /// The CP2 checkpoints that ask a model for a goal's steps (their input
+    /// names the goal); an ordinary plan's CP2 only checks the plan.
+    std::collections::HashSet<CheckpointId>,
+);
 
 impl CheckpointIndex {
     pub fn from_state(state: &TaskState) -> Self {
@@ -24,6 +29,11 @@ impl CheckpointIndex {
     pub fn learn(&mut self, cp: &Checkpoint) {
         self.0
             .insert(cp.id.clone(), (cp.step_id.clone(), cp.kind, cp.attempt));
+        if cp.kind == CheckpointType::TaskPlan
+            && cp.input.as_ref().is_some_and(|i| i.get("goal").is_some())
+        {
+            self.1.insert(cp.id.clone());
+        }
     }
 
     /// Records what an event teaches, returning the step and type of its checkpoint.
@@ -110,8 +120,9 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
         TaskChange::CheckpointEntered { checkpoint_id } => {
             let (name, is_step, attempt) = index.name(checkpoint_id);
             if !is_step {
-                // A goal's CP2 is a request to a model, worth a line.
-                return name.ends_with("task_plan").then(|| {
+                // A goal's CP2 is a request to a model, worth a line; a
+                // plan's CP2 only checks the plan.
+                return index.1.contains(checkpoint_id).then(|| {
                     format!("planning the goal: asking the model for steps (attempt {attempt})")
                 });
             }

@@ -117,7 +117,9 @@ fn a_person_answers_the_agents_permission_request_from_another_process() {
         "{request}"
     );
     let id = request["id"].as_str().unwrap();
-    run_ok(rein(&data).args(["approvals", "approve", id, "--option", "allow_once"]));
+    // Approved without an option: the recommended one, `allow_once`.
+    assert_eq!(request["recommended_option"], "allow_once", "{request}");
+    run_ok(rein(&data).args(["approvals", "approve", id]));
     let out = runner.wait_with_output().unwrap();
     assert!(out.status.success(), "{:?}", out.status);
     let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

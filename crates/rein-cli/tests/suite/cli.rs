@@ -56,6 +56,10 @@ fn the_example_runs_through_all_five_control_points() {
     let out = run_ok(rein(data.path()).arg("run").arg(example_plan()));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("completed: 6 steps"), "{text}");
+    // A plan's CP2 checks the plan: no model is asked for steps.
+    let progress = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(progress.contains("started "), "{progress}");
+    assert!(!progress.contains("planning the goal"), "{progress}");
 
     let ids = task_ids(data.path());
     assert_eq!(ids.len(), 1);

@@ -106,6 +106,14 @@ fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
     let notes = std::fs::read_to_string(ws.join("RELEASE_NOTES.md")).unwrap();
     assert_eq!(notes, "rein 0.3.0: contracts, evidence and agent steps.\n");
     let task = state["id"].as_str().unwrap();
+    // Its history says a model was asked for the steps, once per attempt.
+    let followed =
+        String::from_utf8_lossy(&run_ok(m.rein(&data).args(["tasks", "follow", task])).stdout)
+            .into_owned();
+    assert!(
+        followed.contains("planning the goal: asking the model for steps (attempt 2)"),
+        "{followed}"
+    );
     // CP2: a refused attempt, then the accepted one with the decomposition.
     let plans: Vec<&Value> = state["checkpoints"]
         .as_array()

@@ -182,7 +182,12 @@ pub(super) fn question_of(call: &Value, options: &[(String, String)], agent: &st
             raw.map(|r| format!(" with input {r}")).unwrap_or_default(),
             kinds.join(", ")
         ),
-        recommended: None,
+        // Approving without an option answers `allow_once` (the README's
+        // rule): it is the recommended option when the agent offers it.
+        recommended: ["allow_once", "allow_always"]
+            .into_iter()
+            .find(|k| kinds.iter().any(|o| o == k))
+            .map(str::to_owned),
         options: kinds,
         context: ApprovalContext {
             command: raw
