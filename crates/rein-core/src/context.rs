@@ -48,6 +48,22 @@ pub struct EngineConfig {
     /// (`[snapshot]` in `rein.toml`).
     pub saved: Option<Arc<dyn crate::saved::WorkspaceHistory>>,
     pub snapshot: rein_protocol::SnapshotRules,
+    /// The file the permission rules were loaded from, and its text then:
+    /// health reads it again, so a file broken or changed since is told.
+    pub policy_file: Option<(PathBuf, String)>,
+}
+
+/// The permission rules' file as it reads now, against what was loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PolicyFile {
+    /// No file: the rules are the defaults.
+    None,
+    /// It reads as it was loaded.
+    AsLoaded(PathBuf),
+    /// It parses, but differs from what is in force.
+    Changed(PathBuf),
+    /// It no longer reads or parses, said why.
+    Broken(PathBuf, String),
 }
 
 /// [`EngineConfig::max_tasks`] unless set.
@@ -68,6 +84,22 @@ impl EngineConfig {
             workspace_roots: Vec::new(),
             saved: None,
             snapshot: rein_protocol::SnapshotRules::default(),
+            policy_file: None,
+        }
+    }
+
+    /// The policy file read again (health's probe of the permission rules).
+    pub fn policy_file(&self) -> PolicyFile {
+        let Some((path, then)) = &self.policy_file else {
+            return PolicyFile::None;
+        };
+        match std::fs::read_to_string(path) {
+            Err(e) => PolicyFile::Broken(path.clone(), format!("it cannot be read ({e})")),
+            Ok(now) => match rein_sandbox::Policy::parse(&now, &path.display().to_string()) {
+                Err(e) => PolicyFile::Broken(path.clone(), e.to_string()),
+                Ok(_) if now != *then => PolicyFile::Changed(path.clone()),
+                Ok(_) => PolicyFile::AsLoaded(path.clone()),
+            },
         }
     }
 

@@ -542,8 +542,16 @@ pub struct Component {
 pub struct Alert {
     /// `warning` or `critical`.
     pub severity: String,
+    /// The component it is about (`task_store`, `permission_manager`, …).
+    pub component: String,
     pub message: String,
+    /// When it was first seen.
     pub timestamp: Timestamp,
+    /// Whether the component is healthy again (the alert is kept for an
+    /// hour after that, so a problem that came and went is still told).
+    pub resolved: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_at: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

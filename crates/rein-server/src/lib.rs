@@ -70,6 +70,8 @@ pub struct AppState {
     pub throttle: Arc<throttle::Throttle>,
     /// Models' prices (`[models."PROVIDER/MODEL"]`), for what usage cost.
     pub models: Arc<rein_protocol::Models>,
+    /// Health's alerts, kept between probes (a resolved one for an hour).
+    pub alerts: Arc<health::AlertLog>,
 }
 
 /// How often a node sharing its store looks for free tasks besides when it
@@ -121,6 +123,7 @@ impl AppState {
             run_ended: Arc::default(),
             throttle: Arc::default(),
             models: Arc::default(),
+            alerts: Arc::default(),
         }
     }
 

@@ -747,7 +747,7 @@ pub async fn openapi_document() -> Response {
 }
 
 pub async fn healthz(State(state): State<AppState>) -> Response {
-    let health = crate::health::check(&state.engine).await;
+    let health = crate::health::check_with(&state.engine, &state.alerts).await;
     let status = match health.status {
         crate::health::Status::Healthy | crate::health::Status::Degraded => StatusCode::OK,
         crate::health::Status::Unhealthy => StatusCode::SERVICE_UNAVAILABLE,

@@ -211,6 +211,11 @@ impl Context {
         }
         config.workspace_roots = place.workspace_roots.clone();
         config.policy = Arc::new(load_policy(policy)?);
+        config.policy_file = policy.and_then(|p| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|text| (p.to_path_buf(), text))
+        });
         config.snapshot = place.snapshot.clone();
         if let Some(data) = &config.data_dir {
             // Beside the store, inside the data directory no step may reach.

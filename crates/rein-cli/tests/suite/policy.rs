@@ -250,3 +250,78 @@ fn a_denied_answer_keeps_the_step_from_running() {
     assert_eq!(out.status.code(), Some(1), "denied, the task fails");
     assert!(!data.join("workspaces").join(&id).join("fetched").exists());
 }
+
+/// Health probes the real rules (spec tasks.md rule 23): a running server
+/// reads its policy file again; broken, the permission manager is unhealthy
+/// (503) with a critical alert naming it; changed, degraded; put back, healthy,
+/// and the alert stays, resolved.
+#[test]
+fn health_reads_the_policy_file_again_and_alerts_resolve() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = write_plan(dir.path(), "policy.toml", POLICY);
+    let mut child = rein(&data)
+        .env("REIN_POLICY", &file)
+        .env("REIN_TOKEN", "s3cret-operator-token")
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let health = || {
+        let (status, body) = common::http(&addr, "GET", "/healthz", None, None);
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        (status, body)
+    };
+    let (_, h) = health();
+    assert_eq!(
+        h["components"]["permission_manager"]["status"], "healthy",
+        "{h}"
+    );
+    std::fs::write(&file, "[[rules]]\nverdict = \"sometimes\"\n").unwrap();
+    let (status, h) = health();
+    assert_eq!(status, 503, "{h}");
+    let pm = &h["components"]["permission_manager"];
+    assert_eq!(pm["status"], "unhealthy", "{h}");
+    assert!(pm["detail"].as_str().unwrap().contains("broken"), "{pm}");
+    let alert = h["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["component"] == "permission_manager")
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (alert["severity"].as_str(), alert["resolved"].as_bool()),
+        (Some("critical"), Some(false))
+    );
+    std::fs::write(&file, format!("{POLICY}\n# a comment\n")).unwrap();
+    let (_, h) = health();
+    assert_eq!(
+        h["components"]["permission_manager"]["status"], "degraded",
+        "{h}"
+    );
+    assert!(
+        h["components"]["permission_manager"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("restart rein"),
+        "{h}"
+    );
+    std::fs::write(&file, POLICY).unwrap();
+    let (_, h) = health();
+    assert_eq!(
+        h["components"]["permission_manager"]["status"], "healthy",
+        "{h}"
+    );
+    let alert = h["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["component"] == "permission_manager")
+        .cloned()
+        .unwrap();
+    assert_eq!(alert["resolved"], true, "{h}");
+    assert!(alert["resolved_at"].is_string(), "{alert}");
+}

@@ -182,7 +182,7 @@ pub async fn health_body(State(state): State<AppState>, _user: User) -> Response
 }
 
 async fn health_fragment(state: &AppState) -> Markup {
-    let report = crate::health::check(&state.engine).await;
+    let report = crate::health::check_with(&state.engine, &state.alerts).await;
     let window = state.activity.window(chrono::Utc::now());
     html! {
         p.meta { "The server is " span class={"badge h-" (report.status.as_str())} data-health=(report.status.as_str()) { (report.status.as_str()) } }
