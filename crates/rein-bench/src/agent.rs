@@ -117,6 +117,7 @@ pub async fn agent(calls: usize, mcp: bool, dir: &std::path::Path) -> anyhow::Re
                 Vec::new()
             },
             network: false,
+            images: Vec::new(),
         },
     );
     let state = engine

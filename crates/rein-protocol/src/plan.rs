@@ -117,6 +117,11 @@ pub enum StepAction {
         /// its stdio MCP servers have none otherwise.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         network: bool,
+        /// Images the attempt is given with its prompt (the SDK's
+        /// `AttemptParams.images`): paths inside the workspace of PNG, JPEG,
+        /// GIF or WebP files, read when each attempt starts.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<String>,
     },
     /// Verify what plan–execute–verify step `step` did: run its verifiers,
     /// record the evidence, and settle its contract (added by the engine after

@@ -205,6 +205,20 @@ pub struct RunAttemptParams {
     /// `args`, `env`, or `url`, `headers`), for the harness to connect to.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<crate::McpUse>,
+    /// The images given with the prompt (the SDK's `AttemptParams.images`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<AttemptImage>,
+}
+
+/// An image an attempt is given: its bytes in base64, their MIME type, and
+/// where it came from (a workspace path, or `acp:` and its position for one
+/// an editor sent with a prompt).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptImage {
+    pub mime_type: String,
+    pub data: String,
+    pub path: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -596,6 +596,7 @@ impl AgentHarness for PluginHarness {
             workspace: params.workspace.path.display().to_string(),
             deadline_ms: u64::try_from(params.deadline.as_millis()).unwrap_or(u64::MAX),
             mcp_servers: params.mcp_servers.clone(),
+            images: params.images.clone(),
         });
         let call = self
             .process

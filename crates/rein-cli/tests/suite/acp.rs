@@ -412,3 +412,59 @@ fn an_agents_empty_turn_fails_retryable_and_its_upstream_errors_are_classified_b
         );
     }
 }
+
+/// An agent step's images go to an external ACP agent as `image` content
+/// blocks when it says it takes them (`promptCapabilities.image`); one that
+/// does not take them fails the step naming why, never losing them.
+#[test]
+fn images_go_to_an_acp_agent_that_takes_them_as_image_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("shot.png"), [0x89, b'P', b'N', b'G', 1, 2, 3]).unwrap();
+    let plan = write_plan(
+        dir.path(),
+        "images.toml",
+        "description = \"look\"\nworkspace = \"project\"\n[[steps]]\nid = \"draft\"\nkind = \"agent\"\nprompt = \"what images?\"\nruntime = \"acp-test\"\nimages = [\"shot.png\"]\n",
+    );
+    let plugin = manifest(dir.path());
+    let with_images = dir.path().join("image-plugin.toml");
+    std::fs::write(
+        &with_images,
+        std::fs::read_to_string(&plugin)
+            .unwrap()
+            .replace("[env]\n", "[env]\nACP_TEST_IMAGES = \"1\"\n"),
+    )
+    .unwrap();
+    let state = json(&run_ok(
+        rein(&data)
+            .arg("--plugin")
+            .arg(&with_images)
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let text = draft_output(&state)["text"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains(r#"[{"mimeType":"image/png","bytes":7}]"#),
+        "{text}"
+    );
+    let out = rein(&data)
+        .arg("--plugin")
+        .arg(&plugin)
+        .args(["run", "--json"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let error = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "draft" && c["status"] == "failed")
+        .map(|c| c["error"].as_str().unwrap_or_default().to_owned())
+        .unwrap();
+    assert!(error.contains("promptCapabilities.image"), "{error}");
+}

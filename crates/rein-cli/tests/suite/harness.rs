@@ -386,3 +386,79 @@ fn a_plugins_reported_usage_is_metered_once_with_the_step() {
     assert_eq!(report["input_tokens"], 30);
     assert_eq!(report["estimated"], false);
 }
+
+/// An agent step's `images` reach the harness with the attempt (the SDK's
+/// `AttemptParams.images`): read from the workspace, typed, in base64. The
+/// built-in runtime, which does not send images, refuses the step naming
+/// them; a path outside the workspace or of another kind is a plan error.
+#[test]
+fn an_agent_steps_images_reach_the_harness_and_are_never_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let manifest = echo_plugin(dir.path());
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join("docs")).unwrap();
+    let png = [0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0];
+    std::fs::write(project.join("docs/diagram.png"), png).unwrap();
+    let plan = |runtime: &str, image: &str| {
+        common::write_plan(
+            dir.path(),
+            "plan.toml",
+            &format!(
+                "description = \"look\"\nworkspace = \"project\"\n[[steps]]\nid = \"look\"\nkind = \"agent\"\nprompt = \"describe it\"\nruntime = \"{runtime}\"\nimages = [\"{image}\"]\n"
+            ),
+        )
+    };
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--plugin", manifest.to_str().unwrap()])
+            .args(["run", "--json"])
+            .arg(plan("echo", "docs/diagram.png")),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let output = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "look" && c["status"] == "completed")
+        .map(|c| c["output"].clone())
+        .unwrap();
+    assert_eq!(
+        output["text"],
+        "DESCRIBE IT [image/png docs/diagram.png 12 bytes 89504e47]"
+    );
+    // The built-in runtime does not send images: refused, not dropped.
+    let out = rein(&data)
+        .args(["--sandbox", "none", "run", "--json"])
+        .arg(plan("rein", "docs/diagram.png"))
+        .output()
+        .unwrap();
+    // The step failed (and, as a validation error, a person is asked what
+    // next: the run pauses, exit 3).
+    assert_eq!(out.status.code(), Some(3));
+    let paused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let error = paused["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "look" && c["status"] == "failed")
+        .map(|c| c["error"].as_str().unwrap_or_default().to_owned())
+        .unwrap();
+    assert!(
+        error.contains("the built-in runtime does not send images"),
+        "{error}"
+    );
+    for (image, why) in [
+        ("../secret.png", "inside the workspace"),
+        ("notes.txt", "not a PNG, JPEG, GIF or WebP"),
+    ] {
+        let out = rein(&data)
+            .args(["plan", "check"])
+            .arg(plan("echo", image))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{image}");
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains(image) && said.contains(why), "{said}");
+    }
+}

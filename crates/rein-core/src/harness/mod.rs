@@ -117,6 +117,8 @@ pub struct AttemptParams {
     /// the step's own): they decide an agent's permission requests before
     /// any person is asked.
     pub policy: std::sync::Arc<rein_sandbox::Policy>,
+    /// The images given with the prompt, read from the workspace.
+    pub images: Vec<rein_protocol::plugin::AttemptImage>,
 }
 
 /// What an attempt reports while it runs.

@@ -46,6 +46,12 @@ pub enum PlanIssue {
         step: String,
         dependency: String,
     },
+    /// An agent step's image that is not a workspace path of a kind sent.
+    BadImage {
+        step: String,
+        image: String,
+        why: &'static str,
+    },
     /// A step's `blocking_steps` names no step of the plan.
     UnknownBlocked {
         step: String,
@@ -161,6 +167,9 @@ impl fmt::Display for PlanIssue {
                     f,
                     "step `{step}` depends on `{dependency}`, which is not a step of the plan"
                 )
+            }
+            PlanIssue::BadImage { step, image, why } => {
+                write!(f, "step `{step}`: image `{image}` {why}")
             }
             PlanIssue::UnknownBlocked { step, blocked } => {
                 write!(
@@ -387,6 +396,7 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
             });
         }
         exec_issues(step, &mut issues);
+        image_issues(step, &mut issues);
         if let StepAction::Approval {
             title,
             options,
@@ -447,6 +457,59 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
         step.blocking_steps = blocks;
     }
     Ok(plan)
+}
+
+/// The most images one agent step is given.
+pub const MAX_IMAGES: usize = 8;
+
+/// The MIME type an image path's extension says, if it is one rein sends.
+pub fn image_type(path: &str) -> Option<&'static str> {
+    let ext = path.rsplit_once('.')?.1.to_ascii_lowercase();
+    match ext.as_str() {
+        "png" => Some("image/png"),
+        "jpg" | "jpeg" => Some("image/jpeg"),
+        "gif" => Some("image/gif"),
+        "webp" => Some("image/webp"),
+        _ => None,
+    }
+}
+
+/// An agent step's images: at most [`MAX_IMAGES`], each a relative path that
+/// stays inside the workspace, of a kind [`image_type`] knows.
+fn image_issues(step: &TaskStep, issues: &mut Vec<PlanIssue>) {
+    let StepAction::Agent { images, .. } = &step.action else {
+        return;
+    };
+    let bad = |image: &str, why| PlanIssue::BadImage {
+        step: step.id.clone(),
+        image: image.to_owned(),
+        why,
+    };
+    if images.len() > MAX_IMAGES {
+        issues.push(bad(
+            &images[MAX_IMAGES],
+            "is one too many: an agent step is given at most 8 images",
+        ));
+    }
+    for image in images {
+        let path = std::path::Path::new(image);
+        if image.trim().is_empty()
+            || path.is_absolute()
+            || path
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            issues.push(bad(
+                image,
+                "must be a path inside the workspace (relative, without `..`)",
+            ));
+        } else if image_type(image).is_none() {
+            issues.push(bad(
+                image,
+                "is not a PNG, JPEG, GIF or WebP file (by its extension)",
+            ));
+        }
+    }
 }
 
 /// Each step's `blocking_steps` (the seed's: the steps that wait for it) made

@@ -166,6 +166,9 @@ pub(super) struct StepFile {
     /// Agent steps naming the same session share one conversation.
     #[serde(default)]
     session: Option<String>,
+    /// Agent steps: images in the workspace given with the prompt.
+    #[serde(default)]
+    images: Option<Vec<String>>,
     /// Agent steps: `auto`, `required`, `none` or one of the step's tools.
     #[serde(default)]
     tool_choice: Option<String>,
@@ -290,6 +293,7 @@ pub(super) fn step_from_file(
         ("budget", s.budget.is_some()),
         ("stream", s.stream.is_some()),
         ("mcp", s.mcp.is_some()),
+        ("images", s.images.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
         return Err(only_for(key, "agent"));
@@ -408,6 +412,7 @@ pub(super) fn step_from_file(
                 limits,
                 mcp,
                 network: s.network,
+                images: s.images.unwrap_or_default(),
             },
             timeout_ms,
             description,

@@ -68,6 +68,7 @@ impl TaskRun<'_> {
                     limits,
                     mcp,
                     network,
+                    images,
                 } => Some(serde_json::json!({
                     "prompt": prompt, "provider": provider, "model": model,
                     "runtime": runtime, "tools": tools, "session": session,
@@ -75,6 +76,7 @@ impl TaskRun<'_> {
                     // The servers by name: a declaration may hold secrets.
                     "mcp": mcp.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(),
                     "network": network,
+                    "images": images,
                 })),
                 StepAction::Noop | StepAction::Approval { .. } => None,
             };

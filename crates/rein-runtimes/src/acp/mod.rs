@@ -496,6 +496,7 @@ impl AgentHarness for AcpHarness {
                         agent: self.decl.id.clone(),
                         mcp: params.mcp_servers.clone(),
                         policy: Arc::clone(&params.policy),
+                        images: params.images.clone(),
                     };
                     let asker = params.asker.clone();
                     let cancel = cancel.clone();
@@ -575,6 +576,8 @@ struct Opening {
     mcp: Vec<rein_protocol::McpUse>,
     /// The step's permission rules, which decide a request before a person.
     policy: Arc<rein_sandbox::Policy>,
+    /// Images sent with the prompt, as `image` content blocks.
+    images: Vec<rein_protocol::plugin::AttemptImage>,
 }
 
 /// Initialize, open (or load) the session, and run the prompt turn, answering
@@ -596,6 +599,7 @@ async fn prompt_turn(
         agent,
         mcp,
         policy,
+        images,
     } = opening;
     let setup = |what: &str| {
         agent_client_protocol::Error::new(
@@ -621,6 +625,24 @@ async fn prompt_turn(
         .map_err(|_| setup("initialize"))??;
     let servers = acp_mcp_servers(&mcp, init.agent_capabilities.mcp_capabilities.http)
         .map_err(|why| agent_client_protocol::Error::new(-32602, why))?;
+    // Images go as `image` blocks, to an agent that says it takes them;
+    // never dropped.
+    if !images.is_empty() && !init.agent_capabilities.prompt_capabilities.image {
+        return Err(agent_client_protocol::Error::new(
+            -32602,
+            format!(
+                "the step gives {} image(s), and the agent does not take images (its promptCapabilities.image is not true): remove `images` from the step, or run it on a harness that takes them",
+                images.len()
+            ),
+        ));
+    }
+    let mut blocks = vec![ContentBlock::Text(TextContent::new(prompt))];
+    blocks.extend(images.into_iter().map(|i| {
+        ContentBlock::Image(agent_client_protocol::v1::schema::ImageContent::new(
+            i.data,
+            i.mime_type,
+        ))
+    }));
     let loaded = match known {
         Some(id) if init.agent_capabilities.load_session => conn
             .send_request(
@@ -647,11 +669,8 @@ async fn prompt_turn(
         tracing::warn!(error = %e, "cannot journal the ACP session id");
     }
     let mut answer = Box::pin(
-        conn.send_request(PromptRequest::new(
-            session_id.clone(),
-            vec![ContentBlock::Text(TextContent::new(prompt))],
-        ))
-        .block_task(),
+        conn.send_request(PromptRequest::new(session_id.clone(), blocks))
+            .block_task(),
     );
     let mut cancelling = false;
     let mut skipped: Option<String> = None;

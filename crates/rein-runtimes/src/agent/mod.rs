@@ -205,6 +205,40 @@ fn unwritten(e: &rein_core::EngineError) -> StepOutcome {
     )
 }
 
+/// The most bytes one image may have.
+pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
+
+/// A step's images read from its workspace (the plan checked their paths and
+/// kinds): each one's bytes in base64 with its MIME type. One that cannot be
+/// read, or is too large, is named.
+fn read_images(
+    workspace: &rein_sandbox::Pinned,
+    paths: &[String],
+) -> Result<Vec<rein_protocol::plugin::AttemptImage>, String> {
+    use base64::Engine as _;
+    paths
+        .iter()
+        .map(|path| {
+            let mime = rein_core::plan::image_type(path)
+                .ok_or_else(|| format!("image `{path}` is not a PNG, JPEG, GIF or WebP file"))?;
+            let bytes = workspace
+                .read(std::path::Path::new(path))
+                .map_err(|e| format!("image `{path}` cannot be read in the workspace: {e}"))?;
+            if bytes.len() > MAX_IMAGE_BYTES {
+                return Err(format!(
+                    "image `{path}` is {} bytes, more than the {MAX_IMAGE_BYTES} an image may have",
+                    bytes.len()
+                ));
+            }
+            Ok(rein_protocol::plugin::AttemptImage {
+                mime_type: mime.to_owned(),
+                data: base64::engine::general_purpose::STANDARD.encode(&bytes),
+                path: path.clone(),
+            })
+        })
+        .collect()
+}
+
 fn failed(error: String, failure: Failure, output: Option<Value>) -> StepOutcome {
     StepOutcome::Failed {
         error,
@@ -225,9 +259,14 @@ impl AgentExecutor {
             limits,
             mcp,
             network,
+            images,
         } = &request.step.action
         else {
             return failed("not an agent step".into(), Failure::Internal, None);
+        };
+        let images = match read_images(&request.workspace, images) {
+            Ok(i) => i,
+            Err(e) => return failed(e, Failure::Validation, None),
         };
         let servers = match crate::mcp::resolve(mcp, &self.mcp_servers) {
             Ok(s) => s,
@@ -309,9 +348,20 @@ impl AgentExecutor {
         if decision.selected != BUILTIN_RUNTIME {
             return self
                 .run_plugin(
-                    request, cancel, sessions, &session, decision, prompt, tools, servers,
+                    request, cancel, sessions, &session, decision, prompt, tools, servers, images,
                 )
                 .await;
+        }
+        if !images.is_empty() {
+            // Never dropped: the step is refused, saying where images go.
+            return failed(
+                format!(
+                    "the step gives {} image(s), and the built-in runtime does not send images to models: run it on a harness that takes them (`runtime = \"HARNESS\"`; `rein harness list` shows them)",
+                    images.len()
+                ),
+                Failure::Validation,
+                Some(json!({ "selection": decision })),
+            );
         }
         // A step's `stream` holds for its model and the models it falls
         // back to.
@@ -423,6 +473,7 @@ impl AgentExecutor {
         prompt: &str,
         tools: &[String],
         mcp_servers: Vec<rein_protocol::McpUse>,
+        images: Vec<rein_protocol::plugin::AttemptImage>,
     ) -> StepOutcome {
         let Some(registered) = self.registry.get(&decision.selected) else {
             return failed(
@@ -475,6 +526,7 @@ impl AgentExecutor {
             journal: request.journal.clone(),
             mcp_servers,
             policy: Arc::clone(&request.policy),
+            images,
         });
         // Agent events go into the task's log as they come (with a run to
         // record them); the partial reply is kept for a failure's output.

@@ -8,6 +8,8 @@
 // ACP_TEST_SLOW=1: after the permission it waits until cancelled.
 // ACP_TEST_END_TURN_ON_CANCELLED=1: a `cancelled` outcome alone ends the turn
 // `end_turn`, as real agents do; only a `session/cancel` cancels it.
+// ACP_TEST_IMAGES=1: it says it takes images, and "what images?" is
+// answered with the prompt's image blocks (type and decoded size) as JSON.
 // The prompt "which MCP servers?" is answered with the `mcpServers` the
 // session was opened (or loaded) with, as JSON; "end with nothing" ends the
 // turn with nothing in it; "upstream STATUS" fails the prompt request as
@@ -44,7 +46,11 @@ const app = agent({ name: "rein-test-agent" })
     sessions.set("fs", params.clientCapabilities?.fs ?? {});
     return {
       protocolVersion: PROTOCOL_VERSION,
-      agentCapabilities: { loadSession: true, mcpCapabilities: { http: true } },
+      agentCapabilities: {
+        loadSession: true,
+        mcpCapabilities: { http: true },
+        promptCapabilities: { image: process.env.ACP_TEST_IMAGES === "1" },
+      },
       agentInfo: { name: "rein-test-agent", version: "1.0.0" },
     };
   })
@@ -114,6 +120,14 @@ const app = agent({ name: "rein-test-agent" })
         stopReason: "end_turn",
         usage: { totalTokens: 57, inputTokens: 20, outputTokens: 7, cachedReadTokens: 25, cachedWriteTokens: 5 },
       };
+    }
+    if (text === "what images?") {
+      // The image blocks of the prompt: type and decoded size.
+      const images = params.prompt
+        .filter((b) => b.type === "image")
+        .map((b) => ({ mimeType: b.mimeType, bytes: Buffer.from(b.data, "base64").length }));
+      await say(JSON.stringify(images));
+      return { stopReason: "end_turn" };
     }
     if (text === "which MCP servers?") {
       await say(JSON.stringify(session.mcpServers));

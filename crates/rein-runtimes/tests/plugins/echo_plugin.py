@@ -5,6 +5,7 @@ unless MARKER exists, which it creates), `hang`, `garbage`, or `reset-fails`
 (every `harness/reset` fails its required cleanup). An attempt whose prompt is
 `hang once` waits, the first time in a workspace, until rein is gone."""
 
+import base64
 import json
 import os
 import sys
@@ -80,6 +81,12 @@ for line in sys.stdin:
         send({"method": "harness/agentEvent",
               "params": {"attemptId": attempt, "event": {"kind": "tool", "tools": params["tools"]}}})
         result = {"text": params["prompt"].upper(), "stopReason": "stop"}
+        for image in params.get("images", []):
+            # What it was shown: the type, the path, and the bytes' length
+            # and first four, decoded (a PNG starts 89 50 4e 47).
+            raw = base64.b64decode(image["data"])
+            result["text"] += " [%s %s %d bytes %s]" % (
+                image["mimeType"], image["path"], len(raw), raw[:4].hex())
         if params["prompt"].startswith("metered"):
             # What its own model calls used (the optional usage of the result).
             result["usage"] = {"inputTokens": 30, "cachedInputTokens": 10,

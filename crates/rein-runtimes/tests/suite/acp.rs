@@ -165,6 +165,7 @@ async fn attempt_under(
             journal: None,
             mcp_servers: Vec::new(),
             policy,
+            images: Vec::new(),
         })
         .await;
     let mut seen = Vec::new();
@@ -509,6 +510,7 @@ async fn cancelling_the_attempt_sends_session_cancel_and_the_agent_ends_its_turn
             journal: None,
             mcp_servers: Vec::new(),
             policy: std::sync::Arc::default(),
+            images: Vec::new(),
         })
         .await;
     assert_eq!(result.unwrap_err(), HarnessError::Cancelled);

@@ -29,6 +29,7 @@ fn agent_step(prompt: &str) -> TaskStep {
             limits: Default::default(),
             mcp: Vec::new(),
             network: false,
+            images: Vec::new(),
         },
     )
 }

@@ -70,6 +70,7 @@ fn step(budget: Option<Budget>) -> TaskStep {
             },
             mcp: Vec::new(),
             network: false,
+            images: Vec::new(),
         },
     )
 }

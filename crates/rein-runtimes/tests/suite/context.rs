@@ -194,6 +194,7 @@ fn reads_step() -> TaskStep {
             limits: Default::default(),
             mcp: Vec::new(),
             network: false,
+            images: Vec::new(),
         },
     )
 }

@@ -147,6 +147,7 @@ async fn run_with(
             },
             mcp: Vec::new(),
             network: false,
+            images: Vec::new(),
         },
     );
     // What the route cannot serve fails the task at once (no recovery

@@ -24,6 +24,7 @@ fn lister() -> TaskStep {
             limits: Default::default(),
             mcp: Vec::new(),
             network: false,
+            images: Vec::new(),
         },
     )
 }

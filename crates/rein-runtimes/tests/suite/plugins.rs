@@ -99,6 +99,7 @@ async fn an_attempt_streams_its_partial_replies_and_events_before_its_result() {
             journal: None,
             mcp_servers: Vec::new(),
             policy: std::sync::Arc::default(),
+            images: Vec::new(),
         })
         .await
         .unwrap();
