@@ -328,12 +328,13 @@ pub fn plan_from(
         )?;
     let mut plan = spec.plan;
     for step in &mut plan.steps {
-        if let rein_protocol::StepAction::Agent { mcp, .. } = &mut step.action {
+        if let rein_protocol::StepAction::Agent { mcp, images, .. } = &mut step.action {
             for server in &goal.mcp {
                 if !mcp.iter().any(|m| m.name == server.name) {
                     mcp.push(server.clone());
                 }
             }
+            images.extend(goal.images.iter().cloned());
         }
     }
     plan.goal = Some(goal.clone());

@@ -464,6 +464,10 @@ pub struct Goal {
     /// names (an ACP client's `mcpServers`, for the tasks of its session).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp: Vec<McpUse>,
+    /// Workspace images every agent step of the plan is given with its
+    /// prompt (those an ACP client sent with the prompt that made the task).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
 }
 
 /// What a model must answer when it decomposes a goal: the source plan's

@@ -202,6 +202,7 @@ pub(crate) fn into_plan(
                 attempts: submit.attempts,
                 max_tokens: submit.max_tokens,
                 mcp: Vec::new(),
+                images: Vec::new(),
             });
             plan
         }

@@ -475,6 +475,7 @@ pub fn goal(args: &crate::cli::GoalArgs) -> rein_protocol::Goal {
         attempts: Some(args.attempts),
         max_tokens: Some(args.max_tokens),
         mcp: Vec::new(),
+        images: Vec::new(),
     }
 }
 

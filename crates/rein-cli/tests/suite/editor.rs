@@ -670,3 +670,68 @@ fn a_client_without_a_permission_handler_ends_the_turn_and_the_question_stays_pe
     assert_eq!(titles.len(), 1, "{pending:#}");
     assert!(titles[0].starts_with("Start this task?"), "{titles:?}");
 }
+
+/// An image an editor sends with its prompt reaches the attempts of the
+/// task's agent steps: kept in the workspace (`.rein/images/`), given to every
+/// agent step of the goal. Here the steps run on a plugin's harness (the
+/// built-in runtime does not send images), which says what it was shown; the
+/// goal is decomposed on rein's own path, as the plugin declares.
+#[test]
+fn a_prompts_image_reaches_the_agent_steps_of_its_task() {
+    let m = model::model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let ws = workspace(dir.path());
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let plugin = dir.path().join("echo.toml");
+    std::fs::write(
+        &plugin,
+        format!(
+            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nisolated_completion = true\nisolated_completion_runtime = {{ host = \"rein\" }}\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let args = json!(["--data-dir", data, "--plugin", plugin, "--runtime", "echo"]).to_string();
+    // "\x89PNG" and three bytes, in base64.
+    let seen = client(
+        &m,
+        &data,
+        &ws,
+        "run",
+        &[
+            ("REIN_ARGS", &args),
+            (
+                "ACP_PROMPT",
+                "Write release notes for the changes in CHANGELOG.md",
+            ),
+            ("ACP_IMAGE", "iVBORwECAw=="),
+        ],
+    );
+    assert_eq!(
+        seen["init"]["agentCapabilities"]["promptCapabilities"]["image"],
+        true
+    );
+    assert_eq!(seen["stops"], json!(["end_turn"]), "{seen:#}");
+    let task = the_task(&data);
+    assert_eq!(task["status"], "completed", "{task}");
+    let images: Vec<_> = std::fs::read_dir(ws.join(".rein/images"))
+        .unwrap()
+        .collect();
+    assert_eq!(images.len(), 1);
+    let agent_outputs: Vec<String> = task["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "completed" && c["output"]["selection"]["selected"] == "echo")
+        .map(|c| c["output"]["text"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(agent_outputs.len(), 2, "{task}");
+    for text in agent_outputs {
+        assert!(
+            text.contains("image/png .rein/images/") && text.ends_with(" 7 bytes 89504e47]"),
+            "{text}"
+        );
+    }
+}

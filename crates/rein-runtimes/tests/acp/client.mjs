@@ -114,9 +114,13 @@ try {
       };
       const rounds = scenario === "bench" ? Number(process.env.ACP_ROUNDS ?? "20") : 1;
       for (let i = 0; i < rounds; i++) {
+        // ACP_IMAGE: a PNG's base64, sent as an image block after the text.
+        const image = process.env.ACP_IMAGE
+          ? [{ type: "image", mimeType: "image/png", data: process.env.ACP_IMAGE }]
+          : [];
         const r = await agent.request(methods.agent.session.prompt, {
           sessionId,
-          prompt: [{ type: "text", text: prompt }],
+          prompt: [{ type: "text", text: prompt }, ...image],
         });
         seen.stops.push(r.stopReason);
         seen.usage.push(r.usage ?? null);

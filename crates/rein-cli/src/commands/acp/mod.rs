@@ -280,7 +280,11 @@ impl AcpAgent {
             .agent_capabilities(
                 AgentCapabilities::new()
                     .load_session(true)
-                    .mcp_capabilities(McpCapabilities::new().http(true)),
+                    .mcp_capabilities(McpCapabilities::new().http(true))
+                    // A prompt's images go to the task's agent steps.
+                    .prompt_capabilities(
+                        agent_client_protocol::v1::schema::PromptCapabilities::new().image(true),
+                    ),
             )
             .agent_info(Implementation::new("rein", env!("CARGO_PKG_VERSION")).title("rein"))
     }
@@ -478,6 +482,10 @@ impl AcpAgent {
             Err(why) => return responder.respond_with_error(invalid(why)),
         };
         let text = prompt_text(&request.prompt);
+        let images = match prompt_images(&request.prompt, &session.cwd) {
+            Ok(i) => i,
+            Err(why) => return responder.respond_with_error(invalid(why)),
+        };
         if text.trim().is_empty() {
             return responder.respond_with_error(invalid(
                 "the prompt has no text: say what the task is to achieve".into(),
@@ -517,6 +525,7 @@ impl AcpAgent {
             let mut plan = rein_protocol::TaskDecomposition::new(text.trim(), Vec::new());
             let mut goal = self.goal.clone();
             goal.mcp = session.mcp.clone();
+            goal.images = images;
             plan.goal = Some(goal);
             plan.budget = self.budget;
             let created = self
@@ -667,6 +676,74 @@ impl AcpAgent {
 
 fn internal(why: &str) -> agent_client_protocol::Error {
     agent_client_protocol::Error::internal_error().data(serde_json::Value::String(why.to_owned()))
+}
+
+/// Where a prompt's images are kept in the session's workspace, for its
+/// task's agent steps to be given.
+pub const PROMPT_IMAGES: &str = ".rein/images";
+
+/// A prompt's image blocks saved in the workspace (`.rein/images/`, named by
+/// their content), as the workspace paths a goal gives its agent steps. A
+/// block rein cannot keep — a kind it does not send, bad base64, too large,
+/// or another content type it does not take (audio, embedded resources) —
+/// refuses the prompt, naming it: nothing is dropped.
+fn prompt_images(blocks: &[ContentBlock], cwd: &std::path::Path) -> Result<Vec<String>, String> {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let mut paths = Vec::new();
+    for (n, block) in blocks.iter().enumerate() {
+        let image = match block {
+            ContentBlock::Text(_) | ContentBlock::ResourceLink(_) => continue,
+            ContentBlock::Image(i) => i,
+            other => {
+                let kind = serde_json::to_value(other)
+                    .ok()
+                    .and_then(|v| v["type"].as_str().map(str::to_owned))
+                    .unwrap_or_else(|| "unknown".into());
+                return Err(format!(
+                    "prompt block {n} is `{kind}`, which rein acp does not take: send text, resource links and images"
+                ));
+            }
+        };
+        let ext = match image.mime_type.as_str() {
+            "image/png" => "png",
+            "image/jpeg" => "jpg",
+            "image/gif" => "gif",
+            "image/webp" => "webp",
+            other => {
+                return Err(format!(
+                    "prompt block {n} is an image of type `{other}`: rein takes PNG, JPEG, GIF and WebP"
+                ));
+            }
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(image.data.trim())
+            .map_err(|e| format!("prompt block {n}: the image's data is not base64 ({e})"))?;
+        if bytes.len() > rein_runtimes::agent::MAX_IMAGE_BYTES {
+            return Err(format!(
+                "prompt block {n}: the image has {} bytes, more than the {} an image may have",
+                bytes.len(),
+                rein_runtimes::agent::MAX_IMAGE_BYTES
+            ));
+        }
+        if paths.len() == rein_core::plan::MAX_IMAGES {
+            return Err(format!(
+                "the prompt has more than {} images, the most an agent step is given",
+                rein_core::plan::MAX_IMAGES
+            ));
+        }
+        let digest = sha2::Sha256::digest(&bytes);
+        let name: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+        let relative = format!("{PROMPT_IMAGES}/{name}.{ext}");
+        let dir = cwd.join(PROMPT_IMAGES);
+        std::fs::create_dir_all(&dir)
+            .and_then(|()| std::fs::write(cwd.join(&relative), &bytes))
+            .map_err(|e| format!("cannot keep the prompt's image in {}: {e}", dir.display()))?;
+        if !paths.contains(&relative) {
+            paths.push(relative);
+        }
+    }
+    Ok(paths)
 }
 
 /// The text of a prompt: its text blocks, and the resources it links by URI.
