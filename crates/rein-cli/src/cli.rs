@@ -627,6 +627,27 @@ pub enum HarnessCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Switch a running server's plugin off (with --url): its harnesses are no
+    /// longer selected, and runs naming them are refused saying why.
+    Disable {
+        plugin: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Switch a disabled plugin of a running server on again (with --url).
+    Enable {
+        plugin: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Withdraw a running server's plugin's grants (with --url): what it runs
+    /// is cancelled, its executors retired as stale, its sessions refused —
+    /// until the server restarts.
+    Revoke {
+        plugin: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

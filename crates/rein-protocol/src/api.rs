@@ -509,6 +509,10 @@ pub struct HarnessInfo {
     pub workspace_environment: Option<WorkspaceEnvironment>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated_execution_plugin_ids: Option<Vec<String>>,
+    /// The plugin's status (enabled, disabled, revoked); none for the
+    /// built-in runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }
 
 /// How a component, or the whole server, is.

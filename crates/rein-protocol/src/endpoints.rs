@@ -351,6 +351,27 @@ endpoints! {
         response: 200 List<HarnessInfo>,
     }
 
+    /// Switch a loaded plugin off while rein runs: its harnesses are no longer selected, and a run that names one is refused naming why (409: the plugin was revoked)
+    DisablePlugin = Post "/admin/harnesses/plugins/{id}/disable" for Admin {
+        id: str = name,
+        response: 200 List<HarnessInfo>,
+        errors: [400, 401, 403, 404, 409],
+    }
+
+    /// Switch a disabled plugin on again (409: the plugin was revoked)
+    EnablePlugin = Post "/admin/harnesses/plugins/{id}/enable" for Admin {
+        id: str = name,
+        response: 200 List<HarnessInfo>,
+        errors: [400, 401, 403, 404, 409],
+    }
+
+    /// Withdraw a plugin's grants while rein runs: what it is running is cancelled, its executor handles stop working, and its harnesses and sessions are refused naming why, until rein restarts
+    RevokePlugin = Post "/admin/harnesses/plugins/{id}/revoke" for Admin {
+        id: str = name,
+        response: 200 List<HarnessInfo>,
+        errors: [400, 401, 403, 404, 409],
+    }
+
     /// Which runtime would serve a model route here, and why (404: no such harness; 409: it cannot serve the route)
     ExplainHarness = Get "/admin/harnesses/explain" for Viewer {
         query: ExplainQuery,
@@ -718,7 +739,7 @@ mod tests {
                 o.name
             );
         }
-        assert_eq!(ALL.len(), 59);
+        assert_eq!(ALL.len(), 62);
     }
 
     #[test]

@@ -793,6 +793,52 @@ pub async fn list_harnesses(State(state): State<AppState>) -> ApiResult<Json<Lis
     Ok(Json(List::new(state.harnesses.list())))
 }
 
+/// An operator's change of a plugin's status; the harnesses as they are then.
+fn change_plugin(
+    state: &AppState,
+    id: &str,
+    to: rein_core::harness::PluginStatus,
+) -> ApiResult<Json<List<HarnessInfo>>> {
+    use rein_core::harness::PluginChangeError;
+    match state.harnesses.registry.change_plugin(id, to) {
+        Ok(_) => {
+            tracing::info!(plugin = id, status = to.as_str(), "plugin status changed");
+            Ok(Json(List::new(state.harnesses.list())))
+        }
+        Err(e @ PluginChangeError::Unknown { .. }) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            e.to_string(),
+        )),
+        Err(e @ PluginChangeError::Revoked { .. }) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            e.to_string(),
+        )),
+    }
+}
+
+pub async fn disable_plugin(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<List<HarnessInfo>>> {
+    change_plugin(&state, &id, rein_core::harness::PluginStatus::Disabled)
+}
+
+pub async fn enable_plugin(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<List<HarnessInfo>>> {
+    change_plugin(&state, &id, rein_core::harness::PluginStatus::Enabled)
+}
+
+pub async fn revoke_plugin(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<List<HarnessInfo>>> {
+    change_plugin(&state, &id, rein_core::harness::PluginStatus::Revoked)
+}
+
 /// Which runtime would serve a model route here, with the whole decision.
 pub async fn explain_harness(
     State(state): State<AppState>,

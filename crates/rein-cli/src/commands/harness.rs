@@ -14,6 +14,16 @@ use crate::exit::{self, UsageError};
 use crate::output::say;
 
 pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8> {
+    let (plugin, json, to) = match cmd {
+        HarnessCommand::Disable { plugin, json } => (plugin, json, "disabled"),
+        HarnessCommand::Enable { plugin, json } => (plugin, json, "enabled"),
+        HarnessCommand::Revoke { plugin, json } => (plugin, json, "revoked"),
+        other => return list_or_explain(target, other).await,
+    };
+    change(target, to, &plugin, json).await
+}
+
+async fn list_or_explain(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8> {
     let backend = target.open_with_harnesses()?;
     let client = backend.client();
     match cmd {
@@ -104,5 +114,60 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
             }
             Ok(exit::SUCCESS)
         }
+        HarnessCommand::Disable { .. }
+        | HarnessCommand::Enable { .. }
+        | HarnessCommand::Revoke { .. } => Err(UsageError(
+            "a plugin's status is changed with `rein harness disable|enable|revoke`".into(),
+        )
+        .into()),
     }
+}
+
+/// `rein harness disable|enable|revoke PLUGIN`: a running server's plugin,
+/// changed there (a plugin of this process lives only as long as the
+/// command, so there is nothing to change without `--url`).
+async fn change(target: &Target, done: &str, plugin: &str, json: bool) -> anyhow::Result<u8> {
+    if target.url.is_none() {
+        return Err(UsageError(format!(
+            "a plugin is switched off, on or revoked in a running server: give its --url (here, `{plugin}` lives only as long as this command)"
+        ))
+        .into());
+    }
+    let backend = target.open(1)?;
+    let client = backend.client();
+    let plugin = plugin.to_owned();
+    let rows = match done {
+        "disabled" => {
+            client
+                .call::<endpoints::DisablePlugin>(plugin.as_str(), &(), &())
+                .await?
+        }
+        "enabled" => {
+            client
+                .call::<endpoints::EnablePlugin>(plugin.as_str(), &(), &())
+                .await?
+        }
+        _ => {
+            client
+                .call::<endpoints::RevokePlugin>(plugin.as_str(), &(), &())
+                .await?
+        }
+    };
+    if json {
+        print_json(&rows.items)?;
+    } else {
+        say!("plugin {plugin} is {done}");
+        for row in rows
+            .items
+            .iter()
+            .filter(|r| r.plugin.as_deref() == Some(plugin.as_str()))
+        {
+            say!(
+                "  harness {} ({})",
+                row.id,
+                row.status.as_deref().unwrap_or("-")
+            );
+        }
+    }
+    Ok(exit::SUCCESS)
 }

@@ -462,3 +462,87 @@ fn an_agent_steps_images_reach_the_harness_and_are_never_dropped() {
         assert!(said.contains(image) && said.contains(why), "{said}");
     }
 }
+
+/// Rules 11 and 13 from the command line: a running server's plugin is
+/// disabled (its harness no longer chosen, a run naming it refused saying
+/// why), enabled again, and revoked (final: refused naming it until the
+/// server restarts); without `--url` there is nothing to change.
+#[test]
+fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let manifest = echo_plugin(dir.path());
+    let token = "s3cret-operator-token";
+    let mut child = rein(&data)
+        .args(["--plugin", manifest.to_str().unwrap()])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("REIN_TOKEN", token)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let url = format!("http://{addr}");
+    let remote = |args: &[&str]| {
+        let mut cmd = rein(&dir.path().join("client"));
+        cmd.args(["--url", &url, "--token", token]).args(args);
+        cmd
+    };
+    let plan = common::write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"hi\"\n[[steps]]\nid = \"hi\"\nkind = \"agent\"\nprompt = \"say hi\"\nruntime = \"echo\"\n",
+    );
+    let run = || {
+        let out = remote(&["run", "--json"]).arg(&plan).output().unwrap();
+        let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        state["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|c| c["step_id"] == "hi")
+            .map(|c| {
+                (
+                    c["status"].as_str().unwrap().to_owned(),
+                    c["error"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .unwrap()
+    };
+    assert_eq!(run().0, "completed");
+    let rows = json(&run_ok(&mut remote(&[
+        "harness", "disable", "echo", "--json",
+    ])));
+    let echo = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == "echo")
+        .unwrap()
+        .clone();
+    assert_eq!(echo["status"], "disabled");
+    let (status, error) = run();
+    assert_eq!(status, "failed");
+    assert!(error.contains("its plugin is disabled"), "{error}");
+    run_ok(&mut remote(&["harness", "enable", "echo"]));
+    assert_eq!(run().0, "completed");
+    let said =
+        String::from_utf8(run_ok(&mut remote(&["harness", "revoke", "echo"])).stdout).unwrap();
+    assert!(said.contains("plugin echo is revoked"), "{said}");
+    let (status, error) = run();
+    assert_eq!(status, "failed");
+    assert!(error.contains("its plugin is revoked"), "{error}");
+    let again = remote(&["harness", "enable", "echo"]).output().unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("stays revoked"));
+    let unknown = remote(&["harness", "disable", "ghost"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no plugin `ghost`"));
+    // Without --url: nothing to change, exit 2.
+    let here = rein(&data)
+        .args(["harness", "disable", "echo"])
+        .output()
+        .unwrap();
+    assert_eq!(here.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&here.stderr).contains("--url"));
+}

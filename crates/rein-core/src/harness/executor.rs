@@ -129,7 +129,7 @@ impl HarnessRegistry {
             .plugins
             .get(plugin_id)
             .ok_or_else(|| ResolveError::Missing(plugin_id.to_owned()))?;
-        match plugin.status {
+        match plugin.status.get() {
             PluginStatus::Enabled => {}
             PluginStatus::Disabled => return Err(ResolveError::Disabled(plugin_id.to_owned())),
             PluginStatus::Revoked => return Err(ResolveError::Revoked(plugin_id.to_owned())),

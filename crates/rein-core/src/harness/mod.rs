@@ -277,12 +277,55 @@ pub enum PluginStatus {
     Revoked,
 }
 
+impl PluginStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginStatus::Enabled => "enabled",
+            PluginStatus::Disabled => "disabled",
+            PluginStatus::Revoked => "revoked",
+        }
+    }
+}
+
+/// A plugin's status, changed while the registry is shared (an operator
+/// disables or revokes a plugin of a running server).
+#[derive(Debug, Clone)]
+pub(crate) struct StatusCell(Arc<std::sync::atomic::AtomicU8>);
+
+impl StatusCell {
+    fn new(status: PluginStatus) -> StatusCell {
+        StatusCell(Arc::new(std::sync::atomic::AtomicU8::new(status as u8)))
+    }
+
+    pub(crate) fn get(&self) -> PluginStatus {
+        match self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => PluginStatus::Enabled,
+            1 => PluginStatus::Disabled,
+            _ => PluginStatus::Revoked,
+        }
+    }
+
+    fn set(&self, status: PluginStatus) {
+        self.0
+            .store(status as u8, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Why a plugin's status could not be changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PluginChangeError {
+    #[error("no plugin `{id}` is loaded here (loaded: {loaded})")]
+    Unknown { id: String, loaded: String },
+    #[error("plugin `{id}` was revoked: a revoked plugin stays revoked until rein restarts")]
+    Revoked { id: String },
+}
+
 /// A loaded plugin: what it is, whether it may be used, and the signal its
 /// revocation sends to the operations it owns.
 #[derive(Debug, Clone)]
 pub(crate) struct PluginState {
     pub(crate) info: PluginInfo,
-    pub(crate) status: PluginStatus,
+    pub(crate) status: StatusCell,
     pub(crate) revoked: tokio_util::sync::CancellationToken,
     /// Its current registrations' serial: a reload gives a new one.
     pub(crate) serial: Arc<std::sync::atomic::AtomicU64>,
@@ -371,7 +414,7 @@ impl HarnessRegistry {
                     plugin.id.clone(),
                     PluginState {
                         info: plugin.clone(),
-                        status: PluginStatus::Enabled,
+                        status: StatusCell::new(PluginStatus::Enabled),
                         revoked: tokio_util::sync::CancellationToken::new(),
                         serial: Arc::new(std::sync::atomic::AtomicU64::new(serial)),
                     },
@@ -433,7 +476,7 @@ impl HarnessRegistry {
     /// The status of the plugin that registered harness `id`.
     pub fn owner_status(&self, id: &str) -> Option<PluginStatus> {
         let owner = &self.harnesses.get(id)?.plugin.id;
-        self.plugins.get(owner).map(|p| p.status)
+        self.plugins.get(owner).map(|p| p.status.get())
     }
 
     /// The harnesses selection may choose: those of enabled plugins.
@@ -444,25 +487,56 @@ impl HarnessRegistry {
     }
 
     pub fn plugins(&self) -> impl Iterator<Item = (&PluginInfo, PluginStatus)> {
-        self.plugins.values().map(|p| (&p.info, p.status))
+        self.plugins.values().map(|p| (&p.info, p.status.get()))
     }
 
     /// Switches a plugin off: its registrations can no longer be resolved.
-    pub fn disable(&mut self, plugin_id: &str) {
-        if let Some(p) = self.plugins.get_mut(plugin_id)
-            && p.status == PluginStatus::Enabled
+    pub fn disable(&self, plugin_id: &str) {
+        if let Some(p) = self.plugins.get(plugin_id)
+            && p.status.get() == PluginStatus::Enabled
         {
-            p.status = PluginStatus::Disabled;
+            p.status.set(PluginStatus::Disabled);
         }
     }
 
     /// Withdraws a plugin's grants: its handles stop working and the operations
     /// it is running are cancelled.
-    pub fn revoke(&mut self, plugin_id: &str) {
-        if let Some(p) = self.plugins.get_mut(plugin_id) {
-            p.status = PluginStatus::Revoked;
+    pub fn revoke(&self, plugin_id: &str) {
+        if let Some(p) = self.plugins.get(plugin_id) {
+            p.status.set(PluginStatus::Revoked);
             p.revoked.cancel();
         }
+    }
+
+    /// An operator's change of a loaded plugin's status while rein runs:
+    /// `enable` (from disabled), `disable`, or `revoke` (final until a
+    /// restart). The new status, or why not.
+    pub fn change_plugin(
+        &self,
+        plugin_id: &str,
+        to: PluginStatus,
+    ) -> Result<PluginStatus, PluginChangeError> {
+        let Some(p) = self.plugins.get(plugin_id) else {
+            let loaded: Vec<&str> = self.plugins.keys().map(String::as_str).collect();
+            return Err(PluginChangeError::Unknown {
+                id: plugin_id.to_owned(),
+                loaded: if loaded.is_empty() {
+                    "none".into()
+                } else {
+                    loaded.join(", ")
+                },
+            });
+        };
+        if p.status.get() == PluginStatus::Revoked {
+            return Err(PluginChangeError::Revoked {
+                id: plugin_id.to_owned(),
+            });
+        }
+        match to {
+            PluginStatus::Revoked => self.revoke(plugin_id),
+            other => p.status.set(other),
+        }
+        Ok(p.status.get())
     }
 
     /// Ends this registry: every handle resolved from it stops working and the
@@ -777,6 +851,7 @@ impl Harnesses {
             auth_bootstrap: None,
             workspace_environment: None,
             delegated_execution_plugin_ids: None,
+            status: None,
         }];
         for r in self.registry.harnesses() {
             let h = &r.harness;
@@ -794,6 +869,10 @@ impl Harnesses {
                 }),
                 workspace_environment: h.workspace_environment(),
                 delegated_execution_plugin_ids: Some(h.delegated_execution_plugin_ids()),
+                status: self
+                    .registry
+                    .owner_status(h.id())
+                    .map(|s| s.as_str().to_owned()),
             });
         }
         rows

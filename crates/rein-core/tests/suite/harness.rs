@@ -366,7 +366,7 @@ async fn the_decision_shows_where_the_selected_runtime_works() {
 
 #[tokio::test]
 async fn harnesses_of_a_disabled_or_revoked_plugin_are_not_selected() {
-    let mut r = registry(vec![
+    let r = registry(vec![
         Arc::new(Fake::new("alpha", yes(9))),
         Arc::new(Fake::new("beta", yes(1))),
     ]);
