@@ -49,6 +49,22 @@ struct File {
     /// What of each task's workspace is kept at its step boundaries.
     #[serde(default)]
     snapshot: rein_protocol::SnapshotRules,
+    /// Credential profiles isolated completions fall back across
+    /// (`[auth_profiles.NAME]`), in `auth_order`, then by name.
+    #[serde(default)]
+    auth_profiles: std::collections::BTreeMap<String, AuthProfileFile>,
+    #[serde(default)]
+    auth_order: Vec<String>,
+}
+
+/// One credential profile: the provider it is for, and its key — given, or
+/// read from an environment variable.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthProfileFile {
+    provider: Option<String>,
+    api_key: Option<String>,
+    api_key_env: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -121,6 +137,8 @@ pub struct Config {
     pub daily_budget: Option<rein_protocol::Budget>,
     /// What of each task's workspace is kept at its step boundaries.
     pub snapshot: rein_protocol::SnapshotRules,
+    /// The credential profiles, in the order isolated completions try them.
+    pub auth_profiles: Vec<rein_runtimes::ProfileSpec>,
     pub shown: Vec<Shown>,
 }
 
@@ -457,6 +475,7 @@ impl Config {
         // MCP servers: only the file declares them. What their environment
         // and headers hold is shown redacted (keys and tokens live there).
         let mut mcp_servers = rein_runtimes::mcp::McpServers::new();
+        let auth_profiles = auth_profiles(&file, &in_file)?;
         for (name, declared) in file.mcp_servers {
             let at = format!("{in_file}: mcp_servers.{name}");
             if !rein_core::plan::valid_mcp_name(&name) {
@@ -563,6 +582,13 @@ impl Config {
                 None => "default".into(),
             },
         );
+        if !auth_profiles.is_empty() {
+            let listed: Vec<String> = auth_profiles
+                .iter()
+                .map(|p| format!("{} ({})", p.id, p.provider))
+                .collect();
+            show("auth_profiles", Some(listed.join(", ")), in_file.clone());
+        }
         Ok(Config {
             file: file_path,
             data_dir,
@@ -579,7 +605,62 @@ impl Config {
             fallback_models: file.fallback_models,
             daily_budget: file.daily_budget,
             snapshot: file.snapshot,
+            auth_profiles,
             shown,
         })
     }
+}
+
+/// `[auth_profiles.NAME]` resolved: each one's key (given, or from its
+/// environment variable, which must be set), in `auth_order` and then by
+/// name. Anything that does not add up is refused naming it.
+fn auth_profiles(
+    file: &File,
+    in_file: &str,
+) -> Result<Vec<rein_runtimes::ProfileSpec>, UsageError> {
+    let bad = |m: String| UsageError(format!("{in_file}: {m}"));
+    for (i, name) in file.auth_order.iter().enumerate() {
+        if !file.auth_profiles.contains_key(name) {
+            return Err(bad(format!(
+                "auth_order names `{name}`, which is no [auth_profiles.{name}]"
+            )));
+        }
+        if file.auth_order[..i].contains(name) {
+            return Err(bad(format!("auth_order names `{name}` twice")));
+        }
+    }
+    let order = file.auth_order.iter().chain(
+        file.auth_profiles
+            .keys()
+            .filter(|k| !file.auth_order.contains(k)),
+    );
+    let mut out = Vec::new();
+    for name in order {
+        let p = &file.auth_profiles[name];
+        let provider = p.provider.clone().unwrap_or_else(|| "openai".into());
+        if !["openai", "openai-responses", "anthropic"].contains(&provider.as_str()) {
+            return Err(bad(format!(
+                "auth_profiles.{name}: provider `{provider}` is not one rein prepares requests for (openai, openai-responses, anthropic)"
+            )));
+        }
+        let credential = match (&p.api_key, &p.api_key_env) {
+            (Some(key), None) => key.clone(),
+            (None, Some(var)) => std::env::var(var).map_err(|_| {
+                bad(format!(
+                    "auth_profiles.{name}: api_key_env `{var}` is not set in the environment"
+                ))
+            })?,
+            _ => {
+                return Err(bad(format!(
+                    "auth_profiles.{name}: give its key as api_key or api_key_env (one of them)"
+                )));
+            }
+        };
+        out.push(rein_runtimes::ProfileSpec {
+            id: name.clone(),
+            provider,
+            credential,
+        });
+    }
+    Ok(out)
 }

@@ -26,6 +26,27 @@ pub struct Completions {
     registry: Arc<HarnessRegistry>,
     policy: RuntimePolicy,
     providers: Providers,
+    profiles: Vec<ProfileSpec>,
+}
+
+/// A credential profile (`[auth_profiles.NAME]` in `rein.toml`): the host
+/// walks a provider's profiles in order, calling the runtime once per
+/// profile while its credentials are refused (spec harness-sdk rule 16).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ProfileSpec {
+    pub id: String,
+    pub provider: String,
+    pub credential: String,
+}
+
+impl std::fmt::Debug for ProfileSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProfileSpec")
+            .field("id", &self.id)
+            .field("provider", &self.provider)
+            .field("credential", &"<redacted>")
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for Completions {
@@ -49,7 +70,15 @@ impl Completions {
                 openai: chat,
                 ..Providers::default()
             },
+            profiles: Vec::new(),
         }
+    }
+
+    /// The credential profiles completions fall back across, in order; a
+    /// provider with none uses its configured key.
+    pub fn with_profiles(mut self, profiles: Vec<ProfileSpec>) -> Completions {
+        self.profiles = profiles;
+        self
     }
 
     /// Completions on `provider = "anthropic"` ask the Messages API with these
@@ -131,14 +160,29 @@ impl Completer for Completions {
             system: request.system.clone(),
             transport_model: model,
             auth_plan: "api_key".into(),
-            profiles: vec![AuthProfile {
-                id: PROFILE.into(),
-                credential: match provider.as_str() {
-                    "anthropic" => self.providers.anthropic.api_key.clone(),
-                    _ => self.providers.openai.api_key.clone(),
+            profiles: {
+                let configured: Vec<AuthProfile> = self
+                    .profiles
+                    .iter()
+                    .filter(|p| p.provider == provider)
+                    .map(|p| AuthProfile {
+                        id: p.id.clone(),
+                        credential: p.credential.clone(),
+                    })
+                    .collect();
+                if configured.is_empty() {
+                    vec![AuthProfile {
+                        id: PROFILE.into(),
+                        credential: match provider.as_str() {
+                            "anthropic" => self.providers.anthropic.api_key.clone(),
+                            _ => self.providers.openai.api_key.clone(),
+                        }
+                        .unwrap_or_default(),
+                    }]
+                } else {
+                    configured
                 }
-                .unwrap_or_default(),
-            }],
+            },
             deadline: request.timeout,
             policy: request.policy,
             shape: request.shape.clone(),

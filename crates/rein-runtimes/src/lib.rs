@@ -38,5 +38,5 @@ pub mod provider;
 pub mod responses;
 
 pub use agent::AgentExecutor;
-pub use completion::Completions;
+pub use completion::{Completions, ProfileSpec};
 pub use plugin::{PluginError, load_manifest, register_plugin};

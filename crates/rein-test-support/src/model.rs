@@ -9,6 +9,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::header;
+use axum::response::IntoResponse as _;
 use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
@@ -65,7 +66,30 @@ fn say(text: &str) -> Response {
 /// sends it (`choices: []`): prompt tokens a quarter of the request's bytes,
 /// half of them cached, completion tokens a tenth of the answer's. What was
 /// reported is kept with the request (`reported_usage`), for tests to add up.
-async fn completions(State(seen): State<Seen>, body: String) -> Response {
+async fn completions(
+    State(seen): State<Seen>,
+    headers: axum::http::HeaderMap,
+    body: String,
+) -> Response {
+    // A key the provider no longer takes: OpenAI's 401 and its error body.
+    if headers
+        .get(header::AUTHORIZATION)
+        .is_some_and(|v| v == "Bearer sk-expired")
+    {
+        seen.0
+            .lock()
+            .unwrap()
+            .push(json!({ "refused_key": "sk-expired" }));
+        return (
+            axum::http::StatusCode::UNAUTHORIZED,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({ "error": {
+                "message": "Incorrect API key provided: sk-expi*****. You can find your API key at https://platform.openai.com/account/api-keys.",
+                "type": "invalid_request_error", "param": null, "code": "invalid_api_key" } })
+            .to_string(),
+        )
+            .into_response();
+    }
     answer(seen, body, false).await
 }
 

@@ -140,7 +140,8 @@ impl Context {
         let chat = providers.openai.clone();
         let completions =
             rein_runtimes::Completions::new(Arc::clone(&registry), policy.clone(), chat.clone())
-                .with_anthropic(providers.anthropic.clone());
+                .with_anthropic(providers.anthropic.clone())
+                .with_profiles(target.auth_profiles.clone());
         let agent = rein_runtimes::AgentExecutor::new(Arc::new(executor), registry, policy, chat)
             .with_anthropic(providers.anthropic)
             .with_mcp_servers(target.mcp_servers.clone())
@@ -166,7 +167,8 @@ impl Context {
         let providers = target.providers.clone();
         let completions =
             rein_runtimes::Completions::new(harnesses.registry, harnesses.policy, providers.openai)
-                .with_anthropic(providers.anthropic);
+                .with_anthropic(providers.anthropic)
+                .with_profiles(target.auth_profiles.clone());
         let why = rein_sandbox::Unavailable {
             reason: "this command does not run steps".into(),
             remedy: "run the task with `rein run` or `rein tasks resume`".into(),
@@ -362,6 +364,8 @@ pub struct Target {
     pub models: rein_runtimes::agent::Models,
     /// Agent steps' default fallback models.
     pub fallback_models: Vec<String>,
+    /// Credential profiles of isolated completions (`[auth_profiles.NAME]`).
+    pub auth_profiles: Vec<rein_runtimes::ProfileSpec>,
     /// What all tasks' model calls may spend in a UTC day.
     pub daily_budget: Option<rein_protocol::Budget>,
     /// What of each task's workspace is kept at its step boundaries.
@@ -560,6 +564,7 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         fallback_models: config.fallback_models.clone(),
         daily_budget: config.daily_budget,
         snapshot: config.snapshot.clone(),
+        auth_profiles: config.auth_profiles.clone(),
     };
     match cli.command {
         Command::Config(crate::cli::ConfigCommand::Show { json }) => show_config(&config, json),

@@ -767,3 +767,68 @@ fn the_reported_completion_runtime_is_the_one_that_answered() {
     );
     assert_eq!(m.requests().len(), asked + 1);
 }
+
+/// Rule 16 through the command line: `[auth_profiles.NAME]` in rein.toml are
+/// the credentials an isolated completion walks, in `auth_order`: a key the
+/// provider refuses (401) hands over to the next profile, and the completion
+/// says which profile served it.
+#[test]
+fn an_isolated_completion_falls_back_across_auth_profiles_in_order() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let config = dir.path().join("rein.toml");
+    std::fs::write(
+        &config,
+        "auth_order = [\"old\", \"new\"]\n\n[auth_profiles.old]\napi_key = \"sk-expired\"\n\n[auth_profiles.new]\napi_key_env = \"REIN_TEST_NEW_KEY\"\n",
+    )
+    .unwrap();
+    let done = json(&run_ok(
+        m.rein(&data)
+            .env("REIN_TEST_NEW_KEY", "sk-good")
+            .arg("--config")
+            .arg(&config)
+            .args(["complete", "--json", "hello"]),
+    ));
+    assert_eq!(done["profile"], "new", "{done}");
+    let seen = m.requests();
+    assert_eq!(
+        seen[0]["refused_key"], "sk-expired",
+        "the first profile was tried first"
+    );
+    assert_eq!(seen.len(), 2);
+    // Only the refused key: the completion fails naming the credential.
+    std::fs::write(&config, "[auth_profiles.old]\napi_key = \"sk-expired\"\n").unwrap();
+    let out = m
+        .rein(&data)
+        .arg("--config")
+        .arg(&config)
+        .args(["complete", "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("401") && said.contains("old"), "{said}");
+    // A profile order naming no profile, or a key variable not set: exit 2.
+    for (text, named) in [
+        ("auth_order = [\"ghost\"]\n", "ghost"),
+        (
+            "[auth_profiles.x]\napi_key_env = \"REIN_TEST_UNSET_KEY\"\n",
+            "REIN_TEST_UNSET_KEY",
+        ),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let out = m
+            .rein(&data)
+            .arg("--config")
+            .arg(&config)
+            .args(["complete", "hello"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(named),
+            "{text}"
+        );
+    }
+}
