@@ -142,6 +142,7 @@ pub fn register_plugin(
             manifest.name.clone()
         },
         description: manifest.description.clone(),
+        activates: manifest.activation.on_agent_harnesses.clone(),
     };
     if manifest.protocol == PluginProtocol::Acp {
         return registry.load(info, |api| {

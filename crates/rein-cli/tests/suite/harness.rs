@@ -546,3 +546,54 @@ fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
     assert_eq!(here.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&here.stderr).contains("--url"));
 }
+
+/// Rule 10 from the command line: an executor controller may come from a
+/// plugin other than the harness's own; its manifest's
+/// `activation.on_agent_harnesses` names the runtimes it serves, and rein
+/// ensures (and at the task's end retires) that plugin's executor when one
+/// of them is selected.
+#[test]
+fn an_executor_controller_from_another_plugin_serves_the_runtimes_its_activation_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let harness = echo_plugin(dir.path());
+    let exec = dir.path().join("exec");
+    std::fs::create_dir_all(&exec).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let controller = dir.path().join("controller.toml");
+    std::fs::write(
+        &controller,
+        format!(
+            "id = \"echo-exec\"\ncommand = [\"python3\", {:?}]\n[executor]\nworkspace_directory = {:?}\n[activation]\non_agent_harnesses = [\"echo\"]\n",
+            script.display().to_string(),
+            exec.display().to_string()
+        ),
+    )
+    .unwrap();
+    let plan = common::write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"hi\"\n[[steps]]\nid = \"hi\"\nkind = \"agent\"\nprompt = \"say hi\"\nruntime = \"echo\"\n",
+    );
+    // Without the controller's plugin, nothing is ensured.
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--plugin", harness.to_str().unwrap()])
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert!(!exec.join("executor.log").exists());
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--plugin", harness.to_str().unwrap()])
+            .args(["--plugin", controller.to_str().unwrap()])
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let log = std::fs::read_to_string(exec.join("executor.log")).unwrap();
+    let calls: Vec<&str> = log.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(calls, ["executor/ensure", "executor/retire"], "{log}");
+}

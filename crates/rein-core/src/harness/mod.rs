@@ -17,11 +17,15 @@ use rein_protocol::{
 };
 
 /// A plugin: it registers harnesses (and, later, executor controllers).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PluginInfo {
     pub id: String,
     pub name: String,
     pub description: String,
+    /// The runtime ids it is loaded for besides its own harnesses (its
+    /// manifest's `activation.on_agent_harnesses`): its executor controller
+    /// serves those runtimes' sessions (spec §3 rule 10).
+    pub activates: Vec<String>,
 }
 
 /// An agent runtime behind one contract. `supports` is asked during selection;
@@ -488,6 +492,24 @@ impl HarnessRegistry {
 
     pub fn plugins(&self) -> impl Iterator<Item = (&PluginInfo, PluginStatus)> {
         self.plugins.values().map(|p| (&p.info, p.status.get()))
+    }
+
+    /// The plugin whose executor controller serves the sessions of harness
+    /// `harness_id` (spec §3 rule 10): its own plugin's, if that plugin
+    /// registered one; else that of the first plugin (by id) whose
+    /// activation names the harness. None: no controller.
+    pub fn controller_for(&self, harness_id: &str) -> Option<String> {
+        let own = &self.harnesses.get(harness_id)?.plugin.id;
+        if self.controllers.contains_key(own) {
+            return Some(own.clone());
+        }
+        self.plugins
+            .values()
+            .find(|p| {
+                p.info.activates.iter().any(|h| h == harness_id)
+                    && self.controllers.contains_key(&p.info.id)
+            })
+            .map(|p| p.info.id.clone())
     }
 
     /// Switches a plugin off: its registrations can no longer be resolved.

@@ -75,6 +75,7 @@ fn plugin(id: &str) -> PluginInfo {
         id: id.into(),
         name: id.into(),
         description: String::new(),
+        ..PluginInfo::default()
     }
 }
 

@@ -33,6 +33,7 @@ fn plugin(id: &str) -> PluginInfo {
         id: id.into(),
         name: id.into(),
         description: String::new(),
+        ..PluginInfo::default()
     }
 }
 

@@ -484,13 +484,14 @@ impl AgentExecutor {
         };
         // The plugin's executor controller, if any: a current executor for
         // this session, a stale one retired first.
+        // The controller of the harness's own plugin, or of a plugin whose
+        // activation names the harness (rule 10).
+        let controller = self
+            .registry
+            .controller_for(&decision.selected)
+            .unwrap_or_else(|| registered.plugin.id.clone());
         let executor = match sessions
-            .ensure_executor(
-                session.id.as_str(),
-                &self.registry,
-                &registered.plugin.id,
-                cancel,
-            )
+            .ensure_executor(session.id.as_str(), &self.registry, &controller, cancel)
             .await
         {
             Ok(h) => h,
