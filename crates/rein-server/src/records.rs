@@ -32,6 +32,20 @@ struct Seed {
     created_to: Option<String>,
 }
 
+/// The seed's filters of a contract or evidence query (the same fields).
+macro_rules! seed_of {
+    ($q:expr) => {
+        Seed {
+            tag: $q.tag,
+            actor_id: $q.actor_id,
+            channel_id: $q.channel_id,
+            source_session_id: $q.source_session_id,
+            created_from: $q.created_from,
+            created_to: $q.created_to,
+        }
+    };
+}
+
 impl Seed {
     fn into_filter(self, mut f: RecordFilter) -> ApiResult<RecordFilter> {
         f.tag = self.tag;
@@ -81,14 +95,7 @@ pub async fn list_contracts(
             })?;
         f.fields.push(("riskLevel", risk.as_str().to_owned()));
     }
-    let seed = Seed {
-        tag: q.tag,
-        actor_id: q.actor_id,
-        channel_id: q.channel_id,
-        source_session_id: q.source_session_id,
-        created_from: q.created_from,
-        created_to: q.created_to,
-    };
+    let seed = seed_of!(q);
     let page = state
         .engine
         .records()
@@ -159,14 +166,7 @@ pub async fn list_evidence(
     if let Some(l) = q.learning_proposal_id {
         f.fields.push(("learningProposalId", l));
     }
-    let seed = Seed {
-        tag: q.tag,
-        actor_id: q.actor_id,
-        channel_id: q.channel_id,
-        source_session_id: q.source_session_id,
-        created_from: q.created_from,
-        created_to: q.created_to,
-    };
+    let seed = seed_of!(q);
     let page = state
         .engine
         .records()

@@ -80,6 +80,16 @@ fn before(q: &mut Where, cursor: Option<(String, String)>) {
     }
 }
 
+/// `AND` created at or after `from` and before `to`, where given.
+fn created_between(
+    q: &mut Where,
+    from: Option<rein_protocol::Timestamp>,
+    to: Option<rein_protocol::Timestamp>,
+) {
+    q.and_some("created_at >=", from.as_ref().map(crate::rows::ts));
+    q.and_some("created_at <", to.as_ref().map(crate::rows::ts));
+}
+
 /// The query of a page of records of `filter`'s kind, newest first (one
 /// more than `limit`, to tell whether a next page follows). `field` is how
 /// the backend reads a top-level text field of the body, `tagged` the
@@ -106,14 +116,7 @@ pub(crate) fn records_page(
         q.and(&format!("{} =", field(name)), value.clone());
     }
     q.and_some(tagged, filter.tag.clone());
-    q.and_some(
-        "created_at >=",
-        filter.created_from.as_ref().map(crate::rows::ts),
-    );
-    q.and_some(
-        "created_at <",
-        filter.created_to.as_ref().map(crate::rows::ts),
-    );
+    created_between(&mut q, filter.created_from, filter.created_to);
     before(&mut q, cursor);
     q.sql.push_str(&format!(
         " ORDER BY created_at DESC, id DESC LIMIT {}",
@@ -137,14 +140,7 @@ pub(crate) fn shared_states_page(
     q.and_some("parent_session_id =", filter.parent_session_id.clone());
     q.and_some("harness_contract_id =", filter.harness_contract_id.clone());
     q.and_some("status =", filter.status.map(|s| s.as_str().to_owned()));
-    q.and_some(
-        "created_at >=",
-        filter.created_from.as_ref().map(crate::rows::ts),
-    );
-    q.and_some(
-        "created_at <",
-        filter.created_to.as_ref().map(crate::rows::ts),
-    );
+    created_between(&mut q, filter.created_from, filter.created_to);
     q.and_some(tagged, filter.tag.clone());
     before(&mut q, cursor);
     q.sql.push_str(&format!(
