@@ -48,6 +48,8 @@ pub fn decide_under(step: &TaskStep, policy: &Policy) -> Option<PermissionDecisi
             for path in allow_read {
                 decisions.push(policy.check_path(Path::new(path), Access::Read));
             }
+            // What it declares it needs, decided again as it runs.
+            decisions.extend(required(step, policy).unwrap_or_default());
             strictest(decisions)
         }
         StepAction::Agent { network, mcp, .. } => decide_agent(
@@ -148,6 +150,15 @@ fn decide_with_risk(
         step.action,
         StepAction::Approval { .. } | StepAction::Verify { .. } | StepAction::Noop
     );
+    // What a working step says it needs (its `required_permissions`, the
+    // seed's `requiredPermissions`), asked of the same rules; a person's
+    // step needs nothing of them.
+    let command = if asks_nothing {
+        command
+    } else {
+        let required = required(step, &for_step(step, policy)?)?;
+        strictest(command.into_iter().chain(required).collect())
+    };
     if step.risk_level != rein_protocol::RiskLevel::High || asks_nothing {
         return Ok(command);
     }
@@ -156,6 +167,64 @@ fn decide_with_risk(
         Some(c) if c.verdict >= risk.verdict => Some(c),
         _ => Some(risk),
     })
+}
+
+/// The permissions a step may declare it needs.
+pub const REQUIRED_PERMISSIONS: [&str; 4] = ["file_read", "file_write", "network", "execute"];
+
+/// The rules' decisions on what `step` declares it needs (spec tasks.md rule
+/// 19, "acquire permissions"): `file_read` and `file_write` on the paths it
+/// declares reading and writing (its workspace, `.`, when it declares none),
+/// `network` on reaching any host, `execute` on its command (an agent step
+/// must then be offered `run_command`, whose commands are judged as they are
+/// called). A name rein does not know is an error naming it.
+pub fn required(step: &TaskStep, policy: &Policy) -> Result<Vec<PermissionDecision>, String> {
+    let mut out = Vec::new();
+    let paths = |declared: &[String]| -> Vec<String> {
+        if declared.is_empty() {
+            vec![".".to_owned()]
+        } else {
+            declared.to_vec()
+        }
+    };
+    for name in &step.required_permissions {
+        match name.as_str() {
+            "file_read" => out.extend(
+                paths(&step.reads)
+                    .iter()
+                    .map(|p| policy.check_path(Path::new(p), Access::Read)),
+            ),
+            "file_write" => out.extend(
+                paths(&step.writes)
+                    .iter()
+                    .map(|p| policy.check_path(Path::new(p), Access::Write)),
+            ),
+            "network" => out.push(policy.check_network(None)),
+            "execute" => match &step.action {
+                StepAction::Command { run, .. } => out.push(policy.check_script(run)),
+                StepAction::Agent { tools, .. } if tools.iter().any(|t| t == "run_command") => {}
+                StepAction::Agent { .. } => {
+                    return Err(
+                        "it requires `execute` but is not offered `run_command`: add it to the step's tools"
+                            .into(),
+                    );
+                }
+                _ => {
+                    return Err(
+                        "it requires `execute`, and only a command or an agent step runs anything"
+                            .into(),
+                    );
+                }
+            },
+            other => {
+                return Err(format!(
+                    "required permission `{other}` is not one rein knows: {}",
+                    REQUIRED_PERMISSIONS.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Checks every step: denied steps are plan issues, asked-about ones (a

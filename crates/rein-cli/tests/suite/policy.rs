@@ -325,3 +325,85 @@ fn health_reads_the_policy_file_again_and_alerts_resolve() {
     assert_eq!(alert["resolved"], true, "{h}");
     assert!(alert["resolved_at"].is_string(), "{alert}");
 }
+
+/// Rule 19: what a step declares it needs (`required_permissions`, a
+/// decomposition's `requiredPermissions`) is asked of the permission rules
+/// before it runs, and recorded as a `permission_check` checkpoint: allowed,
+/// it passes naming the decisions; denied, the plan is refused naming the
+/// step and the rule; a permission rein does not know is named.
+#[test]
+fn required_permissions_are_acquired_through_the_rules_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let offline = write_plan(
+        dir.path(),
+        "offline.toml",
+        "[[rules]]\nverdict = \"deny\"\nnetwork = \"*\"\nreason = \"this machine stays offline\"\n",
+    );
+    let plan = |needs: &str| {
+        write_plan(
+            dir.path(),
+            "plan.toml",
+            &format!(
+                "description = \"needs\"\n[[steps]]\nid = \"look\"\nrun = \"true\"\nrequired_permissions = [{needs}]\n"
+            ),
+        )
+    };
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--sandbox", "none", "--policy"])
+            .arg(&offline)
+            .args(["run", "--json"])
+            .arg(plan("\"file_read\", \"execute\"")),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let checks: Vec<&serde_json::Value> = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "permission_check")
+        .collect();
+    assert_eq!(checks.len(), 1, "{state}");
+    assert_eq!(checks[0]["status"], "completed");
+    assert_eq!(checks[0]["input"]["step"], "look");
+    assert_eq!(
+        checks[0]["output"]["decisions"].as_array().unwrap().len(),
+        2
+    );
+    assert_eq!(checks[0]["approved_by"]["who"], "the permission rules");
+    // It comes before the step's own checkpoint.
+    let at = |kind: &str| {
+        state["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|c| c["type"] == kind)
+            .unwrap()
+    };
+    assert!(at("permission_check") < at("task_exec"));
+    // Denied by the rules: refused before anything runs, naming the rule.
+    let out = rein(&data)
+        .args(["--sandbox", "none", "--policy"])
+        .arg(&offline)
+        .arg("run")
+        .arg(plan("\"network\""))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("look") && said.contains("this machine stays offline"),
+        "{said}"
+    );
+    let out = rein(&data)
+        .args(["plan", "check"])
+        .arg(plan("\"teleport\""))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("`teleport`") && said.contains("file_read, file_write, network, execute"),
+        "{said}"
+    );
+}

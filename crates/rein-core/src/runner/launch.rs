@@ -50,6 +50,9 @@ impl TaskRun<'_> {
                 self.ask(i)?;
                 continue;
             }
+            if !step.required_permissions.is_empty() {
+                self.check_permissions(&step)?;
+            }
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
             let input = match &step.action {
                 StepAction::Command { run, .. } => Some(serde_json::json!({
@@ -102,6 +105,68 @@ impl TaskRun<'_> {
             started.push(i);
         }
         Ok(started)
+    }
+
+    /// Records the `permission_check` of a step that declares what it needs
+    /// (spec tasks.md rule 19: permissions are acquired, recorded, before the
+    /// step's checkpoint): the rules' decision on each, passed when they
+    /// allow it (or a person approved the step's `.permit`), failed naming
+    /// why when not — the step's run is then refused for the same reason.
+    fn check_permissions(&mut self, step: &TaskStep) -> Result<()> {
+        let decided = crate::permissions::for_step(step, &self.ctx.config.policy)
+            .and_then(|policy| crate::permissions::required(step, &policy));
+        let input = serde_json::json!({
+            "step": step.id,
+            "required_permissions": step.required_permissions,
+        });
+        let (refused, decisions) = match decided {
+            Ok(d) => {
+                let worst = crate::permissions::strictest(d.clone());
+                (crate::permissions::refusal(step, worst.as_ref()), d)
+            }
+            Err(e) => (Some(e), Vec::new()),
+        };
+        let output = serde_json::json!({ "decisions": decisions });
+        match refused {
+            None => {
+                system_checkpoint(
+                    &mut self.rec,
+                    CheckpointType::PermissionCheck,
+                    Some(input),
+                    Some(output),
+                    ApprovedBy {
+                        kind: Approver::System,
+                        who: "the permission rules".into(),
+                    },
+                )?;
+            }
+            Some(why) => {
+                let span = SpanRef::child_of(&self.rec.state.head.span_id);
+                let checkpoint = Checkpoint {
+                    input: Some(input),
+                    ..Checkpoint::pending(
+                        self.rec.state.head.id.clone(),
+                        None,
+                        CheckpointType::PermissionCheck,
+                        1,
+                    )
+                };
+                let id = self.rec.enter_checkpoint(checkpoint, &span)?;
+                self.rec.record(
+                    TaskChange::CheckpointFailed {
+                        checkpoint_id: id,
+                        duration_ms: 0,
+                        error: why,
+                        output: Some(output),
+                        will_retry: false,
+                        error_type: Some(rein_protocol::ErrorType::PermissionDenied),
+                        retry_at: None,
+                    },
+                    &span,
+                )?;
+            }
+        }
+        Ok(())
     }
 
     /// Who told step `i` to run again, if this attempt follows a person's answer

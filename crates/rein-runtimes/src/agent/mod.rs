@@ -275,10 +275,19 @@ impl AgentExecutor {
         // What the step is given is decided again as it runs, the configured
         // servers included (the plan's were decided when the task was made).
         // `request.policy` holds the step's own rules already (`execute`).
-        let permission = rein_core::permissions::decide_agent(
-            *network,
-            servers.iter().filter_map(|u| u.server.as_ref()),
-            &request.policy,
+        let permission = rein_core::permissions::strictest(
+            rein_core::permissions::decide_agent(
+                *network,
+                servers.iter().filter_map(|u| u.server.as_ref()),
+                &request.policy,
+            )
+            .into_iter()
+            // What the step declares it needs, decided again as it runs.
+            .chain(
+                rein_core::permissions::required(&request.step, &request.policy)
+                    .unwrap_or_default(),
+            )
+            .collect(),
         );
         if let Some(refusal) = rein_core::permissions::refusal(&request.step, permission.as_ref()) {
             return failed(
