@@ -22,6 +22,7 @@ struct Api {
 
 const VIEWER: &str = "viewer-token";
 const OPERATOR: &str = "operator-token";
+const ADMIN: &str = "admin-token";
 
 fn api() -> Api {
     api_with(CommandExecutor::unsandboxed())
@@ -55,6 +56,11 @@ fn build_api(builder: rein_test_support::engine::EngineBuilder) -> Api {
             name: "otto".into(),
             role: Role::Operator,
             sha256: hash_token(OPERATOR),
+        },
+        TokenEntry {
+            name: "ada".into(),
+            role: Role::Admin,
+            sha256: hash_token(ADMIN),
         },
     ]);
     Api {
@@ -293,7 +299,7 @@ async fn every_operation_of_the_route_table_admits_its_role_and_refuses_below_it
                 }
                 Some(Role::Viewer) => (VIEWER, None),
                 Some(Role::Operator) => (OPERATOR, Some(VIEWER)),
-                Some(Role::Admin) => panic!("{what}: no admin token in this test"),
+                Some(Role::Admin) => (ADMIN, Some(OPERATOR)),
             };
             assert_eq!(anonymous, StatusCode::UNAUTHORIZED, "{what} anonymous");
             assert_eq!(

@@ -692,6 +692,52 @@ async fn documents_are_written_back_only_at_the_version_read(b: Backend) {
     by_status.status = Some("draft".into());
     assert!(s.list_records(&by_status).await.unwrap().items.is_empty());
 
+    // The seed's list filters: top-level body fields, a tag, a time range.
+    let seeded = Record {
+        id: "hctr_seeded".into(),
+        created_at: chrono::DateTime::parse_from_rfc3339("2026-11-02T09:00:00Z")
+            .unwrap()
+            .to_utc(),
+        body: json!({ "id": "hctr_seeded", "riskLevel": "critical", "actorId": "a7", "tags": ["ops", "keys"] }),
+        ..record.clone()
+    };
+    s.insert_record(&seeded, &audit("contract.create", "hctr_seeded"))
+        .await
+        .unwrap();
+    let ids = |f: RecordFilter| async move {
+        s.list_records(&f)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).unwrap().to_utc();
+    let mut f = RecordFilter::new(RecordKind::Contract);
+    f.fields = vec![("riskLevel", "critical".into()), ("actorId", "a7".into())];
+    f.tag = Some("keys".into());
+    f.created_from = Some(at("2026-11-01T00:00:00Z"));
+    f.created_to = Some(at("2026-11-03T00:00:00Z"));
+    assert_eq!(ids(f.clone()).await, ["hctr_seeded"]);
+    for miss in [
+        RecordFilter {
+            fields: vec![("riskLevel", "low".into())],
+            ..f.clone()
+        },
+        RecordFilter {
+            tag: Some("finance".into()),
+            ..f.clone()
+        },
+        RecordFilter {
+            created_from: Some(at("2026-11-03T00:00:00Z")),
+            created_to: None,
+            ..f.clone()
+        },
+    ] {
+        assert!(ids(miss).await.is_empty());
+    }
+
     let actions: Vec<String> = s
         .audit_records(0, 100)
         .await
@@ -706,7 +752,8 @@ async fn documents_are_written_back_only_at_the_version_read(b: Backend) {
             "shared_state.update",
             "contract.create",
             "evidence.create",
-            "contract.sign"
+            "contract.sign",
+            "contract.create"
         ]
     );
     let (_, audits) = s.positions().await.unwrap();
