@@ -49,13 +49,18 @@ pub fn decide_under(step: &TaskStep, policy: &Policy) -> Option<PermissionDecisi
                 decisions.push(policy.check_path(Path::new(path), Access::Read));
             }
             // What it declares it needs, decided again as it runs.
-            decisions.extend(required(step, policy).unwrap_or_default());
+            decisions.extend(required(step, policy));
             strictest(decisions)
         }
-        StepAction::Agent { network, mcp, .. } => decide_agent(
-            *network,
-            mcp.iter().filter_map(|u| u.server.as_ref()),
-            policy,
+        StepAction::Agent { network, mcp, .. } => strictest(
+            decide_agent(
+                *network,
+                mcp.iter().filter_map(|u| u.server.as_ref()),
+                policy,
+            )
+            .into_iter()
+            .chain(required(step, policy))
+            .collect(),
         ),
         _ => None,
     }
@@ -150,15 +155,11 @@ fn decide_with_risk(
         step.action,
         StepAction::Approval { .. } | StepAction::Verify { .. } | StepAction::Noop
     );
-    // What a working step says it needs (its `required_permissions`, the
-    // seed's `requiredPermissions`), asked of the same rules; a person's
-    // step needs nothing of them.
-    let command = if asks_nothing {
-        command
-    } else {
-        let required = required(step, &for_step(step, policy)?)?;
-        strictest(command.into_iter().chain(required).collect())
-    };
+    // What a working step says it needs is in `command` (`decide_under`);
+    // a name the rules cannot judge is refused here.
+    if !asks_nothing && let Some(why) = unknown_requirement(step) {
+        return Err(why);
+    }
     if step.risk_level != rein_protocol::RiskLevel::High || asks_nothing {
         return Ok(command);
     }
@@ -169,17 +170,39 @@ fn decide_with_risk(
     })
 }
 
-/// The permissions a step may declare it needs.
-pub const REQUIRED_PERMISSIONS: [&str; 4] = ["file_read", "file_write", "network", "execute"];
+/// Why what `step` declares it needs cannot be judged: a name rein does not
+/// know, or `execute` on a step that runs nothing (an agent step must be
+/// offered `run_command`). `None`: every name can be.
+pub fn unknown_requirement(step: &TaskStep) -> Option<String> {
+    step.required_permissions.iter().find_map(|name| {
+        match name.as_str() {
+        "file_read" | "file_write" | "network" => None,
+        "execute" => match &step.action {
+            StepAction::Command { .. } => None,
+            StepAction::Agent { tools, .. } if tools.iter().any(|t| t == "run_command") => None,
+            StepAction::Agent { .. } => Some(
+                "it requires `execute` but is not offered `run_command`: add it to the step's tools"
+                    .into(),
+            ),
+            _ => Some(
+                "it requires `execute`, and only a command or an agent step runs anything".into(),
+            ),
+        },
+        other => Some(format!(
+            "required permission `{other}` is not one rein knows: {}",
+            REQUIRED_PERMISSIONS.join(", ")
+        )),
+    }
+    })
+}
 
 /// The rules' decisions on what `step` declares it needs (spec tasks.md rule
 /// 19, "acquire permissions"): `file_read` and `file_write` on the paths it
 /// declares reading and writing (its workspace, `.`, when it declares none),
-/// `network` on reaching any host, `execute` on its command (an agent step
-/// must then be offered `run_command`, whose commands are judged as they are
-/// called). A name rein does not know is an error naming it.
-pub fn required(step: &TaskStep, policy: &Policy) -> Result<Vec<PermissionDecision>, String> {
-    let mut out = Vec::new();
+/// `network` on reaching any host, `execute` on a command step's command (an
+/// agent step's commands are judged as they are called). Names
+/// [`unknown_requirement`] refuses decide nothing here.
+pub fn required(step: &TaskStep, policy: &Policy) -> Vec<PermissionDecision> {
     let paths = |declared: &[String]| -> Vec<String> {
         if declared.is_empty() {
             vec![".".to_owned()]
@@ -187,45 +210,29 @@ pub fn required(step: &TaskStep, policy: &Policy) -> Result<Vec<PermissionDecisi
             declared.to_vec()
         }
     };
+    let mut out = Vec::new();
     for name in &step.required_permissions {
-        match name.as_str() {
-            "file_read" => out.extend(
+        match (name.as_str(), &step.action) {
+            ("file_read", _) => out.extend(
                 paths(&step.reads)
                     .iter()
                     .map(|p| policy.check_path(Path::new(p), Access::Read)),
             ),
-            "file_write" => out.extend(
+            ("file_write", _) => out.extend(
                 paths(&step.writes)
                     .iter()
                     .map(|p| policy.check_path(Path::new(p), Access::Write)),
             ),
-            "network" => out.push(policy.check_network(None)),
-            "execute" => match &step.action {
-                StepAction::Command { run, .. } => out.push(policy.check_script(run)),
-                StepAction::Agent { tools, .. } if tools.iter().any(|t| t == "run_command") => {}
-                StepAction::Agent { .. } => {
-                    return Err(
-                        "it requires `execute` but is not offered `run_command`: add it to the step's tools"
-                            .into(),
-                    );
-                }
-                _ => {
-                    return Err(
-                        "it requires `execute`, and only a command or an agent step runs anything"
-                            .into(),
-                    );
-                }
-            },
-            other => {
-                return Err(format!(
-                    "required permission `{other}` is not one rein knows: {}",
-                    REQUIRED_PERMISSIONS.join(", ")
-                ));
-            }
+            ("network", _) => out.push(policy.check_network(None)),
+            ("execute", StepAction::Command { run, .. }) => out.push(policy.check_script(run)),
+            _ => {}
         }
     }
-    Ok(out)
+    out
 }
+
+/// The permissions a step may declare it needs.
+pub const REQUIRED_PERMISSIONS: [&str; 4] = ["file_read", "file_write", "network", "execute"];
 
 /// Checks every step: denied steps are plan issues, asked-about ones (a
 /// command the rules ask about, a high-risk step) get their `.permit` approve

@@ -15,23 +15,7 @@ use rein_protocol::{
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller, parse_time};
-
-/// `value` read as the enum `T`, or a 400 naming `field` and `allowed`.
-fn one_of<T: serde::de::DeserializeOwned>(
-    field: &str,
-    value: &Option<String>,
-    allowed: &str,
-) -> ApiResult<Option<T>> {
-    value
-        .as_deref()
-        .map(|v| {
-            serde_json::from_value(serde_json::Value::String(v.to_owned())).map_err(|_| {
-                ApiError::bad_request(format!("{field} `{v}` is not one of {allowed}"))
-            })
-        })
-        .transpose()
-}
+use crate::routes::{Body, Caller, one_of, parse_time};
 
 pub async fn list(
     State(state): State<AppState>,

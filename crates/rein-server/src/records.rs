@@ -19,7 +19,7 @@ use rein_protocol::{
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller, parse_time};
+use crate::routes::{Body, Caller, one_of, parse_time};
 
 /// What a listing of contracts or bundles filters on beyond its own
 /// fields: the seed's filters (actor, channel, source session, tag, times).
@@ -86,13 +86,12 @@ pub async fn list_contracts(
     f.shared_state_id = q.shared_state_id;
     f.limit = q.limit;
     f.cursor = q.cursor;
-    if let Some(r) = q.risk_level {
-        let risk: Risk =
-            serde_json::from_value(serde_json::Value::String(r.clone())).map_err(|_| {
-                ApiError::bad_request(format!(
-                    "riskLevel `{r}` is not one of unknown, low, medium, high, critical"
-                ))
-            })?;
+    let risk: Option<Risk> = one_of(
+        "riskLevel",
+        &q.risk_level,
+        "unknown, low, medium, high, critical",
+    )?;
+    if let Some(risk) = risk {
         f.fields.push(("riskLevel", risk.as_str().to_owned()));
     }
     let seed = seed_of!(q);
@@ -154,13 +153,9 @@ pub async fn list_evidence(
     f.contract_id = q.contract_id;
     f.limit = q.limit;
     f.cursor = q.cursor;
-    if let Some(c) = q.confidence {
-        let level: ConfidenceLevel = serde_json::from_value(serde_json::Value::String(c.clone()))
-            .map_err(|_| {
-            ApiError::bad_request(format!(
-                "confidence `{c}` is not one of unknown, low, medium, high"
-            ))
-        })?;
+    let level: Option<ConfidenceLevel> =
+        one_of("confidence", &q.confidence, "unknown, low, medium, high")?;
+    if let Some(level) = level {
         f.fields.push(("confidence", level.as_str().to_owned()));
     }
     if let Some(l) = q.learning_proposal_id {

@@ -89,6 +89,22 @@ fn task_id(id: &str) -> ApiResult<TaskId> {
     parse_id(id)
 }
 
+/// `value` read as the enum `T`, or a 400 naming `field` and `allowed`.
+pub(crate) fn one_of<T: serde::de::DeserializeOwned>(
+    field: &str,
+    value: &Option<String>,
+    allowed: &str,
+) -> ApiResult<Option<T>> {
+    value
+        .as_deref()
+        .map(|v| {
+            serde_json::from_value(serde_json::Value::String(v.to_owned())).map_err(|_| {
+                ApiError::bad_request(format!("{field} `{v}` is not one of {allowed}"))
+            })
+        })
+        .transpose()
+}
+
 pub(crate) fn parse_time(
     name: &str,
     value: &Option<String>,

@@ -462,16 +462,32 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
 /// The most images one agent step is given.
 pub const MAX_IMAGES: usize = 8;
 
+/// The images rein sends: each extension with its MIME type (the first of a
+/// type is the extension a received image is saved with).
+const IMAGE_TYPES: [(&str, &str); 5] = [
+    ("png", "image/png"),
+    ("jpg", "image/jpeg"),
+    ("jpeg", "image/jpeg"),
+    ("gif", "image/gif"),
+    ("webp", "image/webp"),
+];
+
 /// The MIME type an image path's extension says, if it is one rein sends.
 pub fn image_type(path: &str) -> Option<&'static str> {
     let ext = path.rsplit_once('.')?.1.to_ascii_lowercase();
-    match ext.as_str() {
-        "png" => Some("image/png"),
-        "jpg" | "jpeg" => Some("image/jpeg"),
-        "gif" => Some("image/gif"),
-        "webp" => Some("image/webp"),
-        _ => None,
-    }
+    IMAGE_TYPES
+        .iter()
+        .find(|(e, _)| *e == ext)
+        .map(|(_, mime)| *mime)
+}
+
+/// The extension an image of MIME type `mime` is saved with, if rein sends
+/// that type.
+pub fn image_extension(mime: &str) -> Option<&'static str> {
+    IMAGE_TYPES
+        .iter()
+        .find(|(_, m)| *m == mime)
+        .map(|(ext, _)| *ext)
 }
 
 /// An agent step's images: at most [`MAX_IMAGES`], each a relative path that

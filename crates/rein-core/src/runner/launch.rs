@@ -114,7 +114,7 @@ impl TaskRun<'_> {
     /// why when not — the step's run is then refused for the same reason.
     fn check_permissions(&mut self, step: &TaskStep) -> Result<()> {
         let decided = crate::permissions::for_step(step, &self.ctx.config.policy)
-            .and_then(|policy| crate::permissions::required(step, &policy));
+            .map(|policy| crate::permissions::required(step, &policy));
         let input = serde_json::json!({
             "step": step.id,
             "required_permissions": step.required_permissions,

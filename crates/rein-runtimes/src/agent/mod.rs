@@ -283,10 +283,10 @@ impl AgentExecutor {
             )
             .into_iter()
             // What the step declares it needs, decided again as it runs.
-            .chain(
-                rein_core::permissions::required(&request.step, &request.policy)
-                    .unwrap_or_default(),
-            )
+            .chain(rein_core::permissions::required(
+                &request.step,
+                &request.policy,
+            ))
             .collect(),
         );
         if let Some(refusal) = rein_core::permissions::refusal(&request.step, permission.as_ref()) {

@@ -705,17 +705,12 @@ fn prompt_images(blocks: &[ContentBlock], cwd: &std::path::Path) -> Result<Vec<S
                 ));
             }
         };
-        let ext = match image.mime_type.as_str() {
-            "image/png" => "png",
-            "image/jpeg" => "jpg",
-            "image/gif" => "gif",
-            "image/webp" => "webp",
-            other => {
-                return Err(format!(
-                    "prompt block {n} is an image of type `{other}`: rein takes PNG, JPEG, GIF and WebP"
-                ));
-            }
-        };
+        let ext = rein_core::plan::image_extension(&image.mime_type).ok_or_else(|| {
+            format!(
+                "prompt block {n} is an image of type `{}`: rein takes PNG, JPEG, GIF and WebP",
+                image.mime_type
+            )
+        })?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(image.data.trim())
             .map_err(|e| format!("prompt block {n}: the image's data is not base64 ({e})"))?;
