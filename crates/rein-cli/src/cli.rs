@@ -712,6 +712,34 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Hand a session to another plugin to run its later turns, scoped to
+    /// its owner: the owner's harness must list the plugin in
+    /// `delegated_execution_plugin_ids`, and the session must be pinned to
+    /// that harness (`rein sessions pin ID --runtime HARNESS`).
+    Delegate {
+        id: String,
+        /// The plugin that runs the session.
+        #[arg(
+            long,
+            conflicts_with = "take_back",
+            required_unless_present = "take_back"
+        )]
+        to: Option<String>,
+        /// Take the session back: its owner's harness runs it again.
+        #[arg(long)]
+        take_back: bool,
+        /// The session key as the delegate knows it (default: the stored one).
+        #[arg(long, value_name = "KEY")]
+        session_key: Option<String>,
+        /// Where the delegate says the session is kept (default: its task).
+        #[arg(long, value_name = "PATH")]
+        store_path: Option<String>,
+        /// The runtime's own session id as the delegate knows it.
+        #[arg(long, value_name = "ID")]
+        session_id: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -186,6 +186,7 @@ impl Sessions {
             generation: 0,
             executor: None,
             delegation,
+            delegated_execution: None,
             created_at: now,
             updated_at: now,
         };
@@ -419,6 +420,76 @@ impl Sessions {
         let runtime = runtime.map(str::to_owned);
         self.change(id, by, "session.pin", |s| {
             s.pinned_runtime.clone_from(&runtime);
+            Ok(Some(()))
+        })
+        .await
+        .map(|(s, _)| s)
+    }
+
+    /// Hands the session to plugin `plugin` to run its later turns, or takes
+    /// it back (`None`), as an operator `by` asks (harness-sdk rules 22–23):
+    /// refused naming why when its owner's harness does not list the plugin,
+    /// the identity `asked` differs from the stored one, or the session is not
+    /// locked to its owner's harness. A delegated child is its parent's.
+    pub async fn delegate(
+        &self,
+        id: &str,
+        plugin: Option<&str>,
+        asked: &crate::harness::delegation::DelegateAsk,
+        harnesses: &Harnesses,
+        by: &str,
+    ) -> Result<AgentSessionInfo, EngineError> {
+        let session = self.get(id).await?;
+        Self::owner_only(&session, "handed to another plugin")?;
+        match plugin {
+            Some(p) => {
+                self.hand_over(&session, p, asked, &harnesses.registry, by)
+                    .await
+            }
+            None => self
+                .change(id, by, "session.take_back", |s| {
+                    Ok(s.delegated_execution.take().map(|_| ()))
+                })
+                .await
+                .map(|(s, _)| s),
+        }
+    }
+
+    /// [`Sessions::delegate`] without the owner check: also how a step's
+    /// `delegate` call hands its child to the plugin the step names.
+    pub async fn hand_over(
+        &self,
+        session: &AgentSessionInfo,
+        plugin: &str,
+        asked: &crate::harness::delegation::DelegateAsk,
+        registry: &HarnessRegistry,
+        by: &str,
+    ) -> Result<AgentSessionInfo, EngineError> {
+        if registry.plugins().all(|(p, _)| p.id != plugin) {
+            return Err(EngineError::BadRequest(
+                crate::harness::delegation::delegate_harness(registry, plugin)
+                    .err()
+                    .unwrap_or_default(),
+            ));
+        }
+        let (scope, runner) =
+            crate::harness::delegation::authorize_session(registry, session, plugin, asked)
+                .map_err(|why| {
+                    EngineError::SessionRefused(format!(
+                        "session {} cannot be handed to plugin `{plugin}`: {why}",
+                        session.id
+                    ))
+                })?;
+        let handed = rein_protocol::DelegatedExecution {
+            plugin: plugin.to_owned(),
+            harness: runner.harness.id().to_owned(),
+            owner: scope.owner_plugin_id,
+            owner_harness: scope.harness_id,
+            by: by.to_owned(),
+            at: self.clock.now(),
+        };
+        self.change(session.id.as_str(), by, "session.delegate", |s| {
+            s.delegated_execution = Some(handed.clone());
             Ok(Some(()))
         })
         .await

@@ -342,6 +342,30 @@ pub struct PinRequest {
     pub runtime: Option<String>,
 }
 
+/// Hands an agent session to another plugin to run (harness-sdk rules
+/// 22–23), or takes it back (`plugin: null`). The session must be
+/// model-locked and pinned to its owner's harness, and that harness must list
+/// the plugin in `delegated_execution_plugin_ids`. The session's key, store
+/// path and id, when given, must be exactly the stored ones: a refusal names
+/// every difference.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DelegateSessionRequest {
+    /// The plugin to run the session; `null` (or absent) takes it back.
+    #[serde(default)]
+    #[schemars(regex(pattern = r"\S"))]
+    pub plugin: Option<String>,
+    /// The key harnesses are given for the session (its `ses_…` id).
+    #[serde(default)]
+    pub session_key: Option<String>,
+    /// Where the session is kept: its task (`task_…`).
+    #[serde(default)]
+    pub store_path: Option<String>,
+    /// The runtime's own id for the conversation (`native_session_id`).
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionRequest {

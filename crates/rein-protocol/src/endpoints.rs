@@ -406,6 +406,14 @@ endpoints! {
         errors: [400, 401, 403, 404, 409, 413],
     }
 
+    /// Hand a session to another plugin to run, or take it back (`plugin: null`): the owner's harness must list the plugin in `delegated_execution_plugin_ids`, the session must be model-locked and pinned to that harness (400: no such plugin; 409: refused, naming every difference, or a delegated child)
+    DelegateAgentSession = Post "/admin/agent-sessions/{id}/delegate" for Operator {
+        id: SessionId,
+        request: DelegateSessionRequest,
+        response: 200 AgentSessionEnvelope,
+        errors: [400, 401, 403, 404, 409, 413],
+    }
+
     /// One isolated completion: a prompt with no tools, on the runtime the selection policy picks; with `schema`, an answer that does not match is a 502 naming each violation
     Complete = Post "/admin/completions" for Operator {
         request: CompletionRequest,
@@ -739,7 +747,7 @@ mod tests {
                 o.name
             );
         }
-        assert_eq!(ALL.len(), 62);
+        assert_eq!(ALL.len(), 63);
     }
 
     #[test]

@@ -94,7 +94,9 @@ pub use plan::{
 };
 pub use recovery::{ErrorType, RecoveryAction, RecoveryPolicy, RecoveryStrategy};
 pub use seed::{Confidence, ConfidenceLevel, RecordMetadata, Said, TextOr};
-pub use session::{AgentSessionInfo, Delegation, ExecutorPhase, SessionExecutor, SessionStatus};
+pub use session::{
+    AgentSessionInfo, DelegatedExecution, Delegation, ExecutorPhase, SessionExecutor, SessionStatus,
+};
 pub use shared_state::{
     Action, Assumption, Conflict, ConflictPolicy, ConflictStatus, ConflictType, Enforcement,
     Participant, ParticipantRole, Resource, Risk, SharedHarnessState, VerifierObligation,

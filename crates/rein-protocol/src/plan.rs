@@ -109,7 +109,7 @@ pub enum StepAction {
         session: Option<String>,
         /// How the built-in runtime's model turns are bounded and steered.
         #[serde(default, skip_serializing_if = "AgentLimits::is_default")]
-        limits: AgentLimits,
+        limits: Box<AgentLimits>,
         /// The MCP tool servers whose tools the step is offered, by name.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         mcp: Vec<McpUse>,
@@ -203,6 +203,14 @@ pub struct AgentLimits {
     /// refuses what the step needs when streaming.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// The plugin the step's `delegate` calls hand their child sessions to
+    /// (harness-sdk rules 22–23): each child is made on the step's route,
+    /// owned by the harness the runtime policy gives that route, and runs on
+    /// this plugin's harness if the owner's manifest lists it in
+    /// `delegated_execution_plugin_ids`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"\S"))]
+    pub delegate_to: Option<String>,
 }
 
 impl AgentLimits {

@@ -208,6 +208,20 @@ pub struct RunAttemptParams {
     /// The images given with the prompt (the SDK's `AttemptParams.images`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<AttemptImage>,
+    /// Set when the session is another plugin's, run here by delegation
+    /// (harness-sdk rules 22–23): whose session it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated_execution: Option<DelegatedScope>,
+}
+
+/// The owner a delegated run is scoped to: the plugin whose session it is,
+/// and the harness the session is locked to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DelegatedScope {
+    pub owner_plugin_id: String,
+    pub owner_harness_id: String,
+    pub delegate_plugin_id: String,
 }
 
 /// An image an attempt is given: its bytes in base64, their MIME type, and

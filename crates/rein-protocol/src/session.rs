@@ -71,6 +71,26 @@ pub struct Delegation {
     pub answer: Option<String>,
 }
 
+/// A session handed to another plugin to run (harness-sdk §5 rules 22–24):
+/// the plugin its owner's harness trusts (`delegated_execution_plugin_ids`)
+/// runs its later turns, scoped to the owner — the owner's executor, the
+/// owner's harness recorded as the runtime. Creating, pinning, resetting and
+/// compacting it stay the owner's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct DelegatedExecution {
+    /// The plugin that runs the session's turns.
+    pub plugin: String,
+    /// The harness of that plugin the turns run on.
+    pub harness: String,
+    /// The plugin that owns the session.
+    pub owner: String,
+    /// The owner's harness, the one the session is locked to.
+    pub owner_harness: String,
+    /// Who handed it over (an operator, or `task` for a `delegate` call).
+    pub by: String,
+    pub at: Timestamp,
+}
+
 /// A session as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentSessionInfo {
@@ -110,6 +130,9 @@ pub struct AgentSessionInfo {
     pub executor: Option<SessionExecutor>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation: Option<Delegation>,
+    /// Handed to another plugin to run (`rein sessions delegate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegated_execution: Option<DelegatedExecution>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
 }

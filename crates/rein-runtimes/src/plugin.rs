@@ -598,6 +598,7 @@ impl AgentHarness for PluginHarness {
             deadline_ms: u64::try_from(params.deadline.as_millis()).unwrap_or(u64::MAX),
             mcp_servers: params.mcp_servers.clone(),
             images: params.images.clone(),
+            delegated_execution: params.delegated_execution.clone(),
         });
         let call = self
             .process

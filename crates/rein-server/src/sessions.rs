@@ -1,13 +1,16 @@
 //! The routes of agent sessions (`ses_…`, under `/admin/agent-sessions`: the
 //! `session` of `/admin/sessions/{session}/harness-state` is the one tasks are
 //! grouped by): list and show them (viewer), reset
-//! one through its harness, pin one to a runtime (operator, CSRF from a
-//! browser session). A delegated child session is its owner's to change: a
-//! reset or pin of one is a 409 naming the owner.
+//! one through its harness, pin one to a runtime, hand one to another plugin
+//! (operator, CSRF from a browser session). A delegated child session is its
+//! owner's to change: a reset, pin or hand-over of one is a 409 naming the
+//! owner.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use rein_protocol::api::{AgentSessionEnvelope, Page, PinRequest, SessionQuery};
+use rein_protocol::api::{
+    AgentSessionEnvelope, DelegateSessionRequest, Page, PinRequest, SessionQuery,
+};
 use rein_protocol::{AgentSessionInfo, SessionId, SessionStatus, TaskId};
 
 use crate::AppState;
@@ -98,6 +101,43 @@ pub async fn pin_session(
         .await?;
     Ok(Json(AgentSessionEnvelope {
         session: pinned,
+        children: None,
+    }))
+}
+
+/// Hands a session to another plugin, or takes it back (harness-sdk rules
+/// 22–23): refused with 409 naming every difference, 400 for a plugin that
+/// is not loaded.
+pub async fn delegate_session(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    Path(id): Path<String>,
+    Body(body): Body<DelegateSessionRequest>,
+) -> ApiResult<Json<AgentSessionEnvelope>> {
+    parse_id::<SessionId>(&id)?;
+    if body.plugin.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        return Err(ApiError::bad_request(
+            "plugin must not be empty; send null to take the session back",
+        ));
+    }
+    let asked = rein_core::harness::delegation::DelegateAsk {
+        session_key: body.session_key,
+        store_path: body.store_path,
+        session_id: body.session_id,
+    };
+    let session = state
+        .engine
+        .sessions()
+        .delegate(
+            &id,
+            body.plugin.as_deref(),
+            &asked,
+            &state.harnesses,
+            &caller.name,
+        )
+        .await?;
+    Ok(Json(AgentSessionEnvelope {
+        session,
         children: None,
     }))
 }

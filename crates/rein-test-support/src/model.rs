@@ -324,6 +324,16 @@ async fn script(State(seen): State<Seen>, body: String) -> Response {
                 "I was never told a code word."
             });
         }
+        ("Hand it over", 0) => {
+            return call(
+                "call_h",
+                "delegate",
+                json!({ "prompt": "who is the helper" }),
+            );
+        }
+        ("Hand it over", _) => {
+            return say(&format!("the helper said: {}", since[0]));
+        }
         ("Delegate the work", 0) => {
             return call(
                 "call_d",

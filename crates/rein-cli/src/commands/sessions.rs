@@ -5,7 +5,7 @@
 //! `--url`, the server's.
 
 use rein_protocol::AgentSessionInfo;
-use rein_protocol::api::{PinRequest, SessionQuery};
+use rein_protocol::api::{DelegateSessionRequest, PinRequest, SessionQuery};
 use rein_protocol::endpoints;
 use serde_json::json;
 
@@ -126,6 +126,46 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             }
             Ok(exit::SUCCESS)
         }
+        SessionsCommand::Delegate {
+            id,
+            to,
+            take_back: _,
+            session_key,
+            store_path,
+            session_id,
+            json,
+        } => {
+            let session = backend()?
+                .client()
+                .call::<endpoints::DelegateAgentSession>(
+                    &parse_session_id(&id)?,
+                    &(),
+                    &DelegateSessionRequest {
+                        plugin: to,
+                        session_key,
+                        store_path,
+                        session_id,
+                    },
+                )
+                .await?
+                .session;
+            if json {
+                print_json(&session)?;
+            } else {
+                match &session.delegated_execution {
+                    Some(d) => say!(
+                        "{} is handed to plugin {} (harness {}), run as {}'s on {}",
+                        session.id,
+                        d.plugin,
+                        d.harness,
+                        d.owner,
+                        d.owner_harness
+                    ),
+                    None => say!("{} is run by its owner", session.id),
+                }
+            }
+            Ok(exit::SUCCESS)
+        }
     }
 }
 
@@ -207,6 +247,16 @@ fn show(s: &AgentSessionInfo, children: &[AgentSessionInfo]) {
             d.step_id,
             d.call_id,
             if d.answer.is_some() { ", answered" } else { "" }
+        );
+    }
+    if let Some(d) = &s.delegated_execution {
+        say!(
+            "  handed to plugin {} (harness {}) by {} at {}, run as plugin {}'s",
+            d.plugin,
+            d.harness,
+            d.by,
+            d.at,
+            d.owner
         );
     }
     for c in children {

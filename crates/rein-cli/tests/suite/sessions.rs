@@ -644,3 +644,287 @@ fn a_session_is_compacted_by_hand_on_its_own_model_and_metered() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A plugin manifest for the test echo plugin: plugin `id` with harness
+/// `harness`, and what else its harness declares.
+fn plugin(dir: &Path, id: &str, harness: &str, more: &str) -> std::path::PathBuf {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    let manifest = dir.join(format!("{id}.toml"));
+    std::fs::write(
+        &manifest,
+        format!(
+            "id = {id:?}\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = {harness:?}\nlabel = \"Echo\"\n{more}",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    manifest
+}
+
+const HANDED: &str = r#"
+description = "handed over"
+[[steps]]
+id = "first"
+kind = "agent"
+prompt = "who runs first"
+runtime = "acme"
+session = "work"
+[[steps]]
+id = "gate"
+kind = "approve"
+title = "Hand the session over?"
+depends_on = ["first"]
+[[steps]]
+id = "second"
+kind = "agent"
+prompt = "who runs second"
+session = "work"
+depends_on = ["gate"]
+"#;
+
+/// Harness-sdk rules 22–24 through the user's paths, on a running server
+/// with three real plugin processes: `acme` owns the sessions its harness
+/// serves and trusts `runner` only. A session is handed over with `rein
+/// sessions delegate` (and the API), refused naming what differs, and its
+/// next turn runs on `runner`'s harness scoped to `acme`; a step's
+/// `delegate` calls are handed to the plugin its `delegate_to` names.
+#[test]
+fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_owners() {
+    let m = model();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let acme = plugin(
+        dir.path(),
+        "acme",
+        "acme",
+        "delegated_execution_plugin_ids = [\"runner\"]\n",
+    );
+    let runner = plugin(dir.path(), "runner", "runner-h", "");
+    let other = plugin(dir.path(), "other", "other-h", "");
+    let policy = dir.path().join("runtimes.toml");
+    std::fs::write(&policy, "[models]\n\"openai/gpt-test\" = \"acme\"\n").unwrap();
+    let token = "hand-over-operator-token";
+    let mut child = m
+        .rein(&data)
+        .args(["--plugin", acme.to_str().unwrap()])
+        .args(["--plugin", runner.to_str().unwrap()])
+        .args(["--plugin", other.to_str().unwrap()])
+        .args(["--runtime-policy", policy.to_str().unwrap()])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("REIN_TOKEN", token)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let url = format!("http://{addr}");
+    let remote = |args: &[&str]| {
+        let mut cmd = rein(&dir.path().join("client"));
+        cmd.args(["--url", &url, "--token", token]).args(args);
+        cmd
+    };
+    let plan = write_plan(dir.path(), "handed.toml", HANDED);
+    // It waits for a person at the gate: exit 3.
+    let started = remote(&["run", "--no-wait", "--json"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(started.status.code(), Some(3));
+    let started: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let task = started["id"].as_str().unwrap().to_owned();
+    let request = eventually("the gate asks", || {
+        let pending = json(&run_ok(&mut remote(&["approvals", "list", "--json"])));
+        pending
+            .as_array()
+            .unwrap()
+            .first()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+    });
+    let listed = json(&run_ok(&mut remote(&[
+        "sessions", "list", "--task", &task, "--json",
+    ])));
+    let work = named(listed.as_array().unwrap(), "work").clone();
+    let id = work["id"].as_str().unwrap();
+    assert_eq!(work["runtime"], "acme");
+
+    let refused = |args: &[&str], code: i32| {
+        let out = remote(&["sessions", "delegate", id])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        err
+    };
+    // Not pinned to its owner's harness: not locked to it (rule 23).
+    let err = refused(&["--to", "runner"], 1);
+    assert!(
+        err.contains("its runtime override is unset rather than the owner's harness `acme`"),
+        "{err}"
+    );
+    run_ok(&mut remote(&["sessions", "pin", id, "--runtime", "acme"]));
+    // A plugin the owner does not list (rule 22), one nobody loaded, and an
+    // identity that is not the stored one (rule 23).
+    let err = refused(&["--to", "other"], 1);
+    assert!(
+        err.contains("plugin `other` may not run sessions of plugin `acme`"),
+        "{err}"
+    );
+    let err = refused(&["--to", "ghost"], 2);
+    assert!(err.contains("no plugin `ghost` is loaded"), "{err}");
+    let err = refused(
+        &[
+            "--to",
+            "runner",
+            "--session-key",
+            "agent:main",
+            "--store-path",
+            "elsewhere",
+        ],
+        1,
+    );
+    assert!(
+        err.contains(&format!(
+            "session key `agent:main` is not the stored `{id}`"
+        )) && err.contains(&format!(
+            "store path `elsewhere` is not the stored `{task}`"
+        )),
+        "{err}"
+    );
+    // The API says the same, with 409.
+    let (status, body) = common::http(
+        &addr,
+        "POST",
+        &format!("/admin/agent-sessions/{id}/delegate"),
+        Some(token),
+        Some(("application/json", r#"{"plugin": "other"}"#)),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        body.contains("may not run sessions of plugin `acme`"),
+        "{body}"
+    );
+    let (status, body) = common::http(
+        &addr,
+        "POST",
+        &format!("/admin/agent-sessions/{id}/delegate"),
+        Some(token),
+        Some(("application/json", r#"{"plugin": "runner", "owner": "x"}"#)),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("owner"), "{body}");
+    let handed = json(&run_ok(&mut remote(&[
+        "sessions",
+        "delegate",
+        id,
+        "--to",
+        "runner",
+        "--session-key",
+        id,
+        "--json",
+    ])));
+    let d = &handed["delegated_execution"];
+    assert_eq!(
+        (
+            d["plugin"].as_str(),
+            d["harness"].as_str(),
+            d["owner"].as_str(),
+            d["owner_harness"].as_str()
+        ),
+        (Some("runner"), Some("runner-h"), Some("acme"), Some("acme")),
+        "{handed}"
+    );
+    assert_eq!(d["by"], "admin", "{handed}");
+
+    run_ok(&mut remote(&["approvals", "approve", &request]));
+    let state = eventually("the task completes", || {
+        let s = json(&run_ok(&mut remote(&["tasks", "show", &task, "--json"])));
+        (s["status"] != "in_progress" && s["status"] != "paused").then_some(s)
+    });
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(step_text(&state, "first"), "WHO RUNS FIRST by acme");
+    assert_eq!(
+        step_text(&state, "second"),
+        "WHO RUNS SECOND by runner-h for acme on acme"
+    );
+    let second = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == "second")
+        .unwrap();
+    assert_eq!(second["output"]["plugin"], "runner");
+    assert_eq!(
+        second["output"]["delegated_execution"]["ownerPluginId"],
+        "acme"
+    );
+    // The session stays its owner's: served by `acme`, two turns.
+    let shown = json(&run_ok(&mut remote(&["sessions", "show", id, "--json"])));
+    assert_eq!(shown["session"]["runtime"], "acme");
+    assert_eq!(shown["session"]["turns"], 2);
+    let back = json(&run_ok(&mut remote(&[
+        "sessions",
+        "delegate",
+        id,
+        "--take-back",
+        "--json",
+    ])));
+    assert!(back.get("delegated_execution").is_none(), "{back}");
+
+    // A step's `delegate` calls, handed to the plugin it names: the child is
+    // made on the route's harness (`acme`, by the runtime policy) and runs
+    // on `runner`'s.
+    let lead = |to: &str| {
+        write_plan(
+            dir.path(),
+            &format!("lead-{to}.toml"),
+            &format!(
+                "description = \"lead\"\n[[steps]]\nid = \"lead\"\nkind = \"agent\"\nprompt = \"Hand it over\"\nruntime = \"rein\"\ntools = [\"delegate\"]\ndelegate_to = {to:?}\n"
+            ),
+        )
+    };
+    let state = json(&run_ok(remote(&["run", "--json"]).arg(lead("runner"))));
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_eq!(
+        step_text(&state, "lead"),
+        "the helper said: WHO IS THE HELPER by runner-h for acme on acme"
+    );
+    let sessions = json(&run_ok(&mut remote(&[
+        "sessions",
+        "list",
+        "--task",
+        state["id"].as_str().unwrap(),
+        "--json",
+    ])));
+    let child = named(sessions.as_array().unwrap(), "delegate:lead:call_h");
+    assert_eq!(child["pinned_runtime"], "acme", "{child}");
+    assert_eq!(child["delegated_execution"]["plugin"], "runner", "{child}");
+    assert_eq!(child["delegated_execution"]["by"], "task", "{child}");
+    // To a plugin the owner does not trust: the step's attempt is refused
+    // as a permission (escalated to a person: exit 3), naming why.
+    let out = remote(&["run", "--no-wait", "--json"])
+        .arg(lead("other"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let state: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let refused = state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["step_id"] == "lead" && c["status"] == "failed")
+        .unwrap_or_else(|| panic!("no failed attempt in {state}"));
+    assert_eq!(
+        refused["metadata"]["error_type"], "permission_denied",
+        "{refused}"
+    );
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("plugin `other` may not run sessions of plugin `acme`"),
+        "{refused}"
+    );
+}

@@ -138,3 +138,119 @@ pub fn authorize_session_change(
         })
     }
 }
+
+/// What rein keeps of `session` in the rule's terms: its key (the `ses_…` id
+/// harnesses are given), its store path (the task it is kept beside), its
+/// runtime's own id, and the owner (the plugin of the harness that served it).
+/// Sessions in rein keep the route they were opened on: a session with a
+/// route is model-locked.
+pub fn stored_session(
+    registry: &HarnessRegistry,
+    session: &rein_protocol::AgentSessionInfo,
+) -> Result<StoredSession, String> {
+    let runtime = session
+        .runtime
+        .as_deref()
+        .filter(|r| *r != rein_protocol::BUILTIN_RUNTIME);
+    let Some(runtime) = runtime else {
+        return Err(format!(
+            "session {} is run by rein's built-in runtime, which is no plugin's and lists no delegates: only a session a plugin's harness served can be handed to another plugin",
+            session.id
+        ));
+    };
+    let Some(owner) = registry.get(runtime) else {
+        return Err(format!(
+            "session {} was served by harness `{runtime}`, which is not registered here: name its plugin with --plugin MANIFEST",
+            session.id
+        ));
+    };
+    Ok(StoredSession {
+        key: session.id.to_string(),
+        store_path: session.task_id.to_string(),
+        session_id: session.native_session_id.clone().unwrap_or_default(),
+        model_selection_locked: session.route.is_some(),
+        agent_harness_id: Some(runtime.to_owned()),
+        agent_harness_runtime_override: session.pinned_runtime.clone(),
+        owner_plugin_id: owner.plugin.id.clone(),
+    })
+}
+
+/// The harness of plugin `plugin` that runs the sessions handed to it: its
+/// first by id. The plugin must be loaded and active.
+pub fn delegate_harness<'r>(
+    registry: &'r HarnessRegistry,
+    plugin: &str,
+) -> Result<&'r super::Registered, String> {
+    let loaded: Vec<(&super::PluginInfo, super::PluginStatus)> = registry.plugins().collect();
+    let Some((_, status)) = loaded.iter().find(|(p, _)| p.id == plugin) else {
+        let names: Vec<&str> = loaded.iter().map(|(p, _)| p.id.as_str()).collect();
+        return Err(format!(
+            "no plugin `{plugin}` is loaded (loaded: {}); name its manifest with --plugin MANIFEST",
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        ));
+    };
+    if *status != super::PluginStatus::Enabled {
+        return Err(format!(
+            "plugin `{plugin}` is {}: it runs no sessions",
+            status.as_str()
+        ));
+    }
+    registry
+        .harnesses()
+        .filter(|r| r.plugin.id == plugin)
+        .min_by(|a, b| a.harness.id().cmp(b.harness.id()))
+        .ok_or_else(|| format!("plugin `{plugin}` registers no harness to run a session's turns"))
+}
+
+/// Whether the session's hand-over to `plugin` holds now (rules 22–23,
+/// asked again before each of its turns: a manifest or a pin may have
+/// changed): the scope it runs under and the harness that runs it, or why not.
+pub fn authorize_session<'r>(
+    registry: &'r HarnessRegistry,
+    session: &rein_protocol::AgentSessionInfo,
+    plugin: &str,
+    asked: &DelegateAsk,
+) -> Result<(DelegatedScope, &'r super::Registered), String> {
+    let stored = stored_session(registry, session)?;
+    let runner = delegate_harness(registry, plugin)?;
+    let run = DelegatedRun {
+        delegate_plugin_id: plugin.to_owned(),
+        key: asked
+            .session_key
+            .clone()
+            .unwrap_or_else(|| stored.key.clone()),
+        store_path: asked
+            .store_path
+            .clone()
+            .unwrap_or_else(|| stored.store_path.clone()),
+        session_id: asked
+            .session_id
+            .clone()
+            .unwrap_or_else(|| stored.session_id.clone()),
+    };
+    let scope = authorize_delegated_run(registry, &stored, &run).map_err(|e| e.to_string())?;
+    Ok((scope, runner))
+}
+
+/// The session's identity as a delegate names it; what is left out is taken
+/// as stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DelegateAsk {
+    pub session_key: Option<String>,
+    pub store_path: Option<String>,
+    pub session_id: Option<String>,
+}
+
+impl From<&DelegatedScope> for rein_protocol::plugin::DelegatedScope {
+    fn from(s: &DelegatedScope) -> Self {
+        rein_protocol::plugin::DelegatedScope {
+            owner_plugin_id: s.owner_plugin_id.clone(),
+            owner_harness_id: s.harness_id.clone(),
+            delegate_plugin_id: s.delegate_plugin_id.clone(),
+        }
+    }
+}

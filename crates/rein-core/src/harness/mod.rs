@@ -123,6 +123,9 @@ pub struct AttemptParams {
     pub policy: std::sync::Arc<rein_sandbox::Policy>,
     /// The images given with the prompt, read from the workspace.
     pub images: Vec<rein_protocol::plugin::AttemptImage>,
+    /// Whose session it is, when it is another plugin's run here by
+    /// delegation (rules 22–23).
+    pub delegated_execution: Option<rein_protocol::plugin::DelegatedScope>,
 }
 
 /// What an attempt reports while it runs.

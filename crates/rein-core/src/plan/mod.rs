@@ -353,14 +353,8 @@ pub fn validate(mut plan: TaskDecomposition) -> Result<TaskDecomposition, PlanEr
         issues.push(PlanIssue::BadSnapshotPattern { detail });
     }
     for step in &plan.steps {
-        if let StepAction::Agent {
-            limits:
-                rein_protocol::AgentLimits {
-                    budget: Some(budget),
-                    ..
-                },
-            ..
-        } = &step.action
+        if let StepAction::Agent { limits, .. } = &step.action
+            && let Some(budget) = &limits.budget
             && let Err(detail) = budget.check()
         {
             issues.push(PlanIssue::BadBudget {

@@ -169,6 +169,9 @@ pub(super) struct StepFile {
     /// Agent steps: images in the workspace given with the prompt.
     #[serde(default)]
     images: Option<Vec<String>>,
+    /// Agent steps: the plugin `delegate` calls hand their children to.
+    #[serde(default)]
+    delegate_to: Option<String>,
     /// Agent steps: `auto`, `required`, `none` or one of the step's tools.
     #[serde(default)]
     tool_choice: Option<String>,
@@ -294,6 +297,7 @@ pub(super) fn step_from_file(
         ("stream", s.stream.is_some()),
         ("mcp", s.mcp.is_some()),
         ("images", s.images.is_some()),
+        ("delegate_to", s.delegate_to.is_some()),
     ];
     if !by_agent && let Some((key, _)) = agent_keys.iter().find(|(_, set)| *set) {
         return Err(only_for(key, "agent"));
@@ -328,6 +332,19 @@ pub(super) fn step_from_file(
                     tools.join(", ")
                 }
             ));
+        }
+        match s.delegate_to.as_deref() {
+            Some(p) if p.trim().is_empty() => {
+                return Err(format!(
+                    "step `{id}`: `delegate_to` names no plugin; name the plugin its `delegate` calls are handed to"
+                ));
+            }
+            Some(p) if !tools.iter().any(|t| t == "delegate") => {
+                return Err(format!(
+                    "step `{id}`: `delegate_to = \"{p}\"` hands the step's `delegate` calls to a plugin, and the step has no `delegate` tool; add \"delegate\" to its `tools`"
+                ));
+            }
+            _ => {}
         }
         if s.max_turns.is_some_and(|n| n == 0 || n > 1000) {
             return Err(format!("step `{id}`: `max_turns` is between 1 and 1000"));
@@ -375,6 +392,7 @@ pub(super) fn step_from_file(
             fallback_models,
             budget: s.budget,
             stream: s.stream,
+            delegate_to: s.delegate_to,
         };
         let mut mcp = Vec::new();
         for name in s.mcp.unwrap_or_default() {
@@ -409,7 +427,7 @@ pub(super) fn step_from_file(
                 runtime: s.runtime,
                 tools,
                 session: s.session,
-                limits,
+                limits: Box::new(limits),
                 mcp,
                 network: s.network,
                 images: s.images.unwrap_or_default(),

@@ -575,7 +575,7 @@ stream = false
         panic!("not an agent step");
     };
     assert_eq!(
-        *limits,
+        **limits,
         rein_protocol::AgentLimits {
             tool_choice: Some("write_file".into()),
             require_tool_call: true,
@@ -592,6 +592,7 @@ stream = false
                 cost_usd: Some(0.5),
             }),
             stream: Some(false),
+            delegate_to: None,
         }
     );
     let bad = |extra: &str| {
@@ -728,4 +729,27 @@ fn bad_mcp_declarations_and_uses_are_refused_naming_them() {
         let err = parse(&text).unwrap_err();
         assert!(err.contains(says), "{text}\n=> {err}");
     }
+}
+
+#[test]
+fn delegate_to_names_a_plugin_and_needs_the_delegate_tool() {
+    let plan = |extra: &str| {
+        format!(
+            "description = \"d\"\n[[steps]]\nid = \"lead\"\nkind = \"agent\"\nprompt = \"go\"\n{extra}"
+        )
+    };
+    let spec = parse(&plan("tools = [\"delegate\"]\ndelegate_to = \"runner\"\n")).unwrap();
+    let StepAction::Agent { limits, .. } = &spec.plan.steps[0].action else {
+        panic!("not an agent step");
+    };
+    assert_eq!(limits.delegate_to.as_deref(), Some("runner"));
+    let err = parse(&plan("tools = [\"read_file\"]\ndelegate_to = \"runner\"\n")).unwrap_err();
+    assert!(err.contains("has no `delegate` tool"), "{err}");
+    let err = parse(&plan("tools = [\"delegate\"]\ndelegate_to = \" \"\n")).unwrap_err();
+    assert!(err.contains("`delegate_to` names no plugin"), "{err}");
+    let err = parse(
+        "description = \"d\"\n[[steps]]\nid = \"c\"\nrun = \"true\"\ndelegate_to = \"runner\"\n",
+    )
+    .unwrap_err();
+    assert!(err.contains("delegate_to"), "{err}");
 }

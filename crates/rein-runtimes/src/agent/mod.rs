@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rein_core::executor::{CommandOutput, StepOutcome, StepRequest};
+use rein_core::harness::delegation::{DelegateAsk, DelegatedScope, authorize_session};
 use rein_core::harness::{
-    AttemptEvent, AttemptParams, HarnessError, HarnessRegistry, RuntimePolicy, SelectionRequest,
-    select,
+    AttemptEvent, AttemptParams, HarnessError, HarnessRegistry, Registered, RuntimePolicy,
+    SelectionRequest, select,
 };
 use rein_core::recovery::Failure;
 use rein_core::sessions::{SessionName, Sessions, TASK_ACTOR};
@@ -337,6 +338,28 @@ impl AgentExecutor {
             Ok(d) => d,
             Err(e) => return failed(e.to_string(), Failure::Validation, None),
         };
+        // A session handed to another plugin runs there, if the hand-over
+        // still holds (rules 22–23, asked before every turn).
+        if let Some(handed) = &session.delegated_execution {
+            return match self.handed(&session, &handed.plugin) {
+                Ok(delegated) => {
+                    self.run_plugin(
+                        request,
+                        cancel,
+                        sessions,
+                        &session,
+                        decision,
+                        Some(delegated),
+                        prompt,
+                        tools,
+                        servers,
+                        images,
+                    )
+                    .await
+                }
+                Err(refused) => failed(refused, Failure::PermissionDenied, None),
+            };
+        }
         // A plugin's harness is recorded before its attempt (a reset goes
         // through it, even after a crash mid-attempt); the built-in runtime
         // needs no such trace and is recorded with the turns.
@@ -357,7 +380,8 @@ impl AgentExecutor {
         if decision.selected != BUILTIN_RUNTIME {
             return self
                 .run_plugin(
-                    request, cancel, sessions, &session, decision, prompt, tools, servers, images,
+                    request, cancel, sessions, &session, decision, None, prompt, tools, servers,
+                    images,
                 )
                 .await;
         }
@@ -469,27 +493,52 @@ impl AgentExecutor {
         outcome
     }
 
-    /// A plugin's harness runs the attempt; its failure is reported, never
-    /// replayed on another runtime.
+    /// Whether `session`, handed to `plugin`, may run there now: the scope
+    /// and the delegate's harness, or why not (what to do included).
+    pub(super) fn handed<'r>(
+        &'r self,
+        session: &AgentSessionInfo,
+        plugin: &str,
+    ) -> Result<(DelegatedScope, &'r Registered), String> {
+        authorize_session(&self.registry, session, plugin, &DelegateAsk::default()).map_err(
+            |why| {
+                format!(
+                    "session {} is handed to plugin `{plugin}`, and that no longer holds: {why}; take it back with `rein sessions delegate {} --take-back`",
+                    session.id, session.id
+                )
+            },
+        )
+    }
+
+    /// A plugin's harness runs the attempt (the delegate's, scoped to the
+    /// owner, for a session handed to another plugin); its failure is
+    /// reported, never replayed on another runtime.
     #[allow(clippy::too_many_arguments)]
-    async fn run_plugin(
+    pub(super) async fn run_plugin(
         &self,
         request: &StepRequest,
         cancel: &CancellationToken,
         sessions: &Sessions,
         session: &AgentSessionInfo,
         decision: SelectionDecision,
+        delegated: Option<(DelegatedScope, &Registered)>,
         prompt: &str,
         tools: &[String],
         mcp_servers: Vec<rein_protocol::McpUse>,
         images: Vec<rein_protocol::plugin::AttemptImage>,
     ) -> StepOutcome {
-        let Some(registered) = self.registry.get(&decision.selected) else {
-            return failed(
-                format!("harness `{}` vanished", decision.selected),
-                Failure::Internal,
-                None,
-            );
+        let (registered, scope) = match delegated {
+            Some((scope, runner)) => (runner, Some(scope)),
+            None => match self.registry.get(&decision.selected) {
+                Some(r) => (r, None),
+                None => {
+                    return failed(
+                        format!("harness `{}` vanished", decision.selected),
+                        Failure::Internal,
+                        None,
+                    );
+                }
+            },
         };
         // The plugin's executor controller, if any: a current executor for
         // this session, a stale one retired first.
@@ -537,6 +586,7 @@ impl AgentExecutor {
             mcp_servers,
             policy: Arc::clone(&request.policy),
             images,
+            delegated_execution: scope.as_ref().map(Into::into),
         });
         // Agent events go into the task's log as they come (with a run to
         // record them); the partial reply is kept for a failure's output.
@@ -564,6 +614,7 @@ impl AgentExecutor {
                 "selection": decision,
                 "policy": request.policy.describe(),
                 "plugin": registered.plugin.id,
+                "delegated_execution": scope.as_ref().map(rein_protocol::plugin::DelegatedScope::from),
                 "session": session.id,
                 "executor": executor.as_ref().map(|h| h.generation()),
                 "text": text,

@@ -287,6 +287,12 @@ impl AgentExecutor {
         // A child delegates no further, and is not held to the step's choice
         // of tool.
         let child_tools: Vec<String> = tools.iter().filter(|t| *t != "delegate").cloned().collect();
+        if let Some(plugin) = &turn.limits.delegate_to {
+            let outcome = self
+                .delegate_to_plugin(turn, &child, plugin, prompt, &child_tools)
+                .await;
+            return self.delegated_answer(turn, &child, outcome, &report).await;
+        }
         let child_limits = rein_protocol::AgentLimits {
             tool_choice: None,
             require_tool_call: false,
@@ -296,21 +302,37 @@ impl AgentExecutor {
             limits: &child_limits,
             ..*turn
         };
-        match self
+        let outcome = self
             .converse(&child_turn, &child, prompt, &child_tools)
-            .await
-        {
+            .await;
+        if let StepOutcome::Passed { output: Some(o) } = &outcome {
+            let turns = o["turns"].as_u64().unwrap_or(0);
+            if let Err(e) = turn
+                .sessions
+                .took_turns(child.id.as_str(), BUILTIN_RUNTIME, None, turns)
+                .await
+            {
+                return ToolOutcome::Stopped(unwritten(&e));
+            }
+        }
+        self.delegated_answer(turn, &child, outcome, &report).await
+    }
+
+    /// What a delegated child's run answers its parent's `delegate` call:
+    /// its final text (kept, so a resumed parent takes it), or what went
+    /// wrong; a refused permission stops the step.
+    async fn delegated_answer(
+        &self,
+        turn: &Turn<'_>,
+        child: &AgentSessionInfo,
+        outcome: StepOutcome,
+        report: &impl Fn(&str),
+    ) -> ToolOutcome {
+        match outcome {
             StepOutcome::Passed { output } => {
                 let output = output.unwrap_or_default();
                 let text = output["text"].as_str().unwrap_or_default().to_owned();
-                let turns = output["turns"].as_u64().unwrap_or(0);
-                let recorded = async {
-                    turn.sessions
-                        .took_turns(child.id.as_str(), BUILTIN_RUNTIME, None, turns)
-                        .await?;
-                    turn.sessions.answered(child.id.as_str(), &text).await
-                };
-                if let Err(e) = recorded.await {
+                if let Err(e) = turn.sessions.answered(child.id.as_str(), &text).await {
                     return ToolOutcome::Stopped(unwritten(&e));
                 }
                 report("answered");
@@ -322,8 +344,13 @@ impl AgentExecutor {
                 failure,
             } => {
                 if matches!(failure, Failure::PermissionDenied) {
+                    let error = if error.contains(child.id.as_str()) {
+                        error
+                    } else {
+                        format!("delegated session {}: {error}", child.id)
+                    };
                     return ToolOutcome::Stopped(StepOutcome::Failed {
-                        error: format!("delegated session {}: {error}", child.id),
+                        error,
                         output,
                         failure,
                     });
@@ -334,6 +361,111 @@ impl AgentExecutor {
                 ))
             }
             StepOutcome::Cancelled => ToolOutcome::Stopped(StepOutcome::Cancelled),
+        }
+    }
+
+    /// A `delegate` call of a step with `delegate_to = PLUGIN` (rules
+    /// 22–23): the child is made by its owner — the harness the runtime
+    /// policy gives the step's route — locked to that harness, handed to
+    /// `plugin`, and run on the plugin's harness scoped to the owner. A
+    /// refusal fails the step, naming why.
+    async fn delegate_to_plugin(
+        &self,
+        turn: &Turn<'_>,
+        child: &AgentSessionInfo,
+        plugin: &str,
+        prompt: &str,
+        tools: &[String],
+    ) -> StepOutcome {
+        let request = turn.request;
+        let refused = |why: String| {
+            failed(
+                format!(
+                    "step `{}` hands its `delegate` calls to plugin `{plugin}`: {why}",
+                    request.step.id
+                ),
+                Failure::PermissionDenied,
+                None,
+            )
+        };
+        let route = child.route.clone().unwrap_or_default();
+        let Some((provider, model)) = route.split_once('/') else {
+            return refused(format!("the session's route `{route}` names no model"));
+        };
+        let wanted = SelectionRequest {
+            session_runtime: child.pinned_runtime.clone(),
+            session: Some(child.id.to_string()),
+            ..self.policy.request(
+                provider,
+                Some(model.to_owned()),
+                &self.providers.facts(provider),
+            )
+        };
+        let decision = match select(&self.registry, &self.policy, &wanted).await {
+            Ok(d) => d,
+            Err(e) => return refused(e.to_string()),
+        };
+        if decision.selected == BUILTIN_RUNTIME {
+            return refused(format!(
+                "sessions on `{route}` are run by rein's built-in runtime, which is no plugin's and lists no delegates; give the route a plugin's harness in the runtime policy (`[runtime.models] \"{route}\" = \"HARNESS\"`)"
+            ));
+        }
+        // Made by its owner: locked to the owner's harness.
+        let owner = decision.selected.clone();
+        let mut child = child.clone();
+        if child.runtime.as_deref() != Some(owner.as_str())
+            || child.pinned_runtime.as_deref() != Some(owner.as_str())
+        {
+            match turn
+                .sessions
+                .change(child.id.as_str(), TASK_ACTOR, "session.lock", |s| {
+                    s.runtime = Some(owner.clone());
+                    s.pinned_runtime = Some(owner.clone());
+                    Ok(Some(()))
+                })
+                .await
+            {
+                Ok((c, _)) => child = c,
+                Err(e) => return unwritten(&e),
+            }
+        }
+        if child.delegated_execution.is_none() {
+            match turn
+                .sessions
+                .hand_over(
+                    &child,
+                    plugin,
+                    &DelegateAsk::default(),
+                    &self.registry,
+                    TASK_ACTOR,
+                )
+                .await
+            {
+                Ok(c) => child = c,
+                Err(rein_core::EngineError::Store(e)) => {
+                    return unwritten(&rein_core::EngineError::Store(e));
+                }
+                // It says which session and plugin, and why.
+                Err(e) => return failed(e.to_string(), Failure::PermissionDenied, None),
+            }
+        }
+        match self.handed(&child, plugin) {
+            Ok(delegated) => {
+                self.run_plugin(
+                    request,
+                    turn.cancel,
+                    turn.sessions,
+                    &child,
+                    decision,
+                    Some(delegated),
+                    prompt,
+                    tools,
+                    Vec::new(),
+                    Vec::new(),
+                )
+                .await
+            }
+            Err(why) => refused(why),
         }
     }
 

@@ -87,6 +87,12 @@ for line in sys.stdin:
             raw = base64.b64decode(image["data"])
             result["text"] += " [%s %s %d bytes %s]" % (
                 image["mimeType"], image["path"], len(raw), raw[:4].hex())
+        if params["prompt"].startswith("who"):
+            # Who ran it, and for whom when the session is another plugin's.
+            result["text"] += " by " + params["harnessId"]
+            scope = params.get("delegatedExecution")
+            if scope:
+                result["text"] += " for %s on %s" % (scope["ownerPluginId"], scope["ownerHarnessId"])
         if params["prompt"].startswith("metered"):
             # What its own model calls used (the optional usage of the result).
             result["usage"] = {"inputTokens": 30, "cachedInputTokens": 10,

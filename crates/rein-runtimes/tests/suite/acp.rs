@@ -166,6 +166,7 @@ async fn attempt_under(
             mcp_servers: Vec::new(),
             policy,
             images: Vec::new(),
+            delegated_execution: None,
         })
         .await;
     let mut seen = Vec::new();
@@ -511,6 +512,7 @@ async fn cancelling_the_attempt_sends_session_cancel_and_the_agent_ends_its_turn
             mcp_servers: Vec::new(),
             policy: std::sync::Arc::default(),
             images: Vec::new(),
+            delegated_execution: None,
         })
         .await;
     assert_eq!(result.unwrap_err(), HarnessError::Cancelled);

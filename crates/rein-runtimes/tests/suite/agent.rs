@@ -419,7 +419,7 @@ fn on_provider(provider: &str, prompt: &str) -> TaskStep {
 fn with_limits(prompt: &str, limits: rein_protocol::AgentLimits) -> TaskStep {
     let mut step = agent_step(prompt);
     if let StepAction::Agent { limits: l, .. } = &mut step.action {
-        *l = limits;
+        **l = limits;
     }
     step
 }

@@ -64,10 +64,10 @@ fn step(budget: Option<Budget>) -> TaskStep {
             runtime: None,
             tools: vec!["list_dir".into()],
             session: None,
-            limits: rein_protocol::AgentLimits {
+            limits: Box::new(rein_protocol::AgentLimits {
                 budget,
                 ..Default::default()
-            },
+            }),
             mcp: Vec::new(),
             network: false,
             images: Vec::new(),

@@ -141,10 +141,10 @@ async fn run_with(
             runtime: None,
             tools: Vec::new(),
             session: None,
-            limits: rein_protocol::AgentLimits {
+            limits: Box::new(rein_protocol::AgentLimits {
                 fallback_models: fallbacks.iter().map(|m| (*m).to_owned()).collect(),
                 ..Default::default()
-            },
+            }),
             mcp: Vec::new(),
             network: false,
             images: Vec::new(),

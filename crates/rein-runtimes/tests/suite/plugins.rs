@@ -100,6 +100,7 @@ async fn an_attempt_streams_its_partial_replies_and_events_before_its_result() {
             mcp_servers: Vec::new(),
             policy: std::sync::Arc::default(),
             images: Vec::new(),
+            delegated_execution: None,
         })
         .await
         .unwrap();

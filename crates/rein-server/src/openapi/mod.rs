@@ -74,6 +74,7 @@ pub fn table() -> Vec<Route> {
         bind::<ShowAgentSession, _>(sessions::show_session),
         bind::<ResetAgentSession, _>(sessions::reset_session),
         bind::<PinAgentSession, _>(sessions::pin_session),
+        bind::<DelegateAgentSession, _>(sessions::delegate_session),
         bind::<Complete, _>(complete),
         bind::<ShowTask, _>(show_task),
         bind::<DeleteTask, _>(delete_task),
