@@ -407,3 +407,58 @@ fn required_permissions_are_acquired_through_the_rules_and_recorded() {
         "{said}"
     );
 }
+
+/// CP3's `security_scan`: a step its plan marks high-risk is scanned by the
+/// permission rules before it runs — each simple command of its script with
+/// the rule that decided it — and the scan is recorded before the step's
+/// own checkpoint; a step of ordinary risk is not scanned.
+#[test]
+fn a_high_risk_step_is_security_scanned_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let policy = write_plan(
+        dir.path(),
+        "scan.toml",
+        "high_risk = \"allow\"\n[[rules]]\nverdict = \"allow\"\ncommand = \"echo **\"\nreason = \"echo only prints\"\n",
+    );
+    let plan = write_plan(
+        dir.path(),
+        "plan.toml",
+        "description = \"risky\"\n[[steps]]\nid = \"ship\"\nrun = \"echo one && touch made\"\nrisk_level = \"high\"\n[[steps]]\nid = \"calm\"\nrun = \"true\"\ndepends_on = [\"ship\"]\n",
+    );
+    let state = json(&run_ok(
+        rein(&data)
+            .args(["--sandbox", "none", "--policy"])
+            .arg(&policy)
+            .args(["run", "--json"])
+            .arg(&plan),
+    ));
+    assert_eq!(state["status"], "completed", "{state}");
+    let checkpoints = state["checkpoints"].as_array().unwrap();
+    let scans: Vec<&serde_json::Value> = checkpoints
+        .iter()
+        .filter(|c| c["type"] == "security_scan")
+        .collect();
+    assert_eq!(scans.len(), 1, "{state}");
+    let scan = scans[0];
+    assert_eq!(scan["status"], "completed");
+    assert_eq!(scan["input"]["step"], "ship");
+    assert_eq!(scan["input"]["run"], "echo one && touch made");
+    let decisions = scan["output"]["decisions"].as_array().unwrap();
+    assert_eq!(decisions.len(), 2, "{scan}");
+    assert_eq!(decisions[0]["subject"], "echo one");
+    assert!(
+        decisions[0]["rule"].as_str().unwrap().contains("echo **"),
+        "{scan}"
+    );
+    assert_eq!(decisions[1]["subject"], "touch made");
+    assert_eq!(scan["output"]["strictest"]["verdict"], "allow", "{scan}");
+    assert_eq!(scan["approved_by"]["who"], "the permission rules");
+    let at = |pred: &dyn Fn(&serde_json::Value) -> bool| {
+        checkpoints.iter().position(pred).unwrap()
+    };
+    assert!(
+        at(&|c| c["type"] == "security_scan")
+            < at(&|c| c["type"] == "task_exec" && c["step_id"] == "ship")
+    );
+}

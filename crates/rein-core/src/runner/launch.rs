@@ -53,6 +53,9 @@ impl TaskRun<'_> {
             if !step.required_permissions.is_empty() {
                 self.check_permissions(&step)?;
             }
+            if step.risk_level == rein_protocol::RiskLevel::High {
+                self.security_scan(&step)?;
+            }
             let span = SpanRef::child_of(&self.rec.state.head.span_id);
             let input = match &step.action {
                 StepAction::Command { run, .. } => Some(serde_json::json!({
@@ -127,45 +130,102 @@ impl TaskRun<'_> {
             Err(e) => (Some(e), Vec::new()),
         };
         let output = serde_json::json!({ "decisions": decisions });
-        match refused {
-            None => {
-                system_checkpoint(
-                    &mut self.rec,
-                    CheckpointType::PermissionCheck,
-                    Some(input),
-                    Some(output),
-                    ApprovedBy {
-                        kind: Approver::System,
-                        who: "the permission rules".into(),
-                    },
-                )?;
+        self.rules_checkpoint(
+            CheckpointType::PermissionCheck,
+            input,
+            output,
+            refused.map(|why| (why, rein_protocol::ErrorType::PermissionDenied)),
+        )
+    }
+
+    /// Records the `security_scan` of a step its plan marks high-risk (spec
+    /// tasks.md CP3): what the permission rules say of each simple command
+    /// of its script (an agent step: of its network and MCP servers), of
+    /// the paths it reads and the network it is given, with the strictest
+    /// of them. Passed unless a rule denies something (then failed, as a
+    /// security violation: the step's run is refused for the same reason).
+    fn security_scan(&mut self, step: &TaskStep) -> Result<()> {
+        let policy = crate::permissions::for_step(step, &self.ctx.config.policy);
+        let mut input = serde_json::json!({ "step": step.id, "risk_level": "high" });
+        let (decisions, strictest) = match &policy {
+            Ok(policy) => {
+                let mut decisions = Vec::new();
+                if let StepAction::Command { run, .. } = &step.action {
+                    input["run"] = serde_json::json!(run);
+                    match rein_sandbox::policy::simple_commands(run) {
+                        Ok(commands) => {
+                            decisions.extend(commands.iter().map(|c| policy.check_command(c)));
+                        }
+                        Err(_) => decisions.push(policy.check_script(run)),
+                    }
+                }
+                (decisions, crate::permissions::decide_under(step, policy))
             }
-            Some(why) => {
-                let span = SpanRef::child_of(&self.rec.state.head.span_id);
-                let checkpoint = Checkpoint {
-                    input: Some(input),
-                    ..Checkpoint::pending(
-                        self.rec.state.head.id.clone(),
-                        None,
-                        CheckpointType::PermissionCheck,
-                        1,
-                    )
-                };
-                let id = self.rec.enter_checkpoint(checkpoint, &span)?;
-                self.rec.record(
-                    TaskChange::CheckpointFailed {
-                        checkpoint_id: id,
-                        duration_ms: 0,
-                        error: why,
-                        output: Some(output),
-                        will_retry: false,
-                        error_type: Some(rein_protocol::ErrorType::PermissionDenied),
-                        retry_at: None,
-                    },
-                    &span,
-                )?;
-            }
-        }
+            Err(_) => (Vec::new(), None),
+        };
+        let refused = match (&policy, &strictest) {
+            (Err(e), _) => Some(e.clone()),
+            (Ok(_), Some(d)) if d.verdict == rein_protocol::Verdict::Deny => Some(format!(
+                "step `{}` is refused by the security scan: {} is denied by {}{}",
+                step.id,
+                d.subject,
+                d.rule,
+                d.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            )),
+            _ => None,
+        };
+        let output = serde_json::json!({ "decisions": decisions, "strictest": strictest });
+        self.rules_checkpoint(
+            CheckpointType::SecurityScan,
+            input,
+            output,
+            refused.map(|why| (why, rein_protocol::ErrorType::SecurityViolation)),
+        )
+    }
+
+    /// A step-less checkpoint the permission rules decide before a step's
+    /// own: passed, or failed for `refused`'s reason and error type.
+    fn rules_checkpoint(
+        &mut self,
+        kind: CheckpointType,
+        input: serde_json::Value,
+        output: serde_json::Value,
+        refused: Option<(String, rein_protocol::ErrorType)>,
+    ) -> Result<()> {
+        let Some((why, error_type)) = refused else {
+            system_checkpoint(
+                &mut self.rec,
+                kind,
+                Some(input),
+                Some(output),
+                ApprovedBy {
+                    kind: Approver::System,
+                    who: "the permission rules".into(),
+                },
+            )?;
+            return Ok(());
+        };
+        let span = SpanRef::child_of(&self.rec.state.head.span_id);
+        let checkpoint = Checkpoint {
+            input: Some(input),
+            ..Checkpoint::pending(self.rec.state.head.id.clone(), None, kind, 1)
+        };
+        let id = self.rec.enter_checkpoint(checkpoint, &span)?;
+        self.rec.record(
+            TaskChange::CheckpointFailed {
+                checkpoint_id: id,
+                duration_ms: 0,
+                error: why,
+                output: Some(output),
+                will_retry: false,
+                error_type: Some(error_type),
+                retry_at: None,
+            },
+            &span,
+        )?;
         Ok(())
     }
 
