@@ -648,6 +648,15 @@ pub enum HarnessCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Reload a running server's plugin (with --url): its program is
+    /// restarted at its next call (calls waiting on it fail, saying so), and
+    /// its executors are stale — retired and ensured again at their
+    /// sessions' next turn.
+    Reload {
+        plugin: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

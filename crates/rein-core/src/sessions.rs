@@ -615,7 +615,7 @@ impl Sessions {
         };
         let session = self.get(id).await.map_err(|e| e.to_string())?;
         let current = |e: &SessionExecutor| {
-            e.registry == registry.instance()
+            e.registry == registry.instance_for(plugin)
                 && e.generation == session.generation
                 && e.plugin == plugin
         };
@@ -650,7 +650,7 @@ impl Sessions {
         }
         let executor = SessionExecutor {
             plugin: plugin.to_owned(),
-            registry: registry.instance().to_owned(),
+            registry: registry.instance_for(plugin),
             generation: session.generation,
             environment_id: format!("{}.{}", session.id, rein_protocol::ids::new_span_id()),
             workspace_directory: handle.workspace_directory().display().to_string(),

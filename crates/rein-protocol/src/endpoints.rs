@@ -372,6 +372,13 @@ endpoints! {
         errors: [400, 401, 403, 404, 409],
     }
 
+    /// Reload a plugin while rein runs: its program is restarted at its next call (calls waiting on it fail, saying so), its executor handles stop working and its sessions' executors are retired and ensured again at their next turn (409: the plugin was revoked)
+    ReloadPlugin = Post "/admin/harnesses/plugins/{id}/reload" for Admin {
+        id: str = name,
+        response: 200 List<HarnessInfo>,
+        errors: [400, 401, 403, 404, 409],
+    }
+
     /// Which runtime would serve a model route here, and why (404: no such harness; 409: it cannot serve the route)
     ExplainHarness = Get "/admin/harnesses/explain" for Viewer {
         query: ExplainQuery,
@@ -747,7 +754,7 @@ mod tests {
                 o.name
             );
         }
-        assert_eq!(ALL.len(), 63);
+        assert_eq!(ALL.len(), 64);
     }
 
     #[test]

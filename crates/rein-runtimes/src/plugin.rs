@@ -260,6 +260,21 @@ impl PluginProcess {
         &self.manifest.id
     }
 
+    /// Stops the program (a reload): calls waiting on it fail, saying so,
+    /// and the next call starts it anew.
+    async fn restart(&self) {
+        let mut conn = self.conn.lock().await;
+        if let Some(mut c) = conn.take() {
+            c.shared
+                .break_with("the plugin was reloaded while the call waited".into());
+            let _ = c.child.start_kill();
+            // Reaped, so that no zombie is left behind.
+            tokio::spawn(async move {
+                let _ = c.child.wait().await;
+            });
+        }
+    }
+
     /// Starts the program and its stdout reader.
     fn spawn(&self) -> Result<Connection, PluginError> {
         let (mut command, path) = crate::manifest::manifest_command(
@@ -660,6 +675,10 @@ impl AgentHarness for PluginHarness {
         Some(self.isolated(params).await)
     }
 
+    async fn restart(&self) {
+        self.process.restart().await;
+    }
+
     async fn reset(&self, session: &AgentSession) -> Result<(), ResetError> {
         let params = json!(ResetParams {
             harness_id: self.decl.id.clone(),
@@ -788,6 +807,10 @@ impl PluginExecutor {
 impl ExecutorController for PluginExecutor {
     fn workspace_directory(&self) -> &Path {
         &self.workspace
+    }
+
+    async fn restart(&self) {
+        self.process.restart().await;
     }
 
     async fn ensure(

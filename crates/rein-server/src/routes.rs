@@ -809,28 +809,32 @@ pub async fn list_harnesses(State(state): State<AppState>) -> ApiResult<Json<Lis
     Ok(Json(List::new(state.harnesses.list())))
 }
 
+/// Why a plugin could not be changed: 404 for one not loaded, 409 for a
+/// revoked one.
+fn plugin_refused(e: &rein_core::harness::PluginChangeError) -> ApiError {
+    use rein_core::harness::PluginChangeError;
+    match e {
+        PluginChangeError::Unknown { .. } => {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", e.to_string())
+        }
+        PluginChangeError::Revoked { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "conflict", e.to_string())
+        }
+    }
+}
+
 /// An operator's change of a plugin's status; the harnesses as they are then.
 fn change_plugin(
     state: &AppState,
     id: &str,
     to: rein_core::harness::PluginStatus,
 ) -> ApiResult<Json<List<HarnessInfo>>> {
-    use rein_core::harness::PluginChangeError;
     match state.harnesses.registry.change_plugin(id, to) {
         Ok(_) => {
             tracing::info!(plugin = id, status = to.as_str(), "plugin status changed");
             Ok(Json(List::new(state.harnesses.list())))
         }
-        Err(e @ PluginChangeError::Unknown { .. }) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            e.to_string(),
-        )),
-        Err(e @ PluginChangeError::Revoked { .. }) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "conflict",
-            e.to_string(),
-        )),
+        Err(e) => Err(plugin_refused(&e)),
     }
 }
 
@@ -846,6 +850,21 @@ pub async fn enable_plugin(
     Path(id): Path<String>,
 ) -> ApiResult<Json<List<HarnessInfo>>> {
     change_plugin(&state, &id, rein_core::harness::PluginStatus::Enabled)
+}
+
+/// Reloads a plugin (spec §3 rule 11): a new registration, its program
+/// restarted at its next call; the harnesses as they are then.
+pub async fn reload_plugin(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> ApiResult<Json<List<HarnessInfo>>> {
+    match state.harnesses.registry.reload(&id).await {
+        Ok(serial) => {
+            tracing::info!(plugin = %id, registration = serial, "plugin reloaded");
+            Ok(Json(List::new(state.harnesses.list())))
+        }
+        Err(e) => Err(plugin_refused(&e)),
+    }
 }
 
 pub async fn revoke_plugin(

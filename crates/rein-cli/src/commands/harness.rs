@@ -18,6 +18,7 @@ pub async fn dispatch(target: &Target, cmd: HarnessCommand) -> anyhow::Result<u8
         HarnessCommand::Disable { plugin, json } => (plugin, json, "disabled"),
         HarnessCommand::Enable { plugin, json } => (plugin, json, "enabled"),
         HarnessCommand::Revoke { plugin, json } => (plugin, json, "revoked"),
+        HarnessCommand::Reload { plugin, json } => (plugin, json, "reloaded"),
         other => return list_or_explain(target, other).await,
     };
     change(target, to, &plugin, json).await
@@ -116,20 +117,21 @@ async fn list_or_explain(target: &Target, cmd: HarnessCommand) -> anyhow::Result
         }
         HarnessCommand::Disable { .. }
         | HarnessCommand::Enable { .. }
-        | HarnessCommand::Revoke { .. } => Err(UsageError(
-            "a plugin's status is changed with `rein harness disable|enable|revoke`".into(),
+        | HarnessCommand::Revoke { .. }
+        | HarnessCommand::Reload { .. } => Err(UsageError(
+            "a plugin's status is changed with `rein harness disable|enable|revoke|reload`".into(),
         )
         .into()),
     }
 }
 
-/// `rein harness disable|enable|revoke PLUGIN`: a running server's plugin,
+/// `rein harness disable|enable|revoke|reload PLUGIN`: a running server's plugin,
 /// changed there (a plugin of this process lives only as long as the
 /// command, so there is nothing to change without `--url`).
 async fn change(target: &Target, done: &str, plugin: &str, json: bool) -> anyhow::Result<u8> {
     if target.url.is_none() {
         return Err(UsageError(format!(
-            "a plugin is switched off, on or revoked in a running server: give its --url (here, `{plugin}` lives only as long as this command)"
+            "a plugin is switched off, on, revoked or reloaded in a running server: give its --url (here, `{plugin}` lives only as long as this command)"
         ))
         .into());
     }
@@ -145,6 +147,11 @@ async fn change(target: &Target, done: &str, plugin: &str, json: bool) -> anyhow
         "enabled" => {
             client
                 .call::<endpoints::EnablePlugin>(plugin.as_str(), &(), &())
+                .await?
+        }
+        "reloaded" => {
+            client
+                .call::<endpoints::ReloadPlugin>(plugin.as_str(), &(), &())
                 .await?
         }
         _ => {

@@ -454,9 +454,7 @@ fn a_high_risk_step_is_security_scanned_before_it_runs() {
     assert_eq!(decisions[1]["subject"], "touch made");
     assert_eq!(scan["output"]["strictest"]["verdict"], "allow", "{scan}");
     assert_eq!(scan["approved_by"]["who"], "the permission rules");
-    let at = |pred: &dyn Fn(&serde_json::Value) -> bool| {
-        checkpoints.iter().position(pred).unwrap()
-    };
+    let at = |pred: &dyn Fn(&serde_json::Value) -> bool| checkpoints.iter().position(pred).unwrap();
     assert!(
         at(&|c| c["type"] == "security_scan")
             < at(&|c| c["type"] == "task_exec" && c["step_id"] == "ship")

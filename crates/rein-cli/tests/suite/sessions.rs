@@ -928,3 +928,105 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
         "{refused}"
     );
 }
+
+/// Rule 11 through `rein harness reload` on a running server: between two
+/// turns of one session, the plugin is reloaded; its old program is gone,
+/// the next turn is answered by a new one, and the executor ensured under
+/// the old registration is retired as stale and ensured again. A revoked
+/// plugin is not reloaded (409, exit 1); an unknown one is named.
+#[test]
+fn a_reloaded_plugin_answers_from_a_new_program_and_its_executors_are_ensured_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let exec = dir.path().join("exec");
+    std::fs::create_dir_all(&exec).unwrap();
+    let manifest = echo_plugin(dir.path(), "echo.toml", "ok", &exec);
+    let token = "reload-operator-token";
+    let mut child = rein(&data)
+        .args(["--plugin", manifest.to_str().unwrap()])
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("REIN_TOKEN", token)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = common::listening(&mut child);
+    let _server = common::Server(child);
+    let url = format!("http://{addr}");
+    let remote = |args: &[&str]| {
+        let mut cmd = rein(&dir.path().join("client"));
+        cmd.args(["--url", &url, "--token", token]).args(args);
+        cmd
+    };
+    let plan = write_plan(
+        dir.path(),
+        "reload.toml",
+        "description = \"reload\"\n[[steps]]\nid = \"first\"\nkind = \"agent\"\nprompt = \"pid\"\nruntime = \"echo\"\nsession = \"work\"\n[[steps]]\nid = \"gate\"\nkind = \"approve\"\ntitle = \"Go on?\"\ndepends_on = [\"first\"]\n[[steps]]\nid = \"second\"\nkind = \"agent\"\nprompt = \"pid\"\nruntime = \"echo\"\nsession = \"work\"\ndepends_on = [\"gate\"]\n",
+    );
+    let started = remote(&["run", "--no-wait", "--json"])
+        .arg(&plan)
+        .output()
+        .unwrap();
+    assert_eq!(started.status.code(), Some(3));
+    let started: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let task = started["id"].as_str().unwrap().to_owned();
+    let request = eventually("the gate asks", || {
+        let pending = json(&run_ok(&mut remote(&["approvals", "list", "--json"])));
+        pending
+            .as_array()
+            .unwrap()
+            .first()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+    });
+    let pid_of = |state: &Value, step: &str| -> u32 {
+        step_text(state, step)
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let first = pid_of(&started, "first");
+    assert!(Path::new(&format!("/proc/{first}")).exists());
+
+    let rows = json(&run_ok(&mut remote(&[
+        "harness", "reload", "echo", "--json",
+    ])));
+    assert!(
+        rows.as_array().unwrap().iter().any(|r| r["id"] == "echo"),
+        "{rows}"
+    );
+    // The old program is gone: nothing of it outlives the reload.
+    eventually("the old program ends", || {
+        let stat = std::fs::read_to_string(format!("/proc/{first}/stat")).unwrap_or_default();
+        // Gone, or a zombie not yet reaped.
+        (stat.is_empty() || stat.contains(") Z ")).then_some(())
+    });
+
+    run_ok(&mut remote(&["approvals", "approve", &request]));
+    let state = eventually("the task completes", || {
+        let s = json(&run_ok(&mut remote(&["tasks", "show", &task, "--json"])));
+        (s["status"] != "in_progress" && s["status"] != "paused").then_some(s)
+    });
+    assert_eq!(state["status"], "completed", "{state}");
+    assert_ne!(pid_of(&state, "second"), first, "{state}");
+    let log = std::fs::read_to_string(exec.join("executor.log")).unwrap();
+    let calls: Vec<&str> = log.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    assert_eq!(
+        calls,
+        [
+            "executor/ensure",
+            "executor/retire",
+            "executor/ensure",
+            "executor/retire"
+        ],
+        "{log}"
+    );
+
+    let unknown = remote(&["harness", "reload", "ghost"]).output().unwrap();
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no plugin `ghost`"));
+    run_ok(&mut remote(&["harness", "revoke", "echo"]));
+    let revoked = remote(&["harness", "reload", "echo"]).output().unwrap();
+    assert_eq!(revoked.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&revoked.stderr).contains("stays revoked"));
+}

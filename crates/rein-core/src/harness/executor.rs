@@ -39,6 +39,9 @@ pub trait ExecutorController: Send + Sync {
         binding: &ExecutorBinding,
         ctx: &ExecutorContext,
     ) -> Result<(), ExecutorError>;
+    /// Its plugin is reloaded: a controller that keeps a program running
+    /// stops it, so that the next call starts it anew.
+    async fn restart(&self) {}
 }
 
 /// Why an executor operation failed.
@@ -70,15 +73,12 @@ pub enum ResolveError {
 /// A registered controller and the registration it came with.
 #[derive(Clone)]
 pub(crate) struct Slot {
-    controller: Arc<dyn ExecutorController>,
-    serial: u64,
+    pub(crate) controller: Arc<dyn ExecutorController>,
 }
 
 impl std::fmt::Debug for Slot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Slot")
-            .field("serial", &self.serial)
-            .finish()
+        f.debug_struct("Slot").finish_non_exhaustive()
     }
 }
 
@@ -90,23 +90,23 @@ impl PluginApi<'_> {
         controller: Arc<dyn ExecutorController>,
     ) -> Result<(), RegistrationError> {
         let plugin = self.plugin.id.clone();
-        let result = if !controller.workspace_directory().is_absolute() {
+        let result = if controller.workspace_directory().is_absolute() {
+            match self.registry.controllers.entry(plugin) {
+                std::collections::btree_map::Entry::Occupied(e) => {
+                    Err(RegistrationError::SecondController {
+                        plugin: e.key().clone(),
+                    })
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(Slot { controller });
+                    Ok(())
+                }
+            }
+        } else {
             Err(RegistrationError::RelativeWorkspace {
                 plugin,
                 path: controller.workspace_directory().display().to_string(),
             })
-        } else if self.registry.controllers.contains_key(&plugin) {
-            Err(RegistrationError::SecondController { plugin })
-        } else {
-            let serial = self
-                .registry
-                .plugins
-                .get(&plugin)
-                .map_or(0, |p| p.serial.load(Ordering::SeqCst));
-            self.registry
-                .controllers
-                .insert(plugin, Slot { controller, serial });
-            Ok(())
         };
         if let Err(e) = &result {
             self.refused.push(e.clone());
@@ -142,7 +142,8 @@ impl HarnessRegistry {
             plugin: plugin_id.to_owned(),
             generation: self.generation,
             controller: Arc::clone(&slot.controller),
-            serial: slot.serial,
+            // The registration as it is now: a reload moves it on.
+            serial: plugin.serial.load(Ordering::SeqCst),
             current_serial: Arc::clone(&plugin.serial),
             retired: self.retired.clone(),
             revoked: plugin.revoked.clone(),

@@ -71,6 +71,9 @@ pub trait AgentHarness: Send + Sync {
         let _ = session;
         Ok(())
     }
+    /// Its plugin is reloaded (spec §3 rule 11): a runtime that keeps a
+    /// program running stops it, so that the next call starts it anew.
+    async fn restart(&self) {}
     /// Serves an isolated completion (spec §4); `None`: not supported.
     async fn run_isolated_completion_v2(
         &self,
@@ -533,6 +536,57 @@ impl HarnessRegistry {
         }
     }
 
+    /// Reloads plugin `plugin_id` while rein runs (spec §3 rule 11): its
+    /// registration is replaced — handles resolved before stop working, and
+    /// the executors recorded under it are stale, retired and ensured again
+    /// at their sessions' next turn — and its program is restarted at its
+    /// next call. A revoked plugin stays revoked. The new registration's
+    /// serial, or why not.
+    pub async fn reload(&self, plugin_id: &str) -> Result<u64, PluginChangeError> {
+        let p = self.known(plugin_id)?;
+        if p.status.get() == PluginStatus::Revoked {
+            return Err(PluginChangeError::Revoked {
+                id: plugin_id.to_owned(),
+            });
+        }
+        let serial = p.serial.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        for r in self.harnesses.values().filter(|r| r.plugin.id == plugin_id) {
+            r.harness.restart().await;
+        }
+        if let Some(slot) = self.controllers.get(plugin_id) {
+            slot.controller.restart().await;
+        }
+        Ok(serial)
+    }
+
+    /// Where executors of `plugin_id`'s controller are recorded as made: this
+    /// registry and the plugin's current registration (an executor recorded
+    /// under another is stale).
+    pub fn instance_for(&self, plugin_id: &str) -> String {
+        match self.plugins.get(plugin_id) {
+            Some(p) => format!(
+                "{}#{}",
+                self.instance,
+                p.serial.load(std::sync::atomic::Ordering::SeqCst)
+            ),
+            None => self.instance.clone(),
+        }
+    }
+
+    fn known(&self, plugin_id: &str) -> Result<&PluginState, PluginChangeError> {
+        self.plugins.get(plugin_id).ok_or_else(|| {
+            let loaded: Vec<&str> = self.plugins.keys().map(String::as_str).collect();
+            PluginChangeError::Unknown {
+                id: plugin_id.to_owned(),
+                loaded: if loaded.is_empty() {
+                    "none".into()
+                } else {
+                    loaded.join(", ")
+                },
+            }
+        })
+    }
+
     /// An operator's change of a loaded plugin's status while rein runs:
     /// `enable` (from disabled), `disable`, or `revoke` (final until a
     /// restart). The new status, or why not.
@@ -541,17 +595,7 @@ impl HarnessRegistry {
         plugin_id: &str,
         to: PluginStatus,
     ) -> Result<PluginStatus, PluginChangeError> {
-        let Some(p) = self.plugins.get(plugin_id) else {
-            let loaded: Vec<&str> = self.plugins.keys().map(String::as_str).collect();
-            return Err(PluginChangeError::Unknown {
-                id: plugin_id.to_owned(),
-                loaded: if loaded.is_empty() {
-                    "none".into()
-                } else {
-                    loaded.join(", ")
-                },
-            });
-        };
+        let p = self.known(plugin_id)?;
         if p.status.get() == PluginStatus::Revoked {
             return Err(PluginChangeError::Revoked {
                 id: plugin_id.to_owned(),

@@ -87,6 +87,9 @@ for line in sys.stdin:
             raw = base64.b64decode(image["data"])
             result["text"] += " [%s %s %d bytes %s]" % (
                 image["mimeType"], image["path"], len(raw), raw[:4].hex())
+        if params["prompt"].startswith("pid"):
+            # Which program answered: a reload starts a new one.
+            result["text"] += " %d" % os.getpid()
         if params["prompt"].startswith("who"):
             # Who ran it, and for whom when the session is another plugin's.
             result["text"] += " by " + params["harnessId"]

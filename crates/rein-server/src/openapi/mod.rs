@@ -119,6 +119,7 @@ pub fn table() -> Vec<Route> {
         bind::<DisablePlugin, _>(disable_plugin),
         bind::<EnablePlugin, _>(enable_plugin),
         bind::<RevokePlugin, _>(revoke_plugin),
+        bind::<ReloadPlugin, _>(reload_plugin),
         bind::<ListGovernance, _>(crate::governance::list),
         bind::<AddGovernance, _>(crate::governance::add),
         bind::<ShowGovernance, _>(crate::governance::show),
