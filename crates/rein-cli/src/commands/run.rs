@@ -41,6 +41,47 @@ fn goal_spec(goal: &str, args: &RunArgs) -> anyhow::Result<PlanSpec> {
     })
 }
 
+/// A goal whose model nobody configured is refused before anything is made:
+/// rein would otherwise call a hosted API with no key and leave a paused task
+/// behind. A plugin may serve the route, so with plugins nothing is refused.
+fn no_model_for(target: &Target, goal: &rein_protocol::Goal) -> anyhow::Result<()> {
+    if !target.plugins.is_empty()
+        || goal
+            .runtime
+            .as_deref()
+            .is_some_and(|r| r != rein_protocol::BUILTIN_RUNTIME)
+    {
+        return Ok(());
+    }
+    let providers = &target.providers;
+    let (hosted, key) = match goal.provider.as_deref().unwrap_or("openai") {
+        "anthropic" => (
+            (providers.anthropic.api_key.is_none()
+                && providers.anthropic.base_url == rein_runtimes::anthropic::ANTHROPIC_BASE_URL)
+                .then_some(rein_runtimes::anthropic::ANTHROPIC_BASE_URL),
+            "ANTHROPIC_API_KEY",
+        ),
+        "openai" => (
+            (providers.openai.api_key.is_none()
+                && providers.openai.base_url == rein_runtimes::openai::OPENAI_BASE_URL)
+                .then_some(rein_runtimes::openai::OPENAI_BASE_URL),
+            "OPENAI_API_KEY",
+        ),
+        _ => (None, ""),
+    };
+    match hosted {
+        None => Ok(()),
+        Some(url) => Err(UsageError(format!(
+            "a goal needs a model to plan it, and none is configured: rein would call {url} with no API key. \
+             Point rein at one: set {key} (and REIN_MODEL), or run a local OpenAI-compatible server and set OPENAI_BASE_URL — \
+             llama.cpp's (`pip install 'llama-cpp-python[server]'`, `python -m llama_cpp.server --model MODEL.gguf`): \
+             OPENAI_BASE_URL=http://127.0.0.1:8000/v1; Ollama: OPENAI_BASE_URL=http://127.0.0.1:11434/v1 REIN_MODEL=llama3.2 — \
+             or write it under [openai] in rein.toml (`rein config show` says where rein looked). Nothing was created."
+        ))
+        .into()),
+    }
+}
+
 pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
     let mut spec = match (&args.goal, &args.plan) {
         (Some(goal), _) => goal_spec(goal, &args)?,
@@ -54,6 +95,9 @@ pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
     if let Some(url) = &target.url {
         let client = Client::new(url, target.token.clone())?;
         return run_remote(client, spec, args).await;
+    }
+    if let Some(goal) = &spec.plan.goal {
+        no_model_for(target, goal)?;
     }
     let executor = crate::commands::executor(&target.sandbox, true).await?;
     let ctx = Context::for_target(target, args.max_parallel as usize, executor)?;
@@ -258,7 +302,7 @@ pub(super) async fn watch_remote(
                 pause_sent = true;
                 for state in &states {
                     let reason = "interrupted at the terminal that runs it";
-                    if let Err(e) = backend.control(state.id(), false, "cli", reason).await {
+                    if let Err(e) = backend.control(state.id(), false, &crate::commands::actor(None), reason).await {
                         shout!("error: cannot pause task {}: {e:#}", state.id());
                     }
                 }

@@ -832,3 +832,33 @@ fn an_isolated_completion_falls_back_across_auth_profiles_in_order() {
         );
     }
 }
+
+/// A goal with no model configured is refused before anything is made
+/// (exit 2), saying how to point rein at a model, a local one included.
+#[test]
+fn a_goal_with_no_model_configured_is_refused_before_anything_is_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = common::rein(&data)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .args(["run", "--goal", "write the release notes", "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "none is configured",
+        "https://api.openai.com/v1",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "llama-cpp-python[server]",
+        "Nothing was created",
+    ] {
+        assert!(said.contains(needle), "{needle}: {said}");
+    }
+    let listed = common::json(&common::run_ok(
+        common::rein(&data).args(["tasks", "list", "--json"]),
+    ));
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
+}
