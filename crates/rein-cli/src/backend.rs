@@ -38,12 +38,21 @@ pub struct Backend {
     engine: Option<Arc<Engine>>,
 }
 
-/// Who a decision comes from: `--as`, else $REIN_USER, else $USER, else "cli".
+/// Who a decision comes from: `--as`, else $REIN_USER, else $USER, else the
+/// operating system's name for this process's user, else "cli".
 pub fn actor(flag: Option<&str>) -> String {
+    let named = |s: String| Some(s).filter(|s| !s.trim().is_empty());
     flag.map(str::to_owned)
-        .or_else(|| std::env::var("REIN_USER").ok())
-        .or_else(|| std::env::var("USER").ok())
-        .filter(|s| !s.trim().is_empty())
+        .and_then(named)
+        .or_else(|| std::env::var("REIN_USER").ok().and_then(named))
+        .or_else(|| std::env::var("USER").ok().and_then(named))
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+                .and_then(named)
+        })
         .unwrap_or_else(|| "cli".to_owned())
 }
 

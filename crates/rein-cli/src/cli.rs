@@ -7,8 +7,10 @@ use clap::{Args, Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(
     name = "rein",
-    version,
-    about = "Run agent tasks durably: every step checkpointed, every crash resumable."
+    version = env!("REIN_LONG_VERSION"),
+    about = "Run agent tasks durably: every step checkpointed, every crash resumable.",
+    // Every command's help lists its own options first, these apart.
+    next_help_heading = "Global options"
 )]
 pub struct Cli {
     /// The configuration file [default: rein/rein.toml in the XDG config
@@ -170,6 +172,19 @@ pub enum Command {
     Metrics {
         #[arg(long)]
         json: bool,
+    },
+    /// Print a shell completion script (bash: `rein completions bash >
+    /// ~/.local/share/bash-completion/completions/rein`; zsh: into a directory
+    /// of `$fpath` as `_rein`; fish: `~/.config/fish/completions/rein.fish`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages into DIR: rein.1 and one per subcommand
+    /// (rein-tasks-fork.1, …); `man -l DIR/rein.1` reads one.
+    Manpages {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
     },
 }
 

@@ -40,6 +40,35 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
     FAILURE
 }
 
+/// The error's code in the API's terms (`{"error": {"code", "message"}}`):
+/// the server's own code for an answer of the API (local commands ask the
+/// same router in-process), else one that says what kind of error it is.
+pub fn error_code(error: &anyhow::Error) -> String {
+    if let Some(crate::client::RemoteError::Api { code, .. }) =
+        error.downcast_ref::<crate::client::RemoteError>()
+    {
+        return code.clone();
+    }
+    if let Some(e) = error.downcast_ref::<EngineError>() {
+        return match e.kind() {
+            ErrorKind::Invalid => "bad_request",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::Internal => "internal",
+        }
+        .to_owned();
+    }
+    if error.downcast_ref::<crate::client::RemoteError>().is_some() {
+        return "unreachable".to_owned();
+    }
+    match code_for(error) {
+        USAGE => "bad_request",
+        _ => "failed",
+    }
+    .to_owned()
+}
+
 /// Input the user can fix: a malformed id, time or status.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

@@ -36,6 +36,7 @@ fn main() -> ExitCode {
         return ExitCode::from(u8::try_from(code).unwrap_or(exit::FAILURE));
     }
     let matches = cli::Cli::command().get_matches();
+    let json = wants_json(&matches);
     let mut cli = match cli::Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -81,7 +82,28 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             shout!("error: {e:#}");
+            // A script that asked for JSON gets the error as JSON on stdout
+            // too, in the API's shape.
+            if json {
+                let error = serde_json::json!({ "error": {
+                    "code": exit::error_code(&e),
+                    "message": format!("{e:#}"),
+                } });
+                output::say!(
+                    "{}",
+                    serde_json::to_string_pretty(&error).unwrap_or_default()
+                );
+            }
             ExitCode::from(exit::code_for(&e))
         }
+    }
+}
+
+/// Whether the command asked for JSON (`--json` of the innermost
+/// subcommand).
+fn wants_json(matches: &clap::ArgMatches) -> bool {
+    match matches.subcommand() {
+        Some((_, sub)) => wants_json(sub),
+        None => matches!(matches.try_get_one::<bool>("json"), Ok(Some(true))),
     }
 }

@@ -2,7 +2,6 @@
 
 use rein_protocol::usage::thousands;
 use std::collections::HashMap;
-use std::time::Duration;
 
 use rein_protocol::{
     Checkpoint, CheckpointId, CheckpointType, HarnessEvent, TaskChange, TaskState, TaskSummary,
@@ -15,6 +14,9 @@ pub struct CheckpointIndex(
     /// The CP2 checkpoints that ask a model for a goal's steps (their input
     /// names the goal); an ordinary plan's CP2 only checks the plan.
     std::collections::HashSet<CheckpointId>,
+    /// The title of each tool call an agent reported, by its id: its later
+    /// updates, which carry only the id, are named by the tool.
+    HashMap<String, String>,
 );
 
 impl CheckpointIndex {
@@ -38,8 +40,17 @@ impl CheckpointIndex {
 
     /// Records what an event teaches, returning the step and type of its checkpoint.
     pub fn observe(&mut self, event: &HarnessEvent) {
-        if let TaskChange::CheckpointCreated { checkpoint } = &event.change {
-            self.learn(checkpoint);
+        match &event.change {
+            TaskChange::CheckpointCreated { checkpoint } => self.learn(checkpoint),
+            TaskChange::AgentUpdate { update, .. } => {
+                if let (Some(id), Some(title)) = (
+                    update["toolCallId"].as_str(),
+                    update["title"].as_str().filter(|t| !t.is_empty()),
+                ) {
+                    self.2.insert(id.to_owned(), title.to_owned());
+                }
+            }
+            _ => {}
         }
     }
 
@@ -60,12 +71,7 @@ impl CheckpointIndex {
 }
 
 pub fn duration_ms(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else {
-        let d = Duration::from_millis(ms - ms % 100);
-        humantime::format_duration(d).to_string()
-    }
+    rein_core::history::human_duration(ms)
 }
 
 /// One line for an event, or `None` for events that only matter to machines.
@@ -192,7 +198,7 @@ pub fn describe(event: &HarnessEvent, index: &CheckpointIndex) -> Option<String>
                 .unwrap_or_default();
             format!("runtime  {} ({reason})", decision.selected)
         }
-        TaskChange::AgentUpdate { update, .. } => agent_update(update),
+        TaskChange::AgentUpdate { update, .. } => agent_update(update, index),
         TaskChange::Compacted {
             model,
             reason,
@@ -267,10 +273,22 @@ pub fn output_tail(output: Option<&serde_json::Value>, lines: usize) -> Vec<Stri
 }
 
 /// An agent's report as one line.
-fn agent_update(update: &serde_json::Value) -> String {
+fn agent_update(update: &serde_json::Value, index: &CheckpointIndex) -> String {
+    // An update that names its call only by id is named by the call's tool.
+    let titled = update["title"]
+        .as_str()
+        .is_none_or(str::is_empty)
+        .then(|| update["toolCallId"].as_str())
+        .flatten()
+        .and_then(|id| index.2.get(id))
+        .map(|title| {
+            let mut named = update.clone();
+            named["title"] = serde_json::Value::String(title.clone());
+            named
+        });
     format!(
         "agent    {}",
-        rein_protocol::event::describe_agent_update(update)
+        rein_protocol::event::describe_agent_update(titled.as_ref().unwrap_or(update))
     )
 }
 
@@ -497,4 +515,54 @@ pub fn tokens(u: &rein_protocol::Usage) -> String {
         thousands(u.input_tokens),
         thousands(u.output_tokens)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn update(value: serde_json::Value) -> HarnessEvent {
+        HarnessEvent {
+            id: rein_protocol::EventId::new(),
+            seq: 1,
+            timestamp: chrono::Utc::now(),
+            change: TaskChange::AgentUpdate {
+                checkpoint_id: CheckpointId::new(),
+                update: value,
+            },
+            task_id: None,
+            checkpoint_id: None,
+            session_id: "s".into(),
+            trace_id: "t".into(),
+            span_id: "p".into(),
+            parent_span_id: None,
+        }
+    }
+
+    #[test]
+    fn a_tool_calls_later_updates_are_named_by_its_tool_not_its_id() {
+        let mut index = CheckpointIndex::default();
+        let call = update(serde_json::json!({
+            "sessionUpdate": "tool_call", "toolCallId": "call_7f3a", "title": "Read notes.md",
+            "status": "pending" }));
+        index.observe(&call);
+        assert_eq!(
+            describe(&call, &index).unwrap(),
+            "agent    tool Read notes.md: pending"
+        );
+        let done = update(serde_json::json!({
+            "sessionUpdate": "tool_call_update", "toolCallId": "call_7f3a", "status": "completed" }));
+        index.observe(&done);
+        assert_eq!(
+            describe(&done, &index).unwrap(),
+            "agent    tool Read notes.md: completed"
+        );
+        // A call nobody named stays named by its id.
+        let other = update(serde_json::json!({
+            "sessionUpdate": "tool_call_update", "toolCallId": "call_9", "status": "failed" }));
+        assert_eq!(
+            describe(&other, &index).unwrap(),
+            "agent    tool call_9: failed"
+        );
+    }
 }

@@ -344,10 +344,24 @@ fn attempt_note(attempt: u32) -> String {
 }
 
 fn took(ms: u64) -> String {
+    human_duration(ms)
+}
+
+/// `n` things, the noun in the number it takes: `1 entry`, `2 entries`.
+pub fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// A duration for people: `850 ms` under a second, `12.3 s` under a minute,
+/// then whole seconds as `2m 35s` (`1h 2m 3s`).
+pub fn human_duration(ms: u64) -> String {
     if ms < 1_000 {
         format!("{ms} ms")
-    } else {
+    } else if ms < 60_000 {
         format!("{:.1} s", ms as f64 / 1_000.0)
+    } else {
+        humantime::format_duration(std::time::Duration::from_secs(ms / 1_000)).to_string()
     }
 }
 
@@ -360,4 +374,19 @@ fn excerpt(text: &str) -> String {
     }
     let cut: String = line.chars().take(EXCERPT).collect();
     format!("{cut}…")
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::human_duration;
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(human_duration(850), "850 ms");
+        assert_eq!(human_duration(12_340), "12.3 s");
+        assert_eq!(human_duration(155_162), "2m 35s");
+        assert_eq!(human_duration(3_723_000), "1h 2m 3s");
+        assert_eq!(super::counted(1u32, "entry", "entries"), "1 entry");
+        assert_eq!(super::counted(0u32, "entry", "entries"), "0 entries");
+    }
 }

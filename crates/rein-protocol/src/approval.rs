@@ -16,6 +16,17 @@ pub enum ApprovalType {
     Approval,
 }
 
+impl ApprovalType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalType::Security => "security",
+            ApprovalType::Decision => "decision",
+            ApprovalType::Destructive => "destructive",
+            ApprovalType::Approval => "approval",
+        }
+    }
+}
+
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
 )]

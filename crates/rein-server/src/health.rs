@@ -197,7 +197,10 @@ pub async fn check_with(engine: &Engine, log: &AlertLog) -> Health {
     };
     let permission_manager = permission_manager(engine);
     let audit_logger = match engine.verify_ledger().await {
-        Ok((n, breaks)) if breaks.is_empty() => ok(format!("ledger intact ({n} entries)")),
+        Ok((n, breaks)) if breaks.is_empty() => ok(format!(
+            "ledger intact ({})",
+            rein_core::history::counted(n as u64, "entry", "entries")
+        )),
         // Entries lost with committed writes a person has acknowledged: the
         // ledger is short of them for good, and says so, but works.
         Ok((n, breaks))
@@ -214,7 +217,8 @@ pub async fn check_with(engine: &Engine, log: &AlertLog) -> Health {
             bad(
                 Status::Degraded,
                 format!(
-                    "ledger intact ({n} entries) but short of entries lost with committed writes, acknowledged: {}",
+                    "ledger intact ({}) but short of entries lost with committed writes, acknowledged: {}",
+                    rein_core::history::counted(n as u64, "entry", "entries"),
                     breaks.first().map(ToString::to_string).unwrap_or_default()
                 ),
             )

@@ -213,12 +213,18 @@ pub async fn ledger(target: &Target, cmd: LedgerCommand) -> anyhow::Result<u8> {
                     .unwrap_or_default();
                 if check.intact {
                     say!(
-                        "ledger intact: {checked} entries, every hash and link checks out{against}"
+                        "ledger intact: {}, every hash and link checks out{against}",
+                        rein_core::history::counted(checked as u64, "entry", "entries")
                     );
                 } else {
                     say!(
-                        "ledger BROKEN: {} problem(s) in {checked} entries",
-                        check.problems.len()
+                        "ledger BROKEN: {} in {}",
+                        rein_core::history::counted(
+                            check.problems.len() as u64,
+                            "problem",
+                            "problems"
+                        ),
+                        rein_core::history::counted(checked as u64, "entry", "entries")
                     );
                     for b in &check.problems {
                         say!("  - {b}");
@@ -376,8 +382,11 @@ fn summary_line(r: &ApprovalRequest) -> String {
 
 fn details(r: &ApprovalRequest) -> String {
     let mut out = format!(
-        "{}  {}  ({:?}, {:?} priority)\n",
-        r.id, r.status, r.kind, r.priority
+        "{}  {}  ({} request, {} priority)\n",
+        r.id,
+        r.status,
+        r.kind.as_str(),
+        r.priority.as_str()
     );
     out.push_str(&format!("  {}\n", r.title));
     if !r.description.is_empty() {

@@ -526,6 +526,25 @@ pub fn print_page<T: serde::Serialize>(
     Ok(())
 }
 
+/// `rein manpages DIR`: a page for rein and one for each subcommand.
+fn manpages(dir: &std::path::Path) -> anyhow::Result<u8> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).map_err(|e| {
+        UsageError(format!(
+            "cannot make the directory {} for the man pages: {e}",
+            dir.display()
+        ))
+    })?;
+    clap_mangen::generate_to(Cli::command(), dir)
+        .map_err(|e| anyhow::anyhow!("cannot write the man pages into {}: {e}", dir.display()))?;
+    let written = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".1"))
+        .count();
+    say!("wrote {written} man pages into {}", dir.display());
+    Ok(crate::exit::SUCCESS)
+}
+
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     say!("{}", serde_json::to_string_pretty(value)?);
@@ -533,6 +552,16 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 }
 
 pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    // Made from the command line's definition alone: no configuration read.
+    match &cli.command {
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(*shell, &mut Cli::command(), "rein", &mut std::io::stdout());
+            return Ok(crate::exit::SUCCESS);
+        }
+        Command::Manpages { dir } => return manpages(dir),
+        _ => {}
+    }
     let config = crate::config::Config::resolve(
         cli.config.as_deref(),
         crate::config::FromCommandLine {
@@ -587,6 +616,8 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             acknowledge_lost_writes,
         } => approvals::health(&target, json, acknowledge_lost_writes).await,
         Command::Acp(args) => acp::serve(&target, args).await,
+        // Answered before the configuration was read.
+        Command::Completions { .. } | Command::Manpages { .. } => Ok(crate::exit::SUCCESS),
         Command::Serve(args) => {
             if target.url.is_some() {
                 return Err(UsageError(

@@ -93,7 +93,10 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
         }
         TasksCommand::Pause { id, reason } => {
             let id = parse_task_id(&id)?;
-            match engine.control(&id, false, "cli", &reason).await? {
+            match engine
+                .control(&id, false, &crate::commands::actor(None), &reason)
+                .await?
+            {
                 Control::Applied => say!("task {id} paused"),
                 Control::Requested { pid } => say!(
                     "pause requested: the runner (pid {pid}) starts no more steps and pauses once running ones finish"
@@ -104,7 +107,10 @@ pub async fn dispatch(target: &Target, cmd: TasksCommand) -> anyhow::Result<u8> 
         }
         TasksCommand::Abort { id, reason } => {
             let id = parse_task_id(&id)?;
-            match engine.control(&id, true, "cli", &reason).await? {
+            match engine
+                .control(&id, true, &crate::commands::actor(None), &reason)
+                .await?
+            {
                 Control::Applied => say!("task {id} cancelled"),
                 Control::Requested { pid } => say!(
                     "abort requested: the runner (pid {pid}) stops running steps and cancels the task"

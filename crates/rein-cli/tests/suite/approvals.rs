@@ -553,3 +553,44 @@ fn on_a_terminal_the_question_is_asked_inline() {
     assert_eq!(all[0]["response"]["selected_option"], "hold");
     assert_eq!(all[0]["response"]["decided_by"], "terminal-user");
 }
+
+/// A decision without `--as`, `$REIN_USER` or `$USER` is the operating
+/// system's user's, by name: never an anonymous `cli`.
+#[test]
+fn a_decision_without_a_name_is_the_os_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    rein(&data)
+        .arg("run")
+        .arg(&plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    let request = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    let out = rein(&data)
+        .env_remove("USER")
+        .env_remove("REIN_USER")
+        .args(["approvals", "approve", &request, "--option", "publish"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let whoami = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let whoami = String::from_utf8_lossy(&whoami.stdout).trim().to_owned();
+    assert!(!whoami.is_empty());
+    let shown = json(&run_ok(rein(&data).args([
+        "approvals",
+        "show",
+        &request,
+        "--json",
+    ])));
+    assert_eq!(shown["response"]["decided_by"], whoami.as_str(), "{shown}");
+}

@@ -280,7 +280,14 @@ fn a_run_paused_and_aborted_from_another_process() {
         .spawn()
         .unwrap();
     let started = Instant::now();
-    run_ok(rein(&data).args(["tasks", "abort", &long_id, "--reason", "changed my mind"]));
+    // Attributed to the person who ran it ($USER here).
+    run_ok(rein(&data).env("USER", "ana").args([
+        "tasks",
+        "abort",
+        &long_id,
+        "--reason",
+        "changed my mind",
+    ]));
     assert_eq!(
         runner.wait().unwrap().code(),
         Some(1),
@@ -297,7 +304,7 @@ fn a_run_paused_and_aborted_from_another_process() {
         text.lines()
             .last()
             .unwrap()
-            .contains("task cancelled by cli: changed my mind"),
+            .contains("task cancelled by ana: changed my mind"),
         "{text}"
     );
     assert!(started.elapsed() < Duration::from_secs(30));
@@ -771,4 +778,136 @@ fn resume_all_says_which_process_runs_what_it_leaves() {
     );
     std::fs::write(in_workspace(&data, &id, "go"), "").unwrap();
     assert!(running.wait().unwrap().success());
+}
+
+/// `rein --version` names the build: the version, the commit it was built
+/// from (this checkout's), and the build date.
+#[test]
+fn the_version_names_the_commit_and_the_build_date() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_ok(rein(dir.path()).arg("--version"));
+    let said = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    assert!(
+        said.starts_with(&format!(
+            "rein {} (commit {head}, built ",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{said}"
+    );
+    let date = said.rsplit("built ").next().unwrap().trim_end_matches(')');
+    assert_eq!(date.len(), 10, "{said}");
+    assert!(
+        date.chars().enumerate().all(|(i, c)| if i == 4 || i == 7 {
+            c == '-'
+        } else {
+            c.is_ascii_digit()
+        }),
+        "{said}"
+    );
+}
+
+/// `rein completions SHELL` prints a script the shell loads, naming the
+/// subcommands; `rein manpages DIR` writes a page per command, read by `man`.
+#[test]
+fn completions_and_man_pages_are_generated_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    for (shell, marker) in [
+        ("bash", "_rein()"),
+        ("zsh", "#compdef rein"),
+        ("fish", "complete -c rein"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ] {
+        let out = run_ok(rein(dir.path()).args(["completions", shell]));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: {script:.200}");
+        assert!(script.contains("delegate"), "{shell}");
+    }
+    // bash itself takes the script.
+    let out = run_ok(rein(dir.path()).args(["completions", "bash"]));
+    let script = dir.path().join("rein.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    let loaded = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {} && complete -p rein", script.display()))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&loaded.stdout).contains("rein"),
+        "{}",
+        String::from_utf8_lossy(&loaded.stderr)
+    );
+    let bad = rein(dir.path())
+        .args(["completions", "tcsh"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+
+    let pages = dir.path().join("man");
+    let out = run_ok(rein(dir.path()).arg("manpages").arg(&pages));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("man pages into"));
+    for page in ["rein.1", "rein-tasks-fork.1", "rein-sessions-delegate.1"] {
+        let text =
+            std::fs::read_to_string(pages.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
+    }
+}
+
+/// With `--json`, an error is JSON on stdout too, in the API's shape
+/// (`{"error": {"code", "message"}}`), with the exit code scripts trust.
+#[test]
+fn a_json_command_that_fails_prints_its_error_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for (id, exit, code, says) in [
+        ("task_nope", 2, "bad_request", "task_"),
+        (
+            "task_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+            1,
+            "not_found",
+            "not found",
+        ),
+    ] {
+        let out = rein(&data)
+            .args(["tasks", "show", id, "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(exit), "{id}");
+        let error: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{id}: {e}: {}", String::from_utf8_lossy(&out.stdout)));
+        assert_eq!(error["error"]["code"], code, "{error}");
+        assert!(
+            error["error"]["message"].as_str().unwrap().contains(says),
+            "{error}"
+        );
+        // A person still reads it on stderr.
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "));
+    }
+    // Without --json, stdout stays empty.
+    let out = rein(&data)
+        .args(["tasks", "show", "task_nope"])
+        .output()
+        .unwrap();
+    assert!(out.stdout.is_empty());
+}
+
+/// A subcommand's help shows its own options first and the global ones
+/// apart, under their own heading.
+#[test]
+fn a_commands_help_puts_its_own_options_before_the_global_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_ok(rein(dir.path()).args(["tasks", "show", "--help"]));
+    let help = String::from_utf8_lossy(&out.stdout);
+    let global = help
+        .find("Global options:")
+        .expect("a Global options heading");
+    let own = help.find("--json").expect("the command's own --json");
+    assert!(own < global, "{help}");
+    assert!(help[global..].contains("--data-dir"), "{help}");
+    assert!(!help[..global].contains("--data-dir"), "{help}");
 }

@@ -549,7 +549,7 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
                             td { strong { (step.id) } br; small { (step.description) } }
                             td { span class={"badge c-" (st)} { (st) } }
                             td { (attempts(&task, &step.id)) }
-                            td { (cp.and_then(|c| c.duration_ms).map(|ms| format!("{ms} ms")).unwrap_or_default()) }
+                            td { (cp.and_then(|c| c.duration_ms).map(rein_core::history::human_duration).unwrap_or_default()) }
                             td.usage { (cp.and_then(|c| c.output.as_ref()).and_then(super::usage::step_usage).unwrap_or_default()) }
                             td { (step.depends_on.join(", ")) }
                             td {
