@@ -142,6 +142,12 @@ pub struct Config {
     pub shown: Vec<Shown>,
 }
 
+/// Where rein looks for a config file when none is named: `rein/rein.toml`
+/// in the XDG config directory.
+pub fn default_file() -> Option<PathBuf> {
+    dirs::config_dir().map(|d| d.join("rein").join("rein.toml"))
+}
+
 /// The config file to read: the one named, else the XDG one if it exists.
 fn locate(named: Option<&Path>) -> Result<Option<PathBuf>, UsageError> {
     if let Some(path) = named {
@@ -153,9 +159,7 @@ fn locate(named: Option<&Path>) -> Result<Option<PathBuf>, UsageError> {
         }
         return Ok(Some(path.to_owned()));
     }
-    Ok(dirs::config_dir()
-        .map(|d| d.join("rein").join("rein.toml"))
-        .filter(|p| p.is_file()))
+    Ok(default_file().filter(|p| p.is_file()))
 }
 
 fn read(path: &Path) -> Result<File, UsageError> {
@@ -218,7 +222,8 @@ impl Config {
             .or(file.data_dir.clone().map(anchored));
         show(
             "data_dir",
-            display(&data_dir).or_else(|| Some("(the XDG data directory)/rein".into())),
+            display(&data_dir)
+                .or_else(|| dirs::data_dir().map(|d| d.join("rein").display().to_string())),
             source_of("data_dir", file.data_dir.is_some()),
         );
         let store = given.store.clone().or(file.store.clone());

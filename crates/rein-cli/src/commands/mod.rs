@@ -374,18 +374,25 @@ pub struct Target {
 
 /// `rein config show`.
 fn show_config(config: &crate::config::Config, json: bool) -> anyhow::Result<u8> {
+    let looked_for = crate::config::default_file().map(|p| p.display().to_string());
     if json {
         print_json(&serde_json::json!({
             "file": config.file.as_ref().map(|p| p.display().to_string()),
+            "looked_for": looked_for,
             "settings": config.shown,
         }))?;
     } else {
         say!(
             "config file: {}",
-            config
-                .file
-                .as_ref()
-                .map_or("none".to_owned(), |p| p.display().to_string())
+            config.file.as_ref().map_or_else(
+                || format!(
+                    "none (looked for {}; --config FILE or REIN_CONFIG names one)",
+                    looked_for
+                        .as_deref()
+                        .unwrap_or("rein/rein.toml in the XDG config directory")
+                ),
+                |p| p.display().to_string()
+            )
         );
         for s in &config.shown {
             say!(

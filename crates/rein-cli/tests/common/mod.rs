@@ -13,7 +13,7 @@ pub fn rein_bin() -> PathBuf {
 }
 
 /// The settings a test's `rein` must not inherit from the environment.
-const REIN_SETTINGS: [&str; 15] = [
+pub const REIN_SETTINGS: [&str; 15] = [
     "REIN_CONFIG",
     "REIN_WORKSPACE_ROOTS",
     "REIN_DATA_DIR",
@@ -247,7 +247,14 @@ impl Drop for Server {
 
 /// Starts `rein serve` on a free port; returns it and the address it printed.
 pub fn start(data: &std::path::Path, token: &str) -> (Server, String) {
-    let mut child = rein(data)
+    serve(rein(data), token)
+}
+
+/// Starts `command` (`rein` with its global flags: plugins, policies, a
+/// model's environment) as `rein serve` on a free port, with the operator
+/// token `token`; returns it and the address it printed.
+pub fn serve(mut command: Command, token: &str) -> (Server, String) {
+    let mut child = command
         .args(["serve", "--listen", "127.0.0.1:0"])
         .env("REIN_TOKEN", token)
         .stdout(Stdio::piped())

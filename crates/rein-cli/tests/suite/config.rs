@@ -344,3 +344,47 @@ fn budgets_from_the_file_and_the_flags_are_checked_and_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--budget-tokens/--budget-usd"), "{err}");
 }
+
+/// With nothing set, `rein config show` prints the data directory it uses,
+/// not a description of it, and says where it looked for a config file.
+#[test]
+fn config_show_names_the_default_paths_it_uses_and_looked_at() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(common::rein_bin());
+    for setting in common::REIN_SETTINGS {
+        cmd.env_remove(setting);
+    }
+    let out = run_ok(
+        cmd.env("XDG_DATA_HOME", dir.path().join("data-home"))
+            .env("XDG_CONFIG_HOME", dir.path().join("config-home"))
+            .args(["config", "show"]),
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    let data = dir.path().join("data-home").join("rein");
+    assert!(said.contains(&data.display().to_string()), "{said}");
+    let looked = dir
+        .path()
+        .join("config-home")
+        .join("rein")
+        .join("rein.toml");
+    assert!(
+        said.contains(&format!(
+            "config file: none (looked for {}",
+            looked.display()
+        )),
+        "{said}"
+    );
+    let shown = json(&run_ok(
+        std::process::Command::new(common::rein_bin())
+            .env_remove("REIN_CONFIG")
+            .env_remove("REIN_DATA_DIR")
+            .env("XDG_DATA_HOME", dir.path().join("data-home"))
+            .env("XDG_CONFIG_HOME", dir.path().join("config-home"))
+            .args(["config", "show", "--json"]),
+    ));
+    assert_eq!(shown["looked_for"], looked.display().to_string().as_str());
+    assert_eq!(
+        setting(&shown, "data_dir")["value"],
+        data.display().to_string().as_str()
+    );
+}
