@@ -17,6 +17,17 @@ fn pending(data: &Path) -> Vec<serde_json::Value> {
         .clone()
 }
 
+/// Starts `plan` without waiting; the id of the request it waits on.
+fn waiting_request(data: &Path, plan: &Path) -> String {
+    rein(data)
+        .arg("run")
+        .arg(plan)
+        .arg("--no-wait")
+        .output()
+        .unwrap();
+    pending(data)[0]["id"].as_str().unwrap().to_owned()
+}
+
 fn wait_for_request(data: &Path) -> String {
     let start = Instant::now();
     loop {
@@ -135,13 +146,7 @@ fn bad_decisions_are_refused_with_what_to_do() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
-    rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    let request = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    let request = waiting_request(&data, &plan);
     let out = rein(&data)
         .args(["approvals", "approve", &request, "--option", "yolo"])
         .output()
@@ -172,13 +177,7 @@ fn an_edited_ledger_row_is_reported_by_verify() {
     let data = dir.path().join("data");
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     // Three decisions in the ledger: delegate, then approve; then a second task denied.
-    rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    let first = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    let first = waiting_request(&data, &plan);
     run_ok(rein(&data).args([
         "approvals",
         "delegate",
@@ -196,13 +195,7 @@ fn an_edited_ledger_row_is_reported_by_verify() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only carol"));
     run_ok(rein(&data).args(["approvals", "approve", &first, "--as", "carol"]));
-    rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    let second = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    let second = waiting_request(&data, &plan);
     run_ok(rein(&data).args(["approvals", "deny", &second, "--as", "dave"]));
     let out = run_ok(rein(&data).args(["ledger", "verify"]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ledger intact: 3 entries"));
@@ -250,13 +243,7 @@ fn a_removed_tail_is_caught_against_a_recorded_head_and_damaged_bytes_are_named(
     let data = dir.path().join("data");
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     for who in ["ana", "bob", "carol"] {
-        rein(&data)
-            .arg("run")
-            .arg(&plan)
-            .arg("--no-wait")
-            .output()
-            .unwrap();
-        let id = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+        let id = waiting_request(&data, &plan);
         run_ok(rein(&data).args(["approvals", "deny", &id, "--as", who]));
     }
     let report = json(&run_ok(rein(&data).args(["ledger", "verify", "--json"])));
@@ -347,13 +334,7 @@ fn metrics_json_has_the_four_families() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
-    rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    let request = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    let request = waiting_request(&data, &plan);
     run_ok(rein(&data).args(["approvals", "deny", &request, "--as", "bob"]));
     let m = json(&run_ok(rein(&data).args(["metrics", "--json"])));
     assert_eq!(m["tasks"]["total"], 1);
@@ -561,13 +542,7 @@ fn a_decision_without_a_name_is_the_os_users() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
-    rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    let request = pending(&data)[0]["id"].as_str().unwrap().to_owned();
+    let request = waiting_request(&data, &plan);
     let out = rein(&data)
         .env_remove("USER")
         .env_remove("REIN_USER")

@@ -473,15 +473,9 @@ fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
     let data = dir.path().join("data");
     let manifest = echo_plugin(dir.path());
     let token = "s3cret-operator-token";
-    let mut child = rein(&data)
-        .args(["--plugin", manifest.to_str().unwrap()])
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", token)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let _server = common::Server(child);
+    let mut server = rein(&data);
+    server.args(["--plugin", manifest.to_str().unwrap()]);
+    let (_server, addr) = common::serve(server, token);
     let url = format!("http://{addr}");
     let remote = |args: &[&str]| {
         let mut cmd = rein(&dir.path().join("client"));

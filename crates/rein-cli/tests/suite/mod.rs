@@ -25,6 +25,7 @@ mod seed;
 mod serve;
 mod sessions;
 mod state;
+mod systemd;
 mod time_travel;
 mod trampoline;
 mod ui;

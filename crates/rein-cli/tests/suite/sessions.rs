@@ -645,6 +645,36 @@ fn a_session_is_compacted_by_hand_on_its_own_model_and_metered() {
     );
 }
 
+/// Runs `plan` on the server `remote` reaches, without waiting (exit 3: it
+/// waits for a person), until its gate asks: the task's state then, and the
+/// request's id.
+fn run_to_gate(remote: &dyn Fn(&[&str]) -> Command, plan: &Path) -> (Value, String) {
+    let started = remote(&["run", "--no-wait", "--json"])
+        .arg(plan)
+        .output()
+        .unwrap();
+    assert_eq!(started.status.code(), Some(3));
+    let started: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let request = eventually("the gate asks", || {
+        let pending = json(&run_ok(&mut remote(&["approvals", "list", "--json"])));
+        pending
+            .as_array()
+            .unwrap()
+            .first()
+            .map(|r| r["id"].as_str().unwrap().to_owned())
+    });
+    (started, request)
+}
+
+/// Approves `request` and waits until `task` ends: its state then.
+fn approve_to_end(remote: &dyn Fn(&[&str]) -> Command, request: &str, task: &str) -> Value {
+    run_ok(&mut remote(&["approvals", "approve", request]));
+    eventually("the task ends", || {
+        let s = json(&run_ok(&mut remote(&["tasks", "show", task, "--json"])));
+        (s["status"] != "in_progress" && s["status"] != "paused").then_some(s)
+    })
+}
+
 /// A plugin manifest for the test echo plugin: plugin `id` with harness
 /// `harness`, and what else its harness declares.
 fn plugin(dir: &Path, id: &str, harness: &str, more: &str) -> std::path::PathBuf {
@@ -705,19 +735,13 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
     let policy = dir.path().join("runtimes.toml");
     std::fs::write(&policy, "[models]\n\"openai/gpt-test\" = \"acme\"\n").unwrap();
     let token = "hand-over-operator-token";
-    let mut child = m
-        .rein(&data)
+    let mut server = m.rein(&data);
+    server
         .args(["--plugin", acme.to_str().unwrap()])
         .args(["--plugin", runner.to_str().unwrap()])
         .args(["--plugin", other.to_str().unwrap()])
-        .args(["--runtime-policy", policy.to_str().unwrap()])
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", token)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let _server = common::Server(child);
+        .args(["--runtime-policy", policy.to_str().unwrap()]);
+    let (_server, addr) = common::serve(server, token);
     let url = format!("http://{addr}");
     let remote = |args: &[&str]| {
         let mut cmd = rein(&dir.path().join("client"));
@@ -725,22 +749,8 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
         cmd
     };
     let plan = write_plan(dir.path(), "handed.toml", HANDED);
-    // It waits for a person at the gate: exit 3.
-    let started = remote(&["run", "--no-wait", "--json"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert_eq!(started.status.code(), Some(3));
-    let started: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let (started, request) = run_to_gate(&remote, &plan);
     let task = started["id"].as_str().unwrap().to_owned();
-    let request = eventually("the gate asks", || {
-        let pending = json(&run_ok(&mut remote(&["approvals", "list", "--json"])));
-        pending
-            .as_array()
-            .unwrap()
-            .first()
-            .map(|r| r["id"].as_str().unwrap().to_owned())
-    });
     let listed = json(&run_ok(&mut remote(&[
         "sessions", "list", "--task", &task, "--json",
     ])));
@@ -837,11 +847,7 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
     );
     assert_eq!(d["by"], "admin", "{handed}");
 
-    run_ok(&mut remote(&["approvals", "approve", &request]));
-    let state = eventually("the task completes", || {
-        let s = json(&run_ok(&mut remote(&["tasks", "show", &task, "--json"])));
-        (s["status"] != "in_progress" && s["status"] != "paused").then_some(s)
-    });
+    let state = approve_to_end(&remote, &request, &task);
     assert_eq!(state["status"], "completed", "{state}");
     assert_eq!(step_text(&state, "first"), "WHO RUNS FIRST by acme");
     assert_eq!(
@@ -942,15 +948,9 @@ fn a_reloaded_plugin_answers_from_a_new_program_and_its_executors_are_ensured_ag
     std::fs::create_dir_all(&exec).unwrap();
     let manifest = echo_plugin(dir.path(), "echo.toml", "ok", &exec);
     let token = "reload-operator-token";
-    let mut child = rein(&data)
-        .args(["--plugin", manifest.to_str().unwrap()])
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", token)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let _server = common::Server(child);
+    let mut server = rein(&data);
+    server.args(["--plugin", manifest.to_str().unwrap()]);
+    let (_server, addr) = common::serve(server, token);
     let url = format!("http://{addr}");
     let remote = |args: &[&str]| {
         let mut cmd = rein(&dir.path().join("client"));
@@ -962,21 +962,8 @@ fn a_reloaded_plugin_answers_from_a_new_program_and_its_executors_are_ensured_ag
         "reload.toml",
         "description = \"reload\"\n[[steps]]\nid = \"first\"\nkind = \"agent\"\nprompt = \"pid\"\nruntime = \"echo\"\nsession = \"work\"\n[[steps]]\nid = \"gate\"\nkind = \"approve\"\ntitle = \"Go on?\"\ndepends_on = [\"first\"]\n[[steps]]\nid = \"second\"\nkind = \"agent\"\nprompt = \"pid\"\nruntime = \"echo\"\nsession = \"work\"\ndepends_on = [\"gate\"]\n",
     );
-    let started = remote(&["run", "--no-wait", "--json"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert_eq!(started.status.code(), Some(3));
-    let started: Value = serde_json::from_slice(&started.stdout).unwrap();
+    let (started, request) = run_to_gate(&remote, &plan);
     let task = started["id"].as_str().unwrap().to_owned();
-    let request = eventually("the gate asks", || {
-        let pending = json(&run_ok(&mut remote(&["approvals", "list", "--json"])));
-        pending
-            .as_array()
-            .unwrap()
-            .first()
-            .map(|r| r["id"].as_str().unwrap().to_owned())
-    });
     let pid_of = |state: &Value, step: &str| -> u32 {
         step_text(state, step)
             .rsplit(' ')
@@ -1002,11 +989,7 @@ fn a_reloaded_plugin_answers_from_a_new_program_and_its_executors_are_ensured_ag
         (stat.is_empty() || stat.contains(") Z ")).then_some(())
     });
 
-    run_ok(&mut remote(&["approvals", "approve", &request]));
-    let state = eventually("the task completes", || {
-        let s = json(&run_ok(&mut remote(&["tasks", "show", &task, "--json"])));
-        (s["status"] != "in_progress" && s["status"] != "paused").then_some(s)
-    });
+    let state = approve_to_end(&remote, &request, &task);
     assert_eq!(state["status"], "completed", "{state}");
     assert_ne!(pid_of(&state, "second"), first, "{state}");
     let log = std::fs::read_to_string(exec.join("executor.log")).unwrap();
