@@ -2261,3 +2261,109 @@ async fn forking_from_the_timeline_runs_the_fork_and_links_the_two() {
         .await;
     assert_eq!(by_viewer.status, StatusCode::FORBIDDEN);
 }
+
+/// A task's page offers the controls that apply where the task stands:
+/// Pause while its runner runs it, Resume once it is paused, and Abort
+/// styled as the end it is.
+#[tokio::test]
+async fn a_tasks_page_offers_the_controls_that_apply_now() {
+    let api = api();
+    let r = api.submit(plan(json!([approval("gate")]))).await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    api.reaches(&id, "in_progress").await;
+    let cookie = api.signed_in(OPERATOR).await;
+    let controls = |text: &str| -> String {
+        let at = text.find("<div class=\"controls\">").expect("controls");
+        let end = text[at..].find("</div>").unwrap();
+        text[at..at + end].to_owned()
+    };
+    let page = api.browse(&cookie, format!("/ui/tasks/{id}")).await;
+    let running = controls(&page.text);
+    assert!(running.contains(">Pause</button>"), "{running}");
+    assert!(!running.contains(">Resume</button>"), "{running}");
+    assert!(
+        running.contains("class=\"danger\"") && running.contains(">Abort</button>"),
+        "{running}"
+    );
+    let paused = api
+        .call(
+            Method::POST,
+            &format!("/admin/tasks/{id}/pause"),
+            Some(OPERATOR),
+            Some(json!({})),
+        )
+        .await;
+    assert!(paused.status.is_success(), "{}", paused.text);
+    api.reaches(&id, "paused").await;
+    let page = api.browse(&cookie, format!("/ui/tasks/{id}")).await;
+    let stopped = controls(&page.text);
+    assert!(stopped.contains(">Resume</button>"), "{stopped}");
+    assert!(!stopped.contains(">Pause</button>"), "{stopped}");
+}
+
+/// An approval card counts down to its deadline while the request waits,
+/// and no longer once it is decided; Deny is styled apart from Approve.
+#[tokio::test]
+async fn an_approval_cards_deadline_stops_counting_once_it_is_decided() {
+    let api = api();
+    let mut ask = approval("ask");
+    ask["action"]["timeout_ms"] = json!(600_000);
+    let r = api.submit(plan(json!([ask]))).await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    let mut apr = String::new();
+    for _ in 0..500 {
+        let list = api
+            .call(
+                Method::GET,
+                &format!("/admin/approvals?task_id={id}"),
+                Some(VIEWER),
+                None,
+            )
+            .await;
+        if let Some(first) = list.body["items"].as_array().and_then(|a| a.first()) {
+            apr = first["id"].as_str().unwrap().to_owned();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!apr.is_empty(), "a request appeared");
+    let cookie = api.signed_in(OPERATOR).await;
+    let card = |text: &str| -> String {
+        let at = text
+            .find(&format!("id=\"a-{apr}\""))
+            .unwrap_or_else(|| panic!("no card for {apr} in {text}"));
+        let end = text[at..].find("</article>").unwrap();
+        text[at..at + end].to_owned()
+    };
+    // The tasks list says the task waits for a person.
+    let row = |text: &str| -> String {
+        let at = text
+            .find(&format!("data-task=\"{id}\""))
+            .unwrap_or_else(|| panic!("no row for {id} in {text}"));
+        let end = text[at..].find("</tr>").unwrap();
+        text[at..at + end].to_owned()
+    };
+    let listed = row(&api.browse(&cookie, "/ui/tasks".to_owned()).await.text);
+    assert!(listed.contains("waits for a person"), "{listed}");
+    let waiting = card(&api.browse(&cookie, "/ui/approvals".to_owned()).await.text);
+    assert!(waiting.contains("class=\"deadline\""), "{waiting}");
+    assert!(
+        waiting.contains("class=\"danger\" name=\"decision\" value=\"deny\""),
+        "{waiting}"
+    );
+    let decided = api
+        .call(
+            Method::POST,
+            &format!("/admin/approvals/{apr}/decision"),
+            Some(OPERATOR),
+            Some(json!({ "decision": "approve", "selected_option": "ship" })),
+        )
+        .await;
+    assert!(decided.status.is_success(), "{}", decided.text);
+    let done = card(&api.browse(&cookie, "/ui/approvals".to_owned()).await.text);
+    assert!(done.contains("approve by"), "{done}");
+    assert!(!done.contains("class=\"deadline\""), "{done}");
+    api.reaches(&id, "completed").await;
+    let listed = row(&api.browse(&cookie, "/ui/tasks".to_owned()).await.text);
+    assert!(!listed.contains("waits for a person"), "{listed}");
+}

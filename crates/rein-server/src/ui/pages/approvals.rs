@@ -85,7 +85,8 @@ pub(super) fn approval_card(a: &ApprovalRequest, user: &User, note: Option<&str>
                 "Task " a href={"/ui/tasks/" (a.task_id)} { (a.task_id) }
                 @if let Some(step) = &a.step_id { " · step " (step) }
                 " · trigger " (a.trigger.as_str())
-                @if let Some(deadline) = &a.deadline {
+                // A decided request's deadline no longer counts down.
+                @if let (true, Some(deadline)) = (pending, &a.deadline) {
                     " · deadline " time.deadline datetime=(deadline.to_rfc3339()) { (deadline.format("%H:%M:%S UTC")) }
                     " (then " (a.on_expiry.as_str()) ")"
                 }
@@ -113,9 +114,9 @@ pub(super) fn approval_card(a: &ApprovalRequest, user: &User, note: Option<&str>
                     label { "Delegate to " input type="text" name="delegate_to"; }
                     div.buttons {
                         button name="decision" value="approve" { "Approve" }
-                        button name="decision" value="deny" { "Deny" }
-                        button name="decision" value="skip" { "Skip" }
-                        button name="decision" value="delegate" { "Delegate" }
+                        button.danger name="decision" value="deny" { "Deny" }
+                        button.secondary name="decision" value="skip" { "Skip" }
+                        button.secondary name="decision" value="delegate" { "Delegate" }
                     }
                 }
             }

@@ -184,6 +184,21 @@ async fn tasks_fragment(state: &AppState, query: &TasksQuery) -> Markup {
         Ok(filter) => state.engine.list(&filter).await.map_err(|e| e.to_string()),
         Err(e) => Err(e),
     };
+    // The tasks a person is waited for by: each request still pending.
+    let waiting: std::collections::HashMap<String, usize> = state
+        .engine
+        .approvals(&ApprovalFilter {
+            status: Some(ApprovalStatus::Pending),
+            task_id: None,
+            limit: Some(500),
+        })
+        .await
+        .unwrap_or_default()
+        .iter()
+        .fold(std::collections::HashMap::new(), |mut by, a| {
+            *by.entry(a.task_id.to_string()).or_default() += 1;
+            by
+        });
     html! {
         @match listed {
             Err(problem) => p.error role="alert" { (problem) },
@@ -194,7 +209,7 @@ async fn tasks_fragment(state: &AppState, query: &TasksQuery) -> Markup {
                     table.tasks {
                         thead { tr { th { "Task" } th { "Status" } th { "Steps" } th { "Session" } th { "Updated" } } }
                         tbody {
-                            @for t in &page.items { (task_row(t)) }
+                            @for t in &page.items { (task_row(t, waiting.get(t.id.as_str()).copied())) }
                         }
                     }
                 }
@@ -211,14 +226,23 @@ async fn tasks_fragment(state: &AppState, query: &TasksQuery) -> Markup {
     }
 }
 
-fn task_row(t: &TaskSummary) -> Markup {
+/// A task's row; `waiting`: how many of its requests wait for a person.
+fn task_row(t: &TaskSummary, waiting: Option<usize>) -> Markup {
     html! {
         tr data-task=(t.id) {
             td {
                 a href={"/ui/tasks/" (t.id)} { (t.description) }
                 br; small.id { (t.id) }
             }
-            td { (status_badge(t.status)) }
+            td {
+                (status_badge(t.status))
+                @if let Some(n) = waiting {
+                    " " a.badge.waiting href="/ui/approvals" data-waiting=(n) {
+                        "waits for a person"
+                        @if n > 1 { " (" (n) ")" }
+                    }
+                }
+            }
             td { (t.steps_finished) "/" (t.steps_total) }
             td { (t.session_id) }
             td { (time(&t.updated_at)) }
@@ -349,6 +373,28 @@ pub async fn task_body(
 }
 
 /// A step's state, as its newest checkpoint says.
+/// The controls a task's page offers for where the task stands: Pause while
+/// it runs, Resume when it is paused or its runner is gone, Abort (styled as
+/// the end it is) and Snapshot always.
+fn controls(
+    head: &rein_protocol::TaskHead,
+) -> Vec<(&'static str, &'static str, Option<&'static str>)> {
+    let running = head.status == TaskStatus::InProgress
+        && head
+            .runner
+            .as_ref()
+            .is_some_and(rein_core::process::runner_alive);
+    let mut out = Vec::new();
+    if running {
+        out.push(("pause", "Pause", None));
+    } else {
+        out.push(("resume", "Resume", None));
+    }
+    out.push(("abort", "Abort", Some("danger")));
+    out.push(("snapshot", "Snapshot", Some("secondary")));
+    out
+}
+
 fn step_state<'a>(task: &'a TaskState, step: &str) -> (&'static str, Option<&'a Checkpoint>) {
     match task.latest_for_step(step) {
         // An approval step in progress is a person's to move.
@@ -524,8 +570,8 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
         }
         @if user.can_change() && !head.status.is_terminal() {
             div.controls {
-                @for (action, label) in [("pause", "Pause"), ("resume", "Resume"), ("abort", "Abort"), ("snapshot", "Snapshot")] {
-                    button hx-post={"/ui/tasks/" (id) "/control"} hx-vals=(serde_json::json!({ "action": action }).to_string()) hx-target="#control-result" { (label) }
+                @for (action, label, class) in controls(head) {
+                    button class=[class] hx-post={"/ui/tasks/" (id) "/control"} hx-vals=(serde_json::json!({ "action": action }).to_string()) hx-target="#control-result" { (label) }
                 }
                 span #control-result aria-live="polite" {}
             }
