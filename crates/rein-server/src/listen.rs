@@ -160,9 +160,16 @@ pub async fn serve(
     let overflow = Arc::new(Semaphore::new(overflow_size));
     let peekers = Arc::new(Semaphore::new(PEEKERS));
     let clients = Arc::new(Clients::default());
-    // Written whole to refused connections, made once.
-    let refusal: Arc<[u8]> = REFUSAL.into();
-    let per_client = per_client_refusal(limits.max_per_client);
+    // Written whole to refused connections, made once. Only a client past
+    // its own cap is lingered over: the server is not out of files then.
+    let refusal = Refusal {
+        bytes: REFUSAL.into(),
+        lingerers: None,
+    };
+    let per_client = Refusal {
+        bytes: per_client_refusal(limits.max_per_client),
+        lingerers: Some(Arc::new(Semaphore::new(LINGERERS))),
+    };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
         let (stream, addr) = tokio::select! {
@@ -186,7 +193,7 @@ pub async fn serve(
                 stream,
                 app,
                 Arc::clone(&peekers),
-                Arc::clone(&per_client),
+                per_client.clone(),
             ));
             continue;
         };
@@ -202,7 +209,7 @@ pub async fn serve(
                     stream,
                     app,
                     Arc::clone(&peekers),
-                    Arc::clone(&refusal),
+                    refusal.clone(),
                 ));
                 continue;
             };
@@ -278,7 +285,7 @@ async fn probe_when_free<S>(
     stream: tokio::net::TcpStream,
     overflow_app: S,
     peekers: Arc<Semaphore>,
-    refusal: Arc<[u8]>,
+    refusal: Refusal,
 ) where
     S: Served,
     S::Future: Send,
@@ -296,7 +303,7 @@ async fn probe_or_refuse<S>(
     stream: tokio::net::TcpStream,
     overflow_app: S,
     permit: tokio::sync::OwnedSemaphorePermit,
-    refusal: Arc<[u8]>,
+    refusal: Refusal,
 ) where
     S: Served,
     S::Future: Send,
@@ -330,12 +337,43 @@ async fn probe_or_refuse<S>(
     drop(permit);
 }
 
-/// Writes the refusal and closes.
-async fn refuse(mut stream: tokio::net::TcpStream, refusal: Arc<[u8]>) {
-    use tokio::io::AsyncWriteExt;
-    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&refusal)).await;
-    let _ = stream.shutdown().await;
+/// What a refused connection is written, and whether it may be lingered
+/// over (at most [`LINGERERS`] at once).
+#[derive(Clone)]
+struct Refusal {
+    bytes: Arc<[u8]>,
+    lingerers: Option<Arc<Semaphore>>,
 }
+
+/// Writes the refusal and closes. A client past its own cap is lingered
+/// over first, when one of the [`LINGERERS`] is free: what it still sends
+/// (the rest of its request) is read and dropped for up to [`LINGER`],
+/// because closing with it unread resets the connection, and the reset can
+/// cost the client the refusal it has not read yet (and fails its next
+/// write). A server out of connections closes at once: its files are short.
+async fn refuse(mut stream: tokio::net::TcpStream, refusal: Refusal) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&refusal.bytes)).await;
+    let _ = stream.shutdown().await;
+    let Some(_lingering) = refusal.lingerers.and_then(|l| l.try_acquire_owned().ok()) else {
+        return;
+    };
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut sink = [0u8; 1024];
+        while let Ok(n) = stream.read(&mut sink).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// How long a refused connection is read from before it is closed.
+const LINGER: Duration = Duration::from_millis(500);
+
+/// Most refused connections lingered over at once.
+const LINGERERS: usize = 64;
 
 #[cfg(test)]
 mod tests {

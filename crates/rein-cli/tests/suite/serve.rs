@@ -1026,6 +1026,23 @@ fn one_client_cannot_hold_every_connection() {
         answer.contains("too_many_connections_from_client") && answer.contains("50 connections"),
         "{answer}"
     );
+    // A client whose request arrives in two parts still reads its refusal:
+    // the server reads the rest before it closes, so the connection is not
+    // reset under the client's second write.
+    let mut stream = connect_from("127.0.0.1", &addr);
+    stream.write_all(b"GET /admin/tasks").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    stream
+        .write_all(format!(" HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .expect("the second part is taken, not reset");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .expect("the refusal is read, not reset");
+    assert!(answer.starts_with("HTTP/1.1 429"), "{answer}");
     assert_eq!(request_from("127.0.0.1", &addr, "/healthz", None).0, 200);
     let (status, answer) = request_from(
         "127.0.0.2",
