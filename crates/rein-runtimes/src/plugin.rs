@@ -263,16 +263,10 @@ impl PluginProcess {
     /// Stops the program (a reload): calls waiting on it fail, saying so,
     /// and the next call starts it anew.
     async fn restart(&self) {
-        let mut conn = self.conn.lock().await;
-        if let Some(mut c) = conn.take() {
-            c.shared
-                .break_with("the plugin was reloaded while the call waited".into());
-            let _ = c.child.start_kill();
-            // Reaped, so that no zombie is left behind.
-            tokio::spawn(async move {
-                let _ = c.child.wait().await;
-            });
-        }
+        stop(
+            &mut *self.conn.lock().await,
+            Some("was reloaded while the call waited"),
+        );
     }
 
     /// Starts the program and its stdout reader.
