@@ -44,10 +44,12 @@ pub fn code_for(error: &anyhow::Error) -> u8 {
 /// the server's own code for an answer of the API (local commands ask the
 /// same router in-process), else one that says what kind of error it is.
 pub fn error_code(error: &anyhow::Error) -> String {
-    if let Some(crate::client::RemoteError::Api { code, .. }) =
-        error.downcast_ref::<crate::client::RemoteError>()
-    {
-        return code.clone();
+    if let Some(e) = error.downcast_ref::<crate::client::RemoteError>() {
+        return match e {
+            crate::client::RemoteError::Api { code, .. } => code.clone(),
+            crate::client::RemoteError::Unreachable { .. } => "unreachable".to_owned(),
+            crate::client::RemoteError::Protocol { .. } => "bad_answer".to_owned(),
+        };
     }
     if let Some(e) = error.downcast_ref::<EngineError>() {
         return match e.kind() {
@@ -58,9 +60,6 @@ pub fn error_code(error: &anyhow::Error) -> String {
             ErrorKind::Internal => "internal",
         }
         .to_owned();
-    }
-    if error.downcast_ref::<crate::client::RemoteError>().is_some() {
-        return "unreachable".to_owned();
     }
     match code_for(error) {
         USAGE => "bad_request",

@@ -465,13 +465,8 @@ impl Sessions {
         registry: &HarnessRegistry,
         by: &str,
     ) -> Result<AgentSessionInfo, EngineError> {
-        if registry.plugins().all(|(p, _)| p.id != plugin) {
-            return Err(EngineError::BadRequest(
-                crate::harness::delegation::delegate_harness(registry, plugin)
-                    .err()
-                    .unwrap_or_default(),
-            ));
-        }
+        // A plugin that is not loaded is the caller's mistake, not a refusal.
+        crate::harness::delegation::loaded(registry, plugin).map_err(EngineError::BadRequest)?;
         let (scope, runner) =
             crate::harness::delegation::authorize_session(registry, session, plugin, asked)
                 .map_err(|why| {

@@ -175,25 +175,24 @@ pub fn stored_session(
     })
 }
 
+/// The loaded plugin `plugin`, or what to do about one that is not.
+pub(crate) fn loaded<'r>(
+    registry: &'r HarnessRegistry,
+    plugin: &str,
+) -> Result<&'r super::PluginState, String> {
+    registry
+        .known(plugin)
+        .map_err(|e| format!("{e}; name its manifest with --plugin MANIFEST"))
+}
+
 /// The harness of plugin `plugin` that runs the sessions handed to it: its
 /// first by id. The plugin must be loaded and active.
 pub fn delegate_harness<'r>(
     registry: &'r HarnessRegistry,
     plugin: &str,
 ) -> Result<&'r super::Registered, String> {
-    let loaded: Vec<(&super::PluginInfo, super::PluginStatus)> = registry.plugins().collect();
-    let Some((_, status)) = loaded.iter().find(|(p, _)| p.id == plugin) else {
-        let names: Vec<&str> = loaded.iter().map(|(p, _)| p.id.as_str()).collect();
-        return Err(format!(
-            "no plugin `{plugin}` is loaded (loaded: {}); name its manifest with --plugin MANIFEST",
-            if names.is_empty() {
-                "none".to_owned()
-            } else {
-                names.join(", ")
-            }
-        ));
-    };
-    if *status != super::PluginStatus::Enabled {
+    let status = loaded(registry, plugin)?.status.get();
+    if status != super::PluginStatus::Enabled {
         return Err(format!(
             "plugin `{plugin}` is {}: it runs no sessions",
             status.as_str()

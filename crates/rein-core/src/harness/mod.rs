@@ -573,7 +573,8 @@ impl HarnessRegistry {
         }
     }
 
-    fn known(&self, plugin_id: &str) -> Result<&PluginState, PluginChangeError> {
+    /// The loaded plugin `plugin_id`, or an error naming the loaded ones.
+    pub(crate) fn known(&self, plugin_id: &str) -> Result<&PluginState, PluginChangeError> {
         self.plugins.get(plugin_id).ok_or_else(|| {
             let loaded: Vec<&str> = self.plugins.keys().map(String::as_str).collect();
             PluginChangeError::Unknown {

@@ -145,38 +145,33 @@ impl TaskRun<'_> {
     /// of them. Passed unless a rule denies something (then failed, as a
     /// security violation: the step's run is refused for the same reason).
     fn security_scan(&mut self, step: &TaskStep) -> Result<()> {
-        let policy = crate::permissions::for_step(step, &self.ctx.config.policy);
         let mut input = serde_json::json!({ "step": step.id, "risk_level": "high" });
-        let (decisions, strictest) = match &policy {
-            Ok(policy) => {
-                let mut decisions = Vec::new();
-                if let StepAction::Command { run, .. } = &step.action {
-                    input["run"] = serde_json::json!(run);
-                    match rein_sandbox::policy::simple_commands(run) {
-                        Ok(commands) => {
-                            decisions.extend(commands.iter().map(|c| policy.check_command(c)));
+        let (decisions, strictest, refused) =
+            match crate::permissions::for_step(step, &self.ctx.config.policy) {
+                Ok(policy) => {
+                    let mut decisions = Vec::new();
+                    if let StepAction::Command { run, .. } = &step.action {
+                        input["run"] = serde_json::json!(run);
+                        match rein_sandbox::policy::simple_commands(run) {
+                            Ok(commands) => {
+                                decisions.extend(commands.iter().map(|c| policy.check_command(c)));
+                            }
+                            Err(_) => decisions.push(policy.check_script(run)),
                         }
-                        Err(_) => decisions.push(policy.check_script(run)),
                     }
+                    let strictest = crate::permissions::decide_under(step, &policy);
+                    // Only a denial fails the scan: an ask was a person's at `.permit`.
+                    let refused = strictest
+                        .as_ref()
+                        .filter(|d| d.verdict == rein_protocol::Verdict::Deny)
+                        .and_then(|d| crate::permissions::refusal(step, Some(d)))
+                        .map(|why| {
+                            format!("step `{}` is refused by the security scan: {why}", step.id)
+                        });
+                    (decisions, strictest, refused)
                 }
-                (decisions, crate::permissions::decide_under(step, policy))
-            }
-            Err(_) => (Vec::new(), None),
-        };
-        let refused = match (&policy, &strictest) {
-            (Err(e), _) => Some(e.clone()),
-            (Ok(_), Some(d)) if d.verdict == rein_protocol::Verdict::Deny => Some(format!(
-                "step `{}` is refused by the security scan: {} is denied by {}{}",
-                step.id,
-                d.subject,
-                d.rule,
-                d.reason
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
-            )),
-            _ => None,
-        };
+                Err(e) => (Vec::new(), None, Some(e)),
+            };
         let output = serde_json::json!({ "decisions": decisions, "strictest": strictest });
         self.rules_checkpoint(
             CheckpointType::SecurityScan,
