@@ -264,6 +264,18 @@ pub fn serve(mut command: Command, token: &str) -> (Server, String) {
     (Server(child), addr)
 }
 
+/// `rein` as a client of the server at `addr` with the operator token
+/// `token` (`--url`, `--token`), its own data directory `data`: each call a
+/// command with `args`.
+pub fn client(data: std::path::PathBuf, addr: &str, token: &str) -> impl Fn(&[&str]) -> Command {
+    let (url, token) = (format!("http://{addr}"), token.to_owned());
+    move |args: &[&str]| {
+        let mut cmd = rein(&data);
+        cmd.args(["--url", &url, "--token", &token]).args(args);
+        cmd
+    }
+}
+
 /// The address a starting `rein serve` prints on its first line.
 pub fn listening(child: &mut Child) -> String {
     let mut line = String::new();

@@ -495,13 +495,7 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
         .unwrap();
     let addr = common::listening(&mut child);
     let _server = common::Server(child);
-    let url = format!("http://{addr}");
-    let client = |args: &[&str]| {
-        let mut cmd = rein(&dir.path().join("client"));
-        cmd.args(["--url", &url, "--token", "s3cret-operator-token"])
-            .args(args);
-        cmd
-    };
+    let client = common::client(dir.path().join("client"), &addr, "s3cret-operator-token");
 
     let done = json(&run_ok(&mut client(&["complete", "--json", "hello"])));
     assert_eq!(done["text"], "I do not know this script");

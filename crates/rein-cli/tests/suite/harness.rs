@@ -207,14 +207,8 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
         .unwrap();
     let addr = common::listening(&mut child);
     let _server = common::Server(child);
-    let url = format!("http://{addr}");
     // This client names no plugin: what it lists is the server's.
-    let remote = |args: &[&str]| {
-        let mut cmd = rein(&dir.path().join("client"));
-        cmd.args(["--url", &url, "--token", "s3cret-operator-token"])
-            .args(args);
-        cmd
-    };
+    let remote = common::client(dir.path().join("client"), &addr, "s3cret-operator-token");
     let listed = json(&run_ok(&mut remote(&["harness", "list", "--json"])));
     let ids: Vec<&str> = listed
         .as_array()
@@ -476,12 +470,7 @@ fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
     let mut server = rein(&data);
     server.args(["--plugin", manifest.to_str().unwrap()]);
     let (_server, addr) = common::serve(server, token);
-    let url = format!("http://{addr}");
-    let remote = |args: &[&str]| {
-        let mut cmd = rein(&dir.path().join("client"));
-        cmd.args(["--url", &url, "--token", token]).args(args);
-        cmd
-    };
+    let remote = common::client(dir.path().join("client"), &addr, token);
     let plan = common::write_plan(
         dir.path(),
         "plan.toml",

@@ -317,19 +317,39 @@ fn a_delegation_survives_sigkill_without_running_twice_and_only_its_owner_may_ch
 /// The echo plugin's manifest, with an executor controller working in
 /// `exec`, started with `mode`.
 fn echo_plugin(dir: &Path, name: &str, mode: &str, exec: &Path) -> std::path::PathBuf {
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
-    let manifest = dir.join(name);
-    std::fs::write(
-        &manifest,
-        format!(
-            "id = \"echo\"\ncommand = [\"python3\", {:?}, {mode:?}]\n[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n[executor]\nworkspace_directory = {:?}\n",
-            script.display().to_string(),
+    echo_manifest(
+        &dir.join(name),
+        "echo",
+        mode,
+        "echo",
+        &format!(
+            "label = \"Echo agent\"\n[executor]\nworkspace_directory = {:?}\n",
             exec.display().to_string()
         ),
     )
+}
+
+/// Writes at `path` a manifest of the test echo plugin (started with
+/// `mode`): plugin `id` with harness `harness`, whose declaration goes on
+/// with `more`.
+fn echo_manifest(
+    path: &Path,
+    id: &str,
+    mode: &str,
+    harness: &str,
+    more: &str,
+) -> std::path::PathBuf {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
+    std::fs::write(
+        path,
+        format!(
+            "id = {id:?}\ncommand = [\"python3\", {:?}, {mode:?}]\n[[harnesses]]\nid = {harness:?}\n{more}",
+            script.display().to_string()
+        ),
+    )
     .unwrap();
-    manifest
+    path.to_owned()
 }
 
 const ECHOED: &str = r#"
@@ -678,18 +698,13 @@ fn approve_to_end(remote: &dyn Fn(&[&str]) -> Command, request: &str, task: &str
 /// A plugin manifest for the test echo plugin: plugin `id` with harness
 /// `harness`, and what else its harness declares.
 fn plugin(dir: &Path, id: &str, harness: &str, more: &str) -> std::path::PathBuf {
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
-    let manifest = dir.join(format!("{id}.toml"));
-    std::fs::write(
-        &manifest,
-        format!(
-            "id = {id:?}\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = {harness:?}\nlabel = \"Echo\"\n{more}",
-            script.display().to_string()
-        ),
+    echo_manifest(
+        &dir.join(format!("{id}.toml")),
+        id,
+        "ok",
+        harness,
+        &format!("label = \"Echo\"\n{more}"),
     )
-    .unwrap();
-    manifest
 }
 
 const HANDED: &str = r#"
@@ -742,12 +757,7 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
         .args(["--plugin", other.to_str().unwrap()])
         .args(["--runtime-policy", policy.to_str().unwrap()]);
     let (_server, addr) = common::serve(server, token);
-    let url = format!("http://{addr}");
-    let remote = |args: &[&str]| {
-        let mut cmd = rein(&dir.path().join("client"));
-        cmd.args(["--url", &url, "--token", token]).args(args);
-        cmd
-    };
+    let remote = common::client(dir.path().join("client"), &addr, token);
     let plan = write_plan(dir.path(), "handed.toml", HANDED);
     let (started, request) = run_to_gate(&remote, &plan);
     let task = started["id"].as_str().unwrap().to_owned();
@@ -951,12 +961,7 @@ fn a_reloaded_plugin_answers_from_a_new_program_and_its_executors_are_ensured_ag
     let mut server = rein(&data);
     server.args(["--plugin", manifest.to_str().unwrap()]);
     let (_server, addr) = common::serve(server, token);
-    let url = format!("http://{addr}");
-    let remote = |args: &[&str]| {
-        let mut cmd = rein(&dir.path().join("client"));
-        cmd.args(["--url", &url, "--token", token]).args(args);
-        cmd
-    };
+    let remote = common::client(dir.path().join("client"), &addr, token);
     let plan = write_plan(
         dir.path(),
         "reload.toml",

@@ -169,6 +169,25 @@ impl Api {
         panic!("task {id} never became {status}");
     }
 
+    /// Waits until task `id` asks a person: its first approval request.
+    async fn first_request(&self, id: &str) -> Value {
+        for _ in 0..200 {
+            let list = self
+                .call(
+                    Method::GET,
+                    &format!("/admin/approvals?task_id={id}"),
+                    Some(VIEWER),
+                    None,
+                )
+                .await;
+            if let Some(first) = list.body["items"].as_array().and_then(|a| a.first()) {
+                return first.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("task {id} never asked a person");
+    }
+
     /// Waits until the task reaches a status that is not in progress.
     async fn settled(&self, id: &str) -> Value {
         for _ in 0..500 {
@@ -966,22 +985,7 @@ async fn approvals_are_decided_over_the_api_first_answer_wins() {
     let api = api();
     let r = api.submit(plan(json!([approval("ask"), { "id": "after", "checkpoint": "task_exec", "action": { "kind": "noop" }, "depends_on": ["ask"] }]))).await;
     let id = r.body["task"]["id"].as_str().unwrap().to_owned();
-    let mut request = Value::Null;
-    for _ in 0..200 {
-        let list = api
-            .call(
-                Method::GET,
-                &format!("/admin/approvals?task_id={id}"),
-                Some(VIEWER),
-                None,
-            )
-            .await;
-        if let Some(first) = list.body["items"].as_array().and_then(|a| a.first()) {
-            request = first.clone();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let request = api.first_request(&id).await;
     let apr = request["id"]
         .as_str()
         .expect("a request appeared")
@@ -1454,17 +1458,10 @@ async fn malformed_bodies_at_every_post_route_never_give_a_5xx() {
     // Real ids, so routes get past their 404s to the bodies.
     let r = api.submit(plan(json!([approval("ask")]))).await;
     let task = r.body["task"]["id"].as_str().unwrap().to_owned();
-    let mut apr = String::new();
-    for _ in 0..200 {
-        let list = api
-            .call(Method::GET, "/admin/approvals", Some(VIEWER), None)
-            .await;
-        if let Some(id) = list.body["items"][0]["id"].as_str() {
-            apr = id.to_owned();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let apr = api.first_request(&task).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let snap = api
         .call(
             Method::POST,
@@ -2310,23 +2307,10 @@ async fn an_approval_cards_deadline_stops_counting_once_it_is_decided() {
     ask["action"]["timeout_ms"] = json!(600_000);
     let r = api.submit(plan(json!([ask]))).await;
     let id = r.body["task"]["id"].as_str().unwrap().to_owned();
-    let mut apr = String::new();
-    for _ in 0..500 {
-        let list = api
-            .call(
-                Method::GET,
-                &format!("/admin/approvals?task_id={id}"),
-                Some(VIEWER),
-                None,
-            )
-            .await;
-        if let Some(first) = list.body["items"].as_array().and_then(|a| a.first()) {
-            apr = first["id"].as_str().unwrap().to_owned();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(!apr.is_empty(), "a request appeared");
+    let apr = api.first_request(&id).await["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let cookie = api.signed_in(OPERATOR).await;
     let card = |text: &str| -> String {
         let at = text
