@@ -58,7 +58,7 @@ pub struct Cli {
     )]
     pub sandbox: Option<String>,
 
-    /// Permission rules for plan steps: a TOML file of `[[rules]]` (see the README).
+    /// Permission rules for plan steps: a TOML file of `[[rules]]` (the book's "Permission rules" chapter, docs/src/people/permissions.md).
     #[arg(long, global = true, env = "REIN_POLICY", value_name = "FILE")]
     pub policy: Option<PathBuf>,
 
@@ -150,7 +150,7 @@ pub enum Command {
     /// from (flag, environment, config file, default); secrets redacted.
     #[command(subcommand)]
     Config(ConfigCommand),
-    /// Serve the admin HTTP API (see the README for routes and auth).
+    /// Serve the admin HTTP API; a running server lists its routes at /docs/api.
     Serve(ServeArgs),
     /// Be an Agent Client Protocol agent on stdin and stdout, for an editor
     /// (Zed: an agent server with `"command": "rein", "args": ["acp"]`): each
@@ -787,6 +787,9 @@ pub enum PolicyCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum PlanCommand {
+    /// Print the plan file's JSON Schema: every key a plan and its steps take,
+    /// with what each means (editors read it to complete and check plans).
+    Schema,
     /// Validate a plan file and show its steps in running order.
     Check {
         plan: PathBuf,

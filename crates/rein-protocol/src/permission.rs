@@ -47,6 +47,7 @@ pub enum Access {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PermissionRule {
+    /// allow, ask or deny what the rule matches (the strictest matching rule decides).
     pub verdict: Option<Verdict>,
     /// `PROGRAM ARG…` as globs, matched word by word; `**` matches any number of
     /// arguments.
@@ -64,6 +65,7 @@ pub struct PermissionRule {
     /// An MCP tool as `SERVER/TOOL`, a glob: `fs/write_file`, `fs/*`, `*/*`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<String>,
+    /// Why the rule is there, shown with its verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// With `ask`: why a person is asked (default by what the rule is about).

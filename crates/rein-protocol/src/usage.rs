@@ -177,6 +177,7 @@ pub struct UsageReport {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
+    /// Tokens, input and output (cached input included).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -184,6 +185,7 @@ pub struct Budget {
     )]
     #[schemars(range(min = 1))]
     pub tokens: Option<u64>,
+    /// US dollars at `rein.toml`'s prices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub cost_usd: Option<f64>,

@@ -1,4 +1,4 @@
-//! `rein plan check` and `rein policy check`: plans and permission rules, tried
+//! `rein plan check`, `rein plan schema` and `rein policy check`: plans and permission rules, tried
 //! without running anything.
 
 use crate::exit::UsageError;
@@ -12,6 +12,10 @@ use crate::exit;
 
 pub async fn dispatch(target: &Target, cmd: PlanCommand) -> anyhow::Result<u8> {
     match cmd {
+        PlanCommand::Schema => {
+            print_json(&rein_core::plan::plan_file_schema())?;
+            Ok(exit::SUCCESS)
+        }
         PlanCommand::Draft {
             goal,
             workspace,

@@ -26,16 +26,22 @@ pub struct PlanSpec {
     pub workspace: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A plan file (`rein run PLAN`).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PlanFile {
+    /// What the task is, for people (the task's `original_task`).
     description: String,
+    /// A name for the task's session, shared by tasks that belong together.
     #[serde(default)]
     session: Option<String>,
+    /// The directory the steps run in, relative to the plan file (default: a fresh one under the data directory).
     #[serde(default)]
     workspace: Option<String>,
+    /// The most steps that run at once.
     #[serde(default)]
     max_parallel: Option<u32>,
+    /// Stop every step when one fails (default: only the steps that depend on it).
     #[serde(default)]
     fail_fast: bool,
     /// keep | on_success | always: what becomes of a fresh workspace at the end.
@@ -47,11 +53,15 @@ pub(super) struct PlanFile {
     /// CP1 by a person: nothing runs until someone confirms the task.
     #[serde(default)]
     confirm: bool,
+    /// low, medium or high: the plan's risk.
     #[serde(default)]
     risk_level: RiskLevel,
+    /// How long the task is expected to take (`10m`).
     #[serde(default)]
     estimated_duration: Option<String>,
+    /// How failures are handled, by error type, over rein's defaults.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<ErrorType, RecoverySetting>")]
     recovery: BTreeMap<ErrorType, toml::Value>,
     /// MCP tool servers the plan's agent steps may name.
     #[serde(default)]
@@ -62,6 +72,7 @@ pub(super) struct PlanFile {
     /// What of the workspace is kept at each step boundary.
     #[serde(default)]
     snapshot: Option<rein_protocol::SnapshotRules>,
+    /// The steps, run as a DAG of their `depends_on`.
     #[serde(default)]
     steps: Vec<StepFile>,
 }
@@ -69,19 +80,25 @@ pub(super) struct PlanFile {
 /// `[mcp_servers.NAME]` in a plan file or in `rein.toml`: `command` (with
 /// `args`, `env`, `allow_read`) for a server rein starts, or `url` (with
 /// `headers`) for a streamable HTTP one.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerFile {
+    /// A stdio server: the program rein starts, in the step's sandbox.
     #[serde(default)]
     pub command: Option<String>,
+    /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
+    /// Environment variables it is given.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Directories beyond the workspace it may read (its own code, say).
     #[serde(default)]
     pub allow_read: Vec<String>,
+    /// A streamable HTTP server's URL.
     #[serde(default)]
     pub url: Option<String>,
+    /// Headers sent to an HTTP server (`Authorization`).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// How long one tool call may take: `60s` unless set.
@@ -226,6 +243,12 @@ pub(super) fn with_confirmation(
 
 /// Parses plan-file text. `base` is the directory relative workspace paths start from.
 pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<PlanErrors>)> {
+    let value: toml::Table = toml::from_str(text).map_err(|e| (e.to_string(), None))?;
+    let unknown = super::keys::unknown_keys(&toml::Value::Table(value));
+    if !unknown.is_empty() {
+        let errors = PlanErrors(unknown);
+        return Err((errors.to_string(), Some(errors)));
+    }
     let file: PlanFile = toml::from_str(text).map_err(|e| (e.to_string(), None))?;
     let mut servers = BTreeMap::new();
     for (name, server) in file.mcp_servers {

@@ -1,5 +1,5 @@
 //! Plans: validation of a [`TaskDecomposition`] as a DAG (spec `tasks.md` §5 rule
-//! 17), and the TOML plan file that `rein run` reads (see the README for its format).
+//! 17), and the TOML plan file that `rein run` reads (its format: `docs/src/plans/`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
@@ -12,12 +12,14 @@ use rein_protocol::{
 use serde::Deserialize;
 
 mod file;
+mod keys;
 mod step_file;
 
 pub use file::{
     AGENT_TOOLS, CONFIRM_STEP, McpServerFile, PlanFileError, PlanSpec, load_plan_file, parse_plan,
     valid_mcp_name,
 };
+pub use keys::plan_file_schema;
 use step_file::*;
 
 /// One thing wrong with a plan.
@@ -45,6 +47,14 @@ pub enum PlanIssue {
     UnknownDependency {
         step: String,
         dependency: String,
+    },
+    /// A key of the plan file that is not one (a typo, mostly).
+    UnknownKey {
+        /// Where: `the plan`, `steps[1] (`build`)`, `mcp_servers.fs`.
+        at: String,
+        key: String,
+        /// The known key nearest to it.
+        suggestion: Option<String>,
     },
     /// An agent step's image that is not a workspace path of a kind sent.
     BadImage {
@@ -162,6 +172,17 @@ impl fmt::Display for PlanIssue {
                 "step id `{id}` may only use letters, digits, `_`, `-` and `.` (at most 128)"
             ),
             PlanIssue::DuplicateStepId { id } => write!(f, "step id `{id}` is used more than once"),
+            PlanIssue::UnknownKey {
+                at,
+                key,
+                suggestion,
+            } => match suggestion {
+                Some(s) => write!(f, "{at}: unknown key `{key}`; did you mean `{s}`?"),
+                None => write!(
+                    f,
+                    "{at}: unknown key `{key}` (`rein plan schema` prints every key a plan takes)"
+                ),
+            },
             PlanIssue::UnknownDependency { step, dependency } => {
                 write!(
                     f,

@@ -4,16 +4,31 @@
 use super::*;
 
 /// `recovery.<error_type> = { … }` in a plan file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct StrategyTable {
+    /// What to do: retry, wait, skip, pause, abort or escalate.
     action: RecoveryAction,
+    /// How many times to retry or wait before the fallback.
     #[serde(default)]
     max_retries: Option<u32>,
+    /// The first delay between attempts (`2s`, `1m`); it doubles each time.
     #[serde(default)]
     retry_delay: Option<String>,
+    /// What to do when the retries run out (not retry or wait).
     #[serde(default)]
     fallback: Option<RecoveryAction>,
+}
+
+/// One entry of a `[recovery]` table, as the plan's JSON Schema describes it.
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+pub(super) enum RecoverySetting {
+    /// An action's name: `fatal = "pause"`.
+    Action(RecoveryAction),
+    /// A strategy: `transient = { action = "retry", max_retries = 5, retry_delay = "2s" }`.
+    Strategy(StrategyTable),
 }
 
 /// A `[recovery]` table: each error type maps to an action name (`fatal = "pause"`)
@@ -65,7 +80,8 @@ pub(super) fn recovery_policy(
     Ok(policy)
 }
 
-#[derive(Debug, Default, Clone, Copy, Deserialize, PartialEq, Eq)]
+/// What kind of step it is.
+#[derive(Debug, Default, Clone, Copy, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum StepKind {
     #[default]
@@ -76,7 +92,8 @@ pub(super) enum StepKind {
     Agent,
 }
 
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+/// The checkpoint a gate step records.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub(super) enum GateCheckpoint {
     QualityGate,
@@ -84,40 +101,55 @@ pub(super) enum GateCheckpoint {
     BuildPass,
 }
 
-#[derive(Debug, Deserialize)]
+/// One `[[steps]]` table.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct StepFile {
+    /// The step's id: letters, digits, `-`, `_` and `.`, unique in the plan.
     id: String,
+    /// Command steps (and gates, reviews): the shell script, run with `sh -c` in the workspace.
     #[serde(default)]
     run: Option<String>,
-    /// Approve steps: the question, its options, the recommended one, what expiry means.
+    /// Approve steps: the question a person is asked.
     #[serde(default)]
     title: Option<String>,
+    /// Approve steps: the answers offered (default approve, deny).
     #[serde(default)]
     options: Vec<String>,
+    /// Approve steps: the option recommended.
     #[serde(default)]
     recommended: Option<String>,
+    /// Approve steps: the decision taken when the deadline passes (default deny).
     #[serde(default)]
     default: Option<Decision>,
+    /// Approve steps: why a person is asked.
     #[serde(default)]
     trigger: Option<Trigger>,
+    /// Approve steps: how urgent the question is.
     #[serde(default)]
     priority: Option<Priority>,
+    /// What the step does, for people (approve steps: what the person should know).
     #[serde(default)]
     description: Option<String>,
+    /// The steps that must complete before this one starts.
     #[serde(default)]
     depends_on: Vec<String>,
+    /// How long one attempt may run (`30s`, `10m`); approve steps: how long a person has.
     #[serde(default)]
     timeout: Option<String>,
+    /// Whether running it again is harmless: a step interrupted by a crash is then re-run without asking.
     #[serde(default)]
     idempotent: Option<bool>,
+    /// exec (default), gate, review, approve or agent.
     #[serde(default)]
     kind: StepKind,
     /// Agent steps: read, write or execute (what the work is; execute unless set).
     #[serde(default, rename = "type")]
     step_type: Option<StepType>,
+    /// Gate steps: the checkpoint recorded (default quality_gate).
     #[serde(default)]
     checkpoint: Option<GateCheckpoint>,
+    /// Command steps: environment variables the command is given.
     #[serde(default)]
     env: BTreeMap<String, String>,
     /// Command and agent steps: whether the command (the agent's commands
@@ -136,18 +168,24 @@ pub(super) struct StepFile {
     /// Command steps: permission rules of the step's own.
     #[serde(default)]
     permissions: Vec<rein_protocol::PermissionRule>,
-    /// What the step reads and writes, recorded in the plan's shared state.
+    /// What the step reads, recorded in the plan's shared state.
     #[serde(default)]
     reads: Vec<String>,
+    /// What the step writes, recorded in the plan's shared state.
     #[serde(default)]
     writes: Vec<String>,
+    /// low, medium or high: a high-risk step is security-scanned before it runs.
     #[serde(default)]
     risk_level: RiskLevel,
+    /// Why the step is risky, for the person asked.
     #[serde(default)]
     risk_description: Option<String>,
+    /// Permissions the step declares it needs (`network`, `write:PATH`, …), checked against the rules.
     #[serde(default)]
     required_permissions: Vec<String>,
+    /// How the step's failures are handled, by error type, over the plan's `[recovery]`.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<ErrorType, RecoverySetting>")]
     recovery: BTreeMap<ErrorType, toml::Value>,
     /// Run as plan–execute–verify: contract, approval, execute, evidence, verification.
     #[serde(default)]
@@ -155,12 +193,16 @@ pub(super) struct StepFile {
     /// Agent steps: the work asked for, and of whom.
     #[serde(default)]
     prompt: Option<String>,
+    /// Agent steps: openai (default), openai-responses, anthropic, or one a plugin's harness serves.
     #[serde(default)]
     provider: Option<String>,
+    /// Agent steps: the model (default `REIN_MODEL`).
     #[serde(default)]
     model: Option<String>,
+    /// Agent steps: auto, rein or a harness id (default: the runtime policy).
     #[serde(default)]
     runtime: Option<String>,
+    /// Agent steps: the built-in tools it is offered (read_file, write_file, list_dir, run_command, delegate).
     #[serde(default)]
     tools: Option<Vec<String>>,
     /// Agent steps naming the same session share one conversation.

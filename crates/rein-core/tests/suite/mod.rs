@@ -11,6 +11,7 @@ mod journal;
 mod metrics;
 mod permissions;
 mod pev;
+mod plan_reference;
 mod questions;
 mod recovery;
 mod saved;
