@@ -285,8 +285,12 @@ pub fn runtime_policy(
 /// The permission rules of `--policy FILE`, or none.
 pub fn load_policy(path: Option<&std::path::Path>) -> anyhow::Result<rein_sandbox::Policy> {
     match path {
-        Some(path) => rein_sandbox::Policy::load(path)
-            .map_err(|e| UsageError(format!("{e}; see the README for the rule format")).into()),
+        Some(path) => rein_sandbox::Policy::load(path).map_err(|e| {
+            UsageError(format!(
+                "{e}; the rule format is in docs/src/people/permissions.md"
+            ))
+            .into()
+        }),
         None => Ok(rein_sandbox::Policy::default()),
     }
 }
@@ -502,9 +506,10 @@ pub fn parse_session_id(id: &str) -> anyhow::Result<rein_protocol::SessionId> {
     rein_protocol::SessionId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
 }
 
-/// Prints one page of a listing: with `json`, the items (and the next page's
-/// cursor on stderr); else a table under `header`, one `row` per item, or
-/// "no WHAT", and the command for the next page (`more`).
+/// Prints one page of a listing: with `json`, the page as the API answers it
+/// (`{"items": […], "next_cursor": …}`, the cursor `null` on the last page);
+/// else a table under `header`, one `row` per item, or "no WHAT", and the
+/// command for the next page (`more`).
 pub fn print_page<T: serde::Serialize>(
     items: &[T],
     next_cursor: Option<&str>,
@@ -515,10 +520,7 @@ pub fn print_page<T: serde::Serialize>(
     row: impl Fn(&T) -> String,
 ) -> anyhow::Result<()> {
     if json {
-        print_json(&items)?;
-        if let Some(c) = next_cursor {
-            crate::output::shout!("more {what}: --cursor {c}");
-        }
+        print_json(&serde_json::json!({ "items": items, "next_cursor": next_cursor }))?;
     } else if items.is_empty() {
         say!("no {what}");
     } else {

@@ -1,7 +1,7 @@
 //! `rein tasks …`: list, show, events, follow, resume, pause, abort, snapshots,
 //! restore, delete.
 
-use crate::output::{say, say_raw, shout};
+use crate::output::{say, say_raw};
 
 use rein_core::store::TaskFilter;
 use rein_protocol::{HarnessEvent, TaskId, TaskStatus, Timestamp};
@@ -222,10 +222,8 @@ async fn list(backend: &Backend, args: ListArgs) -> anyhow::Result<u8> {
     };
     let page = backend.list(&filter).await?;
     if args.json {
-        print_json(&page.items)?;
-        if let Some(c) = &page.next_cursor {
-            shout!("more tasks: --cursor {c}");
-        }
+        // The page as the API answers it: the cursor `null` on the last page.
+        print_json(&serde_json::json!({ "items": page.items, "next_cursor": page.next_cursor }))?;
     } else if page.items.is_empty() {
         say!("no tasks");
     } else {

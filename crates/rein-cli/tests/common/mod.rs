@@ -126,9 +126,9 @@ pub fn write_plan(dir: &Path, name: &str, text: &str) -> PathBuf {
 /// The ids of all tasks in a data directory, newest first.
 pub fn task_ids(data_dir: &Path) -> Vec<String> {
     let out = run_ok(rein(data_dir).args(["tasks", "list", "--json"]));
-    json(&out)
+    json(&out)["items"]
         .as_array()
-        .expect("array")
+        .expect("a page of items")
         .iter()
         .map(|t| t["id"].as_str().expect("id").to_owned())
         .collect()

@@ -63,7 +63,7 @@ fn the_example_runs_through_all_five_control_points() {
 
     let ids = task_ids(data.path());
     assert_eq!(ids.len(), 1);
-    let list = json(&run_ok(rein(data.path()).args(["tasks", "list", "--json"])));
+    let list = json(&run_ok(rein(data.path()).args(["tasks", "list", "--json"])))["items"].clone();
     let task = &list[0];
     for field in ["id", "status", "description", "created_at"] {
         assert!(
@@ -152,11 +152,21 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
     let unknown = write_plan(
         dir.path(),
         "unknown.toml",
-        "description='u'\n[[steps]]\nid='a'\nrun='true'\nretry=2\n",
+        "description='u'\n[[steps]]\nid='a'\nrun='true'\nretry=2\ndepend_on=['b']\n",
     );
     let out = rein(&data).arg("run").arg(&unknown).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field `retry`"));
+    // Both unknown keys at once, each where it is; the misspelt one with the
+    // key meant.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("steps[0] (`a`): unknown key `retry` (`rein plan schema`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("steps[0] (`a`): unknown key `depend_on`; did you mean `depends_on`?"),
+        "{stderr}"
+    );
 
     let out = rein(&data)
         .args(["run", "/no/such/plan.toml"])
@@ -510,25 +520,25 @@ fn list_filters_and_pages() {
         "--session",
         "x",
         "--json",
-    ])));
+    ])))["items"]
+        .clone();
     assert_eq!(x.as_array().unwrap().len(), 2);
-    let page = rein(&data)
-        .args(["tasks", "list", "--limit", "2", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(json(&page).as_array().unwrap().len(), 2);
-    let cursor = String::from_utf8_lossy(&page.stderr)
-        .trim()
-        .strip_prefix("more tasks: --cursor ")
-        .unwrap()
-        .to_owned();
+    // The next page's cursor is in the JSON, as the API pages; the last
+    // page's is null.
+    let page = json(&run_ok(
+        rein(&data).args(["tasks", "list", "--limit", "2", "--json"]),
+    ));
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
     let rest = json(&run_ok(rein(&data).args([
         "tasks", "list", "--limit", "2", "--json", "--cursor", &cursor,
     ])));
-    assert_eq!(rest.as_array().unwrap().len(), 1);
+    assert_eq!(rest["items"].as_array().unwrap().len(), 1);
+    assert!(rest["next_cursor"].is_null(), "{rest}");
     let recent = json(&run_ok(
         rein(&data).args(["tasks", "list", "--since", "1h", "--json"]),
-    ));
+    ))["items"]
+        .clone();
     assert_eq!(recent.as_array().unwrap().len(), 3);
     let none = json(&run_ok(rein(&data).args([
         "tasks",
@@ -536,7 +546,8 @@ fn list_filters_and_pages() {
         "--until",
         "2000-01-01T00:00:00Z",
         "--json",
-    ])));
+    ])))["items"]
+        .clone();
     assert!(none.as_array().unwrap().is_empty());
 }
 

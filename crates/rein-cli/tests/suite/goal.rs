@@ -853,6 +853,7 @@ fn a_goal_with_no_model_configured_is_refused_before_anything_is_made() {
     }
     let listed = common::json(&common::run_ok(
         common::rein(&data).args(["tasks", "list", "--json"]),
-    ));
+    ))["items"]
+        .clone();
     assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
 }

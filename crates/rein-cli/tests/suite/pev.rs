@@ -59,7 +59,8 @@ fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
         "--task",
         &task,
         "--json",
-    ])));
+    ])))["items"]
+        .clone();
     assert_eq!(contracts.as_array().unwrap().len(), 1);
     let contract = contracts[0]["id"].as_str().unwrap().to_owned();
     assert_eq!(contracts[0]["status"], "proposed");
@@ -98,7 +99,8 @@ fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
         "--contract",
         &contract,
         "--json",
-    ])));
+    ])))["items"]
+        .clone();
     let bundle = bundles[0]["id"].as_str().unwrap().to_owned();
     assert_eq!(bundles[0]["checks"][0]["status"], "passed");
     let reviewed = json(&run_ok(rein(&data).env("REIN_USER", "bo").args([
@@ -217,10 +219,11 @@ verify = ["grep -q final notes.txt", "if [ -e started ]; then true; else touch s
         "--task",
         &task,
         "--json",
-    ])));
+    ])))["items"]
+        .clone();
     assert_eq!(contracts[0]["status"], "verified", "{contracts}");
     // The evidence was rebuilt, not doubled: one output, two test results, two checks.
-    let bundles = json(&run_ok(rein(&data).args(["evidence", "list", "--json"])));
+    let bundles = json(&run_ok(rein(&data).args(["evidence", "list", "--json"])))["items"].clone();
     assert_eq!(bundles.as_array().unwrap().len(), 1, "{bundles}");
     let kinds: Vec<&str> = bundles[0]["items"]
         .as_array()

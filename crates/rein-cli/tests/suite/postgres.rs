@@ -43,7 +43,8 @@ fn a_plan_runs_on_postgres_and_every_command_reads_it_there() {
         rein(&data)
             .env("REIN_STORE", &url)
             .args(["tasks", "list", "--json"]),
-    ));
+    ))["items"]
+        .clone();
     let tasks = listed.as_array().unwrap();
     assert_eq!(tasks.len(), 1, "{listed}");
     assert_eq!(tasks[0]["status"], "completed");
@@ -64,7 +65,7 @@ fn a_plan_runs_on_postgres_and_every_command_reads_it_there() {
     assert_eq!(read["output"]["stdout_tail"], "a\n", "b read what a wrote");
     // The task is in the database, not in a file beside the workspaces.
     assert!(!data.join("rein.db").exists());
-    let local = json(&run_ok(rein(&data).args(["tasks", "list", "--json"])));
+    let local = json(&run_ok(rein(&data).args(["tasks", "list", "--json"])))["items"].clone();
     assert_eq!(local.as_array().unwrap().len(), 0, "{local}");
     let shown = json(&run_ok(
         rein(&data).args(["--store", &url, "config", "show", "--json"]),
@@ -207,7 +208,8 @@ fn a_store_over_tls_is_checked_as_the_url_says() {
     );
     let listed = json(&run_ok(
         rein(&data).args(["--store", &checked, "tasks", "list", "--json"]),
-    ));
+    ))["items"]
+        .clone();
     assert_eq!(listed[0]["status"], "completed", "{listed}");
     let out = rein(&data)
         .args(["--store", &url(&certs.other_authority), "tasks", "list"])

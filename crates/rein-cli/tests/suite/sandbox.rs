@@ -483,7 +483,8 @@ fn a_plan_in_a_home_directory_cannot_touch_the_default_data_directory() {
     // And the run says what confined it.
     let list = json(&run_ok(
         rein_at_home(&home).args(["tasks", "list", "--json"]),
-    ));
+    ))["items"]
+        .clone();
     let id = list[0]["id"].as_str().unwrap();
     let state = json(&run_ok(
         rein_at_home(&home).args(["tasks", "show", id, "--json"]),

@@ -187,7 +187,10 @@ impl Remote {
     /// The first item `rein … --json` lists, once there is one.
     fn first(&self, what: &str, args: &[&str]) -> serde_json::Value {
         eventually(what, || {
-            json(&self.ok(args)).as_array().unwrap().first().cloned()
+            // A paged listing's items, or a plain one's.
+            let listed = json(&self.ok(args));
+            let items = listed.get("items").unwrap_or(&listed);
+            items.as_array().unwrap().first().cloned()
         })
     }
 }
@@ -1154,7 +1157,7 @@ fn fork_and_retry_over_the_server() {
     );
     assert_eq!(status, 409, "a completed task is not retried: {answer}");
     assert_eq!(
-        json(&remote.ok(&["tasks", "list", "--json"]))
+        json(&remote.ok(&["tasks", "list", "--json"]))["items"]
             .as_array()
             .unwrap()
             .len(),

@@ -19,10 +19,10 @@ use serde_json::Value;
 fn sessions_of(data: &Path, task: &str) -> Vec<Value> {
     json(&run_ok(
         rein(data).args(["sessions", "list", "--task", task, "--json"]),
-    ))
-    .as_array()
-    .unwrap()
-    .clone()
+    ))["items"]
+        .as_array()
+        .unwrap()
+        .clone()
 }
 
 fn named<'a>(sessions: &'a [Value], name: &str) -> &'a Value {
@@ -152,7 +152,7 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
         ))
     };
     let listed = remote(&["list", "--task", task, "--json"]);
-    assert_eq!(listed, serde_json::json!(sessions_of(&data, task)));
+    assert_eq!(listed["items"], serde_json::json!(sessions_of(&data, task)));
     let shown = remote(&["show", id, "--json"]);
     assert_eq!(shown["session"]["generation"], 1);
     let (status, body) = common::http(
@@ -281,7 +281,8 @@ fn a_delegation_survives_sigkill_without_running_twice_and_only_its_owner_may_ch
         "--parent",
         parent["id"].as_str().unwrap(),
         "--json",
-    ])));
+    ])))["items"]
+        .clone();
     assert_eq!(children.as_array().unwrap().len(), 1);
     // The task's log has the delegation.
     let events = json(&run_ok(
@@ -763,7 +764,8 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
     let task = started["id"].as_str().unwrap().to_owned();
     let listed = json(&run_ok(&mut remote(&[
         "sessions", "list", "--task", &task, "--json",
-    ])));
+    ])))["items"]
+        .clone();
     let work = named(listed.as_array().unwrap(), "work").clone();
     let id = work["id"].as_str().unwrap();
     assert_eq!(work["runtime"], "acme");
@@ -913,7 +915,8 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
         "--task",
         state["id"].as_str().unwrap(),
         "--json",
-    ])));
+    ])))["items"]
+        .clone();
     let child = named(sessions.as_array().unwrap(), "delegate:lead:call_h");
     assert_eq!(child["pinned_runtime"], "acme", "{child}");
     assert_eq!(child["delegated_execution"]["plugin"], "runner", "{child}");

@@ -78,7 +78,7 @@ fn create_add_and_detect_conflicts_from_the_command_line() {
         .unwrap();
     assert_eq!(escalate.status.code(), Some(0), "a warn is below escalate");
 
-    let listed = json(&run_ok(rein(&data).args(["state", "list", "--json"])));
+    let listed = json(&run_ok(rein(&data).args(["state", "list", "--json"])))["items"].clone();
     assert_eq!(listed[0]["id"], "shs_release_docs");
     assert_eq!(listed[0]["conflicts"].as_array().unwrap().len(), 1);
     let session = run_ok(rein(&data).args(["state", "session", "session-release"]));
@@ -186,7 +186,7 @@ fn run_recording(
         .spawn()
         .unwrap();
     let task = common::eventually(&format!("{name} is created"), || {
-        let tasks = json(&run_ok(rein(data).args(["tasks", "list", "--json"])));
+        let tasks = json(&run_ok(rein(data).args(["tasks", "list", "--json"])))["items"].clone();
         tasks
             .as_array()
             .unwrap()

@@ -142,7 +142,8 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
             "--forked-from",
             &source,
             "--json",
-        ])));
+        ])))["items"]
+            .clone();
         for f in forks.as_array().unwrap() {
             let id = f["id"].as_str().unwrap();
             let state = show(&data, id);
@@ -158,7 +159,8 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
         "--forked-from",
         &source,
         "--json",
-    ])));
+    ])))["items"]
+        .clone();
     eprintln!(
         "{killed_while_writing} of 8 forks killed while writing their workspace, {} made",
         made.as_array().unwrap().len()
