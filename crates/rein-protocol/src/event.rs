@@ -261,6 +261,34 @@ pub enum TaskChange {
 
 /// What an agent reported ([`TaskChange::AgentUpdate`]), for a person: a tool
 /// call and its status, a plan, or the kind of update.
+/// Describes a run's agent updates one after another, naming an update that
+/// names its tool call only by id (`tool_call_update`) by the title its
+/// `tool_call` gave.
+#[derive(Debug, Default)]
+pub struct AgentUpdateLines {
+    titles: std::collections::HashMap<String, String>,
+}
+
+impl AgentUpdateLines {
+    pub fn line(&mut self, update: &serde_json::Value) -> String {
+        let id = update["toolCallId"].as_str().unwrap_or_default();
+        match update["title"].as_str().filter(|t| !t.is_empty()) {
+            Some(title) if !id.is_empty() => {
+                self.titles.insert(id.to_owned(), title.to_owned());
+            }
+            None if !id.is_empty() => {
+                if let Some(title) = self.titles.get(id) {
+                    let mut named = update.clone();
+                    named["title"] = serde_json::Value::String(title.clone());
+                    return describe_agent_update(&named);
+                }
+            }
+            _ => {}
+        }
+        describe_agent_update(update)
+    }
+}
+
 pub fn describe_agent_update(update: &serde_json::Value) -> String {
     let text = |k: &str| update[k].as_str().unwrap_or_default();
     match text("sessionUpdate") {

@@ -76,12 +76,35 @@ async fn browser(driver: &Driver, profile: &Path) -> Client {
     client
 }
 
-/// Saves what the browser shows as `target/ui-screens/NAME.png`.
+/// Pages whose pictures stay out of the book: they show this machine's
+/// paths (the health page names the store's file and the sandbox's program).
+const NOT_IN_BOOK: &[&str] = &["health"];
+
+/// Saves what the browser shows as `target/ui-screens/NAME.png`, and with
+/// `REIN_UPDATE_SCREENSHOTS=1` as the book's `docs/src/images/ui/NAME.png`.
 async fn screenshot(client: &Client, name: &str) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screens");
-    std::fs::create_dir_all(&dir).unwrap();
-    let png = client.screenshot().await.unwrap();
-    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+    save(name, client.screenshot().await.unwrap());
+}
+
+/// Saves one element of the page as `screenshot` saves the page.
+async fn element_screenshot(client: &Client, selector: &str, name: &str) {
+    let element = client
+        .find(fantoccini::Locator::Css(selector))
+        .await
+        .unwrap();
+    save(name, element.screenshot().await.unwrap());
+}
+
+fn save(name: &str, png: Vec<u8>) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut dirs = vec![root.join("target/ui-screens")];
+    if std::env::var_os("REIN_UPDATE_SCREENSHOTS").is_some() && !NOT_IN_BOOK.contains(&name) {
+        dirs.push(root.join("docs/src/images/ui"));
+    }
+    for dir in dirs {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
+    }
 }
 
 /// Waits (up to 15 s) until `script` returns true in the page.
@@ -623,6 +646,11 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
         updates.contains("served by rein") && updates.contains("tool list_dir"),
         "{updates}"
     );
+    // A call's later reports are named by its tool, not its id.
+    assert!(
+        updates.contains("tool list_dir .: completed") && !updates.contains("call_l"),
+        "{updates}"
+    );
     screenshot(&client, "task-agent").await;
 
     // Shared state: a colliding action, detection run from the page.
@@ -707,6 +735,7 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
         .unwrap();
     assert_eq!(decisions, json!(1), "the CLI's one decision is charted");
     screenshot(&client, "health").await;
+    element_screenshot(&client, "figure.chart", "health-chart").await;
 
     // Harnesses: the built-in runtime, and what serves a route.
     client.goto(&format!("{base}/ui/harnesses")).await.unwrap();

@@ -1,5 +1,5 @@
 // The Control UI's own script: the page's live stream, deadlines that count
-// down, and a chosen plan file filling the plan's text box. Everything else
+// down, running steps' times that count up, and a chosen plan file filling the plan's text box. Everything else
 // is htmx.
 "use strict";
 
@@ -46,6 +46,16 @@ function countDown() {
     const abs = Math.abs(left);
     const text = `${Math.floor(abs / 60)}m ${String(abs % 60).padStart(2, "0")}s`;
     el.textContent = left >= 0 ? `in ${text}` : `${text} ago`;
+  }
+  // A running step's time so far.
+  for (const el of document.querySelectorAll("time.elapsed")) {
+    const gone = Math.round((Date.now() - Date.parse(el.getAttribute("datetime"))) / 1000);
+    if (Number.isNaN(gone)) continue;
+    const abs = Math.max(0, gone);
+    const h = Math.floor(abs / 3600);
+    const m = Math.floor((abs % 3600) / 60);
+    const s = String(abs % 60).padStart(2, "0");
+    el.textContent = h > 0 ? `${h}h ${m}m ${s}s` : m > 0 ? `${m}m ${s}s` : `${abs}s`;
   }
 }
 setInterval(countDown, 1000);

@@ -6,6 +6,7 @@
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
+use rein_core::history::counted;
 use rein_protocol::{LedgerHead, WorkspaceKind};
 use serde::Deserialize;
 
@@ -140,11 +141,11 @@ pub async fn verify(
     html! {
         div.verdict.ok[check.intact] .bad[!check.intact] data-intact=(check.intact) role="status" {
             @if check.intact {
-                strong { "Intact" } ": " (check.entries) " entries, each following the one before it"
+                strong { "Intact" } ": " (counted(check.entries as u64, "entry", "entries")) ", each following the one before it"
                 @if let Some(against) = &check.against { ", and the head " (against.seq) " recorded earlier is still in it" }
                 "."
             } @else {
-                strong { "Broken" } ": " (check.problems.len()) " problem(s) in " (check.entries) " entries."
+                strong { "Broken" } ": " (counted(check.problems.len() as u64, "problem", "problems")) " in " (counted(check.entries as u64, "entry", "entries")) "."
                 ul { @for p in &check.problems { li { (p) } } }
             }
             @if let Some(head) = &check.head {
@@ -207,7 +208,7 @@ async fn health_fragment(state: &AppState) -> Markup {
                 dt { "Checkpoints" } dd data-counter="checkpoints" { (m.checkpoints.total) " in all: " (m.checkpoints.passed) " passed, " (m.checkpoints.failed) " failed, " (m.checkpoints.skipped) " skipped" }
                 dt { "Recovery" } dd data-counter="recovery" { (m.recovery.attempts) " attempts, " (m.recovery.successes) " succeeded, " (m.recovery.failures) " gave up" }
                 dt { "People" } dd data-counter="human_loop" {
-                    (m.human_loop.requests) " requests: " (m.human_loop.pending) " waiting, " (m.human_loop.approvals) " approved, " (m.human_loop.denials) " denied, " (m.human_loop.skips) " skipped, " (m.human_loop.expirations) " expired"
+                    (counted(m.human_loop.requests, "request", "requests")) ": " (m.human_loop.pending) " waiting, " (m.human_loop.approvals) " approved, " (m.human_loop.denials) " denied, " (m.human_loop.skips) " skipped, " (m.human_loop.expirations) " expired"
                 }
             }
             p.hint { "The same counters as " a href="/admin/metrics" { "/admin/metrics" } " (JSON) and " a href="/metrics" { "/metrics" } " (Prometheus)." }
@@ -219,8 +220,10 @@ async fn health_fragment(state: &AppState) -> Markup {
 /// minute, as an SVG with each minute's numbers in its title.
 fn chart(window: &[Bucket], missed: u64) -> Markup {
     const W: i64 = 600;
-    const H: i64 = 140;
+    const H: i64 = 160;
     const PAD: i64 = 20;
+    // The time axis: a label under every fifth minute.
+    const EVERY: usize = 5;
     let most = window
         .iter()
         .map(|b| (b.passed + b.failed).max(b.decisions))
@@ -266,11 +269,23 @@ fn chart(window: &[Bucket], missed: u64) -> Markup {
                     }
                 }
                 polyline.decisions points=(line.join(" ")) {}
+                @for (i, b) in window.iter().enumerate() {
+                    @if i % EVERY == 0 || i + 1 == window.len() {
+                        @let x = PAD as f64 + (i as f64 + 0.5) * slot;
+                        line.axis x1=(format!("{x:.1}")) y1=(H - PAD) x2=(format!("{x:.1}")) y2=(H - PAD + 4) {}
+                        // The last label ends at the edge rather than past it.
+                        @let anchor = if i + 1 == window.len() { "end" } else { "middle" };
+                        @let at = if i + 1 == window.len() { W as f64 } else { x };
+                        text.tick.time x=(format!("{at:.1}")) y=(H - 2) text-anchor=(anchor) {
+                            (chrono::DateTime::from_timestamp(b.start, 0).map(|t| t.format("%H:%M").to_string()).unwrap_or_default())
+                        }
+                    }
+                }
             }
             figcaption {
                 span.key.passed { "■" } " checkpoints passed (" (passed) ") "
                 span.key.failed { "■" } " failed (" (failed) ") "
-                span.key.decisions { "—" } " decisions (" (decided) "), per minute; what this server ran since it started"
+                span.key.decisions { "—" } " decisions (" (decided) "), per minute (times in UTC); what this server ran since it started"
                 @if missed > 0 { " (" (missed) " events were too many to count)" }
             }
         }

@@ -2331,6 +2331,13 @@ async fn an_approval_cards_deadline_stops_counting_once_it_is_decided() {
     assert!(listed.contains("waits for a person"), "{listed}");
     let waiting = card(&api.browse(&cookie, "/ui/approvals".to_owned()).await.text);
     assert!(waiting.contains("class=\"deadline\""), "{waiting}");
+    // The card says what the task is, not only its id.
+    assert!(
+        waiting.contains(&format!(
+            "<span class=\"task-about\">api test</span> ({id})"
+        )),
+        "{waiting}"
+    );
     assert!(
         waiting.contains("class=\"danger\" name=\"decision\" value=\"deny\""),
         "{waiting}"
@@ -2350,4 +2357,64 @@ async fn an_approval_cards_deadline_stops_counting_once_it_is_decided() {
     api.reaches(&id, "completed").await;
     let listed = row(&api.browse(&cookie, "/ui/tasks".to_owned()).await.text);
     assert!(!listed.contains("waits for a person"), "{listed}");
+}
+
+/// A running step's time counts up on its task's page (the page's script
+/// reads its start), a finished one shows what it took; the health chart
+/// has a time axis.
+#[tokio::test]
+async fn a_running_step_shows_its_time_so_far_and_the_health_chart_its_minutes() {
+    let api = api();
+    let r = api
+        .submit(plan(json!([command("quick", "true"), {
+            "id": "slow", "checkpoint": "task_exec", "depends_on": ["quick"],
+            "action": { "kind": "command", "run": "sleep 30" } }])))
+        .await;
+    let id = r.body["task"]["id"].as_str().unwrap().to_owned();
+    let cookie = api.signed_in(OPERATOR).await;
+    let step = |text: &str, step: &str| -> String {
+        let at = text
+            .find(&format!("id=\"step-{step}\""))
+            .unwrap_or_else(|| panic!("no row for {step} in {text}"));
+        let end = text[at..].find("</tr>").unwrap();
+        text[at..at + end].to_owned()
+    };
+    let mut page = String::new();
+    for _ in 0..500 {
+        page = api.browse(&cookie, format!("/ui/tasks/{id}")).await.text;
+        if step(&page, "slow").contains("data-state=\"running\"") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let slow = step(&page, "slow");
+    assert!(
+        slow.contains("<time class=\"elapsed\" datetime=\""),
+        "{slow}"
+    );
+    let quick = step(&page, "quick");
+    assert!(!quick.contains("elapsed"), "{quick}");
+    assert!(quick.contains(" ms<") || quick.contains("s<"), "{quick}");
+    let health = api.browse(&cookie, "/ui/health/body".to_owned()).await.text;
+    let minute = chrono::Utc::now().format("%H:%M").to_string();
+    let labels = health.matches("class=\"tick time\"").count();
+    assert!(
+        labels >= 6,
+        "a label every five minutes of the half hour: {health}"
+    );
+    assert!(
+        health.contains(&format!(">{minute}</text>"))
+            || health.contains(&format!(
+                ">{}</text>",
+                (chrono::Utc::now() - chrono::Duration::minutes(1)).format("%H:%M")
+            )),
+        "the last minute is labelled: {health}"
+    );
+    api.call(
+        Method::POST,
+        &format!("/admin/tasks/{id}/abort"),
+        Some(OPERATOR),
+        Some(json!({})),
+    )
+    .await;
 }

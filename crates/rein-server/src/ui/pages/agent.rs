@@ -100,6 +100,7 @@ pub(super) async fn agent_activity(
             by_step.push((step.id.clone(), work));
         }
     }
+    let mut lines = rein_protocol::event::AgentUpdateLines::default();
     let mut after = 0;
     loop {
         let Ok(events) = state.engine.events(task.id(), after, 1000).await else {
@@ -110,10 +111,7 @@ pub(super) async fn agent_activity(
                 rein_protocol::TaskChange::AgentUpdate {
                     checkpoint_id,
                     update,
-                } => (
-                    checkpoint_id,
-                    rein_protocol::event::describe_agent_update(update),
-                ),
+                } => (checkpoint_id, lines.line(update)),
                 rein_protocol::TaskChange::Compacted {
                     checkpoint_id,
                     model,

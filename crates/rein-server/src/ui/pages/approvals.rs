@@ -52,18 +52,43 @@ pub(super) async fn approvals_fragment(state: &AppState, user: &User) -> Markup 
         .iter()
         .filter(|a| a.status != ApprovalStatus::Pending)
         .collect();
+    // What each request's task is, read once per task.
+    let mut tasks: std::collections::HashMap<&str, String> = std::collections::HashMap::new();
+    for a in pending.iter().chain(decided.iter().copied()) {
+        if !tasks.contains_key(a.task_id.as_str()) {
+            let about = task_about(state, a).await;
+            tasks.insert(a.task_id.as_str(), about);
+        }
+    }
+    let about = |a: &ApprovalRequest| tasks.get(a.task_id.as_str()).cloned().unwrap_or_default();
     html! {
         h2 { "Waiting (" (pending.len()) ")" }
         @if pending.is_empty() { p.empty { "Nothing waits for a person." } }
-        @for a in &pending { (approval_card(a, user, None)) }
+        @for a in &pending { (approval_card(a, &about(a), user, None)) }
         h2 { "Decided" }
-        @for a in &decided { (approval_card(a, user, None)) }
+        @for a in &decided { (approval_card(a, &about(a), user, None)) }
     }
+}
+
+/// The description of a request's task (empty if it cannot be read: the
+/// card still names the task by its id).
+async fn task_about(state: &AppState, a: &ApprovalRequest) -> String {
+    state
+        .engine
+        .summary(&a.task_id)
+        .await
+        .map(|s| s.description)
+        .unwrap_or_default()
 }
 
 /// One request: what it asks, and (to an operator, while it waits) the
 /// decisions, the recommended option first.
-pub(super) fn approval_card(a: &ApprovalRequest, user: &User, note: Option<&str>) -> Markup {
+pub(super) fn approval_card(
+    a: &ApprovalRequest,
+    task: &str,
+    user: &User,
+    note: Option<&str>,
+) -> Markup {
     let mut options = a.options.clone();
     if let Some(r) = &a.recommended_option
         && let Some(i) = options.iter().position(|o| o == r)
@@ -81,8 +106,13 @@ pub(super) fn approval_card(a: &ApprovalRequest, user: &User, note: Option<&str>
             }
             @if !a.description.is_empty() { p { (a.description) } }
             @if let Some(q) = &a.question { p.question { (q) } }
+            @if let Some(c) = &a.context.command { p.context { "Command " code { (c) } } }
+            @if let Some(f) = &a.context.file_path { p.context { "File " code { (f) } } }
+            @if let Some(r) = &a.context.risk_assessment { p.context { "Risk: " (r) } }
             p.meta {
-                "Task " a href={"/ui/tasks/" (a.task_id)} { (a.task_id) }
+                "Task " a href={"/ui/tasks/" (a.task_id)} {
+                    @if task.is_empty() { (a.task_id) } @else { span.task-about { (task) } " (" (a.task_id) ")" }
+                }
                 @if let Some(step) = &a.step_id { " · step " (step) }
                 " · trigger " (a.trigger.as_str())
                 // A decided request's deadline no longer counts down.
@@ -178,7 +208,7 @@ pub async fn decide(
         decided_at: chrono::Utc::now(),
     };
     match state.decide(who.role, response).await {
-        Ok(a) => approval_card(&a, &user, None).into_response(),
+        Ok(a) => approval_card(&a, &task_about(&state, &a).await, &user, None).into_response(),
         Err(EngineError::AlreadyDecided { current }) => {
             let first = current
                 .response
@@ -191,14 +221,16 @@ pub async fn decide(
                     )
                 })
                 .unwrap_or_else(|| "It was decided first elsewhere.".to_owned());
-            approval_card(&current, &user, Some(&first)).into_response()
+            let about = task_about(&state, &current).await;
+            approval_card(&current, &about, &user, Some(&first)).into_response()
         }
         // Refused (an option it does not offer, someone else's to decide):
         // the card stays, saying why.
         Err(e) => match state.engine.approval(&id).await {
             Ok(current) => {
                 let message = crate::error::ApiError::from(e).message;
-                approval_card(&current, &user, Some(&message)).into_response()
+                let about = task_about(&state, &current).await;
+                approval_card(&current, &about, &user, Some(&message)).into_response()
             }
             Err(_) => engine_refusal(e),
         },

@@ -595,7 +595,16 @@ async fn task_fragment(state: &AppState, user: &User, id: &TaskId) -> Markup {
                             td { strong { (step.id) } br; small { (step.description) } }
                             td { span class={"badge c-" (st)} { (st) } }
                             td { (attempts(&task, &step.id)) }
-                            td { (cp.and_then(|c| c.duration_ms).map(rein_core::history::human_duration).unwrap_or_default()) }
+                            td {
+                                @match cp {
+                                    // A running step counts up from its start (the page's script).
+                                    Some(c) if c.status == rein_protocol::CheckpointStatus::InProgress => {
+                                        time.elapsed datetime=(c.started_at.to_rfc3339()) { "running" }
+                                    }
+                                    Some(c) => (c.duration_ms.map(rein_core::history::human_duration).unwrap_or_default()),
+                                    None => "",
+                                }
+                            }
                             td.usage { (cp.and_then(|c| c.output.as_ref()).and_then(super::usage::step_usage).unwrap_or_default()) }
                             td { (step.depends_on.join(", ")) }
                             td {
