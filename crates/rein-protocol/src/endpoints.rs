@@ -309,6 +309,11 @@ endpoints! {
         errors: [],
     }
 
+    /// This reference as a web page (every operation and schema, no external assets)
+    ApiDocs = Get "/docs/api" for anyone {
+        response: 200 String = Content::Text("text/html"),
+    }
+
     /// Metrics in the Prometheus text format
     MetricsText = Get "/metrics" for Viewer {
         response: 200 String = Content::Text("text/plain"),
@@ -754,7 +759,7 @@ mod tests {
                 o.name
             );
         }
-        assert_eq!(ALL.len(), 64);
+        assert_eq!(ALL.len(), 65);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Out-of-process harness plugins (spec harness-sdk §1): the manifest that
 //! declares one, and the messages rein and the plugin exchange as
 //! newline-delimited JSON-RPC 2.0 over the plugin's stdin and stdout. The
-//! protocol is described in `docs/plugin-protocol.md`; every message has a JSON
+//! protocol is described in `docs/src/agents/plugin-protocol.md`; every message has a JSON
 //! Schema in `schemas/plugin/`.
 
 use std::collections::BTreeMap;
@@ -88,7 +88,7 @@ pub struct Activation {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PluginProtocol {
-    /// rein's plugin protocol (`docs/plugin-protocol.md`).
+    /// rein's plugin protocol (`docs/src/agents/plugin-protocol.md`).
     #[default]
     Rein,
     /// The Agent Client Protocol: the program is an external agent; each

@@ -1,6 +1,6 @@
 //! Out-of-process harness plugins: a manifest (`plugin.toml`) names a program
 //! that speaks newline-delimited JSON-RPC 2.0 over its stdin and stdout (see
-//! `docs/plugin-protocol.md`). rein starts it on first use, and again after it
+//! `docs/src/agents/plugin-protocol.md`). rein starts it on first use, and again after it
 //! died. A plugin that exits, sends something that is not JSON-RPC, or does not
 //! answer within its deadline fails the call in flight with an error that says
 //! which; it is stopped, and rein goes on.

@@ -763,6 +763,22 @@ pub async fn openapi_document() -> Response {
         .into_response()
 }
 
+pub async fn api_docs() -> Response {
+    static PAGE: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(crate::openapi::reference_html);
+    (
+        [
+            (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                axum::http::header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; style-src 'unsafe-inline'",
+            ),
+        ],
+        PAGE.as_str(),
+    )
+        .into_response()
+}
+
 pub async fn healthz(State(state): State<AppState>) -> Response {
     let health = crate::health::check_with(&state.engine, &state.alerts).await;
     let status = match health.status {
@@ -787,7 +803,7 @@ pub async fn open_session(
 
 pub async fn not_found() -> ApiError {
     ApiError::not_found(
-        "no such route; the API lives under /admin/ (docs/api.md lists every operation)",
+        "no such route; the API lives under /admin/ (/docs/api lists every operation)",
     )
 }
 
@@ -798,7 +814,7 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
         StatusCode::METHOD_NOT_ALLOWED,
         "method_not_allowed",
         format!(
-            "{} does not take {method}; its Allow header says what it takes, and docs/api.md lists every operation",
+            "{} does not take {method}; its Allow header says what it takes, and /docs/api lists every operation",
             uri.path()
         ),
     )

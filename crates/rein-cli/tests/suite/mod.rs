@@ -6,6 +6,7 @@ mod approvals;
 mod cli;
 mod config;
 mod crash;
+mod docs;
 mod editor;
 mod escape;
 mod fork;

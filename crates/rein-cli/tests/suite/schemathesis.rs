@@ -55,7 +55,10 @@ fn fuzz(seed: u32) {
         .unwrap();
     let addr = common::listening(&mut child);
     let _server = common::Server(child);
-    let document = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/openapi.json");
+    let document = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/src/api/openapi.json"
+    );
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schemathesis.toml");
     let out = Command::new("st")
         .current_dir(dir.path())

@@ -182,7 +182,7 @@ pub(super) fn question_of(call: &Value, options: &[(String, String)], agent: &st
             raw.map(|r| format!(" with input {r}")).unwrap_or_default(),
             kinds.join(", ")
         ),
-        // Approving without an option answers `allow_once` (the README's
+        // Approving without an option answers `allow_once` (the documented
         // rule): it is the recommended option when the agent offers it.
         recommended: ["allow_once", "allow_always"]
             .into_iter()

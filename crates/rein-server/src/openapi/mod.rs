@@ -2,12 +2,13 @@
 //! handlers: the router is built from this table, and the OpenAPI document
 //! from the same operations, so the two cannot drift apart. The document's
 //! schemas are derived from the request, response and query types each
-//! operation names. `docs/openapi.json` is the document as generated and
-//! `docs/api.md` the reference a person reads; a test fails when either is
+//! operation names. `docs/src/api/openapi.json` is the document as generated and
+//! `docs/src/api/reference.md` the reference a person reads; a test fails when either is
 //! out of date.
 //!
 //! Layout: [`document`] (the OpenAPI document), `generators` (the document
-//! spelled for client generators), [`reference`] (the Markdown reference).
+//! spelled for client generators), [`reference`] (the reference: Markdown for
+//! the book, HTML for `/docs/api`).
 
 mod document;
 mod generators;
@@ -15,7 +16,7 @@ mod reference;
 
 pub use document::document;
 use generators::*;
-pub use reference::reference;
+pub use reference::{html as reference_html, reference};
 
 use axum::handler::Handler;
 use axum::routing::{MethodFilter, MethodRouter};
@@ -62,6 +63,7 @@ pub fn table() -> Vec<Route> {
     vec![
         bind::<Healthz, _>(healthz),
         bind::<OpenApiDocument, _>(openapi_document),
+        bind::<ApiDocs, _>(api_docs),
         bind::<MetricsText, _>(metrics_text),
         bind::<OpenSession, _>(open_session),
         bind::<Metrics, _>(metrics_json),

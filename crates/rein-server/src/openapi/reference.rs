@@ -1,6 +1,6 @@
-//! `docs/api.md`: the API's operations as a table a person reads, made from
+//! `docs/src/api/reference.md`: the API's operations as a table a person reads, made from
 //! the same definitions as the router, and naming the schemas of the OpenAPI
-//! document (`docs/openapi.json`) that each one takes and answers.
+//! document (`docs/src/api/openapi.json`) that each one takes and answers.
 
 use super::*;
 
@@ -37,55 +37,152 @@ fn body(content: &Value) -> String {
         .join(" or ")
 }
 
+/// The intro both renderings share, in Markdown.
+const INTRO: &str = "Roles go viewer < operator < admin; `none` needs no credentials. Every \
+error is JSON `{error: {code, message}}` (`Error`). Besides the errors \
+listed: 405 for a method a path does not take (with `Allow`), 415 for a \
+body that is not JSON (or a plan's TOML), 429 past one client's \
+connection cap or its failed sign-ins (with `Retry-After`).";
+
+/// The columns of a row.
+const COLUMNS: [&str; 9] = [
+    "operation",
+    "method",
+    "path",
+    "role",
+    "what",
+    "query",
+    "request",
+    "success",
+    "errors",
+];
+
+/// One row per operation, in the order of [`endpoints::ALL`], each cell
+/// Markdown-ish text (backquotes around code).
+fn rows(doc: &Value) -> Vec<[String; 9]> {
+    endpoints::ALL
+        .iter()
+        .map(|o| {
+            let documented = &doc["paths"][o.path][o.method.lower()];
+            let query: Vec<String> = documented["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["in"] == "query")
+                .filter_map(|p| p["name"].as_str().map(|n| format!("`{n}`")))
+                .collect();
+            let request = match o.request {
+                Some(_) => body(&documented["requestBody"]["content"]),
+                None => String::new(),
+            };
+            let success = &documented["responses"][o.success.to_string()]["content"];
+            [
+                o.name.to_owned(),
+                o.method.as_str().to_owned(),
+                format!("`{}`", o.path),
+                o.role.map_or("none", |r| r.as_str()).to_owned(),
+                o.summary().to_owned(),
+                query.join(", "),
+                request,
+                format!("{} {}", o.success, body(success)),
+                o.errors
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ]
+        })
+        .collect()
+}
+
 /// The reference in Markdown: one row per operation, in the order of
 /// [`endpoints::ALL`].
 pub fn reference() -> String {
-    let doc = document();
-    let mut out = String::from(
-        "# The admin API\n\n\
+    let mut out = format!(
+        "# API reference\n\n\
          Generated from the operations' definitions (`rein-protocol`'s `endpoints`);\n\
-         the schemas named here are those of `docs/openapi.json`. Regenerate both\n\
-         with `REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::`.\n\n\
-         Roles go viewer < operator < admin; `none` needs no credentials. Every\n\
-         error is JSON `{error: {code, message}}` (`Error`). Besides the errors\n\
-         listed: 405 for a method a path does not take (with `Allow`), 415 for a\n\
-         body that is not JSON (or a plan's TOML), 429 past one client's\n\
-         connection cap or its failed sign-ins (with `Retry-After`).\n\n\
-         | operation | method | path | role | what | query | request | success | errors |\n\
-         |---|---|---|---|---|---|---|---|---|\n",
+         the schemas named here are those of [`openapi.json`](openapi.json). Regenerate both\n\
+         with `REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::`.\n\
+         A running `rein serve` serves this table at `/docs/api`, with each schema.\n\n\
+         {INTRO}\n\n| {} |\n|{}\n",
+        COLUMNS.join(" | "),
+        "---|".repeat(COLUMNS.len()),
     );
-    for o in endpoints::ALL {
-        let documented = &doc["paths"][o.path][o.method.lower()];
-        let query: Vec<String> = documented["parameters"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|p| p["in"] == "query")
-            .filter_map(|p| p["name"].as_str().map(|n| format!("`{n}`")))
-            .collect();
-        let request = match o.request {
-            Some(_) => body(&documented["requestBody"]["content"]),
-            None => String::new(),
-        };
-        let success = &documented["responses"][o.success.to_string()]["content"];
-        let row = [
-            o.name.to_owned(),
-            o.method.as_str().to_owned(),
-            format!("`{}`", o.path),
-            o.role.map_or("none", |r| r.as_str()).to_owned(),
-            o.summary().to_owned(),
-            query.join(", "),
-            request,
-            format!("{} {}", o.success, body(success)),
-            o.errors
-                .iter()
-                .map(u16::to_string)
-                .collect::<Vec<_>>()
-                .join(", "),
-        ];
+    for row in rows(&document()) {
         out.push_str("| ");
         out.push_str(&row.map(|cell| cell.replace('|', "\\|")).join(" | "));
         out.push_str(" |\n");
     }
+    out
+}
+
+/// `text` escaped for HTML.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// `text` escaped for HTML, its backquoted parts as `<code>`.
+fn html_text(text: &str) -> String {
+    let escaped = escape(text);
+    let mut out = String::with_capacity(escaped.len());
+    for (i, part) in escaped.split('`').enumerate() {
+        if i % 2 == 1 {
+            out.push_str("<code>");
+            out.push_str(part);
+            out.push_str("</code>");
+        } else {
+            out.push_str(part);
+        }
+    }
+    out
+}
+
+/// The reference as one HTML page with no external assets, served at
+/// `/docs/api`: the table, then each component schema of the document,
+/// folded.
+pub fn html() -> String {
+    let doc = document();
+    let mut out = String::from(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>rein admin API</title><style>\
+         body{font:14px/1.45 system-ui,sans-serif;margin:1.5rem;color:#1b1f24}\
+         table{border-collapse:collapse;width:100%}th,td{border:1px solid #d0d7de;padding:.3rem .45rem;vertical-align:top;text-align:left}\
+         th{background:#f6f8fa;position:sticky;top:0}tr:target{background:#fff8c5}\
+         code{font:12px ui-monospace,monospace;background:#f6f8fa;padding:0 .2rem;border-radius:3px}\
+         pre{background:#f6f8fa;padding:.6rem;overflow:auto;font-size:12px}summary{cursor:pointer}\
+         </style></head><body><h1>rein admin API</h1><p>",
+    );
+    out.push_str(&html_text(INTRO));
+    out.push_str(
+        " The document itself is at <a href=\"/openapi.json\"><code>/openapi.json</code></a>; \
+         the schemas follow the table.</p><table><thead><tr>",
+    );
+    for c in COLUMNS {
+        out.push_str(&format!("<th>{c}</th>"));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in rows(&doc) {
+        out.push_str(&format!("<tr id=\"{}\">", html_text(&row[0])));
+        for cell in &row {
+            out.push_str(&format!("<td>{}</td>", html_text(cell)));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table><h2>Schemas</h2>");
+    if let Some(schemas) = doc["components"]["schemas"].as_object() {
+        for (name, schema) in schemas {
+            let text = serde_json::to_string_pretty(schema).unwrap_or_default();
+            out.push_str(&format!(
+                "<details id=\"schema-{0}\"><summary><code>{0}</code></summary><pre>{1}</pre></details>",
+                escape(name),
+                escape(&text),
+            ));
+        }
+    }
+    out.push_str("</body></html>\n");
     out
 }

@@ -1,5 +1,5 @@
 //! The OpenAPI document and the API reference: checked in at
-//! `docs/openapi.json` and `docs/api.md`, generated from the same operations
+//! `docs/src/api/openapi.json` and `docs/src/api/reference.md`, generated from the same operations
 //! as the router. Regenerate with
 //! `REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,7 +13,8 @@ use tower::ServiceExt;
 
 #[test]
 fn the_checked_in_document_matches_the_code() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/api/openapi.json");
     let text = serde_json::to_string_pretty(&openapi::document()).unwrap() + "\n";
     if std::env::var_os("REIN_UPDATE_OPENAPI").is_some() {
         std::fs::write(&path, &text).unwrap();
@@ -21,13 +22,14 @@ fn the_checked_in_document_matches_the_code() {
     let stored = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         stored == text,
-        "docs/openapi.json is out of date; run REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::"
+        "docs/src/api/openapi.json is out of date; run REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::"
     );
 }
 
 #[test]
 fn the_checked_in_reference_matches_the_code() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api.md");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/api/reference.md");
     let text = openapi::reference();
     if std::env::var_os("REIN_UPDATE_OPENAPI").is_some() {
         std::fs::write(&path, &text).unwrap();
@@ -35,7 +37,7 @@ fn the_checked_in_reference_matches_the_code() {
     let stored = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         stored == text,
-        "docs/api.md is out of date; run REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::"
+        "docs/src/api/reference.md is out of date; run REIN_UPDATE_OPENAPI=1 cargo test -p rein-server --test all -- suite::openapi::"
     );
     // Every operation is in it, on its own row.
     for o in rein_protocol::endpoints::ALL {
@@ -131,4 +133,60 @@ async fn every_documented_operation_is_served() {
         }
     }
     assert_eq!(checked, rein_protocol::endpoints::ALL.len());
+}
+
+/// `/docs/api`: the reference as a page anyone may read, every operation a
+/// row and every schema of the document folded under it, with nothing
+/// fetched from elsewhere (no script, stylesheet, image or font).
+#[tokio::test]
+async fn the_reference_is_served_as_one_page_with_no_external_assets() {
+    let built = rein_test_support::engine::engine().build();
+    let state = AppState::new(
+        built.engine,
+        Auth::new(Vec::new()),
+        CancellationToken::new(),
+    );
+    let req = Request::builder()
+        .uri("/docs/api")
+        .body(Body::empty())
+        .unwrap();
+    let res = router(state).oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let headers = res.headers().clone();
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    assert!(
+        headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .starts_with("default-src 'none'")
+    );
+    let page = axum::body::to_bytes(res.into_body(), 8 << 20)
+        .await
+        .unwrap();
+    let page = String::from_utf8(page.to_vec()).unwrap();
+    for o in rein_protocol::endpoints::ALL {
+        assert!(
+            page.contains(&format!("<tr id=\"{}\">", o.name)),
+            "{} has no row",
+            o.name
+        );
+    }
+    let doc = openapi::document();
+    for name in doc["components"]["schemas"].as_object().unwrap().keys() {
+        assert!(
+            page.contains(&format!("id=\"schema-{name}\"")),
+            "{name} is not shown"
+        );
+    }
+    for external in ["<script", "<link", "src=", "url(", "@import"] {
+        assert!(
+            !page.contains(external),
+            "the page loads something: {external}"
+        );
+    }
 }
