@@ -299,9 +299,12 @@ fn a_plan_without_steps_is_rejected() {
 #[test]
 fn unknown_fields_are_rejected_naming_them() {
     let top = parse("description='d'\ncolour='red'\n[[steps]]\nid='a'\nrun='true'\n").unwrap_err();
-    assert!(top.contains("unknown field `colour`"), "{top}");
+    assert!(top.contains("the plan: unknown key `colour`"), "{top}");
     let step = parse("description='d'\n[[steps]]\nid='a'\nrun='true'\nretries=3\n").unwrap_err();
-    assert!(step.contains("unknown field `retries`"), "{step}");
+    assert!(
+        step.contains("steps[0] (`a`): unknown key `retries`"),
+        "{step}"
+    );
 }
 
 #[test]
@@ -486,7 +489,10 @@ fn bad_recovery_entries_are_named() {
     let unknown_type =
         parse("description='d'\n[recovery]\nflaky='retry'\n[[steps]]\nid='a'\nrun='true'\n")
             .unwrap_err();
-    assert!(unknown_type.contains("flaky"), "{unknown_type}");
+    assert!(
+        unknown_type.contains("recovery: unknown key `flaky`"),
+        "{unknown_type}"
+    );
     let unknown_action =
         parse("description='d'\n[recovery]\nfatal='pray'\n[[steps]]\nid='a'\nrun='true'\n")
             .unwrap_err();
@@ -499,7 +505,7 @@ fn bad_recovery_entries_are_named() {
     )
     .unwrap_err();
     assert!(
-        unknown_key.contains("step `a`: recovery.transient") && unknown_key.contains("tries"),
+        unknown_key.contains("steps[0] (`a`).recovery.transient: unknown key `tries`"),
         "{unknown_key}"
     );
     let bad_delay = parse(
