@@ -4,6 +4,53 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// Commands (by their path of names) and the global options (by id; none
+/// named: every one) that do not apply to them: their help, man pages and
+/// completions leave those out (given anyway, they are accepted and ignored).
+const NOT_FOR: &[(&[&str], &[&str])] = &[
+    (&["completions"], &[]),
+    (&["manpages"], &[]),
+    (&["plan", "schema"], &[]),
+    // A server serves; it does not talk to another one.
+    (&["serve"], &["url"]),
+];
+
+/// The command line as parsed, documented and completed: each command's
+/// help shows the global options apart from its own, and only those that
+/// apply to it.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    let globals: Vec<String> = cmd
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .map(|a| a.get_id().to_string())
+        .collect();
+    // Built, every command holds the global options it inherits.
+    cmd.build();
+    fn hide(cmd: clap::Command, path: &[&str], ids: &[String]) -> clap::Command {
+        match path.split_first() {
+            Some((name, rest)) => cmd.mut_subcommand(*name, |sub| hide(sub, rest, ids)),
+            None => cmd.mut_args(|arg| {
+                if ids.iter().any(|id| id == arg.get_id().as_str()) {
+                    arg.hide(true)
+                } else {
+                    arg
+                }
+            }),
+        }
+    }
+    for (path, ids) in NOT_FOR {
+        let ids: Vec<String> = if ids.is_empty() {
+            globals.clone()
+        } else {
+            ids.iter().map(|s| (*s).to_owned()).collect()
+        };
+        cmd = hide(cmd, path, &ids);
+    }
+    cmd
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "rein",

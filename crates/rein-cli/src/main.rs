@@ -23,7 +23,7 @@ mod telemetry;
 
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 
 use crate::output::shout;
 
@@ -35,7 +35,7 @@ fn main() -> ExitCode {
         let code = rein_sandbox::landlock::trampoline(&args[2..]);
         return ExitCode::from(u8::try_from(code).unwrap_or(exit::FAILURE));
     }
-    let matches = cli::Cli::command().get_matches();
+    let matches = cli::command().get_matches();
     let json = wants_json(&matches);
     let mut cli = match cli::Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

@@ -537,14 +537,13 @@ pub fn print_page<T: serde::Serialize>(
 
 /// `rein manpages DIR`: a page for rein and one for each subcommand.
 fn manpages(dir: &std::path::Path) -> anyhow::Result<u8> {
-    use clap::CommandFactory;
     std::fs::create_dir_all(dir).map_err(|e| {
         UsageError(format!(
             "cannot make the directory {} for the man pages: {e}",
             dir.display()
         ))
     })?;
-    clap_mangen::generate_to(Cli::command(), dir)
+    clap_mangen::generate_to(crate::cli::command(), dir)
         .map_err(|e| anyhow::anyhow!("cannot write the man pages into {}: {e}", dir.display()))?;
     let written = std::fs::read_dir(dir)?
         .filter_map(Result::ok)
@@ -564,8 +563,12 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     // Made from the command line's definition alone: no configuration read.
     match &cli.command {
         Command::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(*shell, &mut Cli::command(), "rein", &mut std::io::stdout());
+            clap_complete::generate(
+                *shell,
+                &mut crate::cli::command(),
+                "rein",
+                &mut std::io::stdout(),
+            );
             return Ok(crate::exit::SUCCESS);
         }
         Command::Manpages { dir } => return manpages(dir),

@@ -867,6 +867,35 @@ fn completions_and_man_pages_are_generated_from_the_command_line() {
             std::fs::read_to_string(pages.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
         assert!(text.starts_with(".ie") || text.contains(".TH"), "{page}");
     }
+    // A command's help lists the global options apart, and only those that
+    // apply to it.
+    let help = |args: &[&str]| {
+        String::from_utf8(run_ok(rein(dir.path()).args(args).arg("--help")).stdout).unwrap()
+    };
+    let list = help(&["tasks", "list"]);
+    let (own, global) = list.split_once("Global options:").unwrap();
+    assert!(
+        own.contains("--cursor") && !own.contains("--store"),
+        "{list}"
+    );
+    assert!(
+        global.contains("--store") && global.contains("--url"),
+        "{list}"
+    );
+    for args in [&["completions"][..], &["manpages"], &["plan", "schema"]] {
+        let text = help(args);
+        assert!(
+            !text.contains("Global options") && !text.contains("--data-dir"),
+            "{args:?}: {text}"
+        );
+    }
+    let serve = help(&["serve"]);
+    assert!(
+        serve.contains("--store <URL>") && !serve.contains("--url <URL>"),
+        "{serve}"
+    );
+    // Hidden is not refused: a global option given anyway is taken.
+    run_ok(rein(dir.path()).args(["--url", "http://127.0.0.1:1", "completions", "bash"]));
 }
 
 /// With `--json`, an error is JSON on stdout too, in the API's shape
