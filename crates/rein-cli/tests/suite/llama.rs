@@ -3,7 +3,7 @@
 //! package), on the CPU. `.ci/run` installs both; without them the test fails
 //! saying what to install.
 //!
-//! The server is started as a user would start it for tool calls
+//! The server is started as the README starts it for tool calls
 //! (`--chat_format chatml-function-calling`): that chat format refuses
 //! `tool_choice: "auto"` when streaming, and answers a forced choice on every
 //! turn it is sent.
@@ -78,7 +78,7 @@ fn llama() -> Llama {
         .arg(&model)
         .args([
             "--model_alias",
-            "gemma-3-270m",
+            "local",
             "--host",
             "127.0.0.1",
             "--port",
@@ -128,7 +128,7 @@ fn rein_on(server: &Llama, data: &Path) -> Command {
     let mut cmd = rein(data);
     cmd.env("OPENAI_BASE_URL", &server.base)
         .env_remove("OPENAI_API_KEY")
-        .env("REIN_MODEL", "gemma-3-270m");
+        .env("REIN_MODEL", "local");
     cmd
 }
 

@@ -2418,3 +2418,45 @@ async fn a_running_step_shows_its_time_so_far_and_the_health_chart_its_minutes()
     )
     .await;
 }
+
+/// A plan pasted into the tasks page with two misspelt keys is refused with
+/// both, one per line, each with the key meant; nothing is created.
+#[tokio::test]
+async fn a_pasted_plans_misspelt_keys_are_all_named_in_the_page() {
+    let api = api();
+    let plan = "description = 'typos'\n[[steps]]\nid = 'a'\nrun = 'true'\n\
+                [[steps]]\nid = 'b'\nrun = 'true'\ndepend_on = ['a']\ntimout = '1s'\n";
+    // The form's encoding: every byte but letters and digits as %XX.
+    let encoded: String = plan
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let body = format!("plan={encoded}");
+    let refused = api
+        .send(
+            Request::post("/ui/tasks")
+                .header(header::AUTHORIZATION, format!("Bearer {OPERATOR}"))
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .body(Body::from(body))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.text);
+    for line in [
+        "\n  - steps[1] (`b`): unknown key `depend_on`; did you mean `depends_on`?",
+        "\n  - steps[1] (`b`): unknown key `timout`; did you mean `timeout`?",
+    ] {
+        assert!(refused.text.contains(line), "{line} in {}", refused.text);
+    }
+    assert!(refused.text.contains("class=\"error\""), "{}", refused.text);
+    let listed = api
+        .call(Method::GET, "/admin/tasks", Some(VIEWER), None)
+        .await;
+    assert_eq!(listed.body["items"], json!([]), "{}", listed.text);
+}
