@@ -119,10 +119,12 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<R> {
 pub type McpServers = BTreeMap<String, McpServer>;
 
 /// One started server: the SDK's client over its transport, and the child
-/// process for a stdio server (killed when this is dropped).
+/// process for a stdio server (killed when this is dropped) with the task
+/// that reads its stderr.
 struct Live {
     client: RunningService<RoleClient, ClientConfig>,
     child: Option<tokio::process::Child>,
+    stderr: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// A server of the step: its declaration, the tools it offered when it
@@ -291,6 +293,7 @@ impl StepMcp {
                 Live {
                     client,
                     child: None,
+                    stderr: None,
                 },
                 None,
             ));
@@ -340,6 +343,7 @@ impl StepMcp {
                 Live {
                     client,
                     child: Some(child),
+                    stderr: forwarding,
                 },
                 Some(reach),
             )),
@@ -495,8 +499,11 @@ impl StepMcp {
                 CallOutcome::Answer(format!("error: the server refused the call: {}", e.message))
             }
             Ok(Err(e)) => {
-                let gone = live.take();
-                let status = match gone.and_then(|l| l.child) {
+                let (child, stderr) = match live.take() {
+                    Some(gone) => (gone.child, gone.stderr),
+                    None => (None, None),
+                };
+                let status = match child {
                     Some(mut child) => {
                         match tokio::time::timeout(Duration::from_millis(500), child.wait()).await {
                             Ok(Ok(s)) => format!(" (it exited: {s})"),
@@ -505,6 +512,11 @@ impl StepMcp {
                     }
                     None => String::new(),
                 };
+                // What it said before it went is read to its end (a busy
+                // machine may not have read it yet), so the error can show it.
+                if let Some(stderr) = stderr {
+                    let _ = tokio::time::timeout(Duration::from_millis(500), stderr).await;
+                }
                 CallOutcome::Answer(format!(
                     "error: MCP server `{server}` failed during the call{status}: {e}; it is started again for the next call{}",
                     last_lines(&c.stderr)
@@ -544,7 +556,7 @@ impl StepMcp {
     pub async fn close(self) {
         for c in self.connections {
             if let Some(live) = c.live.into_inner() {
-                let Live { client, child } = live;
+                let Live { client, child, .. } = live;
                 let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
                 drop(child);
             }
