@@ -16,7 +16,7 @@ pub struct CheckpointIndex(
     std::collections::HashSet<CheckpointId>,
     /// The title of each tool call an agent reported, by its id: its later
     /// updates, which carry only the id, are named by the tool.
-    HashMap<String, String>,
+    rein_protocol::event::AgentUpdateLines,
 );
 
 impl CheckpointIndex {
@@ -42,14 +42,7 @@ impl CheckpointIndex {
     pub fn observe(&mut self, event: &HarnessEvent) {
         match &event.change {
             TaskChange::CheckpointCreated { checkpoint } => self.learn(checkpoint),
-            TaskChange::AgentUpdate { update, .. } => {
-                if let (Some(id), Some(title)) = (
-                    update["toolCallId"].as_str(),
-                    update["title"].as_str().filter(|t| !t.is_empty()),
-                ) {
-                    self.2.insert(id.to_owned(), title.to_owned());
-                }
-            }
+            TaskChange::AgentUpdate { update, .. } => self.2.learn(update),
             _ => {}
         }
     }
@@ -274,22 +267,7 @@ pub fn output_tail(output: Option<&serde_json::Value>, lines: usize) -> Vec<Stri
 
 /// An agent's report as one line.
 fn agent_update(update: &serde_json::Value, index: &CheckpointIndex) -> String {
-    // An update that names its call only by id is named by the call's tool.
-    let titled = update["title"]
-        .as_str()
-        .is_none_or(str::is_empty)
-        .then(|| update["toolCallId"].as_str())
-        .flatten()
-        .and_then(|id| index.2.get(id))
-        .map(|title| {
-            let mut named = update.clone();
-            named["title"] = serde_json::Value::String(title.clone());
-            named
-        });
-    format!(
-        "agent    {}",
-        rein_protocol::event::describe_agent_update(titled.as_ref().unwrap_or(update))
-    )
+    format!("agent    {}", index.2.describe(update))
 }
 
 /// A request as one line: the question, the choices (recommended first), how to

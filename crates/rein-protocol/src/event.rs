@@ -270,22 +270,34 @@ pub struct AgentUpdateLines {
 }
 
 impl AgentUpdateLines {
-    pub fn line(&mut self, update: &serde_json::Value) -> String {
-        let id = update["toolCallId"].as_str().unwrap_or_default();
-        match update["title"].as_str().filter(|t| !t.is_empty()) {
-            Some(title) if !id.is_empty() => {
-                self.titles.insert(id.to_owned(), title.to_owned());
-            }
-            None if !id.is_empty() => {
-                if let Some(title) = self.titles.get(id) {
-                    let mut named = update.clone();
-                    named["title"] = serde_json::Value::String(title.clone());
-                    return describe_agent_update(&named);
-                }
-            }
-            _ => {}
+    /// Remembers the title a tool call's report gives it, by the call's id.
+    pub fn learn(&mut self, update: &serde_json::Value) {
+        if let (Some(id), Some(title)) = (
+            update["toolCallId"].as_str().filter(|i| !i.is_empty()),
+            update["title"].as_str().filter(|t| !t.is_empty()),
+        ) {
+            self.titles.insert(id.to_owned(), title.to_owned());
         }
-        describe_agent_update(update)
+    }
+
+    /// The update as one line, a call named only by its id named by the
+    /// title learnt for it.
+    pub fn describe(&self, update: &serde_json::Value) -> String {
+        let untitled = update["title"].as_str().is_none_or(str::is_empty);
+        match update["toolCallId"].as_str().map(|id| self.titles.get(id)) {
+            Some(Some(title)) if untitled => {
+                let mut named = update.clone();
+                named["title"] = serde_json::Value::String(title.clone());
+                describe_agent_update(&named)
+            }
+            _ => describe_agent_update(update),
+        }
+    }
+
+    /// Learns from the update, then describes it.
+    pub fn line(&mut self, update: &serde_json::Value) -> String {
+        self.learn(update);
+        self.describe(update)
     }
 }
 

@@ -360,11 +360,7 @@ impl StepMcp {
                     _ => Failure::Connection,
                 };
                 let status = status.map(|s| format!(" ({s})")).unwrap_or_default();
-                // What it said before it went is read to its end (a busy
-                // machine may not have read it yet), so the error can show it.
-                if let Some(forwarding) = forwarding {
-                    let _ = tokio::time::timeout(Duration::from_millis(500), forwarding).await;
-                }
+                read_to_end(forwarding).await;
                 Err((format!("it did not initialize{status}: {e}"), failure))
             }
         }
@@ -512,11 +508,7 @@ impl StepMcp {
                     }
                     None => String::new(),
                 };
-                // What it said before it went is read to its end (a busy
-                // machine may not have read it yet), so the error can show it.
-                if let Some(stderr) = stderr {
-                    let _ = tokio::time::timeout(Duration::from_millis(500), stderr).await;
-                }
+                read_to_end(stderr).await;
                 CallOutcome::Answer(format!(
                     "error: MCP server `{server}` failed during the call{status}: {e}; it is started again for the next call{}",
                     last_lines(&c.stderr)
@@ -596,6 +588,15 @@ fn offerable(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Waits (up to 500 ms) until the stderr of a server that went is read to
+/// its end: a busy machine may not have read what it said last yet, and the
+/// error shows it.
+async fn read_to_end(stderr: Option<tokio::task::JoinHandle<()>>) {
+    if let Some(stderr) = stderr {
+        let _ = tokio::time::timeout(Duration::from_millis(500), stderr).await;
+    }
 }
 
 /// The last lines a server wrote to stderr, for an error message.

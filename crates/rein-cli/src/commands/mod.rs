@@ -511,8 +511,7 @@ pub fn parse_session_id(id: &str) -> anyhow::Result<rein_protocol::SessionId> {
 /// else a table under `header`, one `row` per item, or "no WHAT", and the
 /// command for the next page (`more`).
 pub fn print_page<T: serde::Serialize>(
-    items: &[T],
-    next_cursor: Option<&str>,
+    page: &rein_protocol::api::Page<T>,
     json: bool,
     what: &str,
     more: &str,
@@ -520,15 +519,15 @@ pub fn print_page<T: serde::Serialize>(
     row: impl Fn(&T) -> String,
 ) -> anyhow::Result<()> {
     if json {
-        print_json(&serde_json::json!({ "items": items, "next_cursor": next_cursor }))?;
-    } else if items.is_empty() {
+        print_json(page)?;
+    } else if page.items.is_empty() {
         say!("no {what}");
     } else {
         say!("{header}");
-        for item in items {
+        for item in &page.items {
             say!("{}", row(item));
         }
-        if let Some(c) = next_cursor {
+        if let Some(c) = &page.next_cursor {
             say!("more: {more} --cursor '{c}'");
         }
     }

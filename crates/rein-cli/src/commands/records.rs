@@ -46,8 +46,7 @@ pub async fn contracts(target: &Target, cmd: ContractsCommand) -> anyhow::Result
             };
             let page = backend.contracts(&filter).await?;
             print_page(
-                &page.items,
-                page.next_cursor.as_deref(),
+                &page,
                 json,
                 "contracts",
                 "rein contracts list",
@@ -195,8 +194,7 @@ pub async fn evidence(target: &Target, cmd: EvidenceCommand) -> anyhow::Result<u
             };
             let page = backend.evidence_bundles(&filter).await?;
             print_page(
-                &page.items,
-                page.next_cursor.as_deref(),
+                &page,
                 json,
                 "evidence bundles",
                 "rein evidence list",

@@ -43,8 +43,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
                 .call::<endpoints::ListAgentSessions>(&(), &query, &())
                 .await?;
             print_page(
-                &page.items,
-                page.next_cursor.as_deref(),
+                &page,
                 json,
                 "sessions",
                 "rein sessions list",

@@ -53,8 +53,7 @@ pub async fn dispatch(target: &Target, cmd: StateCommand) -> anyhow::Result<u8> 
             };
             let page = backend.shared_states(&filter).await?;
             print_page(
-                &page.items,
-                page.next_cursor.as_deref(),
+                &page,
                 json,
                 "shared states",
                 "rein state list",

@@ -223,7 +223,7 @@ async fn list(backend: &Backend, args: ListArgs) -> anyhow::Result<u8> {
     let page = backend.list(&filter).await?;
     if args.json {
         // The page as the API answers it: the cursor `null` on the last page.
-        print_json(&serde_json::json!({ "items": page.items, "next_cursor": page.next_cursor }))?;
+        print_json(&page)?;
     } else if page.items.is_empty() {
         say!("no tasks");
     } else {

@@ -243,6 +243,9 @@ pub(super) fn with_confirmation(
 
 /// Parses plan-file text. `base` is the directory relative workspace paths start from.
 pub fn parse_plan(text: &str, base: &Path) -> Result<PlanSpec, (String, Option<PlanErrors>)> {
+    // Read twice: once as a table, for every unknown key at once; then as a
+    // plan from the text, whose errors name the line and column (a plan
+    // deserialised from the table would lose them).
     let value: toml::Table = toml::from_str(text).map_err(|e| (e.to_string(), None))?;
     let unknown = super::keys::unknown_keys(&toml::Value::Table(value));
     if !unknown.is_empty() {

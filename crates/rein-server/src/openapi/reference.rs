@@ -116,73 +116,68 @@ pub fn reference() -> String {
     out
 }
 
-/// `text` escaped for HTML.
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// `text` escaped for HTML, its backquoted parts as `<code>`.
-fn html_text(text: &str) -> String {
-    let escaped = escape(text);
-    let mut out = String::with_capacity(escaped.len());
-    for (i, part) in escaped.split('`').enumerate() {
-        if i % 2 == 1 {
-            out.push_str("<code>");
-            out.push_str(part);
-            out.push_str("</code>");
-        } else {
-            out.push_str(part);
+/// `text` as HTML, its backquoted parts as `<code>` (maud escapes the rest).
+fn html_text(text: &str) -> maud::Markup {
+    maud::html! {
+        @for (i, part) in text.split('`').enumerate() {
+            @if i % 2 == 1 { code { (part) } } @else { (part) }
         }
     }
-    out
 }
+
+/// The page's style: everything it shows comes with it.
+const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:1.5rem;color:#1b1f24}\
+table{border-collapse:collapse;width:100%}th,td{border:1px solid #d0d7de;padding:.3rem .45rem;vertical-align:top;text-align:left}\
+th{background:#f6f8fa;position:sticky;top:0}tr:target{background:#fff8c5}\
+code{font:12px ui-monospace,monospace;background:#f6f8fa;padding:0 .2rem;border-radius:3px}\
+pre{background:#f6f8fa;padding:.6rem;overflow:auto;font-size:12px}summary{cursor:pointer}";
 
 /// The reference as one HTML page with no external assets, served at
 /// `/docs/api`: the table, then each component schema of the document,
 /// folded.
 pub fn html() -> String {
     let doc = document();
-    let mut out = String::from(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>rein admin API</title><style>\
-         body{font:14px/1.45 system-ui,sans-serif;margin:1.5rem;color:#1b1f24}\
-         table{border-collapse:collapse;width:100%}th,td{border:1px solid #d0d7de;padding:.3rem .45rem;vertical-align:top;text-align:left}\
-         th{background:#f6f8fa;position:sticky;top:0}tr:target{background:#fff8c5}\
-         code{font:12px ui-monospace,monospace;background:#f6f8fa;padding:0 .2rem;border-radius:3px}\
-         pre{background:#f6f8fa;padding:.6rem;overflow:auto;font-size:12px}summary{cursor:pointer}\
-         </style></head><body><h1>rein admin API</h1><p>",
-    );
-    out.push_str(&html_text(INTRO));
-    out.push_str(
-        " The document itself is at <a href=\"/openapi.json\"><code>/openapi.json</code></a>; \
-         the schemas follow the table.</p><table><thead><tr>",
-    );
-    for c in COLUMNS {
-        out.push_str(&format!("<th>{c}</th>"));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for row in rows(&doc) {
-        out.push_str(&format!("<tr id=\"{}\">", html_text(&row[0])));
-        for cell in &row {
-            out.push_str(&format!("<td>{}</td>", html_text(cell)));
+    let schemas: Vec<(&String, String)> = doc["components"]["schemas"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, schema)| {
+            (
+                name,
+                serde_json::to_string_pretty(schema).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let page = maud::html! {
+        (maud::DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "rein admin API" }
+                style { (maud::PreEscaped(STYLE)) }
+            }
+            body {
+                h1 { "rein admin API" }
+                p {
+                    (html_text(INTRO))
+                    " The document itself is at " a href="/openapi.json" { code { "/openapi.json" } }
+                    "; the schemas follow the table."
+                }
+                table {
+                    thead { tr { @for c in COLUMNS { th { (c) } } } }
+                    tbody {
+                        @for row in rows(&doc) {
+                            tr id=(row[0]) { @for cell in &row { td { (html_text(cell)) } } }
+                        }
+                    }
+                }
+                h2 { "Schemas" }
+                @for (name, text) in &schemas {
+                    details id={"schema-" (name)} { summary { code { (name) } } pre { (text) } }
+                }
+            }
         }
-        out.push_str("</tr>");
-    }
-    out.push_str("</tbody></table><h2>Schemas</h2>");
-    if let Some(schemas) = doc["components"]["schemas"].as_object() {
-        for (name, schema) in schemas {
-            let text = serde_json::to_string_pretty(schema).unwrap_or_default();
-            out.push_str(&format!(
-                "<details id=\"schema-{0}\"><summary><code>{0}</code></summary><pre>{1}</pre></details>",
-                escape(name),
-                escape(&text),
-            ));
-        }
-    }
-    out.push_str("</body></html>\n");
-    out
+    };
+    page.into_string() + "\n"
 }
