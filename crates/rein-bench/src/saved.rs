@@ -5,7 +5,10 @@
 //!   directories); between saves one file is rewritten. The first save reads
 //!   everything; each later one reads only the changed file (and any written
 //!   in the last second, whose times cannot be trusted yet, so the changed
-//!   file is back-dated by two seconds, as a step's earlier write would be).
+//!   file is back-dated by two seconds, as a step's earlier write would be,
+//!   and so are the directories: a directory is listed again only when its
+//!   times moved, and those of one made in the last second are not trusted
+//!   yet).
 //!   Beside it, the floor: listing the same directories and reading each
 //!   file's metadata, nothing else (`stat_walk_p50_ms`).
 //! - Large and unchanged: a workspace of `--large-mb` MiB in 64 MiB files,
@@ -84,7 +87,8 @@ pub async fn run(
         std::fs::create_dir_all(path.parent().unwrap_or(&ws))?;
         std::fs::write(&path, format!("file {i}\n").repeat(8))?;
     }
-    // Everything dated past the last second, as files a step left earlier.
+    // Everything dated past the last second, as files and directories a
+    // step left earlier.
     let then = SystemTime::now() - Duration::from_secs(2);
     for i in 0..files {
         let path = ws.join(format!("d{:02}/f{i}.txt", i % 100));
@@ -93,6 +97,10 @@ pub async fn run(
             .open(&path)?
             .set_modified(then)?;
     }
+    for d in 0..100.min(files) {
+        std::fs::File::open(ws.join(format!("d{d:02}")))?.set_modified(then)?;
+    }
+    std::fs::File::open(&ws)?.set_modified(then)?;
     let keeper = SavedWorkspaces::open(&dir.join("saved-many")).map_err(anyhow::Error::msg)?;
     let task = TaskId::new();
     let started = Instant::now();

@@ -4,7 +4,7 @@
 //! later be taken back to one of those points. [`WorkspaceHistory`] is what
 //! the engine asks of the keeper; `rein-store` has the one rein uses.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use rein_protocol::{SavedWorkspace, SnapshotRules, TaskId};
@@ -83,6 +83,15 @@ impl Excludes {
             out.push((pattern.clone(), matcher, dir_only));
         }
         Ok(Excludes { patterns: out })
+    }
+
+    /// As [`Excludes::matching`], the path made only when there are
+    /// patterns to match it against.
+    pub fn matching_any(&self, rel: impl FnOnce() -> PathBuf, is_dir: bool) -> Option<&str> {
+        if self.patterns.is_empty() {
+            return None;
+        }
+        self.matching(&rel(), is_dir)
     }
 
     /// The pattern that leaves `rel` out, if one does.

@@ -16,7 +16,8 @@
 //! - `rows`: what both backends write the same way (times, positions, cursors).
 //! - `metrics`: the counters of spec §6, aggregated in SQL.
 //! - `workspaces`: [`SavedWorkspaces`], task workspaces as they were at their
-//!   step boundaries, content-addressed beside the store.
+//!   step boundaries, content-addressed beside the store; `workspaces::walk`,
+//!   one save's walk of a workspace on every core.
 
 mod head;
 mod metrics;

@@ -454,3 +454,84 @@ fn keepers_opened_at_once_on_a_new_directory_all_open() {
         }
     }
 }
+
+/// Sets `path`'s modification time to `when` (its change time moves to now,
+/// as it always does).
+fn date(path: &Path, when: std::time::SystemTime) {
+    std::fs::File::open(path)
+        .unwrap()
+        .set_modified(when)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_directory_listed_before_is_read_again_when_its_names_change_even_with_its_time_put_back()
+{
+    // Settled directories are not listed again while their times stay the
+    // same. A step that adds, removes and renames names, changes a mode and
+    // then puts each directory's modification time back still moves its
+    // change time: every save keeps the workspace exactly as it is.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    for d in 0..40 {
+        for f in 0..5 {
+            write(
+                &ws,
+                &format!("d{d:02}/deeper/f{f}.txt"),
+                format!("{d} {f}").as_bytes(),
+            );
+        }
+        write(&ws, &format!("d{d:02}/top.txt"), b"top");
+    }
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(5);
+    let mut dirs = vec![ws.clone()];
+    for d in 0..40 {
+        dirs.push(ws.join(format!("d{d:02}")));
+        dirs.push(ws.join(format!("d{d:02}/deeper")));
+    }
+    for d in &dirs {
+        for e in std::fs::read_dir(d).unwrap().flatten() {
+            date(&e.path(), then);
+        }
+        date(d, then);
+    }
+    let keeper = keeper(dir.path());
+    let rules = SnapshotRules::default();
+    let task = TaskId::new();
+    let first = keeper.save(&task, 1, open_dir(&ws), &rules).await;
+    assert_eq!(first.files, 240);
+    let again = keeper.save(&task, 2, open_dir(&ws), &rules).await;
+    assert_eq!(
+        (again.root.as_ref(), again.new_bytes),
+        (first.root.as_ref(), 0)
+    );
+
+    write(&ws, "d03/deeper/new.txt", b"new");
+    std::fs::remove_file(ws.join("d17/deeper/f2.txt")).unwrap();
+    std::fs::rename(ws.join("d29/top.txt"), ws.join("d29/moved.txt")).unwrap();
+    std::fs::create_dir(ws.join("d35/made")).unwrap();
+    write(&ws, "d35/made/inside.txt", b"inside");
+    std::fs::set_permissions(
+        ws.join("d08/deeper"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    for d in &dirs {
+        date(d, then);
+    }
+    let after = keeper.save(&task, 3, open_dir(&ws), &rules).await;
+    assert_eq!(after.files, 241, "{after:?}");
+    let back = dir.path().join("back");
+    keeper
+        .restore(after.root.as_deref().unwrap(), &back)
+        .await
+        .unwrap();
+    assert_eq!(listing(&back), listing(&ws));
+
+    // And once more with nothing changed: the same tree, nothing new.
+    let same = keeper.save(&task, 4, open_dir(&ws), &rules).await;
+    assert_eq!(
+        (same.root.as_ref(), same.new_bytes),
+        (after.root.as_ref(), 0)
+    );
+}

@@ -23,26 +23,31 @@
 //! - What a file's bytes hash to is remembered per task with the file's
 //!   size, times and inode, so an unchanged file is not read again. A file
 //!   changed in the last second is always read: its time may not have moved
-//!   since it was remembered (the file system's clock ticks coarsely).
+//!   since it was remembered (the file system's clock ticks coarsely). A
+//!   directory's names are remembered the same way, by its own stamp, and a
+//!   directory whose entries all came out as before keeps its tree (see
+//!   [`walk`]).
 //! - Releasing a task's points deletes what no other point reaches.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
-use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use nix::fcntl::{AtFlags, OFlag, OpenHow, ResolveFlag, openat2, readlinkat};
-use nix::sys::stat::{FileStat, SFlag, fstat, fstatat};
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
+use nix::sys::stat::{FileStat, SFlag, fstat};
 use rein_core::saved::{Excludes, Restored, WorkspaceHistory};
 use rein_protocol::{SavedWorkspace, SnapshotRules, TaskId};
 use rusqlite::{Connection, OptionalExtension, params};
-use sha2::{Digest, Sha256};
+
+mod walk;
+
+use walk::{DirMemo, Walk};
 
 /// Files up to this size are kept in the database.
 const INLINE_MAX: u64 = 64 * 1024;
@@ -83,12 +88,11 @@ fn kind(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
 }
 
-/// A task's remembered hashes, by path in its workspace (its bytes), each
-/// with the save that last saw it.
+/// What a task's last save saw of its workspace (or what a restore wrote
+/// into it): the next save reads only what changed since.
 #[derive(Default)]
 struct Cache {
-    files: HashMap<Vec<u8>, (Stamp, Hash, u64)>,
-    saves: u64,
+    root: Option<DirMemo>,
 }
 
 /// The keeper of workspaces as they were.
@@ -151,7 +155,7 @@ enum Entry {
 /// and UTF-8). About 45 bytes a file.
 const TREE_MARK: &[u8] = b"rein-tree-1\n";
 
-fn encode_tree(entries: &[Entry]) -> Vec<u8> {
+fn encode_tree<'e>(entries: impl IntoIterator<Item = &'e Entry>) -> Vec<u8> {
     fn name(out: &mut Vec<u8>, s: &str) {
         let bytes = &s.as_bytes()[..s.len().min(255)];
         out.push(bytes.len() as u8);
@@ -160,7 +164,8 @@ fn encode_tree(entries: &[Entry]) -> Vec<u8> {
     fn mode(out: &mut Vec<u8>, m: u32) {
         out.extend_from_slice(&((m & 0o7777) as u16).to_le_bytes());
     }
-    let mut out = Vec::with_capacity(TREE_MARK.len() + entries.len() * 48);
+    let entries = entries.into_iter();
+    let mut out = Vec::with_capacity(TREE_MARK.len() + entries.size_hint().0 * 48);
     out.extend_from_slice(TREE_MARK);
     for entry in entries {
         match entry {
@@ -438,30 +443,47 @@ impl SavedWorkspaces {
             Ok(tx) => tx,
             Err(e) => return unavailable(db(e)),
         };
-        cache.saves += 1;
         let settled = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX) - 1)
             .unwrap_or(0);
-        let mut walk = Walk {
-            tx: &tx,
-            objects: &self.inner.objects,
-            excludes: &excludes,
-            cap: rules.cap(),
-            cache: &mut cache,
+        // What was remembered is taken: it is put back only if this save
+        // commits (on failure it may name objects rolled back).
+        let memo = cache.root.take().unwrap_or_default();
+        let stop = AtomicBool::new(false);
+        let (sink, objects) = mpsc::sync_channel(64);
+        let walk = Walk::new(
+            &self.inner.objects,
+            &excludes,
+            rules.cap(),
             settled,
-            saved: SavedWorkspace::default(),
-            matched: BTreeSet::new(),
-            written: Vec::new(),
-        };
-        // The handle given may be a path handle (`O_PATH`): the directory is
-        // opened for reading through it.
-        let root = open_in(dir, OsStr::new("."), OFlag::O_RDONLY | OFlag::O_DIRECTORY)
-            .map_err(|e| format!("cannot open the workspace: {e}"))
-            .and_then(|dir| walk.tree(&dir, Path::new("")));
-        let mut written = std::mem::take(&mut walk.written);
-        let (mut saved, matched) = (walk.saved, walk.matched);
-        let committed = root.and_then(|root| {
+            sink,
+            &stop,
+        );
+        let mut saved = SavedWorkspace::default();
+        let mut written = Vec::new();
+        let mut kept = Ok(());
+        // The walk runs beside this thread, which alone holds the
+        // transaction and stores each object the walk hands it. The handle
+        // given may be a path handle (`O_PATH`): the walk opens the
+        // directory for reading through it.
+        let walked = std::thread::scope(|scope| {
+            let walker = scope.spawn(move || walk.root(dir, memo));
+            for object in objects {
+                if kept.is_ok() {
+                    kept = self.keep(&tx, object, &mut saved, &mut written);
+                    if kept.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                } else if let walk::Object::Large { temp, .. } = object {
+                    let _ = std::fs::remove_file(temp);
+                }
+            }
+            walker
+                .join()
+                .unwrap_or_else(|_| Err("the save stopped: its walk failed".into()))
+        });
+        let committed = kept.and(walked).and_then(|(root, memo, totals)| {
             tx.execute(
                 "INSERT OR REPLACE INTO points (task_id, seq, root) VALUES (?1, ?2, ?3)",
                 params![
@@ -472,20 +494,19 @@ impl SavedWorkspaces {
             )
             .map_err(db)?;
             tx.commit().map_err(db)?;
-            Ok(root)
+            Ok((root, memo, totals))
         });
         match committed {
-            Ok(root) => {
-                // Files gone since are forgotten.
-                let now = cache.saves;
-                cache.files.retain(|_, (_, _, seen)| *seen == now);
+            Ok((root, memo, totals)) => {
+                cache.root = Some(memo);
                 saved.root = Some(address(&root));
-                saved.excluded = matched.into_iter().collect();
+                saved.files = totals.files;
+                saved.bytes = totals.bytes;
+                saved.left_out = totals.left_out;
+                saved.excluded = totals.matched.into_iter().collect();
                 saved
             }
             Err(why) => {
-                // What this save remembered may name objects rolled back.
-                cache.files.clear();
                 // Large objects this save wrote are not referenced by any
                 // committed row: gone with the transaction.
                 for file in written.drain(..) {
@@ -494,6 +515,68 @@ impl SavedWorkspaces {
                 unavailable(why)
             }
         }
+    }
+
+    /// Stores one object the walk found, unless the keeper has it: a large
+    /// file's temporary copy is named by its hash, or dropped.
+    fn keep(
+        &self,
+        tx: &rusqlite::Transaction<'_>,
+        object: walk::Object,
+        saved: &mut SavedWorkspace,
+        written: &mut Vec<PathBuf>,
+    ) -> Result<(), String> {
+        let (hash, size, data) = match object {
+            walk::Object::Inline { hash, data } => (hash, data.len() as u64, Some(data)),
+            walk::Object::Large {
+                hash,
+                size,
+                temp,
+                rel,
+            } => {
+                let known = tx
+                    .query_row(
+                        "SELECT 1 FROM objects WHERE hash = ?1",
+                        [hash.as_slice()],
+                        |_| Ok(()),
+                    )
+                    .optional()
+                    .map_err(db)?
+                    .is_some();
+                if known {
+                    let _ = std::fs::remove_file(&temp);
+                    return Ok(());
+                }
+                let name = hex(&hash);
+                let shard = self.inner.objects.join(&name[..2]);
+                let placed = std::fs::create_dir_all(&shard)
+                    .and_then(|()| std::fs::rename(&temp, shard.join(&name[2..])))
+                    .and_then(|()| std::fs::File::open(&shard)?.sync_all());
+                if let Err(e) = placed {
+                    let _ = std::fs::remove_file(&temp);
+                    return Err(format!(
+                        "cannot keep {} of the workspace: {e}",
+                        rel.display()
+                    ));
+                }
+                written.push(shard.join(&name[2..]));
+                (hash, size, None)
+            }
+        };
+        let added = tx
+            .prepare_cached("INSERT OR IGNORE INTO objects (hash, size, data) VALUES (?1, ?2, ?3)")
+            .and_then(|mut s| {
+                s.execute(params![
+                    hash.as_slice(),
+                    i64::try_from(size).unwrap_or(i64::MAX),
+                    data
+                ])
+            })
+            .map_err(db)?;
+        if added > 0 {
+            saved.new_bytes += size;
+        }
+        Ok(())
     }
 
     fn restore_now(
@@ -520,28 +603,18 @@ impl SavedWorkspaces {
         }
         let conn = self.inner.lock();
         let mut done = Restored::default();
-        let mut written = task.map(|_| Vec::new());
-        self.write_tree(
-            &conn,
-            &root,
-            into,
-            Path::new(""),
-            &mut done,
-            written.as_mut(),
-        )?;
+        let mut memo = task.map(|_| DirMemo::default());
+        self.write_tree(&conn, &root, into, &mut done, memo.as_mut())?;
         drop(conn);
         // What was written is remembered for the task's first save, as a
         // save remembers what it read (its times back-dated past the last
         // second, so a later change always moves them).
-        if let (Some(task), Some(written)) = (task, written) {
+        if let (Some(task), Some(memo)) = (task, memo) {
             let cache = self.cache(task);
-            let mut cache = cache
+            cache
                 .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let save = cache.saves;
-            for (rel, stamp, hash) in written {
-                cache.files.insert(rel, (stamp, hash, save));
-            }
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .root = Some(memo);
         }
         Ok(done)
     }
@@ -551,9 +624,8 @@ impl SavedWorkspaces {
         conn: &Connection,
         tree: &Hash,
         into: &Path,
-        rel: &Path,
         done: &mut Restored,
-        mut written: Option<&mut Vec<(Vec<u8>, Stamp, Hash)>>,
+        mut memo: Option<&mut DirMemo>,
     ) -> Result<(), String> {
         for entry in read_tree(conn, tree)? {
             let name = match &entry {
@@ -566,19 +638,28 @@ impl SavedWorkspaces {
             match &entry {
                 Entry::Dir { mode, tree, .. } => {
                     std::fs::create_dir(&path).map_err(failed)?;
-                    self.write_tree(
-                        conn,
-                        tree,
-                        &path,
-                        &rel.join(name),
-                        done,
-                        written.as_deref_mut(),
-                    )?;
+                    let mut sub = memo.as_ref().map(|_| DirMemo::default());
+                    self.write_tree(conn, tree, &path, done, sub.as_mut())?;
+                    if let Some(memo) = memo.as_deref_mut() {
+                        memo.children.push(walk::Child {
+                            name: name.as_bytes().to_vec(),
+                            entry: Some(entry.clone()),
+                            file: None,
+                            dir: sub.map(Box::new),
+                        });
+                    }
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
                         .map_err(failed)?;
                 }
                 Entry::Link { target, .. } => {
                     std::os::unix::fs::symlink(target, &path).map_err(failed)?;
+                    if let Some(memo) = memo.as_deref_mut() {
+                        memo.children.push(walk::Child {
+                            name: name.as_bytes().to_vec(),
+                            entry: Some(entry.clone()),
+                            ..walk::Child::default()
+                        });
+                    }
                 }
                 Entry::File {
                     mode, size, hash, ..
@@ -605,7 +686,7 @@ impl SavedWorkspaces {
                     }
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
                         .map_err(failed)?;
-                    if let Some(written) = written.as_deref_mut() {
+                    if let Some(memo) = memo.as_deref_mut() {
                         let back = SystemTime::now() - std::time::Duration::from_secs(2);
                         let file = std::fs::File::options()
                             .write(true)
@@ -614,14 +695,18 @@ impl SavedWorkspaces {
                             .map_err(failed)?;
                         // Read-only files keep their own time; they are
                         // read again at the first save.
-                        if file.set_modified(back).is_ok() {
+                        let remembered = if file.set_modified(back).is_ok() {
                             let st = fstat(file.as_fd()).map_err(|e| failed(e.into()))?;
-                            written.push((
-                                rel.join(name).as_os_str().as_bytes().to_vec(),
-                                Stamp::of(&st),
-                                *hash,
-                            ));
-                        }
+                            Some(Stamp::of(&st))
+                        } else {
+                            None
+                        };
+                        memo.children.push(walk::Child {
+                            name: name.as_bytes().to_vec(),
+                            entry: Some(entry.clone()),
+                            file: remembered,
+                            dir: None,
+                        });
                     }
                     done.files += 1;
                     done.bytes += size;
@@ -733,264 +818,8 @@ fn read_tree(conn: &Connection, tree: &Hash) -> Result<Vec<Entry>, String> {
     decode_tree(&data).ok_or_else(|| format!("tree sha256:{} is damaged", hex(tree)))
 }
 
-/// One save under way.
-struct Walk<'a> {
-    tx: &'a rusqlite::Transaction<'a>,
-    objects: &'a Path,
-    excludes: &'a Excludes,
-    cap: u64,
-    cache: &'a mut Cache,
-    /// Seconds since the epoch before which a file's times are trusted.
-    settled: i64,
-    saved: SavedWorkspace,
-    matched: BTreeSet<String>,
-    written: Vec<PathBuf>,
-}
-
 fn db(e: rusqlite::Error) -> String {
     format!("the keeper's database: {e}")
-}
-
-impl Walk<'_> {
-    /// Keeps the directory open as `dir` (at `rel` in the workspace): its
-    /// tree's hash. Everything in it is read through descriptors opened
-    /// beneath it, so what a step changes meanwhile is never followed out.
-    fn tree(&mut self, dir: &OwnedFd, rel: &Path) -> Result<Hash, String> {
-        let shown = if rel.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            rel
-        };
-        let read = |e: nix::Error| format!("cannot read {} in the workspace: {e}", shown.display());
-        let listing = dir
-            .try_clone()
-            .map_err(|e| format!("cannot read {}: {e}", shown.display()))?;
-        let mut listing = nix::dir::Dir::from_fd(listing).map_err(read)?;
-        let mut names: Vec<Vec<u8>> = Vec::new();
-        for entry in listing.iter() {
-            let name = entry.map_err(read)?.file_name().to_bytes().to_vec();
-            if name != b"." && name != b".." {
-                names.push(name);
-            }
-        }
-        names.sort();
-        let mut entries = Vec::with_capacity(names.len());
-        for bytes in names {
-            let name = OsStr::from_bytes(&bytes);
-            let sub = rel.join(name);
-            let st = match fstatat(dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                Ok(st) => st,
-                // Gone since the listing.
-                Err(nix::Error::ENOENT) => continue,
-                Err(e) => return Err(read(e)),
-            };
-            let Ok(n) = std::str::from_utf8(&bytes).map(str::to_owned) else {
-                self.saved.left_out += 1;
-                self.matched.insert("(names that are not UTF-8)".into());
-                continue;
-            };
-            let is_dir = kind(&st) == SFlag::S_IFDIR;
-            if let Some(pattern) = self.excludes.matching(&sub, is_dir) {
-                self.saved.left_out += 1;
-                self.matched.insert(pattern.to_owned());
-                continue;
-            }
-            let mode = st.st_mode & 0o7777;
-            match kind(&st) {
-                SFlag::S_IFLNK => {
-                    let target = readlinkat(dir.as_fd(), name).map_err(read)?;
-                    entries.push(Entry::Link {
-                        name: n,
-                        target: target.to_string_lossy().into_owned(),
-                    });
-                }
-                SFlag::S_IFDIR => {
-                    let sub_dir = open_in(dir, name, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
-                        .map_err(|e| {
-                            format!("cannot open {} in the workspace: {e}", sub.display())
-                        })?;
-                    let tree = self.tree(&sub_dir, &sub)?;
-                    entries.push(Entry::Dir {
-                        name: n,
-                        mode,
-                        tree,
-                    });
-                }
-                SFlag::S_IFREG => {
-                    let (hash, size) = self.file(dir, name, &sub, &st)?;
-                    entries.push(Entry::File {
-                        name: n,
-                        mode,
-                        size,
-                        hash,
-                    });
-                }
-                _ => {
-                    self.saved.left_out += 1;
-                    self.matched.insert("(sockets, pipes and devices)".into());
-                }
-            }
-        }
-        let body = encode_tree(&entries);
-        let hash: Hash = Sha256::digest(&body).into();
-        self.put(&hash, body.len() as u64, Some(&body))?;
-        Ok(hash)
-    }
-
-    /// Keeps the regular file `name` of `dir` (listed as `st`): its
-    /// object's hash and its size as read.
-    fn file(
-        &mut self,
-        dir: &OwnedFd,
-        name: &OsStr,
-        rel: &Path,
-        st: &FileStat,
-    ) -> Result<(Hash, u64), String> {
-        let failed = |e: String| format!("cannot read {} in the workspace: {e}", rel.display());
-        let stamp = Stamp::of(st);
-        let save = self.cache.saves;
-        if let Some((was, hash, seen)) = self.cache.files.get_mut(rel.as_os_str().as_bytes())
-            && *was == stamp
-        {
-            *seen = save;
-            let hash = *hash;
-            return self.count(stamp.len).map(|()| (hash, stamp.len));
-        }
-        // Not blocking on a pipe swapped in since the listing; what was
-        // opened is read only if it is still a regular file.
-        let fd = open_in(dir, name, OFlag::O_RDONLY | OFlag::O_NONBLOCK)
-            .map_err(|e| failed(e.to_string()))?;
-        let now = fstat(fd.as_fd()).map_err(|e| failed(e.to_string()))?;
-        if kind(&now) != SFlag::S_IFREG {
-            return Err(failed("it was replaced while it was being kept".into()));
-        }
-        let stamp = Stamp::of(&now);
-        self.count(stamp.len)?;
-        let mut file = std::fs::File::from(fd);
-        let (hash, size) = if stamp.len <= INLINE_MAX {
-            let mut bytes = Vec::with_capacity(stamp.len as usize);
-            file.read_to_end(&mut bytes)
-                .map_err(|e| failed(e.to_string()))?;
-            let hash: Hash = Sha256::digest(&bytes).into();
-            self.put(&hash, bytes.len() as u64, Some(&bytes))?;
-            (hash, bytes.len() as u64)
-        } else {
-            self.large(&mut file, rel, stamp.ino)?
-        };
-        if size == stamp.len {
-            self.remember(rel, stamp, hash);
-        }
-        Ok((hash, size))
-    }
-
-    /// Counts a file's bytes against the cap.
-    fn count(&mut self, len: u64) -> Result<(), String> {
-        self.saved.files += 1;
-        self.saved.bytes += len;
-        if self.saved.bytes > self.cap {
-            return Err(format!(
-                "the workspace holds more than snapshot.max_bytes ({} bytes); raise it or exclude what need not be kept",
-                self.cap
-            ));
-        }
-        Ok(())
-    }
-
-    /// A large file copied to a temporary object while it is hashed, then
-    /// renamed to its name (or dropped, if the keeper has it already).
-    fn large(
-        &mut self,
-        from: &mut std::fs::File,
-        rel: &Path,
-        ino: u64,
-    ) -> Result<(Hash, u64), String> {
-        let failed =
-            |e: std::io::Error| format!("cannot keep {} of the workspace: {e}", rel.display());
-        let temp = self
-            .objects
-            .join(format!("{}-{ino}.tmp", std::process::id()));
-        let mut to = std::fs::File::create(&temp).map_err(failed)?;
-        let mut hasher = Sha256::new();
-        let mut buffer = vec![0u8; 256 * 1024];
-        let mut size = 0u64;
-        let copied = (|| -> std::io::Result<()> {
-            loop {
-                let n = from.read(&mut buffer)?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&buffer[..n]);
-                to.write_all(&buffer[..n])?;
-                size += n as u64;
-            }
-            to.sync_all()
-        })();
-        if let Err(e) = copied {
-            let _ = std::fs::remove_file(&temp);
-            return Err(failed(e));
-        }
-        let hash: Hash = hasher.finalize().into();
-        let known: bool = self
-            .tx
-            .query_row(
-                "SELECT 1 FROM objects WHERE hash = ?1",
-                [hash.as_slice()],
-                |_| Ok(()),
-            )
-            .optional()
-            .map_err(db)?
-            .is_some();
-        if known {
-            let _ = std::fs::remove_file(&temp);
-            return Ok((hash, size));
-        }
-        let name = hex(&hash);
-        let shard = self.objects.join(&name[..2]);
-        let placed = std::fs::create_dir_all(&shard)
-            .and_then(|()| std::fs::rename(&temp, shard.join(&name[2..])))
-            .and_then(|()| std::fs::File::open(&shard)?.sync_all());
-        if let Err(e) = placed {
-            let _ = std::fs::remove_file(&temp);
-            return Err(failed(e));
-        }
-        self.written.push(shard.join(&name[2..]));
-        self.put(&hash, size, None)?;
-        Ok((hash, size))
-    }
-
-    /// Remembers a file's hash for the next save, unless it was modified
-    /// too recently to tell a later change by. (A change that puts an old
-    /// modification time back, as `cp -p` and `tar` do, still moves the
-    /// change time, which the stamp compares.)
-    fn remember(&mut self, rel: &Path, stamp: Stamp, hash: Hash) {
-        let key = rel.as_os_str().as_bytes();
-        if stamp.mtime.0 < self.settled {
-            let save = self.cache.saves;
-            self.cache.files.insert(key.to_vec(), (stamp, hash, save));
-        } else {
-            self.cache.files.remove(key);
-        }
-    }
-
-    /// Stores an object unless the keeper has it; `data` none for a large
-    /// file already in place.
-    fn put(&mut self, hash: &Hash, size: u64, data: Option<&[u8]>) -> Result<(), String> {
-        let added = self
-            .tx
-            .prepare_cached("INSERT OR IGNORE INTO objects (hash, size, data) VALUES (?1, ?2, ?3)")
-            .and_then(|mut s| {
-                s.execute(params![
-                    hash.as_slice(),
-                    i64::try_from(size).unwrap_or(i64::MAX),
-                    data
-                ])
-            })
-            .map_err(db)?;
-        if added > 0 {
-            self.saved.new_bytes += size;
-        }
-        Ok(())
-    }
 }
 
 #[async_trait]
@@ -1040,6 +869,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use std::collections::BTreeSet;
 
     #[test]
     fn a_long_run_of_tasks_keeps_the_stamps_of_the_most_recent_few() {
