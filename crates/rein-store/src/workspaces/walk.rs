@@ -3,11 +3,12 @@
 //! changed.
 //!
 //! - A directory is listed again only when its own stamp moved: adding,
-//!   removing or renaming an entry sets its modification time, so while the
-//!   stamp is the one it had when it was listed (and its times had settled
-//!   by then, as for a file), its names are the same. Each name is still
-//!   looked at (`fstatat`) at every save: a file's bytes change without its
-//!   directory's times moving.
+//!   removing or renaming an entry sets its modification and change times,
+//!   so while the stamp is the one it had when it was listed (and both its
+//!   times had settled by then: more than a second old, as the clock of a
+//!   file system ticks coarsely), its names are the same. Each name is
+//!   still looked at (`fstatat`) at every save: a file's bytes change
+//!   without its directory's times moving.
 //! - A directory whose entries all came out as before keeps its tree: it is
 //!   neither encoded nor hashed nor offered to the database again.
 //! - Subdirectories are walked on every core (rayon's pool). The database
@@ -386,8 +387,11 @@ impl<'a> Walk<'a> {
                 hash
             }
         };
+        // Its names are trusted later only if both its times had settled
+        // when they were read: a change time cannot be put back, so any
+        // later change moves it past the one remembered.
         let listed = if relisted {
-            (own.mtime.0 < self.settled).then_some(own)
+            (own.mtime.0 < self.settled && own.ctime.0 < self.settled).then_some(own)
         } else {
             memo.listed
         };

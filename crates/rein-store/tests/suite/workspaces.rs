@@ -3,7 +3,7 @@
 //! that keeps nothing half, and releases that delete only what no other
 //! point reaches.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use rein_core::saved::WorkspaceHistory;
@@ -494,6 +494,18 @@ async fn a_directory_listed_before_is_read_again_when_its_names_change_even_with
             date(&e.path(), then);
         }
         date(d, then);
+    }
+    // Names are reused once a directory's change time is in a second before
+    // the last one (the clock of a file system ticks coarsely): waited for,
+    // as the property under test is about time passing.
+    let changed = std::fs::metadata(&ws).unwrap().ctime();
+    while std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        < changed as u64 + 2
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let keeper = keeper(dir.path());
     let rules = SnapshotRules::default();
