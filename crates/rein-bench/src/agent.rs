@@ -121,12 +121,7 @@ pub async fn agent(calls: usize, mcp: bool, dir: &std::path::Path) -> anyhow::Re
         },
     );
     let state = engine
-        .create(CreateTask {
-            plan: TaskDecomposition::new("bench", vec![step]),
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
+        .create(CreateTask::of(TaskDecomposition::new("bench", vec![step])))
         .await?;
     let started = Instant::now();
     let done = engine.run(state.id(), RunOptions::default()).await?;

@@ -41,14 +41,7 @@ pub(super) async fn approvals(
     // commit (decide returns) to the next step's checkpoint being entered (committed).
     let mut latencies = Vec::with_capacity(decisions);
     for _ in 0..decisions {
-        let state = engine
-            .create(CreateTask {
-                plan: ask_then_next(),
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
-            .await?;
+        let state = engine.create(CreateTask::of(ask_then_next())).await?;
         let mut events = engine.subscribe();
         let run = {
             let engine = engine.clone();
@@ -104,14 +97,7 @@ pub(super) async fn approvals(
     let started = Instant::now();
     let mut runs = tokio::task::JoinSet::new();
     for _ in 0..paused {
-        let state = engine
-            .create(CreateTask {
-                plan: ask_then_next(),
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
-            .await?;
+        let state = engine.create(CreateTask::of(ask_then_next())).await?;
         let engine = engine.clone();
         runs.spawn(async move {
             engine

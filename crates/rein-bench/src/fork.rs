@@ -73,12 +73,7 @@ pub async fn run(
         })
         .collect();
     let source = engine
-        .create(CreateTask {
-            plan: TaskDecomposition::new("fork bench", plan),
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
+        .create(CreateTask::of(TaskDecomposition::new("fork bench", plan)))
         .await?;
     let ws = std::path::PathBuf::from(
         source

@@ -125,14 +125,7 @@ pub async fn goal(steps: usize, runs: usize, dir: &std::path::Path) -> anyhow::R
             confirm: false,
             ..Goal::default()
         });
-        let task = engine
-            .create(CreateTask {
-                plan,
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
-            .await?;
+        let task = engine.create(CreateTask::of(plan)).await?;
         let state = engine.run(task.id(), RunOptions::default()).await?;
         anyhow::ensure!(
             state.head.context.completed_steps.len() == steps,

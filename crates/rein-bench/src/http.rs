@@ -42,14 +42,7 @@ pub(super) async fn http(
         Arc::new(CommandExecutor::unsandboxed()),
         EngineConfig::new(dir.join("ws")),
     ));
-    let state = engine
-        .create(CreateTask {
-            plan: chain(20),
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
-        .await?;
+    let state = engine.create(CreateTask::of(chain(20))).await?;
     engine.run(state.id(), RunOptions::default()).await?;
     let token = "bench-token-0123456";
     let auth = rein_server::Auth::new(vec![rein_server::TokenEntry {

@@ -270,14 +270,7 @@ pub(super) async fn chains(
 ) -> anyhow::Result<Vec<rein_protocol::TaskId>> {
     let mut ids = Vec::with_capacity(tasks);
     for _ in 0..tasks {
-        let created = engine
-            .create(CreateTask {
-                plan: chain(steps),
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
-            .await?;
+        let created = engine.create(CreateTask::of(chain(steps))).await?;
         ids.push(created.id().clone());
     }
     Ok(ids)

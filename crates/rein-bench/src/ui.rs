@@ -43,16 +43,7 @@ async fn seed(engine: &Arc<Engine>, tasks: usize) -> anyhow::Result<Duration> {
     while made < tasks || !running.is_empty() {
         while made < tasks && running.len() < 64 {
             let engine = Arc::clone(engine);
-            running.spawn(async move {
-                engine
-                    .create(CreateTask {
-                        plan: one_step(),
-                        session_id: None,
-                        workspace: None,
-                        confined_to: None,
-                    })
-                    .await
-            });
+            running.spawn(async move { engine.create(CreateTask::of(one_step())).await });
             made += 1;
         }
         if let Some(done) = running.join_next().await {
@@ -209,14 +200,7 @@ async fn clicks_in_chromium(
     let mut to_step = Vec::new();
     let mut to_card = Vec::new();
     for _ in 0..rounds {
-        let task = engine
-            .create(CreateTask {
-                plan: approval_then_step()?,
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
-            .await?;
+        let task = engine.create(CreateTask::of(approval_then_step()?)).await?;
         let id: TaskId = task.id().clone();
         app.start(id.clone(), RunOptions::default());
         let approval = loop {

@@ -41,6 +41,19 @@ pub struct CreateTask {
     pub confined_to: Option<Vec<PathBuf>>,
 }
 
+impl CreateTask {
+    /// A task of `plan` in no session, in a fresh workspace, for a local
+    /// user.
+    pub fn of(plan: TaskDecomposition) -> CreateTask {
+        CreateTask {
+            plan,
+            session_id: None,
+            workspace: None,
+            confined_to: None,
+        }
+    }
+}
+
 /// What a pause or abort did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ControlOutcome {

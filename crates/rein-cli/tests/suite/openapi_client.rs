@@ -10,7 +10,7 @@ use crate::common;
 
 use std::process::Command;
 
-use common::{SHIP_PLAN, http, start};
+use common::{SHIP_PLAN, http, run_ok, start};
 
 /// The version `.ci/run` installs.
 const GENERATOR: &str = "openapi-python-client==0.29.1";
@@ -76,18 +76,13 @@ fn a_client_generated_from_openapi_json_drives_a_real_server() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/openapi_client/use_client.py"
     );
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(format!("http://{addr}"))
-        .arg(token)
-        .arg(&task)
-        .env("PYTHONPATH", dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new("python3")
+            .arg(script)
+            .arg(format!("http://{addr}"))
+            .arg(token)
+            .arg(&task)
+            .env("PYTHONPATH", dir.path()),
     );
     let seen: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(

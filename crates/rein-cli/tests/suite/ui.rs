@@ -318,23 +318,15 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
         .execute("window.reinMarker = 'kept';", vec![])
         .await
         .unwrap();
-    let out = common::rein(&dir.path().join("client"))
-        .args([
-            "--url",
-            &base,
-            "--token",
-            OPERATOR,
-            "approvals",
-            "approve",
-            &second_approval,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_ok(common::rein(&dir.path().join("client")).args([
+        "--url",
+        &base,
+        "--token",
+        OPERATOR,
+        "approvals",
+        "approve",
+        &second_approval,
+    ]));
     until(
         &client,
         "the second task completed",
@@ -421,23 +413,15 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
     );
     assert_eq!(status, 403, "{body}");
 
-    let out = common::rein(&dir.path().join("client"))
-        .args([
-            "--url",
-            &base,
-            "--token",
-            OPERATOR,
-            "approvals",
-            "deny",
-            &third_approval,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_ok(common::rein(&dir.path().join("client")).args([
+        "--url",
+        &base,
+        "--token",
+        OPERATOR,
+        "approvals",
+        "deny",
+        &third_approval,
+    ]));
     click(&client, &format!("{card} button[value=approve]")).await;
     until(
         &client,
@@ -577,23 +561,15 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
     screenshot(&client, "task-graph").await;
 
     // Decided with the CLI: the graph turns green without a reload.
-    let out = common::rein(&dir.path().join("client"))
-        .args([
-            "--url",
-            &base,
-            "--token",
-            OPERATOR,
-            "approvals",
-            "approve",
-            &approval,
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_ok(common::rein(&dir.path().join("client")).args([
+        "--url",
+        &base,
+        "--token",
+        OPERATOR,
+        "approvals",
+        "approve",
+        &approval,
+    ]));
     until(
         &client,
         "every box in the graph completed",

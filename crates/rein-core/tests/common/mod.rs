@@ -66,15 +66,7 @@ pub fn plan(steps: Vec<TaskStep>) -> TaskDecomposition {
 
 impl Harness {
     pub async fn create(&self, p: TaskDecomposition) -> TaskState {
-        self.engine
-            .create(CreateTask {
-                plan: p,
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
-            .await
-            .unwrap()
+        self.engine.create(CreateTask::of(p)).await.unwrap()
     }
 
     pub async fn run(&self, p: TaskDecomposition) -> TaskState {

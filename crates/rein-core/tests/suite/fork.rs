@@ -46,16 +46,7 @@ fn keeping() -> Keeping {
 
 impl Keeping {
     async fn run(&self, plan: TaskDecomposition) -> TaskState {
-        let created = self
-            .engine
-            .create(CreateTask {
-                plan,
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
-            .await
-            .unwrap();
+        let created = self.engine.create(CreateTask::of(plan)).await.unwrap();
         self.engine
             .run(created.id(), RunOptions::default())
             .await

@@ -26,15 +26,7 @@ async fn made_loose_run_under(
     rules: &str,
 ) -> rein_protocol::TaskState {
     let loose = engine_with(dir, "");
-    let task = loose
-        .create(CreateTask {
-            plan: plan(steps),
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
-        .await
-        .unwrap();
+    let task = loose.create(CreateTask::of(plan(steps))).await.unwrap();
     drop(loose);
     // A permission error is escalated to a person (spec defaults); not waiting
     // for one, the run pauses.

@@ -429,12 +429,7 @@ async fn plans_that_cannot_run_as_pev_are_refused_naming_the_step() {
     ] {
         let err = h
             .engine
-            .create(rein_core::CreateTask {
-                plan: p,
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
+            .create(rein_core::CreateTask::of(p))
             .await
             .unwrap_err();
         assert!(err.to_string().contains(expected), "{err}");

@@ -68,16 +68,7 @@ async fn run(plan: TaskDecomposition) -> Ran {
     let t = rein_test_support::engine::engine_in(dir.path())
         .config(move |c| c.saved = Some(held))
         .build();
-    let created = t
-        .engine
-        .create(CreateTask {
-            plan,
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
-        .await
-        .unwrap();
+    let created = t.engine.create(CreateTask::of(plan)).await.unwrap();
     let done = t
         .engine
         .run(created.id(), RunOptions::default())

@@ -76,16 +76,7 @@ fn step(budget: Option<Budget>) -> TaskStep {
 }
 
 async fn start(s: &Setup, plan: TaskDecomposition) -> (rein_protocol::TaskState, Running) {
-    let state = s
-        .engine
-        .create(CreateTask {
-            plan,
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
-        .await
-        .unwrap();
+    let state = s.engine.create(CreateTask::of(plan)).await.unwrap();
     let run = tokio::spawn({
         let (engine, id) = (Arc::clone(&s.engine), state.id().clone());
         async move { engine.run(&id, RunOptions::default()).await }

@@ -159,12 +159,10 @@ async fn run_with(
         );
     }
     let state = engine
-        .create(CreateTask {
-            plan: TaskDecomposition::new("fallback", vec![step]),
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
+        .create(CreateTask::of(TaskDecomposition::new(
+            "fallback",
+            vec![step],
+        )))
         .await
         .unwrap();
     let began = Instant::now();

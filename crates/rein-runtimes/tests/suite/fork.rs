@@ -51,12 +51,10 @@ async fn a_fork_after_turn_two_goes_on_from_the_first_two_turns() {
         .build();
     let engine = t.engine;
     let source = engine
-        .create(CreateTask {
-            plan: TaskDecomposition::new("agent", vec![lister()]),
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        })
+        .create(CreateTask::of(TaskDecomposition::new(
+            "agent",
+            vec![lister()],
+        )))
         .await
         .unwrap();
     let done = engine

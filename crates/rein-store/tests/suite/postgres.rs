@@ -227,12 +227,7 @@ async fn pending_tasks(store: &PostgresStore, n: usize) -> Vec<rein_protocol::Ta
             )],
         );
         let created = engine
-            .create(rein_core::CreateTask {
-                plan,
-                session_id: None,
-                workspace: None,
-                confined_to: None,
-            })
+            .create(rein_core::CreateTask::of(plan))
             .await
             .unwrap();
         ids.push(created.id().clone());

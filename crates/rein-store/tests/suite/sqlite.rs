@@ -242,12 +242,7 @@ async fn every_commit_is_counted_once_whether_it_appends_events_or_not() {
                 ..TaskStep::new(format!("s{i}"), StepAction::Noop)
             })
             .collect();
-        CreateTask {
-            plan: TaskDecomposition::new("counted", steps),
-            session_id: None,
-            workspace: None,
-            confined_to: None,
-        }
+        CreateTask::of(TaskDecomposition::new("counted", steps))
     };
     let first = engine.create(chain(2)).await.unwrap();
     let second = engine.create(chain(3)).await.unwrap();
