@@ -632,11 +632,14 @@ impl Engine {
     /// Makes a fork of task `id` (see the module's doc); it is `pending`,
     /// to be run like any task.
     pub async fn fork(&self, id: &TaskId, fork: Fork) -> Result<TaskState> {
-        let events = self.store.events(id, 0, usize::MAX).await?;
+        // The log and the plan, read side by side (a long task's are large).
+        let (events, source_plan) =
+            tokio::join!(self.store.events(id, 0, usize::MAX), self.plan(id));
+        let events = events?;
         if events.is_empty() {
             return Err(EngineError::TaskNotFound(id.clone()));
         }
-        let source_plan = self.plan(id).await?;
+        let source_plan = source_plan?;
         // Each checkpoint's step and type, looked up all through.
         let log = Log {
             events: &events,
@@ -690,9 +693,15 @@ impl Engine {
             );
             tokio::spawn(async move { make_fork_workspace(&keeper, &task, &kept, &dir).await })
         };
+        // Made ready to run while the workspace is still being written (a
+        // long task's state has many checkpoints to go through).
+        let now = chrono::Utc::now();
         let made = self
             .fork_state(id, &log, source_plan, &located, &fork.set, &task_id)
-            .await;
+            .await
+            .map(|(state, plan, ran, journals, done)| {
+                (ready_to_run(state, now), plan, ran, journals, done)
+            });
         let written = writing.await.map_err(|e| EngineError::Workspace {
             path: workspace.display().to_string(),
             error: std::io::Error::other(e.to_string()),
@@ -717,8 +726,7 @@ impl Engine {
                 .check_workspace(&workspace)
                 .map_err(|why| crate::paths::PathsRefused(vec![why]))?;
             let pinned = crate::paths::pin(&workspace)?;
-            let now = chrono::Utc::now();
-            let mut state = ready_to_run(state, now);
+            let mut state = state;
             state.head.resources.workspace_path = Some(workspace.display().to_string());
             state.head.resources.workspace_pin = Some(pinned.pin);
             let from = ForkedFrom {
