@@ -177,7 +177,7 @@ impl<'a> Walk<'a> {
     }
 
     /// Keeps the directory open as `dir` (at `rel` in the workspace, its
-    /// stamp `own` as its parent saw it before opening it): its tree's
+    /// stamp `own` taken through `dir` before it is listed): its tree's
     /// hash, and what to remember of it. Everything in it is read through
     /// descriptors opened beneath it, so what a step changes meanwhile is
     /// never followed out.
@@ -236,8 +236,8 @@ impl<'a> Walk<'a> {
             }
             changed |= old.any(|gone| gone.entry.is_some());
         }
-        // Subdirectories: (their child, their stamp, the tree they had).
-        let mut subdirs: Vec<(usize, Stamp, Option<Hash>)> = Vec::new();
+        // Subdirectories: (their child, the tree they had).
+        let mut subdirs: Vec<(usize, Option<Hash>)> = Vec::new();
         let mut gone = false;
         for (at, child) in children.iter_mut().enumerate() {
             let os = OsStr::from_bytes(&child.name);
@@ -296,7 +296,7 @@ impl<'a> Walk<'a> {
                             (entry, None)
                         }
                     };
-                    subdirs.push((at, Stamp::of(&st), had));
+                    subdirs.push((at, had));
                     child.dir = dir_memo;
                     Some(entry)
                 }
@@ -341,25 +341,31 @@ impl<'a> Walk<'a> {
             child.entry = entry;
         }
         // The subdirectories, on every core.
-        let jobs: Vec<(usize, Stamp, Option<Hash>, DirMemo)> = subdirs
+        let jobs: Vec<(usize, Option<Hash>, DirMemo)> = subdirs
             .into_iter()
-            .map(|(at, stamp, had)| {
+            .map(|(at, had)| {
                 let memo = children
                     .get_mut(at)
                     .and_then(|c| c.dir.take())
                     .map(|memo| *memo)
                     .unwrap_or_default();
-                (at, stamp, had, memo)
+                (at, had, memo)
             })
             .collect();
         let walked: Vec<(usize, Option<Hash>, Hash, DirMemo)> = jobs
             .into_par_iter()
-            .map(|(at, stamp, had, memo)| {
+            .map(|(at, had, memo)| {
                 let name = OsStr::from_bytes(&children[at].name);
                 let sub = rel.join(name);
-                let sub_dir = open_in(dir, name, OFlag::O_RDONLY | OFlag::O_DIRECTORY)
-                    .map_err(|e| format!("cannot open {} in the workspace: {e}", sub.display()))?;
-                let (hash, memo) = self.tree(&sub_dir, &sub, stamp, memo)?;
+                let failed =
+                    |e: nix::Error| format!("cannot open {} in the workspace: {e}", sub.display());
+                let sub_dir =
+                    open_in(dir, name, OFlag::O_RDONLY | OFlag::O_DIRECTORY).map_err(failed)?;
+                // The stamp of the directory opened (not of the name as it
+                // was looked at: another directory renamed over it since
+                // would otherwise be read with the first one's names).
+                let own = fstat(sub_dir.as_fd()).map_err(failed)?;
+                let (hash, memo) = self.tree(&sub_dir, &sub, Stamp::of(&own), memo)?;
                 Ok((at, had, hash, memo))
             })
             .collect::<Result<_, String>>()?;
