@@ -468,7 +468,7 @@ impl SavedWorkspaces {
         // given may be a path handle (`O_PATH`): the walk opens the
         // directory for reading through it.
         let walked = std::thread::scope(|scope| {
-            let walker = scope.spawn(move || walk.root(dir, memo));
+            let walker = scope.spawn(move || walk::pool()?.install(|| walk.root(dir, memo)));
             for object in objects {
                 if kept.is_ok() {
                     kept = self.keep(&tx, object, &mut saved, &mut written);

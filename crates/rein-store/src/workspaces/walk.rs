@@ -11,7 +11,8 @@
 //!   without its directory's times moving.
 //! - A directory whose entries all came out as before keeps its tree: it is
 //!   neither encoded nor hashed nor offered to the database again.
-//! - Subdirectories are walked on every core (rayon's pool). The database
+//! - Subdirectories are walked on every core (a rayon pool of its own, whose
+//!   threads have room for a tree [`MAX_DEPTH`] deep). The database
 //!   is written by the thread that holds the save's transaction: the walk
 //!   hands it each new object through a bounded channel, so a first save of
 //!   a large workspace holds a few objects in memory, not all of them.
@@ -22,9 +23,9 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
+use std::sync::{Mutex, OnceLock};
 
 use nix::fcntl::{AtFlags, OFlag, readlinkat};
 use nix::sys::stat::{FileStat, SFlag, fstat, fstatat};
@@ -33,6 +34,29 @@ use rein_core::saved::Excludes;
 use sha2::{Digest, Sha256};
 
 use super::{Entry, Hash, INLINE_MAX, Stamp, encode_tree, kind, open_in};
+
+/// How deep directories are kept: one nested deeper is left out (and said
+/// so), so that a step making a directory in a directory ten thousand
+/// times over cannot exhaust the walk's stack.
+pub(super) const MAX_DEPTH: usize = 256;
+
+/// What is said of the directories below [`MAX_DEPTH`].
+const TOO_DEEP: &str = "(directories nested more than 256 deep)";
+
+/// The walk's threads: one a core (or `RAYON_NUM_THREADS`), each with room
+/// for the recursion of a tree [`MAX_DEPTH`] deep.
+pub(super) fn pool() -> Result<&'static rayon::ThreadPool, String> {
+    static POOL: OnceLock<Result<rayon::ThreadPool, String>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .thread_name(|i| format!("rein-keep-{i}"))
+            .stack_size(32 << 20)
+            .build()
+            .map_err(|e| format!("cannot start the threads that keep workspaces: {e}"))
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
 
 /// What the last save saw of one directory.
 #[derive(Debug, Default)]
@@ -131,7 +155,7 @@ impl<'a> Walk<'a> {
         let dir = open_in(root, OsStr::new("."), OFlag::O_RDONLY | OFlag::O_DIRECTORY)
             .map_err(|e| format!("cannot open the workspace: {e}"))?;
         let own = fstat(dir.as_fd()).map_err(|e| format!("cannot read the workspace: {e}"))?;
-        let (hash, memo) = self.tree(&dir, Path::new(""), Stamp::of(&own), memo)?;
+        let (hash, memo) = self.tree(&dir, Path::new(""), 0, Stamp::of(&own), memo)?;
         let (left_out, matched) = self
             .left
             .into_inner()
@@ -185,6 +209,7 @@ impl<'a> Walk<'a> {
         &self,
         dir: &OwnedFd,
         rel: &Path,
+        depth: usize,
         own: Stamp,
         mut memo: DirMemo,
     ) -> Result<(Hash, DirMemo), String> {
@@ -257,6 +282,8 @@ impl<'a> Walk<'a> {
             // A name kept before is UTF-8 (the same bytes).
             let left_out = if child.entry.is_none() && std::str::from_utf8(&child.name).is_err() {
                 Some("(names that are not UTF-8)")
+            } else if kind(&st) == SFlag::S_IFDIR && depth >= MAX_DEPTH {
+                Some(TOO_DEEP)
             } else {
                 self.excludes
                     .matching_any(|| rel.join(os), kind(&st) == SFlag::S_IFDIR)
@@ -365,7 +392,7 @@ impl<'a> Walk<'a> {
                 // was looked at: another directory renamed over it since
                 // would otherwise be read with the first one's names).
                 let own = fstat(sub_dir.as_fd()).map_err(failed)?;
-                let (hash, memo) = self.tree(&sub_dir, &sub, Stamp::of(&own), memo)?;
+                let (hash, memo) = self.tree(&sub_dir, &sub, depth + 1, Stamp::of(&own), memo)?;
                 Ok((at, had, hash, memo))
             })
             .collect::<Result<_, String>>()?;

@@ -547,3 +547,49 @@ async fn a_directory_listed_before_is_read_again_when_its_names_change_even_with
         (after.root.as_ref(), 0)
     );
 }
+
+#[tokio::test]
+async fn a_directory_nested_a_thousand_deep_is_kept_to_256_levels_and_the_rest_said_left_out() {
+    // A step that makes a directory in a directory over and over cannot
+    // exhaust the keeper's stack: what is deeper than 256 levels is left
+    // out, and said so.
+    use nix::fcntl::{OFlag, open, openat};
+    use nix::sys::stat::{Mode, mkdirat};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    write(&ws, "top.txt", b"top");
+    let mut at = open(&ws, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+    for _ in 0..1_000 {
+        mkdirat(&at, "d", Mode::from_bits_truncate(0o755)).unwrap();
+        at = openat(
+            &at,
+            "d",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .unwrap();
+    }
+    let keeper = keeper(dir.path());
+    let saved = keeper
+        .save(&TaskId::new(), 1, open_dir(&ws), &SnapshotRules::default())
+        .await;
+    assert_eq!(saved.files, 1, "{saved:?}");
+    assert_eq!(saved.left_out, 1, "{saved:?}");
+    assert_eq!(
+        saved.excluded,
+        vec!["(directories nested more than 256 deep)".to_owned()]
+    );
+    let back = dir.path().join("back");
+    keeper
+        .restore(saved.root.as_deref().unwrap(), &back)
+        .await
+        .unwrap();
+    let mut depth = 0;
+    let mut here = back.clone();
+    while here.join("d").is_dir() {
+        here = here.join("d");
+        depth += 1;
+    }
+    assert_eq!(depth, 256);
+    assert_eq!(std::fs::read(back.join("top.txt")).unwrap(), b"top");
+}
