@@ -1,7 +1,7 @@
 //! `rein`: the command-line front end. It parses arguments, calls the engine and
 //! prints; everything else lives in the library crates.
 //!
-//! Layout: [`cli`] (arguments), [`commands`] (one module per command group),
+//! Layout: [`cli`] (arguments; `cli::tasks` those of `rein tasks`), [`commands`] (one module per command group),
 //! [`backend`] (the operations commands call, on the store here or a server),
 //! [`client`] (the admin API's client: over HTTP, or to the router in-process),
 //! [`progress`] (live progress of a run), [`prompt`] (approvals asked inline), [`render`] (human-readable output),

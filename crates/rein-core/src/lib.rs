@@ -8,6 +8,8 @@
 //!   checked against the sandbox's guard and stored resolved.
 //! - [`engine`]: [`Engine`], the one way into tasks (create, run, resume, pause,
 //!   abort, snapshot, restore, delete).
+//! - `interrupt`: the engine's pause and abort, asked of the task's live runner
+//!   wherever it is, or applied at once to a task nobody runs.
 //! - [`context`]: [`context::RunContext`], what runs, approvals, sessions and
 //!   records need of the engine (store, executor, configuration, events), and
 //!   [`EngineConfig`] and [`RunOptions`].
@@ -58,6 +60,7 @@ pub mod goal;
 pub mod goal_run;
 pub mod harness;
 pub mod history;
+mod interrupt;
 pub mod journal;
 pub mod lifecycle;
 pub mod paths;
