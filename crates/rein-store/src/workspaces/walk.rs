@@ -187,10 +187,27 @@ impl<'a> Walk<'a> {
         left.1.insert(why.to_owned());
     }
 
-    /// Counts a file's bytes against the cap.
-    fn count(&self, len: u64) -> Result<(), String> {
-        self.files.fetch_add(1, Ordering::Relaxed);
-        let bytes = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
+    /// Counts a file into a directory's `tally` (files, bytes), and checks
+    /// the cap before a file is read: the whole walk's count so far and
+    /// this directory's.
+    fn count(&self, tally: &mut (u64, u64), len: u64, reading: bool) -> Result<(), String> {
+        tally.0 += 1;
+        tally.1 += len;
+        if reading {
+            self.within_cap(self.bytes.load(Ordering::Relaxed) + tally.1)?;
+        }
+        Ok(())
+    }
+
+    /// Adds a directory's tally to the walk's (once a directory: the
+    /// threads do not contend on the counters file by file).
+    fn add(&self, tally: (u64, u64)) -> Result<(), String> {
+        self.files.fetch_add(tally.0, Ordering::Relaxed);
+        let bytes = self.bytes.fetch_add(tally.1, Ordering::Relaxed) + tally.1;
+        self.within_cap(bytes)
+    }
+
+    fn within_cap(&self, bytes: u64) -> Result<(), String> {
         if bytes > self.cap {
             return Err(format!(
                 "the workspace holds more than snapshot.max_bytes ({} bytes); raise it or exclude what need not be kept",
@@ -263,6 +280,8 @@ impl<'a> Walk<'a> {
         }
         // Subdirectories: (their child, the tree they had).
         let mut subdirs: Vec<(usize, Option<Hash>)> = Vec::new();
+        // Its files and their bytes, added to the walk's at the end.
+        let mut tally = (0, 0);
         let mut gone = false;
         for (at, child) in children.iter_mut().enumerate() {
             let os = OsStr::from_bytes(&child.name);
@@ -334,7 +353,8 @@ impl<'a> Walk<'a> {
                         }
                         _ => None,
                     };
-                    let (hash, size, remembered) = self.file(dir, os, rel, &st, known)?;
+                    let (hash, size, remembered) =
+                        self.file(dir, os, rel, &st, known, &mut tally)?;
                     child.file = remembered;
                     match child.entry.take() {
                         Some(Entry::File {
@@ -367,6 +387,7 @@ impl<'a> Walk<'a> {
             };
             child.entry = entry;
         }
+        self.add(tally)?;
         // The subdirectories, on every core.
         let jobs: Vec<(usize, Option<Hash>, DirMemo)> = subdirs
             .into_iter()
@@ -447,6 +468,7 @@ impl<'a> Walk<'a> {
         rel: &Path,
         st: &FileStat,
         prior: Option<(Stamp, Hash, u64)>,
+        tally: &mut (u64, u64),
     ) -> Result<(Hash, u64, Option<Stamp>), String> {
         let failed = |e: String| {
             format!(
@@ -458,7 +480,7 @@ impl<'a> Walk<'a> {
         if let Some((was, hash, size)) = prior
             && was == stamp
         {
-            self.count(size)?;
+            self.count(tally, size, false)?;
             return Ok((hash, size, Some(stamp)));
         }
         // Not blocking on a pipe swapped in since the listing; what was
@@ -470,7 +492,7 @@ impl<'a> Walk<'a> {
             return Err(failed("it was replaced while it was being kept".into()));
         }
         let stamp = Stamp::of(&now);
-        self.count(stamp.len)?;
+        self.count(tally, stamp.len, true)?;
         let mut file = std::fs::File::from(fd);
         let (hash, size) = if stamp.len <= INLINE_MAX {
             let mut bytes = Vec::with_capacity(stamp.len as usize);
