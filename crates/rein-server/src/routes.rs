@@ -752,33 +752,6 @@ pub async fn metrics_text(State(state): State<AppState>) -> ApiResult<Response> 
         .into_response())
 }
 
-/// The OpenAPI document of the routes, made once.
-pub async fn openapi_document() -> Response {
-    static DOCUMENT: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(|| crate::openapi::document().to_string());
-    (
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        DOCUMENT.as_str(),
-    )
-        .into_response()
-}
-
-pub async fn api_docs() -> Response {
-    static PAGE: std::sync::LazyLock<String> =
-        std::sync::LazyLock::new(crate::openapi::reference_html);
-    (
-        [
-            (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (
-                axum::http::header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; style-src 'unsafe-inline'",
-            ),
-        ],
-        PAGE.as_str(),
-    )
-        .into_response()
-}
-
 pub async fn healthz(State(state): State<AppState>) -> Response {
     let health = crate::health::check_with(&state.engine, &state.alerts).await;
     let status = match health.status {

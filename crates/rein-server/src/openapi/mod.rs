@@ -8,11 +8,12 @@
 //!
 //! Layout: [`document`] (the OpenAPI document), `generators` (the document
 //! spelled for client generators), [`reference`] (the reference: Markdown for
-//! the book, HTML for `/docs/api`).
+//! the book, HTML for `/docs/api`), `serve` (the two routes that serve them).
 
 mod document;
 mod generators;
 mod reference;
+mod serve;
 
 pub use document::document;
 use generators::*;
@@ -62,8 +63,8 @@ pub fn table() -> Vec<Route> {
     use routes::*;
     vec![
         bind::<Healthz, _>(healthz),
-        bind::<OpenApiDocument, _>(openapi_document),
-        bind::<ApiDocs, _>(api_docs),
+        bind::<OpenApiDocument, _>(serve::openapi_document),
+        bind::<ApiDocs, _>(serve::api_docs),
         bind::<MetricsText, _>(metrics_text),
         bind::<OpenSession, _>(open_session),
         bind::<Metrics, _>(metrics_json),
