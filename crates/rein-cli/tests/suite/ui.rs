@@ -213,6 +213,8 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
     let addr = common::listening(&mut child);
     let _server = common::Server(child);
     let base = format!("http://{addr}");
+    // `rein` as the operator, from a data directory of its own.
+    let operator = common::client(dir.path().join("client"), &addr, OPERATOR);
     let driver = chromedriver();
     let client = browser(&driver, &dir.path().join("profile")).await;
 
@@ -318,15 +320,7 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
         .execute("window.reinMarker = 'kept';", vec![])
         .await
         .unwrap();
-    common::run_ok(common::rein(&dir.path().join("client")).args([
-        "--url",
-        &base,
-        "--token",
-        OPERATOR,
-        "approvals",
-        "approve",
-        &second_approval,
-    ]));
+    common::run_ok(&mut operator(&["approvals", "approve", &second_approval]));
     until(
         &client,
         "the second task completed",
@@ -413,15 +407,7 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
     );
     assert_eq!(status, 403, "{body}");
 
-    common::run_ok(common::rein(&dir.path().join("client")).args([
-        "--url",
-        &base,
-        "--token",
-        OPERATOR,
-        "approvals",
-        "deny",
-        &third_approval,
-    ]));
+    common::run_ok(&mut operator(&["approvals", "deny", &third_approval]));
     click(&client, &format!("{card} button[value=approve]")).await;
     until(
         &client,
@@ -511,6 +497,8 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
     let dir = tempfile::tempdir().unwrap();
     let (model, _) = model::fake::fake_model().await;
     let (_server, addr, base, _driver, client) = operator_session(dir.path(), &model).await;
+    // `rein` as the operator, from a data directory of its own.
+    let operator = common::client(dir.path().join("client"), &addr, OPERATOR);
 
     // A task waiting on a person: its plan drawn as a graph, live.
     let task = submit(&addr, "graph");
@@ -561,15 +549,7 @@ async fn the_plan_graph_records_snapshots_shared_states_ledger_health_and_harnes
     screenshot(&client, "task-graph").await;
 
     // Decided with the CLI: the graph turns green without a reload.
-    common::run_ok(common::rein(&dir.path().join("client")).args([
-        "--url",
-        &base,
-        "--token",
-        OPERATOR,
-        "approvals",
-        "approve",
-        &approval,
-    ]));
+    common::run_ok(&mut operator(&["approvals", "approve", &approval]));
     until(
         &client,
         "every box in the graph completed",
