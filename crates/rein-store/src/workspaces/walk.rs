@@ -327,11 +327,9 @@ impl<'a> Walk<'a> {
                 SFlag::S_IFDIR => {
                     // Its tree is known once it is walked (below).
                     let (entry, had) = match child.entry.take() {
-                        Some(Entry::Dir {
-                            name,
-                            mode: m,
-                            tree,
-                        }) if m == mode => (Entry::Dir { name, mode, tree }, Some(tree)),
+                        Some(kept @ Entry::Dir { mode: m, tree, .. }) if m == mode => {
+                            (kept, Some(tree))
+                        }
                         _ => {
                             changed = true;
                             let entry = Entry::Dir {
@@ -357,17 +355,14 @@ impl<'a> Walk<'a> {
                         self.file(dir, os, rel, &st, known, &mut tally)?;
                     child.file = remembered;
                     match child.entry.take() {
-                        Some(Entry::File {
-                            name,
-                            mode: m,
-                            size: s,
-                            hash: h,
-                        }) if (m, s, h) == (mode, size, hash) => Some(Entry::File {
-                            name,
-                            mode,
-                            size,
-                            hash,
-                        }),
+                        Some(
+                            kept @ Entry::File {
+                                mode: m,
+                                size: s,
+                                hash: h,
+                                ..
+                            },
+                        ) if (m, s, h) == (mode, size, hash) => Some(kept),
                         _ => {
                             changed = true;
                             Some(Entry::File {
