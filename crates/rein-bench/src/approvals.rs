@@ -31,11 +31,7 @@ pub(super) async fn approvals(
 ) -> anyhow::Result<serde_json::Value> {
     use rein_protocol::{ApprovalResponse, Decision, TaskChange};
     let store = Arc::new(SqliteStore::open(&dir.join("rein.db"))?);
-    let engine = Arc::new(Engine::new(
-        store,
-        Arc::new(CommandExecutor::unsandboxed()),
-        EngineConfig::new(dir.join("ws")),
-    ));
+    let engine = command_engine(store, dir);
 
     // Decision → next step: a runner waits in this process; time from the decision's
     // commit (decide returns) to the next step's checkpoint being entered (committed).

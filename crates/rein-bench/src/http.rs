@@ -37,11 +37,7 @@ pub(super) async fn http(
 ) -> anyhow::Result<serde_json::Value> {
     use tokio::io::AsyncWriteExt;
     let store = Arc::new(SqliteStore::open(&dir.join("rein.db"))?);
-    let engine = Arc::new(Engine::new(
-        store,
-        Arc::new(CommandExecutor::unsandboxed()),
-        EngineConfig::new(dir.join("ws")),
-    ));
+    let engine = command_engine(store, dir);
     let state = engine.create(CreateTask::of(chain(20))).await?;
     engine.run(state.id(), RunOptions::default()).await?;
     let token = "bench-token-0123456";

@@ -318,6 +318,16 @@ enum Bench {
     },
 }
 
+/// An engine over `store` that runs commands unsandboxed, with its
+/// workspaces under `dir/ws`: what most benchmarks time.
+fn command_engine(store: Arc<dyn rein_core::Store>, dir: &Path) -> Arc<Engine> {
+    Arc::new(Engine::new(
+        store,
+        Arc::new(CommandExecutor::unsandboxed()),
+        EngineConfig::new(dir.join("ws")),
+    ))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rein_core::{CommandExecutor, Engine, EngineConfig};
+use crate::command_engine;
 use rein_store::PostgresStore;
 use serde_json::{Value, json};
 
@@ -80,11 +80,7 @@ async fn steps(
     dir: &Path,
 ) -> anyhow::Result<Value> {
     let store = Arc::new(PostgresStore::connect(url).await?);
-    let engine = Arc::new(Engine::new(
-        store.clone(),
-        Arc::new(CommandExecutor::unsandboxed()),
-        EngineConfig::new(dir.join("ws")),
-    ));
+    let engine = command_engine(store.clone(), dir);
     let ids = crate::chains(&engine, tasks, steps).await?;
     let (first, second) = (ceiling_commits / 2, ceiling_commits - ceiling_commits / 2);
     let mut bare = Ceiling::open(url).await?;

@@ -142,11 +142,7 @@ pub(super) async fn steps(
         ..rein_store::WriterOptions::default()
     };
     let store = Arc::new(SqliteStore::open_with(&dir.join("rein.db"), options)?);
-    let engine = Arc::new(Engine::new(
-        store.clone(),
-        Arc::new(CommandExecutor::unsandboxed()),
-        EngineConfig::new(dir.join("ws")),
-    ));
+    let engine = command_engine(store.clone(), dir);
     // Until the write-ahead log has reached its working size, each commit
     // extends the file, and an fsync that extends a file also commits the
     // filesystem's metadata: on this kind of disk about twice the cost. That

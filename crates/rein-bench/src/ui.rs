@@ -10,8 +10,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::command_engine;
 use rein_core::store::ApprovalFilter;
-use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
+use rein_core::{CreateTask, Engine, RunOptions};
 use rein_protocol::{
     ApprovalStatus, CheckpointType, StepAction, TaskDecomposition, TaskId, TaskStep,
 };
@@ -88,11 +89,7 @@ fn summary(times: &[Duration]) -> Value {
 
 pub async fn ui(tasks: usize, requests: usize, clicks: usize, dir: &Path) -> anyhow::Result<Value> {
     let store = Arc::new(rein_store::SqliteStore::open(&dir.join("rein.db"))?);
-    let engine = Arc::new(Engine::new(
-        store,
-        Arc::new(CommandExecutor::unsandboxed()),
-        EngineConfig::new(dir.join("ws")),
-    ));
+    let engine = command_engine(store, dir);
     // A store kept from an earlier run (`--dir`) is topped up, not refilled.
     let stored = usize::try_from(engine.metrics().await?.tasks.total)?;
     let seeded = seed(&engine, tasks.saturating_sub(stored)).await?;

@@ -553,6 +553,39 @@ fn manpages(dir: &std::path::Path) -> anyhow::Result<u8> {
 }
 
 /// Prints a value as pretty JSON on stdout.
+/// Which of the two stopping signals came.
+pub(super) enum Stop {
+    /// SIGINT: Ctrl-C at the terminal.
+    Interrupt,
+    /// SIGTERM: a service manager, `kill`.
+    Terminate,
+}
+
+/// Ctrl-C and SIGTERM, listened for from now on.
+pub(super) struct StopSignals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    /// None where they cannot be listened for (no signal driver): the
+    /// process then ends as signals end it by default.
+    pub(super) fn listen() -> Option<StopSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let int = signal(SignalKind::interrupt()).ok()?;
+        let term = signal(SignalKind::terminate()).ok()?;
+        Some(StopSignals { int, term })
+    }
+
+    /// The next of them to come.
+    pub(super) async fn next(&mut self) -> Stop {
+        tokio::select! {
+            _ = self.int.recv() => Stop::Interrupt,
+            _ = self.term.recv() => Stop::Terminate,
+        }
+    }
+}
+
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     say!("{}", serde_json::to_string_pretty(value)?);
     Ok(())

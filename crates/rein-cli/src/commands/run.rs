@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Backend;
 use crate::cli::{ResumeArgs, RunArgs, RunOutput};
 use crate::client::{Client, TaskEnvelope};
-use crate::commands::{Context, Target, parse_task_id, print_json};
+use crate::commands::{Context, Stop, StopSignals, Target, parse_task_id, print_json};
 use crate::exit::{self, UsageError};
 use crate::progress::ProgressView;
 use crate::prompt::{self, Prompter};
@@ -586,16 +586,12 @@ impl Signals {
         let cancel = CancellationToken::new();
         let (p, c) = (pause.clone(), cancel.clone());
         tokio::spawn(async move {
-            use tokio::signal::unix::{SignalKind, signal};
-            let (Ok(mut int), Ok(mut term)) = (
-                signal(SignalKind::interrupt()),
-                signal(SignalKind::terminate()),
-            ) else {
+            let Some(mut signals) = StopSignals::listen() else {
                 return;
             };
             loop {
-                tokio::select! {
-                    _ = int.recv() => {
+                match signals.next().await {
+                    Stop::Interrupt => {
                         if p.is_cancelled() {
                             c.cancel();
                             out.line(if out.remote {
@@ -612,7 +608,7 @@ impl Signals {
                             });
                         }
                     }
-                    _ = term.recv() => {
+                    Stop::Terminate => {
                         c.cancel();
                         out.line(if out.remote {
                             "terminated: no longer watching; the task goes on in the server"

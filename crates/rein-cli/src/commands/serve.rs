@@ -11,7 +11,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ServeArgs;
-use crate::commands::{Context, Target};
+use crate::commands::{Context, StopSignals, Target};
 use crate::exit::{self, UsageError};
 use crate::output::say;
 
@@ -148,18 +148,10 @@ pub async fn serve(target: &Target, args: ServeArgs) -> anyhow::Result<u8> {
     );
     let signals = shutdown.clone();
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return;
-        };
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
+        if let Some(mut stop) = StopSignals::listen() {
+            stop.next().await;
+            signals.cancel();
         }
-        signals.cancel();
     });
     let limits = rein_server::listen::Limits {
         header_timeout: args.header_timeout,

@@ -108,6 +108,15 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// Starts `cmd` in the background, its output thrown away: a runner the test
+/// watches through the store, or kills.
+pub fn spawn_quiet(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{cmd:?} cannot start: {e}"))
+}
+
 pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(

@@ -194,15 +194,13 @@ fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its
     let data = dir.path().join("data");
     let plugin = manifest(dir.path());
     let plan = write_plan(dir.path(), "acp.toml", PLAN);
-    let mut runner = rein(&data)
-        .arg("--plugin")
-        .arg(&plugin)
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_quiet(
+        rein(&data)
+            .arg("--plugin")
+            .arg(&plugin)
+            .arg("run")
+            .arg(&plan),
+    );
     let request = eventually("the agent asks", || pending(&data).first().cloned());
     common::kill9(&mut runner);
     let task = task_ids(&data).first().cloned().unwrap();

@@ -7,8 +7,6 @@
 use crate::common;
 use rein_test_support::model as fake;
 
-use std::process::Stdio;
-
 use common::{eventually, in_workspace, json, rein, run_ok, task_ids, write_plan};
 
 const PLAN: &str = r#"
@@ -36,13 +34,7 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
 
     let mut run = rein(&data);
     with_model(&mut run);
-    let mut runner = run
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_quiet(run.arg("run").arg(&plan));
     let task = eventually("the task exists", || task_ids(&data).first().cloned());
     let started = in_workspace(&data, &task, "started");
     eventually("the second tool call is running", || {
@@ -348,13 +340,7 @@ fn a_rein_killed_during_a_budget_question_loses_nothing_and_counts_nothing_twice
     };
     let mut run = rein(&data);
     with_model(&mut run);
-    let mut runner = run
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_quiet(run.arg("run").arg(&plan));
     let question = eventually("the budget question", || {
         json(&run_ok(rein(&data).args(["approvals", "list", "--json"])))
             .as_array()
@@ -451,13 +437,7 @@ fn a_rein_killed_during_a_compaction_loses_nothing_and_counts_nothing_twice() {
     };
     let mut run = rein(&data);
     with_model(&mut run);
-    let mut runner = run
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_quiet(run.arg("run").arg(&plan));
     let summarising = |r: &serde_json::Value| r.get("tools").is_none();
     eventually("the summary request is in flight", || {
         if let Ok(Some(status)) = runner.try_wait() {

@@ -458,13 +458,7 @@ fn a_server_taking_over_stops_what_an_interrupted_attempt_left_running() {
             serde_json::to_string(&script).unwrap()
         ),
     );
-    let mut first = rein(&data)
-        .args(["--sandbox", "none", "run"])
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut first = common::spawn_quiet(rein(&data).args(["--sandbox", "none", "run"]).arg(&plan));
     let pid: u32 = common::eventually("the step to start its background process", || {
         std::fs::read_to_string(&left).ok()?.trim().parse().ok()
     });
@@ -600,13 +594,8 @@ fn no_step_process_outlives_a_killed_rein(sandbox: &str) {
         }
         let plan = write_plan(dir.path(), &format!("plan{round}.toml"), &text);
         let data = dir.path().join(format!("data{round}"));
-        let mut child = rein(&data)
-            .args(["--sandbox", sandbox, "run"])
-            .arg(&plan)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child =
+            common::spawn_quiet(rein(&data).args(["--sandbox", sandbox, "run"]).arg(&plan));
         if round % 2 == 0 {
             // During the launches.
             wait_for_launch(child.id(), Duration::from_secs(10));

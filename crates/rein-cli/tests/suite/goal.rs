@@ -278,23 +278,20 @@ fn a_rein_killed_while_the_model_decomposes_asks_again_on_resume() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let ws = workspace(dir.path());
-    let mut runner = m
-        .rein(&data)
-        .args([
-            "run",
-            "--goal",
-            "hang, then write release notes",
-            "--yes",
-            // One answer allowed: the interrupted request is not one.
-            "--attempts",
-            "1",
-            "--workspace",
-        ])
-        .arg(&ws)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_quiet(
+        m.rein(&data)
+            .args([
+                "run",
+                "--goal",
+                "hang, then write release notes",
+                "--yes",
+                // One answer allowed: the interrupted request is not one.
+                "--attempts",
+                "1",
+                "--workspace",
+            ])
+            .arg(&ws),
+    );
     eventually("the model is being asked", || {
         (!m.decompositions().is_empty()).then_some(())
     });
@@ -587,14 +584,11 @@ fn a_rein_killed_in_a_decomposed_step_resumes_the_stored_plan_without_asking_aga
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let ws = workspace(dir.path());
-    let mut runner = m
-        .rein(&data)
-        .args(["run", "--goal", "slow step", "--yes", "--workspace"])
-        .arg(&ws)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_quiet(
+        m.rein(&data)
+            .args(["run", "--goal", "slow step", "--yes", "--workspace"])
+            .arg(&ws),
+    );
     eventually("the step's second command is running", || {
         ws.join("started").exists().then_some(())
     });

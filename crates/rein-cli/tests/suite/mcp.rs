@@ -12,7 +12,6 @@ use crate::model;
 use rein_test_support::npm as npm_packages;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use common::{eventually, json, run_ok, task_ids, write_plan};
 use serde_json::Value;
@@ -231,14 +230,7 @@ fn a_rein_killed_between_two_mcp_calls_does_not_repeat_the_first() {
     );
     std::fs::write(dir.path().join("ws/a.txt"), "moved once").unwrap();
 
-    let mut runner = model
-        .rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_quiet(model.rein(&data).arg("run").arg(&plan));
     let task = eventually("the task exists", || task_ids(&data).first().cloned());
     let started = dir.path().join("ws/started");
     eventually("the command after the first MCP call is running", || {
@@ -441,16 +433,12 @@ fn a_streamable_http_server_declared_in_the_config_file_serves_a_step() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let port = free_port();
-    let _server = Killed(
+    let _server = Killed(common::spawn_quiet(
         std::process::Command::new("node")
             .arg(everything_server())
             .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+            .env("PORT", port.to_string()),
+    ));
     eventually("the everything server listens", || {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok()
     });

@@ -488,13 +488,7 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
             until_exists(Path::new("gate"))
         ),
     );
-    let mut runner = rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut runner = common::spawn_quiet(rein(&data).arg("run").arg(&plan));
     let task = remote.first("the task appears", &["tasks", "list", "--json"])["id"]
         .as_str()
         .unwrap()

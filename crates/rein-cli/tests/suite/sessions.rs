@@ -421,16 +421,13 @@ impl Echo {
     /// (after `ensure`) is under way.
     fn running(&self) -> Child {
         let plan = write_plan(self.dir.path(), "plan.toml", ECHOED);
-        let runner = self
-            .rein()
-            .arg("run")
-            .arg(&plan)
-            .arg("--workspace")
-            .arg(&self.ws)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let runner = common::spawn_quiet(
+            self.rein()
+                .arg("run")
+                .arg(&plan)
+                .arg("--workspace")
+                .arg(&self.ws),
+        );
         eventually("the first attempt is running", || {
             self.ws.join("hung").exists().then_some(())
         });

@@ -79,6 +79,12 @@ impl Harness {
         self.engine.run(id, RunOptions::default()).await.unwrap()
     }
 
+    /// The approval request listed last.
+    pub async fn last_request(&self) -> rein_protocol::ApprovalRequest {
+        let mut requests = self.engine.approvals(&Default::default()).await.unwrap();
+        requests.pop().expect("an approval request")
+    }
+
     pub async fn log(&self, state: &TaskState) -> Vec<HarnessEvent> {
         self.store.events(state.id(), 0, usize::MAX).await.unwrap()
     }
@@ -170,6 +176,28 @@ pub fn choose(
 }
 
 /// Run options that pause instead of waiting for a person.
+/// Runs (or resumes) task `id` on `engine`, which must complete it.
+pub async fn completes(engine: &rein_core::Engine, id: &TaskId) -> TaskState {
+    let done = engine.run(id, RunOptions::default()).await.unwrap();
+    assert_eq!(
+        done.status(),
+        rein_protocol::TaskStatus::Completed,
+        "{:?}",
+        done.head.error
+    );
+    done
+}
+
+/// A plugin named `id`, described as nothing.
+pub fn plugin(id: &str) -> rein_core::harness::PluginInfo {
+    rein_core::harness::PluginInfo {
+        id: id.into(),
+        name: id.into(),
+        description: String::new(),
+        ..rein_core::harness::PluginInfo::default()
+    }
+}
+
 pub fn no_wait() -> RunOptions {
     RunOptions {
         no_wait: true,

@@ -409,13 +409,7 @@ async fn answering_rerun_or_abort_for_an_interrupted_step() {
         let stopped = interrupted_at(&h, p, "deploy").await;
         let paused = h.engine.run(stopped.id(), no_wait()).await.unwrap();
         assert_eq!(paused.status(), TaskStatus::Paused);
-        let request = h
-            .engine
-            .approvals(&Default::default())
-            .await
-            .unwrap()
-            .pop()
-            .unwrap();
+        let request = h.last_request().await;
         h.engine
             .decide(choose(&request, choice, "ana"))
             .await

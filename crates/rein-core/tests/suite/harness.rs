@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::common::plugin;
 use async_trait::async_trait;
 use rein_core::harness::{
-    AgentHarness, HarnessRegistry, PluginInfo, RegistrationError, RuntimePolicy, SelectionError,
+    AgentHarness, HarnessRegistry, RegistrationError, RuntimePolicy, SelectionError,
     SelectionRequest, select,
 };
 use rein_protocol::{
@@ -67,15 +68,6 @@ fn no(reason: &str, fallback: Option<&str>) -> Support {
     Support::Unsupported {
         reason: Some(reason.into()),
         fallback_runtime: fallback.map(str::to_owned),
-    }
-}
-
-fn plugin(id: &str) -> PluginInfo {
-    PluginInfo {
-        id: id.into(),
-        name: id.into(),
-        description: String::new(),
-        ..PluginInfo::default()
     }
 }
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::plugin;
 use async_trait::async_trait;
 use rein_core::harness::delegation::{
     DelegatedRun, DelegationError, SessionChange, StoredSession, authorize_delegated_run,
@@ -22,20 +23,10 @@ use rein_core::harness::isolated::{
     run_isolated, validate,
 };
 use rein_core::harness::{
-    AgentHarness, AgentSession, HarnessRegistry, PluginInfo, RegistrationError, ResetError,
-    reset_session,
+    AgentHarness, AgentSession, HarnessRegistry, RegistrationError, ResetError, reset_session,
 };
 use rein_protocol::{Support, SupportContext};
 use tokio_util::sync::CancellationToken;
-
-fn plugin(id: &str) -> PluginInfo {
-    PluginInfo {
-        id: id.into(),
-        name: id.into(),
-        description: String::new(),
-        ..PluginInfo::default()
-    }
-}
 
 // ---- §3 executor controllers ------------------------------------------------
 

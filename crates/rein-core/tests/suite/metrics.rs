@@ -32,13 +32,7 @@ async fn metrics_count_tasks_checkpoints_recovery_and_people() {
     };
     let asked = h.create(plan(vec![ask])).await;
     h.engine.run(asked.id(), no_wait()).await.unwrap();
-    let request = h
-        .engine
-        .approvals(&Default::default())
-        .await
-        .unwrap()
-        .pop()
-        .unwrap();
+    let request = h.last_request().await;
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     h.engine
         .decide(answer(&request, Decision::Approve, "ana"))

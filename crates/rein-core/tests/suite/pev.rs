@@ -392,17 +392,7 @@ async fn a_restored_task_runs_under_a_contract_of_its_own() {
     assert_eq!(contract.status, ContractStatus::Proposed);
 
     decide_contract(&h, &restored, Decision::Approve).await;
-    let done = h
-        .engine
-        .run(restored.id(), RunOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    common::completes(&h.engine, restored.id()).await;
     let contract = h.engine.records().contract(&own).await.unwrap();
     assert_eq!(contract.status, ContractStatus::Verified, "{contract:?}");
     let untouched = h.engine.records().contract(&first).await.unwrap();

@@ -246,13 +246,7 @@ async fn a_permission_error_is_escalated_to_a_person() {
         let state = h.create(two_steps(noop("work", &[]))).await;
         let paused = h.engine.run(state.id(), no_wait()).await.unwrap();
         assert_eq!(paused.status(), TaskStatus::Paused);
-        let request = h
-            .engine
-            .approvals(&Default::default())
-            .await
-            .unwrap()
-            .pop()
-            .unwrap();
+        let request = h.last_request().await;
         assert_eq!(request.trigger, rein_protocol::Trigger::PermissionDenied);
         assert!(
             request.title.contains("failed (permission_denied)"),

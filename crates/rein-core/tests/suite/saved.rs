@@ -5,11 +5,12 @@
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
+use crate::common;
+use rein_core::CreateTask;
 use rein_core::saved::WorkspaceHistory;
-use rein_core::{CreateTask, RunOptions};
 use rein_protocol::{
     HarnessEvent, SavedWorkspace, SnapshotRules, StepAction, TaskChange, TaskDecomposition,
-    TaskStatus, TaskStep,
+    TaskStep,
 };
 use rein_store::SavedWorkspaces;
 
@@ -69,17 +70,7 @@ async fn run(plan: TaskDecomposition) -> Ran {
         .config(move |c| c.saved = Some(held))
         .build();
     let created = t.engine.create(CreateTask::of(plan)).await.unwrap();
-    let done = t
-        .engine
-        .run(created.id(), RunOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    let done = common::completes(&t.engine, created.id()).await;
     let events = t.engine.events(done.id(), 0, usize::MAX).await.unwrap();
     Ran {
         _dir: dir,
