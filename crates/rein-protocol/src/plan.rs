@@ -144,6 +144,32 @@ impl StepAction {
             priority: None,
         }
     }
+
+    /// Ask an agent: `prompt`, offered the built-in `tools`; its runtime,
+    /// model, session and limits left to the configuration, no MCP servers,
+    /// no network, no images.
+    pub fn agent(prompt: impl Into<String>, tools: &[&str]) -> StepAction {
+        StepAction::Agent {
+            prompt: prompt.into(),
+            provider: None,
+            model: None,
+            runtime: None,
+            tools: tools.iter().map(|t| (*t).to_owned()).collect(),
+            session: None,
+            limits: Box::default(),
+            mcp: Vec::new(),
+            network: false,
+            images: Vec::new(),
+        }
+    }
+
+    /// This action bounded by `new`, if it is an agent's; any other as it is.
+    pub fn with_limits(mut self, new: AgentLimits) -> StepAction {
+        if let StepAction::Agent { limits, .. } = &mut self {
+            **limits = new;
+        }
+        self
+    }
 }
 
 /// How an agent step's model turns are bounded and steered (the built-in

@@ -288,15 +288,7 @@ impl AgentHarness for Builtin {
                     estimated: true,
                     ..rein_protocol::Usage::default()
                 });
-                let mut content = vec![ContentPart::Text(response.content)];
-                content.extend(
-                    response
-                        .tool_calls
-                        .into_iter()
-                        .map(|c| ContentPart::ToolCall {
-                            name: c.function.name,
-                        }),
-                );
+                let content = content_parts(response.content, response.tool_calls);
                 Ok(CompletionOutput {
                     content,
                     stop_reason: response.finish_reason,
@@ -314,4 +306,17 @@ impl AgentHarness for Builtin {
             Err(e) => Err(CompletionError::Failed(e.to_string())),
         })
     }
+}
+
+/// A model's answer as an isolated completion's content: its text, then the
+/// tools it asked to call (by name: an isolated completion calls none).
+pub(crate) fn content_parts(
+    text: String,
+    tool_calls: Vec<crate::openai::ToolCall>,
+) -> Vec<ContentPart> {
+    let mut content = vec![ContentPart::Text(text)];
+    content.extend(tool_calls.into_iter().map(|c| ContentPart::ToolCall {
+        name: c.function.name,
+    }));
+    content
 }

@@ -254,6 +254,21 @@ pub struct Compacted {
     pub summary: String,
 }
 
+impl Compacted {
+    /// A journal entry's `compacted` object, over a conversation of
+    /// `messages` messages so far (a position past them is taken as its end).
+    pub fn from_entry(c: &serde_json::Value, messages: usize) -> Compacted {
+        Compacted {
+            at: c["at"]
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(0)
+                .min(messages),
+            summary: c["summary"].as_str().unwrap_or_default().to_owned(),
+        }
+    }
+}
+
 /// What is sent to the model of `messages` (the whole conversation since
 /// its last reset): all of it, or — once compacted — its system message,
 /// the summary (with `task`, the request of the step that runs, when the
@@ -509,14 +524,7 @@ pub fn conversation(
                     .map_err(|e| format!("the session's journal is unreadable: {e}"))?,
             );
         } else if let Some(c) = entry.get("compacted") {
-            compacted = Some(Compacted {
-                at: c["at"]
-                    .as_u64()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .unwrap_or(0)
-                    .min(messages.len()),
-                summary: c["summary"].as_str().unwrap_or_default().to_owned(),
-            });
+            compacted = Some(Compacted::from_entry(c, messages.len()));
         }
     }
     Ok((messages, compacted))

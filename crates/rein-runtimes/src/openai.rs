@@ -345,13 +345,7 @@ pub(crate) async fn plain_body(
     if !json {
         return Ok(Plain::Stream(response));
     }
-    let text = tokio::time::timeout(idle, response.text())
-        .await
-        .map_err(|_| ChatError::TimedOut(idle))?
-        .map_err(|e| ChatError::Unreachable {
-            url: url.to_owned(),
-            detail: e.to_string(),
-        })?;
+    let text = in_time(idle, url, response.text()).await?;
     serde_json::from_str(&text).map(Plain::Json).map_err(|e| {
         ChatError::Protocol(format!(
             "{url} answered with a JSON content type but a body that is not JSON ({e}): `{}`",
@@ -449,19 +443,28 @@ fn chat_completion(body: &Value, url: &str) -> Result<ChatResponse, ChatError> {
 /// and the provider's id of the request (`id_header`), or what went wrong —
 /// the server unreachable, silent, or answering an error (its message, and
 /// `Retry-After` when it said). Every provider's client sends through here.
+/// What `io` gives, within `idle`: an error of `url`'s server otherwise.
+async fn in_time<T>(
+    idle: Duration,
+    url: &str,
+    io: impl std::future::Future<Output = reqwest::Result<T>>,
+) -> Result<T, ChatError> {
+    tokio::time::timeout(idle, io)
+        .await
+        .map_err(|_| ChatError::TimedOut(idle))?
+        .map_err(|e| ChatError::Unreachable {
+            url: url.to_owned(),
+            detail: e.to_string(),
+        })
+}
+
 pub(crate) async fn send(
     request: reqwest::RequestBuilder,
     url: &str,
     idle: Duration,
     id_header: &str,
 ) -> Result<(reqwest::Response, Option<String>), ChatError> {
-    let response = tokio::time::timeout(idle, request.send())
-        .await
-        .map_err(|_| ChatError::TimedOut(idle))?
-        .map_err(|e| ChatError::Unreachable {
-            url: url.to_owned(),
-            detail: e.to_string(),
-        })?;
+    let response = in_time(idle, url, request.send()).await?;
     let request_id = response
         .headers()
         .get(id_header)

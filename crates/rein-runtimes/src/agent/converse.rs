@@ -431,14 +431,7 @@ impl AgentExecutor {
                     if let Some(used) = rein_core::store::entry_usage(entry) {
                         metered.push((messages.len(), used));
                     }
-                    compacted = Some(Compacted {
-                        at: c["at"]
-                            .as_u64()
-                            .and_then(|n| usize::try_from(n).ok())
-                            .unwrap_or(0)
-                            .min(messages.len()),
-                        summary: c["summary"].as_str().unwrap_or_default().to_owned(),
-                    });
+                    compacted = Some(Compacted::from_entry(c, messages.len()));
                     sized = None;
                 } else if let Some(g) = entry.get("budget_grant") {
                     grants.take(g);

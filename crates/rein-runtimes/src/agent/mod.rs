@@ -718,7 +718,7 @@ pub async fn builtin_isolated_completion(
     system: Option<&str>,
     policy: rein_core::harness::isolated::OutputTextPolicy,
 ) -> Result<String, rein_core::harness::isolated::CompletionError> {
-    use rein_core::harness::isolated::{CompletionError, CompletionOutput, ContentPart, validate};
+    use rein_core::harness::isolated::{CompletionError, CompletionOutput, validate};
     let mut messages = Vec::new();
     if let Some(system) = system {
         messages.push(Message::System {
@@ -732,15 +732,7 @@ pub async fn builtin_isolated_completion(
         .complete(&messages, &[], |_| {})
         .await
         .map_err(|e| CompletionError::Failed(e.to_string()))?;
-    let mut content = vec![ContentPart::Text(response.content)];
-    content.extend(
-        response
-            .tool_calls
-            .into_iter()
-            .map(|c| ContentPart::ToolCall {
-                name: c.function.name,
-            }),
-    );
+    let content = crate::completion::content_parts(response.content, response.tool_calls);
     validate(
         &CompletionOutput {
             content,

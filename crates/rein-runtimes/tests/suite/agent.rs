@@ -17,20 +17,10 @@ use rein_runtimes::openai::{Ask, ChatConfig};
 fn agent_step(prompt: &str) -> TaskStep {
     TaskStep::new(
         "draft",
-        StepAction::Agent {
-            prompt: prompt.into(),
-            provider: None,
-            model: None,
-            runtime: None,
-            tools: ["read_file", "write_file", "list_dir", "run_command"]
-                .map(str::to_owned)
-                .to_vec(),
-            session: None,
-            limits: Default::default(),
-            mcp: Vec::new(),
-            network: false,
-            images: Vec::new(),
-        },
+        StepAction::agent(
+            prompt,
+            &["read_file", "write_file", "list_dir", "run_command"],
+        ),
     )
 }
 
@@ -418,9 +408,7 @@ fn on_provider(provider: &str, prompt: &str) -> TaskStep {
 
 fn with_limits(prompt: &str, limits: rein_protocol::AgentLimits) -> TaskStep {
     let mut step = agent_step(prompt);
-    if let StepAction::Agent { limits: l, .. } = &mut step.action {
-        **l = limits;
-    }
+    step.action = step.action.with_limits(limits);
     step
 }
 

@@ -55,23 +55,13 @@ async fn setup(daily: Option<Budget>) -> Setup {
 /// A step that lists the workspace three times (three tool calls, four
 /// model turns), with `budget`.
 fn step(budget: Option<Budget>) -> TaskStep {
+    let limits = rein_protocol::AgentLimits {
+        budget,
+        ..Default::default()
+    };
     TaskStep::new(
         "draft",
-        StepAction::Agent {
-            prompt: "list three times".into(),
-            provider: None,
-            model: None,
-            runtime: None,
-            tools: vec!["list_dir".into()],
-            session: None,
-            limits: Box::new(rein_protocol::AgentLimits {
-                budget,
-                ..Default::default()
-            }),
-            mcp: Vec::new(),
-            network: false,
-            images: Vec::new(),
-        },
+        StepAction::agent("list three times", &["list_dir"]).with_limits(limits),
     )
 }
 

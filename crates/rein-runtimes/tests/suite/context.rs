@@ -184,18 +184,10 @@ async fn engine(
 fn reads_step() -> TaskStep {
     TaskStep::new(
         "reads",
-        StepAction::Agent {
-            prompt: "Read big.txt four times, then say how often you read it.".into(),
-            provider: None,
-            model: None,
-            runtime: None,
-            tools: vec!["read_file".into()],
-            session: None,
-            limits: Default::default(),
-            mcp: Vec::new(),
-            network: false,
-            images: Vec::new(),
-        },
+        StepAction::agent(
+            "Read big.txt four times, then say how often you read it.",
+            &["read_file"],
+        ),
     )
 }
 

@@ -132,24 +132,17 @@ async fn run_with(
         .workspaces_here()
         .build();
     let dir = dir.unwrap();
+    let limits = rein_protocol::AgentLimits {
+        fallback_models: fallbacks.iter().map(|m| (*m).to_owned()).collect(),
+        ..Default::default()
+    };
     let mut step = TaskStep::new(
         "ask",
-        StepAction::Agent {
-            prompt: "say who serves you".into(),
-            provider: None,
-            model: Some(model.into()),
-            runtime: None,
-            tools: Vec::new(),
-            session: None,
-            limits: Box::new(rein_protocol::AgentLimits {
-                fallback_models: fallbacks.iter().map(|m| (*m).to_owned()).collect(),
-                ..Default::default()
-            }),
-            mcp: Vec::new(),
-            network: false,
-            images: Vec::new(),
-        },
+        StepAction::agent("say who serves you", &[]).with_limits(limits),
     );
+    if let StepAction::Agent { model: m, .. } = &mut step.action {
+        *m = Some(model.into());
+    }
     // What the route cannot serve fails the task at once (no recovery
     // retries: the test counts the requests of one attempt).
     for kind in rein_protocol::ErrorType::ALL {

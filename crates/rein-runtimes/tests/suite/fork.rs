@@ -14,18 +14,7 @@ use rein_test_support::model as common;
 fn lister() -> TaskStep {
     TaskStep::new(
         "draft",
-        StepAction::Agent {
-            prompt: "list three times".into(),
-            provider: None,
-            model: None,
-            runtime: None,
-            tools: vec!["list_dir".to_owned()],
-            session: None,
-            limits: Default::default(),
-            mcp: Vec::new(),
-            network: false,
-            images: Vec::new(),
-        },
+        StepAction::agent("list three times", &["list_dir"]),
     )
 }
 
