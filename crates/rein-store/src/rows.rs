@@ -298,6 +298,107 @@ pub(crate) fn journal_rows(entries: &[serde_json::Value]) -> StoreResult<Journal
     Ok((bodies, metered))
 }
 
+/// A health probe's test write, failed with the store's last failed write
+/// named (the likelier cause); else that last failure, if any, to report.
+pub(crate) fn probe_write(
+    probed: StoreResult<()>,
+    last_error: &std::sync::Mutex<Option<String>>,
+) -> StoreResult<Option<String>> {
+    let last = last_error.lock().ok().and_then(|e| e.clone());
+    probed.map_err(|e| match &last {
+        Some(last) => backend(format!("{e} (last failed write: {last})")),
+        None => e,
+    })?;
+    Ok(last)
+}
+
+/// A value either backend binds to a statement.
+#[derive(Debug, Clone)]
+pub(crate) enum Value {
+    Text(String),
+    OptText(Option<String>),
+    Int(i64),
+    OptInt(Option<i64>),
+    Bool(bool),
+}
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            Value::Text(v) => v.to_sql(),
+            Value::OptText(v) => v.to_sql(),
+            Value::Int(v) => v.to_sql(),
+            Value::OptInt(v) => v.to_sql(),
+            Value::Bool(v) => v.to_sql(),
+        }
+    }
+}
+
+impl Value {
+    /// The value as PostgreSQL binds it.
+    pub fn pg(&self) -> &(dyn tokio_postgres::types::ToSql + Sync) {
+        match self {
+            Value::Text(v) => v,
+            Value::OptText(v) => v,
+            Value::Int(v) => v,
+            Value::OptInt(v) => v,
+            Value::Bool(v) => v,
+        }
+    }
+}
+
+/// The model call a journal entry records, as a row of `model_usage`: the
+/// values of [`INSERT_USAGE`] in order.
+pub(crate) fn usage_values(
+    task: &str,
+    journal: &str,
+    at_seq: u64,
+    used: &rein_protocol::TurnUsage,
+    at: &str,
+) -> [Value; 14] {
+    let u = &used.usage;
+    [
+        Value::Text(task.to_owned()),
+        Value::Text(journal.to_owned()),
+        Value::Int(seq(at_seq)),
+        Value::OptText(used.step.clone()),
+        Value::OptText(used.session.clone()),
+        Value::Text(at.to_owned()),
+        Value::Text(used.provider.clone()),
+        Value::Text(used.model.clone()),
+        Value::OptText(used.served_model.clone()),
+        Value::Int(seq(u.input_tokens)),
+        Value::Int(seq(u.cached_input_tokens)),
+        Value::Int(seq(u.output_tokens)),
+        Value::OptInt(u.reasoning_tokens.map(seq)),
+        Value::Bool(u.estimated),
+    ]
+}
+
+/// A model call's row (both backends: `$n` is a positional parameter on
+/// SQLite too).
+pub(crate) const INSERT_USAGE: &str =
+    "INSERT INTO model_usage (task_id, journal, seq, step_id, session_id, at,
+       provider, model, served_model, input, cached, output, reasoning, estimated)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+
+/// The call of `model_usage` keyed `($1, $2, $3)` (task, journal, position)
+/// added to its day's row, in the same transaction (both backends).
+pub(crate) const ADD_USAGE_TO_DAY: &str =
+    "INSERT INTO model_usage_daily (day, task_id, session_id, provider, model,
+       calls, input, cached, output, reasoning, estimated)
+     SELECT substr(at, 1, 10), task_id, COALESCE(session_id, ''), provider, model,
+            1, input, cached, output, reasoning, estimated
+     FROM model_usage WHERE task_id = $1 AND journal = $2 AND seq = $3
+     ON CONFLICT (day, task_id, session_id, provider, model) DO UPDATE SET
+       calls = model_usage_daily.calls + 1,
+       input = model_usage_daily.input + excluded.input,
+       cached = model_usage_daily.cached + excluded.cached,
+       output = model_usage_daily.output + excluded.output,
+       reasoning = CASE WHEN excluded.reasoning IS NULL THEN model_usage_daily.reasoning
+                   ELSE COALESCE(model_usage_daily.reasoning, 0) + excluded.reasoning END,
+       estimated = model_usage_daily.estimated OR excluded.estimated";
+
 /// Whether `target` may be revoked: not a revocation itself, and not revoked
 /// already (`revoked_by` finds the entry that did, if any).
 pub(crate) fn revocable(

@@ -37,54 +37,12 @@ impl JournalStore for PostgresStore {
                             });
                         }
                         if let Some(used) = &metered[i] {
-                            let u = &used.usage;
+                            let row = crate::rows::usage_values(task.as_str(), &step, at, used, &now);
+                            let values: Vec<_> = row.iter().map(crate::rows::Value::pg).collect();
+                            c.execute(crate::rows::INSERT_USAGE, &values).await.map_err(pg)?;
                             c.execute(
-                                "INSERT INTO model_usage (task_id, journal, seq, step_id, session_id, at,
-                                   provider, model, served_model, input, cached, output, reasoning, estimated)
-                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-                                &[
-                                    &task.as_str(),
-                                    &step,
-                                    &seq(at),
-                                    &used.step,
-                                    &used.session,
-                                    &now,
-                                    &used.provider,
-                                    &used.model,
-                                    &used.served_model,
-                                    &seq(u.input_tokens),
-                                    &seq(u.cached_input_tokens),
-                                    &seq(u.output_tokens),
-                                    &u.reasoning_tokens.map(seq),
-                                    &u.estimated,
-                                ],
-                            )
-                            .await
-                            .map_err(pg)?;
-                            c.execute(
-                                "INSERT INTO model_usage_daily (day, task_id, session_id, provider, model,
-                                   calls, input, cached, output, reasoning, estimated)
-                                 VALUES (substr($1, 1, 10), $2, $3, $4, $5, 1, $6, $7, $8, $9, $10)
-                                 ON CONFLICT (day, task_id, session_id, provider, model) DO UPDATE SET
-                                   calls = model_usage_daily.calls + 1,
-                                   input = model_usage_daily.input + excluded.input,
-                                   cached = model_usage_daily.cached + excluded.cached,
-                                   output = model_usage_daily.output + excluded.output,
-                                   reasoning = CASE WHEN excluded.reasoning IS NULL THEN model_usage_daily.reasoning
-                                               ELSE COALESCE(model_usage_daily.reasoning, 0) + excluded.reasoning END,
-                                   estimated = model_usage_daily.estimated OR excluded.estimated",
-                                &[
-                                    &now,
-                                    &task.as_str(),
-                                    &used.session.as_deref().unwrap_or_default(),
-                                    &used.provider,
-                                    &used.model,
-                                    &seq(u.input_tokens),
-                                    &seq(u.cached_input_tokens),
-                                    &seq(u.output_tokens),
-                                    &u.reasoning_tokens.map(seq),
-                                    &u.estimated,
-                                ],
+                                crate::rows::ADD_USAGE_TO_DAY,
+                                &[&task.as_str(), &step, &seq(at)],
                             )
                             .await
                             .map_err(pg)?;

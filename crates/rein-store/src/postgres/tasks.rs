@@ -488,17 +488,7 @@ impl TaskStore for PostgresStore {
                 })
             })
             .await;
-        let last_write_error = self
-            .writer
-            .counters
-            .last_error
-            .lock()
-            .ok()
-            .and_then(|e| e.clone());
-        probed.map_err(|e| match &last_write_error {
-            Some(last) => backend(format!("{e} (last failed write: {last})")),
-            None => e,
-        })?;
+        let last_write_error = crate::rows::probe_write(probed, &self.writer.counters.last_error)?;
         self.rows("SELECT COUNT(*) FROM tasks", &[]).await?;
         Ok(StoreProbe {
             location: self.location.clone(),

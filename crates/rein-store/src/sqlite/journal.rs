@@ -33,59 +33,12 @@ impl JournalStore for SqliteStore {
                         });
                     }
                     if let Some(used) = &metered[i] {
-                        let u = &used.usage;
-                        conn.prepare_cached(
-                            "INSERT INTO model_usage (task_id, journal, seq, step_id, session_id, at,
-                               provider, model, served_model, input, cached, output, reasoning, estimated)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                        )
-                        .and_then(|mut stmt| {
-                            stmt.execute(params![
-                                task.as_str(),
-                                step,
-                                seq(at),
-                                used.step,
-                                used.session,
-                                now,
-                                used.provider,
-                                used.model,
-                                used.served_model,
-                                seq(u.input_tokens),
-                                seq(u.cached_input_tokens),
-                                seq(u.output_tokens),
-                                u.reasoning_tokens.map(seq),
-                                u.estimated,
-                            ])
-                        })
-                        .map_err(backend)?;
-                        conn.prepare_cached(
-                            "INSERT INTO model_usage_daily (day, task_id, session_id, provider, model,
-                               calls, input, cached, output, reasoning, estimated)
-                             VALUES (substr(?1, 1, 10), ?2, ?3, ?4, ?5, 1, ?6, ?7, ?8, ?9, ?10)
-                             ON CONFLICT (day, task_id, session_id, provider, model) DO UPDATE SET
-                               calls = calls + 1,
-                               input = input + excluded.input,
-                               cached = cached + excluded.cached,
-                               output = output + excluded.output,
-                               reasoning = CASE WHEN excluded.reasoning IS NULL THEN reasoning
-                                           ELSE COALESCE(reasoning, 0) + excluded.reasoning END,
-                               estimated = max(estimated, excluded.estimated)",
-                        )
-                        .and_then(|mut stmt| {
-                            stmt.execute(params![
-                                now,
-                                task.as_str(),
-                                used.session.as_deref().unwrap_or_default(),
-                                used.provider,
-                                used.model,
-                                seq(u.input_tokens),
-                                seq(u.cached_input_tokens),
-                                seq(u.output_tokens),
-                                u.reasoning_tokens.map(seq),
-                                u.estimated,
-                            ])
-                        })
-                        .map_err(backend)?;
+                        let row = crate::rows::usage_values(task.as_str(), &step, at, used, &now);
+                        conn.prepare_cached(crate::rows::INSERT_USAGE)
+                            .and_then(|mut stmt| stmt.execute(rusqlite::params_from_iter(&row)))
+                            .and_then(|_| conn.prepare_cached(crate::rows::ADD_USAGE_TO_DAY))
+                            .and_then(|mut stmt| stmt.execute(params![task.as_str(), step, seq(at)]))
+                            .map_err(backend)?;
                     }
                 }
                 Ok(())

@@ -645,17 +645,7 @@ impl TaskStore for SqliteStore {
                 .map_err(backend)
             })
             .await;
-        let last_write_error = self
-            .writer
-            .counters
-            .last_error
-            .lock()
-            .ok()
-            .and_then(|e| e.clone());
-        probed.map_err(|e| match &last_write_error {
-            Some(last) => backend(format!("{e} (last failed write: {last})")),
-            None => e,
-        })?;
+        let last_write_error = crate::rows::probe_write(probed, &self.writer.counters.last_error)?;
         self.read(|conn| {
             conn.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get::<_, i64>(0))
                 .map_err(backend)?;

@@ -800,6 +800,57 @@ fn turn(model: &str, session: &str, input: u64, cached: u64, output: u64) -> ser
     })
 }
 
+/// Calls of one task, session and model on one day share that day's rollup
+/// row, which adds them up as the calls themselves do: tokens summed,
+/// reasoning where any call has it, estimated if any call was.
+async fn calls_of_one_day_add_up_in_their_rollup_row(b: Backend) {
+    let t = create(&b, vec![noop("s", &[])], "ses_day").await;
+    let s = &b.store;
+    let mut third = turn("m-d", "ses_d", 5, 1, 2);
+    third["usage"]["reasoning_tokens"] = json!(4);
+    third["usage"]["estimated"] = json!(true);
+    let calls = [
+        turn("m-d", "ses_d", 100, 40, 10),
+        turn("m-d", "ses_d", 7, 0, 3),
+        third,
+    ];
+    s.append_journal(t.id(), "s", 0, &calls).await.unwrap();
+    let now = chrono::Utc::now();
+    for by in [UsageGroup::All, UsageGroup::Task, UsageGroup::Day] {
+        // No bounds: whole days, read from the rollup. A minute either side
+        // of now: less than a day, read from the calls.
+        let rollup = s
+            .usage(&UsageFilter {
+                by,
+                ..UsageFilter::default()
+            })
+            .await
+            .unwrap();
+        let counted = s
+            .usage(&UsageFilter {
+                by,
+                since: Some(now - chrono::Duration::minutes(1)),
+                until: Some(now + chrono::Duration::minutes(1)),
+                ..UsageFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(rollup, counted, "by {by:?}");
+        assert_eq!(rollup.len(), 1, "{rollup:?}");
+        assert_eq!(rollup[0].calls, 3);
+        assert_eq!(
+            rollup[0].usage,
+            rein_protocol::Usage {
+                input_tokens: 112,
+                cached_input_tokens: 41,
+                output_tokens: 15,
+                reasoning_tokens: Some(4),
+                estimated: true,
+            }
+        );
+    }
+}
+
 /// The model calls journaled are counted once each, when appended, added
 /// up by task, day or in all and by model, and filtered by task, session
 /// and time; deleting a task leaves what it spent.
@@ -1061,6 +1112,7 @@ macro_rules! conformance {
                 documents_are_written_back_only_at_the_version_read,
                 a_journal_takes_each_position_once,
                 model_usage_is_counted_once_and_added_up,
+                calls_of_one_day_add_up_in_their_rollup_row,
                 the_counters_count_what_the_store_holds,
                 a_summary_reads_back_as_each_write_left_it,
             );
