@@ -171,6 +171,17 @@ pub async fn serve(
         lingerers: Some(Arc::new(Semaphore::new(LINGERERS))),
     };
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // A connection not served: a health probe on it still gets its answer,
+    // anything else `refusal`.
+    let probe = |stream, addr, refusal: &Refusal| {
+        let app = with_addr(overflow_app.clone(), addr);
+        tokio::spawn(probe_when_free(
+            stream,
+            app,
+            Arc::clone(&peekers),
+            refusal.clone(),
+        ));
+    };
     loop {
         let (stream, addr) = tokio::select! {
             biased;
@@ -188,13 +199,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let Some(held) = clients.hold(addr, limits.max_per_client.max(1)) else {
-            let app = with_addr(overflow_app.clone(), addr);
-            tokio::spawn(probe_when_free(
-                stream,
-                app,
-                Arc::clone(&peekers),
-                per_client.clone(),
-            ));
+            probe(stream, addr, &per_client);
             continue;
         };
         let (permit, service, head, keep_alive) =
@@ -203,14 +208,8 @@ pub async fn serve(
             } else if let Ok(p) = Arc::clone(&overflow).try_acquire_owned() {
                 (p, overflow_app.clone(), OVERFLOW_HEADER_TIMEOUT, false)
             } else {
-                // Both pools full: a health probe still gets its answer.
-                let app = with_addr(overflow_app.clone(), addr);
-                tokio::spawn(probe_when_free(
-                    stream,
-                    app,
-                    Arc::clone(&peekers),
-                    refusal.clone(),
-                ));
+                // Both pools full.
+                probe(stream, addr, &refusal);
                 continue;
             };
         let mut builder = hyper::server::conn::http1::Builder::new();

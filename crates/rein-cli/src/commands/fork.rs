@@ -8,7 +8,7 @@ use rein_core::fork::{Fork, ForkPoint};
 use rein_protocol::api::{ForkRequest, RetryRequest};
 use rein_protocol::{TaskChange, TaskId, TaskState};
 
-use super::run::{Out, Signals, drive, report, watch_remote};
+use super::run::{Out, Signals, drive_new, report, watch_remote};
 use crate::backend::Backend;
 use crate::cli::{ForkArgs, ForkChanges, RetryArgs};
 use crate::client::{Client, TaskEnvelope};
@@ -93,17 +93,7 @@ async fn run_fork(
     let out = Out::new(changes.output, false);
     let first = ctx.engine.events(state.id(), 0, 1).await?;
     announce_fork(out, &state, first.first().map(|e| &e.change));
-    let signals = Signals::install(out, changes.no_wait);
-    let (code, _) = drive(
-        &ctx.engine,
-        state,
-        Vec::new(),
-        Vec::new(),
-        &signals,
-        changes.output,
-    )
-    .await?;
-    Ok(code)
+    drive_new(&ctx.engine, state, out, changes.no_wait, changes.output).await
 }
 
 async fn run_remote(

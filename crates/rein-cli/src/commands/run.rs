@@ -112,16 +112,20 @@ pub async fn run(target: &Target, args: RunArgs) -> anyhow::Result<u8> {
         .await?;
     let out = Out::new(args.output, false);
     announce(out, &state);
-    let signals = Signals::install(out, args.no_wait);
-    let (code, _) = drive(
-        &ctx.engine,
-        state,
-        Vec::new(),
-        Vec::new(),
-        &signals,
-        args.output,
-    )
-    .await?;
+    drive_new(&ctx.engine, state, out, args.no_wait, args.output).await
+}
+
+/// Runs a task just made here to where it stops, Ctrl-C pausing it: its exit
+/// code.
+pub(super) async fn drive_new(
+    engine: &Arc<Engine>,
+    state: TaskState,
+    out: Out,
+    no_wait: bool,
+    output: RunOutput,
+) -> anyhow::Result<u8> {
+    let signals = Signals::install(out, no_wait);
+    let (code, _) = drive(engine, state, Vec::new(), Vec::new(), &signals, output).await?;
     Ok(code)
 }
 
