@@ -8,7 +8,7 @@ use rein_core::fork::{Fork, ForkPoint};
 use rein_protocol::api::{ForkRequest, RetryRequest};
 use rein_protocol::{TaskChange, TaskId, TaskState};
 
-use super::run::{Out, Signals, drive_new, report, watch_remote};
+use super::run::{Out, Signals, drive_new, report, watch_remote, workspace_of};
 use crate::backend::Backend;
 use crate::cli::{ForkArgs, ForkChanges, RetryArgs};
 use crate::client::{Client, TaskEnvelope};
@@ -157,12 +157,7 @@ fn announce_fork(out: Out, state: &TaskState, first: Option<&TaskChange>) {
         "task {} created: {} steps to run, workspace {}",
         state.id(),
         state.head.context.pending_steps.len(),
-        state
-            .head
-            .resources
-            .workspace_path
-            .as_deref()
-            .unwrap_or("-")
+        workspace_of(state)
     ));
     if let Some(from) = &state.head.forked_from {
         let turn = from

@@ -129,6 +129,16 @@ pub(super) async fn drive_new(
     Ok(code)
 }
 
+/// Where task `state` works, as its announcement says it.
+pub(super) fn workspace_of(state: &TaskState) -> &str {
+    state
+        .head
+        .resources
+        .workspace_path
+        .as_deref()
+        .unwrap_or("-")
+}
+
 /// Says that a task was created, and which control points it passed on the way.
 fn announce(out: Out, state: &TaskState) {
     let steps = match state.head.context.pending_steps.len() {
@@ -145,12 +155,7 @@ fn announce(out: Out, state: &TaskState) {
     out.line(&format!(
         "task {} created: {steps}, workspace {}",
         state.id(),
-        state
-            .head
-            .resources
-            .workspace_path
-            .as_deref()
-            .unwrap_or("-")
+        workspace_of(state)
     ));
     for cp in &state.checkpoints {
         let who = cp
