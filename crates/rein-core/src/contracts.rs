@@ -331,6 +331,20 @@ pub struct Records {
     pub(crate) audited: Arc<tokio::sync::Notify>,
 }
 
+impl Records {
+    /// The record of `kind` named `id`, decoded; not found, said so.
+    async fn load<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: RecordKind,
+        id: &str,
+    ) -> Result<T, EngineError> {
+        match self.store.load_record(kind, id).await? {
+            Some((record, _)) => decode(record),
+            None => Err(not_found(kind, id)),
+        }
+    }
+}
+
 impl std::fmt::Debug for Records {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Records").finish_non_exhaustive()
@@ -366,10 +380,7 @@ impl Records {
     }
 
     pub async fn contract(&self, id: &str) -> Result<HarnessContract, EngineError> {
-        match self.store.load_record(RecordKind::Contract, id).await? {
-            Some((record, _)) => decode(record),
-            None => Err(not_found(RecordKind::Contract, id)),
-        }
+        self.load(RecordKind::Contract, id).await
     }
 
     pub async fn contracts(&self, filter: &RecordFilter) -> Result<ContractPage, EngineError> {
@@ -525,10 +536,7 @@ impl Records {
     }
 
     pub async fn evidence(&self, id: &str) -> Result<EvidenceBundle, EngineError> {
-        match self.store.load_record(RecordKind::Evidence, id).await? {
-            Some((record, _)) => decode(record),
-            None => Err(not_found(RecordKind::Evidence, id)),
-        }
+        self.load(RecordKind::Evidence, id).await
     }
 
     pub async fn evidence_bundles(

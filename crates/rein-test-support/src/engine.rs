@@ -169,3 +169,29 @@ pub fn agent_on(chat: rein_runtimes::openai::ChatConfig) -> rein_runtimes::Agent
         chat,
     )
 }
+
+/// Runs (or resumes) task `id` on `engine` to where it stops, which must be
+/// its completion; else the task's error and its steps' are shown.
+pub async fn completes(engine: &Engine, id: &rein_protocol::TaskId) -> rein_protocol::TaskState {
+    let done = engine
+        .run(id, rein_core::RunOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("task {id} did not run: {e}"));
+    assert_completed(&done);
+    done
+}
+
+/// `done` completed; else its error and its steps' are shown.
+pub fn assert_completed(done: &rein_protocol::TaskState) {
+    let failed: Vec<_> = done
+        .checkpoints
+        .iter()
+        .filter_map(|c| Some((c.step_id.as_deref()?, c.error.as_deref()?)))
+        .collect();
+    assert_eq!(
+        done.status(),
+        rein_protocol::TaskStatus::Completed,
+        "task error {:?}, step errors {failed:?}",
+        done.head.error
+    );
+}

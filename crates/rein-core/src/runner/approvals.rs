@@ -371,19 +371,7 @@ impl TaskRun<'_> {
             .checkpoint(&checkpoint)
             .map_or(0, |c| crate::recorder::elapsed_ms(c.started_at));
         let (outcome, who) = match request.status {
-            ApprovalStatus::Pending => {
-                // Delegated: it keeps waiting, now for someone else.
-                self.set(
-                    i,
-                    StepEvent::Reask,
-                    Progress::Awaiting {
-                        checkpoint,
-                        span,
-                        request: Box::new(request),
-                    },
-                )?;
-                return Ok(());
-            }
+            ApprovalStatus::Pending => return self.keep_waiting(i, checkpoint, span, request),
             ApprovalStatus::Approved => (Decision::Approve, decided_by(&request)),
             ApprovalStatus::Denied => (Decision::Deny, decided_by(&request)),
             ApprovalStatus::Skipped => (Decision::Skip, decided_by(&request)),
@@ -471,6 +459,26 @@ impl TaskRun<'_> {
         Ok(())
     }
 
+    /// A request delegated to someone else: step `i` keeps waiting on it.
+    fn keep_waiting(
+        &mut self,
+        i: usize,
+        checkpoint: CheckpointId,
+        span: SpanRef,
+        request: ApprovalRequest,
+    ) -> Result<()> {
+        self.set(
+            i,
+            StepEvent::Reask,
+            Progress::Awaiting {
+                checkpoint,
+                span,
+                request: Box::new(request),
+            },
+        )?;
+        Ok(())
+    }
+
     /// Applies the decision on a step that may have partly run.
     fn settle_interrupted(
         &mut self,
@@ -484,19 +492,7 @@ impl TaskRun<'_> {
             _ => decided_by(&request),
         };
         let choice = match request.status {
-            ApprovalStatus::Pending => {
-                // Delegated: it keeps waiting, now for someone else.
-                self.set(
-                    i,
-                    StepEvent::Reask,
-                    Progress::Awaiting {
-                        checkpoint,
-                        span,
-                        request: Box::new(request),
-                    },
-                )?;
-                return Ok(());
-            }
+            ApprovalStatus::Pending => return self.keep_waiting(i, checkpoint, span, request),
             ApprovalStatus::Approved => request
                 .response
                 .as_ref()

@@ -176,18 +176,6 @@ pub fn choose(
 }
 
 /// Run options that pause instead of waiting for a person.
-/// Runs (or resumes) task `id` on `engine`, which must complete it.
-pub async fn completes(engine: &rein_core::Engine, id: &TaskId) -> TaskState {
-    let done = engine.run(id, RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        rein_protocol::TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
-    done
-}
-
 /// A plugin named `id`, described as nothing.
 pub fn plugin(id: &str) -> rein_core::harness::PluginInfo {
     rein_core::harness::PluginInfo {

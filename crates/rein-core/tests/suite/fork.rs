@@ -2,6 +2,7 @@
 //! as rein kept it there; steps that already ran in the source asked about
 //! before they run again; a failed task retried.
 
+use rein_test_support::engine::assert_completed;
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -181,12 +182,7 @@ async fn a_fork_after_a_step_has_the_files_as_they_were_and_asks_before_repeatin
         .await
         .unwrap();
     let done = k.go(fork.id()).await;
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
     assert_eq!(read(&done, "a.txt").as_deref(), Some("one\ntwo\n"));
     assert_eq!(read(&done, "n.txt").as_deref(), Some("2\n"));
     // Asked once: the rerun ran without a second question.
@@ -272,12 +268,7 @@ async fn a_failed_task_retried_after_its_cause_is_fixed_completes() {
             .is_empty()
     );
     let done = k.go(fork.id()).await;
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
     assert_eq!(read(&done, "checked").as_deref(), Some("ok\n"));
     assert_eq!(read(&done, "p").as_deref(), Some("p\n"));
     // `prepare` ran once, in the source.
@@ -321,12 +312,7 @@ async fn a_fork_with_a_step_changed_runs_the_change() {
     let plan = k.engine.plan(fork.id()).await.unwrap();
     assert_eq!(plan.steps[1].timeout_ms, Some(60_000));
     let done = k.go(fork.id()).await;
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
     assert_eq!(read(&done, "built").as_deref(), Some("made\n"));
     // The source's plan is its own.
     let theirs = k.engine.plan(source.id()).await.unwrap();

@@ -5,12 +5,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
+use rein_test_support::engine::{assert_completed, completes};
 
 use std::sync::Arc;
 
 use common::*;
+use rein_core::ControlOutcome;
 use rein_core::store::{ApprovalFilter, RecordFilter, RecordKind};
-use rein_core::{ControlOutcome, RunOptions};
 use rein_protocol::{
     ApprovalStatus, Capture, CheckStatus, ContractStatus, Decision, EvidenceKind, HarnessContract,
     Pev, Risk, StepAction, TaskChange, TaskDecomposition, TaskState, TaskStatus,
@@ -143,12 +144,7 @@ async fn a_pev_step_runs_as_contract_approval_execution_evidence_and_verificatio
     );
     decide(&h, &state, Decision::Approve).await;
     let done = h.resume(state.id()).await;
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
 
     // In order: approval, execution, verification, then the dependant.
     let entered = |step: &str| latest(&done, step).started_at;
@@ -315,13 +311,7 @@ async fn another_engine_over_the_same_store_finishes_what_the_first_started() {
         .decide(answer(&request, Decision::Approve, "ana"))
         .await
         .unwrap();
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    completes(&engine, state.id()).await;
     assert_eq!(
         engine.records().contract(&id).await.unwrap().status,
         ContractStatus::Verified
@@ -392,7 +382,7 @@ async fn a_restored_task_runs_under_a_contract_of_its_own() {
     assert_eq!(contract.status, ContractStatus::Proposed);
 
     decide_contract(&h, &restored, Decision::Approve).await;
-    common::completes(&h.engine, restored.id()).await;
+    completes(&h.engine, restored.id()).await;
     let contract = h.engine.records().contract(&own).await.unwrap();
     assert_eq!(contract.status, ContractStatus::Verified, "{contract:?}");
     let untouched = h.engine.records().contract(&first).await.unwrap();

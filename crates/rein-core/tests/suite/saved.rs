@@ -2,10 +2,10 @@
 //! task up and as each step that can change files ends, recorded in the
 //! log; never at the cost of the step; released with the task.
 
+use rein_test_support::engine::completes;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
-use crate::common;
 use rein_core::CreateTask;
 use rein_core::saved::WorkspaceHistory;
 use rein_protocol::{
@@ -70,7 +70,7 @@ async fn run(plan: TaskDecomposition) -> Ran {
         .config(move |c| c.saved = Some(held))
         .build();
     let created = t.engine.create(CreateTask::of(plan)).await.unwrap();
-    let done = common::completes(&t.engine, created.id()).await;
+    let done = completes(&t.engine, created.id()).await;
     let events = t.engine.events(done.id(), 0, usize::MAX).await.unwrap();
     Ran {
         _dir: dir,

@@ -4,6 +4,7 @@
 //! inside the workspace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_test_support::engine::{assert_completed, completes};
 use rein_test_support::model as common;
 
 use std::sync::Arc;
@@ -66,13 +67,7 @@ async fn the_builtin_agent_calls_tools_in_the_workspace_and_journals_every_turn(
     let dir = tempfile::tempdir().unwrap();
     let (engine, store) = engine(dir.path(), &base).await;
     let state = create(&engine, agent_step("write notes"), None).await;
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    let done = completes(&engine, state.id()).await;
     let output = done
         .latest_for_step("draft")
         .unwrap()
@@ -170,13 +165,7 @@ async fn a_tool_call_goes_through_against_a_server_that_behaves_like_llama_cpp()
     let dir = tempfile::tempdir().unwrap();
     let (engine, _) = engine(dir.path(), &base).await;
     let state = create(&engine, agent_step("write it"), None).await;
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.latest_for_step("draft").and_then(|c| c.error.clone())
-    );
+    let done = completes(&engine, state.id()).await;
     assert_eq!(in_workspace(&done, "out.txt"), "from llama");
     // The turn that called the tool went back with a content the template reads.
     let second = seen.0.lock().unwrap()[1].clone();
@@ -354,13 +343,7 @@ async fn a_command_the_rules_ask_about_waits_for_a_person_and_runs_once_approved
         })
         .await
         .unwrap();
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    let done = completes(&engine, state.id()).await;
     assert!(!ws.join("old.txt").exists(), "the approved command ran");
     let text = done
         .latest_for_step("draft")
@@ -481,13 +464,7 @@ async fn a_forced_tool_choice_holds_until_the_model_made_that_call_so_the_step_f
             },
         );
         let state = create(&engine, step, None).await;
-        let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-        assert_eq!(
-            done.status(),
-            TaskStatus::Completed,
-            "{:?}",
-            done.head.error
-        );
+        completes(&engine, state.id()).await;
         // Forced on the first turn only: it called write_file, and the later
         // turns were the server's default, so the model could answer.
         let requests = seen.0.lock().unwrap().clone();
@@ -570,12 +547,7 @@ async fn an_answer_cut_at_the_token_limit_fails_unless_the_step_says_go_on() {
     );
     let state = create(&engine, go_on, None).await;
     let done = engine.run(state.id(), no_wait).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
     assert_eq!(text_of(&done), "part one, part two.");
     // The model was asked to go on, after its own cut answer.
     let last = seen.0.lock().unwrap().last().cloned().unwrap();
@@ -608,12 +580,7 @@ async fn a_step_at_its_turn_limit_goes_on_for_the_turns_a_person_grants() {
     // The waiting run goes on: two more turns, enough to finish; the first
     // two are not asked again.
     let done = run.await.unwrap().unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
     assert_eq!(text_of(&done), "listed three times");
     assert_eq!(seen.0.lock().unwrap().len(), 4);
 }
@@ -732,13 +699,7 @@ async fn an_agent_step_on_anthropic_writes_a_file_through_the_messages_api() {
         .build();
     let step = on_provider("anthropic", "write hello");
     let state = create(&engine, step, None).await;
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.latest_for_step("draft").and_then(|c| c.error.clone())
-    );
+    let done = completes(&engine, state.id()).await;
     assert_eq!(text_of(&done), "Wrote hello.txt.");
     assert_eq!(in_workspace(&done, "hello.txt"), "hello from claude");
     // The second request carries the turn and the result in the API's shape.
@@ -902,13 +863,7 @@ async fn an_agent_step_on_the_responses_api_writes_a_file() {
     let (engine, store) = engine(dir.path(), &base).await;
     let step = on_provider("openai-responses", "write it");
     let state = create(&engine, step, None).await;
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.latest_for_step("draft").and_then(|c| c.error.clone())
-    );
+    let done = completes(&engine, state.id()).await;
     assert_eq!(text_of(&done), "Wrote it.");
     assert_eq!(in_workspace(&done, "r.txt"), "from responses");
     let second = seen.0.lock().unwrap()[1].clone();
@@ -1056,13 +1011,7 @@ async fn a_step_with_stream_false_asks_each_provider_for_one_json_body() {
     let dir = tempfile::tempdir().unwrap();
     let (chat, store) = engine(dir.path(), &base).await;
     let state = create(&chat, unstreamed(None, "write notes"), None).await;
-    let done = chat.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.latest_for_step("draft").and_then(|c| c.error.clone())
-    );
+    let done = completes(&chat, state.id()).await;
     assert_eq!(in_workspace(&done, "notes.txt"), "draft");
     assert!(text_of(&done).starts_with("done: "), "{}", text_of(&done));
     let requests = seen.0.lock().unwrap().clone();
@@ -1095,16 +1044,7 @@ async fn a_step_with_stream_false_asks_each_provider_for_one_json_body() {
         None,
     )
     .await;
-    let done = responses
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.latest_for_step("draft").and_then(|c| c.error.clone())
-    );
+    let done = completes(&responses, state.id()).await;
     assert_eq!(text_of(&done), "Wrote it.");
     assert_eq!(in_workspace(&done, "r.txt"), "from responses");
     assert!(seen.0.lock().unwrap().iter().all(|r| r["stream"] == false));
@@ -1129,16 +1069,7 @@ async fn a_step_with_stream_false_asks_each_provider_for_one_json_body() {
         None,
     )
     .await;
-    let done = messages
-        .run(state.id(), RunOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.latest_for_step("draft").and_then(|c| c.error.clone())
-    );
+    let done = completes(&messages, state.id()).await;
     assert_eq!(text_of(&done), "Wrote hello.txt.");
     assert_eq!(in_workspace(&done, "hello.txt"), "hello from claude");
     assert!(seen.0.lock().unwrap().iter().all(|r| r["stream"] == false));
@@ -1155,13 +1086,7 @@ async fn a_whole_json_answer_to_a_request_for_a_stream_is_read() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, _) = engine(dir.path(), &base).await;
     let state = create(&engine, agent_step("write notes"), None).await;
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.latest_for_step("draft").and_then(|c| c.error.clone())
-    );
+    let done = completes(&engine, state.id()).await;
     assert_eq!(in_workspace(&done, "notes.txt"), "draft");
     let requests = seen.0.lock().unwrap().clone();
     assert!(requests.iter().all(|r| r["stream"] == true));
@@ -1247,13 +1172,7 @@ async fn an_empty_turn_is_no_answer_and_the_step_is_retried() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, store) = engine(dir.path(), &base).await;
     let state = create(&engine, agent_step("say nothing once"), None).await;
-    let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    let done = completes(&engine, state.id()).await;
     assert_eq!(text_of(&done), "said something");
     // The first attempt failed as a server's fault (retryable), naming why.
     let attempts: Vec<_> = done

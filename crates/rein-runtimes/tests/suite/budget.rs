@@ -6,6 +6,7 @@
 //! reports usage as OpenAI does (the hosted API cannot be reached here).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_test_support::engine::assert_completed;
 use rein_test_support::model as common;
 
 use std::sync::Arc;
@@ -166,12 +167,7 @@ async fn a_step_budget_stops_the_step_for_a_person_whose_grants_let_it_finish() 
     )
     .await;
     let done = run.await.unwrap().unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
 
     // The grants are journaled, each with who gave it and the approval.
     let journal = s.store.load_journal(done.id(), "draft").await.unwrap();
@@ -255,12 +251,7 @@ async fn the_tasks_dollars_and_the_days_tokens_count_every_step_and_every_task()
     );
     answer(&s, &q, "allow the amount given as the reason", Some("$5")).await;
     let done = run.await.unwrap().unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
 
     // The day's budget counts what another task spent today: a second
     // rein on the same store, with a daily budget one token past it.

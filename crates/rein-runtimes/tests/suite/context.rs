@@ -8,6 +8,7 @@
 //! the transcript shows was read.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_test_support::engine::{assert_completed, completes};
 use rein_test_support::model::sse;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -226,12 +227,7 @@ async fn a_step_past_an_unknown_window_compacts_at_the_overflow_error_and_finish
     let dir = tempfile::tempdir().unwrap();
     let (engine, store) = engine(dir.path(), &base, Models::new()).await;
     let done = run_reads(&engine, dir.path()).await;
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
     let output = done
         .latest_for_step("reads")
         .unwrap()
@@ -327,12 +323,7 @@ async fn a_known_window_compacts_before_the_server_refuses_anything() {
         let dir = tempfile::tempdir().unwrap();
         let (engine, store) = engine(dir.path(), &base, models).await;
         let done = run_reads(&engine, dir.path()).await;
-        assert_eq!(
-            done.status(),
-            TaskStatus::Completed,
-            "{:?}",
-            done.head.error
-        );
+        assert_completed(&done);
         let seen = server.seen.lock().unwrap().clone();
         assert!(
             seen.iter().all(|s| !s.2),
@@ -379,12 +370,7 @@ async fn a_resumed_step_continues_from_the_journaled_summary() {
     let dir = tempfile::tempdir().unwrap();
     let (engine, store) = engine(dir.path(), &base, Models::new()).await;
     let done = run_reads(&engine, dir.path()).await;
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    assert_completed(&done);
     // The journal as a resume reads it: cut after its first summary, the
     // rest of the conversation comes from the summary, never recomputed.
     let journal = store.load_journal(done.id(), "reads").await.unwrap();
@@ -421,13 +407,7 @@ async fn a_resumed_step_continues_from_the_journaled_summary() {
         .await
         .unwrap();
     server.seen.lock().unwrap().clear();
-    let again = engine.run(state.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        again.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        again.head.error
-    );
+    completes(&engine, state.id()).await;
     let seen = server.seen.lock().unwrap().clone();
     // Its first request is the summary and what was kept, not the whole.
     let first = &seen[0].0["messages"];

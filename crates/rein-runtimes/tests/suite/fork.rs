@@ -4,11 +4,12 @@
 //! for what those turns said.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use rein_test_support::engine::completes;
 use std::sync::Arc;
 
 use rein_core::fork::{Fork, ForkPoint};
-use rein_core::{CreateTask, JournalStore, RunOptions};
-use rein_protocol::{HistoryKind, StepAction, TaskDecomposition, TaskStatus, TaskStep};
+use rein_core::{CreateTask, JournalStore};
+use rein_protocol::{HistoryKind, StepAction, TaskDecomposition, TaskStep};
 use rein_test_support::model as common;
 
 fn lister() -> TaskStep {
@@ -46,16 +47,7 @@ async fn a_fork_after_turn_two_goes_on_from_the_first_two_turns() {
         )))
         .await
         .unwrap();
-    let done = engine
-        .run(source.id(), RunOptions::default())
-        .await
-        .unwrap();
-    assert_eq!(
-        done.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        done.head.error
-    );
+    completes(&engine, source.id()).await;
     let source_requests = seen.0.lock().unwrap().len();
     assert_eq!(source_requests, 4, "three listings, then the answer");
     let source_journal = t.store.load_journal(source.id(), "draft").await.unwrap();
@@ -87,13 +79,7 @@ async fn a_fork_after_turn_two_goes_on_from_the_first_two_turns() {
     assert_eq!(from.turn, Some(2));
     // The step forked in is the one asked for: no question.
     assert!(from.ran_in_source.is_empty());
-    let forked = engine.run(fork.id(), RunOptions::default()).await.unwrap();
-    assert_eq!(
-        forked.status(),
-        TaskStatus::Completed,
-        "{:?}",
-        forked.head.error
-    );
+    let forked = completes(&engine, fork.id()).await;
     let output = forked
         .latest_for_step("draft")
         .unwrap()
