@@ -222,6 +222,20 @@ enum Body {
     Program(Vec<OsString>),
 }
 
+/// The argument after `flag`, read as a number; `what` says which when it
+/// is not one.
+fn number<T: std::str::FromStr>(
+    it: &mut std::slice::Iter<'_, OsString>,
+    flag: &str,
+    what: &str,
+) -> Result<T, String> {
+    it.next()
+        .ok_or_else(|| format!("{flag} needs a value"))?
+        .to_str()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("{flag} needs {what}"))
+}
+
 fn parse(args: &[OsString]) -> Result<Parsed, String> {
     let mut workspace = None;
     let mut pin = None;
@@ -243,14 +257,7 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
         };
         match arg.to_str() {
             Some("--workspace") => workspace = Some(PathBuf::from(value(&mut it, "--workspace")?)),
-            Some("--parent") => {
-                let v = value(&mut it, "--parent")?;
-                parent = Some(
-                    v.to_str()
-                        .and_then(|v| v.parse().ok())
-                        .ok_or("--parent needs a process id")?,
-                );
-            }
+            Some("--parent") => parent = Some(number(&mut it, "--parent", "a process id")?),
             Some("--pin") => {
                 let v = value(&mut it, "--pin")?;
                 pin = Some(
@@ -261,32 +268,20 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                 );
             }
             Some("--heartbeat") => {
-                let v = value(&mut it, "--heartbeat")?;
-                let ms: u64 = v
-                    .to_str()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|ms| *ms > 0)
-                    .ok_or("--heartbeat needs a number of milliseconds")?;
+                let ms: u64 = number(&mut it, "--heartbeat", "a number of milliseconds")?;
+                if ms == 0 {
+                    return Err("--heartbeat needs a number of milliseconds".into());
+                }
                 heartbeat = Some(std::time::Duration::from_millis(ms));
             }
             Some("--unconfined") => unconfined = true,
             Some("--exec") => exec = true,
             Some("--network") => confinement.network = true,
             Some("--memory") => {
-                let v = value(&mut it, "--memory")?;
-                let bytes = v
-                    .to_str()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or("--memory needs a number of bytes")?;
-                confinement.memory_bytes = Some(bytes);
+                confinement.memory_bytes = Some(number(&mut it, "--memory", "a number of bytes")?);
             }
             Some("--processes") => {
-                let v = value(&mut it, "--processes")?;
-                let n = v
-                    .to_str()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or("--processes needs a number")?;
-                confinement.processes = Some(n);
+                confinement.processes = Some(number(&mut it, "--processes", "a number")?);
             }
             Some("--read") => confinement
                 .read_only
@@ -644,4 +639,56 @@ pub fn trampoline(args: &[OsString]) -> i32 {
 fn report(line: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn the_trampolines_numbers_are_read_and_a_bad_one_is_named() {
+        let parsed = parse(&args(&[
+            "--workspace",
+            "/w",
+            "--parent",
+            "42",
+            "--heartbeat",
+            "250",
+            "--memory",
+            "1048576",
+            "--processes",
+            "64",
+            "--",
+            "true",
+        ]))
+        .unwrap();
+        assert_eq!(parsed.parent, Some(42));
+        assert_eq!(
+            parsed.heartbeat,
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(parsed.confinement.memory_bytes, Some(1_048_576));
+        assert_eq!(parsed.confinement.processes, Some(64));
+        for (flag, value, said) in [
+            ("--parent", "me", "--parent needs a process id"),
+            ("--memory", "lots", "--memory needs a number of bytes"),
+            ("--processes", "-1", "--processes needs a number"),
+            (
+                "--heartbeat",
+                "0",
+                "--heartbeat needs a number of milliseconds",
+            ),
+        ] {
+            let refused = parse(&args(&["--workspace", "/w", flag, value, "--", "true"]));
+            assert_eq!(refused.err().as_deref(), Some(said), "{flag} {value}");
+        }
+        let missing = parse(&args(&["--workspace", "/w", "--memory"]));
+        assert_eq!(missing.err().as_deref(), Some("--memory needs a value"));
+    }
 }

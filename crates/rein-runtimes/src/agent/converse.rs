@@ -667,17 +667,22 @@ impl AgentExecutor {
                         .checked_sub(1)
                         .and_then(|i| turn.fallbacks.get(i))
                         .unwrap_or(chat);
-                    let next = Fit {
-                        journal: &journal,
-                        compacted: &mut compacted,
-                        sized: &mut sized,
-                        metered: &mut metered,
-                        task: prompt,
-                        mine,
-                        tools: tools_tokens,
-                        choice: None,
+                    // The conversation's fit for a turn asking `choice`.
+                    macro_rules! fit {
+                        ($choice:expr) => {
+                            Fit {
+                                journal: &journal,
+                                compacted: &mut compacted,
+                                sized: &mut sized,
+                                metered: &mut metered,
+                                task: prompt,
+                                mine,
+                                tools: tools_tokens,
+                                choice: $choice,
+                            }
+                        };
                     }
-                    .size(&messages);
+                    let next = fit!(None).size(&messages);
                     let over = tokio::select! {
                         o = self.hold_to_budgets(turn, session, &journal, &messages, &metered[..], mine, &mut grants, by, next) => o,
                         () = cancel.cancelled() => return StepOutcome::Cancelled,
@@ -687,16 +692,7 @@ impl AgentExecutor {
                     }
                     // A forced choice holds until the model has made that call.
                     let choice = forced_choice(limits.tool_choice.as_deref(), &messages[mine..]);
-                    let mut fit = Fit {
-                        journal: &journal,
-                        compacted: &mut compacted,
-                        sized: &mut sized,
-                        metered: &mut metered,
-                        task: prompt,
-                        mine,
-                        tools: tools_tokens,
-                        choice,
-                    };
+                    let mut fit = fit!(choice);
                     // A span per model turn, in the GenAI semantic conventions.
                     let span = tracing::info_span!(
                         "chat",
