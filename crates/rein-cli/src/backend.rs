@@ -17,8 +17,8 @@ use rein_core::store::{
     TaskPage,
 };
 use rein_protocol::api::{
-    ApprovalQuery, ContractQuery, ControlResult, DecisionRequest, EvidenceQuery, LogQuery, Reason,
-    ResumeRequest, ReviewRequest, StateQuery, StatusRequest, TakenSnapshot, TaskQuery, VerifyQuery,
+    ContractQuery, ControlResult, DecisionRequest, EvidenceQuery, LogQuery, Reason, ResumeRequest,
+    ReviewRequest, StatusRequest, TakenSnapshot, VerifyQuery,
 };
 use rein_protocol::endpoints as op;
 use rein_protocol::{
@@ -169,16 +169,10 @@ impl Backend {
     }
 
     pub async fn list(&self, filter: &TaskFilter) -> anyhow::Result<TaskPage> {
-        let query = TaskQuery {
-            session_id: filter.session_id.clone(),
-            status: filter.status.map(|s| s.as_str().to_owned()),
-            created_from: filter.created_from.map(|t| t.to_rfc3339()),
-            created_to: filter.created_to.map(|t| t.to_rfc3339()),
-            limit: filter.limit,
-            cursor: filter.cursor.clone(),
-            forked_from: filter.forked_from.as_ref().map(|t| t.to_string()),
-        };
-        Ok(self.client.call::<op::ListTasks>(&(), &query, &()).await?)
+        Ok(self
+            .client
+            .call::<op::ListTasks>(&(), &filter.query(), &())
+            .await?)
     }
 
     /// Pauses (`abort == false`) or aborts a task, as `by` here (a server
@@ -258,14 +252,9 @@ impl Backend {
     }
 
     pub async fn approvals(&self, filter: &ApprovalFilter) -> anyhow::Result<Vec<ApprovalRequest>> {
-        let query = ApprovalQuery {
-            status: Some(filter.status.map_or("all", |s| s.as_str()).to_owned()),
-            task_id: filter.task_id.as_ref().map(ToString::to_string),
-            limit: filter.limit,
-        };
         Ok(self
             .client
-            .call::<op::ListApprovals>(&(), &query, &())
+            .call::<op::ListApprovals>(&(), &filter.query(), &())
             .await?
             .items)
     }
@@ -339,20 +328,9 @@ impl Backend {
         &self,
         filter: &SharedStateFilter,
     ) -> anyhow::Result<SharedStatePage> {
-        let query = StateQuery {
-            session_id: filter.session_id.clone(),
-            parent_session_id: filter.parent_session_id.clone(),
-            harness_contract_id: filter.harness_contract_id.clone(),
-            status: filter.status.map(|s| s.as_str().to_owned()),
-            tag: filter.tag.clone(),
-            created_from: filter.created_from.map(|t| t.to_rfc3339()),
-            created_to: filter.created_to.map(|t| t.to_rfc3339()),
-            limit: filter.limit,
-            cursor: filter.cursor.clone(),
-        };
         Ok(self
             .client
-            .call::<op::ListSharedStates>(&(), &query, &())
+            .call::<op::ListSharedStates>(&(), &filter.query(), &())
             .await?)
     }
 

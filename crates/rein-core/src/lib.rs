@@ -32,6 +32,7 @@
 //! - [`fork`]: forks, new tasks from a point of another's history, and retries.
 //! - [`journal`]: a step's journal, appended entry by entry, for resuming turns.
 //! - [`store`]: the [`Store`] trait the storage backends implement.
+//! - [`queries`]: the API's list queries and the store's filters, each way.
 //! - [`shared_state`]: shared harness states, validated and changed optimistically.
 //! - [`conflicts`]: conflict detection over a shared harness state.
 //! - [`contracts`]: harness contracts and evidence bundles.
@@ -68,6 +69,7 @@ pub mod permissions;
 pub mod pev;
 pub mod plan;
 pub mod process;
+pub mod queries;
 pub mod recorder;
 pub mod recovery;
 mod runner;

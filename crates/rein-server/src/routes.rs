@@ -16,8 +16,8 @@ use rein_protocol::api::{
     SubmitTask, TakenSnapshot, TaskEnvelope, TaskQuery, UsageQuery, VerifyQuery,
 };
 use rein_protocol::{
-    ApprovalId, ApprovalRequest, ApprovalResponse, ApprovalStatus, HarnessEvent, LedgerEntry,
-    SelectionDecision, SnapshotId, TaskDecomposition, TaskId, TaskStatus, TaskSummary,
+    ApprovalId, ApprovalRequest, ApprovalResponse, HarnessEvent, LedgerEntry, SelectionDecision,
+    SnapshotId, TaskDecomposition, TaskId, TaskSummary,
 };
 use serde::de::DeserializeOwned;
 
@@ -126,22 +126,7 @@ pub async fn list_tasks(
     query: Result<Query<TaskQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<TaskSummary>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let status = match &q.status {
-        Some(s) => Some(TaskStatus::parse(s).ok_or_else(|| {
-            let allowed: Vec<&str> = TaskStatus::ALL.iter().map(|s| s.as_str()).collect();
-            ApiError::bad_request(format!("status `{s}` is not one of {}", allowed.join(", ")))
-        })?),
-        None => None,
-    };
-    let filter = TaskFilter {
-        session_id: q.session_id,
-        status,
-        created_from: parse_time("created_from", &q.created_from)?,
-        created_to: parse_time("created_to", &q.created_to)?,
-        limit: q.limit,
-        cursor: q.cursor,
-        forked_from: q.forked_from.as_deref().map(task_id).transpose()?,
-    };
+    let filter = TaskFilter::of_query(q).map_err(ApiError::bad_request)?;
     Ok(Json(state.engine.list(&filter).await?))
 }
 
@@ -664,17 +649,7 @@ pub async fn list_approvals(
     query: Result<Query<ApprovalQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<List<ApprovalRequest>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let status = match q.status.as_deref() {
-        None | Some("all") => None,
-        Some(s) => Some(ApprovalStatus::parse(s).ok_or_else(|| {
-            ApiError::bad_request(format!("status `{s}` is not an approval status"))
-        })?),
-    };
-    let filter = ApprovalFilter {
-        status,
-        task_id: q.task_id.as_deref().map(task_id).transpose()?,
-        limit: q.limit,
-    };
+    let filter = ApprovalFilter::of_query(q).map_err(ApiError::bad_request)?;
     Ok(Json(List::new(state.engine.approvals(&filter).await?)))
 }
 

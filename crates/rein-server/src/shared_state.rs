@@ -10,38 +10,18 @@ use rein_core::store::SharedStateFilter;
 use rein_protocol::api::{
     AuditRecord, ConflictReport, List, LogQuery, Page, SharedStateEnvelope, StateQuery, StreamQuery,
 };
-use rein_protocol::{Action, Participant, SharedHarnessState, WorkStatus};
+use rein_protocol::{Action, Participant, SharedHarnessState};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller, parse_time};
+use crate::routes::{Body, Caller};
 
 pub async fn list(
     State(state): State<AppState>,
     query: Result<Query<StateQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<Page<SharedHarnessState>>> {
     let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let status = q
-        .status
-        .as_deref()
-        .map(|s| {
-            WorkStatus::parse(s).ok_or_else(|| {
-                let allowed: Vec<&str> = WorkStatus::ALL.iter().map(|w| w.as_str()).collect();
-                ApiError::bad_request(format!("status `{s}` is not one of {}", allowed.join(", ")))
-            })
-        })
-        .transpose()?;
-    let filter = SharedStateFilter {
-        session_id: q.session_id,
-        parent_session_id: q.parent_session_id,
-        harness_contract_id: q.harness_contract_id,
-        status,
-        tag: q.tag,
-        created_from: parse_time("createdFrom", &q.created_from)?,
-        created_to: parse_time("createdTo", &q.created_to)?,
-        limit: q.limit,
-        cursor: q.cursor,
-    };
+    let filter = SharedStateFilter::of_query(q).map_err(ApiError::bad_request)?;
     Ok(Json(state.engine.shared_states(&filter).await?))
 }
 

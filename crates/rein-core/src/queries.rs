@@ -1,0 +1,226 @@
+//! The API's list queries and the store's filters, each way: a client turns
+//! its filter into the query it sends ([`TaskFilter::query`]), and the server
+//! turns the query it gets back into that filter ([`TaskFilter::of_query`]),
+//! refusing a value it cannot read with a message that names it. One pair of
+//! conversions for both, so that what a client asks is what a server reads.
+
+use rein_protocol::api::{ApprovalQuery, StateQuery, TaskQuery};
+use rein_protocol::{ApprovalStatus, TaskId, TaskStatus, Timestamp, WorkStatus};
+
+use crate::store::{ApprovalFilter, SharedStateFilter, TaskFilter};
+
+/// A query's time parameter `name`, RFC 3339.
+fn time(name: &str, value: Option<&str>) -> Result<Option<Timestamp>, String> {
+    value
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.to_utc())
+                .map_err(|e| format!("{name}: `{v}` is not an RFC 3339 time ({e})"))
+        })
+        .transpose()
+}
+
+/// A query's task id.
+fn task(value: Option<&str>) -> Result<Option<TaskId>, String> {
+    value
+        .map(|v| {
+            v.parse()
+                .map_err(|e: rein_protocol::ids::InvalidId| e.to_string())
+        })
+        .transpose()
+}
+
+/// `value` as one of `parse`'s statuses, or a message listing `allowed`.
+fn status<T>(
+    value: Option<&str>,
+    parse: impl Fn(&str) -> Option<T>,
+    allowed: impl Iterator<Item = &'static str>,
+) -> Result<Option<T>, String> {
+    value
+        .map(|s| {
+            parse(s).ok_or_else(|| {
+                let allowed: Vec<&str> = allowed.collect();
+                format!("status `{s}` is not one of {}", allowed.join(", "))
+            })
+        })
+        .transpose()
+}
+
+impl TaskFilter {
+    /// The query that asks for this filter's tasks.
+    pub fn query(&self) -> TaskQuery {
+        TaskQuery {
+            session_id: self.session_id.clone(),
+            status: self.status.map(|s| s.as_str().to_owned()),
+            created_from: self.created_from.map(|t| t.to_rfc3339()),
+            created_to: self.created_to.map(|t| t.to_rfc3339()),
+            limit: self.limit,
+            cursor: self.cursor.clone(),
+            forked_from: self.forked_from.as_ref().map(ToString::to_string),
+        }
+    }
+
+    /// The filter `q` asks for.
+    pub fn of_query(q: TaskQuery) -> Result<TaskFilter, String> {
+        let allowed = TaskStatus::ALL.iter().map(|s| s.as_str());
+        Ok(TaskFilter {
+            status: status(q.status.as_deref(), TaskStatus::parse, allowed)?,
+            created_from: time("created_from", q.created_from.as_deref())?,
+            created_to: time("created_to", q.created_to.as_deref())?,
+            forked_from: task(q.forked_from.as_deref())?,
+            session_id: q.session_id,
+            limit: q.limit,
+            cursor: q.cursor,
+        })
+    }
+}
+
+impl ApprovalFilter {
+    /// The query that asks for this filter's requests (every status: `all`).
+    pub fn query(&self) -> ApprovalQuery {
+        ApprovalQuery {
+            status: Some(self.status.map_or("all", |s| s.as_str()).to_owned()),
+            task_id: self.task_id.as_ref().map(ToString::to_string),
+            limit: self.limit,
+        }
+    }
+
+    /// The filter `q` asks for.
+    pub fn of_query(q: ApprovalQuery) -> Result<ApprovalFilter, String> {
+        let status = match q.status.as_deref() {
+            None | Some("all") => None,
+            Some(s) => Some(
+                ApprovalStatus::parse(s)
+                    .ok_or_else(|| format!("status `{s}` is not an approval status"))?,
+            ),
+        };
+        Ok(ApprovalFilter {
+            status,
+            task_id: task(q.task_id.as_deref())?,
+            limit: q.limit,
+        })
+    }
+}
+
+impl SharedStateFilter {
+    /// The query that asks for this filter's shared states.
+    pub fn query(&self) -> StateQuery {
+        StateQuery {
+            session_id: self.session_id.clone(),
+            parent_session_id: self.parent_session_id.clone(),
+            harness_contract_id: self.harness_contract_id.clone(),
+            status: self.status.map(|s| s.as_str().to_owned()),
+            tag: self.tag.clone(),
+            created_from: self.created_from.map(|t| t.to_rfc3339()),
+            created_to: self.created_to.map(|t| t.to_rfc3339()),
+            limit: self.limit,
+            cursor: self.cursor.clone(),
+        }
+    }
+
+    /// The filter `q` asks for (its times named as the seeds name them).
+    pub fn of_query(q: StateQuery) -> Result<SharedStateFilter, String> {
+        let allowed = WorkStatus::ALL.iter().map(|w| w.as_str());
+        Ok(SharedStateFilter {
+            status: status(q.status.as_deref(), WorkStatus::parse, allowed)?,
+            created_from: time("createdFrom", q.created_from.as_deref())?,
+            created_to: time("createdTo", q.created_to.as_deref())?,
+            session_id: q.session_id,
+            parent_session_id: q.parent_session_id,
+            harness_contract_id: q.harness_contract_id,
+            tag: q.tag,
+            limit: q.limit,
+            cursor: q.cursor,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_filter_sent_as_its_query_is_read_back_as_itself() {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-06T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        let tasks = TaskFilter {
+            session_id: Some("ses_1".into()),
+            status: Some(TaskStatus::Paused),
+            created_from: Some(at),
+            created_to: Some(at + chrono::Duration::hours(1)),
+            limit: Some(7),
+            cursor: Some("task_01".into()),
+            forked_from: Some(TaskId::new()),
+        };
+        let back = TaskFilter::of_query(tasks.query()).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{tasks:?}"));
+        let approvals = ApprovalFilter {
+            status: Some(ApprovalStatus::Denied),
+            task_id: Some(TaskId::new()),
+            limit: Some(3),
+        };
+        let back = ApprovalFilter::of_query(approvals.query()).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{approvals:?}"));
+        let all = ApprovalFilter::of_query(ApprovalFilter::default().query()).unwrap();
+        assert_eq!(all.status, None, "`all` is every status");
+        let states = SharedStateFilter {
+            session_id: Some("ses_1".into()),
+            parent_session_id: Some("ses_0".into()),
+            harness_contract_id: Some("hc_1".into()),
+            status: Some(WorkStatus::Completed),
+            tag: Some("docs".into()),
+            created_from: Some(at),
+            created_to: None,
+            limit: Some(9),
+            cursor: Some("a|b".into()),
+        };
+        let back = SharedStateFilter::of_query(states.query()).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{states:?}"));
+    }
+
+    #[test]
+    fn a_query_value_that_cannot_be_read_is_refused_naming_it() {
+        let bad_status = TaskFilter::of_query(TaskQuery {
+            status: Some("done".into()),
+            ..TaskQuery::default()
+        })
+        .unwrap_err();
+        assert!(
+            bad_status.starts_with("status `done` is not one of pending, "),
+            "{bad_status}"
+        );
+        let bad_time = TaskFilter::of_query(TaskQuery {
+            created_to: Some("yesterday".into()),
+            ..TaskQuery::default()
+        })
+        .unwrap_err();
+        assert!(
+            bad_time.starts_with("created_to: `yesterday` is not an RFC 3339 time"),
+            "{bad_time}"
+        );
+        let bad_task = ApprovalFilter::of_query(ApprovalQuery {
+            task_id: Some("nope".into()),
+            ..ApprovalQuery::default()
+        })
+        .unwrap_err();
+        assert!(bad_task.contains("nope"), "{bad_task}");
+        let bad_approval = ApprovalFilter::of_query(ApprovalQuery {
+            status: Some("maybe".into()),
+            ..ApprovalQuery::default()
+        })
+        .unwrap_err();
+        assert_eq!(bad_approval, "status `maybe` is not an approval status");
+        let bad_state_time = SharedStateFilter::of_query(StateQuery {
+            created_from: Some("soon".into()),
+            ..StateQuery::default()
+        })
+        .unwrap_err();
+        assert!(
+            bad_state_time.starts_with("createdFrom: `soon`"),
+            "{bad_state_time}"
+        );
+    }
+}
