@@ -17,8 +17,8 @@ use rein_core::store::{
     TaskPage,
 };
 use rein_protocol::api::{
-    ContractQuery, ControlResult, DecisionRequest, EvidenceQuery, LogQuery, Reason, ResumeRequest,
-    ReviewRequest, StatusRequest, TakenSnapshot, VerifyQuery,
+    ControlResult, DecisionRequest, LogQuery, Reason, ResumeRequest, ReviewRequest, StatusRequest,
+    TakenSnapshot, VerifyQuery,
 };
 use rein_protocol::endpoints as op;
 use rein_protocol::{
@@ -391,17 +391,9 @@ impl Backend {
     }
 
     pub async fn contracts(&self, filter: &RecordFilter) -> anyhow::Result<ContractPage> {
-        let query = ContractQuery {
-            status: filter.status.clone(),
-            task_id: filter.task_id.clone(),
-            shared_state_id: filter.shared_state_id.clone(),
-            limit: filter.limit,
-            cursor: filter.cursor.clone(),
-            ..ContractQuery::default()
-        };
         Ok(self
             .client
-            .call::<op::ListContracts>(&(), &query, &())
+            .call::<op::ListContracts>(&(), &filter.contract_query(), &())
             .await?)
     }
 
@@ -440,17 +432,9 @@ impl Backend {
     }
 
     pub async fn evidence_bundles(&self, filter: &RecordFilter) -> anyhow::Result<EvidencePage> {
-        let query = EvidenceQuery {
-            contract_id: filter.contract_id.clone(),
-            task_id: filter.task_id.clone(),
-            shared_state_id: filter.shared_state_id.clone(),
-            limit: filter.limit,
-            cursor: filter.cursor.clone(),
-            ..EvidenceQuery::default()
-        };
         Ok(self
             .client
-            .call::<op::ListEvidence>(&(), &query, &())
+            .call::<op::ListEvidence>(&(), &filter.evidence_query(), &())
             .await?)
     }
 

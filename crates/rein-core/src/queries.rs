@@ -4,13 +4,16 @@
 //! refusing a value it cannot read with a message that names it. One pair of
 //! conversions for both, so that what a client asks is what a server reads.
 
-use rein_protocol::api::{ApprovalQuery, StateQuery, TaskQuery};
-use rein_protocol::{ApprovalStatus, TaskId, TaskStatus, Timestamp, WorkStatus};
+use rein_protocol::api::{ApprovalQuery, ContractQuery, EvidenceQuery, StateQuery, TaskQuery};
+use rein_protocol::{
+    ApprovalStatus, ConfidenceLevel, ContractStatus, Risk, TaskId, TaskStatus, Timestamp,
+    WorkStatus,
+};
 
-use crate::store::{ApprovalFilter, SharedStateFilter, TaskFilter};
+use crate::store::{ApprovalFilter, RecordFilter, RecordKind, SharedStateFilter, TaskFilter};
 
 /// A query's time parameter `name`, RFC 3339.
-fn time(name: &str, value: Option<&str>) -> Result<Option<Timestamp>, String> {
+pub fn time(name: &str, value: Option<&str>) -> Result<Option<Timestamp>, String> {
     value
         .map(|v| {
             chrono::DateTime::parse_from_rfc3339(v)
@@ -44,6 +47,174 @@ fn status<T>(
             })
         })
         .transpose()
+}
+
+/// `value` as the wire enum `T` (by its serde name), or a message naming
+/// `field` and listing `allowed`.
+pub fn one_of<T: serde::de::DeserializeOwned>(
+    field: &str,
+    value: Option<&str>,
+    allowed: &str,
+) -> Result<Option<T>, String> {
+    value
+        .map(|v| {
+            serde_json::from_value(serde_json::Value::String(v.to_owned()))
+                .map_err(|_| format!("{field} `{v}` is not one of {allowed}"))
+        })
+        .transpose()
+}
+
+/// The seed's filters a contract listing and an evidence listing share, as
+/// their queries carry them.
+struct Seed {
+    tag: Option<String>,
+    actor_id: Option<String>,
+    channel_id: Option<String>,
+    source_session_id: Option<String>,
+    created_from: Option<String>,
+    created_to: Option<String>,
+}
+
+/// The seed's filters of a contract or evidence query (the same fields).
+macro_rules! seed_of {
+    ($q:expr) => {
+        Seed {
+            tag: $q.tag,
+            actor_id: $q.actor_id,
+            channel_id: $q.channel_id,
+            source_session_id: $q.source_session_id,
+            created_from: $q.created_from,
+            created_to: $q.created_to,
+        }
+    };
+}
+
+impl Seed {
+    /// What `f` asks of them.
+    fn of(f: &RecordFilter) -> Seed {
+        Seed {
+            tag: f.tag.clone(),
+            actor_id: f.field("actorId"),
+            channel_id: f.field("channelId"),
+            source_session_id: f.field("sourceSessionId"),
+            created_from: f.created_from.map(|t| t.to_rfc3339()),
+            created_to: f.created_to.map(|t| t.to_rfc3339()),
+        }
+    }
+
+    /// `f`, asking them too.
+    fn into_filter(self, mut f: RecordFilter) -> Result<RecordFilter, String> {
+        f.tag = self.tag;
+        f.created_from = time("createdFromUtc", self.created_from.as_deref())?;
+        f.created_to = time("createdToUtc", self.created_to.as_deref())?;
+        let named = [
+            ("actorId", self.actor_id),
+            ("channelId", self.channel_id),
+            ("sourceSessionId", self.source_session_id),
+        ];
+        f.fields
+            .extend(named.into_iter().filter_map(|(n, v)| Some((n, v?))));
+        Ok(f)
+    }
+}
+
+impl RecordFilter {
+    /// The value field `name` must equal, if this filter asks one.
+    fn field(&self, name: &str) -> Option<String> {
+        self.fields
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// The query that asks for this filter's contracts.
+    pub fn contract_query(&self) -> ContractQuery {
+        let seed = Seed::of(self);
+        ContractQuery {
+            status: self.status.clone(),
+            task_id: self.task_id.clone(),
+            shared_state_id: self.shared_state_id.clone(),
+            risk_level: self.field("riskLevel"),
+            tag: seed.tag,
+            actor_id: seed.actor_id,
+            channel_id: seed.channel_id,
+            source_session_id: seed.source_session_id,
+            created_from: seed.created_from,
+            created_to: seed.created_to,
+            limit: self.limit,
+            cursor: self.cursor.clone(),
+        }
+    }
+
+    /// The contracts filter `q` asks for.
+    pub fn of_contract_query(q: ContractQuery) -> Result<RecordFilter, String> {
+        if let Some(s) = &q.status
+            && ContractStatus::parse(s).is_none()
+        {
+            let allowed: Vec<&str> = ContractStatus::ALL.iter().map(|c| c.as_str()).collect();
+            return Err(format!(
+                "contract status `{s}` is not one of {}",
+                allowed.join(", ")
+            ));
+        }
+        let risk: Option<Risk> = one_of(
+            "riskLevel",
+            q.risk_level.as_deref(),
+            "unknown, low, medium, high, critical",
+        )?;
+        let mut f = RecordFilter::new(RecordKind::Contract);
+        f.status = q.status;
+        f.task_id = q.task_id;
+        f.shared_state_id = q.shared_state_id;
+        f.limit = q.limit;
+        f.cursor = q.cursor;
+        if let Some(risk) = risk {
+            f.fields.push(("riskLevel", risk.as_str().to_owned()));
+        }
+        seed_of!(q).into_filter(f)
+    }
+
+    /// The query that asks for this filter's evidence bundles.
+    pub fn evidence_query(&self) -> EvidenceQuery {
+        let seed = Seed::of(self);
+        EvidenceQuery {
+            contract_id: self.contract_id.clone(),
+            task_id: self.task_id.clone(),
+            shared_state_id: self.shared_state_id.clone(),
+            learning_proposal_id: self.field("learningProposalId"),
+            confidence: self.field("confidence"),
+            tag: seed.tag,
+            actor_id: seed.actor_id,
+            channel_id: seed.channel_id,
+            source_session_id: seed.source_session_id,
+            created_from: seed.created_from,
+            created_to: seed.created_to,
+            limit: self.limit,
+            cursor: self.cursor.clone(),
+        }
+    }
+
+    /// The evidence filter `q` asks for.
+    pub fn of_evidence_query(q: EvidenceQuery) -> Result<RecordFilter, String> {
+        let level: Option<ConfidenceLevel> = one_of(
+            "confidence",
+            q.confidence.as_deref(),
+            "unknown, low, medium, high",
+        )?;
+        let mut f = RecordFilter::new(RecordKind::Evidence);
+        f.task_id = q.task_id;
+        f.shared_state_id = q.shared_state_id;
+        f.contract_id = q.contract_id;
+        f.limit = q.limit;
+        f.cursor = q.cursor;
+        if let Some(level) = level {
+            f.fields.push(("confidence", level.as_str().to_owned()));
+        }
+        if let Some(l) = q.learning_proposal_id {
+            f.fields.push(("learningProposalId", l));
+        }
+        seed_of!(q).into_filter(f)
+    }
 }
 
 impl TaskFilter {
@@ -179,6 +350,63 @@ mod tests {
         };
         let back = SharedStateFilter::of_query(states.query()).unwrap();
         assert_eq!(format!("{back:?}"), format!("{states:?}"));
+    }
+
+    #[test]
+    fn a_record_filter_sent_as_its_query_is_read_back_as_itself() {
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-06T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        let mut contracts = RecordFilter::new(RecordKind::Contract);
+        contracts.status = Some("approved".into());
+        contracts.task_id = Some("task_1".into());
+        contracts.shared_state_id = Some("hs_1".into());
+        contracts.tag = Some("docs".into());
+        contracts.created_from = Some(at);
+        contracts.limit = Some(5);
+        contracts.cursor = Some("t|c".into());
+        contracts.fields = vec![
+            ("riskLevel", "high".into()),
+            ("actorId", "ana".into()),
+            ("channelId", "cli".into()),
+            ("sourceSessionId", "ses_9".into()),
+        ];
+        let back = RecordFilter::of_contract_query(contracts.contract_query()).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{contracts:?}"));
+        let mut evidence = RecordFilter::new(RecordKind::Evidence);
+        evidence.contract_id = Some("hc_1".into());
+        evidence.created_to = Some(at);
+        evidence.fields = vec![
+            ("confidence", "medium".into()),
+            ("learningProposalId", "lp_1".into()),
+            ("actorId", "ana".into()),
+        ];
+        let back = RecordFilter::of_evidence_query(evidence.evidence_query()).unwrap();
+        assert_eq!(format!("{back:?}"), format!("{evidence:?}"));
+        let risk = RecordFilter::of_contract_query(ContractQuery {
+            risk_level: Some("extreme".into()),
+            ..ContractQuery::default()
+        })
+        .unwrap_err();
+        assert_eq!(
+            risk,
+            "riskLevel `extreme` is not one of unknown, low, medium, high, critical"
+        );
+        let status = RecordFilter::of_contract_query(ContractQuery {
+            status: Some("done".into()),
+            ..ContractQuery::default()
+        })
+        .unwrap_err();
+        assert!(
+            status.starts_with("contract status `done` is not one of draft, "),
+            "{status}"
+        );
+        let time = RecordFilter::of_evidence_query(EvidenceQuery {
+            created_from: Some("noon".into()),
+            ..EvidenceQuery::default()
+        })
+        .unwrap_err();
+        assert!(time.starts_with("createdFromUtc: `noon`"), "{time}");
     }
 
     #[test]

@@ -95,30 +95,14 @@ pub(crate) fn one_of<T: serde::de::DeserializeOwned>(
     value: &Option<String>,
     allowed: &str,
 ) -> ApiResult<Option<T>> {
-    value
-        .as_deref()
-        .map(|v| {
-            serde_json::from_value(serde_json::Value::String(v.to_owned())).map_err(|_| {
-                ApiError::bad_request(format!("{field} `{v}` is not one of {allowed}"))
-            })
-        })
-        .transpose()
+    rein_core::queries::one_of(field, value.as_deref(), allowed).map_err(ApiError::bad_request)
 }
 
 pub(crate) fn parse_time(
     name: &str,
     value: &Option<String>,
 ) -> ApiResult<Option<rein_protocol::Timestamp>> {
-    value
-        .as_deref()
-        .map(|v| {
-            chrono::DateTime::parse_from_rfc3339(v)
-                .map(|t| t.to_utc())
-                .map_err(|e| {
-                    ApiError::bad_request(format!("{name}: `{v}` is not an RFC 3339 time ({e})"))
-                })
-        })
-        .transpose()
+    rein_core::queries::time(name, value.as_deref()).map_err(ApiError::bad_request)
 }
 
 pub async fn list_tasks(
