@@ -298,6 +298,20 @@ pub(crate) fn journal_rows(entries: &[serde_json::Value]) -> StoreResult<Journal
     Ok((bodies, metered))
 }
 
+/// A write's new approval requests as rows: (id, status, created_at, body).
+pub(crate) fn approval_rows(
+    requests: &[rein_protocol::ApprovalRequest],
+) -> StoreResult<Vec<(String, &'static str, String, String)>> {
+    requests
+        .iter()
+        .map(|a| {
+            serde_json::to_string(a)
+                .map(|body| (a.id.to_string(), a.status.as_str(), ts(&a.created_at), body))
+                .map_err(backend)
+        })
+        .collect()
+}
+
 /// A health probe's test write, failed with the store's last failed write
 /// named (the likelier cause); else that last failure, if any, to report.
 pub(crate) fn probe_write(

@@ -31,15 +31,7 @@ pub(super) fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
         types.push(e.event_type().as_str().to_owned());
         bodies.push(serde_json::to_string(e).map_err(backend)?);
     }
-    let approvals = write
-        .approvals
-        .iter()
-        .map(|a| {
-            serde_json::to_string(a)
-                .map(|body| (a.id.to_string(), a.status.as_str(), ts(&a.created_at), body))
-                .map_err(backend)
-        })
-        .collect::<StoreResult<Vec<_>>>()?;
+    let approvals = crate::rows::approval_rows(&write.approvals)?;
     Ok(Encoded {
         task_id: write.task_id.to_string(),
         expected_seq: seq(write.expected_seq),

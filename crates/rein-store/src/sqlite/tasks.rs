@@ -119,15 +119,7 @@ pub(super) fn encode(write: &TaskWrite) -> StoreResult<Encoded> {
                 .map_err(backend)
         })
         .collect::<StoreResult<Vec<_>>>()?;
-    let approvals = write
-        .approvals
-        .iter()
-        .map(|a| {
-            serde_json::to_string(a)
-                .map(|body| (a.id.to_string(), a.status.as_str(), ts(&a.created_at), body))
-                .map_err(backend)
-        })
-        .collect::<StoreResult<Vec<_>>>()?;
+    let approvals = crate::rows::approval_rows(&write.approvals)?;
     let (lasting, moving) = split(&write.summary).map_err(backend)?;
     let summary = whole(&lasting, &moving);
     Ok(Encoded {
