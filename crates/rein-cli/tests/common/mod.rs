@@ -117,6 +117,39 @@ pub fn spawn_quiet(cmd: &mut Command) -> Child {
         .unwrap_or_else(|e| panic!("{cmd:?} cannot start: {e}"))
 }
 
+/// The tasks forked from `source`, as `rein tasks list --forked-from` lists them.
+pub fn forks_of(data_dir: &Path, source: &str) -> Vec<serde_json::Value> {
+    let listed = json(&run_ok(rein(data_dir).args([
+        "tasks",
+        "list",
+        "--forked-from",
+        source,
+        "--json",
+    ])));
+    listed["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// What the fake model server reported at `field` (a JSON pointer into a
+/// request's `reported_usage`), added up over `requests`; each must have it.
+pub fn reported(requests: &[serde_json::Value], field: &str) -> u64 {
+    requests
+        .iter()
+        .map(|r| {
+            r["reported_usage"]
+                .pointer(field)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or_else(|| panic!("no {field} reported in {r}"))
+        })
+        .sum()
+}
+
+/// `out` ended with exit code `code`; what it said on stderr.
+pub fn exited(out: &Output, code: i32) -> String {
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "stderr: {said}");
+    said
+}
+
 pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(

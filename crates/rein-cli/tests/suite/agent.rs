@@ -78,18 +78,7 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
     // Metered: what the server reported for its three turns, token for
     // token — the two before the kill read back from the journal, none
     // counted twice.
-    let reported = |field: &str| -> u64 {
-        requests
-            .iter()
-            .map(|r| {
-                r["reported_usage"]
-                    .pointer(field)
-                    .unwrap()
-                    .as_u64()
-                    .unwrap()
-            })
-            .sum()
-    };
+    let reported = |field: &str| common::reported(&requests, field);
     let usage = &output["usage"];
     assert_eq!(usage["input_tokens"], reported("/prompt_tokens"), "{usage}");
     assert_eq!(
@@ -173,18 +162,7 @@ fn a_priced_models_usage_is_costed_by_the_formula() {
         .unwrap()["output"]["usage"]
         .clone();
     let requests = seen.0.lock().unwrap().clone();
-    let reported = |field: &str| -> f64 {
-        requests
-            .iter()
-            .map(|r| {
-                r["reported_usage"]
-                    .pointer(field)
-                    .unwrap()
-                    .as_u64()
-                    .unwrap()
-            })
-            .sum::<u64>() as f64
-    };
+    let reported = |field: &str| common::reported(&requests, field) as f64;
     let (input, cached, output) = (
         reported("/prompt_tokens"),
         reported("/prompt_tokens_details/cached_tokens"),
@@ -273,8 +251,7 @@ fn a_priced_models_usage_is_costed_by_the_formula() {
         .args(["config", "show"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 2);
     assert!(
         said.contains("models.\"openai/gpt-test\"") && said.contains("input_usd_per_mtok"),
         "{said}"
@@ -390,10 +367,7 @@ fn a_rein_killed_during_a_budget_question_loses_nothing_and_counts_nothing_twice
         rein(&data).args(["usage", "--task", &task, "--json"]),
     ));
     assert_eq!(report["calls"], 4, "{report}");
-    let reported: u64 = requests
-        .iter()
-        .map(|r| r["reported_usage"]["prompt_tokens"].as_u64().unwrap())
-        .sum();
+    let reported = common::reported(&requests, "/prompt_tokens");
     assert_eq!(report["input_tokens"], reported);
     // The grant is in the ledger, with who gave it and why.
     let ledger = json(&run_ok(rein(&data).args(["ledger", "list", "--json"])));
@@ -462,19 +436,17 @@ fn a_rein_killed_during_a_compaction_loses_nothing_and_counts_nothing_twice() {
     assert_eq!(turns, 4, "{before} requests before the kill");
     // What was metered: the answered requests, token for token; the one
     // nobody answered, nowhere.
-    let answered: Vec<&serde_json::Value> = requests
+    let answered: Vec<serde_json::Value> = requests
         .iter()
         .filter(|r| r.get("reported_usage").is_some())
+        .cloned()
         .collect();
     assert_eq!(answered.len(), requests.len() - 1);
     let report = json(&run_ok(
         rein(&data).args(["usage", "--task", &task, "--json"]),
     ));
     assert_eq!(report["calls"], answered.len(), "{report}");
-    let reported: u64 = answered
-        .iter()
-        .map(|r| r["reported_usage"]["prompt_tokens"].as_u64().unwrap())
-        .sum();
+    let reported = common::reported(&answered, "/prompt_tokens");
     assert_eq!(report["input_tokens"], reported);
     // One compaction journaled, and said in the task's log.
     let events = json(&run_ok(

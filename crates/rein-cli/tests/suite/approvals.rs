@@ -90,8 +90,7 @@ fn a_waiting_run_continues_when_another_process_decides() {
         .args(["approvals", "deny", &id, "--as", "bob"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 1);
     assert!(
         said.contains("already approved by ana") && said.contains("option `hold`"),
         "{said}"

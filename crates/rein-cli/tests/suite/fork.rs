@@ -155,15 +155,7 @@ fn a_task_is_forked_after_a_step_and_retried_after_its_cause_is_fixed() {
         )),
         source_events
     );
-    let listed = json(&run_ok(rein(&data).args([
-        "tasks",
-        "list",
-        "--forked-from",
-        &source,
-        "--json",
-    ])))["items"]
-        .clone();
-    assert_eq!(listed.as_array().unwrap().len(), 2);
+    assert_eq!(common::forks_of(&data, &source).len(), 2);
     let text =
         String::from_utf8(run_ok(rein(&data).args(["tasks", "show", &source])).stdout).unwrap();
     assert!(

@@ -173,10 +173,7 @@ fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
     ));
     let requests = m.requests();
     assert_eq!(report["calls"], requests.len(), "{report}");
-    let reported: u64 = requests
-        .iter()
-        .map(|r| r["reported_usage"]["prompt_tokens"].as_u64().unwrap())
-        .sum();
+    let reported = common::reported(&requests, "/prompt_tokens");
     assert_eq!(report["input_tokens"], reported);
     assert_eq!(report["estimated"], false);
 }
@@ -794,8 +791,7 @@ fn an_isolated_completion_falls_back_across_auth_profiles_in_order() {
         .args(["complete", "hello"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 1);
     assert!(said.contains("401") && said.contains("old"), "{said}");
     // A profile order naming no profile, or a key variable not set: exit 2.
     for (text, named) in [
@@ -833,8 +829,7 @@ fn a_goal_with_no_model_configured_is_refused_before_anything_is_made() {
         .args(["run", "--goal", "write the release notes", "--yes"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 2);
     for needle in [
         "none is configured",
         "https://api.openai.com/v1",

@@ -443,18 +443,7 @@ async fn model_turns_are_spans_with_gen_ai_usage_attributes() {
         assert_eq!(s.attribute("rein.step_id"), Some("agent"));
     }
     let sum = |key: &str| chats.iter().map(|s| int(s, key)).sum::<u64>();
-    let reported = |field: &str| {
-        requests
-            .iter()
-            .map(|r| {
-                r["reported_usage"]
-                    .pointer(field)
-                    .unwrap()
-                    .as_u64()
-                    .unwrap()
-            })
-            .sum::<u64>()
-    };
+    let reported = |field: &str| common::reported(&requests, field);
     assert_eq!(sum("gen_ai.usage.input_tokens"), reported("/prompt_tokens"));
     assert_eq!(
         sum("gen_ai.usage.output_tokens"),

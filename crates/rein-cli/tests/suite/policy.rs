@@ -107,8 +107,7 @@ fn a_denied_step_stops_the_plan_before_anything_runs() {
         .arg(&plan)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 2);
     assert!(
         said.contains("step `wipe`: `rm -rf /opt` is denied by rule 2 of"),
         "{said}"
@@ -389,8 +388,7 @@ fn required_permissions_are_acquired_through_the_rules_and_recorded() {
         .arg(plan("\"network\""))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 2);
     assert!(
         said.contains("look") && said.contains("this machine stays offline"),
         "{said}"
@@ -400,8 +398,7 @@ fn required_permissions_are_acquired_through_the_rules_and_recorded() {
         .arg(plan("\"teleport\""))
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 2);
     assert!(
         said.contains("`teleport`") && said.contains("file_read, file_write, network, execute"),
         "{said}"

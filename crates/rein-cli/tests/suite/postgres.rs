@@ -88,8 +88,7 @@ fn a_store_that_is_not_a_postgres_url_is_bad_usage() {
         .args(["--store", "mysql://x@y/z", "tasks", "list"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 2);
     assert!(
         said.contains("not a PostgreSQL URL") && said.contains("postgres://USER@HOST"),
         "{said}"
@@ -113,8 +112,7 @@ fn an_unreachable_store_fails_naming_it() {
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 1);
     assert!(
         said.contains(&format!(
             "cannot connect to PostgreSQL at postgres://rein@127.0.0.1:{port}/x"
@@ -215,8 +213,7 @@ fn a_store_over_tls_is_checked_as_the_url_says() {
         .args(["--store", &url(&certs.other_authority), "tasks", "list"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 1);
     assert!(
         said.contains("invalid peer certificate") && said.contains("sslrootcert"),
         "{said}"

@@ -129,8 +129,7 @@ fn with_no_sandbox_available_steps_are_refused_with_what_to_install() {
         .arg(&plan)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 1);
     assert!(
         said.contains("no sandbox can run here")
             && said.contains("apt-get install bubblewrap")

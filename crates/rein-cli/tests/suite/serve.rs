@@ -88,8 +88,7 @@ fn without_a_token_the_server_only_listens_on_loopback() {
         .env_remove("REIN_TOKEN")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 2);
     assert!(
         said.contains("refusing to listen on 0.0.0.0") && said.contains("REIN_TOKEN"),
         "{said}"
@@ -222,8 +221,7 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
         .args(["--url", &remote.url, "tasks", "list"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 1);
     assert!(
         said.contains("--token") && said.contains("REIN_TOKEN"),
         "{said}"
@@ -459,8 +457,7 @@ fn an_unreachable_server_is_named_with_what_to_check() {
         ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 1);
     assert!(
         said.contains(&format!("cannot reach rein at http://127.0.0.1:{port}"))
             && said.contains("rein serve"),

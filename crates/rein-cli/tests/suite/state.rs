@@ -96,8 +96,7 @@ fn create_add_and_detect_conflicts_from_the_command_line() {
         .arg(&bad)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let said = String::from_utf8_lossy(&out.stderr);
+    let said = common::exited(&out, 2);
     assert!(said.contains("bad.json") && said.contains("chef"), "{said}");
 }
 

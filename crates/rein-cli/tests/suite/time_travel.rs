@@ -136,15 +136,7 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
         }
         // Whatever forks exist are whole: the log from its first event,
         // the files exactly as they were after `big`.
-        let forks = json(&run_ok(rein(&data).args([
-            "tasks",
-            "list",
-            "--forked-from",
-            &source,
-            "--json",
-        ])))["items"]
-            .clone();
-        for f in forks.as_array().unwrap() {
+        for f in &common::forks_of(&data, &source) {
             let id = f["id"].as_str().unwrap();
             let state = show(&data, id);
             let events = json(&run_ok(rein(&data).args(["tasks", "events", id, "--json"])));
@@ -153,17 +145,10 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
             assert_eq!(tree(ws), expected, "fork {id}'s workspace");
         }
     }
-    let made = json(&run_ok(rein(&data).args([
-        "tasks",
-        "list",
-        "--forked-from",
-        &source,
-        "--json",
-    ])))["items"]
-        .clone();
+    let made = common::forks_of(&data, &source);
     eprintln!(
         "{killed_while_writing} of 8 forks killed while writing their workspace, {} made",
-        made.as_array().unwrap().len()
+        made.len()
     );
     assert!(
         killed_while_writing >= 2,
