@@ -33,8 +33,10 @@ fn task(value: Option<&str>) -> Result<Option<TaskId>, String> {
         .transpose()
 }
 
-/// `value` as one of `parse`'s statuses, or a message listing `allowed`.
+/// `value` as one of `parse`'s statuses, or a message naming it `what`
+/// and listing `allowed`.
 fn status<T>(
+    what: &str,
     value: Option<&str>,
     parse: impl Fn(&str) -> Option<T>,
     allowed: impl Iterator<Item = &'static str>,
@@ -43,7 +45,7 @@ fn status<T>(
         .map(|s| {
             parse(s).ok_or_else(|| {
                 let allowed: Vec<&str> = allowed.collect();
-                format!("status `{s}` is not one of {}", allowed.join(", "))
+                format!("{what} `{s}` is not one of {}", allowed.join(", "))
             })
         })
         .transpose()
@@ -148,15 +150,14 @@ impl RecordFilter {
 
     /// The contracts filter `q` asks for.
     pub fn of_contract_query(q: ContractQuery) -> Result<RecordFilter, String> {
-        if let Some(s) = &q.status
-            && ContractStatus::parse(s).is_none()
-        {
-            let allowed: Vec<&str> = ContractStatus::ALL.iter().map(|c| c.as_str()).collect();
-            return Err(format!(
-                "contract status `{s}` is not one of {}",
-                allowed.join(", ")
-            ));
-        }
+        // Checked, and kept as the text the store filters on.
+        let allowed = ContractStatus::ALL.iter().map(|c| c.as_str());
+        status(
+            "contract status",
+            q.status.as_deref(),
+            ContractStatus::parse,
+            allowed,
+        )?;
         let risk: Option<Risk> = one_of(
             "riskLevel",
             q.risk_level.as_deref(),
@@ -235,7 +236,7 @@ impl TaskFilter {
     pub fn of_query(q: TaskQuery) -> Result<TaskFilter, String> {
         let allowed = TaskStatus::ALL.iter().map(|s| s.as_str());
         Ok(TaskFilter {
-            status: status(q.status.as_deref(), TaskStatus::parse, allowed)?,
+            status: status("status", q.status.as_deref(), TaskStatus::parse, allowed)?,
             created_from: time("created_from", q.created_from.as_deref())?,
             created_to: time("created_to", q.created_to.as_deref())?,
             forked_from: task(q.forked_from.as_deref())?,
@@ -293,7 +294,7 @@ impl SharedStateFilter {
     pub fn of_query(q: StateQuery) -> Result<SharedStateFilter, String> {
         let allowed = WorkStatus::ALL.iter().map(|w| w.as_str());
         Ok(SharedStateFilter {
-            status: status(q.status.as_deref(), WorkStatus::parse, allowed)?,
+            status: status("status", q.status.as_deref(), WorkStatus::parse, allowed)?,
             created_from: time("createdFrom", q.created_from.as_deref())?,
             created_to: time("createdTo", q.created_to.as_deref())?,
             session_id: q.session_id,

@@ -96,9 +96,22 @@ impl TaskRun<'_> {
         request: ApprovalRequest,
     ) -> Result<()> {
         self.rec.request_approval(request.clone(), &span)?;
+        self.wait_on(i, StepEvent::Ask, checkpoint, span, request)
+    }
+
+    /// Step `i` waits on `request`, at `checkpoint`: asked now (`Ask`), or
+    /// again after a delegation (`Reask`).
+    fn wait_on(
+        &mut self,
+        i: usize,
+        event: StepEvent,
+        checkpoint: CheckpointId,
+        span: SpanRef,
+        request: ApprovalRequest,
+    ) -> Result<()> {
         self.set(
             i,
-            StepEvent::Ask,
+            event,
             Progress::Awaiting {
                 checkpoint,
                 span,
@@ -371,7 +384,10 @@ impl TaskRun<'_> {
             .checkpoint(&checkpoint)
             .map_or(0, |c| crate::recorder::elapsed_ms(c.started_at));
         let (outcome, who) = match request.status {
-            ApprovalStatus::Pending => return self.keep_waiting(i, checkpoint, span, request),
+            // Delegated: it keeps waiting, now for someone else.
+            ApprovalStatus::Pending => {
+                return self.wait_on(i, StepEvent::Reask, checkpoint, span, request);
+            }
             ApprovalStatus::Approved => (Decision::Approve, decided_by(&request)),
             ApprovalStatus::Denied => (Decision::Deny, decided_by(&request)),
             ApprovalStatus::Skipped => (Decision::Skip, decided_by(&request)),
@@ -459,26 +475,6 @@ impl TaskRun<'_> {
         Ok(())
     }
 
-    /// A request delegated to someone else: step `i` keeps waiting on it.
-    fn keep_waiting(
-        &mut self,
-        i: usize,
-        checkpoint: CheckpointId,
-        span: SpanRef,
-        request: ApprovalRequest,
-    ) -> Result<()> {
-        self.set(
-            i,
-            StepEvent::Reask,
-            Progress::Awaiting {
-                checkpoint,
-                span,
-                request: Box::new(request),
-            },
-        )?;
-        Ok(())
-    }
-
     /// Applies the decision on a step that may have partly run.
     fn settle_interrupted(
         &mut self,
@@ -492,7 +488,10 @@ impl TaskRun<'_> {
             _ => decided_by(&request),
         };
         let choice = match request.status {
-            ApprovalStatus::Pending => return self.keep_waiting(i, checkpoint, span, request),
+            // Delegated: it keeps waiting, now for someone else.
+            ApprovalStatus::Pending => {
+                return self.wait_on(i, StepEvent::Reask, checkpoint, span, request);
+            }
             ApprovalStatus::Approved => request
                 .response
                 .as_ref()
