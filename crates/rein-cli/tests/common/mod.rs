@@ -143,6 +143,24 @@ pub fn reported(requests: &[serde_json::Value], field: &str) -> u64 {
         .sum()
 }
 
+/// Runs `cmd`, which must end with exit code `code`: what it printed.
+pub fn exits(cmd: &mut Command, code: i32) -> Output {
+    let out = cmd.output().expect("rein runs");
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{cmd:?}\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Runs `cmd`, which must end with exit code `code`: what it said on stderr.
+pub fn fails(cmd: &mut Command, code: i32) -> String {
+    String::from_utf8_lossy(&exits(cmd, code).stderr).into_owned()
+}
+
 /// `out` ended with exit code `code`; what it said on stderr.
 pub fn exited(out: &Output, code: i32) -> String {
     let said = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -157,6 +175,14 @@ pub fn json(out: &Output) -> serde_json::Value {
             String::from_utf8_lossy(&out.stdout)
         )
     })
+}
+
+/// A test's scratch directory and the data directory in it (`data`, made by
+/// the first `rein` that uses it).
+pub fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    (dir, data)
 }
 
 pub fn write_plan(dir: &Path, name: &str, text: &str) -> PathBuf {

@@ -76,8 +76,7 @@ fn draft_output(state: &serde_json::Value) -> serde_json::Value {
 
 #[test]
 fn a_person_answers_the_agents_permission_request_from_another_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plugin = manifest(dir.path());
     let plan = write_plan(dir.path(), "acp.toml", PLAN);
     let listed = json(&run_ok(
@@ -190,8 +189,7 @@ fn a_person_answers_the_agents_permission_request_from_another_process() {
 
 #[test]
 fn a_runner_killed_while_the_agent_waits_keeps_the_question_and_resumes_with_its_answer() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plugin = manifest(dir.path());
     let plan = write_plan(dir.path(), "acp.toml", PLAN);
     let mut runner = common::spawn_quiet(
@@ -249,16 +247,15 @@ fn the_example_with_no_wait_pauses_on_the_agents_question_and_exits_3() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/acp");
     let plugin = examples.join("agent-plugin.toml");
     let plan = examples.join("plan.toml");
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let out = rein(&data)
-        .arg("--plugin")
-        .arg(&plugin)
-        .args(["run", "--no-wait"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let (_dir, data) = common::scratch();
+    let out = common::exits(
+        rein(&data)
+            .arg("--plugin")
+            .arg(&plugin)
+            .args(["run", "--no-wait"])
+            .arg(&plan),
+        3,
+    );
     let request = pending(&data)
         .first()
         .cloned()
@@ -286,8 +283,7 @@ fn the_example_with_no_wait_pauses_on_the_agents_question_and_exits_3() {
 /// real pseudo-terminal (`script`) carries the typed answer back to the agent.
 #[test]
 fn on_a_terminal_the_agents_question_is_asked_inline() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plugin = manifest(dir.path());
     let plan = write_plan(dir.path(), "acp.toml", PLAN);
     let child = common::rein_on_terminal(
@@ -314,8 +310,7 @@ fn on_a_terminal_the_agents_question_is_asked_inline() {
 
 #[test]
 fn an_acp_agent_is_handed_the_steps_mcp_servers_at_session_new() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plugin = manifest(dir.path());
     let plan = write_plan(
         dir.path(),
@@ -417,8 +412,7 @@ fn an_agents_empty_turn_fails_retryable_and_its_upstream_errors_are_classified_b
 /// does not take them fails the step naming why, never losing them.
 #[test]
 fn images_go_to_an_acp_agent_that_takes_them_as_image_blocks() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let project = dir.path().join("project");
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("shot.png"), [0x89, b'P', b'N', b'G', 1, 2, 3]).unwrap();

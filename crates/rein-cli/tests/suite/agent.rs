@@ -23,8 +23,7 @@ tools = ["run_command"]
 fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "agent.toml", PLAN);
     let with_model = |cmd: &mut std::process::Command| {
         cmd.env("OPENAI_BASE_URL", &base)
@@ -130,8 +129,7 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
 fn a_priced_models_usage_is_costed_by_the_formula() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let config = dir.path().join("rein.toml");
     std::fs::write(
         &config,
@@ -220,11 +218,7 @@ fn a_priced_models_usage_is_costed_by_the_formula() {
         shown.contains("openai/gpt-test") && shown.contains("$0.0"),
         "{shown}"
     );
-    let bad = rein(&data)
-        .args(["usage", "--by", "week"])
-        .output()
-        .unwrap();
-    assert_eq!(bad.status.code(), Some(2));
+    let bad = common::exits(rein(&data).args(["usage", "--by", "week"]), 2);
     assert!(String::from_utf8_lossy(&bad.stderr).contains("task, model or day"));
     // `rein config show` lists what it knows of the model.
     let shown = run_ok(
@@ -245,13 +239,13 @@ fn a_priced_models_usage_is_costed_by_the_formula() {
         "[models.\"openai/gpt-test\"]\ninput_usd_per_mtok = -1\n",
     )
     .unwrap();
-    let out = rein(&data)
-        .arg("--config")
-        .arg(&config)
-        .args(["config", "show"])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 2);
+    let said = common::fails(
+        rein(&data)
+            .arg("--config")
+            .arg(&config)
+            .args(["config", "show"]),
+        2,
+    );
     assert!(
         said.contains("models.\"openai/gpt-test\"") && said.contains("input_usd_per_mtok"),
         "{said}"
@@ -275,8 +269,7 @@ fn group(n: u64) -> String {
 fn the_example_agent_plan_runs_against_any_openai_compatible_endpoint() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     let example =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/agent.toml");
     let state = json(&run_ok(
@@ -303,8 +296,7 @@ fn the_example_agent_plan_runs_against_any_openai_compatible_endpoint() {
 fn a_rein_killed_during_a_budget_question_loses_nothing_and_counts_nothing_twice() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "budget.toml",
@@ -388,8 +380,7 @@ fn a_rein_killed_during_a_budget_question_loses_nothing_and_counts_nothing_twice
 fn a_rein_killed_during_a_compaction_loses_nothing_and_counts_nothing_twice() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let config = dir.path().join("rein.toml");
     // A window the step's turns outgrow.
     std::fs::write(

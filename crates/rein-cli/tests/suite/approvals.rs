@@ -44,8 +44,7 @@ fn wait_for_request(data: &Path) -> String {
 
 #[test]
 fn a_waiting_run_continues_when_another_process_decides() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let runner = rein(&data)
         .arg("run")
@@ -86,11 +85,10 @@ fn a_waiting_run_continues_when_another_process_decides() {
     assert!(text.contains("approved by ana (option `hold`)"), "{text}");
 
     // A second decision is refused, naming the first.
-    let out = rein(&data)
-        .args(["approvals", "deny", &id, "--as", "bob"])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 1);
+    let said = common::fails(
+        rein(&data).args(["approvals", "deny", &id, "--as", "bob"]),
+        1,
+    );
     assert!(
         said.contains("already approved by ana") && said.contains("option `hold`"),
         "{said}"
@@ -112,22 +110,14 @@ fn a_waiting_run_continues_when_another_process_decides() {
 
 #[test]
 fn no_wait_exits_3_and_resume_after_the_decision_completes() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
-    let out = rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
+    common::exits(rein(&data).arg("run").arg(&plan).arg("--no-wait"), 3);
     let id = task_ids(&data)[0].clone();
     assert_eq!(show(&data, &id)["status"], "paused");
     let request = pending(&data)[0]["id"].as_str().unwrap().to_owned();
     run_ok(rein(&data).args(["approvals", "skip", &request, "--as", "carol"]));
-    let out = rein(&data).args(["tasks", "resume", &id]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    common::exits(rein(&data).args(["tasks", "resume", &id]), 0);
     let state = show(&data, &id);
     let ship = state["checkpoints"]
         .as_array()
@@ -142,38 +132,29 @@ fn no_wait_exits_3_and_resume_after_the_decision_completes() {
 
 #[test]
 fn bad_decisions_are_refused_with_what_to_do() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let request = waiting_request(&data, &plan);
-    let out = rein(&data)
-        .args(["approvals", "approve", &request, "--option", "yolo"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data).args(["approvals", "approve", &request, "--option", "yolo"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("choose one of: publish, hold"));
-    let out = rein(&data)
-        .args(["approvals", "approve", "apr_nope"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let out = rein(&data)
-        .args(["approvals", "approve", "apr_01ARZ3NDEKTSV4RRFFQ69G5FAV"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    common::exits(rein(&data).args(["approvals", "approve", "apr_nope"]), 2);
+    let out = common::exits(
+        rein(&data).args(["approvals", "approve", "apr_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
+        1,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
-    let out = rein(&data)
-        .args(["approvals", "list", "--status", "maybe"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    common::exits(
+        rein(&data).args(["approvals", "list", "--status", "maybe"]),
+        2,
+    );
 }
 
 #[test]
 fn an_edited_ledger_row_is_reported_by_verify() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     // Three decisions in the ledger: delegate, then approve; then a second task denied.
     let first = waiting_request(&data, &plan);
@@ -187,11 +168,10 @@ fn an_edited_ledger_row_is_reported_by_verify() {
         "ana",
     ]));
     // Delegated to carol, it is hers to decide.
-    let out = rein(&data)
-        .args(["approvals", "approve", &first, "--as", "ana"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(
+        rein(&data).args(["approvals", "approve", &first, "--as", "ana"]),
+        1,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("only carol"));
     run_ok(rein(&data).args(["approvals", "approve", &first, "--as", "carol"]));
     let second = waiting_request(&data, &plan);
@@ -231,15 +211,13 @@ fn an_edited_ledger_row_is_reported_by_verify() {
     conn.execute("DELETE FROM ledger WHERE seq = 1", [])
         .unwrap();
     drop(conn);
-    let out = rein(&data).args(["ledger", "verify"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(rein(&data).args(["ledger", "verify"]), 1);
     assert!(String::from_utf8_lossy(&out.stdout).contains("entry 1 is missing"));
 }
 
 #[test]
 fn a_removed_tail_is_caught_against_a_recorded_head_and_damaged_bytes_are_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     for who in ["ana", "bob", "carol"] {
         let id = waiting_request(&data, &plan);
@@ -265,11 +243,7 @@ fn a_removed_tail_is_caught_against_a_recorded_head_and_damaged_bytes_are_named(
     let out = run_ok(rein(&data).args(["ledger", "verify"]));
     assert!(String::from_utf8_lossy(&out.stdout).contains("ledger intact: 2 entries"));
     // Against the head recorded before, it is caught.
-    let out = rein(&data)
-        .args(["ledger", "verify", "--head", &head])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(rein(&data).args(["ledger", "verify", "--head", &head]), 1);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains("recorded head") && said.contains("is gone"),
@@ -289,8 +263,7 @@ fn a_removed_tail_is_caught_against_a_recorded_head_and_damaged_bytes_are_named(
     )
     .unwrap();
     drop(conn);
-    let out = rein(&data).args(["ledger", "verify"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(rein(&data).args(["ledger", "verify"]), 1);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.contains("ledger entry 2 is damaged") && said.contains("not valid UTF-8"),
@@ -303,24 +276,17 @@ fn a_removed_tail_is_caught_against_a_recorded_head_and_damaged_bytes_are_named(
 fn the_approval_example_works_as_its_comments_say() {
     let data = tempfile::tempdir().unwrap();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/approval.toml");
-    let out = rein(data.path())
-        .arg("run")
-        .arg(&example)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
+    common::exits(
+        rein(data.path()).arg("run").arg(&example).arg("--no-wait"),
+        3,
+    );
     let request = &pending(data.path())[0];
     assert_eq!(request["title"], "Publish the release notes?");
     assert!(request["deadline"].is_string());
     let id = request["id"].as_str().unwrap();
     run_ok(rein(data.path()).args(["approvals", "approve", id, "--option", "publish"]));
     let task = task_ids(data.path())[0].clone();
-    let out = rein(data.path())
-        .args(["tasks", "resume", &task])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    common::exits(rein(data.path()).args(["tasks", "resume", &task]), 0);
     let workspace = show(data.path(), &task)["resources"]["workspace_path"]
         .as_str()
         .unwrap()
@@ -330,8 +296,7 @@ fn the_approval_example_works_as_its_comments_say() {
 
 #[test]
 fn metrics_json_has_the_four_families() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let request = waiting_request(&data, &plan);
     run_ok(rein(&data).args(["approvals", "deny", &request, "--as", "bob"]));
@@ -349,8 +314,7 @@ fn metrics_json_has_the_four_families() {
 /// and the request expires at its original deadline.
 #[test]
 fn after_kill_9_a_retry_timer_and_an_approval_deadline_are_both_honoured() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "timers.toml",
@@ -457,20 +421,13 @@ depends_on = ["flaky", "ask"]
 
 #[test]
 fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "confirm.toml",
         "description='Rotate the keys'\nconfirm=true\n[[steps]]\nid='rotate'\nrun='echo rotated > done'\n",
     );
-    let out = rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
+    common::exits(rein(&data).arg("run").arg(&plan).arg("--no-wait"), 3);
     let task = task_ids(&data)[0].clone();
     let state = show(&data, &task);
     assert!(
@@ -490,11 +447,7 @@ fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
         "--as",
         "ana",
     ]));
-    let out = rein(&data)
-        .args(["tasks", "resume", &task])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    common::exits(rein(&data).args(["tasks", "resume", &task]), 0);
     let confirm = show(&data, &task)["checkpoints"]
         .as_array()
         .unwrap()
@@ -515,8 +468,7 @@ fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
 /// carries the typed answer.
 #[test]
 fn on_a_terminal_the_question_is_asked_inline() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let child = common::rein_on_terminal(&data, &[Path::new("run"), &plan]);
     // Type the answer once the question is there.
@@ -538,8 +490,7 @@ fn on_a_terminal_the_question_is_asked_inline() {
 /// system's user's, by name: never an anonymous `cli`.
 #[test]
 fn a_decision_without_a_name_is_the_os_users() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let request = waiting_request(&data, &plan);
     let out = rein(&data)

@@ -120,15 +120,13 @@ fn the_example_runs_through_all_five_control_points() {
 
 #[test]
 fn exit_codes_tell_completed_failed_and_invalid_apart() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let failing = write_plan(
         dir.path(),
         "fail.toml",
         "description='f'\n[[steps]]\nid='a'\nrun='echo disk full >&2; exit 4'\n",
     );
-    let out = rein(&data).arg("run").arg(&failing).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(rein(&data).arg("run").arg(&failing), 1);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("failed: step `a` failed: command exited with status 4"),
@@ -144,9 +142,7 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
         "cycle.toml",
         "description='c'\n[[steps]]\nid='a'\nrun='true'\ndepends_on=['b']\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n[[steps]]\nid='c'\nrun='true'\ndepends_on=['ghost']\n",
     );
-    let out = rein(&data).arg("run").arg(&cycle).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = common::fails(rein(&data).arg("run").arg(&cycle), 2);
     assert!(stderr.contains("`c` depends on `ghost`"), "{stderr}");
 
     let unknown = write_plan(
@@ -154,8 +150,7 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
         "unknown.toml",
         "description='u'\n[[steps]]\nid='a'\nrun='true'\nretry=2\ndepend_on=['b']\n",
     );
-    let out = rein(&data).arg("run").arg(&unknown).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(rein(&data).arg("run").arg(&unknown), 2);
     // Both unknown keys at once, each where it is; the misspelt one with the
     // key meant.
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -168,12 +163,7 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
         "{stderr}"
     );
 
-    let out = rein(&data)
-        .args(["run", "/no/such/plan.toml"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = common::fails(rein(&data).args(["run", "/no/such/plan.toml"]), 1);
     assert!(stderr.contains("/no/such/plan.toml"), "{stderr}");
     assert_eq!(
         stderr.matches("No such file").count(),
@@ -181,32 +171,25 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
         "the cause is said once: {stderr}"
     );
 
-    let out = rein(&data)
-        .args(["tasks", "show", "not-an-id"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(rein(&data).args(["tasks", "show", "not-an-id"]), 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("`not-an-id` is not a valid id"));
 
-    let out = rein(&data)
-        .args(["tasks", "show", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(
+        rein(&data).args(["tasks", "show", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
+        1,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
 
-    let out = rein(&data)
-        .args(["tasks", "list", "--status", "sleeping"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data).args(["tasks", "list", "--status", "sleeping"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown status `sleeping`"));
 
-    let out = rein(&data)
-        .args(["tasks", "resume", "--all", "--rerun", "x"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data).args(["tasks", "resume", "--all", "--rerun", "x"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("give its id instead of --all"));
 
     let out = rein(&data).args(["tasks", "frobnicate"]).output().unwrap();
@@ -219,8 +202,7 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
 
 #[test]
 fn plan_check_validates_without_running() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     let out = run_ok(
         rein(&data)
             .args(["plan", "check"])
@@ -238,8 +220,7 @@ fn plan_check_validates_without_running() {
 
 #[test]
 fn a_run_paused_and_aborted_from_another_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "slow.toml",
@@ -278,11 +259,7 @@ fn a_run_paused_and_aborted_from_another_process() {
     );
     let (mut runner, long_id) = run_until_running(&data, &long, "forever");
     // A running task cannot be deleted.
-    let out = rein(&data)
-        .args(["tasks", "delete", &long_id])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(rein(&data).args(["tasks", "delete", &long_id]), 1);
     assert!(String::from_utf8_lossy(&out.stderr).contains("abort it first"));
     let follower = rein(&data)
         .args(["tasks", "follow", &long_id])
@@ -327,8 +304,7 @@ fn a_run_paused_and_aborted_from_another_process() {
 
 #[test]
 fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "p.toml",
@@ -357,11 +333,10 @@ fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
         "{reason}"
     );
 
-    let out = rein(&data)
-        .args(["tasks", "resume", &id, "--skip", "two", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    let out = common::exits(
+        rein(&data).args(["tasks", "resume", &id, "--skip", "two", "--json"]),
+        0,
+    );
     assert_eq!(json(&out)["status"], "completed");
     let followed = rein(&data)
         .args(["tasks", "follow", &id, "--json"])
@@ -400,8 +375,7 @@ fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
 
 #[test]
 fn a_tasks_history_lists_its_points_as_text_and_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     run_ok(rein(&data).arg("run").arg(example_plan()).arg("--quiet"));
     let id = task_ids(&data)[0].clone();
     let history = json(&run_ok(
@@ -441,11 +415,10 @@ fn a_tasks_history_lists_its_points_as_text_and_json() {
         "{table}"
     );
 
-    let out = rein(&data)
-        .args(["tasks", "history", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(
+        rein(&data).args(["tasks", "history", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
+        1,
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr)
             .contains("task task_01ARZ3NDEKTSV4RRFFQ69G5FAV not found"),
@@ -456,8 +429,7 @@ fn a_tasks_history_lists_its_points_as_text_and_json() {
 
 #[test]
 fn snapshot_and_restore_from_the_command_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     run_ok(rein(&data).arg("run").arg(example_plan()).arg("--quiet"));
     let id = task_ids(&data)[0].clone();
     let snap = json(&run_ok(
@@ -486,11 +458,10 @@ fn snapshot_and_restore_from_the_command_line() {
         "--json",
     ])));
     assert_eq!(events[0]["type"], "task_restored");
-    let out = rein(&data)
-        .args(["tasks", "restore", "snap_01ARZ3NDEKTSV4RRFFQ69G5FAV"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(
+        rein(&data).args(["tasks", "restore", "snap_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
+        1,
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr)
             .contains("snapshot snap_01ARZ3NDEKTSV4RRFFQ69G5FAV not found")
@@ -499,8 +470,7 @@ fn snapshot_and_restore_from_the_command_line() {
 
 #[test]
 fn list_filters_and_pages() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ok = write_plan(
         dir.path(),
         "ok.toml",
@@ -553,8 +523,7 @@ fn list_filters_and_pages() {
 
 #[test]
 fn a_run_whose_reader_goes_away_still_completes() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "p.toml",
@@ -597,8 +566,7 @@ fn run_until_first_step_runs(
 #[test]
 fn ctrl_c_pauses_once_running_steps_finish() {
     use std::io::BufRead;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     // The first step runs until the test lets it finish, so the interrupt always
     // lands while it runs.
     let plan = write_plan(
@@ -637,14 +605,12 @@ fn ctrl_c_pauses_once_running_steps_finish() {
         "the running step finished"
     );
     assert_eq!(step_status(&state, "second"), None, "nothing new started");
-    let out = rein(&data).args(["tasks", "resume", &id]).output().unwrap();
-    assert_eq!(out.status.code(), Some(0));
+    common::exits(rein(&data).args(["tasks", "resume", &id]), 0);
 }
 
 #[test]
 fn sigterm_stops_at_once_and_leaves_the_task_resumable() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let (mut child, id) = run_until_first_step_runs(&data, dir.path(), "sleep 60");
     let started = Instant::now();
     signal(&child, nix::sys::signal::Signal::SIGTERM);
@@ -664,18 +630,13 @@ fn sigterm_stops_at_once_and_leaves_the_task_resumable() {
     );
     assert_eq!(step_status(&state, "first").as_deref(), Some("in_progress"));
     // `first` is not idempotent: resuming asks what to do with it.
-    let out = rein(&data)
-        .args(["tasks", "resume", &id, "--no-wait"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
+    let out = common::exits(rein(&data).args(["tasks", "resume", &id, "--no-wait"]), 3);
     assert!(String::from_utf8_lossy(&out.stdout).contains("--rerun first"));
 }
 
 #[test]
 fn two_processes_resuming_one_task_at_once_cannot_both_run_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "race.toml",
@@ -731,8 +692,7 @@ fn two_processes_resuming_one_task_at_once_cannot_both_run_it() {
 
 #[test]
 fn a_store_that_is_not_whole_is_refused_not_started_afresh() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     run_ok(rein(&data).args(["tasks", "list"]));
     let db = data.join("rein.db");
     // Truncated to 0 bytes: every command says so; none makes a new store.
@@ -766,8 +726,7 @@ fn a_store_that_is_not_whole_is_refused_not_started_afresh() {
 
 #[test]
 fn resume_all_says_which_process_runs_what_it_leaves() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "busy.toml",
@@ -853,11 +812,7 @@ fn completions_and_man_pages_are_generated_from_the_command_line() {
         "{}",
         String::from_utf8_lossy(&loaded.stderr)
     );
-    let bad = rein(dir.path())
-        .args(["completions", "tcsh"])
-        .output()
-        .unwrap();
-    assert_eq!(bad.status.code(), Some(2));
+    common::exits(rein(dir.path()).args(["completions", "tcsh"]), 2);
 
     let pages = dir.path().join("man");
     let out = run_ok(rein(dir.path()).arg("manpages").arg(&pages));
@@ -902,8 +857,7 @@ fn completions_and_man_pages_are_generated_from_the_command_line() {
 /// (`{"error": {"code", "message"}}`), with the exit code scripts trust.
 #[test]
 fn a_json_command_that_fails_prints_its_error_as_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     for (id, exit, code, says) in [
         ("task_nope", 2, "bad_request", "task_"),
         (

@@ -22,8 +22,7 @@ fn setting<'a>(shown: &'a Value, key: &str) -> &'a Value {
 
 #[test]
 fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let file = dir.path().join("rein.toml");
     std::fs::write(
         &file,
@@ -90,50 +89,46 @@ fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
 
 #[test]
 fn a_key_the_file_does_not_know_or_a_missing_file_is_bad_usage_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let file = dir.path().join("rein.toml");
     std::fs::write(&file, "[openai]\nmodle = \"typo\"\n").unwrap();
-    let out = rein(&data)
-        .arg("--config")
-        .arg(&file)
-        .args(["config", "show"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .args(["config", "show"]),
+        2,
+    );
     assert!(err.contains("rein.toml") && err.contains("modle"), "{err}");
 
     std::fs::write(&file, "[anthropic]\nstream = true\n").unwrap();
-    let out = rein(&data)
-        .arg("--config")
-        .arg(&file)
-        .env("REIN_ANTHROPIC_STREAM", "sometimes")
-        .args(["config", "show"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .env("REIN_ANTHROPIC_STREAM", "sometimes")
+            .args(["config", "show"]),
+        2,
+    );
     assert!(
         err.contains("REIN_ANTHROPIC_STREAM or anthropic.stream is `sometimes`"),
         "{err}"
     );
 
     std::fs::write(&file, "[openai]\nidle_timeout = \"soon\"\n").unwrap();
-    let out = rein(&data)
-        .arg("--config")
-        .arg(&file)
-        .args(["config", "show"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .args(["config", "show"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("`soon`"));
 
-    let out = rein(&data)
-        .args(["--config", "/nonexistent/rein.toml", "tasks", "list"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data).args(["--config", "/nonexistent/rein.toml", "tasks", "list"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/rein.toml does not exist"));
 }
 
@@ -141,8 +136,7 @@ fn a_key_the_file_does_not_know_or_a_missing_file_is_bad_usage_named() {
 fn the_users_config_file_configures_the_model_an_agent_step_asks() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     // The XDG one: found without --config.
     let xdg = dir.path().join("xdg-config").join("rein");
     std::fs::create_dir_all(&xdg).unwrap();
@@ -178,12 +172,13 @@ fn the_anthropic_and_responses_providers_run_agent_steps_from_the_command_line()
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (anthropic, messages) = runtime.block_on(fake::anthropic_like());
     let (responses, _) = runtime.block_on(fake::responses_like());
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let file = dir.path().join("rein.toml");
     std::fs::write(
         &file,
-        format!("[anthropic]\nbase_url = \"{anthropic}\"\napi_key = \"sk-ant-test\"\nmodel = \"claude-from-file\"\n"),
+        format!(
+            "[anthropic]\nbase_url = \"{anthropic}\"\napi_key = \"sk-ant-test\"\nmodel = \"claude-from-file\"\n"
+        ),
     )
     .unwrap();
     let plan = write_plan(
@@ -217,15 +212,13 @@ fn the_anthropic_and_responses_providers_run_agent_steps_from_the_command_line()
 
 #[test]
 fn a_failed_steps_error_is_not_repeated_by_the_task_failed_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "plan.toml",
         "description = \"x\"\n[[steps]]\nid = \"a\"\nkind = \"agent\"\nprovider = \"mistral\"\nprompt = \"hi\"\nrecovery = { validation_error = \"abort\" }\n",
     );
-    let out = rein(&data).arg("run").arg(&plan).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(rein(&data).arg("run").arg(&plan), 1);
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -241,8 +234,7 @@ fn a_failed_steps_error_is_not_repeated_by_the_task_failed_line() {
 
 #[test]
 fn the_configured_fallback_models_are_shown_checked_and_explained() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let file = dir.path().join("rein.toml");
     std::fs::write(
         &file,
@@ -287,14 +279,13 @@ fn the_configured_fallback_models_are_shown_checked_and_explained() {
     );
     // A name that is not PROVIDER/MODEL is refused, named.
     std::fs::write(&file, "fallback_models = [\"gpt-4o-mini\"]\n").unwrap();
-    let out = rein(&data)
-        .arg("--config")
-        .arg(&file)
-        .args(["config", "show"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .args(["config", "show"]),
+        2,
+    );
     assert!(
         err.contains("fallback_models") && err.contains("`gpt-4o-mini`"),
         "{err}"
@@ -303,8 +294,7 @@ fn the_configured_fallback_models_are_shown_checked_and_explained() {
 
 #[test]
 fn budgets_from_the_file_and_the_flags_are_checked_and_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let file = dir.path().join("rein.toml");
     std::fs::write(
         &file,
@@ -322,26 +312,23 @@ fn budgets_from_the_file_and_the_flags_are_checked_and_named() {
         "5000000 tokens, $20"
     );
     std::fs::write(&file, "daily_budget = { cost_usd = 0.0 }\n").unwrap();
-    let out = rein(&data)
-        .arg("--config")
-        .arg(&file)
-        .args(["config", "show"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(
+        rein(&data)
+            .arg("--config")
+            .arg(&file)
+            .args(["config", "show"]),
+        2,
+    );
     assert!(
         err.contains("daily_budget: `cost_usd` is a positive number of US dollars"),
         "{err}"
     );
     // A goal's budget from the flags: a bad one is bad usage, before any
     // model is asked.
-    let out = rein(&data)
-        .args(["run", "--goal", "tidy up", "--budget-usd=-2"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(
+        rein(&data).args(["run", "--goal", "tidy up", "--budget-usd=-2"]),
+        2,
+    );
     assert!(err.contains("--budget-tokens/--budget-usd"), "{err}");
 }
 

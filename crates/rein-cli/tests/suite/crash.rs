@@ -82,8 +82,7 @@ fn next_command(data: &std::path::Path, plan: &std::path::Path) -> Command {
 
 #[test]
 fn sigkill_at_random_points_loses_nothing_and_reruns_nothing_completed() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "plan.toml", &plan());
     let seed: u64 = std::env::var("REIN_CRASH_SEED")
         .ok()
@@ -310,8 +309,7 @@ fn wait_for_marks(
 /// steps included — under `sandbox`, resuming each time, and checks from the
 /// marks the steps wrote that no two attempts of one step ever ran at once.
 fn no_attempt_outlives_a_killed_rein(sandbox: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "plan.toml", &marking_plan());
     let seed: u64 = std::env::var("REIN_CRASH_SEED")
         .ok()
@@ -443,8 +441,7 @@ fn running(pid: u32) -> bool {
 /// look at the processes the server takes at start finds it by its marks.
 #[test]
 fn a_server_taking_over_stops_what_an_interrupted_attempt_left_running() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let left = dir.path().join("left.pid");
     let script = format!(
         "if [ \"$REIN_ATTEMPT\" = 1 ]; then sleep 300 & echo $! > {}; wait; fi",
@@ -658,8 +655,7 @@ fn no_step_process_outlives_a_killed_rein_under_any_sandbox_on_a_busy_machine() 
 #[test]
 fn a_deleted_write_ahead_log_is_found_at_open_in_health_and_by_ledger_verify() {
     const TOKEN: &str = "wal-operator-token-0123";
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let (mut server, addr) = common::start(&data, TOKEN);
     let plan = "description = \"ask first\"\n\n[[steps]]\nid = \"ask\"\nkind = \"approve\"\ntitle = \"go?\"\n";
     let (status, body) = common::http(
@@ -750,8 +746,7 @@ fn a_deleted_write_ahead_log_is_found_at_open_in_health_and_by_ledger_verify() {
     let said = String::from_utf8_lossy(&ack.stdout);
     assert_eq!(ack.status.code(), Some(0), "{said}");
     assert!(said.contains("acknowledged 1 loss"), "{said}");
-    let health = rein(&data).arg("health").output().unwrap();
-    assert_eq!(health.status.code(), Some(0));
+    let health = common::exits(rein(&data).arg("health"), 0);
     assert!(!String::from_utf8_lossy(&health.stderr).contains("WARNING"));
     // The ledger's entries are still gone, and it still says so.
     let verify = rein(&data).args(["ledger", "verify"]).output().unwrap();
@@ -769,6 +764,5 @@ fn a_deleted_write_ahead_log_is_found_at_open_in_health_and_by_ledger_verify() {
         "{out}{err}"
     );
     assert!(task_ids(&kept).contains(&task));
-    let verify = rein(&kept).args(["ledger", "verify"]).output().unwrap();
-    assert_eq!(verify.status.code(), Some(0));
+    common::exits(rein(&kept).args(["ledger", "verify"]), 0);
 }

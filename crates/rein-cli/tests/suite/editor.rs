@@ -89,8 +89,7 @@ fn decisions(data: &Path) -> Vec<String> {
 fn a_prompt_runs_as_a_goal_task_its_plan_and_tool_calls_stream_and_its_questions_are_permission_requests()
  {
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let seen = client(&m, &data, &ws, "run", &[]);
     assert_eq!(seen["init"]["agentCapabilities"]["loadSession"], true);
@@ -207,8 +206,7 @@ fn a_prompt_runs_as_a_goal_task_its_plan_and_tool_calls_stream_and_its_questions
 #[test]
 fn a_decision_made_elsewhere_reaches_the_client_and_its_later_answer_is_told_it_came_too_late() {
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let seen = client(&m, &data, &ws, "elsewhere", &[]);
     assert_eq!(seen["stops"], json!(["end_turn"]), "{seen:#}");
@@ -239,8 +237,7 @@ fn a_decision_made_elsewhere_reaches_the_client_and_its_later_answer_is_told_it_
 #[test]
 fn a_cancel_pauses_the_task_the_turn_ends_cancelled_and_resume_takes_it_up() {
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let seen = client(&m, &data, &ws, "cancel", &[]);
     assert_eq!(seen["stops"], json!(["cancelled", "end_turn"]), "{seen:#}");
@@ -274,8 +271,7 @@ fn a_cancel_pauses_the_task_the_turn_ends_cancelled_and_resume_takes_it_up() {
 #[test]
 fn a_session_loaded_after_rein_was_killed_replays_its_task_and_asks_its_question_again() {
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let seen = client(&m, &data, &ws, "kill", &[]);
     let loaded: Vec<&str> = seen["loaded"]
@@ -309,8 +305,7 @@ fn a_session_loaded_after_rein_was_killed_replays_its_task_and_asks_its_question
 #[test]
 fn the_clients_mcp_servers_are_given_to_the_agent_steps_of_its_tasks() {
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     std::fs::write(ws.join("notes.txt"), "the notes say hello").unwrap();
     // The reference filesystem server, as an editor's settings name it.
@@ -369,13 +364,8 @@ fn the_clients_mcp_servers_are_given_to_the_agent_steps_of_its_tasks() {
 #[test]
 fn rein_acp_refuses_a_server_url_and_names_what_is_wrong_with_a_cwd() {
     use std::io::{BufRead, Write};
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let out = rein(&data)
-        .args(["--url", "http://127.0.0.1:9", "acp"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let (dir, data) = common::scratch();
+    let out = common::exits(rein(&data).args(["--url", "http://127.0.0.1:9", "acp"]), 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not take --url"));
     // Raw JSON-RPC lines: initialize, then a session on a relative directory.
     let mut child = rein(&data)
@@ -468,8 +458,7 @@ impl Raw {
 #[test]
 fn rein_acp_refuses_what_it_cannot_take_and_goes_on() {
     use std::io::{BufRead, Write};
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let mut child = rein(&data)
         .arg("acp")
@@ -557,8 +546,7 @@ fn rein_acp_refuses_what_it_cannot_take_and_goes_on() {
 #[test]
 fn a_cancelled_answer_ends_the_turn_and_a_reloaded_sessions_question_is_asked_once() {
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let seen = client(&m, &data, &ws, "reload", &[]);
     // `{"outcome": "cancelled"}` alone ends the turn `cancelled` (it did not
@@ -589,8 +577,7 @@ fn a_cancelled_answer_ends_the_turn_and_a_reloaded_sessions_question_is_asked_on
 #[test]
 fn a_denied_plan_ends_with_no_step_in_progress_in_the_editors_plan() {
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let seen = client(&m, &data, &ws, "run", &[("ACP_ANSWERS", r#"["deny"]"#)]);
     assert_eq!(seen["stops"], json!(["end_turn"]), "{seen:#}");
@@ -619,8 +606,7 @@ fn a_client_without_a_permission_handler_ends_the_turn_and_the_question_stays_pe
     // acp-client (from PyPI; `.ci/run` installs it) answers every permission
     // request `cancelled` when it has no handler.
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let configured = m.rein(&data);
     let mut python = Command::new("python3");
@@ -679,8 +665,7 @@ fn a_client_without_a_permission_handler_ends_the_turn_and_the_question_stays_pe
 #[test]
 fn a_prompts_image_reaches_the_agent_steps_of_its_task() {
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");

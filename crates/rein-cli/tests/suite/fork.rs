@@ -56,8 +56,7 @@ fn stderr(out: &std::process::Output) -> String {
 
 #[test]
 fn a_task_is_forked_after_a_step_and_retried_after_its_cause_is_fixed() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(dir.path());
     let failed = rein(&data)
         .arg("run")
@@ -179,18 +178,16 @@ fn a_task_is_forked_after_a_step_and_retried_after_its_cause_is_fixed() {
         "{history}"
     );
     // A task that did not fail is not retried (exit 1, saying what to do).
-    let out = rein(&data)
-        .args(["tasks", "retry", retried["id"].as_str().unwrap()])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(
+        rein(&data).args(["tasks", "retry", retried["id"].as_str().unwrap()]),
+        1,
+    );
     assert!(stderr(&out).contains("rein tasks fork"), "{}", stderr(&out));
 }
 
 #[test]
 fn fork_mistakes_are_named_and_make_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(dir.path());
     rein(&data)
         .arg("run")

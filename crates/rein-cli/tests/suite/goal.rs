@@ -43,8 +43,7 @@ fn events(data: &Path, task: &str) -> Vec<Value> {
 #[test]
 fn plan_draft_writes_a_plan_that_runs_and_sends_a_refused_answer_back() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let file = dir.path().join("plan.toml");
     let out = run_ok(
@@ -94,8 +93,7 @@ fn plan_draft_writes_a_plan_that_runs_and_sends_a_refused_answer_back() {
 #[test]
 fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let state = json(&run_ok(
         m.rein(&data)
@@ -181,23 +179,21 @@ fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
 #[test]
 fn a_goal_waits_for_a_person_to_confirm_its_plan_and_high_risk_steps() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
-    let out = m
-        .rein(&data)
-        .args([
-            "run",
-            "--goal",
-            "risky notes",
-            "--no-wait",
-            "--json",
-            "--workspace",
-        ])
-        .arg(&ws)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let out = common::exits(
+        m.rein(&data)
+            .args([
+                "run",
+                "--goal",
+                "risky notes",
+                "--no-wait",
+                "--json",
+                "--workspace",
+            ])
+            .arg(&ws),
+        3,
+    );
     let state = json(&out);
     assert_eq!(state["status"], "paused");
     let task = state["id"].as_str().unwrap().to_owned();
@@ -217,12 +213,11 @@ fn a_goal_waits_for_a_person_to_confirm_its_plan_and_high_risk_steps() {
     run_ok(rein(&data).args(["approvals", "approve", id, "--as", "alice"]));
 
     // The high-risk step asks next, before it runs.
-    let out = m
-        .rein(&data)
-        .args(["tasks", "resume", &task, "--no-wait", "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    common::exits(
+        m.rein(&data)
+            .args(["tasks", "resume", &task, "--no-wait", "--json"]),
+        3,
+    );
     nothing_ran(&ws);
     let pending = common::all_approvals(&data);
     let permit = pending
@@ -272,8 +267,7 @@ fn nothing_ran(ws: &Path) {
 #[test]
 fn a_rein_killed_while_the_model_decomposes_asks_again_on_resume() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let mut runner = common::spawn_quiet(
         m.rein(&data)
@@ -337,8 +331,7 @@ fn an_empty_or_cut_off_decomposition_is_asked_again_naming_why() {
         ),
     ] {
         let m = model();
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
+        let (dir, data) = common::scratch();
         let ws = workspace(dir.path());
         let state = json(&run_ok(
             m.rein(&data)
@@ -387,11 +380,9 @@ fn an_empty_or_cut_off_decomposition_is_asked_again_naming_why() {
 #[test]
 fn a_goal_whose_answers_are_always_refused_fails_naming_why() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let out = m
-        .rein(&data)
-        .args([
+    let (_dir, data) = common::scratch();
+    let out = common::exits(
+        m.rein(&data).args([
             "run",
             "--goal",
             "nonsense",
@@ -399,10 +390,9 @@ fn a_goal_whose_answers_are_always_refused_fails_naming_why() {
             "--attempts",
             "2",
             "--json",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+        ]),
+        1,
+    );
     let state = json(&out);
     assert_eq!(state["status"], "failed");
     let error = state["error"].as_str().unwrap();
@@ -414,8 +404,7 @@ fn a_goal_whose_answers_are_always_refused_fails_naming_why() {
 #[test]
 fn complete_checks_the_answer_against_a_schema_and_sends_no_tools() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let out = run_ok(m.rein(&data).args(["complete", "--json", "hello"]));
     let done = json(&out);
     assert_eq!(done["text"], "I do not know this script");
@@ -442,42 +431,32 @@ fn complete_checks_the_answer_against_a_schema_and_sends_no_tools() {
 
     // One it does not: exit 1, naming the violation.
     std::fs::write(&schema, r#"{"type": "array"}"#).unwrap();
-    let out = m
-        .rein(&data)
-        .args(["complete", "--schema"])
-        .arg(&schema)
-        .arg("hello")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = common::fails(
+        m.rein(&data)
+            .args(["complete", "--schema"])
+            .arg(&schema)
+            .arg("hello"),
+        1,
+    );
     assert!(stderr.contains("does not match the schema"), "{stderr}");
     // An answer that calls a tool is refused (spec harness-sdk rule 20).
-    let out = m
-        .rein(&data)
-        .args(["complete", "write notes"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = common::fails(m.rein(&data).args(["complete", "write notes"]), 1);
     assert!(stderr.contains("returned a tool call"), "{stderr}");
     // A schema that is none: exit 2.
     std::fs::write(&schema, r#"{"type": 7}"#).unwrap();
-    let out = m
-        .rein(&data)
-        .args(["complete", "--schema"])
-        .arg(&schema)
-        .arg("hello")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    common::exits(
+        m.rein(&data)
+            .args(["complete", "--schema"])
+            .arg(&schema)
+            .arg("hello"),
+        2,
+    );
 }
 
 #[test]
 fn a_server_decomposes_a_goal_and_serves_completions() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let mut child = m
         .rein(&data)
@@ -578,8 +557,7 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
 #[test]
 fn a_rein_killed_in_a_decomposed_step_resumes_the_stored_plan_without_asking_again() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let mut runner = common::spawn_quiet(
         m.rein(&data)
@@ -614,8 +592,7 @@ fn a_rein_killed_in_a_decomposed_step_resumes_the_stored_plan_without_asking_aga
 #[test]
 fn a_decomposition_in_the_seeds_exact_shape_is_taken_at_once() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
     let out = run_ok(
         m.rein(&data)
@@ -670,15 +647,8 @@ fn a_decomposition_in_the_seeds_exact_shape_is_taken_at_once() {
 #[test]
 fn an_empty_answer_is_refused_unless_strict_visibility_is_asked_for() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let out = m
-        .rein(&data)
-        .args(["complete", "Answer with nothing"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let said = String::from_utf8_lossy(&out.stderr);
+    let (_dir, data) = common::scratch();
+    let said = common::fails(m.rein(&data).args(["complete", "Answer with nothing"]), 1);
     assert!(said.contains("returned empty output"), "{said}");
     let done = json(&run_ok(m.rein(&data).args([
         "complete",
@@ -698,8 +668,7 @@ fn an_empty_answer_is_refused_unless_strict_visibility_is_asked_for() {
 #[test]
 fn the_reported_completion_runtime_is_the_one_that_answered() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
     let manifest = |extra: &str| {
@@ -760,8 +729,7 @@ fn the_reported_completion_runtime_is_the_one_that_answered() {
 #[test]
 fn an_isolated_completion_falls_back_across_auth_profiles_in_order() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let config = dir.path().join("rein.toml");
     std::fs::write(
         &config,
@@ -784,14 +752,13 @@ fn an_isolated_completion_falls_back_across_auth_profiles_in_order() {
     assert_eq!(seen.len(), 2);
     // Only the refused key: the completion fails naming the credential.
     std::fs::write(&config, "[auth_profiles.old]\napi_key = \"sk-expired\"\n").unwrap();
-    let out = m
-        .rein(&data)
-        .arg("--config")
-        .arg(&config)
-        .args(["complete", "hello"])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 1);
+    let said = common::fails(
+        m.rein(&data)
+            .arg("--config")
+            .arg(&config)
+            .args(["complete", "hello"]),
+        1,
+    );
     assert!(said.contains("401") && said.contains("old"), "{said}");
     // A profile order naming no profile, or a key variable not set: exit 2.
     for (text, named) in [
@@ -821,15 +788,14 @@ fn an_isolated_completion_falls_back_across_auth_profiles_in_order() {
 /// (exit 2), saying how to point rein at a model, a local one included.
 #[test]
 fn a_goal_with_no_model_configured_is_refused_before_anything_is_made() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let out = common::rein(&data)
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL")
-        .args(["run", "--goal", "write the release notes", "--yes"])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 2);
+    let (_dir, data) = common::scratch();
+    let said = common::fails(
+        common::rein(&data)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENAI_BASE_URL")
+            .args(["run", "--goal", "write the release notes", "--yes"]),
+        2,
+    );
     for needle in [
         "none is configured",
         "https://api.openai.com/v1",

@@ -26,8 +26,7 @@ fn echo_plugin(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     let listed = json(&run_ok(rein(&data).args(["harness", "list", "--json"])));
     assert_eq!(listed[0]["id"], "rein");
     assert_eq!(listed[0]["builtin"], true);
@@ -56,18 +55,17 @@ fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
     assert_eq!(forced["reason"], "forced_builtin");
     assert_eq!(forced["policy"]["source"], "step");
 
-    let out = rein(&data)
-        .args([
+    let out = common::exits(
+        rein(&data).args([
             "harness",
             "explain",
             "--provider",
             "openai",
             "--runtime",
             "codex",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+        ]),
+        1,
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr)
             .contains("no harness `codex` is registered (registered: none)")
@@ -76,8 +74,7 @@ fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
 
 #[test]
 fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let manifest = echo_plugin(dir.path());
     let plugin = ["--plugin", manifest.to_str().unwrap()];
     let listed = json(&run_ok(
@@ -98,19 +95,17 @@ fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained(
     assert_eq!(decision["reason"], "auto_plugin");
     assert_eq!(decision["candidates"][0]["reason"], "echo serves openai");
     // Asked for explicitly where it does not serve: the error carries its reason.
-    let out = rein(&data)
-        .args(plugin)
-        .args([
+    let out = common::exits(
+        rein(&data).args(plugin).args([
             "harness",
             "explain",
             "--provider",
             "anthropic",
             "--runtime",
             "echo",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+        ]),
+        1,
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr)
             .contains("harness \"echo\" does not support anthropic (only openai)"),
@@ -132,18 +127,16 @@ fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained(
         "{text}"
     );
     // A manifest that cannot be read is bad usage.
-    let out = rein(&data)
-        .args(["--plugin", "missing.toml", "harness", "list"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data).args(["--plugin", "missing.toml", "harness", "list"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
 }
 
 #[test]
 fn a_runtime_policy_file_pins_models_and_providers_to_runtimes() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let manifest = echo_plugin(dir.path());
     let policy = dir.path().join("runtimes.toml");
     std::fs::write(
@@ -181,13 +174,12 @@ fn a_runtime_policy_file_pins_models_and_providers_to_runtimes() {
     );
     // A policy file that is not one is bad usage, named.
     std::fs::write(&policy, "colour = \"blue\"\n").unwrap();
-    let out = rein(&data)
-        .args(["--runtime-policy", policy.to_str().unwrap()])
-        .args(["harness", "explain", "--provider", "openai"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(
+        rein(&data)
+            .args(["--runtime-policy", policy.to_str().unwrap()])
+            .args(["harness", "explain", "--provider", "openai"]),
+        2,
+    );
     assert!(
         err.contains("runtimes.toml") && err.contains("colour"),
         "{err}"
@@ -243,18 +235,17 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
         "--json",
     ])));
     assert_eq!(forced["policy"]["source"], "step");
-    let out = remote(&[
-        "harness",
-        "explain",
-        "--provider",
-        "openai",
-        "--runtime",
-        "codex",
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = common::fails(
+        &mut remote(&[
+            "harness",
+            "explain",
+            "--provider",
+            "openai",
+            "--runtime",
+            "codex",
+        ]),
+        1,
+    );
     assert!(stderr.contains("no harness `codex`"), "{stderr}");
     let (status, _) = common::http(
         &addr,
@@ -268,8 +259,7 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
 
 #[test]
 fn a_plugin_that_serves_only_routes_declaring_it_compatible_is_chosen_where_the_policy_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let manifest = echo_plugin(dir.path());
     let policy = dir.path().join("runtimes.toml");
     std::fs::write(&policy, "[compatible]\ncompat = [\"echo\"]\n").unwrap();
@@ -330,8 +320,7 @@ fn a_plugin_that_serves_only_routes_declaring_it_compatible_is_chosen_where_the_
 
 #[test]
 fn a_manifest_named_by_its_bare_file_name_starts_from_the_current_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     echo_plugin(dir.path());
     let decision = json(&run_ok(
         rein(&data)
@@ -346,8 +335,7 @@ fn a_manifest_named_by_its_bare_file_name_starts_from_the_current_directory() {
 
 #[test]
 fn a_plugins_reported_usage_is_metered_once_with_the_step() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let manifest = echo_plugin(dir.path());
     let plan = common::write_plan(
         dir.path(),
@@ -387,8 +375,7 @@ fn a_plugins_reported_usage_is_metered_once_with_the_step() {
 /// them; a path outside the workspace or of another kind is a plan error.
 #[test]
 fn an_agent_steps_images_reach_the_harness_and_are_never_dropped() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let manifest = echo_plugin(dir.path());
     let project = dir.path().join("project");
     std::fs::create_dir_all(project.join("docs")).unwrap();
@@ -463,8 +450,7 @@ fn an_agent_steps_images_reach_the_harness_and_are_never_dropped() {
 /// server restarts); without `--url` there is nothing to change.
 #[test]
 fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let manifest = echo_plugin(dir.path());
     let token = "s3cret-operator-token";
     let mut server = rein(&data);
@@ -516,17 +502,12 @@ fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
     let (status, error) = run();
     assert_eq!(status, "failed");
     assert!(error.contains("its plugin is revoked"), "{error}");
-    let again = remote(&["harness", "enable", "echo"]).output().unwrap();
-    assert_eq!(again.status.code(), Some(1));
+    let again = common::exits(&mut remote(&["harness", "enable", "echo"]), 1);
     assert!(String::from_utf8_lossy(&again.stderr).contains("stays revoked"));
     let unknown = remote(&["harness", "disable", "ghost"]).output().unwrap();
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no plugin `ghost`"));
     // Without --url: nothing to change, exit 2.
-    let here = rein(&data)
-        .args(["harness", "disable", "echo"])
-        .output()
-        .unwrap();
-    assert_eq!(here.status.code(), Some(2));
+    let here = common::exits(rein(&data).args(["harness", "disable", "echo"]), 2);
     assert!(String::from_utf8_lossy(&here.stderr).contains("--url"));
 }
 
@@ -537,8 +518,7 @@ fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
 /// of them is selected.
 #[test]
 fn an_executor_controller_from_another_plugin_serves_the_runtimes_its_activation_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let harness = echo_plugin(dir.path());
     let exec = dir.path().join("exec");
     std::fs::create_dir_all(&exec).unwrap();

@@ -135,8 +135,7 @@ fn rein_on(server: &Llama, data: &Path) -> Command {
 #[test]
 fn a_step_with_stream_false_and_a_forced_tool_writes_a_file_and_finishes() {
     let server = llama();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     // Forced to call write_file once, then free to answer: the step ends,
     // its file written, on the second turn. Without streaming, the server
     // reports the usage (streaming, it reports none).
@@ -186,8 +185,7 @@ max_turns = 4
 #[test]
 fn a_small_model_plans_a_goal_through_a_json_schema_answer_format() {
     let server = llama();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     let file = dir.path().join("plan.toml");

@@ -77,8 +77,7 @@ fn agent_output(state: &Value) -> Value {
 #[test]
 fn an_agent_step_lists_and_reads_the_workspace_through_the_filesystem_server() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(dir.path(), "mcp: list and read", "mcp = [\"fs\"]", "");
     std::fs::write(dir.path().join("ws/notes.txt"), "the notes say hello").unwrap();
 
@@ -126,8 +125,7 @@ fn an_agent_step_lists_and_reads_the_workspace_through_the_filesystem_server() {
 #[test]
 fn a_denied_mcp_tool_is_refused_naming_the_rule() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(dir.path(), "mcp: write", "mcp = [\"fs\"]", "");
     let policy = dir.path().join("policy.toml");
     std::fs::write(
@@ -158,8 +156,7 @@ fn a_denied_mcp_tool_is_refused_naming_the_rule() {
 #[test]
 fn an_mcp_tool_the_rules_ask_about_waits_for_a_person_and_runs_once_approved() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(dir.path(), "mcp: write", "mcp = [\"fs\"]", "");
     let policy = dir.path().join("policy.toml");
     std::fs::write(
@@ -220,8 +217,7 @@ fn an_mcp_tool_the_rules_ask_about_waits_for_a_person_and_runs_once_approved() {
 #[test]
 fn a_rein_killed_between_two_mcp_calls_does_not_repeat_the_first() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(
         dir.path(),
         "mcp: move, wait, read",
@@ -308,8 +304,7 @@ fn run_under(
 #[test]
 fn the_network_and_servers_an_agent_step_is_given_are_decided_by_the_rules_before_it_runs() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(
         dir.path(),
         "mcp: list and read",
@@ -385,8 +380,7 @@ fn the_network_and_servers_an_agent_step_is_given_are_decided_by_the_rules_befor
 #[test]
 fn a_configured_server_the_rules_deny_is_refused_as_the_step_runs() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let (fs, modules) = filesystem_server();
     let config = dir.path().join("rein.toml");
     std::fs::write(
@@ -430,8 +424,7 @@ fn a_configured_server_the_rules_deny_is_refused_as_the_step_runs() {
 #[test]
 fn a_streamable_http_server_declared_in_the_config_file_serves_a_step() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let port = free_port();
     let _server = Killed(common::spawn_quiet(
         std::process::Command::new("node")
@@ -488,8 +481,7 @@ fn a_streamable_http_server_declared_in_the_config_file_serves_a_step() {
 /// the two tool answers its final text joins.
 fn two_answers(prompt: &str, server: &str, table: &str) -> (String, String) {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(
         dir.path(),
         prompt,
@@ -547,8 +539,7 @@ fn a_server_that_crashes_during_a_call_fails_that_call_and_serves_the_next() {
 #[test]
 fn a_server_that_cannot_start_or_is_not_declared_fails_the_step_saying_which() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = plan(
         dir.path(),
         "mcp: echo",
@@ -603,8 +594,7 @@ fn plan_naming(dir: &Path, server: &str) -> PathBuf {
 #[test]
 fn an_mcp_servers_allow_read_is_guarded_at_check_and_at_start() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     for reach in ["/", "/root", "/root/.ssh", "/etc/shadow"] {
         let plan = write_plan(
             dir.path(),
@@ -669,8 +659,7 @@ fn an_mcp_servers_allow_read_is_guarded_at_check_and_at_start() {
 #[test]
 fn a_steps_own_rules_govern_its_mcp_calls() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let denied = plan(
         dir.path(),
         "mcp: write",
@@ -704,13 +693,13 @@ fn a_steps_own_rules_govern_its_mcp_calls() {
         "mcp = [\"fs\"]\npermissions = [{ verdict = \"ask\", mcp = \"fs/write_file\" }]",
         "",
     );
-    let out = model
-        .rein(&data)
-        .args(["run", "--no-wait", "--json"])
-        .arg(&asking)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    common::exits(
+        model
+            .rein(&data)
+            .args(["run", "--no-wait", "--json"])
+            .arg(&asking),
+        3,
+    );
     assert!(!asked.path().join("ws/x.txt").exists(), "nothing ran yet");
     let pending = common::all_approvals(&data);
     let pending: Vec<&Value> = pending
@@ -736,8 +725,7 @@ fn a_steps_own_rules_govern_its_mcp_calls() {
 #[test]
 fn big_tool_answers_are_cut_kept_and_never_taken_for_a_timeout() {
     let model = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let server = npm_packages::mcp_servers_dir().join("big_answer.py");
     let plan = plan(
         dir.path(),

@@ -24,8 +24,7 @@ fn a_client_generated_from_openapi_json_drives_a_real_server() {
         version.as_ref().is_ok_and(|o| o.status.success()),
         "openapi-python-client is not installed: `pip install {GENERATOR}` (.ci/run does)"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let token = "generated-client-token";
     let (_server, addr) = start(&data, token);
 

@@ -227,8 +227,7 @@ async fn spans_go_over_grpc_when_the_protocol_says_so() {
 /// Runs the traced plan exporting as `settings` say (one span a batch); the
 /// export warnings it printed, and all its stderr.
 async fn export_warnings(settings: Vec<(&'static str, String)>) -> (Vec<String>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "p.toml", TRACED);
     let out = tokio::task::spawn_blocking(move || {
         let mut cmd = rein(&data);
@@ -297,8 +296,7 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
         collector().await
     };
 
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "p.toml", TRACED);
     let task = tokio::task::spawn_blocking(move || {
         run_ok(
@@ -397,8 +395,7 @@ use rein_test_support::model as fake;
 async fn model_turns_are_spans_with_gen_ai_usage_attributes() {
     let (addr, received) = collector().await;
     let (base, seen) = fake::fake_model().await;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "agent.toml",
@@ -462,8 +459,7 @@ const CALLER_SPAN: &str = "00f067aa0ba902b7";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_under_traceparent_is_in_the_callers_trace_and_its_approve_step_has_a_span() {
     let (addr, received) = collector().await;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     // The person does not answer: the deadline passes and approves.
     let plan = write_plan(
         dir.path(),
@@ -531,8 +527,7 @@ async fn a_run_under_traceparent_is_in_the_callers_trace_and_its_approve_step_ha
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_request_is_a_server_span_in_the_http_conventions_under_its_traceparent() {
     let (collector_addr, received) = collector().await;
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     let token = "otlp-test-token-0123";
     let (mut server, addr) = tokio::task::spawn_blocking({
         let data = data.clone();

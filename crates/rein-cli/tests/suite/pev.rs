@@ -28,8 +28,7 @@ rollback = "echo draft > notes.txt"
 
 #[test]
 fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "notes.toml", PLAN);
 
     // `rein plan check` shows the steps the engine adds.
@@ -124,26 +123,22 @@ fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
     assert!(text.contains("review by bo approved: reads well"), "{text}");
 
     // A verified contract is final; scripts get exit 1 with the reason.
-    let out = rein(&data)
-        .args(["contracts", "status", &contract, "failed"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(
+        rein(&data).args(["contracts", "status", &contract, "failed"]),
+        1,
+    );
     assert!(err.contains("nothing (it is final)"), "{err}");
     // An unknown status is a usage error.
-    let out = rein(&data)
-        .args(["contracts", "status", &contract, "finished"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data).args(["contracts", "status", &contract, "finished"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("rolled_back"));
 }
 
 #[test]
 fn pev_keys_are_checked_and_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     for (text, expected) in [
         (
             "description='d'\n[[steps]]\nid='x'\nrun='true'\nverify=['true']\n",
@@ -168,8 +163,7 @@ fn pev_keys_are_checked_and_named() {
 
 #[test]
 fn a_rein_killed_during_verification_resumes_it_without_running_the_step_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     // The verifier's first run marks that it started and then hangs (the test
     // kills rein there); a second run passes at once.
     let plan = write_plan(
@@ -186,12 +180,10 @@ pev = true
 verify = ["grep -q final notes.txt", "if [ -e started ]; then true; else touch started; sleep 60; fi"]
 "#,
     );
-    let paused = rein(&data)
-        .args(["run", "--no-wait", "--json"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert_eq!(paused.status.code(), Some(3));
+    let paused = common::exits(
+        rein(&data).args(["run", "--no-wait", "--json"]).arg(&plan),
+        3,
+    );
     let task = json(&paused)["id"].as_str().unwrap().to_owned();
     let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
     run_ok(rein(&data).args(["approvals", "approve", pending[0]["id"].as_str().unwrap()]));

@@ -38,8 +38,7 @@ fn policy_file(dir: &std::path::Path) -> std::path::PathBuf {
 
 #[test]
 fn policy_check_prints_the_verdict_and_the_rule_with_a_script_friendly_exit() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let policy = policy_file(dir.path());
     let check = |args: &[&str]| {
         rein(&data)
@@ -80,34 +79,33 @@ fn policy_check_prints_the_verdict_and_the_rule_with_a_script_friendly_exit() {
     assert!(!data.exists(), "checking touches no store");
     // A malformed policy is refused, naming the rule.
     let bad = write_plan(dir.path(), "bad.toml", "[[rules]]\nverdict = 'deny'\n");
-    let out = rein(&data)
-        .arg("--policy")
-        .arg(&bad)
-        .args(["policy", "check", "--", "ls"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data)
+            .arg("--policy")
+            .arg(&bad)
+            .args(["policy", "check", "--", "ls"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("rule 1 of"));
 }
 
 #[test]
 fn a_denied_step_stops_the_plan_before_anything_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "p.toml",
         "description = 'wipe'\n[[steps]]\nid = 'ok'\nrun = 'true'\n\
          [[steps]]\nid = 'wipe'\nrun = 'rm -rf /opt'\n",
     );
-    let out = rein(&data)
-        .arg("--policy")
-        .arg(policy_file(dir.path()))
-        .arg("run")
-        .arg(&plan)
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 2);
+    let said = common::fails(
+        rein(&data)
+            .arg("--policy")
+            .arg(policy_file(dir.path()))
+            .arg("run")
+            .arg(&plan),
+        2,
+    );
     assert!(
         said.contains("step `wipe`: `rm -rf /opt` is denied by rule 2 of"),
         "{said}"
@@ -120,14 +118,14 @@ fn a_denied_step_stops_the_plan_before_anything_runs() {
         "description = 'own'\n[[steps]]\nid = 'clean'\nrun = 'rm -rf build'\n\
          permissions = [{ verdict = 'deny', command = 'rm **' }]\n",
     );
-    let out = rein(&data)
-        .arg("--policy")
-        .arg(policy_file(dir.path()))
-        .args(["plan", "check"])
-        .arg(&own)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data)
+            .arg("--policy")
+            .arg(policy_file(dir.path()))
+            .args(["plan", "check"])
+            .arg(&own),
+        2,
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("rule 1 of step `clean`"),
         "{}",
@@ -137,8 +135,7 @@ fn a_denied_step_stops_the_plan_before_anything_runs() {
 
 #[test]
 fn an_asked_step_waits_for_a_person_and_runs_only_once_approved() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let policy = policy_file(dir.path());
     let plan = write_plan(
         dir.path(),
@@ -219,22 +216,21 @@ fn an_asked_step_waits_for_a_person_and_runs_only_once_approved() {
 
 #[test]
 fn a_denied_answer_keeps_the_step_from_running() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let policy = policy_file(dir.path());
     let plan = write_plan(
         dir.path(),
         "p.toml",
         "description = 'net'\n[[steps]]\nid = 'fetch'\nrun = 'touch fetched'\nnetwork = true\n",
     );
-    let out = rein(&data)
-        .arg("--policy")
-        .arg(&policy)
-        .args(["run", "--no-wait"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
+    common::exits(
+        rein(&data)
+            .arg("--policy")
+            .arg(&policy)
+            .args(["run", "--no-wait"])
+            .arg(&plan),
+        3,
+    );
     let id = task_ids(&data)[0].clone();
     let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
     let request = &pending.as_array().unwrap()[0];
@@ -256,8 +252,7 @@ fn a_denied_answer_keeps_the_step_from_running() {
 /// and the alert stays, resolved.
 #[test]
 fn health_reads_the_policy_file_again_and_alerts_resolve() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let file = write_plan(dir.path(), "policy.toml", POLICY);
     let mut child = rein(&data)
         .env("REIN_POLICY", &file)
@@ -332,8 +327,7 @@ fn health_reads_the_policy_file_again_and_alerts_resolve() {
 /// step and the rule; a permission rein does not know is named.
 #[test]
 fn required_permissions_are_acquired_through_the_rules_and_recorded() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let offline = write_plan(
         dir.path(),
         "offline.toml",
@@ -381,24 +375,24 @@ fn required_permissions_are_acquired_through_the_rules_and_recorded() {
     };
     assert!(at("permission_check") < at("task_exec"));
     // Denied by the rules: refused before anything runs, naming the rule.
-    let out = rein(&data)
-        .args(["--sandbox", "none", "--policy"])
-        .arg(&offline)
-        .arg("run")
-        .arg(plan("\"network\""))
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 2);
+    let said = common::fails(
+        rein(&data)
+            .args(["--sandbox", "none", "--policy"])
+            .arg(&offline)
+            .arg("run")
+            .arg(plan("\"network\"")),
+        2,
+    );
     assert!(
         said.contains("look") && said.contains("this machine stays offline"),
         "{said}"
     );
-    let out = rein(&data)
-        .args(["plan", "check"])
-        .arg(plan("\"teleport\""))
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 2);
+    let said = common::fails(
+        rein(&data)
+            .args(["plan", "check"])
+            .arg(plan("\"teleport\"")),
+        2,
+    );
     assert!(
         said.contains("`teleport`") && said.contains("file_read, file_write, network, execute"),
         "{said}"
@@ -411,8 +405,7 @@ fn required_permissions_are_acquired_through_the_rules_and_recorded() {
 /// own checkpoint; a step of ordinary risk is not scanned.
 #[test]
 fn a_high_risk_step_is_security_scanned_before_it_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let policy = write_plan(
         dir.path(),
         "scan.toml",

@@ -30,8 +30,7 @@ depends_on = ["a"]
 #[test]
 fn a_plan_runs_on_postgres_and_every_command_reads_it_there() {
     let url = database();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "plan.toml", PLAN);
     let ran = run_ok(
         rein(&data)
@@ -84,11 +83,10 @@ fn a_plan_runs_on_postgres_and_every_command_reads_it_there() {
 #[test]
 fn a_store_that_is_not_a_postgres_url_is_bad_usage() {
     let dir = tempfile::tempdir().unwrap();
-    let out = rein(dir.path())
-        .args(["--store", "mysql://x@y/z", "tasks", "list"])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 2);
+    let said = common::fails(
+        rein(dir.path()).args(["--store", "mysql://x@y/z", "tasks", "list"]),
+        2,
+    );
     assert!(
         said.contains("not a PostgreSQL URL") && said.contains("postgres://USER@HOST"),
         "{said}"
@@ -103,16 +101,15 @@ fn an_unreachable_store_fails_naming_it() {
         .local_addr()
         .unwrap()
         .port();
-    let out = rein(dir.path())
-        .args([
+    let said = common::fails(
+        rein(dir.path()).args([
             "--store",
             &format!("postgres://rein:pw@127.0.0.1:{port}/x"),
             "tasks",
             "list",
-        ])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 1);
+        ]),
+        1,
+    );
     assert!(
         said.contains(&format!(
             "cannot connect to PostgreSQL at postgres://rein@127.0.0.1:{port}/x"
@@ -124,8 +121,7 @@ fn an_unreachable_store_fails_naming_it() {
 #[test]
 fn a_node_restarted_after_kill_9_takes_its_tasks_up_without_waiting_out_its_leases() {
     let url = database();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let marks = dir.path().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
     let serve = || {
@@ -209,11 +205,10 @@ fn a_store_over_tls_is_checked_as_the_url_says() {
     ))["items"]
         .clone();
     assert_eq!(listed[0]["status"], "completed", "{listed}");
-    let out = rein(&data)
-        .args(["--store", &url(&certs.other_authority), "tasks", "list"])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 1);
+    let said = common::fails(
+        rein(&data).args(["--store", &url(&certs.other_authority), "tasks", "list"]),
+        1,
+    );
     assert!(
         said.contains("invalid peer certificate") && said.contains("sslrootcert"),
         "{said}"

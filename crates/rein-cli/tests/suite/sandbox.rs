@@ -81,8 +81,7 @@ fn steps_run_sandboxed_and_each_run_says_so() {
 
 #[test]
 fn a_steps_memory_limit_and_network_come_from_the_plan() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "p.toml",
@@ -90,8 +89,7 @@ fn a_steps_memory_limit_and_network_come_from_the_plan() {
          [[steps]]\nid = 'big'\nmemory_mb = 128\n\
          run = \"python3 -c 'b = bytearray(512 * 1024 * 1024)'\"\n",
     );
-    let out = rein(&data).arg("run").arg(&plan).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    common::exits(rein(&data).arg("run").arg(&plan), 1);
     let state = show(&data, &task_ids(&data)[0]);
     let big = step_output(&state, "big");
     assert!(
@@ -104,32 +102,26 @@ fn a_steps_memory_limit_and_network_come_from_the_plan() {
         "bad.toml",
         "description = 'bad'\n[[steps]]\nid = 'ask'\nkind = 'approve'\ntitle = 'Go?'\nnetwork = true\n",
     );
-    let out = rein(&data)
-        .args(["plan", "check"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(rein(&data).args(["plan", "check"]).arg(&bad), 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("`network`"));
 }
 
 #[test]
 fn with_no_sandbox_available_steps_are_refused_with_what_to_install() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "p.toml",
         "description = 'x'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
     );
     // No PATH: bubblewrap cannot be found, and it is the sandbox asked for.
-    let out = rein(&data)
-        .env("PATH", "")
-        .args(["--sandbox", "bubblewrap", "run"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 1);
+    let said = common::fails(
+        rein(&data)
+            .env("PATH", "")
+            .args(["--sandbox", "bubblewrap", "run"])
+            .arg(&plan),
+        1,
+    );
     assert!(
         said.contains("no sandbox can run here")
             && said.contains("apt-get install bubblewrap")
@@ -141,8 +133,7 @@ fn with_no_sandbox_available_steps_are_refused_with_what_to_install() {
 
 #[test]
 fn sandbox_none_runs_unsandboxed_loudly_and_marks_every_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let outside = dir.path().join("outside.txt");
     let plan = write_plan(
         dir.path(),
@@ -174,8 +165,7 @@ fn without_bubblewrap_auto_falls_back_to_landlock() {
 
 #[test]
 fn a_finished_tasks_fresh_workspace_is_kept_or_cleaned_by_the_plan() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let run = |name: &str, cleanup: &str, command: &str, extra: &[&str]| {
         let plan = write_plan(
             dir.path(),
@@ -222,12 +212,7 @@ fn a_finished_tasks_fresh_workspace_is_kept_or_cleaned_by_the_plan() {
         "odd.toml",
         "description = 'odd'\ncleanup = 'sometimes'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
     );
-    let out = rein(&data)
-        .args(["plan", "check"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(rein(&data).args(["plan", "check"]).arg(&bad), 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("sometimes"));
 }
 
@@ -276,14 +261,14 @@ fn a_steps_process_limit_binds_and_each_run_says_whether_it_did() {
         let ws = dir.path().join("theirs");
         std::fs::create_dir(&ws).unwrap();
         std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
-        let out = rein(&data)
-            .arg("run")
-            .arg("--workspace")
-            .arg(&ws)
-            .arg(&plan)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1));
+        common::exits(
+            rein(&data)
+                .arg("run")
+                .arg("--workspace")
+                .arg(&ws)
+                .arg(&plan),
+            1,
+        );
         let state = show(&data, &task_ids(&data)[0]);
         let many = step_output(&state, "many");
         assert_eq!(many["run_as_uid"], 65534, "{many}");
@@ -312,8 +297,7 @@ fn a_steps_process_limit_binds_and_each_run_says_whether_it_did() {
 
 #[test]
 fn rein_health_probes_the_sandbox_for_real() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     let report = json(&run_ok(rein(&data).args(["health", "--json"])));
     assert_eq!(report["status"], "healthy", "{report}");
     let sandbox = report["components"]["sandbox_manager"]["detail"]
@@ -325,12 +309,12 @@ fn rein_health_probes_the_sandbox_for_real() {
     );
     assert_eq!(report["components"]["task_store"]["status"], "healthy");
     // With no sandbox to be found, the report says so and scripts get exit 1.
-    let out = rein(&data)
-        .env("PATH", "")
-        .args(["--sandbox", "bubblewrap", "health"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(
+        rein(&data)
+            .env("PATH", "")
+            .args(["--sandbox", "bubblewrap", "health"]),
+        1,
+    );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         said.starts_with("unhealthy") && said.contains("sandbox_manager     unhealthy"),
@@ -362,8 +346,7 @@ fn assert_workspace_refused(dir: &std::path::Path, data: &std::path::Path, ws: &
 
 #[test]
 fn workspaces_that_would_switch_the_sandbox_off_are_refused_naming_the_rule() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     std::fs::create_dir_all(&data).unwrap();
     std::os::unix::fs::symlink("/", dir.path().join("to-root")).unwrap();
     for (ws, rule) in [

@@ -36,8 +36,7 @@ fn fuzz(seed: u32) {
         "schemathesis is not installed: `pip install {SCHEMATHESIS}` (.ci/run does)"
     );
     let m = model::model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let mut child = m
         .rein(&data)
         // Its checks of authentication send wrong tokens by the hundred: the

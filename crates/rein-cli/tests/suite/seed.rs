@@ -233,8 +233,7 @@ fn the_seed_list_filters_answer() {
 
 #[test]
 fn the_cli_creates_and_shows_the_seed_payloads_without_loss() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     for (name, noun, id) in [
         ("seed-000-contract-full.json", "contracts", "hctr_seed_full"),
         ("seed-000-evidence-full.json", "evidence", "evb_seed_full"),
@@ -331,8 +330,7 @@ fn a_governance_entry_is_added_by_hand_and_revoked_once() {
 
 #[test]
 fn the_ledger_commands_add_and_revoke_entries() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = common::scratch();
     let added = json(&run_ok(rein(&data).args([
         "ledger",
         "add",
@@ -360,11 +358,7 @@ fn the_ledger_commands_add_and_revoke_entries() {
     let out = run_ok(rein(&data).args(["ledger", "revoke", &id, "--reason", "superseded"]));
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains(&format!("revoked {id}")), "{said}");
-    let again = rein(&data)
-        .args(["ledger", "revoke", &id])
-        .output()
-        .unwrap();
-    assert_eq!(again.status.code(), Some(1));
+    let again = common::exits(rein(&data).args(["ledger", "revoke", &id]), 1);
     assert!(
         String::from_utf8_lossy(&again.stderr).contains("already revoked"),
         "{}",

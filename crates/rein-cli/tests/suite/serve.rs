@@ -83,12 +83,12 @@ fn the_server_runs_a_plan_and_serves_health_and_metrics() {
 #[test]
 fn without_a_token_the_server_only_listens_on_loopback() {
     let dir = tempfile::tempdir().unwrap();
-    let out = rein(&dir.path().join("data"))
-        .args(["serve", "--listen", "0.0.0.0:0"])
-        .env_remove("REIN_TOKEN")
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 2);
+    let said = common::fails(
+        rein(&dir.path().join("data"))
+            .args(["serve", "--listen", "0.0.0.0:0"])
+            .env_remove("REIN_TOKEN"),
+        2,
+    );
     assert!(
         said.contains("refusing to listen on 0.0.0.0") && said.contains("REIN_TOKEN"),
         "{said}"
@@ -211,17 +211,15 @@ fn text(out: &Output) -> String {
 
 #[test]
 fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let (server, addr, remote) = served(dir.path());
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
 
     // Without the token the server's refusal comes with the way out.
-    let out = rein(&remote.unused)
-        .args(["--url", &remote.url, "tasks", "list"])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 1);
+    let said = common::fails(
+        rein(&remote.unused).args(["--url", &remote.url, "tasks", "list"]),
+        1,
+    );
     assert!(
         said.contains("--token") && said.contains("REIN_TOKEN"),
         "{said}"
@@ -244,12 +242,12 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
         .unwrap();
 
     // Over a server a decision is the token's; --as cannot claim another name.
-    let out = remote
-        .cmd()
-        .args(["approvals", "approve", &approval, "--as", "mallory"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    common::exits(
+        remote
+            .cmd()
+            .args(["approvals", "approve", &approval, "--as", "mallory"]),
+        2,
+    );
     let decided = text(&remote.ok(&["approvals", "approve", &approval, "--reason", "looks right"]));
     assert!(
         decided.contains("approved") && decided.contains("by admin"),
@@ -418,24 +416,14 @@ fn pause_resume_snapshot_restore_and_delete_over_the_server() {
     assert_eq!(all[0]["status"], "completed");
 
     remote.ok(&["tasks", "delete", &copy]);
-    let gone = remote
-        .cmd()
-        .args(["tasks", "show", &copy])
-        .output()
-        .unwrap();
-    assert_eq!(gone.status.code(), Some(1));
+    let gone = common::exits(remote.cmd().args(["tasks", "show", &copy]), 1);
     assert!(
         String::from_utf8_lossy(&gone.stderr).contains("not found"),
         "{}",
         String::from_utf8_lossy(&gone.stderr)
     );
     // A bad id is the user's to fix (exit 2), as it is embedded.
-    let bad = remote
-        .cmd()
-        .args(["tasks", "show", "nope"])
-        .output()
-        .unwrap();
-    assert_eq!(bad.status.code(), Some(2));
+    common::exits(remote.cmd().args(["tasks", "show", "nope"]), 2);
     stop(server);
 }
 
@@ -448,33 +436,30 @@ fn an_unreachable_server_is_named_with_what_to_check() {
         .local_addr()
         .unwrap()
         .port();
-    let out = rein(&dir.path().join("data"))
-        .args([
+    let said = common::fails(
+        rein(&dir.path().join("data")).args([
             "--url",
             &format!("http://127.0.0.1:{port}"),
             "tasks",
             "list",
-        ])
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 1);
+        ]),
+        1,
+    );
     assert!(
         said.contains(&format!("cannot reach rein at http://127.0.0.1:{port}"))
             && said.contains("rein serve"),
         "{said}"
     );
-    let out = rein(&dir.path().join("data"))
-        .args(["--url", "ftp://example", "tasks", "list"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&dir.path().join("data")).args(["--url", "ftp://example", "tasks", "list"]),
+        2,
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("http://"));
 }
 
 #[test]
 fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let (server, _, remote) = served(dir.path());
     // Run by a `rein run` of its own on the server's store, which is then killed.
     let plan = write_plan(
@@ -520,8 +505,7 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
 
 #[test]
 fn the_state_commands_work_the_same_against_a_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let (server, _, remote) = served(dir.path());
     let seed = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../rein-protocol/tests/data/seed-000-shared-state.json");
@@ -592,8 +576,7 @@ fn the_state_commands_work_the_same_against_a_server() {
 /// what it refuses, and how, is the server's, to the byte and exit code.
 #[test]
 fn an_embedded_command_refuses_what_a_server_refuses_in_the_same_words() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let (server, _, remote) = served(dir.path());
     for args in [
         // A value the API's query refuses (400: exit 2).
@@ -1069,14 +1052,7 @@ fn fork_and_retry_over_the_server() {
         "fails.toml",
         "description = 'fails'\n[[steps]]\nid = 'write'\nrun = 'echo one > a.txt'\n[[steps]]\nid = 'check'\nrun = 'test -f missing'\ndepends_on = ['write']\n",
     );
-    let ran = remote
-        .cmd()
-        .arg("run")
-        .arg(&plan)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert_eq!(ran.status.code(), Some(1));
+    common::exits(remote.cmd().arg("run").arg(&plan).arg("--quiet"), 1);
     let task = remote.first("the task appears", &["tasks", "list", "--json"])["id"]
         .as_str()
         .unwrap()

@@ -68,8 +68,7 @@ depends_on = ["tell"]
 #[test]
 fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned_and_reset() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "plan.toml", SHARED);
     let state = json(&run_ok(
         m.rein(&data)
@@ -100,11 +99,10 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
     assert!(id.starts_with("ses_"), "{id}");
 
     // Pinning to a runtime nobody registered is bad usage, naming the runtimes.
-    let out = rein(&data)
-        .args(["sessions", "pin", id, "--runtime", "codex"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(
+        rein(&data).args(["sessions", "pin", id, "--runtime", "codex"]),
+        2,
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no runtime `codex`"),
         "{}",
@@ -134,11 +132,10 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
     assert!(shown.contains("steps tell, ask"), "{shown}");
     assert!(shown.contains("turns 0, generation 1"), "{shown}");
 
-    let missing = rein(&data)
-        .args(["sessions", "show", "ses_01JAAAAAAAAAAAAAAAAAAAAAAA"])
-        .output()
-        .unwrap();
-    assert_eq!(missing.status.code(), Some(1));
+    let missing = common::exits(
+        rein(&data).args(["sessions", "show", "ses_01JAAAAAAAAAAAAAAAAAAAAAAA"]),
+        1,
+    );
     assert!(String::from_utf8_lossy(&missing.stderr).contains("not found"));
 
     // The same through the API, and `--url`.
@@ -189,18 +186,11 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
 
 #[test]
 fn steps_sharing_a_session_must_be_ordered_by_their_dependencies() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     // `ask` no longer waits for `tell`: both could talk at once.
     let unordered = SHARED.replacen("depends_on = [\"tell\"]\n", "", 1);
     let plan = write_plan(dir.path(), "plan.toml", &unordered);
-    let out = rein(&data)
-        .args(["plan", "check"])
-        .arg(&plan)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(rein(&data).args(["plan", "check"]).arg(&plan), 2);
     assert!(
         err.contains(
             "steps `tell` and `ask` share session `talk` but neither depends on the other"
@@ -221,8 +211,7 @@ tools = ["run_command", "delegate"]
 #[test]
 fn a_delegation_survives_sigkill_without_running_twice_and_only_its_owner_may_change_it() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     let plan = write_plan(dir.path(), "plan.toml", DELEGATING);
@@ -486,21 +475,14 @@ fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_thr
     assert_eq!(work["steps"], serde_json::json!(["first", "second"]));
 
     // Without the plugin, nothing would reset its side: refused, saying so.
-    let out = rein(data).args(["sessions", "reset", id]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    let out = common::exits(rein(data).args(["sessions", "reset", id]), 1);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("name its plugin with --plugin"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     // A reset whose required cleanup fails is refused, and the session stays.
-    let out = echo
-        .with(&stuck)
-        .args(["sessions", "reset", id])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(echo.with(&stuck).args(["sessions", "reset", id]), 1);
     assert!(
         err.contains("was not reset") && err.contains("the native sandbox is still attached"),
         "{err}"
@@ -525,9 +507,7 @@ fn a_session_is_not_reset_while_its_task_runs_and_a_reset_retires_its_executor()
         .as_str()
         .unwrap()
         .to_owned();
-    let out = with().args(["sessions", "reset", &id]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = common::fails(with().args(["sessions", "reset", &id]), 1);
     assert!(
         err.contains("while its task") && err.contains("is running (process"),
         "{err}"
@@ -603,8 +583,7 @@ fn aborting_a_paused_task_retires_its_sessions_executors() {
 #[test]
 fn a_session_is_compacted_by_hand_on_its_own_model_and_metered() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "notes.toml",
@@ -667,11 +646,7 @@ fn a_session_is_compacted_by_hand_on_its_own_model_and_metered() {
 /// waits for a person), until its gate asks: the task's state then, and the
 /// request's id.
 fn run_to_gate(remote: &dyn Fn(&[&str]) -> Command, plan: &Path) -> (Value, String) {
-    let started = remote(&["run", "--no-wait", "--json"])
-        .arg(plan)
-        .output()
-        .unwrap();
-    assert_eq!(started.status.code(), Some(3));
+    let started = common::exits(remote(&["run", "--no-wait", "--json"]).arg(plan), 3);
     let started: Value = serde_json::from_slice(&started.stdout).unwrap();
     let request = eventually("the gate asks", || {
         let pending = json(&run_ok(&mut remote(&["approvals", "list", "--json"])));
@@ -735,8 +710,7 @@ depends_on = ["gate"]
 #[test]
 fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_owners() {
     let m = model();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let acme = plugin(
         dir.path(),
         "acme",
@@ -920,11 +894,10 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
     assert_eq!(child["delegated_execution"]["by"], "task", "{child}");
     // To a plugin the owner does not trust: the step's attempt is refused
     // as a permission (escalated to a person: exit 3), naming why.
-    let out = remote(&["run", "--no-wait", "--json"])
-        .arg(lead("other"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
+    let out = common::exits(
+        remote(&["run", "--no-wait", "--json"]).arg(lead("other")),
+        3,
+    );
     let state: Value = serde_json::from_slice(&out.stdout).unwrap();
     let refused = state["checkpoints"]
         .as_array()
@@ -952,8 +925,7 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
 /// plugin is not reloaded (409, exit 1); an unknown one is named.
 #[test]
 fn a_reloaded_plugin_answers_from_a_new_program_and_its_executors_are_ensured_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let exec = dir.path().join("exec");
     std::fs::create_dir_all(&exec).unwrap();
     let manifest = echo_plugin(dir.path(), "echo.toml", "ok", &exec);
@@ -1010,11 +982,9 @@ fn a_reloaded_plugin_answers_from_a_new_program_and_its_executors_are_ensured_ag
         "{log}"
     );
 
-    let unknown = remote(&["harness", "reload", "ghost"]).output().unwrap();
-    assert_eq!(unknown.status.code(), Some(1));
+    let unknown = common::exits(&mut remote(&["harness", "reload", "ghost"]), 1);
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no plugin `ghost`"));
     run_ok(&mut remote(&["harness", "revoke", "echo"]));
-    let revoked = remote(&["harness", "reload", "echo"]).output().unwrap();
-    assert_eq!(revoked.status.code(), Some(1));
+    let revoked = common::exits(&mut remote(&["harness", "reload", "echo"]), 1);
     assert!(String::from_utf8_lossy(&revoked.stderr).contains("stays revoked"));
 }

@@ -16,8 +16,7 @@ fn seed_example() -> PathBuf {
 
 #[test]
 fn create_add_and_detect_conflicts_from_the_command_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let created = json(&run_ok(
         rein(&data)
             .args(["state", "create"])
@@ -26,12 +25,7 @@ fn create_add_and_detect_conflicts_from_the_command_line() {
     ));
     assert_eq!(created["id"], "shs_release_docs");
     // The same id again is refused, never overwritten.
-    let again = rein(&data)
-        .args(["state", "create"])
-        .arg(seed_example())
-        .output()
-        .unwrap();
-    assert_eq!(again.status.code(), Some(1));
+    let again = common::exits(rein(&data).args(["state", "create"]).arg(seed_example()), 1);
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
 
     let no_conflicts = run_ok(rein(&data).args(["state", "conflicts", "shs_release_docs"]));
@@ -55,17 +49,16 @@ fn create_add_and_detect_conflicts_from_the_command_line() {
         "{said}"
     );
     // Scripts choose what fails them.
-    let warn = rein(&data)
-        .args([
+    common::exits(
+        rein(&data).args([
             "state",
             "conflicts",
             "shs_release_docs",
             "--fail-on",
             "warn",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(warn.status.code(), Some(1));
+        ]),
+        1,
+    );
     let escalate = rein(&data)
         .args([
             "state",
@@ -83,27 +76,22 @@ fn create_add_and_detect_conflicts_from_the_command_line() {
     assert_eq!(listed[0]["conflicts"].as_array().unwrap().len(), 1);
     let session = run_ok(rein(&data).args(["state", "session", "session-release"]));
     assert!(String::from_utf8_lossy(&session.stdout).contains("Edit the docs"));
-    let missing = rein(&data)
-        .args(["state", "show", "shs_nope"])
-        .output()
-        .unwrap();
-    assert_eq!(missing.status.code(), Some(1));
+    common::exits(rein(&data).args(["state", "show", "shs_nope"]), 1);
 
     // Bad files are the user's to fix, named.
     let bad = write_plan(dir.path(), "bad.json", r#"{ "id": "p", "role": "chef" }"#);
-    let out = rein(&data)
-        .args(["state", "add-participant", "shs_release_docs"])
-        .arg(&bad)
-        .output()
-        .unwrap();
-    let said = common::exited(&out, 2);
+    let said = common::fails(
+        rein(&data)
+            .args(["state", "add-participant", "shs_release_docs"])
+            .arg(&bad),
+        2,
+    );
     assert!(said.contains("bad.json") && said.contains("chef"), "{said}");
 }
 
 #[test]
 fn plans_that_name_a_shared_state_record_their_steps_and_collide_there() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let state = write_plan(
         dir.path(),
         "state.json",
@@ -149,8 +137,7 @@ fn plans_that_name_a_shared_state_record_their_steps_and_collide_there() {
         "lost.toml",
         "description = 'lost'\nshared_state = 'shs_nowhere'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
     );
-    let out = rein(&data).arg("run").arg(&lost).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let out = common::exits(rein(&data).arg("run").arg(&lost), 2);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("shs_nowhere"),
         "{}",
@@ -208,8 +195,7 @@ fn action_status(data: &Path, state: &str, task: &str) -> Option<String> {
 
 #[test]
 fn a_serializing_state_makes_a_colliding_step_wait_and_a_rejecting_one_fails_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     for (id, mode) in [("shs_serial", "serialize"), ("shs_strict", "reject")] {
         let file = write_plan(
             dir.path(),

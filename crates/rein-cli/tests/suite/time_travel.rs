@@ -70,8 +70,7 @@ fn leftovers(data: &Path) -> Vec<String> {
 
 #[test]
 fn sigkill_during_a_fork_leaves_no_half_made_task() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let plan = write_plan(
         dir.path(),
         "big.toml",
@@ -187,8 +186,7 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
 
 #[test]
 fn sigkill_while_workspaces_are_kept_loses_none_recorded() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let mut text = String::from("description = 'kept under kills'\n");
     for i in 0..6 {
         text.push_str(&writer(&format!("w{i}"), &format!("d{i}"), 1500));

@@ -4,6 +4,7 @@
 //! unconfined (`--sandbox none`) runs the script with rein's environment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crate::common;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -127,11 +128,10 @@ fn with_exec_it_becomes_the_program_as_given_in_its_environment_and_directory() 
         format!("inherited|zero|one  two\n{}\n", ws.display())
     );
     // A program that is not there is named.
-    let out = confine()
-        .args(["--parent", &me, "--exec", "--", "/nonexistent/bwrap"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(127));
+    let out = common::exits(
+        confine().args(["--parent", &me, "--exec", "--", "/nonexistent/bwrap"]),
+        127,
+    );
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("cannot run /nonexistent/bwrap"),
         "{}",
@@ -180,11 +180,7 @@ fn with_exec_it_refuses_what_it_would_not_do() {
         );
         assert!(!marker.exists(), "{extra:?}: the program ran");
     }
-    let out = confine()
-        .args(["--parent", &me, "--exec", "--"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    common::exits(confine().args(["--parent", &me, "--exec", "--"]), 2);
 }
 
 #[test]

@@ -192,8 +192,7 @@ fn pending_approval(addr: &str, task: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = common::scratch();
     let tokens = dir.path().join("tokens.toml");
     std::fs::write(
         &tokens,
