@@ -57,11 +57,10 @@ pub struct StepRequest {
 }
 
 /// What a step's command did, recorded in its checkpoint's `output`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommandOutput {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signal: Option<i32>,
     #[serde(default)]
     pub timed_out: bool,
@@ -76,30 +75,26 @@ pub struct CommandOutput {
     pub sandbox: String,
     /// What the command could reach: where it could write and read, what was
     /// hidden from it, whether it had the network.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reach: Option<rein_sandbox::Reach>,
     /// What the permission rules said, and which rule.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission: Option<PermissionDecision>,
     /// The policy in force: its rules by source and its default.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub policy: String,
     /// The step's process limit, and whether it binds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_limit: Option<ProcessLimit>,
     /// The user the command ran as, when rein runs as root and ran it as the
     /// owner of its workspace.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_as_uid: Option<u32>,
 }
 
 /// A step's limit on processes, and whether it was in force.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessLimit {
     pub limit: u64,
     pub enforced: bool,
     /// Why it was not, when it was not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 

@@ -82,12 +82,12 @@ impl<T> List<T> {
     }
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskEnvelope {
     pub task: TaskState,
     /// What the task's model calls used, by model (`GET
     /// /admin/tasks/{id}`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::UsageReport>,
 }
 
@@ -131,10 +131,10 @@ pub struct ConflictReport {
 }
 
 /// An agent session; shown alone, with the sessions it delegated.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentSessionEnvelope {
     pub session: AgentSessionInfo,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children: Option<Vec<AgentSessionInfo>>,
 }
 
@@ -206,10 +206,10 @@ pub struct ResumeAllResult {
 }
 
 /// Why a pause or abort is asked (it goes into the task's log).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reason {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
@@ -226,6 +226,7 @@ pub struct ResumeRequest {
 /// `POST /admin/tasks/{id}/fork`: where in the source's history the fork
 /// starts (exactly one of `before`, `after` and `at`; `turn` only with
 /// `at`), and what it changes.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(extend("oneOf" = [
@@ -253,25 +254,20 @@ pub struct ResumeRequest {
 ]))]
 pub struct ForkRequest {
     /// Just before this step's first attempt started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub before: Option<String>,
     /// Just after this step completed (as rein kept the workspace then).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub after: Option<String>,
     /// As of this event of the source's log (`seq` of a history point).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub at: Option<u64>,
     /// With `at` (an agent step's start) or `before`: the step's agent
     /// session continues after this many of its turns.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
     /// An empty directory to make the fork's workspace in (a server's caller
     /// may name only one inside its `--workspace-root`); a new one under the
     /// data directory if absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
     /// Steps' fields for the fork, as `STEP.FIELD` → value (for example
     /// `{"draft.model": "other-model"}` or `{"build.run": "make test"}`).
@@ -282,13 +278,13 @@ pub struct ForkRequest {
 
 /// `POST /admin/tasks/{id}/retry`: a failed task forked just before its
 /// first failed step, with these changes.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryRequest {
     /// An empty directory to make the fork's workspace in (a server's caller
     /// may name only one inside its `--workspace-root`); a new one under the
     /// data directory if absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
     /// Steps' fields for the fork, as `STEP.FIELD` → value (for example
     /// `{"draft.model": "other-model"}` or `{"build.run": "make test"}`).
@@ -298,37 +294,34 @@ pub struct RetryRequest {
 }
 
 /// A person's answer to an approval request; who decided is whoever is signed in.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DecisionRequest {
     pub decision: Decision,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_option: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Who decides instead (with `delegate`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegate_to: Option<String>,
 }
 
 /// A contract's move along its status flow.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusRequest {
     pub status: ContractStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
 /// A review as a person posts it: the reviewer is whoever is signed in.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReviewRequest {
     pub verdict: ReviewVerdict,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
     /// One with the same id is replaced.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
 }
 
@@ -381,6 +374,7 @@ pub struct SessionResponse {
 
 /// A task to run: a `plan` (its steps), or a `goal` a model decomposes at CP2
 /// (with the `provider` … `max_parallel` keys that go with a goal).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 #[schemars(extend("oneOf" = [
@@ -404,23 +398,17 @@ pub struct SessionResponse {
     },
 ]))]
 pub struct SubmitTask {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<TaskDecomposition>,
     /// Instead of a plan: what the task is to achieve, decomposed into steps by
     /// a model at CP2.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"\S"))]
     pub goal: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// `auto`, `rein` or a harness id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"\S"))]
     pub runtime: Option<String>,
     /// Whether a person confirms the decomposed plan before it runs (default true).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirm: Option<bool>,
     #[serde(
         default,
@@ -446,31 +434,25 @@ pub struct SubmitTask {
     pub max_parallel: Option<u32>,
     /// What the goal's model calls may spend, all its steps together (a
     /// plan says it as its own `budget`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::Budget>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
     /// An absolute directory inside one of the server's `--workspace-root`
     /// directories; refused without one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<std::path::PathBuf>,
 }
 
 /// One isolated completion: prompt-only, no tools.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CompletionRequest {
     /// Not empty, nor only spaces.
     #[schemars(regex(pattern = r"\S"))]
     pub prompt: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// `auto`, `rein` or a harness id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"\S"))]
     pub runtime: Option<String>,
     /// Milliseconds for the whole completion (default 120000).
@@ -482,12 +464,10 @@ pub struct CompletionRequest {
     #[schemars(range(min = 1, max = 1_800_000))]
     pub timeout_ms: Option<u64>,
     /// A JSON Schema the answer must match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<serde_json::Map<String, serde_json::Value>>,
     /// What counts as an answer (spec harness-sdk rule 20): `default` refuses
     /// empty visible text; `strict` (the SDK's `strict_visible`) takes it,
     /// and never shows thinking as text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub visibility: Option<Visibility>,
 }
 
@@ -513,29 +493,26 @@ pub enum AuthBootstrap {
 
 /// A runtime runs can select: the built-in one, or a registered harness with
 /// what it declares.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HarnessInfo {
     pub id: String,
     pub label: String,
     /// The plugin that registered it (`null`: built in).
+    #[serialize_always]
     pub plugin: Option<String>,
     pub builtin: bool,
     /// What its runtime speaks: `rein` or `acp`.
     pub protocol: String,
     /// Providers `auto` may choose it for (absent: it is asked for every one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_selection_provider_ids: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_bootstrap: Option<AuthBootstrap>,
     /// Where its sessions' work happens: a provider-hosted workspace or a
     /// local folder.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_environment: Option<WorkspaceEnvironment>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated_execution_plugin_ids: Option<Vec<String>>,
     /// The plugin's status (enabled, disabled, revoked); none for the
     /// built-in runtime.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
 }
 
@@ -566,6 +543,7 @@ pub struct Component {
     pub detail: String,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Alert {
     /// `warning` or `critical`.
@@ -578,7 +556,6 @@ pub struct Alert {
     /// Whether the component is healthy again (the alert is kept for an
     /// hour after that, so a problem that came and went is still told).
     pub resolved: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_at: Option<Timestamp>,
 }
 
@@ -603,16 +580,15 @@ impl Components {
 }
 
 /// `/healthz`: each component probed for real (spec §6 rule 23).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Health {
     pub status: HealthStatus,
     pub components: Components,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics: Option<HarnessMetrics>,
     pub alerts: Vec<Alert>,
     /// This node and the tasks it holds by lease, where several nodes share
     /// the store (PostgreSQL); absent on a store one machine owns.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<NodeHealth>,
 }
 

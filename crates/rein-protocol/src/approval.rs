@@ -195,41 +195,37 @@ impl Decision {
 }
 
 /// What the request is about.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalContext {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_path: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_assessment: Option<String>,
 }
 
 /// A person's answer to a request.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalResponse {
     pub request_id: ApprovalId,
     pub decision: Decision,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_option: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     pub decided_by: String,
     /// With `delegate`: the approver the request goes to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegate_to: Option<String>,
     pub decided_at: Timestamp,
 }
 
 /// A request for a person's decision; a durable pause of the step that raised it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ApprovalRequest {
     pub id: ApprovalId,
     pub task_id: TaskId,
     pub checkpoint_id: CheckpointId,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_id: Option<String>,
     pub trigger: Trigger,
     #[serde(rename = "type")]
@@ -239,28 +235,22 @@ pub struct ApprovalRequest {
     pub description: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub options: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommended_option: Option<String>,
     #[serde(default)]
     pub context: ApprovalContext,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Timestamp>,
     /// What the deadline passing means: `deny` unless the plan says otherwise.
     pub on_expiry: Decision,
     /// The approver it was delegated to, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assigned_to: Option<String>,
     pub created_at: Timestamp,
     pub status: ApprovalStatus,
     /// The decision that settled it (or the last delegation while pending).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response: Option<ApprovalResponse>,
     /// Set when a running step asked this itself (an agent asking permission):
     /// the question's identity, the same each time the step asks it again. The
     /// step receives the decision; the step is not settled by it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub question: Option<String>,
 }
 

@@ -61,6 +61,7 @@ impl ContractStatus {
 
 /// One step of the planned work: rein's `title`, `toolName` and `command`,
 /// and the seed's fields beside them.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct PlannedAction {
@@ -68,15 +69,10 @@ pub struct PlannedAction {
     pub id: String,
     #[serde(default)]
     pub title: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_level: Option<Risk>,
     #[serde(default)]
     pub requires_approval: bool,
@@ -84,22 +80,19 @@ pub struct PlannedAction {
     pub read_set: Vec<Resource>,
     #[serde(default)]
     pub write_set: Vec<Resource>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_outcome: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
 }
 
 /// A tool the work needs (the seed's `toolsRequired` entry).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct ToolRequirement {
     pub tool_name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purpose: Option<String>,
     #[serde(default)]
     pub requires_approval: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_scope: Option<String>,
 }
 
@@ -110,6 +103,7 @@ impl Said for ToolRequirement {
 }
 
 /// How the result will be checked (the seed's verification step).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct VerificationStep {
@@ -117,21 +111,14 @@ pub struct VerificationStep {
     pub id: String,
     #[serde(default)]
     pub title: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected_signal: Option<String>,
     #[serde(default = "yes")]
     pub required: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_summary: Option<String>,
 }
 
@@ -149,6 +136,7 @@ impl Said for VerificationStep {
 }
 
 /// How the work is undone (the seed's rollback step).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct RollbackStep {
@@ -156,13 +144,9 @@ pub struct RollbackStep {
     pub id: String,
     #[serde(default)]
     pub title: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
 }
 
@@ -173,6 +157,7 @@ impl Said for RollbackStep {
 }
 
 /// A limit the work keeps to (the seed's contract constraint).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Constraint {
@@ -180,7 +165,6 @@ pub struct Constraint {
     pub id: String,
     #[serde(default)]
     pub text: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
 }
 
@@ -214,6 +198,7 @@ pub struct StatusChange {
 /// Planned work (`hctr_…`): its goal, planned actions, read and write sets,
 /// required tools, verification and rollback plans, success criteria and risk,
 /// with every field of the seed's contract under the seed's name.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct HarnessContract {
@@ -226,7 +211,6 @@ pub struct HarnessContract {
     pub goal: String,
     #[serde(default)]
     pub status: ContractStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_request_summary: Option<String>,
     #[serde(default)]
     pub planned_actions: Vec<PlannedAction>,
@@ -247,7 +231,6 @@ pub struct HarnessContract {
     #[serde(default)]
     pub verification_plan: Vec<TextOr<VerificationStep>>,
     /// Text, or the seed's list of rollback steps.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback_plan: Option<TextOr<Vec<RollbackStep>>>,
     #[serde(default)]
     pub success_criteria: Vec<String>,
@@ -265,7 +248,6 @@ pub struct HarnessContract {
     pub risk_derived: bool,
     #[serde(default)]
     pub approval_required: ApprovalRequirement,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_reason: Option<String>,
     #[serde(
         default,
@@ -284,11 +266,8 @@ pub struct HarnessContract {
     )]
     #[schemars(length(min = 1))]
     pub session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_id: Option<String>,
     /// The task and step whose plan–execute–verify made this contract.
     #[serde(
@@ -298,13 +277,11 @@ pub struct HarnessContract {
     )]
     #[schemars(length(min = 1))]
     pub task_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_id: Option<String>,
     #[serde(default)]
     pub evidence_bundle_ids: Vec<String>,
     #[serde(default)]
     pub tags: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<RecordMetadata>,
     #[serde(default)]
     pub history: Vec<StatusChange>,
@@ -382,21 +359,18 @@ pub enum Capture {
 }
 
 /// Where an item came from (the seed's evidence source).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceSource {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceItem {
@@ -406,9 +380,7 @@ pub struct EvidenceItem {
     pub kind: EvidenceKind,
     #[serde(default)]
     pub title: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     #[serde(
         default,
@@ -418,27 +390,16 @@ pub struct EvidenceItem {
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub capture: Capture,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<Resource>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<EvidenceSource>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime_event_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_event_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redacted_payload: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
@@ -484,6 +445,7 @@ impl CheckStatus {
 }
 
 /// One verification: what was checked, by whom, how it came out.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceCheck {
@@ -491,15 +453,12 @@ pub struct EvidenceCheck {
     pub id: String,
     #[serde(default)]
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
     #[serde(default = "yes")]
     pub required: bool,
     #[serde(default)]
     pub status: CheckStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     /// The seed's `details`; rein's earlier `detail` is read too.
     #[serde(
@@ -509,7 +468,6 @@ pub struct EvidenceCheck {
         skip_serializing_if = "Option::is_none"
     )]
     pub detail: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(
         default,
@@ -517,7 +475,6 @@ pub struct EvidenceCheck {
         deserialize_with = "crate::de::integral"
     )]
     pub exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(
         default,
@@ -532,7 +489,6 @@ pub struct EvidenceCheck {
     )]
     pub completed_at: Option<Timestamp>,
     /// When rein recorded it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Timestamp>,
 }
 
@@ -546,6 +502,7 @@ pub enum ReviewVerdict {
 }
 
 /// A person's review of the evidence (rein's; the seed's are `humanReviews`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Review {
@@ -553,21 +510,17 @@ pub struct Review {
     pub id: String,
     pub reviewer: String,
     pub verdict: ReviewVerdict,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comment: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Timestamp>,
 }
 
 /// The seed's human review, kept as given.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct HumanReview {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reviewer: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
     #[serde(
         default,
@@ -578,6 +531,7 @@ pub struct HumanReview {
 }
 
 /// A risk the evidence leaves (the seed's object form).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceRisk {
@@ -585,11 +539,9 @@ pub struct EvidenceRisk {
     pub risk_level: Risk,
     #[serde(default)]
     pub description: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mitigation: Option<String>,
     #[serde(default)]
     pub accepted: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_by: Option<String>,
     #[serde(
         default,
@@ -606,6 +558,7 @@ impl Said for EvidenceRisk {
 }
 
 /// Something left untested (the seed's object form).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct UntestedArea {
@@ -613,9 +566,7 @@ pub struct UntestedArea {
     pub id: String,
     #[serde(default)]
     pub description: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_level: Option<Risk>,
 }
 
@@ -629,6 +580,7 @@ impl Said for UntestedArea {
 }
 
 /// An assumption the evidence rests on (the seed's).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceAssumption {
@@ -638,12 +590,12 @@ pub struct EvidenceAssumption {
     pub text: String,
     #[serde(default)]
     pub verified: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence_item_id: Option<String>,
 }
 
 /// What happened (`evb_…`): items, checks, risks, untested areas, reviews and
 /// a confidence, with every field of the seed's bundle under the seed's name.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct EvidenceBundle {
@@ -669,17 +621,11 @@ pub struct EvidenceBundle {
     )]
     #[schemars(length(min = 1))]
     pub harness_contract_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learning_proposal_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub automation_run_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_id: Option<String>,
     #[serde(
         default,
@@ -695,7 +641,6 @@ pub struct EvidenceBundle {
     )]
     #[schemars(length(min = 1))]
     pub task_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_id: Option<String>,
     #[serde(default)]
     pub items: Vec<EvidenceItem>,
@@ -713,11 +658,9 @@ pub struct EvidenceBundle {
     #[serde(default)]
     pub human_reviews: Vec<HumanReview>,
     /// A score from 0 to 1 or the seed's level.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<Confidence>,
     #[serde(default)]
     pub tags: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<RecordMetadata>,
     #[serde(
         default,

@@ -77,6 +77,7 @@ impl EventType {
 }
 
 /// A change to a task: what one entry of its log says happened.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", content = "data", rename_all = "snake_case")]
 pub enum TaskChange {
@@ -84,11 +85,9 @@ pub enum TaskChange {
     TaskCreated {
         description: String,
         session_id: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         workspace_path: Option<String>,
         /// Which directory the workspace is, and whose (absent in tasks
         /// made before rein recorded it: pinned when they next run).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         workspace_pin: Option<crate::task::WorkspacePin>,
         pending_steps: Vec<String>,
         trace_id: String,
@@ -96,12 +95,10 @@ pub enum TaskChange {
     },
     /// A runner took the task up: `pending` → `in_progress`.
     TaskStarted {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         runner: Option<RunnerInfo>,
     },
     /// A runner took up a paused or interrupted task again.
     TaskResumed {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         runner: Option<RunnerInfo>,
         /// Interrupted steps the operator chose to run again.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -147,9 +144,7 @@ pub enum TaskChange {
     CheckpointPassed {
         checkpoint_id: CheckpointId,
         duration_ms: u64,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         output: Option<serde_json::Value>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         approved_by: Option<ApprovedBy>,
     },
     /// `in_progress` → `failed`.
@@ -157,16 +152,13 @@ pub enum TaskChange {
         checkpoint_id: CheckpointId,
         duration_ms: u64,
         error: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         output: Option<serde_json::Value>,
         /// The step will run again in a new attempt: this failure is not its outcome.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         will_retry: bool,
         /// The kind of error, when the failure was classified.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         error_type: Option<ErrorType>,
         /// With `will_retry`: not before this time (a durable timer).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_at: Option<Timestamp>,
     },
     /// Recovery acts on a classified failure of a step.
@@ -177,7 +169,6 @@ pub enum TaskChange {
         action: RecoveryAction,
         /// How many times recovery has acted on this step, this one included.
         attempt: u32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_at: Option<Timestamp>,
     },
     /// A step that needed recovery passed.
@@ -201,7 +192,6 @@ pub enum TaskChange {
     HumanApprovalReceived {
         request_id: ApprovalId,
         status: ApprovalStatus,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         response: Option<ApprovalResponse>,
     },
     /// The runtime that serves an agent step's attempt, and why (spec
@@ -246,7 +236,6 @@ pub enum TaskChange {
     /// says why it could not (`workspace.unavailable`), and the point is not
     /// one a fork can start from with its files.
     WorkspaceSaved {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         checkpoint_id: Option<CheckpointId>,
         workspace: crate::history::SavedWorkspace,
     },
@@ -254,7 +243,6 @@ pub enum TaskChange {
     CheckpointSkipped {
         checkpoint_id: CheckpointId,
         reason: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         duration_ms: Option<u64>,
     },
 }
@@ -416,6 +404,7 @@ impl TaskChange {
 }
 
 /// One event: an entry of a task's log, as stored and as streamed.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HarnessEvent {
     pub id: EventId,
@@ -424,14 +413,11 @@ pub struct HarnessEvent {
     pub timestamp: Timestamp,
     #[serde(flatten)]
     pub change: TaskChange,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<TaskId>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_id: Option<CheckpointId>,
     pub session_id: String,
     pub trace_id: String,
     pub span_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_span_id: Option<String>,
 }
 

@@ -33,18 +33,17 @@ pub enum TransportOverrides {
 
 /// What a harness is asked about: the model route and how it is prepared
 /// (camelCase on the wire, like the rest of the plugin protocol).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SupportContext {
     pub provider: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_id: Option<String>,
     /// `auto`, or the runtime asked for.
     pub requested_runtime: String,
     #[serde(default)]
     pub model_provider: ModelProvider,
     /// The agent session the run is for (`ses_…`), when there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_key: Option<String>,
 }
 
@@ -53,6 +52,7 @@ pub struct SupportContext {
 /// `preparedAuth.source`. rein's earlier flat names (`compatibleIds`,
 /// `preparedAuthSource`) are sent beside them for plugins written against
 /// them.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelProvider {
@@ -60,13 +60,11 @@ pub struct ModelProvider {
     pub request_transport_overrides: TransportOverrides,
     #[serde(default)]
     pub runtime_policy: ProviderRuntimePolicy,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared_auth: Option<PreparedAuth>,
     /// The same as `runtimePolicy.compatibleIds` (rein's earlier name).
     #[serde(default)]
     pub compatible_ids: Vec<String>,
     /// The same as `preparedAuth.source` (rein's earlier name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared_auth_source: Option<String>,
 }
 
@@ -108,21 +106,19 @@ impl ModelProvider {
 }
 
 /// A harness's answer about one model route.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Support {
     Supported {
         #[serde(default)]
         priority: i32,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
     Unsupported {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
         /// A runtime to fall back to when the harness was asked for explicitly
         /// (only the built-in runtime is honoured).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         fallback_runtime: Option<String>,
     },
 }
@@ -205,13 +201,12 @@ impl SelectionReason {
 }
 
 /// One harness's answer, as the decision records it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Candidate {
     pub id: String,
     pub supported: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
@@ -224,10 +219,10 @@ pub struct SelectionPolicy {
 }
 
 /// Which runtime serves a run, and why (spec §2 rule 6).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SelectionDecision {
     pub provider: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     pub policy: SelectionPolicy,
     pub selected: String,
@@ -235,7 +230,6 @@ pub struct SelectionDecision {
     /// Every harness asked, in the order asked (by id).
     pub candidates: Vec<Candidate>,
     /// Where the selected runtime's agents work, when it says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_environment: Option<WorkspaceEnvironment>,
     /// The models (`PROVIDER/MODEL`) that serve a turn, in order, when the
     /// model before them is rate-limited, overloaded, failing or too small
@@ -266,12 +260,12 @@ pub enum CompletionRuntime {
 }
 
 /// A completion as it came back, and how it was served.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Completion {
     /// The visible text of the answer.
     pub text: String,
     /// The answer as JSON, when a schema was given (and it passed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<serde_json::Value>,
     /// Which runtime served it, and why (the rule-21 selector's choice).
     pub selection: SelectionDecision,
@@ -287,7 +281,6 @@ pub struct Completion {
     pub duration_ms: u64,
     /// What its model request used (the server's count, or rein's estimate
     /// marked so), when the runtime that served it counts it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<crate::Usage>,
     /// `stop`, or `length` when the answer was cut at the token limit.
     pub stop_reason: String,

@@ -51,6 +51,7 @@ impl HistoryKind {
 }
 
 /// One point of a task's history.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HistoryPoint {
     /// The task log's position at this point: the sequence number of the
@@ -58,22 +59,16 @@ pub struct HistoryPoint {
     /// rather than the log, has its step's start here.
     pub seq: u64,
     /// When. An agent turn has none: its step's journal keeps no times.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at: Option<Timestamp>,
     pub kind: HistoryKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_id: Option<String>,
     /// The step's attempt (1 for its first run).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint_id: Option<CheckpointId>,
     /// An agent turn's number among its step's turns, from 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u64>,
     /// An agent turn's end in its step's journal: how many entries the
     /// journal held once the turn was written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub journal_entries: Option<u64>,
     /// What happened, in one line.
     pub description: String,
@@ -133,11 +128,11 @@ impl SnapshotRules {
 }
 
 /// A task's workspace as rein kept it at a point of its log.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct SavedWorkspace {
     /// The kept tree (a content address, `sha256:…`); none when the
     /// workspace could not be kept, and `unavailable` says why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub root: Option<String>,
     /// Files kept, and their bytes.
     pub files: u64,
@@ -151,7 +146,6 @@ pub struct SavedWorkspace {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub left_out: u64,
     /// Why the workspace was not kept here (over the cap, a full disk, …).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
 }
 
@@ -184,13 +178,13 @@ fn is_zero(n: &u64) -> bool {
 /// Where a fork came from: its source task and the point of the source's log
 /// it starts at (the fold of the log up to and including event `seq`), with
 /// what the fork must do before it runs.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ForkedFrom {
     pub task_id: TaskId,
     pub seq: u64,
     /// The fork continues the agent session of the step started at `seq`
     /// after this many of its turns.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
     /// Steps the fork runs that had already completed in the source after
     /// the fork point, and whose effects a run would repeat: each is asked

@@ -41,32 +41,27 @@ impl LedgerKind {
 
 /// One recorded decision. `hash` covers every other field and the previous entry's
 /// hash; the first entry's `prev_hash` is 64 zeros.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LedgerEntry {
     pub id: LedgerId,
     /// Position in the ledger, from 1 without gaps.
     pub seq: u64,
     pub kind: LedgerKind,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<ApprovalId>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<TaskId>,
     /// Who decided.
     pub who: String,
     pub at: Timestamp,
     /// What the decision covers (e.g. `task:… step:ship`).
     pub scope: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_option: Option<String>,
     /// A revocation's target: the entry it takes back (spec: entries are
     /// never changed; a revocation is an entry of its own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revokes: Option<LedgerId>,
     /// What an entry added by hand says in the seed's terms (source, tool,
     /// risk, scope, links, policy hint, tags, metadata).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Box<GovernanceDetails>>,
     pub prev_hash: String,
     pub hash: String,
@@ -103,18 +98,15 @@ impl GovernanceScope {
 }
 
 /// The seed's policy hint on a decision.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct PolicyHint {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggested_future_behavior: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suggested_scope: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confidence: Option<String>,
     #[serde(default = "yes")]
     pub requires_review: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
 }
 
@@ -123,12 +115,11 @@ fn yes() -> bool {
 }
 
 /// The seed's ledger metadata.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct LedgerMetadata {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
@@ -136,43 +127,31 @@ pub struct LedgerMetadata {
 
 /// The seed's fields of a governance-ledger entry that rein's own entry does
 /// not have, kept with an entry added by hand (and covered by its hash).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct GovernanceDetails {
     /// `manual` when not given.
     #[serde(default = "manual")]
     pub source: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
     #[serde(default)]
     pub action_summary: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub argument_summary: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redacted_arguments: Option<String>,
     #[serde(default)]
     pub risk_level: Risk,
     #[serde(default)]
     pub scope: GovernanceScope,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope_key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harness_contract_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence_bundle_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learning_proposal_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub actor_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub channel_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sender_id: Option<String>,
     #[serde(
         default,
@@ -180,11 +159,9 @@ pub struct GovernanceDetails {
         skip_serializing_if = "Option::is_none"
     )]
     pub expires_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_hint: Option<PolicyHint>,
     #[serde(default)]
     pub tags: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<LedgerMetadata>,
 }
 
@@ -199,6 +176,7 @@ crate::objects_only!(PolicyHint, LedgerMetadata, GovernanceDetails, GovernanceAd
 /// `createdAtUtc`, `updatedAtUtc`, a `status` other than `active`, the
 /// `revoked…` fields) are refused naming them: an entry is sealed as rein
 /// appends it, and a revocation is its own request.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 // Unknown fields are refused by `details` (flattened, it gets every field
 // this struct does not name); serde's own check does not work with `flatten`.
@@ -209,36 +187,27 @@ pub struct GovernanceAdd {
     #[serde(default = "unknown_decision")]
     pub decision: LedgerKind,
     /// Who decided; the caller when not given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_reason: Option<String>,
     /// Set by rein: only `""` is taken.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>", regex(pattern = "^$"))]
     pub id: Option<serde_json::Value>,
     /// Set by rein: only `active` is taken.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<String>", regex(pattern = "^active$"))]
     pub status: Option<serde_json::Value>,
     /// Set by rein: refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<()>")]
     pub created_at_utc: Option<serde_json::Value>,
     /// Set by rein: refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<()>")]
     pub updated_at_utc: Option<serde_json::Value>,
     /// Set by a revocation: refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<()>")]
     pub revoked_at_utc: Option<serde_json::Value>,
     /// Set by a revocation: refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<()>")]
     pub revoked_by: Option<serde_json::Value>,
     /// Set by a revocation: refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<()>")]
     pub revocation_reason: Option<serde_json::Value>,
     #[serde(flatten)]
@@ -279,18 +248,18 @@ impl GovernanceAdd {
 }
 
 /// `POST /admin/governance/ledger/{id}/revoke`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RevokeRequest {
     /// Who revokes; the caller when not given.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
 
 /// An entry as the seed's governance ledger shows it: the seed's fields (with
 /// `status` active, expired or revoked as of now), and rein's chain fields.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GovernanceEntry {
@@ -304,16 +273,11 @@ pub struct GovernanceEntry {
     /// active, expired (past `expiresAtUtc`) or revoked.
     pub status: String,
     pub decided_by: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_option: Option<String>,
     /// The entry this one revokes, if it is a revocation.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revokes: Option<String>,
     #[serde(
         default,
@@ -321,9 +285,7 @@ pub struct GovernanceEntry {
         skip_serializing_if = "Option::is_none"
     )]
     pub revoked_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revocation_reason: Option<String>,
     /// The entry's own fields in the seed's terms; for an entry rein made (an
     /// approval), `scope` is `once` and `scopeKey` rein's scope (`task:… step:…`).
@@ -520,6 +482,7 @@ impl std::fmt::Display for LedgerHead {
 }
 
 /// What checking the ledger found (`rein ledger verify`, `/admin/ledger/verify`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LedgerCheck {
     /// How many entries were read.
@@ -529,10 +492,8 @@ pub struct LedgerCheck {
     pub problems: Vec<String>,
     /// The newest entry's position and hash: record it, and check against it
     /// later (`--head`, `?head=`), to catch a removal of the newest entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head: Option<LedgerHead>,
     /// The head recorded earlier that the ledger was checked against.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub against: Option<LedgerHead>,
 }
 

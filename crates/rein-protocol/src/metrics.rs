@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskMetrics {
     pub total: u64,
@@ -17,10 +18,10 @@ pub struct TaskMetrics {
     pub paused: u64,
     pub cancelled: u64,
     /// Mean time from creation to the end, over completed, failed and cancelled tasks.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub average_duration_ms: Option<f64>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CheckpointMetrics {
     pub total: u64,
@@ -28,7 +29,6 @@ pub struct CheckpointMetrics {
     pub failed: u64,
     pub skipped: u64,
     /// Mean duration of checkpoints that passed or failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub average_duration_ms: Option<f64>,
     /// Checkpoints recorded, by checkpoint type.
     pub by_type: BTreeMap<String, u64>,
@@ -46,6 +46,7 @@ pub struct RecoveryMetrics {
     pub by_error_type: BTreeMap<String, u64>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HumanLoopMetrics {
     pub requests: u64,
@@ -55,7 +56,6 @@ pub struct HumanLoopMetrics {
     pub skips: u64,
     pub expirations: u64,
     /// Mean time from a request to a person's decision.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub average_response_ms: Option<f64>,
 }
 

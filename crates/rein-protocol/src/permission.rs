@@ -44,36 +44,32 @@ pub enum Access {
 }
 
 /// One rule: a verdict on commands, paths, network use or MCP tools.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PermissionRule {
     /// allow, ask or deny what the rule matches (the strictest matching rule decides).
+    #[serialize_always]
     pub verdict: Option<Verdict>,
     /// `PROGRAM ARG…` as globs, matched word by word; `**` matches any number of
     /// arguments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     /// A path glob (`*` stays within a directory, `**` crosses them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// With `path`: which access the rule is about (both if not given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access: Option<Access>,
     /// A host glob; `*` for any network use.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
     /// An MCP tool as `SERVER/TOOL`, a glob: `fs/write_file`, `fs/*`, `*/*`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp: Option<String>,
     /// Why the rule is there, shown with its verdict.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// With `ask`: why a person is asked (default by what the rule is about).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<AskTrigger>,
 }
 
 /// What a policy said about a step's command, recorded with the run.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PermissionDecision {
     pub verdict: Verdict,
@@ -82,9 +78,7 @@ pub struct PermissionDecision {
     /// The rule that decided ("rule 3 of policy.toml: deny command `rm -rf /*`"),
     /// or where the default came from.
     pub rule: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// With `ask`: why a person is asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<AskTrigger>,
 }

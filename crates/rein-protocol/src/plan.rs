@@ -35,6 +35,7 @@ pub enum StepType {
 }
 
 /// What running a step does.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StepAction {
@@ -75,7 +76,6 @@ pub enum StepAction {
         description: String,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         options: Vec<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         recommended: Option<String>,
         /// How long a person has; no deadline if `None`.
         #[serde(
@@ -87,25 +87,20 @@ pub enum StepAction {
         /// What the deadline passing means (`deny` unless set).
         on_expiry: Decision,
         trigger: Trigger,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         priority: Option<Priority>,
     },
     /// Ask an agent to do work: the runtime the selection policy chooses for
     /// the provider and model runs the prompt with these tools.
     Agent {
         prompt: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         provider: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
         /// `auto`, `rein` or a harness id; unset: the runtime policy decides.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         runtime: Option<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tools: Vec<String>,
         /// The session the step takes its turns in: steps of a task naming the
         /// same one share a conversation. Unset: a session of its own.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
         session: Option<String>,
         /// How the built-in runtime's model turns are bounded and steered.
         #[serde(default, skip_serializing_if = "AgentLimits::is_default")]
@@ -174,13 +169,13 @@ impl StepAction {
 
 /// How an agent step's model turns are bounded and steered (the built-in
 /// runtime's; a plugin's harness keeps its own).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentLimits {
     /// `auto`, `required`, `none`, or the name of one of the step's tools
     /// (sent as the request's `tool_choice`); unset: the server's default.
     /// A forced choice (`required`, a tool) holds until the model has made
     /// that call; later turns get the server's default, so the step can end.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<String>,
     /// A final answer of a step part that called no tool fails the step.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -221,20 +216,17 @@ pub struct AgentLimits {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fallback_models: Vec<String>,
     /// What the step's model calls may spend before a person is asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::Budget>,
     /// Whether the step's model answers are asked for as a stream; unset:
     /// as the provider is configured (`[openai] stream`, `[anthropic]
     /// stream`, streaming unless they say). `false` for a server that
     /// refuses what the step needs when streaming.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
     /// The plugin the step's `delegate` calls hand their child sessions to
     /// (harness-sdk rules 22–23): each child is made on the step's route,
     /// owned by the harness the runtime policy gives that route, and runs on
     /// this plugin's harness if the owner's manifest lists it in
     /// `delegated_execution_plugin_ids`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"\S"))]
     pub delegate_to: Option<String>,
 }
@@ -261,21 +253,21 @@ impl AgentLimits {
 /// An MCP server an agent step names (`mcp = ["fs"]`): declared in the plan
 /// (its declaration travels with the stored plan, so a resumed task talks to
 /// the same server), or else in the configuration of the rein that runs it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct McpUse {
     pub name: String,
     /// The plan's declaration; `None`: the configuration's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<McpServer>,
 }
 
 /// How to reach an MCP (Model Context Protocol) tool server: a program rein
 /// starts in the step's sandbox and speaks to over stdio, or the URL of a
 /// streamable HTTP endpoint.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct McpServer {
     /// stdio: the program (looked up on the sandbox's PATH).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
@@ -287,7 +279,6 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_read: Vec<String>,
     /// Streamable HTTP: the endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Streamable HTTP: headers sent with every request.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -303,20 +294,20 @@ pub struct McpServer {
 
 /// Plan–execute–verify for one step: it runs as contract → approval → execute
 /// → evidence → verification.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Pev {
     /// Commands that check the result, each run in the workspace after the
     /// step; all must exit 0 for the contract to be verified.
     pub verify: Vec<String>,
     /// A command that undoes the step, run when verification fails.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollback: Option<String>,
     /// The step's contract (`hctr_…`), set when the task is created.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contract_id: Option<String>,
 }
 
 /// One step of a plan.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskStep {
     pub id: String,
@@ -366,7 +357,6 @@ pub struct TaskStep {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub writes: Vec<String>,
     /// Run as plan–execute–verify.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pev: Option<Pev>,
 }
 
@@ -412,6 +402,7 @@ impl TaskStep {
 }
 
 /// A plan: the task decomposed into steps that form a DAG.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskDecomposition {
     #[serde(alias = "originalTask")]
@@ -444,34 +435,28 @@ pub struct TaskDecomposition {
     pub cleanup: WorkspaceCleanup,
     /// A shared harness state the task records itself into: a participant for
     /// the task, an action for each step with its declared reads and writes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_state: Option<String>,
     /// A task given as a goal (`original_task`): until CP2 has decomposed it,
     /// the plan has no steps; afterwards it keeps how it was decomposed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<Goal>,
     /// What the task's model calls, all its steps together, may spend
     /// before a person is asked.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::Budget>,
     /// What of the workspace rein keeps at each step boundary, over the
     /// configuration's (`snapshot = { exclude = […], max_bytes = … }`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<crate::SnapshotRules>,
 }
 
 /// How a goal is turned into steps (CP2): by an isolated completion on this
 /// model route, whose answer must be a [`DecompositionAnswer`].
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Goal {
     /// The route that decomposes the goal and runs its agent steps; unset:
     /// the configured default.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// `auto`, `rein` or a harness id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
     /// Whether a person confirms the decomposed plan before its steps run.
     #[serde(default)]
@@ -528,6 +513,7 @@ pub struct DecompositionAnswer {
 }
 
 /// One step of a [`DecompositionAnswer`].
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DecomposedStep {
@@ -548,12 +534,10 @@ pub struct DecomposedStep {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub blocking_steps: Vec<String>,
     /// The checkpoint the step records; unset: the one its type records.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointType>,
     #[serde(default)]
     pub required_permissions: Vec<String>,
     pub risk_level: RiskLevel,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_description: Option<String>,
 }
 

@@ -24,6 +24,7 @@ pub enum AuthBootstrap {
 }
 
 /// A harness a plugin serves, as its manifest declares it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HarnessDeclaration {
@@ -32,11 +33,9 @@ pub struct HarnessDeclaration {
     pub label: String,
     /// Providers `auto` may choose it for; absent: ask it for every provider;
     /// empty: explicit-only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_selection_provider_ids: Option<Vec<String>>,
     #[serde(default)]
     pub auth_bootstrap: AuthBootstrap,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_environment: Option<WorkspaceEnvironment>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub delegated_execution_plugin_ids: Vec<String>,
@@ -48,7 +47,6 @@ pub struct HarnessDeclaration {
     /// or the SDK's `openclaw`) or the harness itself (`self`) serves an
     /// isolated completion. Absent: the harness itself. The completion is
     /// dispatched as declared, so what is reported is what ran.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub isolated_completion_runtime: Option<IsolatedCompletionRuntime>,
 }
 
@@ -97,6 +95,7 @@ pub enum PluginProtocol {
 }
 
 /// A plugin's manifest (`plugin.toml`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginManifest {
@@ -118,11 +117,9 @@ pub struct PluginManifest {
     pub activation: Activation,
     /// How long a call may take before the plugin is stopped (default 30 s;
     /// `harness/runAttempt` has the attempt's own deadline).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
     /// The plugin's executor controller, if it has one (`executor/ensure`,
     /// `executor/retire`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<ExecutorDeclaration>,
 }
 
@@ -157,18 +154,16 @@ pub struct SupportsParams {
 
 /// The answer to `harness/supports`, in the seed's shape: `{supported: true,
 /// priority?, reason?}` or `{supported: false, reason?, fallbackRuntime?}`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SupportsResult {
     pub supported: bool,
     /// With `supported`: higher wins when `auto` chooses (default 0).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// Without `supported`: the runtime to fall back to when the harness was
     /// asked for explicitly (only the built-in runtime, `rein`, is honoured).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback_runtime: Option<String>,
 }
 
@@ -190,6 +185,7 @@ impl From<SupportsResult> for Support {
 
 /// `harness/runAttempt`: run one attempt; partial replies and agent events come
 /// as notifications naming the attempt before the result.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAttemptParams {
@@ -210,7 +206,6 @@ pub struct RunAttemptParams {
     pub images: Vec<AttemptImage>,
     /// Set when the session is another plugin's, run here by delegation
     /// (harness-sdk rules 22–23): whose session it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated_execution: Option<DelegatedScope>,
 }
 
@@ -235,19 +230,20 @@ pub struct AttemptImage {
     pub path: String,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunAttemptResult {
     pub text: String,
     pub stop_reason: String,
     /// What the attempt's model calls used, if the harness counts it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<AttemptUsage>,
 }
 
 /// The tokens an attempt used, as a harness reports them (optional in
 /// `RunAttemptResult`): `inputTokens` counts every prompt token, cached ones
 /// included; `cachedInputTokens` the part read from a cache.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AttemptUsage {
@@ -255,10 +251,8 @@ pub struct AttemptUsage {
     #[serde(default)]
     pub cached_input_tokens: u64,
     pub output_tokens: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
     /// The model that served the calls, if not the route's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
 }
 
@@ -299,12 +293,12 @@ pub enum WireAuth {
 }
 
 /// `completion/isolated`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IsolatedCompletionParams {
     pub harness_id: String,
     pub prompt: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
     pub auth: WireAuth,
 }
@@ -318,24 +312,24 @@ pub enum WireContent {
     ToolCall { name: String },
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IsolatedCompletionResult {
     pub content: Vec<WireContent>,
     pub stop_reason: String,
     /// The inference request's own duration, when the plugin measured it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_duration_ms: Option<u64>,
 }
 
 /// `harness/reset`. A plugin that cannot finish required native cleanup
 /// answers with error code [`SESSION_CLEANUP_ERROR`].
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResetParams {
     pub harness_id: String,
     pub session_key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_session_id: Option<String>,
 }
 
@@ -345,15 +339,14 @@ pub const SESSION_CLEANUP_ERROR: i64 = -32010;
 pub const CREDENTIAL_ERROR: i64 = -32011;
 
 /// `executor/ensure` and `executor/retire`.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorParams {
     pub session_key: String,
     pub agent_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_session_id: Option<String>,
     pub environment_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_url: Option<String>,
     pub workspace_directory: String,
 }

@@ -86,6 +86,7 @@ impl RecoveryAction {
 }
 
 /// How one error type is handled. Unset fields take the action's defaults.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RecoveryStrategy {
     pub action: RecoveryAction,
@@ -104,7 +105,6 @@ pub struct RecoveryStrategy {
     )]
     pub retry_delay_ms: Option<u64>,
     /// What happens once retries run out (abort unless set).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<RecoveryAction>,
 }
 

@@ -208,14 +208,12 @@ impl fmt::Display for Confidence {
 }
 
 /// The seed's `metadata` object on a contract or an evidence bundle.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct RecordMetadata {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub correlation_id: Option<String>,
     #[serde(default)]
     pub properties: BTreeMap<String, String>,

@@ -59,6 +59,7 @@ pub struct SessionExecutor {
 }
 
 /// Who made a delegated (child) session, and for which tool call.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Delegation {
     /// The session whose `delegate` call started it; only its task may change it.
@@ -67,7 +68,6 @@ pub struct Delegation {
     pub call_id: String,
     /// The child's final answer, once it gave one: a resumed parent takes it
     /// instead of running the delegation again.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
 }
 
@@ -92,6 +92,7 @@ pub struct DelegatedExecution {
 }
 
 /// A session as stored.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AgentSessionInfo {
     pub id: SessionId,
@@ -108,17 +109,13 @@ pub struct AgentSessionInfo {
     pub steps: Vec<String>,
     /// The model route it runs on (`provider/model`); a delegation runs on its
     /// parent's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
     /// The runtime that served its latest turn (`rein` or a harness id).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
     /// Set by `rein sessions pin`: the runtime its later turns must use, above
     /// every other setting.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned_runtime: Option<String>,
     /// The runtime's own id for the conversation (an ACP agent's session).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native_session_id: Option<String>,
     /// Turns taken since it was created or last reset.
     #[serde(default)]
@@ -126,12 +123,9 @@ pub struct AgentSessionInfo {
     /// Moves on with each reset; the conversation before it is not sent again.
     #[serde(default)]
     pub generation: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<SessionExecutor>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation: Option<Delegation>,
     /// Handed to another plugin to run (`rein sessions delegate`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegated_execution: Option<DelegatedExecution>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,

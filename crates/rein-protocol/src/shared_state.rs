@@ -121,6 +121,7 @@ impl Risk {
     }
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct SharedHarnessState {
@@ -178,7 +179,6 @@ pub struct SharedHarnessState {
     /// Beyond the seed (which is passive): what a recording task's step does
     /// when its writes conflict with an action still running — wait for it
     /// (`serialize`) or fail naming the conflict (`reject`). None: record only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<Enforcement>,
     #[serde(
         default,
@@ -196,6 +196,7 @@ pub struct SharedHarnessState {
     pub updated_at: Option<Timestamp>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Participant {
@@ -210,19 +211,13 @@ pub struct Participant {
     )]
     #[schemars(length(min = 1))]
     pub session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub display_name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_profile_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_preset: Option<String>,
     #[serde(default)]
     pub status: WorkStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_participant_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notes: Option<String>,
     #[serde(
         default,
@@ -240,20 +235,18 @@ pub struct Participant {
     pub completed_at: Option<Timestamp>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Action {
     #[serde(default)]
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub participant_id: Option<String>,
     #[serde(default)]
     pub title: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     #[serde(default)]
     pub status: WorkStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
     #[serde(default)]
     pub read_set: Vec<Resource>,
@@ -279,7 +272,6 @@ pub struct Action {
     )]
     #[schemars(length(min = 1))]
     pub harness_contract_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub risk_level: Option<Risk>,
     #[serde(
         default,
@@ -298,25 +290,19 @@ pub struct Action {
 }
 
 /// Something read or written: a file, a directory, a key, a record, a URL.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Resource {
     /// `unknown` when not given, as in the seed.
     #[serde(default = "unknown_kind")]
     pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     /// The seed's `isSensitive`; rein's earlier `sensitive` is read too.
     #[serde(default, rename = "isSensitive", alias = "sensitive")]
@@ -346,14 +332,13 @@ impl Resource {
     }
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct Assumption {
     #[serde(default)]
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
     #[serde(default)]
     pub text: String,
@@ -368,16 +353,14 @@ pub struct Assumption {
     pub evidence_bundle_id: Option<String>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct VersionDependency {
     #[serde(default)]
     pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<Resource>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     #[serde(default = "yes")]
     pub required: bool,
@@ -391,6 +374,7 @@ fn unknown_status() -> WorkStatus {
     WorkStatus::Unknown
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, remote = "Self")]
 pub struct VerifierObligation {
@@ -398,17 +382,14 @@ pub struct VerifierObligation {
     pub id: String,
     #[serde(default)]
     pub title: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifier: Option<String>,
     /// Required unless said otherwise, as in the seed.
     #[serde(default = "yes")]
     pub required: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<Resource>,
     /// `unknown` until a verifier reports, as in the seed.
     #[serde(default = "unknown_status")]
     pub status: WorkStatus,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     #[serde(
         default,

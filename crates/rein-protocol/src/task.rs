@@ -228,11 +228,13 @@ pub struct ApprovedBy {
 }
 
 /// One checkpoint of a task.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Checkpoint {
     pub id: CheckpointId,
     pub task_id: TaskId,
     /// The plan step this checkpoint records; `null` for the engine's own checkpoints.
+    #[serialize_always]
     #[serde(default)]
     pub step_id: Option<String>,
     #[serde(rename = "type")]
@@ -242,15 +244,10 @@ pub struct Checkpoint {
     pub attempt: u32,
     pub started_at: Timestamp,
     /// Set when the checkpoint leaves `in_progress`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approved_by: Option<ApprovedBy>,
     #[serde(default)]
     pub metadata: BTreeMap<String, serde_json::Value>,
@@ -283,6 +280,7 @@ impl Checkpoint {
 }
 
 /// `context` of a task.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskContext {
     /// Tasks this one descends from (a restored task lists the task it was restored from).
@@ -295,24 +293,19 @@ pub struct TaskContext {
     #[serde(default)]
     pub pending_steps: Vec<String>,
     /// Why the task is paused or cannot go on, and what to do about it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
 }
 
 /// `resources` of a task.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskResources {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_path: Option<String>,
     /// Which directory the workspace is, and whose: recorded when the task
     /// was given it, checked before every step starts.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_pin: Option<WorkspacePin>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Timestamp>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_active_at: Option<Timestamp>,
 }
 
@@ -329,32 +322,32 @@ pub struct WorkspacePin {
 }
 
 /// The process running a task, so another process can tell whether it is still alive.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RunnerInfo {
     pub host: String,
     pub pid: u32,
     /// The process's start time as the OS reports it, to tell a reused pid apart.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_start: Option<u64>,
 }
 
 /// The process group of one attempt of a command step, recorded as it starts,
 /// so that a runner resuming after a crash can stop what is left of it before
 /// deciding whether to run the step again.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct StepProcess {
     pub host: String,
     /// The machine's boot the process ran in (`/proc/sys/kernel/random/boot_id`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
     /// The process group id: the pid of its first process.
     pub pgid: u32,
     /// That process's start time as the OS reports it, to tell a reused pid apart.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_start: Option<u64>,
 }
 
 /// Everything of a task's state except its checkpoints: the task's state row.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskHead {
     pub id: TaskId,
@@ -362,12 +355,10 @@ pub struct TaskHead {
     pub description: String,
     pub status: TaskStatus,
     /// The checkpoint the task is at: the last one entered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_checkpoint: Option<CheckpointId>,
     pub context: TaskContext,
     pub resources: TaskResources,
     /// Why the task failed or was cancelled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Trace id shared by every event of this task.
     pub trace_id: String,
@@ -375,14 +366,10 @@ pub struct TaskHead {
     pub span_id: String,
     /// The caller's span the task was made under, when it came with a traced
     /// parent (a W3C `traceparent`): the task's trace is the caller's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_span_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<RunnerInfo>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<SnapshotId>,
     /// The task this one was forked from, and where.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<crate::ForkedFrom>,
     /// Sequence number of the last event applied (the log's length).
     pub last_seq: u64,
@@ -393,6 +380,7 @@ pub struct TaskHead {
 /// A task at a glance: what listings show and filter on. It is the task's state
 /// row in the store, written with every change; the full state is the fold of the
 /// task's log.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TaskSummary {
     pub id: TaskId,
@@ -402,18 +390,12 @@ pub struct TaskSummary {
     /// Plan steps in all, and how many of them finished (completed or skipped).
     pub steps_total: usize,
     pub steps_finished: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace_path: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runner: Option<RunnerInfo>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<SnapshotId>,
     /// The task this one was forked from, and where.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<crate::ForkedFrom>,
     pub trace_id: String,
     pub last_seq: u64,

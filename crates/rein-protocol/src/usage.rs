@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 /// `cached_input_tokens` is the part of them read from the provider's cache.
 /// A figure rein estimated (the server reported none) is marked `estimated`,
 /// and so is any sum with one in it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Usage {
     pub input_tokens: u64,
@@ -18,7 +19,6 @@ pub struct Usage {
     pub output_tokens: u64,
     /// Output tokens spent reasoning, where the provider reports them (they
     /// are part of `output_tokens`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub estimated: bool,
@@ -47,18 +47,15 @@ impl Usage {
 
 /// What rein knows of a model (`[models."PROVIDER/MODEL"]` in `rein.toml`):
 /// its prices in US dollars per million tokens, and its context window.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelInfo {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_usd_per_mtok: Option<f64>,
     /// Cached input tokens' price; unset: the input price.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_input_usd_per_mtok: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_usd_per_mtok: Option<f64>,
     /// Tokens the model takes in one request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
 }
 
@@ -123,18 +120,18 @@ pub fn check_model_name(name: &str) -> Result<(), String> {
 /// Model calls added up (all of a report, or one of its rows), with their
 /// cost at the configured prices: `cost_usd` is `null` when a model among
 /// them has no price (named in `unpriced`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UsageLine {
     /// The row's group: a task id, `PROVIDER/MODEL`, or a UTC day
     /// (`YYYY-MM-DD`); none for the whole report.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     pub calls: u64,
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
     pub output_tokens: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
+    #[serialize_always]
     pub cost_usd: Option<f64>,
     /// A figure in it is rein's estimate (the server reported none).
     pub estimated: bool,
@@ -161,19 +158,19 @@ impl UsageLine {
 /// What `rein usage` and `GET /admin/usage` report: the total, and with
 /// `by`, a row per task, model or day (by model within a task's own
 /// document).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UsageReport {
     #[serde(flatten)]
     pub total: UsageLine,
     /// `task`, `model` or `day`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<Vec<UsageLine>>,
 }
 
 /// How much model calls may spend: tokens (input and output, cached input
 /// included), US dollars at the configured prices, or both.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
@@ -186,7 +183,6 @@ pub struct Budget {
     #[schemars(range(min = 1))]
     pub tokens: Option<u64>,
     /// US dollars at `rein.toml`'s prices.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0.0))]
     pub cost_usd: Option<f64>,
 }
@@ -275,19 +271,17 @@ impl Spend {
 }
 
 /// One model call's usage, with what served it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct TurnUsage {
     pub provider: String,
     /// The model asked for.
     pub model: String,
     /// The model the server says answered, when it said.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_model: Option<String>,
     /// The step whose turn it was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<String>,
     /// The agent session (`ses_…`) the turn was taken in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
     #[serde(flatten)]
     pub usage: Usage,

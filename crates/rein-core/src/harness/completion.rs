@@ -17,14 +17,12 @@ use super::isolated::CompletionError;
 
 /// Which model route serves a completion; unset parts take the configured
 /// defaults.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Route {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
     /// `auto`, `rein` or a harness id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
 }
 

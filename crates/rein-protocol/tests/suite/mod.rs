@@ -3,3 +3,4 @@
 mod names;
 mod schemas;
 mod shared_state;
+mod unset;
