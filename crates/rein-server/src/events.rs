@@ -10,7 +10,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -22,6 +22,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::routes::Params;
 
 const BATCH: usize = 500;
 /// How often a stream of a task run by another process checks that its
@@ -209,9 +210,8 @@ pub async fn task_stream(
     State(state): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+    Params(query): Params<StreamQuery>,
 ) -> ApiResult<Frames> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let id: TaskId = crate::routes::parse_id(&id)?;
     state.engine.summary(&id).await?;
     let after = position(&headers, &query)?;
@@ -260,9 +260,8 @@ impl Tailed for AllLog {
 pub async fn all_stream(
     State(state): State<AppState>,
     headers: HeaderMap,
-    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+    Params(query): Params<StreamQuery>,
 ) -> ApiResult<Frames> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let after = position(&headers, &query)?;
     let log = AllLog {
         changed: state.hub.all(),

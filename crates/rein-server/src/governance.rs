@@ -4,7 +4,7 @@
 //! and an entry reads as revoked once one names it.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rein_protocol::api::{GovernanceEnvelope, List};
@@ -15,13 +15,12 @@ use rein_protocol::{
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller, one_of, parse_time};
+use crate::routes::{Body, Caller, Params, one_of, parse_time};
 
 pub async fn list(
     State(state): State<AppState>,
-    query: Result<Query<GovernanceQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<GovernanceQuery>,
 ) -> ApiResult<Json<List<GovernanceEntry>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let decision: Option<LedgerKind> = one_of(
         "decision",
         &q.decision,

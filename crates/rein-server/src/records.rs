@@ -4,7 +4,7 @@
 //! (and CSRF from a browser session); every change writes an audit record.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rein_core::store::RecordFilter;
@@ -16,13 +16,12 @@ use rein_protocol::{EvidenceBundle, EvidenceCheck, EvidenceItem, HarnessContract
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller};
+use crate::routes::{Body, Caller, Params};
 
 pub async fn list_contracts(
     State(state): State<AppState>,
-    query: Result<Query<ContractQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<ContractQuery>,
 ) -> ApiResult<Json<Page<HarnessContract>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let filter = RecordFilter::of_contract_query(q).map_err(ApiError::bad_request)?;
     let page = state.engine.records().contracts(&filter).await?;
     Ok(Json(page))
@@ -69,9 +68,8 @@ pub async fn change_status(
 
 pub async fn list_evidence(
     State(state): State<AppState>,
-    query: Result<Query<EvidenceQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<EvidenceQuery>,
 ) -> ApiResult<Json<Page<EvidenceBundle>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let filter = RecordFilter::of_evidence_query(q).map_err(ApiError::bad_request)?;
     let page = state.engine.records().evidence_bundles(&filter).await?;
     Ok(Json(page))

@@ -58,6 +58,20 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     }
 }
 
+/// A query string whose rejections are 400s naming what is wrong.
+#[derive(Debug)]
+pub struct Params<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(Params(value)),
+            Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
+        }
+    }
+}
+
 fn json_rejection(rejection: JsonRejection) -> ApiError {
     match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
@@ -107,9 +121,8 @@ pub(crate) fn parse_time(
 
 pub async fn list_tasks(
     State(state): State<AppState>,
-    query: Result<Query<TaskQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<TaskQuery>,
 ) -> ApiResult<Json<Page<TaskSummary>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let filter = TaskFilter::of_query(q).map_err(ApiError::bad_request)?;
     Ok(Json(state.engine.list(&filter).await?))
 }
@@ -339,9 +352,8 @@ pub async fn show_task(
 /// What model calls used, added up, with their cost at the server's prices.
 pub async fn usage_report(
     State(state): State<AppState>,
-    query: Result<Query<UsageQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<UsageQuery>,
 ) -> ApiResult<Json<rein_protocol::UsageReport>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let by = q.by.as_deref();
     let group = rein_core::store::usage_group(by).ok_or_else(|| {
         ApiError::bad_request(format!(
@@ -372,9 +384,8 @@ pub async fn usage_report(
 pub async fn task_events(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<LogQuery>,
 ) -> ApiResult<Json<List<HarnessEvent>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let id = task_id(&id)?;
     state.engine.summary(&id).await?;
     let events = state
@@ -630,9 +641,8 @@ pub async fn delete_task(
 
 pub async fn list_approvals(
     State(state): State<AppState>,
-    query: Result<Query<ApprovalQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<ApprovalQuery>,
 ) -> ApiResult<Json<List<ApprovalRequest>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let filter = ApprovalFilter::of_query(q).map_err(ApiError::bad_request)?;
     Ok(Json(List::new(state.engine.approvals(&filter).await?)))
 }
@@ -674,9 +684,8 @@ pub async fn ledger(State(state): State<AppState>) -> ApiResult<Json<List<Ledger
 
 pub async fn verify_ledger(
     State(state): State<AppState>,
-    query: Result<Query<VerifyQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<VerifyQuery>,
 ) -> ApiResult<Json<rein_protocol::LedgerCheck>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let head = q
         .head
         .as_deref()
@@ -825,10 +834,9 @@ pub async fn revoke_plugin(
 /// Which runtime would serve a model route here, with the whole decision.
 pub async fn explain_harness(
     State(state): State<AppState>,
-    query: Result<Query<ExplainQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<ExplainQuery>,
 ) -> ApiResult<Json<SelectionDecision>> {
     use rein_core::harness::SelectionError;
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     if q.provider.trim().is_empty() {
         return Err(ApiError::bad_request("provider must not be empty"));
     }

@@ -7,7 +7,7 @@
 //! owner.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use rein_protocol::api::{
     AgentSessionEnvelope, DelegateSessionRequest, Page, PinRequest, SessionQuery,
 };
@@ -15,13 +15,12 @@ use rein_protocol::{AgentSessionInfo, SessionId, SessionStatus, TaskId};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller, parse_id};
+use crate::routes::{Body, Caller, Params, parse_id};
 
 pub async fn list_sessions(
     State(state): State<AppState>,
-    query: Result<Query<SessionQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<SessionQuery>,
 ) -> ApiResult<Json<Page<AgentSessionInfo>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let task = q.task_id.as_deref().map(parse_id::<TaskId>).transpose()?;
     let status = q.status.as_deref().map(parse_status).transpose()?;
     let page = state

@@ -3,7 +3,7 @@
 //! viewer, changes operator (and CSRF from a browser session).
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rein_core::store::SharedStateFilter;
@@ -14,13 +14,12 @@ use rein_protocol::{Action, Participant, SharedHarnessState};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::routes::{Body, Caller};
+use crate::routes::{Body, Caller, Params};
 
 pub async fn list(
     State(state): State<AppState>,
-    query: Result<Query<StateQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<StateQuery>,
 ) -> ApiResult<Json<Page<SharedHarnessState>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let filter = SharedStateFilter::of_query(q).map_err(ApiError::bad_request)?;
     Ok(Json(state.engine.shared_states(&filter).await?))
 }
@@ -92,9 +91,8 @@ pub async fn detect(
 /// Audit records of changes made outside task logs, oldest first.
 pub async fn audit(
     State(state): State<AppState>,
-    query: Result<Query<LogQuery>, axum::extract::rejection::QueryRejection>,
+    Params(q): Params<LogQuery>,
 ) -> ApiResult<Json<List<AuditRecord>>> {
-    let Query(q) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let items = state
         .engine
         .audit(q.after.unwrap_or(0), q.limit.unwrap_or(1000))
@@ -145,9 +143,8 @@ impl crate::events::Tailed for AuditLog {
 pub async fn audit_stream(
     State(state): State<AppState>,
     headers: axum::http::HeaderMap,
-    query: Result<Query<StreamQuery>, axum::extract::rejection::QueryRejection>,
+    Params(query): Params<StreamQuery>,
 ) -> ApiResult<Response> {
-    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let after = crate::events::position(&headers, &query)?;
     // Subscribed before the first read, so a record written meanwhile wakes it.
     let log = AuditLog {
