@@ -410,26 +410,14 @@ pub struct SubmitTask {
     pub runtime: Option<String>,
     /// Whether a person confirms the decomposed plan before it runs (default true).
     pub confirm: Option<bool>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     #[schemars(range(min = 1, max = 10))]
     pub attempts: Option<u32>,
     /// The most tokens one decomposition answer may have (default 4096).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     #[schemars(range(min = 256, max = 131_072))]
     pub max_tokens: Option<u32>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     #[schemars(range(min = 1))]
     pub max_parallel: Option<u32>,
     /// What the goal's model calls may spend, all its steps together (a
@@ -456,11 +444,7 @@ pub struct CompletionRequest {
     #[schemars(regex(pattern = r"\S"))]
     pub runtime: Option<String>,
     /// Milliseconds for the whole completion (default 120000).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     #[schemars(range(min = 1, max = 1_800_000))]
     pub timeout_ms: Option<u64>,
     /// A JSON Schema the answer must match.

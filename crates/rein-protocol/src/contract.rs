@@ -236,12 +236,7 @@ pub struct HarnessContract {
     pub success_criteria: Vec<String>,
     /// The seed's `riskLevel` (rein's earlier `risk` is read too): given, or
     /// derived from the write set, the tools and the planned actions when not.
-    #[serde(
-        default,
-        rename = "riskLevel",
-        alias = "risk",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "riskLevel", alias = "risk")]
     pub risk: Option<Risk>,
     /// Whether `riskLevel` was derived (not given).
     #[serde(default)]
@@ -249,11 +244,7 @@ pub struct HarnessContract {
     #[serde(default)]
     pub approval_required: ApprovalRequirement,
     pub approval_reason: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub shared_state_id: Option<String>,
     /// The seed's `sourceSessionId`; rein's earlier `sessionId` is read too.
@@ -261,7 +252,6 @@ pub struct HarnessContract {
         default,
         rename = "sourceSessionId",
         alias = "sessionId",
-        skip_serializing_if = "Option::is_none",
         deserialize_with = "crate::de::reference"
     )]
     #[schemars(length(min = 1))]
@@ -270,11 +260,7 @@ pub struct HarnessContract {
     pub channel_id: Option<String>,
     pub sender_id: Option<String>,
     /// The task and step whose plan–execute–verify made this contract.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub task_id: Option<String>,
     pub step_id: Option<String>,
@@ -285,34 +271,16 @@ pub struct HarnessContract {
     pub metadata: Option<RecordMetadata>,
     #[serde(default)]
     pub history: Vec<StatusChange>,
-    #[serde(
-        default,
-        rename = "createdAtUtc",
-        alias = "createdAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "createdAtUtc", alias = "createdAt")]
     pub created_at: Option<Timestamp>,
-    #[serde(
-        default,
-        rename = "updatedAtUtc",
-        alias = "updatedAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "updatedAtUtc", alias = "updatedAt")]
     pub updated_at: Option<Timestamp>,
     /// Set when it moves to `approved`.
-    #[serde(
-        default,
-        rename = "approvedAtUtc",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "approvedAtUtc")]
     pub approved_at: Option<Timestamp>,
     /// Set when it reaches an end: verified, failed, rejected, rolled back
     /// or cancelled.
-    #[serde(
-        default,
-        rename = "completedAtUtc",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "completedAtUtc")]
     pub completed_at: Option<Timestamp>,
 }
 
@@ -382,11 +350,7 @@ pub struct EvidenceItem {
     pub title: String,
     pub summary: Option<String>,
     pub content: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub exit_code: Option<i32>,
     #[serde(default)]
     pub capture: Capture,
@@ -405,12 +369,7 @@ pub struct EvidenceItem {
     pub metadata: BTreeMap<String, String>,
     /// When it was added: the seed's `createdAtUtc` (rein's earlier `at` is
     /// read too).
-    #[serde(
-        default,
-        rename = "createdAtUtc",
-        alias = "at",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "createdAtUtc", alias = "at")]
     pub at: Option<Timestamp>,
 }
 
@@ -461,32 +420,15 @@ pub struct EvidenceCheck {
     pub verifier: Option<String>,
     pub summary: Option<String>,
     /// The seed's `details`; rein's earlier `detail` is read too.
-    #[serde(
-        default,
-        rename = "details",
-        alias = "detail",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "details", alias = "detail")]
     pub detail: Option<String>,
     pub command: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub exit_code: Option<i32>,
     pub error: Option<String>,
-    #[serde(
-        default,
-        rename = "startedAtUtc",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "startedAtUtc")]
     pub started_at: Option<Timestamp>,
-    #[serde(
-        default,
-        rename = "completedAtUtc",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "completedAtUtc")]
     pub completed_at: Option<Timestamp>,
     /// When rein recorded it.
     pub at: Option<Timestamp>,
@@ -522,11 +464,7 @@ pub struct HumanReview {
     pub reviewer: Option<String>,
     pub decision: Option<String>,
     pub notes: Option<String>,
-    #[serde(
-        default,
-        rename = "reviewedAtUtc",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "reviewedAtUtc")]
     pub reviewed_at: Option<Timestamp>,
 }
 
@@ -543,11 +481,7 @@ pub struct EvidenceRisk {
     #[serde(default)]
     pub accepted: bool,
     pub accepted_by: Option<String>,
-    #[serde(
-        default,
-        rename = "acceptedAtUtc",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "acceptedAtUtc")]
     pub accepted_at: Option<Timestamp>,
 }
 
@@ -607,18 +541,10 @@ pub struct EvidenceBundle {
     pub title: String,
     #[serde(default)]
     pub summary: String,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub source_session_id: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub harness_contract_id: Option<String>,
     pub learning_proposal_id: Option<String>,
@@ -627,18 +553,10 @@ pub struct EvidenceBundle {
     pub actor_id: Option<String>,
     pub channel_id: Option<String>,
     pub sender_id: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub shared_state_id: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub task_id: Option<String>,
     pub step_id: Option<String>,
@@ -662,19 +580,9 @@ pub struct EvidenceBundle {
     #[serde(default)]
     pub tags: Vec<String>,
     pub metadata: Option<RecordMetadata>,
-    #[serde(
-        default,
-        rename = "createdAtUtc",
-        alias = "createdAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "createdAtUtc", alias = "createdAt")]
     pub created_at: Option<Timestamp>,
-    #[serde(
-        default,
-        rename = "updatedAtUtc",
-        alias = "updatedAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "updatedAtUtc", alias = "updatedAt")]
     pub updated_at: Option<Timestamp>,
 }
 

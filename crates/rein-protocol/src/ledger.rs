@@ -153,11 +153,7 @@ pub struct GovernanceDetails {
     pub actor_id: Option<String>,
     pub channel_id: Option<String>,
     pub sender_id: Option<String>,
-    #[serde(
-        default,
-        rename = "expiresAtUtc",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "expiresAtUtc")]
     pub expires_at: Option<Timestamp>,
     pub policy_hint: Option<PolicyHint>,
     #[serde(default)]
@@ -279,11 +275,7 @@ pub struct GovernanceEntry {
     pub selected_option: Option<String>,
     /// The entry this one revokes, if it is a revocation.
     pub revokes: Option<String>,
-    #[serde(
-        default,
-        rename = "revokedAtUtc",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "revokedAtUtc")]
     pub revoked_at: Option<Timestamp>,
     pub revoked_by: Option<String>,
     pub revocation_reason: Option<String>,

@@ -49,19 +49,11 @@ pub enum StepAction {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         network: bool,
         /// Most address space, in MiB, each of the command's processes may map.
-        #[serde(
-            default,
-            skip_serializing_if = "Option::is_none",
-            deserialize_with = "crate::de::integral"
-        )]
+        #[serde(default, deserialize_with = "crate::de::integral")]
         memory_mb: Option<u64>,
         /// Most processes the command may have running at once (its own
         /// included), counted inside its sandbox.
-        #[serde(
-            default,
-            skip_serializing_if = "Option::is_none",
-            deserialize_with = "crate::de::integral"
-        )]
+        #[serde(default, deserialize_with = "crate::de::integral")]
         processes: Option<u32>,
         /// Directories beyond the workspace the command may read.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -78,11 +70,7 @@ pub enum StepAction {
         options: Vec<String>,
         recommended: Option<String>,
         /// How long a person has; no deadline if `None`.
-        #[serde(
-            default,
-            skip_serializing_if = "Option::is_none",
-            deserialize_with = "crate::de::integral"
-        )]
+        #[serde(default, deserialize_with = "crate::de::integral")]
         timeout_ms: Option<u64>,
         /// What the deadline passing means (`deny` unless set).
         on_expiry: Decision,
@@ -181,11 +169,7 @@ pub struct AgentLimits {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub require_tool_call: bool,
     /// The most model turns per attempt's budget (default 32).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub max_turns: Option<u32>,
     /// At `finish_reason: "length"`, ask the model to go on instead of failing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -193,21 +177,13 @@ pub struct AgentLimits {
     /// The most bytes of one tool answer the model is sent (default
     /// [`AgentLimits::TOOL_ANSWER_BYTES`]); the rest is kept as a file in the
     /// workspace, and the model told where.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     #[schemars(range(min = 1024, max = 16_777_216))]
     pub max_tool_answer_bytes: Option<u64>,
     /// The share of the model's context window (in percent, 10–95) the
     /// next request may fill before the older part of the conversation is
     /// compacted (default 80).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     #[schemars(range(min = 10, max = 95))]
     pub compact_at_percent: Option<u8>,
     /// The models (`PROVIDER/MODEL`) that serve a turn, in order, when the
@@ -284,11 +260,7 @@ pub struct McpServer {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
     /// How long one tool call may take (default 60 s).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub timeout_ms: Option<u64>,
 }
 
@@ -326,19 +298,11 @@ pub struct TaskStep {
     pub required_permissions: Vec<String>,
     #[serde(default, alias = "riskLevel")]
     pub risk_level: RiskLevel,
-    #[serde(
-        default,
-        alias = "riskDescription",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(alias = "riskDescription")]
     pub risk_description: Option<String>,
     pub action: StepAction,
     /// Longest the step may run before it is stopped and fails.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub timeout_ms: Option<u64>,
     /// Whether running the step twice is harmless, so an interrupted run may be redone.
     #[serde(default)]
@@ -411,18 +375,13 @@ pub struct TaskDecomposition {
     #[serde(
         default,
         alias = "estimatedDuration",
-        skip_serializing_if = "Option::is_none",
         deserialize_with = "crate::de::integral"
     )]
     pub estimated_duration_s: Option<u64>,
     #[serde(default, alias = "riskLevel")]
     pub risk_level: RiskLevel,
     /// Most steps running at once; `None` takes the engine's default.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub max_parallel: Option<u32>,
     /// Stop starting steps after the first failure (otherwise only dependants stop).
     #[serde(default)]
@@ -463,20 +422,12 @@ pub struct Goal {
     pub confirm: bool,
     /// How many answers the model may give before the task fails (an invalid
     /// one is sent back with what was wrong with it).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub attempts: Option<u32>,
     /// The most tokens one decomposition answer may have (default 4096): a
     /// small model that never stops is cut off there, and the answer sent
     /// back naming the limit.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     #[schemars(range(min = 256, max = 131_072))]
     pub max_tokens: Option<u32>,
     /// MCP servers every agent step of the plan is given, beside those it

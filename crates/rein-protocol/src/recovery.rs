@@ -91,18 +91,10 @@ impl RecoveryAction {
 pub struct RecoveryStrategy {
     pub action: RecoveryAction,
     /// For retry and wait: how many times before `fallback` applies.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub max_retries: Option<u32>,
     /// For retry: the first backoff; for wait: the wait when the error names none.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     pub retry_delay_ms: Option<u64>,
     /// What happens once retries run out (abort unless set).
     pub fallback: Option<RecoveryAction>,

@@ -127,25 +127,13 @@ impl Risk {
 pub struct SharedHarnessState {
     #[serde(default)]
     pub id: String,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub session_id: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub parent_session_id: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub harness_contract_id: Option<String>,
     #[serde(default)]
@@ -180,19 +168,9 @@ pub struct SharedHarnessState {
     /// when its writes conflict with an action still running — wait for it
     /// (`serialize`) or fail naming the conflict (`reject`). None: record only.
     pub enforcement: Option<Enforcement>,
-    #[serde(
-        default,
-        rename = "createdAtUtc",
-        alias = "createdAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "createdAtUtc", alias = "createdAt")]
     pub created_at: Option<Timestamp>,
-    #[serde(
-        default,
-        rename = "updatedAtUtc",
-        alias = "updatedAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "updatedAtUtc", alias = "updatedAt")]
     pub updated_at: Option<Timestamp>,
 }
 
@@ -204,11 +182,7 @@ pub struct Participant {
     pub id: String,
     #[serde(default)]
     pub role: ParticipantRole,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub session_id: Option<String>,
     pub agent_id: Option<String>,
@@ -219,19 +193,9 @@ pub struct Participant {
     pub status: WorkStatus,
     pub parent_participant_id: Option<String>,
     pub notes: Option<String>,
-    #[serde(
-        default,
-        rename = "startedAtUtc",
-        alias = "startedAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "startedAtUtc", alias = "startedAt")]
     pub started_at: Option<Timestamp>,
-    #[serde(
-        default,
-        rename = "completedAtUtc",
-        alias = "completedAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "completedAtUtc", alias = "completedAt")]
     pub completed_at: Option<Timestamp>,
 }
 
@@ -258,34 +222,16 @@ pub struct Action {
     pub version_dependencies: Vec<VersionDependency>,
     #[serde(default)]
     pub verifier_obligations: Vec<VerifierObligation>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub evidence_bundle_id: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub harness_contract_id: Option<String>,
     pub risk_level: Option<Risk>,
-    #[serde(
-        default,
-        rename = "startedAtUtc",
-        alias = "startedAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "startedAtUtc", alias = "startedAt")]
     pub started_at: Option<Timestamp>,
-    #[serde(
-        default,
-        rename = "completedAtUtc",
-        alias = "completedAt",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(rename = "completedAtUtc", alias = "completedAt")]
     pub completed_at: Option<Timestamp>,
 }
 
@@ -344,11 +290,7 @@ pub struct Assumption {
     pub text: String,
     #[serde(default)]
     pub verified: bool,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub evidence_bundle_id: Option<String>,
 }
@@ -391,11 +333,7 @@ pub struct VerifierObligation {
     #[serde(default = "unknown_status")]
     pub status: WorkStatus,
     pub summary: Option<String>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::reference"
-    )]
+    #[serde(default, deserialize_with = "crate::de::reference")]
     #[schemars(length(min = 1))]
     pub evidence_bundle_id: Option<String>,
 }

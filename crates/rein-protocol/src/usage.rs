@@ -175,11 +175,7 @@ pub struct UsageReport {
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Tokens, input and output (cached input included).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "crate::de::integral"
-    )]
+    #[serde(default, deserialize_with = "crate::de::integral")]
     #[schemars(range(min = 1))]
     pub tokens: Option<u64>,
     /// US dollars at `rein.toml`'s prices.
