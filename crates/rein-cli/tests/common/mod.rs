@@ -253,6 +253,25 @@ pub fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
         .map(|c| c["status"].as_str().unwrap().to_owned())
 }
 
+/// The newest checkpoint of `step` in a task's state (`rein tasks show
+/// --json`), of `status` if one is given; fails the test, showing the state,
+/// if there is none.
+pub fn checkpoint(
+    state: &serde_json::Value,
+    step: &str,
+    status: Option<&str>,
+) -> serde_json::Value {
+    state["checkpoints"]
+        .as_array()
+        .and_then(|all| {
+            all.iter()
+                .rev()
+                .find(|c| c["step_id"] == step && status.is_none_or(|s| c["status"] == s))
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no checkpoint of `{step}` ({status:?}) in {state}"))
+}
+
 /// Polls `check` until it gives a value; fails the test after 20 s naming `what`.
 pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();

@@ -64,14 +64,7 @@ fn events_of(data: &Path, task: &str) -> Vec<String> {
 }
 
 fn draft_output(state: &serde_json::Value) -> serde_json::Value {
-    state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == "draft")
-        .unwrap()["output"]
-        .clone()
+    common::checkpoint(state, "draft", None)["output"].clone()
 }
 
 #[test]
@@ -391,13 +384,7 @@ fn an_agents_empty_turn_fails_retryable_and_its_upstream_errors_are_classified_b
             .unwrap();
         let state = json(&out);
         assert_ne!(state["status"], "completed", "{prompt}: {state:#}");
-        let step = state["checkpoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .rev()
-            .find(|c| c["step_id"] == "draft")
-            .unwrap();
+        let step = common::checkpoint(&state, "draft", None);
         let error = step["error"].as_str().unwrap_or_default();
         assert!(error.contains(said), "{prompt}: {error}");
         assert_eq!(

@@ -64,14 +64,7 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
         .collect();
     assert_eq!(answers.len(), 2);
     assert!(answers[1].contains("second"), "{answers:?}");
-    let output = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == "agent")
-        .unwrap()["output"]
-        .clone();
+    let output = common::checkpoint(&state, "agent", None)["output"].clone();
     assert_eq!(output["text"], "both ran");
     assert_eq!(output["selection"]["selected"], "rein");
     // Metered: what the server reported for its three turns, token for
@@ -151,14 +144,7 @@ fn a_priced_models_usage_is_costed_by_the_formula() {
         .arg(&plan);
     let state = json(&run_ok(&mut run));
     assert_eq!(state["status"], "completed", "{state}");
-    let usage = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == "agent")
-        .unwrap()["output"]["usage"]
-        .clone();
+    let usage = common::checkpoint(&state, "agent", None)["output"]["usage"].clone();
     let requests = seen.0.lock().unwrap().clone();
     let reported = |field: &str| common::reported(&requests, field) as f64;
     let (input, cached, output) = (

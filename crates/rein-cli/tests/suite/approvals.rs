@@ -119,13 +119,7 @@ fn no_wait_exits_3_and_resume_after_the_decision_completes() {
     run_ok(rein(&data).args(["approvals", "skip", &request, "--as", "carol"]));
     common::exits(rein(&data).args(["tasks", "resume", &id]), 0);
     let state = show(&data, &id);
-    let ship = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == "ship")
-        .unwrap();
+    let ship = common::checkpoint(&state, "ship", None);
     assert_eq!(ship["status"], "skipped");
     assert!(pending(&data).is_empty());
 }
@@ -493,17 +487,12 @@ fn a_decision_without_a_name_is_the_os_users() {
     let (dir, data) = common::scratch();
     let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
     let request = waiting_request(&data, &plan);
-    let out = rein(&data)
-        .env_remove("USER")
-        .env_remove("REIN_USER")
-        .args(["approvals", "approve", &request, "--option", "publish"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::exits(
+        rein(&data)
+            .env_remove("USER")
+            .env_remove("REIN_USER")
+            .args(["approvals", "approve", &request, "--option", "publish"]),
+        0,
     );
     let whoami = std::process::Command::new("id")
         .arg("-un")

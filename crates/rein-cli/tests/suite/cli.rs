@@ -315,15 +315,9 @@ fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
     runner.wait().unwrap();
 
     // `two` is not idempotent: resume asks a person, naming it, and exits 3.
-    let out = rein(&data)
-        .args(["tasks", "resume", "--all", "--no-wait"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::exits(
+        rein(&data).args(["tasks", "resume", "--all", "--no-wait"]),
+        3,
     );
     let state = show(&data, &id);
     assert_eq!(state["status"], "paused");

@@ -349,13 +349,7 @@ fn the_clients_mcp_servers_are_given_to_the_agent_steps_of_its_tasks() {
     let task = the_task(&data);
     assert_eq!(task["status"], "completed", "{task:#}");
     // The server ran in the step's sandbox, its code readable there.
-    let output = task["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "read" && c["status"] == "completed")
-        .map(|c| c["output"].clone())
-        .unwrap();
+    let output = common::checkpoint(&task, "read", Some("completed"))["output"].clone();
     let served = &output["mcp"][0];
     assert_eq!(served["name"], "fs", "{output:#}");
     assert_ne!(served["reach"]["sandbox"], "none", "{served}");

@@ -58,13 +58,7 @@ fn stderr(out: &std::process::Output) -> String {
 fn a_task_is_forked_after_a_step_and_retried_after_its_cause_is_fixed() {
     let (dir, data) = common::scratch();
     let plan = plan(dir.path());
-    let failed = rein(&data)
-        .arg("run")
-        .arg(&plan)
-        .arg("--quiet")
-        .output()
-        .unwrap();
-    assert_eq!(failed.status.code(), Some(1), "{}", stderr(&failed));
+    common::exits(rein(&data).arg("run").arg(&plan).arg("--quiet"), 1);
     let source = task_ids(&data)[0].clone();
     let source_state = show(&data, &source);
     let source_events = json(&run_ok(
@@ -133,11 +127,7 @@ fn a_task_is_forked_after_a_step_and_retried_after_its_cause_is_fixed() {
     // A failed task is retried: fork before `check`, which runs once the
     // flag is there.
     std::fs::write(dir.path().join("outside/flag"), "").unwrap();
-    let out = rein(&data)
-        .args(["tasks", "retry", &source, "--json"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = common::exits(rein(&data).args(["tasks", "retry", &source, "--json"]), 0);
     let retried = json(&out);
     assert_eq!(retried["status"], "completed");
     assert_eq!(

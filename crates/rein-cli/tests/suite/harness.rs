@@ -302,13 +302,7 @@ fn a_plugin_that_serves_only_routes_declaring_it_compatible_is_chosen_where_the_
             .arg(&plan),
     ));
     assert_eq!(state["status"], "completed", "{state}");
-    let output = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "hi" && c["status"] == "completed")
-        .map(|c| c["output"].clone())
-        .unwrap();
+    let output = common::checkpoint(&state, "hi", Some("completed"))["output"].clone();
     assert_eq!(output["text"], "SAY HI");
     assert_eq!(output["selection"]["selected"], "echo");
     let reason = output["selection"]["candidates"][0]["reason"]
@@ -349,13 +343,7 @@ fn a_plugins_reported_usage_is_metered_once_with_the_step() {
             .arg(&plan),
     ));
     assert_eq!(state["status"], "completed", "{state}");
-    let output = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "hi" && c["status"] == "completed")
-        .map(|c| c["output"].clone())
-        .unwrap();
+    let output = common::checkpoint(&state, "hi", Some("completed"))["output"].clone();
     assert_eq!(output["selection"]["selected"], "echo");
     // As the plugin reported it: every prompt token, the cached part, the output.
     assert_eq!(output["usage"]["input_tokens"], 30, "{output}");
@@ -397,13 +385,7 @@ fn an_agent_steps_images_reach_the_harness_and_are_never_dropped() {
             .arg(plan("echo", "docs/diagram.png")),
     ));
     assert_eq!(state["status"], "completed", "{state}");
-    let output = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "look" && c["status"] == "completed")
-        .map(|c| c["output"].clone())
-        .unwrap();
+    let output = common::checkpoint(&state, "look", Some("completed"))["output"].clone();
     assert_eq!(
         output["text"],
         "DESCRIBE IT [image/png docs/diagram.png 12 bytes 89504e47]"

@@ -167,12 +167,7 @@ max_turns = 4
     let id = state["id"].as_str().unwrap();
     let state = show(&data, id);
     assert_eq!(state["status"], "completed", "{state}");
-    let step = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rfind(|c| c["step_id"] == "write")
-        .unwrap();
+    let step = common::checkpoint(&state, "write", None);
     let output = &step["output"];
     assert_eq!(output["turns"], 2, "{output}");
     assert_eq!(output["tool_calls"], 1, "{output}");

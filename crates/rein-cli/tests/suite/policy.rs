@@ -189,12 +189,7 @@ fn an_asked_step_waits_for_a_person_and_runs_only_once_approved() {
     );
     assert!(workspace.join("shipped").exists(), "approved, the step ran");
     let state = show(&data, &id);
-    let ran = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "ship")
-        .unwrap();
+    let ran = common::checkpoint(&state, "ship", None);
     assert_eq!(ran["output"]["permission"]["verdict"], "ask");
     assert_eq!(ran["output"]["sandbox"], "bubblewrap");
     assert!(

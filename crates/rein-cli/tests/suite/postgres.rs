@@ -55,12 +55,7 @@ fn a_plan_runs_on_postgres_and_every_command_reads_it_there() {
         shown["context"]["completed_steps"],
         serde_json::json!(["a", "b"])
     );
-    let read = shown["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "b")
-        .unwrap();
+    let read = common::checkpoint(&shown, "b", None);
     assert_eq!(read["output"]["stdout_tail"], "a\n", "b read what a wrote");
     // The task is in the database, not in a file beside the workspaces.
     assert!(!data.join("rein.db").exists());

@@ -14,14 +14,7 @@ use common::{
 
 /// The `output` of a step's newest checkpoint.
 fn step_output(state: &serde_json::Value, step: &str) -> serde_json::Value {
-    state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == step)
-        .map(|c| c["output"].clone())
-        .unwrap()
+    common::checkpoint(state, step, None)["output"].clone()
 }
 
 /// Runs a plan whose second step writes into a directory of the host's beside

@@ -364,15 +364,9 @@ fn the_ledger_commands_add_and_revoke_entries() {
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
-    let bad = rein(&data)
-        .args(["ledger", "add", "--decision", "maybe", "--summary", "x"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        bad.status.code(),
-        Some(2),
-        "{}",
-        String::from_utf8_lossy(&bad.stderr)
+    common::exits(
+        rein(&data).args(["ledger", "add", "--decision", "maybe", "--summary", "x"]),
+        2,
     );
     let listed = String::from_utf8(run_ok(rein(&data).args(["ledger", "list"])).stdout).unwrap();
     assert!(listed.contains(&format!("(revokes {id})")), "{listed}");

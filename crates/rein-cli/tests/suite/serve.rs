@@ -479,12 +479,7 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
     eventually("the step runs", || started.exists().then_some(()));
     runner.kill().unwrap();
     runner.wait().unwrap();
-    let out = remote
-        .cmd()
-        .args(["tasks", "follow", &task])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let out = common::exits(remote.cmd().args(["tasks", "follow", &task]), 3);
     assert!(
         text(&out).contains(&format!(
             "the task's runner is gone; resume it with: rein tasks resume {task}"
@@ -493,11 +488,7 @@ fn following_a_task_whose_runner_was_killed_says_so_instead_of_waiting() {
         text(&out)
     );
     // Embedded, the same stream is served here: the same lines, the same exit.
-    let here = rein(&data)
-        .args(["tasks", "follow", &task])
-        .output()
-        .unwrap();
-    assert_eq!(here.status.code(), Some(3), "{}", text(&here));
+    let here = common::exits(rein(&data).args(["tasks", "follow", &task]), 3);
     assert_eq!(text(&here), text(&out));
     // The sandbox died with its runner (bwrap --die-with-parent): nothing waits on.
     stop(server);

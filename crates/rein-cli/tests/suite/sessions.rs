@@ -291,8 +291,7 @@ fn a_delegation_survives_sigkill_without_running_twice_and_only_its_owner_may_ch
         vec!["sessions", "reset", child_id],
         vec!["sessions", "pin", child_id, "--runtime", "rein"],
     ] {
-        let out = rein(&data).args(&args).output().unwrap();
-        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let out = common::exits(rein(&data).args(&args), 1);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.contains(&format!(
@@ -556,18 +555,7 @@ fn aborting_a_paused_task_retires_its_sessions_executors() {
         "description = \"held\"\n[[steps]]\nid = \"first\"\nkind = \"agent\"\nruntime = \"echo\"\nprompt = \"say one\"\n[[steps]]\nid = \"hold\"\nkind = \"approve\"\ntitle = \"Go on?\"\ndepends_on = [\"first\"]\n",
     );
     let with = || echo.rein();
-    let out = with()
-        .arg("run")
-        .arg(&plan)
-        .arg("--no-wait")
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::exits(with().arg("run").arg(&plan).arg("--no-wait"), 3);
     let log = || echo.log();
     assert_eq!(log().lines().count(), 1, "{}", log());
     let task = task_ids(data)[0].clone();
@@ -837,13 +825,7 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
         step_text(&state, "second"),
         "WHO RUNS SECOND by runner-h for acme on acme"
     );
-    let second = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == "second")
-        .unwrap();
+    let second = common::checkpoint(&state, "second", None);
     assert_eq!(second["output"]["plugin"], "runner");
     assert_eq!(
         second["output"]["delegated_execution"]["ownerPluginId"],

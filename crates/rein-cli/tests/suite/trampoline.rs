@@ -163,14 +163,14 @@ fn with_exec_it_refuses_what_it_would_not_do() {
         vec!["--unconfined"],
         vec!["--env", "A=b"],
     ] {
-        let out = confine()
-            .args(["--parent", &me])
-            .args(&extra)
-            .args(["--exec", "--"])
-            .args(&touch)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let out = common::exits(
+            confine()
+                .args(["--parent", &me])
+                .args(&extra)
+                .args(["--exec", "--"])
+                .args(&touch),
+            2,
+        );
         assert!(
             String::from_utf8_lossy(&out.stderr).contains(
                 "--exec takes only --parent, --heartbeat, --run-as, --workspace and --pin"
