@@ -253,6 +253,24 @@ pub fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
         .map(|c| c["status"].as_str().unwrap().to_owned())
 }
 
+/// Writes at `path` a manifest of the test echo plugin
+/// (`rein-runtimes/tests/plugins/echo_plugin.py`, started with `args`):
+/// plugin `id`, then `rest` (its `[[harnesses]]`, `[executor]`, …).
+pub fn echo_manifest(path: &Path, id: &str, args: &[&str], rest: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../rein-runtimes/tests/plugins/echo_plugin.py")
+        .display()
+        .to_string();
+    let command: Vec<String> = ["python3", script.as_str()]
+        .iter()
+        .chain(args)
+        .map(|a| format!("{a:?}"))
+        .collect();
+    let text = format!("id = {id:?}\ncommand = [{}]\n{rest}", command.join(", "));
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    path.to_owned()
+}
+
 /// The newest checkpoint of `step` in a task's state (`rein tasks show
 /// --json`), of `status` if one is given; fails the test, showing the state,
 /// if there is none.

@@ -661,17 +661,12 @@ fn a_prompts_image_reaches_the_agent_steps_of_its_task() {
     let m = model::model();
     let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
-    let plugin = dir.path().join("echo.toml");
-    std::fs::write(
-        &plugin,
-        format!(
-            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nisolated_completion = true\nisolated_completion_runtime = {{ host = \"rein\" }}\n",
-            script.display().to_string()
-        ),
-    )
-    .unwrap();
+    let plugin = common::echo_manifest(
+        &dir.path().join("echo.toml"),
+        "echo",
+        &[],
+        "[[harnesses]]\nid = \"echo\"\nisolated_completion = true\nisolated_completion_runtime = { host = \"rein\" }\n",
+    );
     let args = json!(["--data-dir", data, "--plugin", plugin, "--runtime", "echo"]).to_string();
     // "\x89PNG" and three bytes, in base64.
     let seen = client(

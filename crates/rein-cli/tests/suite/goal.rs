@@ -669,19 +669,13 @@ fn an_empty_answer_is_refused_unless_strict_visibility_is_asked_for() {
 fn the_reported_completion_runtime_is_the_one_that_answered() {
     let m = model();
     let (dir, data) = common::scratch();
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
     let manifest = |extra: &str| {
-        let path = dir.path().join("plugin.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nisolated_completion = true\n{extra}",
-                script.display().to_string()
-            ),
+        common::echo_manifest(
+            &dir.path().join("plugin.toml"),
+            "echo",
+            &[],
+            &format!("[[harnesses]]\nid = \"echo\"\nisolated_completion = true\n{extra}"),
         )
-        .unwrap();
-        path
     };
     let own = manifest("");
     let done = json(&run_ok(m.rein(&data).arg("--plugin").arg(&own).args([

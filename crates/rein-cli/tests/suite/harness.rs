@@ -10,18 +10,12 @@ use common::{json, rein, run_ok};
 /// Writes the manifest of the test echo plugin (harness `echo`, labelled
 /// "Echo agent") into `dir`.
 fn echo_plugin(dir: &std::path::Path) -> std::path::PathBuf {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
-    let manifest = dir.join("plugin.toml");
-    std::fs::write(
-        &manifest,
-        format!(
-            "id = \"echo\"\ncommand = [\"python3\", {:?}]\n[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n",
-            script.display().to_string()
-        ),
+    common::echo_manifest(
+        &dir.join("plugin.toml"),
+        "echo",
+        &[],
+        "[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n",
     )
-    .unwrap();
-    manifest
 }
 
 #[test]
@@ -504,18 +498,15 @@ fn an_executor_controller_from_another_plugin_serves_the_runtimes_its_activation
     let harness = echo_plugin(dir.path());
     let exec = dir.path().join("exec");
     std::fs::create_dir_all(&exec).unwrap();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../rein-runtimes/tests/plugins/echo_plugin.py");
-    let controller = dir.path().join("controller.toml");
-    std::fs::write(
-        &controller,
-        format!(
-            "id = \"echo-exec\"\ncommand = [\"python3\", {:?}]\n[executor]\nworkspace_directory = {:?}\n[activation]\non_agent_harnesses = [\"echo\"]\n",
-            script.display().to_string(),
+    let controller = common::echo_manifest(
+        &dir.path().join("controller.toml"),
+        "echo-exec",
+        &[],
+        &format!(
+            "[executor]\nworkspace_directory = {:?}\n[activation]\non_agent_harnesses = [\"echo\"]\n",
             exec.display().to_string()
         ),
-    )
-    .unwrap();
+    );
     let plan = common::write_plan(
         dir.path(),
         "plan.toml",

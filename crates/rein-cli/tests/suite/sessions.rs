@@ -306,39 +306,15 @@ fn a_delegation_survives_sigkill_without_running_twice_and_only_its_owner_may_ch
 /// The echo plugin's manifest, with an executor controller working in
 /// `exec`, started with `mode`.
 fn echo_plugin(dir: &Path, name: &str, mode: &str, exec: &Path) -> std::path::PathBuf {
-    echo_manifest(
+    common::echo_manifest(
         &dir.join(name),
         "echo",
-        mode,
-        "echo",
+        &[mode],
         &format!(
-            "label = \"Echo agent\"\n[executor]\nworkspace_directory = {:?}\n",
+            "[[harnesses]]\nid = \"echo\"\nlabel = \"Echo agent\"\n[executor]\nworkspace_directory = {:?}\n",
             exec.display().to_string()
         ),
     )
-}
-
-/// Writes at `path` a manifest of the test echo plugin (started with
-/// `mode`): plugin `id` with harness `harness`, whose declaration goes on
-/// with `more`.
-fn echo_manifest(
-    path: &Path,
-    id: &str,
-    mode: &str,
-    harness: &str,
-    more: &str,
-) -> std::path::PathBuf {
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../rein-runtimes/tests/plugins/echo_plugin.py");
-    std::fs::write(
-        path,
-        format!(
-            "id = {id:?}\ncommand = [\"python3\", {:?}, {mode:?}]\n[[harnesses]]\nid = {harness:?}\n{more}",
-            script.display().to_string()
-        ),
-    )
-    .unwrap();
-    path.to_owned()
 }
 
 const ECHOED: &str = r#"
@@ -659,12 +635,11 @@ fn approve_to_end(remote: &dyn Fn(&[&str]) -> Command, request: &str, task: &str
 /// A plugin manifest for the test echo plugin: plugin `id` with harness
 /// `harness`, and what else its harness declares.
 fn plugin(dir: &Path, id: &str, harness: &str, more: &str) -> std::path::PathBuf {
-    echo_manifest(
+    common::echo_manifest(
         &dir.join(format!("{id}.toml")),
         id,
-        "ok",
-        harness,
-        &format!("label = \"Echo\"\n{more}"),
+        &["ok"],
+        &format!("[[harnesses]]\nid = {harness:?}\nlabel = \"Echo\"\n{more}"),
     )
 }
 
