@@ -387,10 +387,24 @@ mod tests {
         }
     }
 
+    /// Waits (up to 5 s) until a look finds a process carrying `marks`. Until
+    /// a new process has finished its exec, its environment reads as empty
+    /// (the kernel sets it up after letting the parent go on), so a look just
+    /// after it was spawned may not find it by its marks yet.
+    fn until_carried(marks: &[(&str, &str)]) {
+        let begun = std::time::Instant::now();
+        while processes_where(|p| p.carries(marks)).is_empty()
+            && begun.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     #[test]
     fn concurrent_looks_share_scans_and_each_sees_what_was_alive_when_it_asked() {
         let marks = [("REIN_TEST_LOOK", "shared")];
         let mut child = spawn_group("exec sleep 30", &marks);
+        until_carried(&marks);
         let before = LOOKS.state.lock().unwrap().completed;
         let callers: Vec<_> = (0..64)
             .map(|_| std::thread::spawn(move || processes_where(|p| p.carries(&marks)).len()))
@@ -451,9 +465,9 @@ mod tests {
     fn a_sweep_answers_for_what_was_alive_when_it_was_taken() {
         let marks = [("REIN_TASK_ID", "task_sweep_test"), ("REIN_ATTEMPT", "1")];
         let before = Sweep::now();
-        let mut child = spawn_group("sleep 30", &marks);
+        let mut child = spawn_group("exec sleep 30", &marks);
         let recorded = record(&child);
-        until_members(recorded.pgid, 1);
+        until_carried(&marks);
         // Taken before the attempt started: it saw nothing of it.
         assert!(!before.saw(Some(&recorded), &marks));
         let after = Sweep::now();
@@ -473,7 +487,7 @@ mod tests {
             &[("REIN_TASK_ID", "task_marks_test"), ("REIN_ATTEMPT", "2")],
         );
         let other = spawn_group(
-            "sleep 30",
+            "exec sleep 30",
             &[("REIN_TASK_ID", "task_marks_test"), ("REIN_ATTEMPT", "1")],
         );
         let begun = std::time::Instant::now();
