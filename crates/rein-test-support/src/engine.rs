@@ -195,3 +195,12 @@ pub fn assert_completed(done: &rein_protocol::TaskState) {
         done.head.error
     );
 }
+
+/// The error of `step`'s newest checkpoint in `state`; fails the test, naming
+/// the step, if it has no checkpoint or that one no error.
+pub fn step_error(state: &rein_protocol::TaskState, step: &str) -> String {
+    state
+        .latest_for_step(step)
+        .and_then(|c| c.error.clone())
+        .unwrap_or_else(|| panic!("step `{step}` has no error: {:?}", state.status()))
+}

@@ -205,12 +205,7 @@ async fn the_steps_timeout_bounds_a_stream_that_never_goes_idle() {
     let state = create(&engine, step, None).await;
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
     assert_eq!(done.status(), TaskStatus::Failed);
-    let error = done
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&done, "draft");
     assert_eq!(
         error,
         "the agent step did not finish within its timeout of 400ms"
@@ -254,12 +249,7 @@ async fn an_unreachable_model_fails_the_step_as_a_connection_error() {
     let state = create(&engine, step, None).await;
     let done = engine.run(state.id(), RunOptions::default()).await.unwrap();
     assert_eq!(done.status(), TaskStatus::Failed);
-    let error = done
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&done, "draft");
     assert!(error.contains("cannot reach the model API"), "{error}");
 }
 
@@ -427,12 +417,7 @@ async fn a_step_that_requires_a_tool_call_fails_on_prose_and_its_tool_choice_is_
     let done = engine.run(state.id(), no_wait).await.unwrap();
     // A validation error pauses the task (the default recovery).
     assert_eq!(done.status(), TaskStatus::Paused);
-    let error = done
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&done, "draft");
     assert!(
         error.starts_with("the agent answered without calling any tool, and the step has require_tool_call = true; its answer: Here is what I would do."),
         "{error}"
@@ -527,12 +512,7 @@ async fn an_answer_cut_at_the_token_limit_fails_unless_the_step_says_go_on() {
     let state = create(&engine, agent_step("long"), None).await;
     let done = engine.run(state.id(), no_wait.clone()).await.unwrap();
     assert_eq!(done.status(), TaskStatus::Paused);
-    let error = done
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&done, "draft");
     assert!(
         error.contains("output token limit (finish_reason `length`)"),
         "{error}"
@@ -591,12 +571,7 @@ async fn a_person_who_stops_the_agent_at_its_turn_limit_fails_the_step_saying_so
     let pending = pending_of(&engine, &state).await;
     decide(&engine, &pending[0], Some("stop")).await;
     let done = run.await.unwrap().unwrap();
-    let error = done
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&done, "draft");
     assert_eq!(
         error,
         "the agent did not finish within 1 model turns, and ana chose to stop it"
@@ -842,12 +817,7 @@ async fn a_provider_the_builtin_runtime_does_not_speak_is_named() {
         ..RunOptions::default()
     };
     let done = engine.run(state.id(), no_wait).await.unwrap();
-    let error = done
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&done, "draft");
     assert!(
         error.starts_with(
             "the built-in runtime speaks the providers openai, openai-responses, anthropic, not `mistral`"

@@ -202,12 +202,7 @@ async fn a_person_who_stops_at_the_budget_fails_the_step_naming_it() {
     answer(&s, &q, "stop", None).await;
     let done = run.await.unwrap().unwrap();
     assert_ne!(done.status(), TaskStatus::Completed);
-    let error = done
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&done, "draft");
     assert!(
         error.starts_with("stopped at the step budget: step `draft` has used 0 of 1 tokens")
             && error.ends_with("ana chose to stop it"),
@@ -290,12 +285,7 @@ async fn the_tasks_dollars_and_the_days_tokens_count_every_step_and_every_task()
     assert_eq!(s.seen.0.lock().unwrap().len(), asked);
     answer(&other, &q, "stop", None).await;
     let stopped = run.await.unwrap().unwrap();
-    let error = stopped
-        .latest_for_step("draft")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&stopped, "draft");
     assert!(
         error.starts_with("stopped at the daily budget: "),
         "{error}"

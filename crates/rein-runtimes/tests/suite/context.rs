@@ -351,12 +351,7 @@ async fn a_conversation_that_cannot_fit_fails_the_step_saying_so() {
     let (engine, _store) = engine(dir.path(), &base, windowed(900)).await;
     let done = run_reads(&engine, dir.path()).await;
     assert_ne!(done.status(), TaskStatus::Completed);
-    let error = done
-        .latest_for_step("reads")
-        .unwrap()
-        .error
-        .clone()
-        .unwrap();
+    let error = rein_test_support::engine::step_error(&done, "reads");
     assert!(
         error.contains("does not fit") && error.contains("context window of 900 tokens"),
         "{error}"

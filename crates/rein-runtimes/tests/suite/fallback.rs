@@ -250,7 +250,7 @@ async fn past_the_cap_overloaded_or_failing_models_are_passed_at_once() {
 async fn a_refused_key_does_not_fall_back_and_a_route_that_all_fails_names_each() {
     let (done, asked, _, _) = run("locked", &["openai/steady"], &[]).await;
     assert_eq!(asked, ["locked"]);
-    let error = done.latest_for_step("ask").unwrap().error.clone().unwrap();
+    let error = rein_test_support::engine::step_error(&done, "ask");
     assert!(error.contains("401"), "{error}");
 
     let (done, asked, _, _) = run("busy-120", &["openai/overloaded"], &[]).await;
