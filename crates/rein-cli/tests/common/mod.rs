@@ -185,6 +185,14 @@ pub fn scratch() -> (tempfile::TempDir, PathBuf) {
     (dir, data)
 }
 
+/// A [`scratch`] directory with the plan `text` written in it as `name`: the
+/// directory, its data directory and the plan's path.
+pub fn with_plan(name: &str, text: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let (dir, data) = scratch();
+    let plan = write_plan(dir.path(), name, text);
+    (dir, data, plan)
+}
+
 pub fn write_plan(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write plan");

@@ -23,8 +23,7 @@ tools = ["run_command"]
 fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "agent.toml", PLAN);
+    let (_dir, data, plan) = common::with_plan("agent.toml", PLAN);
     let with_model = |cmd: &mut std::process::Command| {
         cmd.env("OPENAI_BASE_URL", &base)
             .env("OPENAI_API_KEY", "sk-test")
@@ -282,9 +281,7 @@ fn the_example_agent_plan_runs_against_any_openai_compatible_endpoint() {
 fn a_rein_killed_during_a_budget_question_loses_nothing_and_counts_nothing_twice() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "budget.toml",
         "description = \"budget\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"list three times\"\ntools = [\"list_dir\"]\nbudget = { tokens = 300 }\n",
     );

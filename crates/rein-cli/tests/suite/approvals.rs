@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{SHIP_PLAN, json, rein, run_ok, show, task_ids, write_plan};
+use common::{SHIP_PLAN, json, rein, run_ok, show, task_ids};
 
 fn pending(data: &Path) -> Vec<serde_json::Value> {
     json(&run_ok(rein(data).args(["approvals", "list", "--json"])))
@@ -44,8 +44,7 @@ fn wait_for_request(data: &Path) -> String {
 
 #[test]
 fn a_waiting_run_continues_when_another_process_decides() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     let runner = rein(&data)
         .arg("run")
         .arg(&plan)
@@ -110,8 +109,7 @@ fn a_waiting_run_continues_when_another_process_decides() {
 
 #[test]
 fn no_wait_exits_3_and_resume_after_the_decision_completes() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     common::exits(rein(&data).arg("run").arg(&plan).arg("--no-wait"), 3);
     let id = task_ids(&data)[0].clone();
     assert_eq!(show(&data, &id)["status"], "paused");
@@ -126,8 +124,7 @@ fn no_wait_exits_3_and_resume_after_the_decision_completes() {
 
 #[test]
 fn bad_decisions_are_refused_with_what_to_do() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     let request = waiting_request(&data, &plan);
     let out = common::exits(
         rein(&data).args(["approvals", "approve", &request, "--option", "yolo"]),
@@ -148,8 +145,7 @@ fn bad_decisions_are_refused_with_what_to_do() {
 
 #[test]
 fn an_edited_ledger_row_is_reported_by_verify() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     // Three decisions in the ledger: delegate, then approve; then a second task denied.
     let first = waiting_request(&data, &plan);
     run_ok(rein(&data).args([
@@ -211,8 +207,7 @@ fn an_edited_ledger_row_is_reported_by_verify() {
 
 #[test]
 fn a_removed_tail_is_caught_against_a_recorded_head_and_damaged_bytes_are_named() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     for who in ["ana", "bob", "carol"] {
         let id = waiting_request(&data, &plan);
         run_ok(rein(&data).args(["approvals", "deny", &id, "--as", who]));
@@ -290,8 +285,7 @@ fn the_approval_example_works_as_its_comments_say() {
 
 #[test]
 fn metrics_json_has_the_four_families() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     let request = waiting_request(&data, &plan);
     run_ok(rein(&data).args(["approvals", "deny", &request, "--as", "bob"]));
     let m = json(&run_ok(rein(&data).args(["metrics", "--json"])));
@@ -308,9 +302,7 @@ fn metrics_json_has_the_four_families() {
 /// and the request expires at its original deadline.
 #[test]
 fn after_kill_9_a_retry_timer_and_an_approval_deadline_are_both_honoured() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "timers.toml",
         r#"
 description = "timers"
@@ -415,9 +407,7 @@ depends_on = ["flaky", "ask"]
 
 #[test]
 fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "confirm.toml",
         "description='Rotate the keys'\nconfirm=true\n[[steps]]\nid='rotate'\nrun='echo rotated > done'\n",
     );
@@ -462,8 +452,7 @@ fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
 /// carries the typed answer.
 #[test]
 fn on_a_terminal_the_question_is_asked_inline() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     let child = common::rein_on_terminal(&data, &[Path::new("run"), &plan]);
     // Type the answer once the question is there.
     wait_for_request(&data);
@@ -484,8 +473,7 @@ fn on_a_terminal_the_question_is_asked_inline() {
 /// system's user's, by name: never an anonymous `cli`.
 #[test]
 fn a_decision_without_a_name_is_the_os_users() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "ship.toml", SHIP_PLAN);
+    let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     let request = waiting_request(&data, &plan);
     common::exits(
         rein(&data)

@@ -220,9 +220,7 @@ fn plan_check_validates_without_running() {
 
 #[test]
 fn a_run_paused_and_aborted_from_another_process() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (dir, data, plan) = common::with_plan(
         "slow.toml",
         &format!(
             "description='slow'\n[[steps]]\nid='wait'\nrun='{}'\n[[steps]]\nid='after'\nrun='true'\ndepends_on=['wait']\n",
@@ -304,9 +302,7 @@ fn a_run_paused_and_aborted_from_another_process() {
 
 #[test]
 fn a_killed_run_is_resumed_by_resume_all_and_follow_sees_it_finish() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "p.toml",
         "description='k'\n[[steps]]\nid='one'\nrun='echo one >> log'\nidempotent=true\n[[steps]]\nid='two'\nrun='sleep 60'\nidempotent=false\ndepends_on=['one']\n[[steps]]\nid='three'\nrun='echo three >> log'\ndepends_on=['two']\n",
     );
@@ -517,9 +513,7 @@ fn list_filters_and_pages() {
 
 #[test]
 fn a_run_whose_reader_goes_away_still_completes() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "p.toml",
         "description='pipe'\n[[steps]]\nid='a'\nrun='sleep 0.2'\n[[steps]]\nid='b'\nrun='true'\ndepends_on=['a']\n",
     );
@@ -630,9 +624,7 @@ fn sigterm_stops_at_once_and_leaves_the_task_resumable() {
 
 #[test]
 fn two_processes_resuming_one_task_at_once_cannot_both_run_it() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "race.toml",
         &format!(
             "description='race'\n[[steps]]\nid='a'\nrun='{}; echo a >> ran'\nidempotent=true\n[[steps]]\nid='b'\nrun='echo b >> ran'\ndepends_on=['a']\nidempotent=true\n",
@@ -720,9 +712,7 @@ fn a_store_that_is_not_whole_is_refused_not_started_afresh() {
 
 #[test]
 fn resume_all_says_which_process_runs_what_it_leaves() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "busy.toml",
         &format!(
             "description='busy'\n[[steps]]\nid='a'\nrun='{}'\n",

@@ -212,9 +212,7 @@ fn the_anthropic_and_responses_providers_run_agent_steps_from_the_command_line()
 
 #[test]
 fn a_failed_steps_error_is_not_repeated_by_the_task_failed_line() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "plan.toml",
         "description = \"x\"\n[[steps]]\nid = \"a\"\nkind = \"agent\"\nprovider = \"mistral\"\nprompt = \"hi\"\nrecovery = { validation_error = \"abort\" }\n",
     );

@@ -82,8 +82,7 @@ fn next_command(data: &std::path::Path, plan: &std::path::Path) -> Command {
 
 #[test]
 fn sigkill_at_random_points_loses_nothing_and_reruns_nothing_completed() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "plan.toml", &plan());
+    let (dir, data, plan) = common::with_plan("plan.toml", &plan());
     let seed: u64 = std::env::var("REIN_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -309,8 +308,7 @@ fn wait_for_marks(
 /// steps included — under `sandbox`, resuming each time, and checks from the
 /// marks the steps wrote that no two attempts of one step ever ran at once.
 fn no_attempt_outlives_a_killed_rein(sandbox: &str) {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "plan.toml", &marking_plan());
+    let (_dir, data, plan) = common::with_plan("plan.toml", &marking_plan());
     let seed: u64 = std::env::var("REIN_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())

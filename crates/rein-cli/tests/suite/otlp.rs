@@ -227,8 +227,7 @@ async fn spans_go_over_grpc_when_the_protocol_says_so() {
 /// Runs the traced plan exporting as `settings` say (one span a batch); the
 /// export warnings it printed, and all its stderr.
 async fn export_warnings(settings: Vec<(&'static str, String)>) -> (Vec<String>, String) {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "p.toml", TRACED);
+    let (_dir, data, plan) = common::with_plan("p.toml", TRACED);
     let out = tokio::task::spawn_blocking(move || {
         let mut cmd = rein(&data);
         for var in [
@@ -296,8 +295,7 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
         collector().await
     };
 
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "p.toml", TRACED);
+    let (_dir, data, plan) = common::with_plan("p.toml", TRACED);
     let task = tokio::task::spawn_blocking(move || {
         run_ok(
             rein(&data)
@@ -395,9 +393,7 @@ use rein_test_support::model as fake;
 async fn model_turns_are_spans_with_gen_ai_usage_attributes() {
     let (addr, received) = collector().await;
     let (base, seen) = fake::fake_model().await;
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "agent.toml",
         "description = \"notes\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"write notes\"\ntools = [\"write_file\", \"run_command\"]\n",
     );

@@ -28,8 +28,7 @@ rollback = "echo draft > notes.txt"
 
 #[test]
 fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "notes.toml", PLAN);
+    let (_dir, data, plan) = common::with_plan("notes.toml", PLAN);
 
     // `rein plan check` shows the steps the engine adds.
     let checked =

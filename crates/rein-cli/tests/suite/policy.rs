@@ -91,9 +91,7 @@ fn policy_check_prints_the_verdict_and_the_rule_with_a_script_friendly_exit() {
 
 #[test]
 fn a_denied_step_stops_the_plan_before_anything_runs() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (dir, data, plan) = common::with_plan(
         "p.toml",
         "description = 'wipe'\n[[steps]]\nid = 'ok'\nrun = 'true'\n\
          [[steps]]\nid = 'wipe'\nrun = 'rm -rf /opt'\n",

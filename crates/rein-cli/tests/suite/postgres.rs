@@ -30,8 +30,7 @@ depends_on = ["a"]
 #[test]
 fn a_plan_runs_on_postgres_and_every_command_reads_it_there() {
     let url = database();
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "plan.toml", PLAN);
+    let (_dir, data, plan) = common::with_plan("plan.toml", PLAN);
     let ran = run_ok(
         rein(&data)
             .args(["--store", &url, "--sandbox", "none", "run"])

@@ -74,9 +74,7 @@ fn steps_run_sandboxed_and_each_run_says_so() {
 
 #[test]
 fn a_steps_memory_limit_and_network_come_from_the_plan() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (dir, data, plan) = common::with_plan(
         "p.toml",
         "description = 'limits'\n\
          [[steps]]\nid = 'big'\nmemory_mb = 128\n\
@@ -101,9 +99,7 @@ fn a_steps_memory_limit_and_network_come_from_the_plan() {
 
 #[test]
 fn with_no_sandbox_available_steps_are_refused_with_what_to_install() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "p.toml",
         "description = 'x'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
     );

@@ -68,8 +68,7 @@ depends_on = ["tell"]
 #[test]
 fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned_and_reset() {
     let m = model();
-    let (dir, data) = common::scratch();
-    let plan = write_plan(dir.path(), "plan.toml", SHARED);
+    let (_dir, data, plan) = common::with_plan("plan.toml", SHARED);
     let state = json(&run_ok(
         m.rein(&data)
             .args(["run", "--json"])
@@ -547,9 +546,7 @@ fn aborting_a_paused_task_retires_its_sessions_executors() {
 #[test]
 fn a_session_is_compacted_by_hand_on_its_own_model_and_metered() {
     let m = model();
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "notes.toml",
         "description = \"notes\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"write notes\"\ntools = [\"write_file\", \"run_command\"]\n",
     );

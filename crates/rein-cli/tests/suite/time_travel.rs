@@ -70,9 +70,7 @@ fn leftovers(data: &Path) -> Vec<String> {
 
 #[test]
 fn sigkill_during_a_fork_leaves_no_half_made_task() {
-    let (dir, data) = common::scratch();
-    let plan = write_plan(
-        dir.path(),
+    let (_dir, data, plan) = common::with_plan(
         "big.toml",
         &format!(
             "description = 'big'\n{}[[steps]]\nid = 'after'\nrun = 'echo after > after.txt'\ndepends_on = ['big']\n",
