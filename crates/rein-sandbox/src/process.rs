@@ -377,34 +377,35 @@ mod tests {
 
     /// The live processes of group `pgid`.
     fn members(pgid: u32) -> usize {
-        processes_where(|p| p.stat.get(2).and_then(|f| f.parse().ok()) == Some(pgid)).len()
+        processes_where(|p| of_attempt(p, Some(pgid), &[])).len()
+    }
+
+    /// Waits (up to 5 s) until a look finds at least `n` processes `keep`
+    /// matches.
+    fn until_seen(n: usize, keep: impl Fn(&Seen) -> bool) {
+        let begun = std::time::Instant::now();
+        while processes_where(&keep).len() < n && begun.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     fn until_members(pgid: u32, n: usize) {
-        let begun = std::time::Instant::now();
-        while members(pgid) < n && begun.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        until_seen(n, |p| of_attempt(p, Some(pgid), &[]));
     }
 
-    /// Waits (up to 5 s) until a look finds a process carrying `marks`. Until
-    /// a new process has finished its exec, its environment reads as empty
-    /// (the kernel sets it up after letting the parent go on), so a look just
-    /// after it was spawned may not find it by its marks yet.
-    fn until_carried(marks: &[(&str, &str)]) {
-        let begun = std::time::Instant::now();
-        while processes_where(|p| p.carries(marks)).is_empty()
-            && begun.elapsed() < Duration::from_secs(5)
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    /// Waits until a look finds `n` processes carrying `marks`. Until a new
+    /// process has finished its exec, its environment reads as empty (the
+    /// kernel sets it up after letting the parent go on), so a look just after
+    /// it was spawned may not find it by its marks yet.
+    fn until_carried(marks: &[(&str, &str)], n: usize) {
+        until_seen(n, |p| p.carries(marks));
     }
 
     #[test]
     fn concurrent_looks_share_scans_and_each_sees_what_was_alive_when_it_asked() {
         let marks = [("REIN_TEST_LOOK", "shared")];
         let mut child = spawn_group("exec sleep 30", &marks);
-        until_carried(&marks);
+        until_carried(&marks, 1);
         let before = LOOKS.state.lock().unwrap().completed;
         let callers: Vec<_> = (0..64)
             .map(|_| std::thread::spawn(move || processes_where(|p| p.carries(&marks)).len()))
@@ -467,7 +468,7 @@ mod tests {
         let before = Sweep::now();
         let mut child = spawn_group("exec sleep 30", &marks);
         let recorded = record(&child);
-        until_carried(&marks);
+        until_carried(&marks, 1);
         // Taken before the attempt started: it saw nothing of it.
         assert!(!before.saw(Some(&recorded), &marks));
         let after = Sweep::now();
@@ -490,12 +491,7 @@ mod tests {
             "exec sleep 30",
             &[("REIN_TASK_ID", "task_marks_test"), ("REIN_ATTEMPT", "1")],
         );
-        let begun = std::time::Instant::now();
-        while processes_where(|p| p.carries(&marks)).len() < 3
-            && begun.elapsed() < Duration::from_secs(5)
-        {
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        until_carried(&marks, 3);
         let stopped = stop_leftover(None, &marks, Duration::from_secs(5));
         assert_eq!(stopped, Leftover::Stopped { processes: 3 });
         child.wait().unwrap();
