@@ -161,13 +161,6 @@ pub fn fails(cmd: &mut Command, code: i32) -> String {
     String::from_utf8_lossy(&exits(cmd, code).stderr).into_owned()
 }
 
-/// `out` ended with exit code `code`; what it said on stderr.
-pub fn exited(out: &Output, code: i32) -> String {
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(code), "stderr: {said}");
-    said
-}
-
 pub fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
@@ -253,12 +246,7 @@ pub fn until_exists(path: &Path) -> String {
 
 /// The status of a step's newest checkpoint in a task's JSON state.
 pub fn step_status(state: &serde_json::Value, step: &str) -> Option<String> {
-    state["checkpoints"]
-        .as_array()?
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == step)
-        .map(|c| c["status"].as_str().unwrap().to_owned())
+    newest_checkpoint(state, step, None).map(|c| c["status"].as_str().unwrap().to_owned())
 }
 
 /// Writes at `path` a manifest of the test echo plugin
@@ -280,20 +268,27 @@ pub fn echo_manifest(path: &Path, id: &str, args: &[&str], rest: &str) -> PathBu
 }
 
 /// The newest checkpoint of `step` in a task's state (`rein tasks show
-/// --json`), of `status` if one is given; fails the test, showing the state,
-/// if there is none.
+/// --json`), of `status` if one is given.
+pub fn newest_checkpoint<'a>(
+    state: &'a serde_json::Value,
+    step: &str,
+    status: Option<&str>,
+) -> Option<&'a serde_json::Value> {
+    state["checkpoints"]
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|c| c["step_id"] == step && status.is_none_or(|s| c["status"] == s))
+}
+
+/// [`newest_checkpoint`], which must be there: fails the test, showing the
+/// state, if it is not.
 pub fn checkpoint(
     state: &serde_json::Value,
     step: &str,
     status: Option<&str>,
 ) -> serde_json::Value {
-    state["checkpoints"]
-        .as_array()
-        .and_then(|all| {
-            all.iter()
-                .rev()
-                .find(|c| c["step_id"] == step && status.is_none_or(|s| c["status"] == s))
-        })
+    newest_checkpoint(state, step, status)
         .cloned()
         .unwrap_or_else(|| panic!("no checkpoint of `{step}` ({status:?}) in {state}"))
 }

@@ -441,19 +441,11 @@ fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
     let run = || {
         let out = remote(&["run", "--json"]).arg(&plan).output().unwrap();
         let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        state["checkpoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .rev()
-            .find(|c| c["step_id"] == "hi")
-            .map(|c| {
-                (
-                    c["status"].as_str().unwrap().to_owned(),
-                    c["error"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .unwrap()
+        let hi = common::checkpoint(&state, "hi", None);
+        (
+            hi["status"].as_str().unwrap().to_owned(),
+            hi["error"].as_str().unwrap_or_default().to_owned(),
+        )
     };
     assert_eq!(run().0, "completed");
     let rows = json(&run_ok(&mut remote(&[

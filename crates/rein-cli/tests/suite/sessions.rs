@@ -34,12 +34,7 @@ fn named<'a>(sessions: &'a [Value], name: &str) -> &'a Value {
 
 /// The text a step's newest completed checkpoint recorded.
 fn step_text(state: &Value, step: &str) -> String {
-    state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .rev()
-        .find(|c| c["step_id"] == step && c["status"] == "completed")
+    common::newest_checkpoint(state, step, Some("completed"))
         .and_then(|c| c["output"]["text"].as_str())
         .unwrap_or_default()
         .to_owned()
