@@ -26,7 +26,7 @@ async fn answer(body: String) -> axum::response::Response {
     } else {
         "Approved.".to_owned()
     };
-    crate::agent::sse(&[
+    rein_test_support::model::sse([
         json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": text } }] }),
         json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] }),
     ])

@@ -15,8 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
-use axum::http::header;
 use axum::response::Response;
 use axum::routing::post;
 use rein_core::harness::{HarnessRegistry, RuntimePolicy};
@@ -24,19 +22,8 @@ use rein_core::{CommandExecutor, CreateTask, Engine, EngineConfig, RunOptions};
 use rein_protocol::{StepAction, TaskDecomposition, TaskStep};
 use rein_runtimes::AgentExecutor;
 use rein_runtimes::openai::{ChatClient, ChatConfig, Message};
+use rein_test_support::model::sse;
 use serde_json::{Value, json};
-
-pub(crate) fn sse(chunks: &[Value]) -> Response {
-    let mut body = String::new();
-    for c in chunks {
-        body.push_str(&format!("data: {c}\n\n"));
-    }
-    body.push_str("data: [DONE]\n\n");
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from(body))
-        .unwrap_or_default()
-}
 
 /// Asks for the tool until the conversation has `calls` answers.
 async fn serve(calls: usize, mcp: bool, body: String) -> Response {
@@ -50,14 +37,14 @@ async fn serve(calls: usize, mcp: bool, body: String) -> Response {
         .as_array()
         .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
     if answered < calls {
-        sse(&[
+        sse([
             json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "tool_calls": [
                 { "index": 0, "id": format!("call_{answered}"), "type": "function",
                   "function": { "name": tool, "arguments": args } }] } }] }),
             json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] }),
         ])
     } else {
-        sse(&[
+        sse([
             json!({ "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "done" } }] }),
             json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] }),
         ])

@@ -307,40 +307,34 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                     OsStr::from_bytes(&bytes[eq + 1..]).to_owned(),
                 ));
             }
-            Some("--") if exec => {
-                let pinned = pinned(workspace, pin)?;
-                let program: Vec<OsString> = it.cloned().collect();
-                if program.is_empty() {
-                    return Err("--exec needs `-- PROGRAM [ARGS…]`".into());
-                }
-                // Only who runs it and what it dies with apply to a program
-                // run as given: anything else would confine nothing.
-                let run_as_only = Confinement {
-                    run_as: confinement.run_as,
-                    ..Confinement::default()
-                };
-                if unconfined || !env.is_empty() || confinement != run_as_only {
-                    return Err(
-                        "--exec takes only --parent, --heartbeat, --run-as, --workspace and --pin"
-                            .into(),
-                    );
-                }
-                return Ok(Parsed {
-                    parent,
-                    heartbeat,
-                    pinned,
-                    unconfined,
-                    confinement,
-                    env,
-                    body: Body::Program(program),
-                });
-            }
             Some("--") => {
-                let script = value(&mut it, "--")?;
-                if workspace.is_none() {
-                    return Err("--workspace is required".into());
-                }
-                let pinned = pinned(workspace, pin)?;
+                let (pinned, body) = if exec {
+                    let pinned = pinned(workspace, pin)?;
+                    let program: Vec<OsString> = it.cloned().collect();
+                    if program.is_empty() {
+                        return Err("--exec needs `-- PROGRAM [ARGS…]`".into());
+                    }
+                    // Only who runs it and what it dies with apply to a
+                    // program run as given: anything else would confine
+                    // nothing.
+                    let run_as_only = Confinement {
+                        run_as: confinement.run_as,
+                        ..Confinement::default()
+                    };
+                    if unconfined || !env.is_empty() || confinement != run_as_only {
+                        return Err(
+                            "--exec takes only --parent, --heartbeat, --run-as, --workspace and --pin"
+                                .into(),
+                        );
+                    }
+                    (pinned, Body::Program(program))
+                } else {
+                    let script = value(&mut it, "--")?;
+                    if workspace.is_none() {
+                        return Err("--workspace is required".into());
+                    }
+                    (pinned(workspace, pin)?, Body::Script { script })
+                };
                 return Ok(Parsed {
                     parent,
                     heartbeat,
@@ -348,7 +342,7 @@ fn parse(args: &[OsString]) -> Result<Parsed, String> {
                     unconfined,
                     confinement,
                     env,
-                    body: Body::Script { script },
+                    body,
                 });
             }
             _ => return Err(format!("unknown argument {arg:?}")),

@@ -20,11 +20,13 @@
 //! connection's address ([`crate::throttle::ClientAddr`]).
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
+use axum::response::Response;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -241,40 +243,28 @@ pub async fn serve(
 
 /// `app` with every request marked with the address of its connection.
 fn with_addr(app: Router, addr: IpAddr) -> impl Served<Future = impl Send> {
-    tower::ServiceExt::map_request(
-        app,
-        move |mut request: axum::http::Request<hyper::body::Incoming>| {
-            request
-                .extensions_mut()
-                .insert(crate::throttle::ClientAddr(addr));
-            request
-        },
-    )
+    tower::ServiceExt::map_request(app, move |mut request: Request| {
+        request
+            .extensions_mut()
+            .insert(crate::throttle::ClientAddr(addr));
+        request
+    })
 }
 
 /// What serves a connection: an app, each request marked with its
 /// connection's address ([`with_addr`]).
 trait Served:
-    tower::Service<
-        axum::http::Request<hyper::body::Incoming>,
-        Response = axum::response::Response,
-        Error = std::convert::Infallible,
-    > + Clone
-    + Send
-    + 'static
+    tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static
 {
 }
 
 impl<S> Served for S where
-    S: tower::Service<
-            axum::http::Request<hyper::body::Incoming>,
-            Response = axum::response::Response,
-            Error = std::convert::Infallible,
-        > + Clone
-        + Send
-        + 'static
+    S: tower::Service<Request, Response = Response, Error = Infallible> + Clone + Send + 'static
 {
 }
+
+/// A request as a connection reads it.
+type Request = axum::http::Request<hyper::body::Incoming>;
 
 /// A connection past both pools (or its address's cap), looked at as soon as
 /// one of the [`PEEKERS`] is free, for up to [`PEEK`]: a flood of refused

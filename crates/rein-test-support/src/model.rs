@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone, Default)]
 pub struct Seen(pub Arc<Mutex<Vec<Value>>>);
 
-/// A streamed chat-completions answer of `chunks`, ended with `[DONE]`.
 /// Serves `app` on a free loopback port, in the background: its address.
 ///
 /// # Panics
@@ -30,16 +29,19 @@ pub async fn serve(app: axum::Router) -> std::net::SocketAddr {
     addr
 }
 
-pub fn sse(chunks: Vec<Value>) -> Response {
+/// A streamed chat-completions answer of `chunks`, ended with `[DONE]`.
+pub fn sse<C: std::fmt::Display>(chunks: impl IntoIterator<Item = C>) -> Response {
     let mut body = String::new();
     for c in chunks {
         body.push_str(&format!("data: {c}\n\n"));
     }
     body.push_str("data: [DONE]\n\n");
-    Response::builder()
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .body(Body::from(body))
-        .unwrap()
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/event-stream"),
+    );
+    response
 }
 
 fn call(id: &str, name: &str, args: Value) -> Response {

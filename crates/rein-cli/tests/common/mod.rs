@@ -48,6 +48,13 @@ pub fn rein(data_dir: &Path) -> Command {
     cmd
 }
 
+/// `rein tasks fork TASK --after STEP --no-wait`: a fork that answers at once.
+pub fn fork_after(data_dir: &Path, task: &str, step: &str) -> Command {
+    let mut cmd = rein(data_dir);
+    cmd.args(["tasks", "fork", task, "--after", step, "--no-wait"]);
+    cmd
+}
+
 /// `rein --data-dir DATA ARGS…` on a real pseudo-terminal (util-linux
 /// `script`), as user `terminal-user`, with no inherited REIN_* settings: its
 /// stdin is what a person types.

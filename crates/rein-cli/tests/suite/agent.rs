@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
+use rein_protocol::usage::thousands;
 use rein_test_support::model as fake;
 
 use common::{eventually, in_workspace, json, rein, run_ok, task_ids, write_plan};
@@ -99,9 +100,9 @@ fn a_rein_killed_between_two_tool_calls_resumes_without_repeating_the_first() {
     let shown = String::from_utf8_lossy(&shown.stdout);
     let line = format!(
         "model usage: {} in ({} cached) / {} out tokens",
-        group(reported("/prompt_tokens")),
-        group(reported("/prompt_tokens_details/cached_tokens")),
-        group(reported("/completion_tokens"))
+        thousands(reported("/prompt_tokens")),
+        thousands(reported("/prompt_tokens_details/cached_tokens")),
+        thousands(reported("/completion_tokens"))
     );
     assert!(shown.contains(&line), "{line}\n{shown}");
     // No price configured: unpriced, never $0.
@@ -235,19 +236,6 @@ fn a_priced_models_usage_is_costed_by_the_formula() {
         said.contains("models.\"openai/gpt-test\"") && said.contains("input_usd_per_mtok"),
         "{said}"
     );
-}
-
-/// `1234567` as `1,234,567`.
-fn group(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[test]

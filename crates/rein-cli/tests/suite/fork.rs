@@ -66,16 +66,8 @@ fn a_task_is_forked_after_a_step_and_retried_after_its_cause_is_fixed() {
     ));
 
     // After `write`: its files as they were, and `append` asked about.
-    let out = rein(&data)
-        .args([
-            "tasks",
-            "fork",
-            &source,
-            "--after",
-            "write",
-            "--no-wait",
-            "--json",
-        ])
+    let out = common::fork_after(&data, &source, "write")
+        .arg("--json")
         .output()
         .unwrap();
     assert_eq!(

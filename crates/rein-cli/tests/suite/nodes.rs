@@ -167,6 +167,21 @@ fn states(url: &str) -> Vec<rein_protocol::TaskState> {
     })
 }
 
+/// The pids of the nodes that took a task up (started or resumed it), in
+/// the order of its events.
+fn taken_up_by(events: &[rein_protocol::HarnessEvent]) -> Vec<u32> {
+    events
+        .iter()
+        .filter_map(|e| match &e.change {
+            rein_protocol::TaskChange::TaskStarted { runner }
+            | rein_protocol::TaskChange::TaskResumed { runner, .. } => {
+                runner.as_ref().map(|r| r.pid)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 /// The pids of the nodes that took each task up (started or resumed it), in
 /// order, read from the store.
 fn runners(url: &str) -> BTreeMap<String, Vec<u32>> {
@@ -176,16 +191,7 @@ fn runners(url: &str) -> BTreeMap<String, Vec<u32>> {
             .events(&task.id, 0, usize::MAX)
             .await
             .unwrap();
-        let pids = events
-            .iter()
-            .filter_map(|e| match &e.change {
-                rein_protocol::TaskChange::TaskStarted { runner }
-                | rein_protocol::TaskChange::TaskResumed { runner, .. } => {
-                    runner.as_ref().map(|r| r.pid)
-                }
-                _ => None,
-            })
-            .collect();
+        let pids = taken_up_by(&events);
         (task.id.to_string(), pids)
     })
     .into_iter()
@@ -472,16 +478,7 @@ fn a_node_paused_past_its_lease_finds_it_gone_and_does_not_write() {
         let store = rein_store::PostgresStore::connect(&url).await.unwrap();
         store.events(state.id(), 0, usize::MAX).await.unwrap()
     });
-    let runners: Vec<u32> = events
-        .iter()
-        .filter_map(|e| match &e.change {
-            rein_protocol::TaskChange::TaskStarted { runner }
-            | rein_protocol::TaskChange::TaskResumed { runner, .. } => {
-                runner.as_ref().map(|r| r.pid)
-            }
-            _ => None,
-        })
-        .collect();
+    let runners = taken_up_by(&events);
     assert_eq!(runners, [a.server.0.id(), b.server.0.id()]);
     assert!(
         marks.join("2").exists(),

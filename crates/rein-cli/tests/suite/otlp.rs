@@ -224,6 +224,33 @@ async fn spans_go_over_grpc_when_the_protocol_says_so() {
     exported_with_the_tasks_trace_id(Some("grpc")).await;
 }
 
+/// `rein run PLAN` with its spans exported to the collector at `addr`, on a
+/// blocking thread (`more` tells the run what else it needs): the task as
+/// `rein tasks show` shows it, and its events.
+async fn run_exported(
+    addr: std::net::SocketAddr,
+    data: std::path::PathBuf,
+    plan: std::path::PathBuf,
+    more: impl FnOnce(&mut std::process::Command) + Send + 'static,
+) -> (Value, Value) {
+    tokio::task::spawn_blocking(move || {
+        let mut run = rein(&data);
+        run.env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL");
+        more(&mut run);
+        run_ok(run.arg("run").arg(&plan));
+        let id = task_ids(&data).remove(0);
+        let events = json(&run_ok(
+            rein(&data).args(["tasks", "events", &id, "--json"]),
+        ));
+        (show(&data, &id), events)
+    })
+    .await
+    .unwrap()
+}
+
 /// Runs the traced plan exporting as `settings` say (one span a batch); the
 /// export warnings it printed, and all its stderr.
 async fn export_warnings(settings: Vec<(&'static str, String)>) -> (Vec<String>, String) {
@@ -296,27 +323,11 @@ async fn exported_with_the_tasks_trace_id(protocol: Option<&'static str>) {
     };
 
     let (_dir, data, plan) = common::with_plan("p.toml", TRACED);
-    let task = tokio::task::spawn_blocking(move || {
-        run_ok(
-            rein(&data)
-                .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                .envs(protocol.map(|p| ("OTEL_EXPORTER_OTLP_PROTOCOL", p)))
-                .env("OTEL_EXPORTER_OTLP_HEADERS", "x-team=docs")
-                .arg("run")
-                .arg(&plan),
-        );
-        let id = task_ids(&data).remove(0);
-        let events = json(&run_ok(
-            rein(&data).args(["tasks", "events", &id, "--json"]),
-        ));
-        (show(&data, &id), events)
+    let (task, events) = run_exported(addr, data, plan, move |run| {
+        run.envs(protocol.map(|p| ("OTEL_EXPORTER_OTLP_PROTOCOL", p)))
+            .env("OTEL_EXPORTER_OTLP_HEADERS", "x-team=docs");
     })
-    .await
-    .unwrap();
-    let (task, events) = task;
+    .await;
     let trace_id = task["trace_id"].as_str().expect("trace_id").to_owned();
     let root_span = task["span_id"].as_str().expect("span_id").to_owned();
 
@@ -397,24 +408,12 @@ async fn model_turns_are_spans_with_gen_ai_usage_attributes() {
         "agent.toml",
         "description = \"notes\"\n[[steps]]\nid = \"agent\"\nkind = \"agent\"\nprompt = \"write notes\"\ntools = [\"write_file\", \"run_command\"]\n",
     );
-    let task = tokio::task::spawn_blocking(move || {
-        run_ok(
-            rein(&data)
-                .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                .env("OPENAI_BASE_URL", &base)
-                .env("OPENAI_API_KEY", "sk-test")
-                .env("REIN_MODEL", "gpt-test")
-                .arg("run")
-                .arg(&plan),
-        );
-        let id = task_ids(&data).remove(0);
-        show(&data, &id)
+    let (task, _) = run_exported(addr, data, plan, move |run| {
+        run.env("OPENAI_BASE_URL", &base)
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("REIN_MODEL", "gpt-test");
     })
-    .await
-    .unwrap();
+    .await;
     let requests = seen.0.lock().unwrap().clone();
     let spans = spans(&received.lock().unwrap().clone());
     let chats: Vec<&Exported> = spans.iter().filter(|s| s.name == "chat gpt-test").collect();
@@ -462,25 +461,10 @@ async fn a_run_under_traceparent_is_in_the_callers_trace_and_its_approve_step_ha
         "p.toml",
         "description='traced approval'\n[[steps]]\nid='ship'\nkind='approve'\ntitle='Ship it?'\ntimeout='1s'\ndefault='approve'\n[[steps]]\nid='after'\nrun='true'\ndepends_on=['ship']\n",
     );
-    let (task, events) = tokio::task::spawn_blocking(move || {
-        run_ok(
-            rein(&data)
-                .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-                .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                .env("TRACEPARENT", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"))
-                .arg("run")
-                .arg(&plan),
-        );
-        let id = task_ids(&data).remove(0);
-        let events = json(&run_ok(
-            rein(&data).args(["tasks", "events", &id, "--json"]),
-        ));
-        (show(&data, &id), events)
+    let (task, events) = run_exported(addr, data, plan, |run| {
+        run.env("TRACEPARENT", format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01"));
     })
-    .await
-    .unwrap();
+    .await;
     assert_eq!(task["status"], "completed", "{task}");
     // The task is in the caller's trace.
     assert_eq!(task["trace_id"], CALLER_TRACE);

@@ -26,6 +26,17 @@ verify = ["grep -q final notes.txt"]
 rollback = "echo draft > notes.txt"
 "#;
 
+/// The contracts of a task, as `rein contracts list --task` shows them.
+fn contracts_of(data: &std::path::Path, task: &str) -> serde_json::Value {
+    json(&run_ok(rein(data).args([
+        "contracts",
+        "list",
+        "--task",
+        task,
+        "--json",
+    ])))["items"]
+        .clone()
+}
 #[test]
 fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
     let (_dir, data, plan) = common::with_plan("notes.toml", PLAN);
@@ -51,14 +62,7 @@ fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
     );
     let task = json(&paused)["id"].as_str().unwrap().to_owned();
 
-    let contracts = json(&run_ok(rein(&data).args([
-        "contracts",
-        "list",
-        "--task",
-        &task,
-        "--json",
-    ])))["items"]
-        .clone();
+    let contracts = contracts_of(&data, &task);
     assert_eq!(contracts.as_array().unwrap().len(), 1);
     let contract = contracts[0]["id"].as_str().unwrap().to_owned();
     assert_eq!(contracts[0]["status"], "proposed");
@@ -204,14 +208,7 @@ verify = ["grep -q final notes.txt", "if [ -e started ]; then true; else touch s
     assert_eq!(resumed["status"], "completed", "{resumed}");
     let runs = std::fs::read_to_string(common::in_workspace(&data, &task, "runs.log")).unwrap();
     assert_eq!(runs, "ran\n", "the step itself ran once");
-    let contracts = json(&run_ok(rein(&data).args([
-        "contracts",
-        "list",
-        "--task",
-        &task,
-        "--json",
-    ])))["items"]
-        .clone();
+    let contracts = contracts_of(&data, &task);
     assert_eq!(contracts[0]["status"], "verified", "{contracts}");
     // The evidence was rebuilt, not doubled: one output, two test results, two checks.
     let bundles = json(&run_ok(rein(&data).args(["evidence", "list", "--json"])))["items"].clone();

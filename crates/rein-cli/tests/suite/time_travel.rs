@@ -89,16 +89,8 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
     ));
     expected.remove(Path::new("after.txt"));
     let fork = || {
-        rein(&data)
-            .args([
-                "tasks",
-                "fork",
-                &source,
-                "--after",
-                "big",
-                "--no-wait",
-                "--quiet",
-            ])
+        common::fork_after(&data, &source, "big")
+            .arg("--quiet")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -152,16 +144,8 @@ fn sigkill_during_a_fork_leaves_no_half_made_task() {
         "only {killed_while_writing} kills landed while a workspace was written"
     );
     // The next fork sweeps what the killed ones left, and is whole.
-    let out = rein(&data)
-        .args([
-            "tasks",
-            "fork",
-            &source,
-            "--after",
-            "big",
-            "--no-wait",
-            "--json",
-        ])
+    let out = common::fork_after(&data, &source, "big")
+        .arg("--json")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "it asks about `after`");

@@ -354,25 +354,26 @@ impl TaskRun<'_> {
         Ok(())
     }
 
+    /// The step waiting on request `id`: its index, checkpoint and span.
+    fn awaiting_on(&self, id: &ApprovalId) -> Option<(usize, CheckpointId, SpanRef)> {
+        self.progress.iter().enumerate().find_map(|(i, p)| match p {
+            Progress::Awaiting {
+                checkpoint,
+                span,
+                request,
+            } if &request.id == id => Some((i, checkpoint.clone(), span.clone())),
+            _ => None,
+        })
+    }
+
     /// Applies what happened to a request this run waits on.
     pub(super) fn on_settled(&mut self, request: ApprovalRequest) -> Result<()> {
         if self.answer_question(&request)? {
             return Ok(());
         }
-        let Some(i) = self
-            .progress
-            .iter()
-            .position(|p| matches!(p, Progress::Awaiting { request: r, .. } if r.id == request.id))
-        else {
+        let Some((i, checkpoint, span)) = self.awaiting_on(&request.id) else {
             return Ok(()); // not ours, or already applied
         };
-        let Progress::Awaiting {
-            checkpoint, span, ..
-        } = &self.progress[i]
-        else {
-            return Ok(());
-        };
-        let (checkpoint, span) = (checkpoint.clone(), span.clone());
         self.rec
             .record(TaskChange::approval_received(&request), &span)?;
         if !matches!(self.steps[i].action, StepAction::Approval { .. }) {
@@ -569,20 +570,9 @@ impl TaskRun<'_> {
 
     /// Revokes a request nobody needs to answer any more, closing its step as skipped.
     pub(super) async fn withdraw(&mut self, request: ApprovalRequest, why: &str) -> Result<()> {
-        let Some(i) = self
-            .progress
-            .iter()
-            .position(|p| matches!(p, Progress::Awaiting { request: r, .. } if r.id == request.id))
-        else {
+        let Some((i, checkpoint, span)) = self.awaiting_on(&request.id) else {
             return Ok(());
         };
-        let Progress::Awaiting {
-            checkpoint, span, ..
-        } = &self.progress[i]
-        else {
-            return Ok(());
-        };
-        let (checkpoint, span) = (checkpoint.clone(), span.clone());
         let revoked = self.ctx.revoke(request, why).await?;
         self.rec
             .record(TaskChange::approval_received(&revoked), &span)?;

@@ -115,3 +115,19 @@ fn shared_state_names_are_the_wire_names() {
         assert_eq!(parsed.as_str(), role);
     }
 }
+
+#[test]
+fn token_counts_are_grouped_in_thousands() {
+    use rein_protocol::usage::thousands;
+    for (n, shown) in [
+        (0, "0"),
+        (7, "7"),
+        (999, "999"),
+        (1_000, "1,000"),
+        (65_536, "65,536"),
+        (1_234_567, "1,234,567"),
+        (u64::MAX, "18,446,744,073,709,551,615"),
+    ] {
+        assert_eq!(thousands(n), shown);
+    }
+}

@@ -225,6 +225,17 @@ fn agent_updates(events: &[AttemptEvent]) -> Vec<String> {
         .collect()
 }
 
+/// The agent's message chunks, streamed as partial replies, put together.
+fn partial_replies(events: &[AttemptEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AttemptEvent::PartialReply(t) => Some(t.as_str()),
+            AttemptEvent::Agent(_) => None,
+        })
+        .collect()
+}
+
 fn side_effects(details: &Value) -> Vec<(String, String)> {
     details["side_effects"]
         .as_array()
@@ -267,14 +278,7 @@ async fn the_agent_streams_asks_permission_and_edits_through_reins_callback() {
         "Working on it. Wrote notes.md (21 bytes, opt-allow)."
     );
     // Streamed: message chunks as partial replies, the rest as agent events.
-    let partial: String = run
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            AttemptEvent::PartialReply(t) => Some(t.as_str()),
-            AttemptEvent::Agent(_) => None,
-        })
-        .collect();
+    let partial = partial_replies(&run.events);
     assert_eq!(partial, result.text);
     // With a run to report to, updates go there, in order with the question
     // (the tool call is announced before it is asked about).
@@ -461,14 +465,7 @@ async fn skipping_the_question_cancels_the_agents_turn() {
     )
     .await;
     // The agent saw the cancel before the outcome: it did not go on to speak.
-    let said: String = run
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            AttemptEvent::PartialReply(t) => Some(t.as_str()),
-            AttemptEvent::Agent(_) => None,
-        })
-        .collect();
+    let said = partial_replies(&run.events);
     assert!(!said.contains("nothing written"), "{said}");
     let err = run.result.unwrap_err();
     assert!(

@@ -59,9 +59,17 @@ fn kind_of(query: &KindQuery) -> Result<Option<HistoryKind>, Refusal> {
     }
 }
 
-/// The task and the kind a request names.
-fn asked(id: &str, query: &KindQuery) -> Result<(TaskId, Option<HistoryKind>), Refusal> {
-    Ok((parse_id::<TaskId>(id)?, kind_of(query)?))
+/// The task and the kind a request names, and the task's history; else the
+/// answer that refuses the request.
+async fn asked(
+    state: &AppState,
+    id: &str,
+    query: &KindQuery,
+) -> Result<(TaskId, Option<HistoryKind>, History), Response> {
+    let named = parse_id::<TaskId>(id).and_then(|id| Ok((id, kind_of(query)?)));
+    let (id, kind) = named.map_err(IntoResponse::into_response)?;
+    let history = state.engine.history(&id).await.map_err(engine_refusal)?;
+    Ok((id, kind, history))
 }
 
 pub async fn history(
@@ -70,13 +78,9 @@ pub async fn history(
     Path(id): Path<String>,
     Query(query): Query<KindQuery>,
 ) -> Response {
-    let (id, kind) = match asked(&id, &query) {
+    let (id, kind, history) = match asked(&state, &id, &query).await {
         Ok(asked) => asked,
-        Err(refused) => return refused.into_response(),
-    };
-    let history = match state.engine.history(&id).await {
-        Ok(history) => history,
-        Err(e) => return engine_refusal(e),
+        Err(refused) => return refused,
     };
     let rows = timeline(&user, &id, &history, kind);
     // A finished task's history no longer moves: nothing to fetch again.
@@ -109,13 +113,9 @@ pub async fn history_body(
     Path(id): Path<String>,
     Query(query): Query<KindQuery>,
 ) -> Response {
-    let (id, kind) = match asked(&id, &query) {
-        Ok(asked) => asked,
-        Err(refused) => return refused.into_response(),
-    };
-    match state.engine.history(&id).await {
-        Ok(history) => timeline(&user, &id, &history, kind).into_response(),
-        Err(e) => engine_refusal(e),
+    match asked(&state, &id, &query).await {
+        Ok((id, kind, history)) => timeline(&user, &id, &history, kind).into_response(),
+        Err(refused) => refused,
     }
 }
 
