@@ -439,12 +439,7 @@ fn images_go_to_an_acp_agent_that_takes_them_as_image_blocks() {
         .unwrap();
     assert_ne!(out.status.code(), Some(0));
     let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let error = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "draft" && c["status"] == "failed")
-        .map(|c| c["error"].as_str().unwrap_or_default().to_owned())
-        .unwrap();
+    let failed = common::checkpoint(&state, "draft", Some("failed"));
+    let error = failed["error"].as_str().unwrap_or_default();
     assert!(error.contains("promptCapabilities.image"), "{error}");
 }

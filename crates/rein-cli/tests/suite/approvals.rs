@@ -432,13 +432,7 @@ fn a_plan_with_confirm_runs_nothing_until_a_person_confirms() {
         "ana",
     ]));
     common::exits(rein(&data).args(["tasks", "resume", &task]), 0);
-    let confirm = show(&data, &task)["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "confirm")
-        .cloned()
-        .unwrap();
+    let confirm = common::checkpoint(&show(&data, &task), "confirm", None);
     assert_eq!(
         (
             confirm["type"].as_str(),

@@ -40,6 +40,16 @@ fn events(data: &Path, task: &str) -> Vec<Value> {
     json(&out).as_array().unwrap().clone()
 }
 
+/// The checkpoints of a goal's planning (each decomposition asked for),
+/// oldest first.
+fn plan_checkpoints(state: &Value) -> Vec<&Value> {
+    state["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "task_plan")
+        .collect()
+}
 #[test]
 fn plan_draft_writes_a_plan_that_runs_and_sends_a_refused_answer_back() {
     let m = model();
@@ -113,12 +123,7 @@ fn run_goal_yes_decomposes_and_its_steps_write_the_files() {
         "{followed}"
     );
     // CP2: a refused attempt, then the accepted one with the decomposition.
-    let plans: Vec<&Value> = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["type"] == "task_plan")
-        .collect();
+    let plans = plan_checkpoints(&state);
     assert_eq!(plans.len(), 2, "{plans:?}");
     assert_eq!(plans[0]["status"], "failed");
     assert!(
@@ -296,12 +301,7 @@ fn a_rein_killed_while_the_model_decomposes_asks_again_on_resume() {
     ));
     assert_eq!(state["status"], "completed", "{state}");
     assert_eq!(m.decompositions().len(), 2, "{:#?}", m.decompositions());
-    let plans: Vec<&Value> = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["type"] == "task_plan")
-        .collect();
+    let plans = plan_checkpoints(&state);
     assert_eq!(plans.len(), 2);
     assert!(
         plans[0]["error"]
@@ -360,12 +360,7 @@ fn an_empty_or_cut_off_decomposition_is_asked_again_naming_why() {
         );
         // The second request says what was wrong with the first answer.
         assert!(asked[1].to_string().contains(why), "{goal}: {}", asked[1]);
-        let plans: Vec<&Value> = state["checkpoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["type"] == "task_plan")
-            .collect();
+        let plans = plan_checkpoints(&state);
         assert_eq!(plans.len(), 2);
         assert!(
             plans[0]["error"].as_str().unwrap().contains(why),

@@ -394,13 +394,8 @@ fn an_agent_steps_images_reach_the_harness_and_are_never_dropped() {
     // next: the run pauses, exit 3).
     assert_eq!(out.status.code(), Some(3));
     let paused: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let error = paused["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "look" && c["status"] == "failed")
-        .map(|c| c["error"].as_str().unwrap_or_default().to_owned())
-        .unwrap();
+    let failed = common::checkpoint(&paused, "look", Some("failed"));
+    let error = failed["error"].as_str().unwrap_or_default();
     assert!(
         error.contains("the built-in runtime does not send images"),
         "{error}"

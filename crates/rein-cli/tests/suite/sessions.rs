@@ -848,12 +848,7 @@ fn a_session_is_handed_only_to_a_plugin_its_owner_trusts_and_runs_there_as_the_o
         3,
     );
     let state: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let refused = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["step_id"] == "lead" && c["status"] == "failed")
-        .unwrap_or_else(|| panic!("no failed attempt in {state}"));
+    let refused = common::checkpoint(&state, "lead", Some("failed"));
     assert_eq!(
         refused["metadata"]["error_type"], "permission_denied",
         "{refused}"
