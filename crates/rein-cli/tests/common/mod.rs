@@ -199,6 +199,14 @@ pub fn write_plan(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// `text` written as `rein.toml` in `dir`: a configuration file for
+/// `--config`. Its path.
+pub fn write_config(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("rein.toml");
+    std::fs::write(&path, text).expect("write rein.toml");
+    path
+}
+
 /// The ids of all tasks in a data directory, newest first.
 pub fn task_ids(data_dir: &Path) -> Vec<String> {
     let out = run_ok(rein(data_dir).args(["tasks", "list", "--json"]));

@@ -123,12 +123,10 @@ fn a_priced_models_usage_is_costed_by_the_formula() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
     let (dir, data) = common::scratch();
-    let config = dir.path().join("rein.toml");
-    std::fs::write(
-        &config,
+    let config = common::write_config(
+        dir.path(),
         "[models.\"openai/gpt-test\"]\ninput_usd_per_mtok = 2.0\ncached_input_usd_per_mtok = 0.5\noutput_usd_per_mtok = 8.0\ncontext_window = 128000\n",
-    )
-    .unwrap();
+    );
     let plan = write_plan(
         dir.path(),
         "notes.toml",
@@ -352,13 +350,11 @@ fn a_rein_killed_during_a_compaction_loses_nothing_and_counts_nothing_twice() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (base, seen) = runtime.block_on(fake::fake_model());
     let (dir, data) = common::scratch();
-    let config = dir.path().join("rein.toml");
     // A window the step's turns outgrow.
-    std::fs::write(
-        &config,
+    let config = common::write_config(
+        dir.path(),
         "[models.\"openai/gpt-test\"]\ncontext_window = 300\n",
-    )
-    .unwrap();
+    );
     let plan = write_plan(
         dir.path(),
         "compact.toml",

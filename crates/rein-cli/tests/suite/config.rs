@@ -23,12 +23,10 @@ fn setting<'a>(shown: &'a Value, key: &str) -> &'a Value {
 #[test]
 fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
     let (dir, data) = common::scratch();
-    let file = dir.path().join("rein.toml");
-    std::fs::write(
-        &file,
+    let file = common::write_config(
+        dir.path(),
         "sandbox = \"none\"\nplugins = [\"plugins/echo.toml\"]\n[openai]\nmodel = \"from-file\"\napi_key = \"sk-secret\"\nidle_timeout = \"5m\"\nstream = false\n[anthropic]\nmax_tokens = 2048\n",
-    )
-    .unwrap();
+    );
     let shown = json(&run_ok(
         rein(&data)
             .arg("--config")
@@ -90,8 +88,7 @@ fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
 #[test]
 fn a_key_the_file_does_not_know_or_a_missing_file_is_bad_usage_named() {
     let (dir, data) = common::scratch();
-    let file = dir.path().join("rein.toml");
-    std::fs::write(&file, "[openai]\nmodle = \"typo\"\n").unwrap();
+    let file = common::write_config(dir.path(), "[openai]\nmodle = \"typo\"\n");
     let err = common::fails(
         rein(&data)
             .arg("--config")
@@ -173,14 +170,12 @@ fn the_anthropic_and_responses_providers_run_agent_steps_from_the_command_line()
     let (anthropic, messages) = runtime.block_on(fake::anthropic_like());
     let (responses, _) = runtime.block_on(fake::responses_like());
     let (dir, data) = common::scratch();
-    let file = dir.path().join("rein.toml");
-    std::fs::write(
-        &file,
-        format!(
+    let file = common::write_config(
+        dir.path(),
+        &format!(
             "[anthropic]\nbase_url = \"{anthropic}\"\napi_key = \"sk-ant-test\"\nmodel = \"claude-from-file\"\n"
         ),
-    )
-    .unwrap();
+    );
     let plan = write_plan(
         dir.path(),
         "plan.toml",
@@ -233,12 +228,10 @@ fn a_failed_steps_error_is_not_repeated_by_the_task_failed_line() {
 #[test]
 fn the_configured_fallback_models_are_shown_checked_and_explained() {
     let (dir, data) = common::scratch();
-    let file = dir.path().join("rein.toml");
-    std::fs::write(
-        &file,
+    let file = common::write_config(
+        dir.path(),
         "fallback_models = [\"openai/gpt-4o-mini\", \"anthropic/claude-haiku-4-5\"]\n",
-    )
-    .unwrap();
+    );
     let shown = json(&run_ok(
         rein(&data)
             .arg("--config")
@@ -293,12 +286,10 @@ fn the_configured_fallback_models_are_shown_checked_and_explained() {
 #[test]
 fn budgets_from_the_file_and_the_flags_are_checked_and_named() {
     let (dir, data) = common::scratch();
-    let file = dir.path().join("rein.toml");
-    std::fs::write(
-        &file,
+    let file = common::write_config(
+        dir.path(),
         "daily_budget = { tokens = 5000000, cost_usd = 20.0 }\n",
-    )
-    .unwrap();
+    );
     let shown = json(&run_ok(
         rein(&data)
             .arg("--config")

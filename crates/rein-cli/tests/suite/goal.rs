@@ -719,12 +719,10 @@ fn the_reported_completion_runtime_is_the_one_that_answered() {
 fn an_isolated_completion_falls_back_across_auth_profiles_in_order() {
     let m = model();
     let (dir, data) = common::scratch();
-    let config = dir.path().join("rein.toml");
-    std::fs::write(
-        &config,
+    let config = common::write_config(
+        dir.path(),
         "auth_order = [\"old\", \"new\"]\n\n[auth_profiles.old]\napi_key = \"sk-expired\"\n\n[auth_profiles.new]\napi_key_env = \"REIN_TEST_NEW_KEY\"\n",
-    )
-    .unwrap();
+    );
     let done = json(&run_ok(
         m.rein(&data)
             .env("REIN_TEST_NEW_KEY", "sk-good")

@@ -382,16 +382,14 @@ fn a_configured_server_the_rules_deny_is_refused_as_the_step_runs() {
     let model = model::model();
     let (dir, data) = common::scratch();
     let (fs, modules) = filesystem_server();
-    let config = dir.path().join("rein.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = common::write_config(
+        dir.path(),
+        &format!(
             "[mcp_servers.cfs]\ncommand = \"node\"\nargs = [\"{}\", \".\"]\nallow_read = [\"{}\"]\n",
             fs.display(),
             modules.display()
         ),
-    )
-    .unwrap();
+    );
     let plan = plan(dir.path(), "mcp: echo", "mcp = [\"cfs\"]", "");
     let policy = dir.path().join("policy.toml");
     std::fs::write(
@@ -435,14 +433,12 @@ fn a_streamable_http_server_declared_in_the_config_file_serves_a_step() {
     eventually("the everything server listens", || {
         std::net::TcpStream::connect(("127.0.0.1", port)).ok()
     });
-    let config = dir.path().join("rein.toml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = common::write_config(
+        dir.path(),
+        &format!(
             "[mcp_servers.ev]\nurl = \"http://127.0.0.1:{port}/mcp\"\nheaders = {{ X-Team = \"docs\" }}\n"
         ),
-    )
-    .unwrap();
+    );
     let shown = json(&run_ok(
         common::rein(&data)
             .arg("--config")
@@ -624,12 +620,10 @@ fn an_mcp_servers_allow_read_is_guarded_at_check_and_at_start() {
     }
     assert!(task_ids(&data).is_empty(), "nothing was made");
     // Declared in the configuration: refused as the step starts it.
-    let config = dir.path().join("rein.toml");
-    std::fs::write(
-        &config,
+    let config = common::write_config(
+        dir.path(),
         "[mcp_servers.cpeek]\ncommand = \"cat\"\nargs = [\"/root/.ssh/id_ed25519\"]\nallow_read = [\"/root\"]\n",
-    )
-    .unwrap();
+    );
     let plan = write_plan(
         dir.path(),
         "configured.toml",
