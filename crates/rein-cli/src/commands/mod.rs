@@ -508,30 +508,54 @@ pub fn parse_session_id(id: &str) -> anyhow::Result<rein_protocol::SessionId> {
 
 /// Prints one page of a listing: with `json`, the page as the API answers it
 /// (`{"items": […], "next_cursor": …}`, the cursor `null` on the last page);
-/// else a table under `header`, one `row` per item, or "no WHAT", and the
-/// command for the next page (`more`).
+/// else a table of `columns`, one `row` of cells per item, or "no WHAT", and
+/// the command for the next page (`more`).
 pub fn print_page<T: serde::Serialize>(
     page: &rein_protocol::api::Page<T>,
     json: bool,
     what: &str,
     more: &str,
-    header: &str,
-    row: impl Fn(&T) -> String,
+    columns: &[(&str, isize)],
+    row: impl Fn(&T) -> Vec<String>,
 ) -> anyhow::Result<()> {
     if json {
         print_json(page)?;
     } else if page.items.is_empty() {
         say!("no {what}");
     } else {
-        say!("{header}");
+        let headings: Vec<&str> = columns.iter().map(|(heading, _)| *heading).collect();
+        say!("{}", laid_out(columns, &headings));
         for item in &page.items {
-            say!("{}", row(item));
+            say!("{}", laid_out(columns, &row(item)));
         }
         if let Some(c) = &page.next_cursor {
             say!("more: {more} --cursor '{c}'");
         }
     }
     Ok(())
+}
+
+/// One line of a table: each cell padded to its column's width (a negative
+/// width right-aligns, as for numbers), one space apart; the last cell, two
+/// spaces on, takes the rest of the line as it is.
+fn laid_out(columns: &[(&str, isize)], cells: &[impl AsRef<str>]) -> String {
+    let mut line = String::new();
+    for (i, (cell, (_, width))) in cells.iter().zip(columns).enumerate() {
+        let cell = cell.as_ref();
+        let w = width.unsigned_abs();
+        if i + 1 == columns.len() {
+            line.push_str(if i == 0 { "" } else { "  " });
+            line.push_str(cell);
+        } else {
+            line.push_str(if i == 0 { "" } else { " " });
+            if *width < 0 {
+                line.push_str(&format!("{cell:>w$}"));
+            } else {
+                line.push_str(&format!("{cell:<w$}"));
+            }
+        }
+    }
+    line
 }
 
 /// `rein manpages DIR`: a page for rein and one for each subcommand.
@@ -672,5 +696,29 @@ pub async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             }
             serve::serve(&target, args).await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::laid_out;
+
+    #[test]
+    fn a_tables_heading_and_rows_are_laid_out_by_the_same_columns() {
+        let columns = [("ID", 6), ("STATUS", 8), ("TURNS", -5), ("NAME", 0)];
+        assert_eq!(
+            laid_out(&columns, &["ID", "STATUS", "TURNS", "NAME"]),
+            "ID     STATUS   TURNS  NAME"
+        );
+        assert_eq!(
+            laid_out(&columns, &["ses_1", "idle", "12", "a long name"]),
+            "ses_1  idle        12  a long name"
+        );
+        // A cell wider than its column is not cut: the line moves on.
+        assert_eq!(
+            laid_out(&columns, &["ses_123456", "idle", "123456", "n"]),
+            "ses_123456 idle     123456  n"
+        );
+        assert_eq!(laid_out(&[("ONLY", 0)], &["x"]), "x");
     }
 }

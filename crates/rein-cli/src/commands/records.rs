@@ -50,19 +50,21 @@ pub async fn contracts(target: &Target, cmd: ContractsCommand) -> anyhow::Result
                 json,
                 "contracts",
                 "rein contracts list",
-                &format!(
-                    "{:<32} {:<11} {:<8} {:<32}  GOAL",
-                    "ID", "STATUS", "RISK", "TASK"
-                ),
+                &[
+                    ("ID", 32),
+                    ("STATUS", 11),
+                    ("RISK", 8),
+                    ("TASK", 32),
+                    ("GOAL", 0),
+                ],
                 |c| {
-                    format!(
-                        "{:<32} {:<11} {:<8} {:<32}  {}",
-                        c.id,
-                        c.status.as_str(),
-                        c.risk.map_or("-", |r| r.as_str()),
-                        c.task_id.as_deref().unwrap_or("-"),
-                        c.goal
-                    )
+                    vec![
+                        c.id.clone(),
+                        c.status.as_str().to_owned(),
+                        c.risk.map_or("-", |r| r.as_str()).to_owned(),
+                        c.task_id.clone().unwrap_or_else(|| "-".into()),
+                        c.goal.clone(),
+                    ]
                 },
             )?;
             Ok(exit::SUCCESS)
@@ -198,20 +200,23 @@ pub async fn evidence(target: &Target, cmd: EvidenceCommand) -> anyhow::Result<u
                 json,
                 "evidence bundles",
                 "rein evidence list",
-                &format!(
-                    "{:<32} {:<32} {:>5} {:>6} {:>10}  SUMMARY",
-                    "ID", "CONTRACT", "ITEMS", "CHECKS", "CONFIDENCE"
-                ),
+                &[
+                    ("ID", 32),
+                    ("CONTRACT", 32),
+                    ("ITEMS", -5),
+                    ("CHECKS", -6),
+                    ("CONFIDENCE", -10),
+                    ("SUMMARY", 0),
+                ],
                 |b| {
-                    format!(
-                        "{:<32} {:<32} {:>5} {:>6} {:>10}  {}",
-                        b.id,
-                        b.harness_contract_id.as_deref().unwrap_or("-"),
-                        b.items.len(),
-                        b.checks.len(),
+                    vec![
+                        b.id.clone(),
+                        b.harness_contract_id.clone().unwrap_or_else(|| "-".into()),
+                        b.items.len().to_string(),
+                        b.checks.len().to_string(),
                         b.confidence.map_or("-".to_owned(), |c| format!("{c:.2}")),
-                        b.summary
-                    )
+                        b.summary.clone(),
+                    ]
                 },
             )?;
             Ok(exit::SUCCESS)

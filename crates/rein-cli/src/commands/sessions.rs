@@ -47,24 +47,27 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
                 json,
                 "sessions",
                 "rein sessions list",
-                &format!(
-                    "{:<30} {:<7} {:<10} {:>5}  {:<31}  NAME",
-                    "ID", "STATUS", "RUNTIME", "TURNS", "TASK"
-                ),
+                &[
+                    ("ID", 30),
+                    ("STATUS", 7),
+                    ("RUNTIME", 10),
+                    ("TURNS", -5),
+                    ("TASK", 31),
+                    ("NAME", 0),
+                ],
                 |s| {
-                    format!(
-                        "{:<30} {:<7} {:<10} {:>5}  {:<31}  {}",
-                        s.id,
-                        s.status.as_str(),
+                    vec![
+                        s.id.to_string(),
+                        s.status.as_str().to_owned(),
                         s.pinned_runtime
                             .as_deref()
                             .map(|p| format!("{p}*"))
                             .or_else(|| s.runtime.clone())
                             .unwrap_or_else(|| "-".into()),
-                        s.turns,
-                        s.task_id,
-                        s.name
-                    )
+                        s.turns.to_string(),
+                        s.task_id.to_string(),
+                        s.name.clone(),
+                    ]
                 },
             )?;
             Ok(exit::SUCCESS)

@@ -57,20 +57,23 @@ pub async fn dispatch(target: &Target, cmd: StateCommand) -> anyhow::Result<u8> 
                 json,
                 "shared states",
                 "rein state list",
-                &format!(
-                    "{:<28} {:<10} {:<20} {:>7} {:>9}  GOAL",
-                    "ID", "STATUS", "SESSION", "ACTIONS", "CONFLICTS"
-                ),
+                &[
+                    ("ID", 28),
+                    ("STATUS", 10),
+                    ("SESSION", 20),
+                    ("ACTIONS", -7),
+                    ("CONFLICTS", -9),
+                    ("GOAL", 0),
+                ],
                 |s| {
-                    format!(
-                        "{:<28} {:<10} {:<20} {:>7} {:>9}  {}",
-                        s.id,
-                        s.status.as_str(),
-                        s.session_id.as_deref().unwrap_or("-"),
-                        s.actions.len(),
-                        s.conflicts.len(),
-                        s.goal
-                    )
+                    vec![
+                        s.id.to_string(),
+                        s.status.as_str().to_owned(),
+                        s.session_id.clone().unwrap_or_else(|| "-".into()),
+                        s.actions.len().to_string(),
+                        s.conflicts.len().to_string(),
+                        s.goal.clone(),
+                    ]
                 },
             )?;
             Ok(exit::SUCCESS)
