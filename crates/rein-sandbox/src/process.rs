@@ -140,20 +140,69 @@ fn scan() -> Vec<Seen> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|&pid| pid != me)
         .filter_map(|pid| {
-            let stat = stat_fields(pid)?;
-            if stat.first().is_none_or(|state| state == "Z") {
-                return None;
-            }
-            let read =
-                |file: &str| std::fs::read(format!("/proc/{pid}/{file}")).unwrap_or_default();
+            let (stat, environ, args) = read_whole(pid)?;
             Some(Seen {
                 pid,
                 stat,
-                environ: split(read("environ")),
-                args: split(read("cmdline")),
+                environ: split(environ),
+                args: split(args),
             })
         })
         .collect()
+}
+
+/// Whether a process is one of the kernel's own threads (`PF_KTHREAD` in the
+/// flags of its `stat`, the seventh field after the command name).
+fn kernel_thread(stat: &[String]) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat.get(6)
+        .and_then(|flags| flags.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// A live process's `stat` fields, environment and command line, read whole.
+///
+/// A process inside an `exec` is read torn: for a moment its new memory has
+/// neither an environment nor a command line yet, and a read begun on its old
+/// memory ends where that memory went, part way through. Either would hide
+/// the marks it carries. So the read is checked against the environment's
+/// bounds that `stat` gives (before and after it: an `exec` moves them), and
+/// made again, briefly, until it is whole or the process is gone. What cannot
+/// be read at all (another user's process) is taken as it is. `None` for a
+/// process that is gone or a zombie.
+fn read_whole(pid: u32) -> Option<(Vec<String>, Vec<u8>, Vec<u8>)> {
+    let read = |file: &str| std::fs::read(format!("/proc/{pid}/{file}"));
+    // The environment's bounds (`env_start`, `env_end`: fields 50 and 51 of
+    // `stat`, the 48th and 49th after the command name).
+    let bounds = |stat: &[String]| -> Option<(u64, u64)> {
+        Some((stat.get(47)?.parse().ok()?, stat.get(48)?.parse().ok()?))
+    };
+    let mut tries = 0;
+    loop {
+        let stat = stat_fields(pid)?;
+        if stat.first().is_none_or(|state| state == "Z") {
+            return None;
+        }
+        let (environ, args) = (read("environ"), read("cmdline"));
+        let Ok(environ) = environ else {
+            return Some((stat, Vec::new(), args.unwrap_or_default()));
+        };
+        let after = stat_fields(pid)?;
+        let whole = match (bounds(&stat), bounds(&after)) {
+            (Some((start, end)), Some(later)) => {
+                // A new memory's bounds are 0 until its `exec` sets them; an
+                // empty environment has bounds that meet.
+                (start, end) == later && start > 0 && environ.len() as u64 == end - start
+            }
+            // A kernel without the bounds in `stat`: as read.
+            _ => true,
+        };
+        tries += 1;
+        if whole || kernel_thread(&stat) || tries >= 200 {
+            return Some((stat, environ, args.unwrap_or_default()));
+        }
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
 }
 
 /// Looks at `/proc` shared by concurrent callers, as group commit shares a
@@ -500,5 +549,47 @@ mod tests {
         let mut other = other;
         other.kill().unwrap();
         other.wait().unwrap();
+    }
+
+    /// A process of an attempt that is in the middle of an `exec` reads, for
+    /// that moment, as having no environment and no command line: a look by
+    /// the attempt's marks alone (no process group recorded: rein died
+    /// before it could) must still find it. The process here does nothing
+    /// but `exec` itself, outside any group of the test's, so that many of
+    /// the looks land inside an `exec`.
+    #[test]
+    fn a_process_caught_inside_an_exec_is_still_found_by_its_marks() {
+        let dir = tempfile::tempdir().unwrap();
+        let again = dir.path().join("again");
+        std::fs::write(&again, "#!/bin/sh\nexec \"$0\"\n").unwrap();
+        std::fs::set_permissions(&again, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let mut missed = 0;
+        for round in 0..40 {
+            let attempt = format!("{round}");
+            let marks = [
+                ("REIN_TASK_ID", "task_exec_test"),
+                ("REIN_ATTEMPT", attempt.as_str()),
+            ];
+            let mut child = std::process::Command::new(&again)
+                .envs(marks.iter().copied())
+                .spawn()
+                .unwrap();
+            // Running (exec'ing) for a moment first.
+            std::thread::sleep(Duration::from_millis(20));
+            match stop_leftover(None, &marks, Duration::from_secs(5)) {
+                Leftover::Stopped { .. } => {}
+                other => {
+                    missed += 1;
+                    eprintln!("round {round}: {other:?}");
+                    child.kill().unwrap();
+                }
+            }
+            child.wait().unwrap();
+        }
+        assert_eq!(
+            missed, 0,
+            "{missed} of 40 looks missed a process inside an exec"
+        );
     }
 }
