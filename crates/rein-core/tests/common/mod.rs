@@ -175,7 +175,6 @@ pub fn choose(
     }
 }
 
-/// Run options that pause instead of waiting for a person.
 /// A plugin named `id`, described as nothing.
 pub fn plugin(id: &str) -> rein_core::harness::PluginInfo {
     rein_core::harness::PluginInfo {

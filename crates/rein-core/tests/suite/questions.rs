@@ -111,6 +111,26 @@ async fn all_requests(h: &Harness) -> Vec<ApprovalRequest> {
         .unwrap()
 }
 
+/// Gives `response` while nobody runs the task, then resumes it: the step
+/// `draft` runs again, asks its question a second time, and ends with `got`
+/// as its output, the one request answered (no second one raised).
+async fn answered_then_resumed(
+    h: &Harness,
+    exec: &Asking,
+    state: &rein_protocol::TaskState,
+    response: rein_protocol::ApprovalResponse,
+    got: serde_json::Value,
+) {
+    h.engine.decide(response).await.unwrap();
+    let done = h.resume(state.id()).await;
+    assert_eq!(done.status(), TaskStatus::Completed);
+    assert_eq!(exec.asked.load(Ordering::SeqCst), 2);
+    assert_eq!(latest(&done, "draft").output.clone().unwrap(), got);
+    let requests = all_requests(h).await;
+    assert_eq!(requests.len(), 1, "no second request: {requests:?}");
+    h.stored(&done).await;
+}
+
 type Running = tokio::task::JoinHandle<Result<rein_protocol::TaskState, rein_core::EngineError>>;
 
 /// Runs the task in the background until its step has asked; returns the run
@@ -214,22 +234,16 @@ async fn a_question_rein_stopped_in_the_middle_of_is_answered_while_it_was_down_
         h.engine.approval(&request.id).await.unwrap().status,
         ApprovalStatus::Pending
     );
-    // Answered while nobody runs the task.
-    h.engine
-        .decide(answer(&request, Decision::Deny, "bob"))
-        .await
-        .unwrap();
-    // The step runs again, asks the same question, and gets bob's answer.
-    let done = h.resume(state.id()).await;
-    assert_eq!(done.status(), TaskStatus::Completed);
-    assert_eq!(exec.asked.load(Ordering::SeqCst), 2);
-    assert_eq!(
-        latest(&done, "draft").output.clone().unwrap(),
-        json!({ "status": "denied", "option": null })
-    );
-    let requests = all_requests(&h).await;
-    assert_eq!(requests.len(), 1, "no second request: {requests:?}");
-    h.stored(&done).await;
+    // Answered while nobody runs the task: the step runs again, asks the same
+    // question, and gets bob's answer.
+    answered_then_resumed(
+        &h,
+        &exec,
+        &state,
+        answer(&request, Decision::Deny, "bob"),
+        json!({ "status": "denied", "option": null }),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -358,21 +372,12 @@ async fn with_no_wait_a_step_that_asks_is_stopped_and_the_task_pauses_until_the_
         rein_protocol::CheckpointStatus::Failed,
         "the stopped attempt is closed; the step runs again on resume"
     );
-    h.engine
-        .decide(choose(request, "allow_once", "frank"))
-        .await
-        .unwrap();
-    let done = h.resume(state.id()).await;
-    assert_eq!(done.status(), TaskStatus::Completed);
-    assert_eq!(exec.asked.load(Ordering::SeqCst), 2);
-    assert_eq!(
-        latest(&done, "draft").output.clone().unwrap(),
-        json!({ "status": "approved", "option": "allow_once" })
-    );
-    assert_eq!(
-        all_requests(&h).await.len(),
-        1,
-        "the same request, answered"
-    );
-    h.stored(&done).await;
+    answered_then_resumed(
+        &h,
+        &exec,
+        &state,
+        choose(request, "allow_once", "frank"),
+        json!({ "status": "approved", "option": "allow_once" }),
+    )
+    .await;
 }

@@ -117,25 +117,20 @@ async fn each_step_that_can_change_files_keeps_the_workspace_it_left() {
     );
     // Each point comes back as it was.
     let dir = tempfile::tempdir().unwrap();
-    let after_write = dir.path().join("after-write");
-    keeper
-        .restore(kept[1].1.root.as_deref().unwrap(), &after_write)
-        .await
-        .unwrap();
-    assert_eq!(
-        std::fs::read_to_string(after_write.join("f.txt")).unwrap(),
-        "one\n"
-    );
+    let restored = async |point: usize, name: &str| {
+        let into = dir.path().join(name);
+        keeper
+            .restore(kept[point].1.root.as_deref().unwrap(), &into)
+            .await
+            .unwrap();
+        let text = std::fs::read_to_string(into.join("f.txt")).unwrap();
+        (into, text)
+    };
+    let (after_write, text) = restored(1, "after-write").await;
+    assert_eq!(text, "one\n");
     assert!(!after_write.join("sub").exists());
-    let at_end = dir.path().join("end");
-    keeper
-        .restore(kept[2].1.root.as_deref().unwrap(), &at_end)
-        .await
-        .unwrap();
-    assert_eq!(
-        std::fs::read_to_string(at_end.join("f.txt")).unwrap(),
-        "two\n"
-    );
+    let (at_end, text) = restored(2, "end").await;
+    assert_eq!(text, "two\n");
     let mode = std::fs::metadata(at_end.join("f.txt"))
         .unwrap()
         .permissions()
