@@ -75,10 +75,7 @@ async fn an_approval_pauses_the_step_until_a_person_approves() {
     assert_eq!(request.step_id.as_deref(), Some("ship"));
     assert_eq!(request.recommended_option.as_deref(), Some("publish"));
     let cp = h.engine.get(state.id()).await.unwrap();
-    assert_eq!(
-        cp.latest_for_step("ship").unwrap().status,
-        CheckpointStatus::InProgress
-    );
+    assert_eq!(latest(&cp, "ship").status, CheckpointStatus::InProgress);
     assert!(
         cp.latest_for_step("publish").is_none(),
         "nothing after the approval has run"
@@ -136,10 +133,7 @@ async fn the_first_decision_wins_and_a_second_is_told_who_won() {
             .unwrap()
             .contains("denied by bob")
     );
-    assert_eq!(
-        failed.latest_for_step("publish").unwrap().status,
-        CheckpointStatus::Skipped
-    );
+    assert_eq!(latest(&failed, "publish").status, CheckpointStatus::Skipped);
     assert_eq!(
         h.engine.ledger().await.unwrap().len(),
         1,
@@ -219,14 +213,8 @@ async fn skip_lets_the_plan_go_on_and_delegate_keeps_it_pending() {
         .unwrap();
     let done = run.await.unwrap().unwrap();
     assert_eq!(done.status(), TaskStatus::Completed);
-    assert_eq!(
-        done.latest_for_step("ship").unwrap().status,
-        CheckpointStatus::Skipped
-    );
-    assert_eq!(
-        done.latest_for_step("publish").unwrap().status,
-        CheckpointStatus::Completed
-    );
+    assert_eq!(latest(&done, "ship").status, CheckpointStatus::Skipped);
+    assert_eq!(latest(&done, "publish").status, CheckpointStatus::Completed);
     let kinds: Vec<LedgerKind> = h
         .engine
         .ledger()
@@ -393,10 +381,7 @@ async fn a_deadline_that_passed_while_no_runner_was_there_is_honoured_on_resume(
         resumed_at.elapsed()
     );
     assert_eq!(done.status(), TaskStatus::Completed);
-    assert_eq!(
-        done.latest_for_step("ship").unwrap().status,
-        CheckpointStatus::Skipped
-    );
+    assert_eq!(latest(&done, "ship").status, CheckpointStatus::Skipped);
     let ship_checkpoints = done
         .checkpoints
         .iter()

@@ -134,10 +134,7 @@ async fn retries_run_out_and_the_fallback_applies() {
     };
     assert_eq!(*error_type, ErrorType::Transient);
     assert!(reason.contains("3 retries ran out"), "{reason}");
-    assert_eq!(
-        done.latest_for_step("after").unwrap().status,
-        CheckpointStatus::Skipped
-    );
+    assert_eq!(latest(&done, "after").status, CheckpointStatus::Skipped);
 }
 
 #[tokio::test(start_paused = true)]
@@ -195,14 +192,8 @@ async fn plan_and_step_overrides_choose_skip_and_pause() {
     let state = h.create(p).await;
     let done = h.resume(state.id()).await;
     assert_eq!(done.status(), TaskStatus::Completed);
-    assert_eq!(
-        done.latest_for_step("work").unwrap().status,
-        CheckpointStatus::Skipped
-    );
-    assert_eq!(
-        done.latest_for_step("after").unwrap().status,
-        CheckpointStatus::Completed
-    );
+    assert_eq!(latest(&done, "work").status, CheckpointStatus::Skipped);
+    assert_eq!(latest(&done, "after").status, CheckpointStatus::Completed);
 
     // validation_error → pause (the default): resuming runs the step again.
     let (h, _) = setup(vec![fails(Failure::Exit { code: 65 }), passes()]);
