@@ -35,15 +35,34 @@ fn pev_plan(check: &str, rollback: Option<&str>) -> TaskDecomposition {
 }
 
 /// The one contract in the store.
-async fn contract_id(h: &Harness) -> String {
-    let page = h
-        .engine
+/// A task of one pev step running `command`, created and started without
+/// waiting: the task, and its step's contract.
+async fn started(h: &Harness, command: &str) -> (rein_protocol::TaskState, String) {
+    let state = h.create(pev_plan(command, None)).await;
+    let id = contract_id(h).await;
+    h.engine.run(state.id(), no_wait()).await.unwrap();
+    (state, id)
+}
+
+/// The contract `id` as the store has it now.
+async fn contract_now(h: &Harness, id: &str) -> rein_protocol::HarnessContract {
+    h.engine.records().contract(id).await.unwrap()
+}
+
+/// Every contract the store has.
+async fn contracts(h: &Harness) -> Vec<rein_protocol::HarnessContract> {
+    h.engine
         .records()
         .contracts(&RecordFilter::new(RecordKind::Contract))
         .await
-        .unwrap();
-    assert_eq!(page.items.len(), 1, "one contract: {:?}", page.items);
-    page.items[0].id.clone()
+        .unwrap()
+        .items
+}
+
+async fn contract_id(h: &Harness) -> String {
+    let contracts = contracts(h).await;
+    assert_eq!(contracts.len(), 1, "one contract: {contracts:?}");
+    contracts[0].id.clone()
 }
 
 async fn pending_approval(h: &Harness, state: &TaskState) -> rein_protocol::ApprovalRequest {
@@ -286,7 +305,7 @@ async fn a_denied_approval_rejects_the_contract_and_nothing_runs() {
         "old\n",
         "the step never ran"
     );
-    let contract = h.engine.records().contract(&id).await.unwrap();
+    let contract = contract_now(&h, &id).await;
     assert_eq!(
         statuses(&contract),
         [ContractStatus::Proposed, ContractStatus::Rejected]
@@ -297,9 +316,7 @@ async fn a_denied_approval_rejects_the_contract_and_nothing_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_engine_over_the_same_store_finishes_what_the_first_started() {
     let h = harness();
-    let state = h.create(pev_plan("grep -q new out.txt", None)).await;
-    let id = contract_id(&h).await;
-    h.engine.run(state.id(), no_wait()).await.unwrap();
+    let (state, id) = started(&h, "grep -q new out.txt").await;
     let request = pending_approval(&h, &state).await;
 
     // A second engine, as after a restart: the plan, the pending approval and
@@ -321,14 +338,12 @@ async fn another_engine_over_the_same_store_finishes_what_the_first_started() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborting_the_task_cancels_its_contract() {
     let h = harness();
-    let state = h.create(pev_plan("true", None)).await;
-    let id = contract_id(&h).await;
-    h.engine.run(state.id(), no_wait()).await.unwrap();
+    let (state, id) = started(&h, "true").await;
     h.engine
         .abort(state.id(), "ana", "not today")
         .await
         .unwrap();
-    let contract = h.engine.records().contract(&id).await.unwrap();
+    let contract = contract_now(&h, &id).await;
     assert_eq!(contract.status, ContractStatus::Cancelled, "{contract:?}");
 }
 
@@ -337,9 +352,7 @@ async fn aborting_the_task_cancels_its_contract() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn aborting_again_cancels_a_contract_an_interrupted_abort_left_open() {
     let h = harness();
-    let state = h.create(pev_plan("true", None)).await;
-    let id = contract_id(&h).await;
-    h.engine.run(state.id(), no_wait()).await.unwrap();
+    let (state, id) = started(&h, "true").await;
     // The abort's commit, and nothing after it.
     let mut rec = rein_core::recorder::Recorder::resume(h.engine.get(state.id()).await.unwrap());
     rec.task_event(TaskChange::TaskCancelled {
@@ -351,7 +364,7 @@ async fn aborting_again_cancels_a_contract_an_interrupted_abort_left_open() {
     rec.flush(&store, &tokio::sync::broadcast::channel(1).0)
         .await
         .unwrap();
-    let open = h.engine.records().contract(&id).await.unwrap();
+    let open = contract_now(&h, &id).await;
     assert_ne!(open.status, ContractStatus::Cancelled, "{open:?}");
 
     let again = h.engine.abort(state.id(), "bo", "still not").await.unwrap();
@@ -359,7 +372,7 @@ async fn aborting_again_cancels_a_contract_an_interrupted_abort_left_open() {
         matches!(again, ControlOutcome::AlreadyThere(TaskStatus::Cancelled)),
         "{again:?}"
     );
-    let contract = h.engine.records().contract(&id).await.unwrap();
+    let contract = contract_now(&h, &id).await;
     assert_eq!(contract.status, ContractStatus::Cancelled, "{contract:?}");
 }
 
@@ -377,15 +390,15 @@ async fn a_restored_task_runs_under_a_contract_of_its_own() {
     let step = plan.steps.iter().find(|s| s.id == "change").unwrap();
     let own = step.pev.as_ref().unwrap().contract_id.clone().unwrap();
     assert_ne!(own, first);
-    let contract = h.engine.records().contract(&own).await.unwrap();
+    let contract = contract_now(&h, &own).await;
     assert_eq!(contract.task_id.as_deref(), Some(restored.id().as_str()));
     assert_eq!(contract.status, ContractStatus::Proposed);
 
     decide_contract(&h, &restored, Decision::Approve).await;
     completes(&h.engine, restored.id()).await;
-    let contract = h.engine.records().contract(&own).await.unwrap();
+    let contract = contract_now(&h, &own).await;
     assert_eq!(contract.status, ContractStatus::Verified, "{contract:?}");
-    let untouched = h.engine.records().contract(&first).await.unwrap();
+    let untouched = contract_now(&h, &first).await;
     assert_eq!(statuses(&untouched), [ContractStatus::Proposed]);
 }
 
@@ -415,11 +428,6 @@ async fn plans_that_cannot_run_as_pev_are_refused_naming_the_step() {
         assert!(err.to_string().contains(expected), "{err}");
     }
     // Nothing was proposed for plans that were refused.
-    let page = h
-        .engine
-        .records()
-        .contracts(&RecordFilter::new(RecordKind::Contract))
-        .await
-        .unwrap();
-    assert!(page.items.is_empty());
+    let proposed = contracts(&h).await;
+    assert!(proposed.is_empty(), "{proposed:?}");
 }
