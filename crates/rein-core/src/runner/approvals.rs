@@ -454,15 +454,13 @@ impl TaskRun<'_> {
                 self.complete(i, StepEvent::Pass)?;
             }
             Decision::Skip => {
-                self.rec.record(
-                    TaskChange::CheckpointSkipped {
-                        checkpoint_id: checkpoint,
-                        reason: format!("skipped by {why}"),
-                        duration_ms: Some(duration_ms),
-                    },
+                self.skip_step(
+                    i,
+                    checkpoint,
                     &span,
+                    duration_ms,
+                    format!("skipped by {why}"),
                 )?;
-                self.complete(i, StepEvent::Skip)?;
             }
             Decision::Deny | Decision::Delegate => {
                 let error = if request.status == ApprovalStatus::Expired {
@@ -550,15 +548,13 @@ impl TaskRun<'_> {
                 self.run_again(i)?;
             }
             "skip" => {
-                self.rec.record(
-                    TaskChange::CheckpointSkipped {
-                        checkpoint_id: checkpoint,
-                        reason: format!("skipped by {who}: {why}"),
-                        duration_ms: Some(duration_ms),
-                    },
+                self.skip_step(
+                    i,
+                    checkpoint,
                     &span,
+                    duration_ms,
+                    format!("skipped by {who}: {why}"),
                 )?;
-                self.complete(i, StepEvent::Skip)?;
             }
             _ => {
                 let error = format!("abandoned by {who}: {why}");

@@ -171,6 +171,27 @@ impl TaskRun<'_> {
         self.mark_failed(i)
     }
 
+    /// Records a step's attempt as skipped after `duration_ms`, and the step
+    /// as done, skipped.
+    pub(super) fn skip_step(
+        &mut self,
+        i: usize,
+        checkpoint: CheckpointId,
+        span: &SpanRef,
+        duration_ms: u64,
+        reason: String,
+    ) -> Result<()> {
+        self.rec.record(
+            TaskChange::CheckpointSkipped {
+                checkpoint_id: checkpoint,
+                reason,
+                duration_ms: Some(duration_ms),
+            },
+            span,
+        )?;
+        self.complete(i, StepEvent::Skip)
+    }
+
     /// Marks a step failed for good and records its dependants as not run.
     pub(super) fn mark_failed(&mut self, i: usize) -> Result<()> {
         self.set(i, StepEvent::Fail, Progress::Failed)?;
