@@ -2,14 +2,26 @@
 //! measured in release builds, not asserted here).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-/// The one JSON line `rein-bench ARGS --dir DIR` prints, once it succeeded.
-fn line_of(args: &[&str], dir: &std::path::Path) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
+/// `rein-bench ARGS --dir DIR`, run to its end.
+fn bench(args: &[&str], dir: &std::path::Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
         .args(args)
         .arg("--dir")
         .arg(dir)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// Each of `fields` of `line` is a number above zero.
+fn positive(line: &serde_json::Value, fields: &[&str]) {
+    for field in fields {
+        assert!(line[field].as_f64().unwrap() > 0.0, "{field}: {line}");
+    }
+}
+
+/// The one JSON line `rein-bench ARGS --dir DIR` prints, once it succeeded.
+fn line_of(args: &[&str], dir: &std::path::Path) -> serde_json::Value {
+    let out = bench(args, dir);
     assert!(
         out.status.success(),
         "{}",
@@ -40,16 +52,17 @@ fn steps_prints_one_json_line_with_the_promised_fields() {
     // run's take of its control requests; the last step's result shares the
     // commit of the task's close.
     assert_eq!(line["commit_requests"], 3 * 22);
-    for field in [
-        "steps_per_s",
-        "commit_p50_ms",
-        "commit_p99_ms",
-        "sqlite_ceiling_commits_per_s",
-        "sqlite_shape_commits_per_s",
-        "steps_per_s_over_shape",
-    ] {
-        assert!(line[field].as_f64().unwrap() > 0.0, "{field}: {line}");
-    }
+    positive(
+        &line,
+        &[
+            "steps_per_s",
+            "commit_p50_ms",
+            "commit_p99_ms",
+            "sqlite_ceiling_commits_per_s",
+            "sqlite_shape_commits_per_s",
+            "steps_per_s_over_shape",
+        ],
+    );
     // The shape is the warm-up's: its events per commit (about three for a
     // no-op step), each of their average size.
     let rows = line["step_shape"]["rows"].as_u64().unwrap();
@@ -64,15 +77,21 @@ fn steps_prints_one_json_line_with_the_promised_fields() {
 #[test]
 fn steps_with_runs_reports_the_median_of_each_figure_and_every_run() {
     let dir = tempfile::tempdir().unwrap();
-    let bench = |runs: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
-            .args(["steps", "--steps", "10", "--ceiling-commits", "10"])
-            .args(["--runs", runs, "--dir"])
-            .arg(dir.path())
-            .output()
-            .unwrap()
+    let steps = |runs: &str| {
+        bench(
+            &[
+                "steps",
+                "--steps",
+                "10",
+                "--ceiling-commits",
+                "10",
+                "--runs",
+                runs,
+            ],
+            dir.path(),
+        )
     };
-    let out = bench("3");
+    let out = steps("3");
     let progress = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{progress}");
     assert_eq!(
@@ -92,7 +111,7 @@ fn steps_with_runs_reports_the_median_of_each_figure_and_every_run() {
         assert_eq!(line[field].as_f64().unwrap(), each[1], "{field}: {line}");
     }
 
-    let refused = bench("0");
+    let refused = steps("0");
     assert!(!refused.status.success());
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("--runs"),
@@ -117,17 +136,7 @@ fn approvals_reports_latency_and_memory_with_tasks_paused() {
 #[test]
 fn goal_times_a_decomposition_answer_to_the_first_step() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rein-bench"))
-        .args(["goal", "--steps", "5", "--runs", "2", "--dir"])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let line = line_of(&["goal", "--steps", "5", "--runs", "2"], dir.path());
     assert_eq!(line["steps"], 5);
     let t = &line["answer_to_first_step_ms"];
     assert!(t["median"].as_f64().unwrap() > 0.0, "{line}");
@@ -151,14 +160,15 @@ fn saved_times_a_save_with_one_file_changed_and_measures_the_growth() {
         ],
         dir.path(),
     );
-    for field in [
-        "first_save_ms",
-        "one_file_changed_p50_ms",
-        "stat_walk_p50_ms",
-        "large_unchanged_p50_ms",
-    ] {
-        assert!(line[field].as_f64().unwrap() > 0.0, "{field}: {line}");
-    }
+    positive(
+        &line,
+        &[
+            "first_save_ms",
+            "one_file_changed_p50_ms",
+            "stat_walk_p50_ms",
+            "large_unchanged_p50_ms",
+        ],
+    );
     // Twenty kilobytes that no other step wrote, and their listings: stored
     // once each, so the keeper grew by more than them and not by much more.
     let grown = line["growth_bytes"].as_u64().unwrap();
@@ -183,14 +193,15 @@ fn fork_times_a_fork_of_a_long_task_to_its_first_step() {
         dir.path(),
     );
     assert!(line["events"].as_u64().unwrap() >= 600, "{line}");
-    for field in [
-        "fork_made_p50_ms",
-        "fork_running_p50_ms",
-        "log_read_and_fold_p50_ms",
-        "workspace_written_p50_ms",
-    ] {
-        assert!(line[field].as_f64().unwrap() > 0.0, "{field}: {line}");
-    }
+    positive(
+        &line,
+        &[
+            "fork_made_p50_ms",
+            "fork_running_p50_ms",
+            "log_read_and_fold_p50_ms",
+            "workspace_written_p50_ms",
+        ],
+    );
     assert!(
         line["fork_running_p50_ms"].as_f64() >= line["fork_made_p50_ms"].as_f64(),
         "{line}"
