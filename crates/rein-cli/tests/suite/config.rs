@@ -20,6 +20,13 @@ fn setting<'a>(shown: &'a Value, key: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no setting {key} in {shown}"))
 }
 
+/// `rein --config FILE config show`.
+fn config_show(data: &std::path::Path, file: &std::path::Path) -> std::process::Command {
+    let mut cmd = rein(data);
+    cmd.arg("--config").arg(file).args(["config", "show"]);
+    cmd
+}
+
 #[test]
 fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
     let (dir, data) = common::scratch();
@@ -28,12 +35,10 @@ fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
         "sandbox = \"none\"\nplugins = [\"plugins/echo.toml\"]\n[openai]\nmodel = \"from-file\"\napi_key = \"sk-secret\"\nidle_timeout = \"5m\"\nstream = false\n[anthropic]\nmax_tokens = 2048\n",
     );
     let shown = json(&run_ok(
-        rein(&data)
-            .arg("--config")
-            .arg(&file)
+        config_show(&data, &file)
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENAI_BASE_URL")
-            .args(["config", "show", "--json"]),
+            .arg("--json"),
     ));
     let from_file = format!("file {}", file.display());
     assert_eq!(shown["file"], file.display().to_string());
@@ -52,16 +57,7 @@ fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
     assert_eq!(setting(&shown, "anthropic.stream")["source"], "default");
     assert_eq!(setting(&shown, "openai.base_url")["source"], "default");
     assert_eq!(setting(&shown, "data_dir")["source"], "flag --data-dir");
-    let text = String::from_utf8(
-        run_ok(
-            rein(&data)
-                .arg("--config")
-                .arg(&file)
-                .args(["config", "show"]),
-        )
-        .stdout,
-    )
-    .unwrap();
+    let text = String::from_utf8(run_ok(&mut config_show(&data, &file)).stdout).unwrap();
     assert!(!text.contains("sk-secret"), "{text}");
 
     // The environment beats the file, and a flag beats both.
@@ -89,22 +85,12 @@ fn config_show_names_where_each_value_came_from_and_redacts_secrets() {
 fn a_key_the_file_does_not_know_or_a_missing_file_is_bad_usage_named() {
     let (dir, data) = common::scratch();
     let file = common::write_config(dir.path(), "[openai]\nmodle = \"typo\"\n");
-    let err = common::fails(
-        rein(&data)
-            .arg("--config")
-            .arg(&file)
-            .args(["config", "show"]),
-        2,
-    );
+    let err = common::fails(&mut config_show(&data, &file), 2);
     assert!(err.contains("rein.toml") && err.contains("modle"), "{err}");
 
     std::fs::write(&file, "[anthropic]\nstream = true\n").unwrap();
     let err = common::fails(
-        rein(&data)
-            .arg("--config")
-            .arg(&file)
-            .env("REIN_ANTHROPIC_STREAM", "sometimes")
-            .args(["config", "show"]),
+        config_show(&data, &file).env("REIN_ANTHROPIC_STREAM", "sometimes"),
         2,
     );
     assert!(
@@ -113,13 +99,7 @@ fn a_key_the_file_does_not_know_or_a_missing_file_is_bad_usage_named() {
     );
 
     std::fs::write(&file, "[openai]\nidle_timeout = \"soon\"\n").unwrap();
-    let out = common::exits(
-        rein(&data)
-            .arg("--config")
-            .arg(&file)
-            .args(["config", "show"]),
-        2,
-    );
+    let out = common::exits(&mut config_show(&data, &file), 2);
     assert!(String::from_utf8_lossy(&out.stderr).contains("`soon`"));
 
     let out = common::exits(
@@ -232,12 +212,7 @@ fn the_configured_fallback_models_are_shown_checked_and_explained() {
         dir.path(),
         "fallback_models = [\"openai/gpt-4o-mini\", \"anthropic/claude-haiku-4-5\"]\n",
     );
-    let shown = json(&run_ok(
-        rein(&data)
-            .arg("--config")
-            .arg(&file)
-            .args(["config", "show", "--json"]),
-    ));
+    let shown = json(&run_ok(config_show(&data, &file).arg("--json")));
     assert_eq!(
         setting(&shown, "fallback_models")["value"],
         "openai/gpt-4o-mini, anthropic/claude-haiku-4-5"
@@ -270,13 +245,7 @@ fn the_configured_fallback_models_are_shown_checked_and_explained() {
     );
     // A name that is not PROVIDER/MODEL is refused, named.
     std::fs::write(&file, "fallback_models = [\"gpt-4o-mini\"]\n").unwrap();
-    let err = common::fails(
-        rein(&data)
-            .arg("--config")
-            .arg(&file)
-            .args(["config", "show"]),
-        2,
-    );
+    let err = common::fails(&mut config_show(&data, &file), 2);
     assert!(
         err.contains("fallback_models") && err.contains("`gpt-4o-mini`"),
         "{err}"
@@ -290,24 +259,13 @@ fn budgets_from_the_file_and_the_flags_are_checked_and_named() {
         dir.path(),
         "daily_budget = { tokens = 5000000, cost_usd = 20.0 }\n",
     );
-    let shown = json(&run_ok(
-        rein(&data)
-            .arg("--config")
-            .arg(&file)
-            .args(["config", "show", "--json"]),
-    ));
+    let shown = json(&run_ok(config_show(&data, &file).arg("--json")));
     assert_eq!(
         setting(&shown, "daily_budget")["value"],
         "5000000 tokens, $20"
     );
     std::fs::write(&file, "daily_budget = { cost_usd = 0.0 }\n").unwrap();
-    let err = common::fails(
-        rein(&data)
-            .arg("--config")
-            .arg(&file)
-            .args(["config", "show"]),
-        2,
-    );
+    let err = common::fails(&mut config_show(&data, &file), 2);
     assert!(
         err.contains("daily_budget: `cost_usd` is a positive number of US dollars"),
         "{err}"
