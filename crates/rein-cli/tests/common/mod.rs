@@ -207,6 +207,19 @@ pub fn write_config(dir: &Path, text: &str) -> PathBuf {
     path
 }
 
+/// The approval requests waiting for an answer, as `rein approvals list
+/// --json` shows them.
+pub fn pending(data_dir: &Path) -> Vec<serde_json::Value> {
+    json(&run_ok(rein(data_dir).args([
+        "approvals",
+        "list",
+        "--json",
+    ])))
+    .as_array()
+    .unwrap()
+    .clone()
+}
+
 /// The ids of all tasks in a data directory, newest first.
 pub fn task_ids(data_dir: &Path) -> Vec<String> {
     let out = run_ok(rein(data_dir).args(["tasks", "list", "--json"]));

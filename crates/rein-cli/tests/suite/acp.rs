@@ -10,7 +10,7 @@ use rein_test_support::npm as npm_packages;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use common::{eventually, in_workspace, json, rein, run_ok, task_ids, write_plan};
+use common::{eventually, in_workspace, json, pending, rein, run_ok, task_ids, write_plan};
 
 const PLAN: &str = r#"
 description = "Draft the notes with an external agent"
@@ -45,12 +45,6 @@ fn manifest(dir: &Path) -> PathBuf {
     let path = dir.join("agent-plugin.toml");
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// The pending approval requests, as `rein approvals list --json` shows them.
-fn pending(data: &Path) -> Vec<serde_json::Value> {
-    let out = run_ok(rein(data).args(["approvals", "list", "--status", "pending", "--json"]));
-    json(&out).as_array().cloned().unwrap_or_default()
 }
 
 fn events_of(data: &Path, task: &str) -> Vec<String> {

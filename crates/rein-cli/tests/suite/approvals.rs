@@ -8,14 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{SHIP_PLAN, json, rein, run_ok, show, task_ids};
-
-fn pending(data: &Path) -> Vec<serde_json::Value> {
-    json(&run_ok(rein(data).args(["approvals", "list", "--json"])))
-        .as_array()
-        .unwrap()
-        .clone()
-}
+use common::{SHIP_PLAN, json, pending, rein, run_ok, show, task_ids};
 
 /// Starts `plan` without waiting; the id of the request it waits on.
 fn waiting_request(data: &Path, plan: &Path) -> String {

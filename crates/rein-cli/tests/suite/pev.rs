@@ -67,11 +67,11 @@ fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
     let contract = contracts[0]["id"].as_str().unwrap().to_owned();
     assert_eq!(contracts[0]["status"], "proposed");
 
-    let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
+    let pending = common::pending(&data);
     let request = pending[0]["id"].as_str().unwrap().to_owned();
     assert!(
         pending[0]["title"].as_str().unwrap().contains(&contract),
-        "{pending}"
+        "{pending:?}"
     );
     run_ok(
         rein(&data)
@@ -188,7 +188,7 @@ verify = ["grep -q final notes.txt", "if [ -e started ]; then true; else touch s
         3,
     );
     let task = json(&paused)["id"].as_str().unwrap().to_owned();
-    let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
+    let pending = common::pending(&data);
     run_ok(rein(&data).args(["approvals", "approve", pending[0]["id"].as_str().unwrap()]));
 
     let mut runner = rein(&data)

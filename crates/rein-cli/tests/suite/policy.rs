@@ -170,8 +170,7 @@ fn an_asked_step_waits_for_a_person_and_runs_only_once_approved() {
         !workspace.join("shipped").exists(),
         "nothing ran before the answer"
     );
-    let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
-    let request = &pending.as_array().unwrap()[0];
+    let request = &common::pending(&data)[0];
     assert_eq!(request["trigger"], "destructive_action");
     assert_eq!(request["step_id"], "ship.permit");
     assert!(
@@ -225,8 +224,7 @@ fn a_denied_answer_keeps_the_step_from_running() {
         3,
     );
     let id = task_ids(&data)[0].clone();
-    let pending = json(&run_ok(rein(&data).args(["approvals", "list", "--json"])));
-    let request = &pending.as_array().unwrap()[0];
+    let request = &common::pending(&data)[0];
     assert_eq!(request["trigger"], "external_network_call");
     run_ok(rein(&data).args(["approvals", "deny", request["id"].as_str().unwrap()]));
     let out = rein(&data)
