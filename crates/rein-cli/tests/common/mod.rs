@@ -336,6 +336,14 @@ pub fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// The operator token the tests' servers are started with (`REIN_TOKEN`).
+pub const OPERATOR_TOKEN: &str = "s3cret-operator-token";
+
+/// `GET path` as the operator: the status and the body.
+pub fn operator_get(addr: &str, path: &str) -> (u16, String) {
+    http(addr, "GET", path, Some(OPERATOR_TOKEN), None)
+}
+
 /// One HTTP/1.1 request; the status and the body.
 pub fn http(
     addr: &str,

@@ -457,13 +457,13 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
         .rein(&data)
         .args(["serve", "--listen", "127.0.0.1:0", "--workspace-root"])
         .arg(&ws)
-        .env("REIN_TOKEN", "s3cret-operator-token")
+        .env("REIN_TOKEN", common::OPERATOR_TOKEN)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let addr = common::listening(&mut child);
     let _server = common::Server(child);
-    let client = common::client(dir.path().join("client"), &addr, "s3cret-operator-token");
+    let client = common::client(dir.path().join("client"), &addr, common::OPERATOR_TOKEN);
 
     let done = json(&run_ok(&mut client(&["complete", "--json", "hello"])));
     assert_eq!(done["text"], "I do not know this script");
@@ -487,7 +487,7 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
         &addr,
         "GET",
         &format!("/admin/tasks/{}/plan", state["id"].as_str().unwrap()),
-        Some("s3cret-operator-token"),
+        Some(common::OPERATOR_TOKEN),
         None,
     );
     assert_eq!(status, 200, "{plan}");
@@ -499,7 +499,7 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
             &addr,
             "POST",
             path,
-            Some("s3cret-operator-token"),
+            Some(common::OPERATOR_TOKEN),
             Some(("application/json", body)),
         )
     };

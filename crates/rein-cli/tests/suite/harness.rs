@@ -187,14 +187,14 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
     let mut child = rein(&dir.path().join("data"))
         .args(["--plugin", manifest.to_str().unwrap()])
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", "s3cret-operator-token")
+        .env("REIN_TOKEN", common::OPERATOR_TOKEN)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let addr = common::listening(&mut child);
     let _server = common::Server(child);
     // This client names no plugin: what it lists is the server's.
-    let remote = common::client(dir.path().join("client"), &addr, "s3cret-operator-token");
+    let remote = common::client(dir.path().join("client"), &addr, common::OPERATOR_TOKEN);
     let listed = json(&run_ok(&mut remote(&["harness", "list", "--json"])));
     let ids: Vec<&str> = listed
         .as_array()
@@ -241,13 +241,7 @@ fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
         1,
     );
     assert!(stderr.contains("no harness `codex`"), "{stderr}");
-    let (status, _) = common::http(
-        &addr,
-        "GET",
-        "/admin/harnesses/explain",
-        Some("s3cret-operator-token"),
-        None,
-    );
+    let (status, _) = common::operator_get(&addr, "/admin/harnesses/explain");
     assert_eq!(status, 400, "provider is required");
 }
 
@@ -423,7 +417,7 @@ fn an_agent_steps_images_reach_the_harness_and_are_never_dropped() {
 fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
     let (dir, data) = common::scratch();
     let manifest = echo_plugin(dir.path());
-    let token = "s3cret-operator-token";
+    let token = common::OPERATOR_TOKEN;
     let mut server = rein(&data);
     server.args(["--plugin", manifest.to_str().unwrap()]);
     let (_server, addr) = common::serve(server, token);

@@ -247,7 +247,7 @@ fn health_reads_the_policy_file_again_and_alerts_resolve() {
     let file = write_plan(dir.path(), "policy.toml", POLICY);
     let mut child = rein(&data)
         .env("REIN_POLICY", &file)
-        .env("REIN_TOKEN", "s3cret-operator-token")
+        .env("REIN_TOKEN", common::OPERATOR_TOKEN)
         .args(["serve", "--listen", "127.0.0.1:0"])
         .stdout(std::process::Stdio::piped())
         .spawn()

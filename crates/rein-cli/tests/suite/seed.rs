@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use common::{Server, http, json, rein, run_ok, start};
 use serde_json::Value;
 
-const TOKEN: &str = "s3cret-operator-token";
+const TOKEN: &str = common::OPERATOR_TOKEN;
 
 fn payload(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../rein-protocol/tests/data/{name}"))

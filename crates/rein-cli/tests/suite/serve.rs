@@ -18,7 +18,7 @@ use common::{
 #[test]
 fn the_server_runs_a_plan_and_serves_health_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let (server, addr) = start(&dir.path().join("data"), "s3cret-operator-token");
+    let (server, addr) = start(&dir.path().join("data"), common::OPERATOR_TOKEN);
     let (status, body) = http(&addr, "GET", "/healthz", None, None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"task_store\""), "{body}");
@@ -33,7 +33,7 @@ fn the_server_runs_a_plan_and_serves_health_and_metrics() {
         &addr,
         "POST",
         "/admin/tasks",
-        Some("s3cret-operator-token"),
+        Some(common::OPERATOR_TOKEN),
         Some(("application/toml", plan)),
     );
     assert_eq!(status, 201, "{body}");
@@ -41,13 +41,7 @@ fn the_server_runs_a_plan_and_serves_health_and_metrics() {
     let id = created["task"]["id"].as_str().unwrap().to_owned();
     let start = Instant::now();
     loop {
-        let (_, body) = http(
-            &addr,
-            "GET",
-            &format!("/admin/tasks/{id}"),
-            Some("s3cret-operator-token"),
-            None,
-        );
+        let (_, body) = common::operator_get(&addr, &format!("/admin/tasks/{id}"));
         let task: serde_json::Value = serde_json::from_str(&body).unwrap();
         if task["task"]["status"] == "completed" {
             break;
@@ -58,13 +52,7 @@ fn the_server_runs_a_plan_and_serves_health_and_metrics() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (status, metrics) = http(
-        &addr,
-        "GET",
-        "/metrics",
-        Some("s3cret-operator-token"),
-        None,
-    );
+    let (status, metrics) = common::operator_get(&addr, "/metrics");
     assert_eq!(status, 200);
     assert!(
         metrics.contains("rein_tasks{status=\"completed\"} 1"),
@@ -196,10 +184,10 @@ impl Remote {
 
 /// A server on a fresh data directory under `dir`, and the CLI pointed at it.
 fn served(dir: &Path) -> (Server, String, Remote) {
-    let (server, addr) = start(&dir.join("data"), "s3cret-operator-token");
+    let (server, addr) = start(&dir.join("data"), common::OPERATOR_TOKEN);
     let remote = Remote {
         url: format!("http://{addr}"),
-        token: "s3cret-operator-token".into(),
+        token: common::OPERATOR_TOKEN.into(),
         unused: dir.join("client"),
     };
     (server, addr, remote)
@@ -312,13 +300,7 @@ fn the_cli_drives_a_plan_through_the_server_and_follows_it_over_sse() {
     let (status, body) = http(&addr, "GET", "/healthz", None, None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"task_store\""), "{body}");
-    let (status, metrics) = http(
-        &addr,
-        "GET",
-        "/metrics",
-        Some("s3cret-operator-token"),
-        None,
-    );
+    let (status, metrics) = common::operator_get(&addr, "/metrics");
     assert_eq!(status, 200);
     assert!(
         metrics.contains("rein_tasks{status=\"completed\"} 1"),
@@ -626,7 +608,7 @@ fn start_on_small_disk(dir: &Path, size: &str) -> (Server, String, std::path::Pa
         .args(["--user", "--map-root-user", "--mount", "sh", "-c", &script])
         .env_remove("REIN_DATA_DIR")
         .env_remove("REIN_URL")
-        .env("REIN_TOKEN", "s3cret-operator-token")
+        .env("REIN_TOKEN", common::OPERATOR_TOKEN)
         .stdout(Stdio::piped())
         .spawn()
         .expect("unshare (util-linux) starts rein in a mount namespace of its own");
@@ -675,7 +657,7 @@ fn a_full_disk_makes_the_store_unhealthy_and_the_server_takes_its_tasks_up_when_
         &addr,
         "POST",
         "/admin/tasks",
-        Some("s3cret-operator-token"),
+        Some(common::OPERATOR_TOKEN),
         Some(("application/toml", &plan)),
     );
     assert_eq!(status, 201, "{body}");
@@ -684,13 +666,7 @@ fn a_full_disk_makes_the_store_unhealthy_and_the_server_takes_its_tasks_up_when_
         .unwrap()
         .to_owned();
     let task = |addr: &str| {
-        let (_, body) = http(
-            addr,
-            "GET",
-            &format!("/admin/tasks/{id}"),
-            Some("s3cret-operator-token"),
-            None,
-        );
+        let (_, body) = common::operator_get(addr, &format!("/admin/tasks/{id}"));
         serde_json::from_str::<serde_json::Value>(&body).unwrap()["task"].clone()
     };
     eventually("step a runs", || {
@@ -748,7 +724,7 @@ fn start_with(data: &Path, files: u32, args: &[&str]) -> (Server, String) {
         .args(args)
         .env_remove("REIN_DATA_DIR")
         .env_remove("REIN_URL")
-        .env("REIN_TOKEN", "s3cret-operator-token")
+        .env("REIN_TOKEN", common::OPERATOR_TOKEN)
         .stdout(Stdio::piped())
         .spawn()
         .expect("prlimit (util-linux) starts rein serve");
@@ -814,13 +790,7 @@ fn slow_connections_are_cut_and_healthz_answers_while_a_thousand_are_open() {
     assert_eq!(cut, 1000, "every slow connection was closed by the server");
     drop(slow);
     // And the server serves as before.
-    let (status, _) = http(
-        &addr,
-        "GET",
-        "/admin/tasks",
-        Some("s3cret-operator-token"),
-        None,
-    );
+    let (status, _) = common::operator_get(&addr, "/admin/tasks");
     assert_eq!(status, 200);
     stop(server);
 }
@@ -832,7 +802,7 @@ fn sigterm_stops_the_server_within_its_grace_with_a_stream_and_a_half_sent_reque
     let mut stream = TcpStream::connect(&addr).unwrap();
     stream
         .write_all(
-            format!("GET /admin/events/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer s3cret-operator-token\r\n\r\n")
+            format!("GET /admin/events/stream HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\r\n", common::OPERATOR_TOKEN)
                 .as_bytes(),
         )
         .unwrap();
@@ -915,7 +885,7 @@ fn request_from(from: &str, addr: &str, path: &str, token: Option<&str>) -> (u16
 #[test]
 fn failed_sign_ins_are_throttled_per_client_address() {
     let dir = tempfile::tempdir().unwrap();
-    let (server, addr) = start(&dir.path().join("data"), "s3cret-operator-token");
+    let (server, addr) = start(&dir.path().join("data"), common::OPERATOR_TOKEN);
     let mut statuses = Vec::new();
     for i in 0..15 {
         let (status, _) = request_from(
@@ -932,7 +902,7 @@ fn failed_sign_ins_are_throttled_per_client_address() {
         "127.0.0.1",
         &addr,
         "/admin/tasks",
-        Some("s3cret-operator-token"),
+        Some(common::OPERATOR_TOKEN),
     );
     assert_eq!(status, 429, "{answer}");
     let retry: u64 = answer
@@ -951,7 +921,7 @@ fn failed_sign_ins_are_throttled_per_client_address() {
         "127.0.0.2",
         &addr,
         "/admin/tasks",
-        Some("s3cret-operator-token"),
+        Some(common::OPERATOR_TOKEN),
     );
     assert_eq!(status, 200, "{answer}");
     // Health needs no sign-in and is not throttled.
@@ -1016,7 +986,7 @@ fn one_client_cannot_hold_every_connection() {
         "127.0.0.2",
         &addr,
         "/admin/tasks",
-        Some("s3cret-operator-token"),
+        Some(common::OPERATOR_TOKEN),
     );
     assert_eq!(status, 200, "{answer}");
     // Its connections closed, the client is served again.
@@ -1026,7 +996,7 @@ fn one_client_cannot_hold_every_connection() {
             "127.0.0.1",
             &addr,
             "/admin/tasks",
-            Some("s3cret-operator-token"),
+            Some(common::OPERATOR_TOKEN),
         )
         .0 == 200)
             .then_some(())
