@@ -483,13 +483,8 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
     ));
     assert_eq!(state["status"], "completed", "{state}");
     assert!(ws.join("RELEASE_NOTES.md").exists());
-    let (status, plan) = common::http(
-        &addr,
-        "GET",
-        &format!("/admin/tasks/{}/plan", state["id"].as_str().unwrap()),
-        Some(common::OPERATOR_TOKEN),
-        None,
-    );
+    let id = state["id"].as_str().unwrap();
+    let (status, plan) = common::operator_get(&addr, &format!("/admin/tasks/{id}/plan"));
     assert_eq!(status, 200, "{plan}");
     let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
     assert_eq!(plan["plan"]["budget"]["tokens"], 1_000_000, "{plan}");
