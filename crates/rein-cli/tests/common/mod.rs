@@ -220,6 +220,17 @@ pub fn pending(data_dir: &Path) -> Vec<serde_json::Value> {
     .clone()
 }
 
+/// The item of the JSON array `list` whose `key` is `value`; fails the test,
+/// showing the list, if there is none.
+pub fn item<'a, V>(list: &'a serde_json::Value, key: &str, value: V) -> &'a serde_json::Value
+where
+    serde_json::Value: PartialEq<V>,
+{
+    list.as_array()
+        .and_then(|items| items.iter().find(|i| i[key] == value))
+        .unwrap_or_else(|| panic!("no item with {key} as asked in {list}"))
+}
+
 /// The ids of all tasks in a data directory, newest first.
 pub fn task_ids(data_dir: &Path) -> Vec<String> {
     let out = run_ok(rein(data_dir).args(["tasks", "list", "--json"]));

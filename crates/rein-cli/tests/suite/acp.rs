@@ -72,13 +72,7 @@ fn a_person_answers_the_agents_permission_request_from_another_process() {
             .arg(&plugin)
             .args(["harness", "list", "--json"]),
     ));
-    let row = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == "acp-test")
-        .cloned()
-        .unwrap();
+    let row = common::item(&listed, "id", "acp-test").clone();
     assert_eq!(
         (row["protocol"].as_str(), row["plugin"].as_str()),
         (Some("acp"), Some("test-agent"))

@@ -332,12 +332,7 @@ fn a_rein_killed_during_a_budget_question_loses_nothing_and_counts_nothing_twice
     assert_eq!(report["input_tokens"], reported);
     // The grant is in the ledger, with who gave it and why.
     let ledger = json(&run_ok(rein(&data).args(["ledger", "list", "--json"])));
-    let grant = ledger
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["request_id"] == id)
-        .unwrap();
+    let grant = common::item(&ledger, "request_id", id);
     assert_eq!(grant["who"], "ana");
 }
 

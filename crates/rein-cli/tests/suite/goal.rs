@@ -225,13 +225,7 @@ fn a_goal_waits_for_a_person_to_confirm_its_plan_and_high_risk_steps() {
     );
     nothing_ran(&ws);
     let pending = common::all_approvals(&data);
-    let permit = pending
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["status"] == "pending")
-        .unwrap()
-        .clone();
+    let permit = common::item(&pending, "status", "pending").clone();
     assert_eq!(permit["step_id"], "notes.permit");
     assert!(
         permit["description"]

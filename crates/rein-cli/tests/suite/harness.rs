@@ -440,13 +440,7 @@ fn a_running_servers_plugin_is_disabled_enabled_and_revoked() {
     let rows = json(&run_ok(&mut remote(&[
         "harness", "disable", "echo", "--json",
     ])));
-    let echo = rows
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["id"] == "echo")
-        .unwrap()
-        .clone();
+    let echo = common::item(&rows, "id", "echo").clone();
     assert_eq!(echo["status"], "disabled");
     let (status, error) = run();
     assert_eq!(status, "failed");

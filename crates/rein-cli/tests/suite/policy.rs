@@ -270,13 +270,7 @@ fn health_reads_the_policy_file_again_and_alerts_resolve() {
     let pm = &h["components"]["permission_manager"];
     assert_eq!(pm["status"], "unhealthy", "{h}");
     assert!(pm["detail"].as_str().unwrap().contains("broken"), "{pm}");
-    let alert = h["alerts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["component"] == "permission_manager")
-        .cloned()
-        .unwrap();
+    let alert = common::item(&h["alerts"], "component", "permission_manager").clone();
     assert_eq!(
         (alert["severity"].as_str(), alert["resolved"].as_bool()),
         (Some("critical"), Some(false))
@@ -300,13 +294,7 @@ fn health_reads_the_policy_file_again_and_alerts_resolve() {
         h["components"]["permission_manager"]["status"], "healthy",
         "{h}"
     );
-    let alert = h["alerts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["component"] == "permission_manager")
-        .cloned()
-        .unwrap();
+    let alert = common::item(&h["alerts"], "component", "permission_manager").clone();
     assert_eq!(alert["resolved"], true, "{h}");
     assert!(alert["resolved_at"].is_string(), "{alert}");
 }

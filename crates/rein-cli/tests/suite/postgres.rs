@@ -63,13 +63,7 @@ fn a_plan_runs_on_postgres_and_every_command_reads_it_there() {
     let shown = json(&run_ok(
         rein(&data).args(["--store", &url, "config", "show", "--json"]),
     ));
-    let store = shown["settings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["key"] == "store")
-        .unwrap()
-        .clone();
+    let store = common::item(&shown["settings"], "key", "store").clone();
     assert_eq!(store["value"], url.as_str());
     assert_eq!(store["source"], "flag --store");
 }
