@@ -50,6 +50,7 @@ fn plan_checkpoints(state: &Value) -> Vec<&Value> {
         .filter(|c| c["type"] == "task_plan")
         .collect()
 }
+
 #[test]
 fn plan_draft_writes_a_plan_that_runs_and_sends_a_refused_answer_back() {
     let m = model();

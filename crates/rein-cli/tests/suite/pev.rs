@@ -37,6 +37,7 @@ fn contracts_of(data: &std::path::Path, task: &str) -> serde_json::Value {
     ])))["items"]
         .clone()
 }
+
 #[test]
 fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
     let (_dir, data, plan) = common::with_plan("notes.toml", PLAN);
