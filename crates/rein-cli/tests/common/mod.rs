@@ -231,6 +231,19 @@ where
         .unwrap_or_else(|| panic!("no item with {key} as asked in {list}"))
 }
 
+/// The items of the JSON array `list` whose `key` is `value`, in order; fails
+/// the test, showing it, if `list` is not an array.
+pub fn items<'a, V>(list: &'a serde_json::Value, key: &str, value: V) -> Vec<&'a serde_json::Value>
+where
+    serde_json::Value: PartialEq<V>,
+{
+    list.as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .filter(|i| i[key] == value)
+        .collect()
+}
+
 /// The ids of all tasks in a data directory, newest first.
 pub fn task_ids(data_dir: &Path) -> Vec<String> {
     let out = run_ok(rein(data_dir).args(["tasks", "list", "--json"]));

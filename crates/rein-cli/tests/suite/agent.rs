@@ -405,11 +405,6 @@ fn a_rein_killed_during_a_compaction_loses_nothing_and_counts_nothing_twice() {
     let events = json(&run_ok(
         rein(&data).args(["tasks", "events", &task, "--json"]),
     ));
-    let compacted = events
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == "compacted")
-        .count();
+    let compacted = common::items(&events, "type", "compacted").len();
     assert_eq!(compacted, 1, "{events}");
 }

@@ -133,12 +133,7 @@ fn a_prompt_runs_as_a_goal_task_its_plan_and_tool_calls_stream_and_its_questions
     assert!(kinds.iter().any(|(_, k)| *k == "allow_once"), "{kinds:?}");
     // The plan: sent when the goal was decomposed, its entries following the
     // steps to the end.
-    let plans: Vec<&Value> = seen["updates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|u| u["sessionUpdate"] == "plan")
-        .collect();
+    let plans = common::items(&seen["updates"], "sessionUpdate", "plan");
     assert!(plans.len() >= 3, "{plans:?}");
     let entries = |plan: &Value| -> Vec<(String, String)> {
         plan["entries"]
@@ -174,12 +169,7 @@ fn a_prompt_runs_as_a_goal_task_its_plan_and_tool_calls_stream_and_its_questions
         .unwrap();
     assert!(notes_running < notes_done, "{plans:?}");
     // The agent steps' tool calls, with their outcome, and their answers.
-    let writes: Vec<&Value> = seen["updates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|u| u["toolCallId"] == "notes/call_2")
-        .collect();
+    let writes = common::items(&seen["updates"], "toolCallId", "notes/call_2");
     assert_eq!(writes[0]["sessionUpdate"], "tool_call", "{writes:?}");
     assert_eq!(writes[0]["kind"], "edit");
     assert_eq!(writes[0]["title"], "write_file RELEASE_NOTES.md");
@@ -575,12 +565,7 @@ fn a_denied_plan_ends_with_no_step_in_progress_in_the_editors_plan() {
     let ws = workspace(dir.path());
     let seen = client(&m, &data, &ws, "run", &[("ACP_ANSWERS", r#"["deny"]"#)]);
     assert_eq!(seen["stops"], json!(["end_turn"]), "{seen:#}");
-    let plans: Vec<&Value> = seen["updates"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|u| u["sessionUpdate"] == "plan")
-        .collect();
+    let plans = common::items(&seen["updates"], "sessionUpdate", "plan");
     let last = plans.last().expect("a plan update");
     let entries = last["entries"].as_array().unwrap();
     // Nothing spins: no entry in progress, none ticked that did not run.

@@ -204,12 +204,7 @@ fn a_goal_waits_for_a_person_to_confirm_its_plan_and_high_risk_steps() {
     assert_eq!(state["status"], "paused");
     let task = state["id"].as_str().unwrap().to_owned();
     let pending = common::all_approvals(&data);
-    let asks: Vec<&Value> = pending
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["status"] == "pending")
-        .collect();
+    let asks = common::items(&pending, "status", "pending");
     assert_eq!(asks.len(), 1, "{pending}");
     assert_eq!(asks[0]["step_id"], "confirm");
     let description = asks[0]["description"].as_str().unwrap();

@@ -696,12 +696,7 @@ fn a_steps_own_rules_govern_its_mcp_calls() {
     );
     assert!(!asked.path().join("ws/x.txt").exists(), "nothing ran yet");
     let pending = common::all_approvals(&data);
-    let pending: Vec<&Value> = pending
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["status"] == "pending")
-        .collect();
+    let pending = common::items(&pending, "status", "pending");
     assert_eq!(pending.len(), 1, "{pending:#?}");
     assert!(
         pending[0]["description"]

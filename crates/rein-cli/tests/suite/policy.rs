@@ -329,12 +329,7 @@ fn required_permissions_are_acquired_through_the_rules_and_recorded() {
             .arg(plan("\"file_read\", \"execute\"")),
     ));
     assert_eq!(state["status"], "completed", "{state}");
-    let checks: Vec<&serde_json::Value> = state["checkpoints"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["type"] == "permission_check")
-        .collect();
+    let checks = common::items(&state["checkpoints"], "type", "permission_check");
     assert_eq!(checks.len(), 1, "{state}");
     assert_eq!(checks[0]["status"], "completed");
     assert_eq!(checks[0]["input"]["step"], "look");
