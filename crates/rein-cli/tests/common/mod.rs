@@ -421,13 +421,24 @@ pub fn start(data: &std::path::Path, token: &str) -> (Server, String) {
 /// Starts `command` (`rein` with its global flags: plugins, policies, a
 /// model's environment) as `rein serve` on a free port, with the operator
 /// token `token`; returns it and the address it printed.
-pub fn serve(mut command: Command, token: &str) -> (Server, String) {
-    let mut child = command
+pub fn serve(command: Command, token: &str) -> (Server, String) {
+    serve_with(command, Some(token), &[])
+}
+
+/// [`serve`], with `rein serve`'s own flags `flags`, and the operator token
+/// (if any: `--tokens` may name the users instead) in `REIN_TOKEN`.
+pub fn serve_with(
+    mut command: Command,
+    token: Option<&str>,
+    flags: &[&std::ffi::OsStr],
+) -> (Server, String) {
+    command
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", token)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .args(flags);
+    if let Some(token) = token {
+        command.env("REIN_TOKEN", token);
+    }
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
     let addr = listening(&mut child);
     (Server(child), addr)
 }

@@ -9,7 +9,6 @@ use crate::common;
 use crate::model;
 
 use std::path::Path;
-use std::process::Stdio;
 
 use common::{eventually, json, rein, run_ok, task_ids};
 use model::model;
@@ -443,16 +442,11 @@ fn a_server_decomposes_a_goal_and_serves_completions() {
     let m = model();
     let (dir, data) = common::scratch();
     let ws = workspace(dir.path());
-    let mut child = m
-        .rein(&data)
-        .args(["serve", "--listen", "127.0.0.1:0", "--workspace-root"])
-        .arg(&ws)
-        .env("REIN_TOKEN", common::OPERATOR_TOKEN)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let _server = common::Server(child);
+    let (_server, addr) = common::serve_with(
+        m.rein(&data),
+        Some(common::OPERATOR_TOKEN),
+        &["--workspace-root".as_ref(), ws.as_os_str()],
+    );
     let client = common::client(dir.path().join("client"), &addr, common::OPERATOR_TOKEN);
 
     let done = json(&run_ok(&mut client(&["complete", "--json", "hello"])));

@@ -184,15 +184,9 @@ fn a_runtime_policy_file_pins_models_and_providers_to_runtimes() {
 fn with_url_the_servers_registry_is_listed_and_explained_not_the_local_one() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = echo_plugin(dir.path());
-    let mut child = rein(&dir.path().join("data"))
-        .args(["--plugin", manifest.to_str().unwrap()])
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("REIN_TOKEN", common::OPERATOR_TOKEN)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let _server = common::Server(child);
+    let mut with_plugin = rein(&dir.path().join("data"));
+    with_plugin.args(["--plugin", manifest.to_str().unwrap()]);
+    let (_server, addr) = common::serve(with_plugin, common::OPERATOR_TOKEN);
     // This client names no plugin: what it lists is the server's.
     let remote = common::client(dir.path().join("client"), &addr, common::OPERATOR_TOKEN);
     let listed = json(&run_ok(&mut remote(&["harness", "list", "--json"])));

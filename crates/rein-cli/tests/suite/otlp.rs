@@ -512,21 +512,16 @@ async fn an_api_request_is_a_server_span_in_the_http_conventions_under_its_trace
     let (mut server, addr) = tokio::task::spawn_blocking({
         let data = data.clone();
         move || {
-            let mut child = rein(&data)
-                .args(["serve", "--listen", "127.0.0.1:0"])
-                .env("REIN_TOKEN", token)
+            let mut exporting = rein(&data);
+            exporting
                 .env(
                     "OTEL_EXPORTER_OTLP_ENDPOINT",
                     format!("http://{collector_addr}"),
                 )
                 .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
-                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            let addr = common::listening(&mut child);
-            (common::Server(child), addr)
+                .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL");
+            common::serve(exporting, token)
         }
     })
     .await

@@ -245,15 +245,9 @@ fn a_denied_answer_keeps_the_step_from_running() {
 fn health_reads_the_policy_file_again_and_alerts_resolve() {
     let (dir, data) = common::scratch();
     let file = write_plan(dir.path(), "policy.toml", POLICY);
-    let mut child = rein(&data)
-        .env("REIN_POLICY", &file)
-        .env("REIN_TOKEN", common::OPERATOR_TOKEN)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let _server = common::Server(child);
+    let mut with_policy = rein(&data);
+    with_policy.env("REIN_POLICY", &file);
+    let (_server, addr) = common::serve(with_policy, common::OPERATOR_TOKEN);
     let health = || {
         let (status, body) = common::http(&addr, "GET", "/healthz", None, None);
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();

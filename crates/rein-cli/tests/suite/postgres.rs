@@ -113,24 +113,14 @@ fn a_node_restarted_after_kill_9_takes_its_tasks_up_without_waiting_out_its_leas
     let marks = dir.path().join("marks");
     std::fs::create_dir_all(&marks).unwrap();
     let serve = || {
-        let mut child = rein(&data)
-            .args([
-                "--store",
-                &url,
-                "--sandbox",
-                "none",
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            // A lease far longer than the test may wait.
-            .args(["--lease", "60s"])
-            .env("REIN_TOKEN", "postgres-test-token")
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let addr = common::listening(&mut child);
-        (common::Server(child), addr)
+        let mut on_postgres = rein(&data);
+        on_postgres.args(["--store", &url, "--sandbox", "none"]);
+        // A lease far longer than the test may wait.
+        common::serve_with(
+            on_postgres,
+            Some("postgres-test-token"),
+            &["--lease".as_ref(), "60s".as_ref()],
+        )
     };
     let (mut first, addr) = serve();
     let plan = format!(

@@ -12,7 +12,7 @@
 use crate::common;
 use crate::model;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// The version `.ci/run` installs.
 const SCHEMATHESIS: &str = "schemathesis==4.32.5";
@@ -37,23 +37,13 @@ fn fuzz(seed: u32) {
     );
     let m = model::model();
     let (dir, data) = common::scratch();
-    let mut child = m
-        .rein(&data)
-        // Its checks of authentication send wrong tokens by the hundred: the
-        // throttle on failed sign-ins would answer the rest with 429.
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--sign-in-failures",
-            "1000000",
-        ])
-        .env("REIN_TOKEN", "st-admin-token-0123")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let _server = common::Server(child);
+    // Its checks of authentication send wrong tokens by the hundred: the
+    // throttle on failed sign-ins would answer the rest with 429.
+    let (_server, addr) = common::serve_with(
+        m.rein(&data),
+        Some("st-admin-token-0123"),
+        &["--sign-in-failures".as_ref(), "1000000".as_ref()],
+    );
     let document = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../docs/src/api/openapi.json"

@@ -203,14 +203,11 @@ async fn a_person_signs_in_approves_in_the_inbox_and_watches_the_task_finish() {
         ),
     )
     .unwrap();
-    let mut child = common::rein(&data)
-        .args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
-        .arg(&tokens)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let _server = common::Server(child);
+    let (_server, addr) = common::serve_with(
+        common::rein(&data),
+        None,
+        &["--tokens".as_ref(), tokens.as_os_str()],
+    );
     let base = format!("http://{addr}");
     // `rein` as the operator, from a data directory of its own.
     let operator = common::client(dir.path().join("client"), &addr, OPERATOR);
@@ -461,17 +458,13 @@ async fn operator_session(
         ),
     )
     .unwrap();
-    let mut child = common::rein(&dir.join("data"))
+    let mut with_model = common::rein(&dir.join("data"));
+    with_model
         .env("OPENAI_BASE_URL", model)
         .env("OPENAI_API_KEY", "sk-test")
-        .env("REIN_MODEL", "gpt-test")
-        .args(["serve", "--listen", "127.0.0.1:0", "--tokens"])
-        .arg(&tokens)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let addr = common::listening(&mut child);
-    let server = common::Server(child);
+        .env("REIN_MODEL", "gpt-test");
+    let (server, addr) =
+        common::serve_with(with_model, None, &["--tokens".as_ref(), tokens.as_os_str()]);
     let base = format!("http://{addr}");
     let driver = chromedriver();
     let client = browser(&driver, &dir.join("profile")).await;
