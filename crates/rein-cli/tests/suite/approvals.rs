@@ -119,17 +119,17 @@ fn no_wait_exits_3_and_resume_after_the_decision_completes() {
 fn bad_decisions_are_refused_with_what_to_do() {
     let (_dir, data, plan) = common::with_plan("ship.toml", SHIP_PLAN);
     let request = waiting_request(&data, &plan);
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["approvals", "approve", &request, "--option", "yolo"]),
         2,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("choose one of: publish, hold"));
+    assert!(said.contains("choose one of: publish, hold"));
     common::exits(rein(&data).args(["approvals", "approve", "apr_nope"]), 2);
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["approvals", "approve", "apr_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
         1,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+    assert!(said.contains("not found"));
     common::exits(
         rein(&data).args(["approvals", "list", "--status", "maybe"]),
         2,
@@ -151,11 +151,11 @@ fn an_edited_ledger_row_is_reported_by_verify() {
         "ana",
     ]));
     // Delegated to carol, it is hers to decide.
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["approvals", "approve", &first, "--as", "ana"]),
         1,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("only carol"));
+    assert!(said.contains("only carol"));
     run_ok(rein(&data).args(["approvals", "approve", &first, "--as", "carol"]));
     let second = waiting_request(&data, &plan);
     run_ok(rein(&data).args(["approvals", "deny", &second, "--as", "dave"]));

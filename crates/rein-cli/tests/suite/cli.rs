@@ -150,10 +150,9 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
         "unknown.toml",
         "description='u'\n[[steps]]\nid='a'\nrun='true'\nretry=2\ndepend_on=['b']\n",
     );
-    let out = common::exits(rein(&data).arg("run").arg(&unknown), 2);
+    let stderr = common::fails(rein(&data).arg("run").arg(&unknown), 2);
     // Both unknown keys at once, each where it is; the misspelt one with the
     // key meant.
-    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("steps[0] (`a`): unknown key `retry` (`rein plan schema`"),
         "{stderr}"
@@ -171,26 +170,26 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
         "the cause is said once: {stderr}"
     );
 
-    let out = common::exits(rein(&data).args(["tasks", "show", "not-an-id"]), 2);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("`not-an-id` is not a valid id"));
+    let said = common::fails(rein(&data).args(["tasks", "show", "not-an-id"]), 2);
+    assert!(said.contains("`not-an-id` is not a valid id"));
 
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["tasks", "show", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
         1,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not found"));
+    assert!(said.contains("not found"));
 
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["tasks", "list", "--status", "sleeping"]),
         2,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown status `sleeping`"));
+    assert!(said.contains("unknown status `sleeping`"));
 
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["tasks", "resume", "--all", "--rerun", "x"]),
         2,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("give its id instead of --all"));
+    assert!(said.contains("give its id instead of --all"));
 
     let out = rein(&data).args(["tasks", "frobnicate"]).output().unwrap();
     assert_eq!(
@@ -257,8 +256,8 @@ fn a_run_paused_and_aborted_from_another_process() {
     );
     let (mut runner, long_id) = run_until_running(&data, &long, "forever");
     // A running task cannot be deleted.
-    let out = common::exits(rein(&data).args(["tasks", "delete", &long_id]), 1);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("abort it first"));
+    let said = common::fails(rein(&data).args(["tasks", "delete", &long_id]), 1);
+    assert!(said.contains("abort it first"));
     let follower = rein(&data)
         .args(["tasks", "follow", &long_id])
         .stdout(Stdio::piped())
@@ -405,15 +404,13 @@ fn a_tasks_history_lists_its_points_as_text_and_json() {
         "{table}"
     );
 
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["tasks", "history", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
         1,
     );
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("task task_01ARZ3NDEKTSV4RRFFQ69G5FAV not found"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        said.contains("task task_01ARZ3NDEKTSV4RRFFQ69G5FAV not found"),
+        "{said}"
     );
 }
 
@@ -448,14 +445,11 @@ fn snapshot_and_restore_from_the_command_line() {
         "--json",
     ])));
     assert_eq!(events[0]["type"], "task_restored");
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["tasks", "restore", "snap_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
         1,
     );
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("snapshot snap_01ARZ3NDEKTSV4RRFFQ69G5FAV not found")
-    );
+    assert!(said.contains("snapshot snap_01ARZ3NDEKTSV4RRFFQ69G5FAV not found"));
 }
 
 #[test]

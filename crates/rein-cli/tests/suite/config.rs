@@ -99,14 +99,14 @@ fn a_key_the_file_does_not_know_or_a_missing_file_is_bad_usage_named() {
     );
 
     std::fs::write(&file, "[openai]\nidle_timeout = \"soon\"\n").unwrap();
-    let out = common::exits(&mut config_show(&data, &file), 2);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("`soon`"));
+    let said = common::fails(&mut config_show(&data, &file), 2);
+    assert!(said.contains("`soon`"));
 
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["--config", "/nonexistent/rein.toml", "tasks", "list"]),
         2,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/rein.toml does not exist"));
+    assert!(said.contains("/nonexistent/rein.toml does not exist"));
 }
 
 #[test]

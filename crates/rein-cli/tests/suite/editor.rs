@@ -349,8 +349,8 @@ fn the_clients_mcp_servers_are_given_to_the_agent_steps_of_its_tasks() {
 fn rein_acp_refuses_a_server_url_and_names_what_is_wrong_with_a_cwd() {
     use std::io::{BufRead, Write};
     let (dir, data) = common::scratch();
-    let out = common::exits(rein(&data).args(["--url", "http://127.0.0.1:9", "acp"]), 2);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not take --url"));
+    let said = common::fails(rein(&data).args(["--url", "http://127.0.0.1:9", "acp"]), 2);
+    assert!(said.contains("does not take --url"));
     // Raw JSON-RPC lines: initialize, then a session on a relative directory.
     let mut child = rein(&data)
         .arg("acp")

@@ -49,7 +49,7 @@ fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
     assert_eq!(forced["reason"], "forced_builtin");
     assert_eq!(forced["policy"]["source"], "step");
 
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args([
             "harness",
             "explain",
@@ -60,10 +60,7 @@ fn the_builtin_runtime_serves_every_route_until_a_plugin_says_otherwise() {
         ]),
         1,
     );
-    assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("no harness `codex` is registered (registered: none)")
-    );
+    assert!(said.contains("no harness `codex` is registered (registered: none)"));
 }
 
 #[test]
@@ -89,7 +86,7 @@ fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained(
     assert_eq!(decision["reason"], "auto_plugin");
     assert_eq!(decision["candidates"][0]["reason"], "echo serves openai");
     // Asked for explicitly where it does not serve: the error carries its reason.
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(plugin).args([
             "harness",
             "explain",
@@ -101,10 +98,8 @@ fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained(
         1,
     );
     assert!(
-        String::from_utf8_lossy(&out.stderr)
-            .contains("harness \"echo\" does not support anthropic (only openai)"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        said.contains("harness \"echo\" does not support anthropic (only openai)"),
+        "{said}"
     );
     // The same plugins through REIN_PLUGINS.
     let text = String::from_utf8_lossy(
@@ -121,11 +116,11 @@ fn a_plugin_named_on_the_command_line_is_listed_asked_and_its_refusal_explained(
         "{text}"
     );
     // A manifest that cannot be read is bad usage.
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["--plugin", "missing.toml", "harness", "list"]),
         2,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.toml"));
+    assert!(said.contains("missing.toml"));
 }
 
 #[test]

@@ -133,11 +133,11 @@ fn a_pev_plan_is_approved_run_verified_and_its_evidence_reviewed() {
     );
     assert!(err.contains("nothing (it is final)"), "{err}");
     // An unknown status is a usage error.
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["contracts", "status", &contract, "finished"]),
         2,
     );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("rolled_back"));
+    assert!(said.contains("rolled_back"));
 }
 
 #[test]

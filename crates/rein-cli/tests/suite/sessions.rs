@@ -93,15 +93,11 @@ fn steps_naming_one_session_share_its_conversation_and_the_session_can_be_pinned
     assert!(id.starts_with("ses_"), "{id}");
 
     // Pinning to a runtime nobody registered is bad usage, naming the runtimes.
-    let out = common::exits(
+    let said = common::fails(
         rein(&data).args(["sessions", "pin", id, "--runtime", "codex"]),
         2,
     );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("no runtime `codex`"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(said.contains("no runtime `codex`"), "{said}");
     let pinned = json(&run_ok(rein(&data).args([
         "sessions",
         "pin",
@@ -285,8 +281,7 @@ fn a_delegation_survives_sigkill_without_running_twice_and_only_its_owner_may_ch
         vec!["sessions", "reset", child_id],
         vec!["sessions", "pin", child_id, "--runtime", "rein"],
     ] {
-        let out = common::exits(rein(&data).args(&args), 1);
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = common::fails(rein(&data).args(&args), 1);
         assert!(
             err.contains(&format!(
                 "owned by session {}",
@@ -444,12 +439,8 @@ fn a_plugins_executor_is_ensured_found_stale_after_sigkill_retired_and_reset_thr
     assert_eq!(work["steps"], serde_json::json!(["first", "second"]));
 
     // Without the plugin, nothing would reset its side: refused, saying so.
-    let out = common::exits(rein(data).args(["sessions", "reset", id]), 1);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("name its plugin with --plugin"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = common::fails(rein(data).args(["sessions", "reset", id]), 1);
+    assert!(said.contains("name its plugin with --plugin"), "{said}");
     // A reset whose required cleanup fails is refused, and the session stays.
     let err = common::fails(echo.with(&stuck).args(["sessions", "reset", id]), 1);
     assert!(

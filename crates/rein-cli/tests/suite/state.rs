@@ -137,12 +137,8 @@ fn plans_that_name_a_shared_state_record_their_steps_and_collide_there() {
         "lost.toml",
         "description = 'lost'\nshared_state = 'shs_nowhere'\n[[steps]]\nid = 'a'\nrun = 'true'\n",
     );
-    let out = common::exits(rein(&data).arg("run").arg(&lost), 2);
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("shs_nowhere"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = common::fails(rein(&data).arg("run").arg(&lost), 2);
+    assert!(said.contains("shs_nowhere"), "{said}");
 }
 
 /// Starts `rein run` on a plan recording into `state` whose one step writes

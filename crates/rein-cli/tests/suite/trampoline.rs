@@ -128,15 +128,11 @@ fn with_exec_it_becomes_the_program_as_given_in_its_environment_and_directory() 
         format!("inherited|zero|one  two\n{}\n", ws.display())
     );
     // A program that is not there is named.
-    let out = common::exits(
+    let said = common::fails(
         confine().args(["--parent", &me, "--exec", "--", "/nonexistent/bwrap"]),
         127,
     );
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("cannot run /nonexistent/bwrap"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(said.contains("cannot run /nonexistent/bwrap"), "{said}");
 }
 
 #[test]
@@ -163,7 +159,7 @@ fn with_exec_it_refuses_what_it_would_not_do() {
         vec!["--unconfined"],
         vec!["--env", "A=b"],
     ] {
-        let out = common::exits(
+        let said = common::fails(
             confine()
                 .args(["--parent", &me])
                 .args(&extra)
@@ -172,11 +168,11 @@ fn with_exec_it_refuses_what_it_would_not_do() {
             2,
         );
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains(
+            said.contains(
                 "--exec takes only --parent, --heartbeat, --run-as, --workspace and --pin"
             ),
             "{extra:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            said
         );
         assert!(!marker.exists(), "{extra:?}: the program ran");
     }
