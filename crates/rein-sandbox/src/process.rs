@@ -555,28 +555,26 @@ mod tests {
     /// that moment, as having no environment and no command line: a look by
     /// the attempt's marks alone (no process group recorded: rein died
     /// before it could) must still find it. The process here does nothing
-    /// but `exec` itself, outside any group of the test's, so that many of
-    /// the looks land inside an `exec`.
+    /// but `exec` itself (a shell told to become the same shell, again), so
+    /// that many of the looks land inside an `exec`.
     #[test]
     fn a_process_caught_inside_an_exec_is_still_found_by_its_marks() {
-        let dir = tempfile::tempdir().unwrap();
-        let again = dir.path().join("again");
-        std::fs::write(&again, "#!/bin/sh\nexec \"$0\"\n").unwrap();
-        std::fs::set_permissions(&again, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        const ROUNDS: usize = 150;
+        let again = r#"exec sh -c "$0" "$0""#;
         let mut missed = 0;
-        for round in 0..40 {
+        for round in 0..ROUNDS {
             let attempt = format!("{round}");
             let marks = [
                 ("REIN_TASK_ID", "task_exec_test"),
                 ("REIN_ATTEMPT", attempt.as_str()),
             ];
-            let mut child = std::process::Command::new(&again)
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", again, again])
                 .envs(marks.iter().copied())
                 .spawn()
                 .unwrap();
             // Running (exec'ing) for a moment first.
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
             match stop_leftover(None, &marks, Duration::from_secs(5)) {
                 Leftover::Stopped { .. } => {}
                 other => {
@@ -589,7 +587,7 @@ mod tests {
         }
         assert_eq!(
             missed, 0,
-            "{missed} of 40 looks missed a process inside an exec"
+            "{missed} of {ROUNDS} looks missed a process inside an exec"
         );
     }
 }
