@@ -183,6 +183,10 @@ fn read_whole(pid: u32) -> Option<(Vec<String>, Vec<u8>, Vec<u8>)> {
         if stat.first().is_none_or(|state| state == "Z") {
             return None;
         }
+        // The kernel's own threads have neither, and are not read.
+        if kernel_thread(&stat) {
+            return Some((stat, Vec::new(), Vec::new()));
+        }
         let (environ, args) = (read("environ"), read("cmdline"));
         let Ok(environ) = environ else {
             return Some((stat, Vec::new(), args.unwrap_or_default()));
@@ -198,7 +202,7 @@ fn read_whole(pid: u32) -> Option<(Vec<String>, Vec<u8>, Vec<u8>)> {
             _ => true,
         };
         tries += 1;
-        if whole || kernel_thread(&stat) || tries >= 200 {
+        if whole || tries >= 200 {
             return Some((stat, environ, args.unwrap_or_default()));
         }
         std::thread::sleep(std::time::Duration::from_micros(50));
