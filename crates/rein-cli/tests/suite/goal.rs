@@ -202,9 +202,8 @@ fn a_goal_waits_for_a_person_to_confirm_its_plan_and_high_risk_steps() {
     let state = json(&out);
     assert_eq!(state["status"], "paused");
     let task = state["id"].as_str().unwrap().to_owned();
-    let pending = common::all_approvals(&data);
-    let asks = common::items(&pending, "status", "pending");
-    assert_eq!(asks.len(), 1, "{pending}");
+    let asks = common::pending(&data);
+    assert_eq!(asks.len(), 1, "{asks:?}");
     assert_eq!(asks[0]["step_id"], "confirm");
     let description = asks[0]["description"].as_str().unwrap();
     assert!(description.contains("notes, check"), "{description}");
@@ -219,8 +218,8 @@ fn a_goal_waits_for_a_person_to_confirm_its_plan_and_high_risk_steps() {
         3,
     );
     nothing_ran(&ws);
-    let pending = common::all_approvals(&data);
-    let permit = common::item(&pending, "status", "pending").clone();
+    let pending = common::pending(&data);
+    let permit = pending.first().cloned().expect("a request waits");
     assert_eq!(permit["step_id"], "notes.permit");
     assert!(
         permit["description"]

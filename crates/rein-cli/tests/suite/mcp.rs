@@ -695,8 +695,7 @@ fn a_steps_own_rules_govern_its_mcp_calls() {
         3,
     );
     assert!(!asked.path().join("ws/x.txt").exists(), "nothing ran yet");
-    let pending = common::all_approvals(&data);
-    let pending = common::items(&pending, "status", "pending");
+    let pending = common::pending(&data);
     assert_eq!(pending.len(), 1, "{pending:#?}");
     assert!(
         pending[0]["description"]
