@@ -8,14 +8,14 @@
 //! server and the browser goes to it.
 
 use axum::Form;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use rein_protocol::{History, HistoryKind, TaskId, TaskState};
 use serde::Deserialize;
 
-use super::{Refusal, User, changer, engine_refusal, live, opt_time, page, parse_id};
+use super::{PageQuery, Refusal, User, changer, engine_refusal, live, opt_time, page, parse_id};
 use crate::AppState;
 use crate::auth::Role;
 
@@ -76,7 +76,7 @@ pub async fn history(
     State(state): State<AppState>,
     user: User,
     Path(id): Path<String>,
-    Query(query): Query<KindQuery>,
+    PageQuery(query): PageQuery<KindQuery>,
 ) -> Response {
     let (id, kind, history) = match asked(&state, &id, &query).await {
         Ok(asked) => asked,
@@ -111,7 +111,7 @@ pub async fn history_body(
     State(state): State<AppState>,
     user: User,
     Path(id): Path<String>,
-    Query(query): Query<KindQuery>,
+    PageQuery(query): PageQuery<KindQuery>,
 ) -> Response {
     match asked(&state, &id, &query).await {
         Ok((id, kind, history)) => timeline(&user, &id, &history, kind).into_response(),

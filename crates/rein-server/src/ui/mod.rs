@@ -191,6 +191,23 @@ fn engine_refusal(e: rein_core::EngineError) -> Response {
     refusal(e.status, &e.message)
 }
 
+/// A page's query string, read as the API reads one ([`Params`]): one that
+/// does not parse is a 400 naming what is wrong, shown where the page would
+/// have been, not axum's plain-text rejection.
+///
+/// [`Params`]: crate::routes::Params
+#[derive(Debug)]
+pub struct PageQuery<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for PageQuery<T> {
+    type Rejection = Refusal;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Refusal> {
+        let crate::routes::Params(value) =
+            crate::routes::Params::from_request_parts(parts, state).await?;
+        Ok(PageQuery(value))
+    }
+}
+
 /// A form field as given, trimmed; none if it was left blank.
 pub fn filled(value: Option<String>) -> Option<String> {
     value.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())

@@ -2,7 +2,7 @@
 //! participants, its actions with what each read and wrote, and its
 //! conflicts, the most severe first; an operator runs detection from the page.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -10,7 +10,7 @@ use rein_core::store::SharedStateFilter;
 use rein_protocol::{Conflict, Resource, SharedHarnessState};
 use serde::Deserialize;
 
-use super::{User, changer, live, opt_time, page};
+use super::{PageQuery, User, changer, live, opt_time, page};
 use crate::AppState;
 use crate::auth::Role;
 
@@ -23,7 +23,7 @@ pub struct StatesQuery {
 pub async fn states(
     State(state): State<AppState>,
     user: User,
-    Query(query): Query<StatesQuery>,
+    PageQuery(query): PageQuery<StatesQuery>,
 ) -> Response {
     let source = match &query.cursor {
         Some(c) => format!("/ui/states/list?cursor={}", rein_protocol::api::escape(c)),
@@ -45,7 +45,7 @@ pub async fn states(
 pub async fn states_list(
     State(state): State<AppState>,
     _user: User,
-    Query(query): Query<StatesQuery>,
+    PageQuery(query): PageQuery<StatesQuery>,
 ) -> Response {
     states_fragment(&state, &query).await.into_response()
 }

@@ -3,14 +3,14 @@
 //! counters and a chart of the last half hour, and the agent harnesses with
 //! which runtime serves a model route.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use rein_core::history::counted;
 use rein_protocol::{LedgerHead, WorkspaceKind};
 use serde::Deserialize;
 
-use super::{User, live, page, time};
+use super::{PageQuery, User, live, page, time};
 use crate::AppState;
 use crate::activity::{BUCKET_SECS, Bucket};
 
@@ -26,7 +26,7 @@ pub struct LedgerQuery {
 pub async fn ledger(
     State(state): State<AppState>,
     user: User,
-    Query(query): Query<LedgerQuery>,
+    PageQuery(query): PageQuery<LedgerQuery>,
 ) -> Response {
     let after = query.after.unwrap_or(0);
     let entries = live(
@@ -58,7 +58,7 @@ pub async fn ledger(
 pub async fn ledger_entries(
     State(state): State<AppState>,
     _user: User,
-    Query(query): Query<LedgerQuery>,
+    PageQuery(query): PageQuery<LedgerQuery>,
 ) -> Response {
     ledger_fragment(&state, query.after.unwrap_or(0))
         .await
@@ -120,7 +120,7 @@ pub struct VerifyForm {
 pub async fn verify(
     State(state): State<AppState>,
     _user: User,
-    Query(form): Query<VerifyForm>,
+    PageQuery(form): PageQuery<VerifyForm>,
 ) -> Response {
     let head = match form
         .head
@@ -360,7 +360,7 @@ pub struct ExplainForm {
 pub async fn explain(
     State(state): State<AppState>,
     _user: User,
-    Query(form): Query<ExplainForm>,
+    PageQuery(form): PageQuery<ExplainForm>,
 ) -> Response {
     let provider = form.provider.trim().to_owned();
     if provider.is_empty() {

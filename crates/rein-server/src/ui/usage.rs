@@ -2,7 +2,7 @@
 //! the report's tables (`/ui/usage`), and the tables a task's page shows.
 //! The numbers are `GET /admin/usage`'s, costed at the server's prices.
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use rein_core::store::{UsageFilter, UsageGroup};
@@ -10,7 +10,7 @@ use rein_protocol::usage::thousands;
 use rein_protocol::{UsageLine, UsageReport};
 use serde::Deserialize;
 
-use super::{User, page};
+use super::{PageQuery, User, page};
 use crate::AppState;
 
 /// The days the page shows unless asked.
@@ -116,7 +116,7 @@ pub fn step_usage(output: &serde_json::Value) -> Option<String> {
 pub async fn usage(
     State(state): State<AppState>,
     user: User,
-    Query(query): Query<UsageQuery>,
+    PageQuery(query): PageQuery<UsageQuery>,
 ) -> Response {
     let days = query.days.unwrap_or(DAYS).clamp(1, 366);
     let now = chrono::Utc::now();

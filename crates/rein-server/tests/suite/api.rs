@@ -832,6 +832,53 @@ async fn ui_pages_may_not_be_framed_and_run_no_inline_script() {
 
 /// The Control UI's timeline of a task: every point of its history, one
 /// kind at a time on request, each opening onto the state as of it.
+/// A page asked with a query it cannot read says what is wrong where the
+/// page would be (HTML, as every refusal the UI shows), not in axum's plain
+/// text; and a person not signed in is still sent to sign in first.
+#[tokio::test]
+async fn a_page_asked_with_a_query_it_cannot_read_names_the_field_in_html() {
+    let api = api();
+    let cookie = api.signed_in(VIEWER).await;
+    for (path, field) in [
+        ("/ui/ledger?after=yesterday", "after"),
+        ("/ui/ledger/entries?after=-1", "after"),
+        ("/ui/usage?days=a+week", "days"),
+        ("/ui/harnesses/explain?model=m", "provider"),
+    ] {
+        let page = api.browse(&cookie, path.to_owned()).await;
+        assert_eq!(
+            page.status,
+            StatusCode::BAD_REQUEST,
+            "{path}: {}",
+            page.text
+        );
+        assert!(
+            page.text.starts_with("<p class=\"error\" role=\"alert\">"),
+            "{path}: {}",
+            page.text
+        );
+        assert!(
+            page.text.contains(field),
+            "{path} names {field}: {}",
+            page.text
+        );
+        assert!(
+            page.headers[header::CONTENT_TYPE]
+                .to_str()
+                .unwrap()
+                .starts_with("text/html"),
+            "{path}"
+        );
+    }
+    let anonymous = api.browse("", "/ui/usage?days=a+week".to_owned()).await;
+    assert_eq!(
+        anonymous.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        anonymous.text
+    );
+}
+
 #[tokio::test]
 async fn a_tasks_timeline_lists_its_points_and_opens_each_onto_the_state_there() {
     let api = api();

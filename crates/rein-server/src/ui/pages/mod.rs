@@ -10,7 +10,7 @@ use agent::*;
 pub use approvals::{approvals, approvals_list, decide};
 
 use axum::Form;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
@@ -22,7 +22,7 @@ use rein_protocol::{
 };
 use serde::Deserialize;
 
-use super::{User, changer, engine_refusal, live, page, parse_id, refusal, time};
+use super::{PageQuery, User, changer, engine_refusal, live, page, parse_id, refusal, time};
 use crate::AppState;
 use crate::auth::Role;
 
@@ -103,7 +103,7 @@ impl TasksQuery {
 pub async fn tasks(
     State(state): State<AppState>,
     user: User,
-    Query(query): Query<TasksQuery>,
+    PageQuery(query): PageQuery<TasksQuery>,
 ) -> Response {
     let source = format!(
         "/ui/tasks/table?{}",
@@ -173,7 +173,7 @@ pub async fn tasks(
 pub async fn tasks_table(
     State(state): State<AppState>,
     _user: User,
-    Query(query): Query<TasksQuery>,
+    PageQuery(query): PageQuery<TasksQuery>,
 ) -> Response {
     tasks_fragment(&state, &query).await.into_response()
 }
