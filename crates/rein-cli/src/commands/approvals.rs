@@ -4,7 +4,7 @@ use rein_core::store::ApprovalFilter;
 use rein_protocol::{ApprovalRequest, ApprovalResponse, ApprovalStatus, Decision};
 
 use crate::cli::{ApprovalsCommand, LedgerCommand};
-use crate::commands::{Target, actor, parse_task_id, print_json};
+use crate::commands::{Target, actor, print_json, task_flag};
 use crate::exit::{self, UsageError};
 use crate::output::say;
 use crate::render;
@@ -31,7 +31,7 @@ pub async fn dispatch(target: &Target, cmd: ApprovalsCommand) -> anyhow::Result<
             };
             let filter = ApprovalFilter {
                 status,
-                task_id: task.as_deref().map(parse_task_id).transpose()?,
+                task_id: task_flag(task.as_deref())?,
                 limit: Some(limit as usize),
             };
             let requests = engine.approvals(&filter).await?;

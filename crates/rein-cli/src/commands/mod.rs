@@ -498,6 +498,13 @@ pub fn parse_task_id(id: &str) -> anyhow::Result<TaskId> {
     TaskId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
 }
 
+/// The task `--task` names, if it names one: a malformed id is a usage
+/// error naming the flag.
+pub fn task_flag(id: Option<&str>) -> anyhow::Result<Option<TaskId>> {
+    id.map(|id| TaskId::parse(id.trim()).map_err(|e| UsageError(format!("--task: {e}")).into()))
+        .transpose()
+}
+
 pub fn parse_snapshot_id(id: &str) -> anyhow::Result<SnapshotId> {
     SnapshotId::parse(id.trim()).map_err(|e| UsageError(e.to_string()).into())
 }

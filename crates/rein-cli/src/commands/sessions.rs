@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::cli::SessionsCommand;
 use crate::commands::{
-    Context, Target, actor, parse_session_id, parse_task_id, print_json, print_page,
+    Context, Target, actor, parse_session_id, print_json, print_page, task_flag,
 };
 use crate::exit;
 use crate::output::say;
@@ -30,7 +30,7 @@ pub async fn dispatch(target: &Target, cmd: SessionsCommand) -> anyhow::Result<u
             cursor,
             json,
         } => {
-            let task = task.as_deref().map(parse_task_id).transpose()?;
+            let task = task_flag(task.as_deref())?;
             let query = SessionQuery {
                 task_id: task.as_ref().map(ToString::to_string),
                 status,

@@ -18,14 +18,7 @@ pub async fn usage(target: &Target, args: UsageArgs) -> anyhow::Result<u8> {
         ))
         .into());
     }
-    let task = args
-        .task
-        .as_deref()
-        .map(|t| {
-            t.parse::<rein_protocol::TaskId>()
-                .map_err(|e| UsageError(format!("--task `{t}`: {e}")))
-        })
-        .transpose()?;
+    let task = crate::commands::task_flag(args.task.as_deref())?;
     let time = |flag: &str, value: Option<&str>| {
         value
             .map(|v| crate::commands::tasks::parse_time(flag, v).map(|t| t.to_rfc3339()))

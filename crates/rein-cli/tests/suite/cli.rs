@@ -172,6 +172,18 @@ fn exit_codes_tell_completed_failed_and_invalid_apart() {
 
     let said = common::fails(rein(&data).args(["tasks", "show", "not-an-id"]), 2);
     assert!(said.contains("`not-an-id` is not a valid id"));
+    // A malformed id given to a flag names the flag.
+    for listing in [
+        ["usage"].as_slice(),
+        &["approvals", "list"],
+        &["sessions", "list"],
+    ] {
+        let said = common::fails(rein(&data).args(listing).args(["--task", "nope"]), 2);
+        assert!(
+            said.contains("--task: `nope` is not a valid id: expected `task_`"),
+            "{listing:?}: {said}"
+        );
+    }
 
     let said = common::fails(
         rein(&data).args(["tasks", "show", "task_01ARZ3NDEKTSV4RRFFQ69G5FAV"]),
