@@ -92,7 +92,7 @@ pub fn genesis(event: &HarnessEvent) -> Result<TaskState, FoldError> {
                 context: TaskContext {
                     task_history: Vec::new(),
                     completed_steps: Vec::new(),
-                    pending_steps: pending_steps.clone(),
+                    pending_steps: pending_steps.iter().cloned().collect(),
                     blocked_reason: None,
                 },
                 resources: TaskResources {
@@ -339,7 +339,7 @@ fn apply_in(
         } => {
             // The CP2 checkpoint that decomposed the goal must exist.
             find(&mut state.checkpoints, checkpoint_id, seq)?;
-            head.context.pending_steps = steps.clone();
+            head.context.pending_steps = steps.iter().cloned().collect();
         }
         TaskChange::ProcessStarted {
             checkpoint_id,

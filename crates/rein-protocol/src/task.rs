@@ -290,8 +290,10 @@ pub struct TaskContext {
     #[serde(default)]
     pub completed_steps: Vec<String>,
     /// Plan steps not finished yet, in plan order.
+    // A deque: steps mostly finish in plan order, so each leaves from (near)
+    // the front, which a `Vec` would pay for by moving all the others.
     #[serde(default)]
-    pub pending_steps: Vec<String>,
+    pub pending_steps: std::collections::VecDeque<String>,
     /// Why the task is paused or cannot go on, and what to do about it.
     pub blocked_reason: Option<String>,
 }

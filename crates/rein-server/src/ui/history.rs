@@ -229,7 +229,7 @@ fn as_of(task: &TaskState) -> Markup {
         dl.as-of data-status=(task.status().as_str()) {
             dt { "status" } dd { (task.status().as_str()) }
             dt { "completed" } dd { (context.completed_steps.join(", ")) }
-            dt { "pending" } dd { (context.pending_steps.join(", ")) }
+            dt { "pending" } dd { (context.pending_steps.iter().map(String::as_str).collect::<Vec<_>>().join(", ")) }
             @if let Some(why) = &context.blocked_reason { dt { "blocked" } dd { (why) } }
             @if let Some(error) = &task.head.error { dt { "error" } dd { (error) } }
         }
